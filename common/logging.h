@@ -1,0 +1,36 @@
+// Minimal logging to stderr (Debian's Abseil has no absl/log): one line per call, with the
+// program's role and time, e.g. "[trainer rank 1 12:00:01.234] W message".
+#ifndef STOKER_COMMON_LOGGING_H_
+#define STOKER_COMMON_LOGGING_H_
+
+#include "absl/strings/string_view.h"
+
+#include "absl/strings/str_format.h"
+
+namespace stoker {
+
+enum class LogLevel { kInfo, kWarning, kError };
+
+// Sets the prefix that names this process in every line ("data_service", "trainer rank 3").
+// Call once from main() before other threads start.
+void SetLogIdentity(absl::string_view identity);
+
+// Writes one line atomically (a single write(2)). Thread-safe.
+void LogLine(LogLevel level, absl::string_view message);
+
+template <typename... Args>
+void LogInfo(const absl::FormatSpec<Args...>& format, const Args&... args) {
+  LogLine(LogLevel::kInfo, absl::StrFormat(format, args...));
+}
+template <typename... Args>
+void LogWarning(const absl::FormatSpec<Args...>& format, const Args&... args) {
+  LogLine(LogLevel::kWarning, absl::StrFormat(format, args...));
+}
+template <typename... Args>
+void LogError(const absl::FormatSpec<Args...>& format, const Args&... args) {
+  LogLine(LogLevel::kError, absl::StrFormat(format, args...));
+}
+
+}  // namespace stoker
+
+#endif  // STOKER_COMMON_LOGGING_H_

@@ -36,11 +36,11 @@ def _libtorch_impl(ctx):
                 "libtorch",
                 "Set LIBTORCH_HOME, or `pip install torch==%s` for python3 on PATH." % _TORCH_VERSION,
             )
-    for sub in ["include/torch/csrc/api/include/torch/version.h", "lib/libtorch_cpu.so", "lib/libc10.so"]:
+    for sub in ["lib/libtorch_cpu.so", "lib/libc10.so"]:
         if not ctx.path(home + "/" + sub).exists:
             _fail_missing("libtorch (%s/%s)" % (home, sub), "The torch installation looks incomplete.")
-    version_h = ctx.read(home + "/include/torch/csrc/api/include/torch/version.h")
-    if ('TORCH_VERSION "%s' % _TORCH_VERSION) not in version_h:
+    version_h = ctx.read(home + "/include/torch/headeronly/version.h")
+    if ('"%s"' % _TORCH_VERSION) not in version_h:
         _fail_missing(
             "libtorch %s (found another version at %s)" % (_TORCH_VERSION, home),
             "`pip install torch==%s`: the GPU hosts run that version." % _TORCH_VERSION,

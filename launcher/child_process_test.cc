@@ -1,0 +1,287 @@
+#include "launcher/child_process.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "launcher/testing/process_probe.h"
+
+namespace stoker::launcher {
+namespace {
+
+using ::stoker::launcher::testing::IsProcessAlive;
+using ::stoker::launcher::testing::MakeTempDir;
+using ::stoker::launcher::testing::ReadFileOrEmpty;
+using ::stoker::launcher::testing::WaitForFile;
+using ::stoker::launcher::testing::WaitForProcessExit;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+ChildSpec Shell(const std::string& script) {
+  return ChildSpec{"test shell", "/bin/sh", {"sh", "-c", script}, {}};
+}
+
+pid_t ReadPid(const std::string& path) {
+  EXPECT_TRUE(WaitForFile(path, absl::Seconds(10))) << path;
+  int pid = 0;
+  EXPECT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFileOrEmpty(path)), &pid)) << path;
+  return pid;
+}
+
+TEST(ExitStatusTest, DescribesCodesAndSignalsLikeAShell) {
+  EXPECT_EQ(ExitStatus::Exited(3).ToString(), "exited with code 3");
+  EXPECT_EQ(ExitStatus::Exited(3).ShellCode(), 3);
+  EXPECT_EQ(ExitStatus::Signaled(SIGKILL).ToString(), "killed by signal 9 (SIGKILL)");
+  EXPECT_EQ(ExitStatus::Signaled(SIGTERM).ShellCode(), 143);
+  EXPECT_TRUE(ExitStatus::Exited(0).success());
+  EXPECT_FALSE(ExitStatus::Signaled(SIGTERM).success());
+  EXPECT_EQ(ExitStatus::Lost().ShellCode(), 1);
+}
+
+TEST(ChildProcessTest, ReportsExitCode) {
+  absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell("exit 3"));
+  ASSERT_TRUE(child.ok()) << child.status();
+  absl::StatusOr<ExitStatus> status = child->Wait(absl::Seconds(10));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(*status, ExitStatus::Exited(3));
+  EXPECT_TRUE(child->has_exited());
+}
+
+TEST(ChildProcessTest, ReportsDeathBySignal) {
+  absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell("kill -SEGV $$"));
+  ASSERT_TRUE(child.ok()) << child.status();
+  absl::StatusOr<ExitStatus> status = child->Wait(absl::Seconds(10));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(*status, ExitStatus::Signaled(SIGSEGV));
+}
+
+TEST(ChildProcessTest, MissingProgramFailsSpawnNamingChildAndProgram) {
+  absl::StatusOr<ChildProcess> child =
+      ChildProcess::Spawn({"data service", "/nonexistent/data_service", {}, {}});
+  EXPECT_EQ(child.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(child.status().message()), HasSubstr("data service"));
+  EXPECT_THAT(std::string(child.status().message()), HasSubstr("/nonexistent/data_service"));
+  // The failed child was reaped: there is nothing left to wait for.
+  EXPECT_EQ(waitpid(-1, nullptr, WNOHANG), -1);
+}
+
+TEST(ChildProcessTest, ProgramMustBeAPath) {
+  absl::StatusOr<ChildProcess> child = ChildProcess::Spawn({"mpirun", "mpirun", {}, {}});
+  EXPECT_EQ(child.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ChildProcessTest, RunsInItsOwnProcessGroup) {
+  absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell("sleep 30"));
+  ASSERT_TRUE(child.ok()) << child.status();
+  EXPECT_EQ(getpgid(child->pid()), child->pid());
+  EXPECT_NE(getpgid(child->pid()), getpgrp());
+}
+
+TEST(ChildProcessTest, SetsEnvironmentOverTheInheritedOne) {
+  setenv("STOKER_CHILD_TEST_INHERITED", "yes", 1);
+  setenv("STOKER_CHILD_TEST_REPLACED", "old", 1);
+  ChildSpec spec = Shell(
+      "test \"$STOKER_CHILD_TEST_INHERITED\" = yes && test \"$STOKER_CHILD_TEST_REPLACED\" = new "
+      "&& test \"$STOKER_CHILD_TEST_ADDED\" = 'a b'");
+  spec.env = {"STOKER_CHILD_TEST_REPLACED=new", "STOKER_CHILD_TEST_ADDED=a b"};
+  absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(spec);
+  ASSERT_TRUE(child.ok()) << child.status();
+  EXPECT_EQ(*child->Wait(absl::Seconds(10)), ExitStatus::Exited(0));
+}
+
+TEST(ChildProcessTest, StdinIsDevNull) {
+  absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell("read line; test $? -ne 0"));
+  ASSERT_TRUE(child.ok()) << child.status();
+  EXPECT_EQ(*child->Wait(absl::Seconds(10)), ExitStatus::Exited(0));
+}
+
+TEST(ChildProcessTest, WaitTimesOutWhileChildRuns) {
+  absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell("sleep 30"));
+  ASSERT_TRUE(child.ok()) << child.status();
+  const absl::Time start = absl::Now();
+  absl::StatusOr<ExitStatus> status = child->Wait(absl::Milliseconds(100));
+  EXPECT_EQ(status.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(100));
+  EXPECT_FALSE(child->has_exited());
+}
+
+TEST(ChildProcessTest, TerminateKillsTheWholeGroupIncludingGrandchildren) {
+  const std::string dir = MakeTempDir("terminate");
+  absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(
+      Shell(absl::StrCat("sleep 1000 & echo $! > ", dir, "/grandchild; wait")));
+  ASSERT_TRUE(child.ok()) << child.status();
+  const pid_t grandchild = ReadPid(dir + "/grandchild");
+  ASSERT_TRUE(IsProcessAlive(grandchild));
+
+  absl::StatusOr<ExitStatus> status = child->Terminate(absl::Seconds(10));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(*status, ExitStatus::Signaled(SIGTERM));
+  EXPECT_TRUE(WaitForProcessExit(grandchild, absl::Seconds(5)));
+}
+
+TEST(ChildProcessTest, TerminateEscalatesToSigkillAfterGrace) {
+  const std::string dir = MakeTempDir("stubborn");
+  absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell(absl::StrCat(
+      "trap '' TERM; echo ready > ", dir, "/ready; while :; do sleep 0.05; done")));
+  ASSERT_TRUE(child.ok()) << child.status();
+  ASSERT_TRUE(WaitForFile(dir + "/ready", absl::Seconds(10)));
+  const absl::Time start = absl::Now();
+  absl::StatusOr<ExitStatus> status = child->Terminate(absl::Milliseconds(300));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(*status, ExitStatus::Signaled(SIGKILL));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(300));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+TEST(ChildProcessTest, TerminateOfAnExitedChildReturnsItsStatus) {
+  absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell("exit 4"));
+  ASSERT_TRUE(child.ok()) << child.status();
+  ASSERT_TRUE(child->Wait(absl::Seconds(10)).ok());
+  absl::StatusOr<ExitStatus> status = child->Terminate(absl::Seconds(1));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(*status, ExitStatus::Exited(4));
+  EXPECT_EQ(child->SignalGroup(SIGTERM).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(ChildProcessTest, ReapingSweepsWhatTheChildLeftInItsGroup) {
+  const std::string dir = MakeTempDir("sweep");
+  absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(
+      Shell(absl::StrCat("sleep 1000 & echo $! > ", dir, "/grandchild; exit 0")));
+  ASSERT_TRUE(child.ok()) << child.status();
+  const pid_t grandchild = ReadPid(dir + "/grandchild");
+  EXPECT_EQ(*child->Wait(absl::Seconds(10)), ExitStatus::Exited(0));
+  EXPECT_TRUE(WaitForProcessExit(grandchild, absl::Seconds(5)));
+}
+
+TEST(ChildProcessTest, DestructorKillsAndReaps) {
+  const std::string dir = MakeTempDir("destructor");
+  pid_t pid = -1;
+  pid_t grandchild = -1;
+  {
+    absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(
+        Shell(absl::StrCat("sleep 1000 & echo $! > ", dir, "/grandchild; wait")));
+    ASSERT_TRUE(child.ok()) << child.status();
+    pid = child->pid();
+    grandchild = ReadPid(dir + "/grandchild");
+  }
+  // Reaped, not a zombie: the pid is gone from this process's children.
+  EXPECT_EQ(waitpid(pid, nullptr, WNOHANG), -1);
+  EXPECT_EQ(errno, ECHILD);
+  EXPECT_TRUE(WaitForProcessExit(grandchild, absl::Seconds(5)));
+}
+
+TEST(ChildProcessTest, MovedOwnerKeepsTheChild) {
+  absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell("exit 6"));
+  ASSERT_TRUE(child.ok()) << child.status();
+  ChildProcess moved = std::move(*child);
+  EXPECT_EQ(*moved.Wait(absl::Seconds(10)), ExitStatus::Exited(6));
+}
+
+TEST(ChildProcessTest, NothingOutlivesAKilledParent) {
+  // A middle process spawns a child, reports its pid and is SIGKILLed, as a launcher killed
+  // with `kill -9` would be. PR_SET_PDEATHSIG must take the child down with it.
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t middle = fork();
+  ASSERT_GE(middle, 0);
+  if (middle == 0) {
+    close(fds[0]);
+    absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell("sleep 1000"));
+    const pid_t pid = child.ok() ? child->pid() : -1;
+    if (write(fds[1], &pid, sizeof(pid)) != sizeof(pid)) _exit(1);
+    pause();
+    _exit(0);
+  }
+  close(fds[1]);
+  pid_t orphan = -1;
+  ASSERT_EQ(read(fds[0], &orphan, sizeof(orphan)), static_cast<ssize_t>(sizeof(orphan)));
+  close(fds[0]);
+  ASSERT_GT(orphan, 0);
+  ASSERT_TRUE(IsProcessAlive(orphan));
+  kill(middle, SIGKILL);
+  waitpid(middle, nullptr, 0);
+  EXPECT_TRUE(WaitForProcessExit(orphan, absl::Seconds(5)));
+}
+
+TEST(WaitForFirstExitTest, ReturnsTheChildThatExitsFirst) {
+  absl::StatusOr<ChildProcess> slow = ChildProcess::Spawn(Shell("sleep 30"));
+  absl::StatusOr<ChildProcess> fast = ChildProcess::Spawn(Shell("sleep 0.1; exit 5"));
+  ASSERT_TRUE(slow.ok() && fast.ok());
+  std::vector<ChildProcess*> children = {&*slow, &*fast};
+  absl::StatusOr<WaitResult> result = WaitForFirstExit(children, absl::Seconds(10));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->event, WaitResult::Event::kExited);
+  EXPECT_EQ(result->child, &*fast);
+  EXPECT_EQ(fast->exit_status(), ExitStatus::Exited(5));
+  EXPECT_FALSE(slow->has_exited());
+}
+
+TEST(WaitForFirstExitTest, TimesOut) {
+  absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell("sleep 30"));
+  ASSERT_TRUE(child.ok());
+  std::vector<ChildProcess*> children = {&*child};
+  absl::StatusOr<WaitResult> result = WaitForFirstExit(children, absl::Milliseconds(50));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->event, WaitResult::Event::kTimedOut);
+}
+
+TEST(WaitForFirstExitTest, WakesWhenTheWakeFdIsReadable) {
+  absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell("sleep 30"));
+  ASSERT_TRUE(child.ok());
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  ASSERT_EQ(write(fds[1], "x", 1), 1);
+  std::vector<ChildProcess*> children = {&*child};
+  absl::StatusOr<WaitResult> result =
+      WaitForFirstExit(children, absl::InfiniteDuration(), fds[0]);
+  close(fds[0]);
+  close(fds[1]);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->event, WaitResult::Event::kWoken);
+}
+
+TEST(TerminateAllTest, EndsEveryChildAtOnce) {
+  absl::StatusOr<ChildProcess> a = ChildProcess::Spawn(Shell("sleep 30"));
+  absl::StatusOr<ChildProcess> b = ChildProcess::Spawn(Shell("sleep 30"));
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::vector<ChildProcess*> children = {&*a, &*b};
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(TerminateAll(children, absl::Seconds(10)).ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(a->exit_status(), ExitStatus::Signaled(SIGTERM));
+  EXPECT_EQ(b->exit_status(), ExitStatus::Signaled(SIGTERM));
+}
+
+TEST(TerminateAllTest, WakeFdCutsTheGracePeriodShort) {
+  absl::StatusOr<ChildProcess> child =
+      ChildProcess::Spawn(Shell("trap '' TERM; while :; do sleep 0.05; done"));
+  ASSERT_TRUE(child.ok());
+  absl::SleepFor(absl::Milliseconds(100));  // let the shell install its trap
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  ASSERT_EQ(write(fds[1], "x", 1), 1);
+  std::vector<ChildProcess*> children = {&*child};
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(TerminateAll(children, absl::Seconds(60), fds[0]).ok());
+  close(fds[0]);
+  close(fds[1]);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(child->exit_status(), ExitStatus::Signaled(SIGKILL));
+}
+
+TEST(MergeEnvironmentTest, ReplacesInPlaceAndAppendsNewNames) {
+  EXPECT_THAT(internal::MergeEnvironment({"A=1", "AB=2", "B=3"}, {"A=9", "C=4", "B="}),
+              ElementsAre("A=9", "AB=2", "B=", "C=4"));
+}
+
+}  // namespace
+}  // namespace stoker::launcher

@@ -1,0 +1,192 @@
+#include "launcher/launch_command.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace stoker::launcher {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TrainerLaunch TwoRankLaunch() {
+  TrainerLaunch launch;
+  launch.ranks_per_node = 2;
+  launch.trainer = "/opt/stoker/trainer";
+  launch.data_socket = "/tmp/stoker.j1/data.sock";
+  launch.seed = 42;
+  return launch;
+}
+
+TEST(TrainerArgvTest, LocalModeRunsTrainerUnderMpirunWithSocketAndSeed) {
+  TrainerLaunch launch = TwoRankLaunch();
+  launch.exported_env = {"NCCL_NVLS_ENABLE", "STOKER_TRACE"};
+  launch.trainer_args = {"--epochs=3", "--model", "resnet18"};
+  absl::StatusOr<std::vector<std::string>> argv = BuildTrainerArgv(launch);
+  ASSERT_TRUE(argv.ok()) << argv.status();
+  EXPECT_THAT(*argv, ElementsAre("mpirun", "-np", "2", "-x", "NCCL_NVLS_ENABLE", "-x",
+                                 "STOKER_TRACE", "/opt/stoker/trainer",
+                                 "--data_socket=/tmp/stoker.j1/data.sock", "--seed=42",
+                                 "--epochs=3", "--model", "resnet18"));
+}
+
+TEST(TrainerArgvTest, MpirunArgsGoVerbatimAfterRankCount) {
+  TrainerLaunch launch = TwoRankLaunch();
+  launch.mpirun = "/usr/bin/mpirun";
+  launch.mpirun_args = {"--oversubscribe", "--mca", "btl", "self,vader"};
+  absl::StatusOr<std::vector<std::string>> argv = BuildTrainerArgv(launch);
+  ASSERT_TRUE(argv.ok()) << argv.status();
+  EXPECT_THAT(*argv, ElementsAre("/usr/bin/mpirun", "-np", "2", "--oversubscribe", "--mca", "btl",
+                                 "self,vader", "/opt/stoker/trainer",
+                                 "--data_socket=/tmp/stoker.j1/data.sock", "--seed=42"));
+}
+
+TEST(TrainerArgvTest, ExportsEachVariableOnce) {
+  TrainerLaunch launch = TwoRankLaunch();
+  launch.exported_env = {"NCCL_NVLS_ENABLE", "STOKER_A", "NCCL_NVLS_ENABLE"};
+  absl::StatusOr<std::vector<std::string>> argv = BuildTrainerArgv(launch);
+  ASSERT_TRUE(argv.ok()) << argv.status();
+  EXPECT_EQ(std::count(argv->begin(), argv->end(), "NCCL_NVLS_ENABLE"), 1);
+}
+
+TEST(TrainerArgvTest, RejectsZeroRanksNamingNp) {
+  TrainerLaunch launch = TwoRankLaunch();
+  launch.ranks_per_node = 0;
+  absl::StatusOr<std::vector<std::string>> argv = BuildTrainerArgv(launch);
+  EXPECT_EQ(argv.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(argv.status().message()), HasSubstr("--np must be >= 1"));
+}
+
+TEST(TrainerArgvTest, RejectsRankCountInMpirunArgs) {
+  for (const char* arg : {"-np", "--np=4", "-n", "-c"}) {
+    TrainerLaunch launch = TwoRankLaunch();
+    launch.mpirun_args = {arg, "4"};
+    absl::StatusOr<std::vector<std::string>> argv = BuildTrainerArgv(launch);
+    EXPECT_EQ(argv.status().code(), absl::StatusCode::kInvalidArgument) << arg;
+    EXPECT_THAT(std::string(argv.status().message()), HasSubstr("--mpirun_args")) << arg;
+  }
+}
+
+TEST(TrainerArgvTest, RejectsTrainerArgsThatSetSeedOrSocket) {
+  for (const char* arg : {"--seed=1", "-seed", "--data_socket=/x"}) {
+    TrainerLaunch launch = TwoRankLaunch();
+    launch.trainer_args = {"--epochs=1", arg};
+    absl::StatusOr<std::vector<std::string>> argv = BuildTrainerArgv(launch);
+    EXPECT_EQ(argv.status().code(), absl::StatusCode::kInvalidArgument) << arg;
+    EXPECT_THAT(std::string(argv.status().message()), HasSubstr(arg));
+  }
+}
+
+TEST(TrainerArgvTest, AcceptsTrainerFlagsThatOnlyStartLikeSeed) {
+  TrainerLaunch launch = TwoRankLaunch();
+  launch.trainer_args = {"--seeds_file=x", "--data_socket_timeout=3s"};
+  EXPECT_TRUE(BuildTrainerArgv(launch).ok());
+}
+
+TEST(TrainerArgvTest, RejectsMalformedVariableName) {
+  TrainerLaunch launch = TwoRankLaunch();
+  launch.exported_env = {"BAD-NAME"};
+  EXPECT_EQ(BuildTrainerArgv(launch).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+DataServiceLaunch SyntheticLaunch() {
+  DataServiceLaunch launch;
+  launch.program = "/opt/stoker/data_service";
+  launch.socket = "/tmp/stoker.j1/data.sock";
+  launch.job_id = "j1";
+  launch.data_seed = 42;
+  return launch;
+}
+
+TEST(DataServiceArgvTest, PassesOnlyTheOptionsThatAreSet) {
+  absl::StatusOr<std::vector<std::string>> argv = BuildDataServiceArgv(SyntheticLaunch());
+  ASSERT_TRUE(argv.ok()) << argv.status();
+  EXPECT_THAT(*argv, ElementsAre("/opt/stoker/data_service", "--socket=/tmp/stoker.j1/data.sock",
+                                 "--job_id=j1", "--node_id=0", "--data_seed=42"));
+}
+
+TEST(DataServiceArgvTest, PassesEveryOptionWhenAllAreSet) {
+  DataServiceLaunch launch = SyntheticLaunch();
+  launch.dataset = "imagefolder";
+  launch.train_dir = "/data/train";
+  launch.val_dir = "/data/val";
+  launch.synthetic_samples = 1000;
+  launch.synthetic_classes = 10;
+  launch.threads = 8;
+  launch.prefetch = 4;
+  absl::StatusOr<std::vector<std::string>> argv = BuildDataServiceArgv(launch);
+  ASSERT_TRUE(argv.ok()) << argv.status();
+  EXPECT_THAT(*argv,
+              ElementsAre("/opt/stoker/data_service", "--socket=/tmp/stoker.j1/data.sock",
+                          "--job_id=j1", "--node_id=0", "--data_seed=42", "--dataset=imagefolder",
+                          "--train_dir=/data/train", "--val_dir=/data/val",
+                          "--synthetic_samples=1000", "--synthetic_classes=10", "--threads=8",
+                          "--prefetch=4"));
+}
+
+TEST(DataServiceArgvTest, RejectsUnknownDatasetNamingTheFlag) {
+  DataServiceLaunch launch = SyntheticLaunch();
+  launch.dataset = "lmdb";
+  absl::StatusOr<std::vector<std::string>> argv = BuildDataServiceArgv(launch);
+  EXPECT_EQ(argv.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(argv.status().message()), HasSubstr("--dataset"));
+}
+
+TEST(DataServiceArgvTest, ImageFolderNeedsTrainDir) {
+  DataServiceLaunch launch = SyntheticLaunch();
+  launch.dataset = "imagefolder";
+  absl::StatusOr<std::vector<std::string>> argv = BuildDataServiceArgv(launch);
+  EXPECT_THAT(std::string(argv.status().message()), HasSubstr("--train_dir"));
+}
+
+TEST(DataServiceArgvTest, RejectsNegativeCountsNamingTheFlag) {
+  DataServiceLaunch launch = SyntheticLaunch();
+  launch.threads = -1;
+  absl::StatusOr<std::vector<std::string>> argv = BuildDataServiceArgv(launch);
+  EXPECT_THAT(std::string(argv.status().message()), HasSubstr("--data_threads must be >= 0"));
+}
+
+TEST(ShellQuoteTest, LeavesPlainWordsAlone) {
+  EXPECT_EQ(ShellQuote("--data_socket=/tmp/stoker.j1/data.sock"),
+            "--data_socket=/tmp/stoker.j1/data.sock");
+  EXPECT_EQ(ShellQuote("self,vader"), "self,vader");
+}
+
+TEST(ShellQuoteTest, QuotesSpacesEmptyWordsAndQuotes) {
+  EXPECT_EQ(ShellQuote(""), "''");
+  EXPECT_EQ(ShellQuote("a b"), "'a b'");
+  EXPECT_EQ(ShellQuote("$HOME"), "'$HOME'");
+  EXPECT_EQ(ShellQuote("it's"), "'it'\\''s'");
+}
+
+TEST(FormatCommandTest, PrefixesAssignmentsAndQuotesValues) {
+  EXPECT_EQ(FormatCommand({"NCCL_NVLS_ENABLE=0", "STOKER_NOTE=a b"},
+                          {"mpirun", "-np", "2", "/x/trainer", "--name=a b"}),
+            "NCCL_NVLS_ENABLE=0 STOKER_NOTE='a b' mpirun -np 2 /x/trainer '--name=a b'");
+}
+
+TEST(FormatCommandTest, QuotesFirstWordThatLooksLikeAnAssignment) {
+  EXPECT_EQ(FormatCommand({}, {"/odd/A=B", "x=y"}), "'/odd/A=B' x=y");
+}
+
+TEST(EnvironmentTest, FindsNamesWithPrefix) {
+  EXPECT_THAT(EnvironmentNamesWithPrefix(
+                  {"PATH=/bin", "STOKER_A=1", "STOKER_B=", "XSTOKER_C=2", "STOKER_BROKEN"},
+                  "STOKER_"),
+              ElementsAre("STOKER_A", "STOKER_B"));
+}
+
+TEST(EnvironmentTest, RecognisesVariableNames) {
+  EXPECT_TRUE(IsEnvironmentName("NCCL_NVLS_ENABLE"));
+  EXPECT_TRUE(IsEnvironmentName("_x1"));
+  EXPECT_FALSE(IsEnvironmentName(""));
+  EXPECT_FALSE(IsEnvironmentName("1X"));
+  EXPECT_FALSE(IsEnvironmentName("A-B"));
+}
+
+}  // namespace
+}  // namespace stoker::launcher

@@ -1,0 +1,39 @@
+// Test helpers that look at processes and files from the outside: whether a pid still runs,
+// the pids that fakes wrote to files, waiting for a file to appear.
+#ifndef STOKER_LAUNCHER_TESTING_PROCESS_PROBE_H_
+#define STOKER_LAUNCHER_TESTING_PROCESS_PROBE_H_
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace stoker::launcher::testing {
+
+// True while `pid` names a process that has not exited (a zombie counts as exited).
+bool IsProcessAlive(pid_t pid);
+
+// Waits up to `timeout` for `pid` to exit; true if it did.
+bool WaitForProcessExit(pid_t pid, absl::Duration timeout);
+
+// Waits up to `timeout` for `path` to exist and be non-empty; true if it did.
+bool WaitForFile(absl::string_view path, absl::Duration timeout);
+
+// Reads `path` whole; empty when it cannot be read.
+std::string ReadFileOrEmpty(absl::string_view path);
+
+// Returns the pids written (one number per file) into files `*.pid` under `dir`.
+std::vector<pid_t> ReadPidFiles(absl::string_view dir);
+
+// Returns the names of the entries of `dir` that start with `prefix`.
+std::vector<std::string> ListEntries(absl::string_view dir, absl::string_view prefix);
+
+// Creates a fresh directory under TEST_TMPDIR (or /tmp) and returns its path.
+std::string MakeTempDir(absl::string_view tag);
+
+}  // namespace stoker::launcher::testing
+
+#endif  // STOKER_LAUNCHER_TESTING_PROCESS_PROBE_H_

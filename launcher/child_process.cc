@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -34,6 +35,8 @@ namespace {
 constexpr absl::Duration kKillReapTimeout = absl::Seconds(5);
 // How often WaitForFirstExit checks children when the kernel has no pidfds.
 constexpr absl::Duration kPollTick = absl::Milliseconds(10);
+
+std::atomic<bool> pidfds_enabled{true};
 
 // Written by the child to the exec-error pipe when it fails before or in execve.
 struct ChildSetupError {
@@ -165,6 +168,8 @@ std::vector<std::string> MergeEnvironment(absl::Span<const std::string> environm
   return merged;
 }
 
+void SetPidfdsEnabledForTesting(bool enabled) { pidfds_enabled = enabled; }
+
 }  // namespace internal
 
 absl::StatusOr<ChildProcess> ChildProcess::Spawn(const ChildSpec& spec) {
@@ -231,7 +236,8 @@ absl::StatusOr<ChildProcess> ChildProcess::Spawn(const ChildSpec& spec) {
   }
 
   // Where the kernel is older than 5.3 there is no pidfd and waits fall back to polling.
-  UniqueFd pidfd(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
+  UniqueFd pidfd;
+  if (pidfds_enabled) pidfd.Reset(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
   return ChildProcess(pid, spec.name, std::move(pidfd));
 }
 

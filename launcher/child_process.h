@@ -159,6 +159,10 @@ namespace internal {
 std::vector<std::string> MergeEnvironment(absl::Span<const std::string> environment,
                                           absl::Span<const std::string> overrides);
 
+// Makes Spawn skip pidfd_open, as on kernels older than 5.3, so that tests cover the
+// polling fallback. Call before spawning.
+void SetPidfdsEnabledForTesting(bool enabled);
+
 }  // namespace internal
 }  // namespace stoker::launcher
 

@@ -278,6 +278,23 @@ TEST(TerminateAllTest, WakeFdCutsTheGracePeriodShort) {
   EXPECT_EQ(child->exit_status(), ExitStatus::Signaled(SIGKILL));
 }
 
+TEST(WaitForFirstExitTest, WorksWithoutPidfdsByPolling) {
+  internal::SetPidfdsEnabledForTesting(false);
+  absl::StatusOr<ChildProcess> slow = ChildProcess::Spawn(Shell("sleep 30"));
+  absl::StatusOr<ChildProcess> fast = ChildProcess::Spawn(Shell("sleep 0.1; exit 5"));
+  internal::SetPidfdsEnabledForTesting(true);
+  ASSERT_TRUE(slow.ok() && fast.ok());
+  ASSERT_EQ(slow->pidfd(), -1);
+  std::vector<ChildProcess*> children = {&*slow, &*fast};
+  absl::StatusOr<WaitResult> result = WaitForFirstExit(children, absl::Seconds(10));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->child, &*fast);
+  result = WaitForFirstExit({&*slow}, absl::Milliseconds(50));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->event, WaitResult::Event::kTimedOut);
+  EXPECT_EQ(*slow->Terminate(absl::Seconds(10)), ExitStatus::Signaled(SIGTERM));
+}
+
 TEST(MergeEnvironmentTest, ReplacesInPlaceAndAppendsNewNames) {
   EXPECT_THAT(internal::MergeEnvironment({"A=1", "AB=2", "B=3"}, {"A=9", "C=4", "B="}),
               ElementsAre("A=9", "AB=2", "B=", "C=4"));

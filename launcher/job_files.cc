@@ -1,0 +1,150 @@
+#include "launcher/job_files.h"
+
+#include <dirent.h>
+#include <ftw.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/errno_status.h"
+#include "common/logging.h"
+
+namespace stoker::launcher {
+namespace {
+
+bool IsJobIdChar(char c) {
+  return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+}
+
+// Collects what nftw removes, bottom-up. nftw has no user pointer, hence the static;
+// Remove is not called from two threads at once (the class is not thread-safe).
+std::vector<std::string>* removed_entries = nullptr;
+
+int RemoveEntry(const char* path, const struct stat*, int type, struct FTW* where) {
+  if (where->level > 0) removed_entries->emplace_back(path);
+  const int rc = (type == FTW_DP) ? rmdir(path) : unlink(path);
+  if (rc != 0 && errno != ENOENT) LogWarning("cannot remove %s: %s", path, std::strerror(errno));
+  return 0;
+}
+
+}  // namespace
+
+absl::Status ValidateJobId(absl::string_view job_id) {
+  if (job_id.empty() || job_id.size() > kMaxJobIdLength ||
+      !std::all_of(job_id.begin(), job_id.end(), IsJobIdChar)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--job_id '", job_id, "' must be 1 to ", kMaxJobIdLength,
+        " characters of A-Z, a-z, 0-9, '_' and '-'"));
+  }
+  return absl::OkStatus();
+}
+
+std::string GenerateJobId() {
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0) std::strcpy(host, "host");
+  std::string short_host;
+  for (const char* c = host; *c != '\0' && *c != '.' && short_host.size() < 32; ++c) {
+    short_host += IsJobIdChar(*c) ? *c : '-';
+  }
+  if (short_host.empty()) short_host = "host";
+  uint32_t random = 0;
+  if (getrandom(&random, sizeof(random), 0) != sizeof(random)) {
+    random = static_cast<uint32_t>(absl::ToUnixNanos(absl::Now()));
+  }
+  return absl::StrFormat("%s-%d-%08x", short_host, getpid(), random);
+}
+
+std::string JobDirectoryPath(absl::string_view parent, absl::string_view job_id) {
+  return absl::StrCat(parent, "/stoker.", job_id);
+}
+
+std::string DataSocketPath(absl::string_view parent, absl::string_view job_id) {
+  return absl::StrCat(JobDirectoryPath(parent, job_id), "/data.sock");
+}
+
+absl::StatusOr<JobDirectory> JobDirectory::Create(absl::string_view parent,
+                                                  absl::string_view job_id) {
+  const std::string socket = DataSocketPath(parent, job_id);
+  if (socket.size() >= sizeof(sockaddr_un::sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat("the data service socket path ", socket,
+                                                   " is too long for a Unix socket (",
+                                                   sizeof(sockaddr_un::sun_path) - 1,
+                                                   " bytes at most): use a shorter --job_id"));
+  }
+  std::string path = JobDirectoryPath(parent, job_id);
+  if (mkdir(path.c_str(), 0700) != 0) {
+    if (errno == EEXIST) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "job directory ", path, " already exists: another job uses --job_id ", job_id,
+          ", or an earlier one did not clean up (remove it by hand if no job runs)"));
+    }
+    return ErrnoToStatus(errno, absl::StrCat("mkdir ", path));
+  }
+  return JobDirectory(std::move(path));
+}
+
+JobDirectory::JobDirectory(JobDirectory&& other) noexcept
+    : path_(std::exchange(other.path_, std::string())) {}
+
+JobDirectory& JobDirectory::operator=(JobDirectory&& other) noexcept {
+  if (this != &other) {
+    Remove();
+    path_ = std::exchange(other.path_, std::string());
+  }
+  return *this;
+}
+
+JobDirectory::~JobDirectory() {
+  for (const std::string& leftover : Remove()) LogWarning("removed leftover %s", leftover);
+}
+
+std::string JobDirectory::socket_path() const { return absl::StrCat(path_, "/data.sock"); }
+
+std::vector<std::string> JobDirectory::Remove() {
+  std::vector<std::string> removed;
+  if (path_.empty()) return removed;
+  removed_entries = &removed;
+  // FTW_DEPTH: children before their directory. FTW_PHYS: never follow a symlink out.
+  if (nftw(path_.c_str(), RemoveEntry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT) {
+    LogWarning("cannot remove job directory %s: %s", path_, std::strerror(errno));
+  }
+  removed_entries = nullptr;
+  path_.clear();
+  return removed;
+}
+
+std::vector<std::string> RemoveSharedMemoryLeftovers(absl::string_view shm_dir,
+                                                     absl::string_view job_id) {
+  std::vector<std::string> removed;
+  const std::string prefix = absl::StrCat("stoker.", job_id, ".");
+  DIR* dir = opendir(std::string(shm_dir).c_str());
+  if (dir == nullptr) {
+    LogWarning("cannot list %s for leftover segments: %s", shm_dir, std::strerror(errno));
+    return removed;
+  }
+  while (dirent* entry = readdir(dir)) {
+    if (!absl::StartsWith(entry->d_name, prefix)) continue;
+    std::string path = absl::StrCat(shm_dir, "/", entry->d_name);
+    if (unlink(path.c_str()) == 0) {
+      removed.push_back(std::move(path));
+    } else if (errno != ENOENT) {
+      LogWarning("cannot remove %s: %s", path, std::strerror(errno));
+    }
+  }
+  closedir(dir);
+  std::sort(removed.begin(), removed.end());
+  return removed;
+}
+
+}  // namespace stoker::launcher

@@ -1,0 +1,69 @@
+// The names a job leaves on this machine and their removal: the job id, the job directory
+// /tmp/stoker.<job_id>/ (mode 0700) holding the data service socket, and the shared-memory
+// segments /dev/shm/stoker.<job_id>.* that the data service creates.
+#ifndef STOKER_LAUNCHER_JOB_FILES_H_
+#define STOKER_LAUNCHER_JOB_FILES_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace stoker::launcher {
+
+// The longest job id: the socket path must fit sockaddr_un with room for the parent dir.
+inline constexpr size_t kMaxJobIdLength = 64;
+
+// OK when `job_id` is 1 to kMaxJobIdLength characters of [A-Za-z0-9_-]. No '.': the
+// segment names stoker.<job_id>.* must not match another job's (job "a" vs job "a.b").
+absl::Status ValidateJobId(absl::string_view job_id);
+
+// Returns a new job id, unique on this machine and very likely across machines:
+// <short hostname>-<pid>-<8 random hex digits>, e.g. "gpu07-4242-9f31c2aa".
+std::string GenerateJobId();
+
+// "<parent>/stoker.<job_id>".
+std::string JobDirectoryPath(absl::string_view parent, absl::string_view job_id);
+
+// The job directory, owner-only (0700), created fresh for one job. Move-only; the destructor
+// removes it and everything left in it. Not thread-safe.
+class JobDirectory {
+ public:
+  // Creates <parent>/stoker.<job_id>. AlreadyExists when it is there already (another job
+  // with this id, or a stale one: it is never reused). InvalidArgument when the socket path
+  // inside would not fit a Unix socket address.
+  static absl::StatusOr<JobDirectory> Create(absl::string_view parent, absl::string_view job_id);
+
+  JobDirectory(JobDirectory&& other) noexcept;
+  JobDirectory& operator=(JobDirectory&& other) noexcept;
+  JobDirectory(const JobDirectory&) = delete;
+  JobDirectory& operator=(const JobDirectory&) = delete;
+  ~JobDirectory();
+
+  const std::string& path() const { return path_; }
+  // "<path>/data.sock": where the data service listens.
+  std::string socket_path() const;
+
+  // Removes the directory. Returns the paths of whatever was still inside it (and had to
+  // be removed too), so the caller can warn about them.
+  std::vector<std::string> Remove();
+
+ private:
+  explicit JobDirectory(std::string path) : path_(std::move(path)) {}
+
+  std::string path_;  // empty once removed or moved from
+};
+
+// "<parent>/stoker.<job_id>/data.sock".
+std::string DataSocketPath(absl::string_view parent, absl::string_view job_id);
+
+// Removes the entries of `shm_dir` named stoker.<job_id>.* (the job's shared-memory
+// segments, /dev/shm being where shm_open puts them) and returns their paths.
+std::vector<std::string> RemoveSharedMemoryLeftovers(absl::string_view shm_dir,
+                                                     absl::string_view job_id);
+
+}  // namespace stoker::launcher
+
+#endif  // STOKER_LAUNCHER_JOB_FILES_H_

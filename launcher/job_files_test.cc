@@ -1,0 +1,117 @@
+#include "launcher/job_files.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "launcher/testing/process_probe.h"
+
+namespace stoker::launcher {
+namespace {
+
+using ::stoker::launcher::testing::ListEntries;
+using ::stoker::launcher::testing::MakeTempDir;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+// Job directories live in /tmp as in real jobs (TEST_TMPDIR is too long a parent for a
+// socket path), under ids unique to this test process.
+const char kParent[] = "/tmp";
+
+std::string UniqueId(const std::string& tag) { return absl::StrCat("test-", getpid(), "-", tag); }
+
+bool Exists(const std::string& path) {
+  struct stat info;
+  return lstat(path.c_str(), &info) == 0;
+}
+
+TEST(JobIdTest, AcceptsPlainIdsAndRejectsDotsSlashesAndLongIds) {
+  EXPECT_TRUE(ValidateJobId("gpu07-4242-9f31c2aa").ok());
+  EXPECT_TRUE(ValidateJobId("run_1").ok());
+  EXPECT_FALSE(ValidateJobId("").ok());
+  EXPECT_FALSE(ValidateJobId("a.b").ok());
+  EXPECT_FALSE(ValidateJobId("../x").ok());
+  EXPECT_FALSE(ValidateJobId(std::string(kMaxJobIdLength + 1, 'a')).ok());
+  EXPECT_THAT(std::string(ValidateJobId("a b").message()), HasSubstr("--job_id"));
+}
+
+TEST(JobIdTest, GeneratedIdsAreValidAndDistinct) {
+  const std::string a = GenerateJobId();
+  const std::string b = GenerateJobId();
+  EXPECT_TRUE(ValidateJobId(a).ok()) << a;
+  EXPECT_NE(a, b);
+  EXPECT_THAT(a, HasSubstr(absl::StrCat("-", getpid(), "-")));
+}
+
+TEST(JobDirectoryTest, IsCreatedOwnerOnlyAndRemovedWithItsContents) {
+  const std::string id = UniqueId("job1");
+  absl::StatusOr<JobDirectory> dir = JobDirectory::Create(kParent, id);
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  EXPECT_EQ(dir->path(), "/tmp/stoker." + id);
+  EXPECT_EQ(dir->socket_path(), "/tmp/stoker." + id + "/data.sock");
+  EXPECT_EQ(DataSocketPath(kParent, id), dir->socket_path());
+  struct stat info;
+  ASSERT_EQ(stat(dir->path().c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0700);
+
+  std::ofstream(dir->socket_path()) << "stale";
+  mkdir((dir->path() + "/sub").c_str(), 0700);
+  std::ofstream(dir->path() + "/sub/file") << "x";
+  const std::string path = dir->path();
+  std::vector<std::string> leftovers = dir->Remove();
+  EXPECT_THAT(leftovers, ::testing::UnorderedElementsAre(path + "/data.sock", path + "/sub",
+                                                         path + "/sub/file"));
+  EXPECT_FALSE(Exists(path));
+  EXPECT_THAT(dir->Remove(), IsEmpty());  // a second Remove does nothing
+}
+
+TEST(JobDirectoryTest, DestructorRemovesIt) {
+  const std::string path = JobDirectoryPath(kParent, UniqueId("job2"));
+  {
+    absl::StatusOr<JobDirectory> dir = JobDirectory::Create(kParent, UniqueId("job2"));
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    JobDirectory moved = std::move(*dir);
+    EXPECT_TRUE(Exists(path));
+  }
+  EXPECT_FALSE(Exists(path));
+}
+
+TEST(JobDirectoryTest, RefusesAnExistingDirectory) {
+  const std::string id = UniqueId("taken");
+  const std::string path = JobDirectoryPath(kParent, id);
+  ASSERT_EQ(mkdir(path.c_str(), 0700), 0);
+  absl::StatusOr<JobDirectory> dir = JobDirectory::Create(kParent, id);
+  EXPECT_EQ(dir.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(std::string(dir.status().message()), HasSubstr("--job_id " + id));
+  EXPECT_TRUE(Exists(path));  // not ours: left alone
+  rmdir(path.c_str());
+}
+
+TEST(JobDirectoryTest, RefusesASocketPathTooLongForSockaddrUn) {
+  const std::string parent = "/tmp/" + std::string(100, 'p');
+  absl::StatusOr<JobDirectory> dir = JobDirectory::Create(parent, "job");
+  EXPECT_EQ(dir.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(dir.status().message()), HasSubstr("too long"));
+}
+
+TEST(SharedMemoryLeftoversTest, RemovesOnlyThisJobsSegments) {
+  const std::string shm = MakeTempDir("shm");
+  for (const char* name : {"stoker.j1.ring.0", "stoker.j1.ring.1", "stoker.j10.ring.0",
+                           "stoker.j1", "other.j1.ring.0"}) {
+    std::ofstream(shm + "/" + name) << "x";
+  }
+  EXPECT_THAT(RemoveSharedMemoryLeftovers(shm, "j1"),
+              ElementsAre(shm + "/stoker.j1.ring.0", shm + "/stoker.j1.ring.1"));
+  EXPECT_THAT(ListEntries(shm, "stoker."),
+              ::testing::UnorderedElementsAre("stoker.j10.ring.0", "stoker.j1"));
+  EXPECT_THAT(RemoveSharedMemoryLeftovers(shm, "j1"), IsEmpty());
+}
+
+}  // namespace
+}  // namespace stoker::launcher

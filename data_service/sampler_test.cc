@@ -3,8 +3,6 @@
 // through $STOKER_PYTHON, falling back to python3; the test fails if torch is missing).
 #include "data_service/sampler.h"
 
-#include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <set>
 #include <string>
@@ -15,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "data_service/test_util.h"
 #include "gtest/gtest.h"
 
 namespace stoker::data_service {
@@ -139,30 +138,6 @@ struct TorchCase {
   bool shuffle;
 };
 
-// Runs `script` under $STOKER_PYTHON (or python3) and returns its stdout; fails the test
-// with a message if the interpreter or torch is not usable.
-std::string RunPython(const std::string& script, bool* ok) {
-  const char* env = std::getenv("STOKER_PYTHON");
-  const std::string python = (env != nullptr && *env != '\0') ? env : "python3";
-  const std::string command = absl::StrCat("'", python, "' -c '", script, "' 2>&1");
-  FILE* pipe = popen(command.c_str(), "r");
-  *ok = false;
-  if (pipe == nullptr) return "popen failed";
-  std::string output;
-  char buffer[4096];
-  size_t got;
-  while ((got = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, got);
-  const int status = pclose(pipe);
-  *ok = status == 0;
-  if (!*ok) {
-    output = absl::StrCat("`", python,
-                          "` could not run PyTorch's DistributedSampler (set STOKER_PYTHON to an "
-                          "interpreter with torch installed). Its output:\n",
-                          output);
-  }
-  return output;
-}
-
 TEST(DistributedSamplerTest, MatchesPyTorchDistributedSampler) {
   const std::vector<TorchCase> cases = {
       {1, 1, 0, 0, 0, false, true},          {10, 1, 0, 0, 0, false, true},
@@ -190,14 +165,13 @@ TEST(DistributedSamplerTest, MatchesPyTorchDistributedSampler) {
       " drop_last=drop)\n"
       "    s.set_epoch(epoch)\n"
       "    print(\"OUT\", \" \".join(str(i) for i in s))\n");
-  bool ok = false;
-  const std::string output = RunPython(script, &ok);
-  ASSERT_TRUE(ok) << output;
+  absl::StatusOr<std::string> output = test_util::RunPython(script);
+  ASSERT_TRUE(output.ok()) << output.status().message();
   std::vector<std::string> lines;
-  for (absl::string_view line : absl::StrSplit(output, '\n')) {
+  for (absl::string_view line : absl::StrSplit(*output, '\n')) {
     if (absl::StartsWith(line, "OUT")) lines.emplace_back(line.substr(3));
   }
-  ASSERT_EQ(lines.size(), cases.size()) << output;
+  ASSERT_EQ(lines.size(), cases.size()) << *output;
   for (size_t k = 0; k < cases.size(); ++k) {
     const TorchCase& c = cases[k];
     std::vector<int64_t> expected;

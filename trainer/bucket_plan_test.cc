@@ -9,16 +9,21 @@ namespace {
 
 TEST(BucketPlanTest, PacksLastRegisteredFirstWithinTheBudget) {
   // 4-byte elements, 40-byte budget: 10 elements a bucket.
-  std::vector<Bucket> buckets = PlanBuckets({4, 3, 5, 2}, 4, 40);
-  ASSERT_EQ(buckets.size(), 2u);
+  std::vector<Bucket> buckets = PlanBuckets({4, 3, 5, 2, 6}, 4, 40);
+  // Reversed numels 6, 2 | 5, 3 | 4: each bucket stops before it would pass 10.
+  ASSERT_EQ(buckets.size(), 3u);
   ASSERT_EQ(buckets[0].slots.size(), 2u);
-  EXPECT_EQ(buckets[0].slots[0].parameter, 3);
-  EXPECT_EQ(buckets[0].slots[1].parameter, 2);
-  EXPECT_EQ(buckets[0].slots[1].offset, 2);
-  EXPECT_EQ(buckets[0].numel, 7);
-  EXPECT_EQ(buckets[1].slots[0].parameter, 1);
-  EXPECT_EQ(buckets[1].slots[1].parameter, 0);
-  EXPECT_EQ(buckets[1].numel, 7);
+  EXPECT_EQ(buckets[0].slots[0].parameter, 4);
+  EXPECT_EQ(buckets[0].slots[1].parameter, 3);
+  EXPECT_EQ(buckets[0].slots[1].offset, 6);
+  EXPECT_EQ(buckets[0].numel, 8);
+  ASSERT_EQ(buckets[1].slots.size(), 2u);
+  EXPECT_EQ(buckets[1].slots[0].parameter, 2);
+  EXPECT_EQ(buckets[1].slots[1].parameter, 1);
+  EXPECT_EQ(buckets[1].slots[1].offset, 5);
+  EXPECT_EQ(buckets[1].numel, 8);
+  ASSERT_EQ(buckets[2].slots.size(), 1u);
+  EXPECT_EQ(buckets[2].slots[0].parameter, 0);
 }
 
 TEST(BucketPlanTest, OversizedParameterGetsItsOwnBucket) {

@@ -11,12 +11,16 @@
 namespace stoker::trainer {
 
 enum class ElementType { kFloat32, kFloat16, kBFloat16, kInt64, kUInt8 };
+enum class ReduceOp { kSum, kAverage };
 
 size_t ElementSize(ElementType type);
 
-// Collective operations over a fixed group of ranks. Every method is a collective: it
-// must be called in the same order on every rank. Where the buffers live (host or device)
-// and on which stream work runs is the implementation's contract.
+// Collective operations over a fixed group of ranks. Every method but the accessors is
+// a collective: it must be called in the same order on every rank. Host communicators
+// (MPI) work on host memory and return when the operation is done. Device communicators
+// (NCCL) work on device memory: an operation is ordered after the work already enqueued
+// on the calling thread's current CUDA stream, runs on the communicator's own stream, and
+// Synchronize() makes the current stream wait for it (the host does not block).
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -24,14 +28,15 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
 
-  // Sums `count` elements at `data` in place across all ranks; every rank gets the same
-  // bits.
-  virtual absl::Status AllReduceSum(void* data, size_t count, ElementType type) = 0;
+  // Reduces `count` elements at `data` in place across all ranks (sum, or sum divided by
+  // the world size); every rank gets the same bits.
+  virtual absl::Status AllReduce(void* data, size_t count, ElementType type, ReduceOp op) = 0;
 
   // Copies `bytes` bytes at `data` from rank `root` to every other rank.
   virtual absl::Status Broadcast(void* data, size_t bytes, int root) = 0;
 
-  // Returns once every operation issued so far has completed.
+  // Orders what follows (host code, or the current CUDA stream) after every operation
+  // issued so far.
   virtual absl::Status Synchronize() = 0;
 };
 

@@ -1,8 +1,14 @@
 #include "trainer/grad_buckets.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <functional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 
 namespace stoker::trainer {
@@ -22,7 +28,31 @@ absl::StatusOr<ElementType> ElementTypeOf(const at::Tensor& t) {
   }
 }
 
+// Runs a callback after autograd has accumulated a parameter's gradient.
+class AccumulatedHook final : public torch::autograd::FunctionPostHook {
+ public:
+  explicit AccumulatedHook(std::function<void()> callback) : callback_(std::move(callback)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    callback_();
+    return outputs;
+  }
+
+ private:
+  std::function<void()> callback_;
+};
+
 }  // namespace
+
+// The gradient accumulators carrying our hooks, kept alive (as c10d's reducer does) and
+// unhooked on destruction.
+struct GradBuckets::Hooks {
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  std::vector<uintptr_t> keys;
+  ~Hooks() {
+    for (size_t i = 0; i < accumulators.size(); ++i) accumulators[i]->del_post_hook(keys[i]);
+  }
+};
 
 absl::StatusOr<std::unique_ptr<GradBuckets>> GradBuckets::Create(
     std::vector<at::Tensor> parameters, std::vector<std::string> names, size_t bucket_bytes,
@@ -39,6 +69,9 @@ absl::StatusOr<std::unique_ptr<GradBuckets>> GradBuckets::Create(
       return absl::InvalidArgumentError(
           absl::StrCat("parameter ", names[i], " differs in dtype or device from ", names[0]));
     }
+    if (!parameters[i].requires_grad()) {
+      return absl::InvalidArgumentError(absl::StrCat("parameter ", names[i], " does not require grad"));
+    }
     numels.push_back(parameters[i].numel());
   }
   RETURN_IF_ERROR(ElementTypeOf(parameters[0]).status());
@@ -48,13 +81,24 @@ absl::StatusOr<std::unique_ptr<GradBuckets>> GradBuckets::Create(
     at::Tensor storage = at::zeros({bucket.numel}, options);
     for (const BucketSlot& slot : bucket.slots) {
       at::Tensor& p = parameters[slot.parameter];
-      // The view keeps p's shape and memory format so autograd accumulates into it in place.
+      // A contiguous view with p's shape: autograd accumulates into it in place.
       p.mutable_grad() = storage.narrow(0, slot.offset, slot.numel).view(p.sizes());
     }
     flat.push_back(std::move(storage));
   }
-  return std::unique_ptr<GradBuckets>(new GradBuckets(
+  std::unique_ptr<GradBuckets> buckets(new GradBuckets(
       std::move(parameters), std::move(names), std::move(plan), std::move(flat), communicator));
+  buckets->hooks_ = std::make_unique<Hooks>();
+  GradBuckets* self = buckets.get();
+  for (size_t i = 0; i < self->parameters_.size(); ++i) {
+    std::shared_ptr<torch::autograd::Node> accumulator =
+        torch::autograd::impl::grad_accumulator(self->parameters_[i]);
+    const int parameter = static_cast<int>(i);
+    self->hooks_->keys.push_back(accumulator->add_post_hook(
+        std::make_unique<AccumulatedHook>([self, parameter] { self->OnGradientReady(parameter); })));
+    self->hooks_->accumulators.push_back(std::move(accumulator));
+  }
+  return buckets;
 }
 
 GradBuckets::GradBuckets(std::vector<at::Tensor> parameters, std::vector<std::string> names,
@@ -64,36 +108,70 @@ GradBuckets::GradBuckets(std::vector<at::Tensor> parameters, std::vector<std::st
       names_(std::move(names)),
       plan_(std::move(plan)),
       flat_(std::move(flat)),
-      communicator_(communicator) {}
+      bucket_of_(parameters_.size(), -1),
+      pending_(plan_.size(), 0),
+      ready_this_step_(parameters_.size(), 0),
+      communicator_(communicator) {
+  for (size_t b = 0; b < plan_.size(); ++b) {
+    for (const BucketSlot& slot : plan_[b].slots) bucket_of_[slot.parameter] = static_cast<int>(b);
+  }
+}
+
+GradBuckets::~GradBuckets() = default;
 
 void GradBuckets::ZeroGrad() {
   for (at::Tensor& storage : flat_) storage.zero_();
 }
 
-absl::Status GradBuckets::CheckViewsAttached() const {
-  for (size_t b = 0; b < plan_.size(); ++b) {
-    for (const BucketSlot& slot : plan_[b].slots) {
-      const at::Tensor& grad = parameters_[slot.parameter].grad();
-      const char* expected =
-          static_cast<const char*>(flat_[b].data_ptr()) + slot.offset * flat_[b].element_size();
-      if (!grad.defined() || grad.data_ptr() != expected) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "the gradient of parameter ", names_[slot.parameter],
-            " is no longer a view into its bucket (was zero_grad(set_to_none) called?)"));
-      }
-    }
-  }
-  return absl::OkStatus();
+void GradBuckets::BeginStep(bool reduce) {
+  reduce_ = reduce;
+  armed_ = true;
+  next_to_launch_ = 0;
+  hook_status_ = absl::OkStatus();
+  for (size_t b = 0; b < plan_.size(); ++b) pending_[b] = static_cast<int>(plan_[b].slots.size());
+  std::fill(ready_this_step_.begin(), ready_this_step_.end(), 0);
 }
 
-absl::Status GradBuckets::AllReduceAverage() {
-  RETURN_IF_ERROR(CheckViewsAttached());
-  const int world = communicator_->world_size();
-  for (at::Tensor& storage : flat_) {
-    ASSIGN_OR_RETURN(ElementType type, ElementTypeOf(storage));
-    RETURN_IF_ERROR(communicator_->AllReduceSum(storage.data_ptr(), storage.numel(), type));
-    if (world > 1) storage.div_(world);
+absl::Status GradBuckets::Launch(int bucket) {
+  const BucketSlot& first = plan_[bucket].slots.front();
+  const at::Tensor& grad = parameters_[first.parameter].grad();
+  if (!grad.defined() || !grad.is_alias_of(flat_[bucket])) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the gradient of parameter ", names_[first.parameter],
+        " is no longer a view into its bucket (was zero_grad(set_to_none) called?)"));
   }
+  ASSIGN_OR_RETURN(ElementType type, ElementTypeOf(flat_[bucket]));
+  return communicator_->AllReduce(flat_[bucket].data_ptr(), flat_[bucket].numel(), type,
+                                  ReduceOp::kAverage);
+}
+
+void GradBuckets::OnGradientReady(int parameter) {
+  if (!armed_ || ready_this_step_[parameter]) return;
+  ready_this_step_[parameter] = 1;
+  --pending_[bucket_of_[parameter]];
+  if (!reduce_ || !hook_status_.ok()) return;
+  // Launch in bucket order only, so that every rank issues the same collectives in the
+  // same sequence whatever order its gradients arrive in.
+  while (next_to_launch_ < static_cast<int>(plan_.size()) && pending_[next_to_launch_] == 0) {
+    hook_status_ = Launch(next_to_launch_);
+    if (!hook_status_.ok()) return;
+    ++next_to_launch_;
+  }
+}
+
+absl::Status GradBuckets::FinishStep() {
+  armed_ = false;
+  RETURN_IF_ERROR(hook_status_);
+  std::vector<std::string> missing;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    if (!ready_this_step_[i]) missing.push_back(names_[i]);
+  }
+  if (!missing.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no gradient reached parameter(s) ", absl::StrJoin(missing, ", "),
+                     " in this step; every parameter must take part in the loss"));
+  }
+  if (!reduce_) return absl::OkStatus();
   return communicator_->Synchronize();
 }
 

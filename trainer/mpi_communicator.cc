@@ -20,7 +20,8 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(MPI_Com
 
 MpiCommunicator::~MpiCommunicator() { MPI_Comm_free(&comm_); }
 
-absl::Status MpiCommunicator::AllReduceSum(void* data, size_t count, ElementType type) {
+absl::Status MpiCommunicator::AllReduce(void* data, size_t count, ElementType type,
+                                        ReduceOp op) {
   MPI_Datatype mpi_type;
   switch (type) {
     case ElementType::kFloat32:
@@ -34,6 +35,7 @@ absl::Status MpiCommunicator::AllReduceSum(void* data, size_t count, ElementType
           "MpiCommunicator sums float32 and int64 only; half-precision gradients need NCCL");
   }
   // MPI counts are int: reduce in chunks so that buffers of any size work.
+  const size_t total = count;
   char* bytes = static_cast<char*>(data);
   const size_t element = ElementSize(type);
   while (count > 0) {
@@ -41,6 +43,14 @@ absl::Status MpiCommunicator::AllReduceSum(void* data, size_t count, ElementType
     RETURN_IF_MPI_ERROR(MPI_Allreduce(MPI_IN_PLACE, bytes, chunk, mpi_type, MPI_SUM, comm_));
     bytes += chunk * element;
     count -= chunk;
+  }
+  if (op == ReduceOp::kAverage && world_size_ > 1) {
+    if (type != ElementType::kFloat32) {
+      return absl::InvalidArgumentError("MpiCommunicator averages float32 only");
+    }
+    float* values = static_cast<float*>(data);
+    const float scale = 1.0f / world_size_;
+    for (size_t i = 0; i < total; ++i) values[i] *= scale;
   }
   return absl::OkStatus();
 }

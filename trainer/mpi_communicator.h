@@ -20,7 +20,7 @@ class MpiCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
-  absl::Status AllReduceSum(void* data, size_t count, ElementType type) override;
+  absl::Status AllReduce(void* data, size_t count, ElementType type, ReduceOp op) override;
   absl::Status Broadcast(void* data, size_t bytes, int root) override;
   absl::Status Synchronize() override { return absl::OkStatus(); }
 

@@ -119,17 +119,18 @@ absl::Status Train(const TrainerOptions& options, const RankInfo& rank,
       RETURN_IF_ERROR(ring->Release(batch));
 
       buckets->ZeroGrad();
+      buckets->BeginStep(/*reduce=*/true);
       at::Tensor loss = torch::nn::functional::cross_entropy(model->forward(images), labels);
       loss.backward();
-      RETURN_IF_ERROR(buckets->AllReduceAverage());
+      RETURN_IF_ERROR(buckets->FinishStep());
       optimizer.step();
       images_seen += static_cast<int64_t>(batch.count) * rank.world_size;
 
       const bool last = step + 1 == epoch_info.batches;
       if ((step + 1) % options.log_every == 0 || last) {
         float mean_loss = loss.item<float>();
-        RETURN_IF_ERROR(communicator.AllReduceSum(&mean_loss, 1, ElementType::kFloat32));
-        mean_loss /= rank.world_size;
+        RETURN_IF_ERROR(communicator.AllReduce(&mean_loss, 1, ElementType::kFloat32,
+                                               ReduceOp::kAverage));
         if (rank.rank == 0) {
           const double seconds =
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -80,11 +80,12 @@ def _cuda_impl(ctx):
     else:
         ctx.file("BUILD.bazel", "# No CUDA toolkit at %s: CPU-only build.\n" % home)
     ctx.file("defs.bzl", """CUDA_ENABLED = %s
+NVCC = "%s/bin/nvcc"
 
 def if_cuda(if_true, if_false = []):
     \"\"\"Selects `if_true` when the CUDA toolkit was found at configure time.\"\"\"
     return if_true if CUDA_ENABLED else if_false
-""" % found)
+""" % (found, str(ctx.path(home).realpath) if found else home))
 
 cuda_configure = repository_rule(
     implementation = _cuda_impl,

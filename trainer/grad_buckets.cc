@@ -81,8 +81,11 @@ absl::StatusOr<std::unique_ptr<GradBuckets>> GradBuckets::Create(
     at::Tensor storage = at::zeros({bucket.numel}, options);
     for (const BucketSlot& slot : bucket.slots) {
       at::Tensor& p = parameters[slot.parameter];
-      // A contiguous view with p's shape: autograd accumulates into it in place.
-      p.mutable_grad() = storage.narrow(0, slot.offset, slot.numel).view(p.sizes());
+      // A view with p's shape and strides (channels_last too): autograd accumulates into
+      // it in place, element for element.
+      at::Tensor slice = storage.narrow(0, slot.offset, slot.numel);
+      p.mutable_grad() = p.is_non_overlapping_and_dense() ? slice.as_strided(p.sizes(), p.strides())
+                                                          : slice.view(p.sizes());
     }
     flat.push_back(std::move(storage));
   }

@@ -1,4 +1,5 @@
-// The trainer program: one MPI rank. Flags describe the run; see --help.
+// The trainer program: one MPI rank, on its own GPU when the node has one (else the CPU).
+// Flags describe the run; see --help.
 #include <cstdlib>
 
 #include "absl/flags/flag.h"
@@ -6,12 +7,20 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "trainer/mpi_communicator.h"
 #include "trainer/rank_setup.h"
 #include "trainer/train_loop.h"
 
-ABSL_FLAG(std::string, data_socket, "", "Unix socket of this node's data service (required).");
-ABSL_FLAG(std::string, model, "small_cnn", "Model: small_cnn.");
+#ifdef STOKER_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "common/cuda_status.h"
+#include "trainer/nccl_communicator.h"
+#endif
+
+ABSL_FLAG(std::string, data_socket, "", "Unix socket of this node's data service (required unless --synthetic_steps).");
+ABSL_FLAG(std::string, model, "small_cnn", "Model: small_cnn, resnet18 or resnet50.");
 ABSL_FLAG(int, num_classes, 10, "Number of classes of the dataset.");
 ABSL_FLAG(int, image_size, 32, "Square image size in pixels fed to the model.");
 ABSL_FLAG(int, batch_size, 32, "Batch size per rank.");
@@ -21,16 +30,28 @@ ABSL_FLAG(double, momentum, 0.9, "SGD momentum.");
 ABSL_FLAG(double, weight_decay, 0.0, "SGD weight decay.");
 ABSL_FLAG(uint64_t, seed, 0, "Base seed for weights, sampling order and augmentation; rank 0's value wins.");
 ABSL_FLAG(int, bucket_mb, 25, "Gradient bucket size in MiB.");
-ABSL_FLAG(int, ring_slots, 4, "Batches in flight in this rank's shared-memory ring.");
+ABSL_FLAG(int, ring_slots, 4, "Batches in flight in this rank's shared-memory ring (>= 3).");
 ABSL_FLAG(int, log_every, 10, "Steps between progress lines (rank 0).");
 ABSL_FLAG(int, data_timeout_s, 120, "Seconds to wait for a batch before failing.");
 ABSL_FLAG(std::string, final_params_out, "", "If set, each rank writes its final parameters to PATH.rank<r>.");
+ABSL_FLAG(std::string, device, "auto", "auto (a GPU per local rank when there are GPUs), cuda or cpu.");
+ABSL_FLAG(std::string, precision, "bf16", "Autocast precision on the GPU: bf16, fp16 (with loss scaling) or fp32 (AMP off).");
+ABSL_FLAG(bool, channels_last, true, "Keep conv weights and inputs in channels_last layout.");
+ABSL_FLAG(bool, cudnn_benchmark, true, "Let cuDNN time its kernels for the (fixed) input shape.");
+ABSL_FLAG(double, init_scale, 65536.0, "fp16 loss scaler: initial scale.");
+ABSL_FLAG(double, growth_factor, 2.0, "fp16 loss scaler: growth factor.");
+ABSL_FLAG(double, backoff_factor, 0.5, "fp16 loss scaler: backoff factor.");
+ABSL_FLAG(int, growth_interval, 2000, "fp16 loss scaler: steps without inf/NaN before growing.");
+ABSL_FLAG(double, cache_release_fraction, 0.9, "Release cached device blocks when reserved memory passes this share of the GPU.");
+ABSL_FLAG(int, synthetic_steps, 0, "Benchmark: reuse one batch made on the device for this many steps per epoch; no data service.");
+ABSL_FLAG(int, warmup_steps, 10, "Steps left out of the throughput figure.");
+ABSL_FLAG(std::string, metrics_out, "", "If set, rank 0 writes a JSON summary of the run here.");
 
-int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Stoker trainer: one MPI rank. Usually started by `launcher`.");
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
-  stoker::SetLogIdentity("trainer");
+namespace {
 
+using stoker::trainer::Precision;
+
+absl::StatusOr<stoker::trainer::TrainerOptions> OptionsFromFlags() {
   stoker::trainer::TrainerOptions options;
   options.data_socket = absl::GetFlag(FLAGS_data_socket);
   options.model = absl::GetFlag(FLAGS_model);
@@ -47,8 +68,70 @@ int main(int argc, char** argv) {
   options.log_every = absl::GetFlag(FLAGS_log_every);
   options.data_timeout = absl::Seconds(absl::GetFlag(FLAGS_data_timeout_s));
   options.final_params_out = absl::GetFlag(FLAGS_final_params_out);
-  if (absl::Status status = stoker::trainer::ValidateOptions(options); !status.ok()) {
-    stoker::LogError("%s", status.message());
+  const std::string precision = absl::GetFlag(FLAGS_precision);
+  if (precision == "bf16") {
+    options.precision = Precision::kBFloat16;
+  } else if (precision == "fp16") {
+    options.precision = Precision::kFloat16;
+  } else if (precision == "fp32") {
+    options.precision = Precision::kFloat32;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("--precision=", precision, ": use bf16, fp16 or fp32"));
+  }
+  options.channels_last = absl::GetFlag(FLAGS_channels_last);
+  options.cudnn_benchmark = absl::GetFlag(FLAGS_cudnn_benchmark);
+  options.init_scale = absl::GetFlag(FLAGS_init_scale);
+  options.growth_factor = absl::GetFlag(FLAGS_growth_factor);
+  options.backoff_factor = absl::GetFlag(FLAGS_backoff_factor);
+  options.growth_interval = absl::GetFlag(FLAGS_growth_interval);
+  options.cache_release_fraction = absl::GetFlag(FLAGS_cache_release_fraction);
+  options.synthetic_steps = absl::GetFlag(FLAGS_synthetic_steps);
+  options.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  options.metrics_out = absl::GetFlag(FLAGS_metrics_out);
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device != "auto" && device != "cuda" && device != "cpu") {
+    return absl::InvalidArgumentError(absl::StrCat("--device=", device, ": use auto, cuda or cpu"));
+  }
+  RETURN_IF_ERROR(stoker::trainer::ValidateOptions(options));
+  return options;
+}
+
+// Binds this rank to GPU `local_rank` and creates its CUDA context there before any other
+// CUDA call, so that no rank ever opens a context on another rank's GPU. Returns whether
+// the rank trains on a GPU.
+absl::StatusOr<bool> BindDevice(const std::string& device, const stoker::trainer::RankInfo& rank) {
+  if (device == "cpu") return false;
+#ifdef STOKER_WITH_CUDA
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+  if (count == 0) {
+    if (device == "cuda") return absl::FailedPreconditionError("--device=cuda but no GPU is visible");
+    return false;
+  }
+  if (rank.local_size > count) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", rank.rank, ": ", rank.local_size, " ranks on this node but only ", count,
+        " GPU(s) visible; start at most one rank per GPU"));
+  }
+  RETURN_IF_ERROR(stoker::CudaStatus(cudaSetDevice(rank.local_rank), "cudaSetDevice"));
+  RETURN_IF_ERROR(stoker::CudaStatus(cudaFree(nullptr), "creating the CUDA context"));
+  return true;
+#else
+  if (device == "cuda") return absl::FailedPreconditionError("--device=cuda but this build has no CUDA");
+  (void)rank;
+  return false;
+#endif
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Stoker trainer: one MPI rank. Usually started by `launcher`.");
+  absl::ParseCommandLine(argc, argv);
+  stoker::SetLogIdentity("trainer");
+  absl::StatusOr<stoker::trainer::TrainerOptions> options = OptionsFromFlags();
+  if (!options.ok()) {
+    stoker::LogError("%s", options.status().message());
     return 2;
   }
 
@@ -59,16 +142,33 @@ int main(int argc, char** argv) {
   }
   const stoker::trainer::RankInfo& rank = (*session)->info();
   stoker::SetLogIdentity(absl::StrCat("trainer rank ", rank.rank));
-  auto communicator = stoker::trainer::MpiCommunicator::Create((*session)->world());
-  absl::Status status = communicator.ok()
-                            ? stoker::trainer::RunTraining(options, rank, **communicator)
-                            : communicator.status();
-  if (!status.ok()) {
-    stoker::LogError("%s", status.ToString());
-    // The other ranks may be waiting in a collective: end the whole job now.
-    (*session)->Abort(1);
+
+  absl::Status status;
+  {
+    std::unique_ptr<stoker::trainer::Communicator> communicator;
+    absl::StatusOr<bool> use_cuda = BindDevice(absl::GetFlag(FLAGS_device), rank);
+    if (!use_cuda.ok()) {
+      status = use_cuda.status();
+    } else if (*use_cuda) {
+#ifdef STOKER_WITH_CUDA
+      options->use_cuda = true;
+      options->cuda_device = rank.local_rank;
+      auto nccl = stoker::trainer::NcclCommunicator::Create((*session)->world(), rank.local_rank);
+      if (nccl.ok()) communicator = std::move(*nccl);
+      status = nccl.status();
+#endif
+    } else {
+      auto mpi = stoker::trainer::MpiCommunicator::Create((*session)->world());
+      if (mpi.ok()) communicator = std::move(*mpi);
+      status = mpi.status();
+    }
+    if (status.ok()) status = stoker::trainer::RunTraining(*options, rank, *communicator);
+    if (!status.ok()) {
+      stoker::LogError("%s", status.ToString());
+      // The other ranks may be waiting in a collective: end the whole job now.
+      (*session)->Abort(1);
+    }
   }
   if (rank.rank == 0) stoker::LogInfo("training finished");
-  communicator->reset();
   return 0;
 }

@@ -1,5 +1,6 @@
-// TrainLoop: one rank's training run. It pulls batches from its data-service ring, runs
-// forward and backward, averages gradients with the other ranks, and steps the optimizer.
+// TrainLoop: one rank's training run. It pulls batches from its data-service ring through
+// a BatchFeeder, runs forward (under autocast on the GPU) and backward, averages
+// gradients with the other ranks while backward runs, and steps the optimizer.
 #ifndef STOKER_TRAINER_TRAIN_LOOP_H_
 #define STOKER_TRAINER_TRAIN_LOOP_H_
 
@@ -13,18 +14,19 @@
 
 namespace stoker::trainer {
 
+enum class Precision { kFloat32, kBFloat16, kFloat16 };
+
 struct TrainerOptions {
-  std::string data_socket;    // the node's data service
+  std::string data_socket;    // the node's data service; empty with synthetic_input
   std::string model = "small_cnn";
   int num_classes = 10;
   int image_size = 32;
   int batch_size = 32;        // per rank
   int epochs = 1;
-  int64_t max_steps_per_epoch = 0;  // 0: the whole epoch
   double learning_rate = 0.1;
   double momentum = 0.9;
   double weight_decay = 0.0;
-  uint64_t seed = 0;          // base seed: weights, sampler order, augmentation
+  uint64_t seed = 0;          // base seed: weights, sampling order, augmentation
   size_t bucket_bytes = 25u << 20;
   int ring_slots = 4;
   int log_every = 10;         // steps between progress lines on rank 0
@@ -32,6 +34,24 @@ struct TrainerOptions {
   std::string final_params_out;  // if set, each rank writes its parameters to <path>.rank<r>
   float mean[3] = {0.485f, 0.456f, 0.406f};
   float stddev[3] = {0.229f, 0.224f, 0.225f};
+
+  // GPU path.
+  bool use_cuda = false;      // decided by main() from --device and the machine
+  int cuda_device = 0;
+  Precision precision = Precision::kBFloat16;  // autocast dtype; kFloat32 turns AMP off
+  bool channels_last = true;
+  bool cudnn_benchmark = true;  // fixed input shapes: let cuDNN pick the fastest kernels
+  double init_scale = 65536.0;  // loss scaler (fp16 only)
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int growth_interval = 2000;
+  double cache_release_fraction = 0.9;  // release cached blocks past this share of the device
+
+  // Benchmarking: one batch made on the device and reused, no data service (the
+  // GPU-bound ceiling). Steps per epoch.
+  int synthetic_steps = 0;
+  int warmup_steps = 10;      // steps excluded from the throughput figure
+  std::string metrics_out;    // if set, rank 0 writes a JSON summary here at the end
 };
 
 // Checks option values; InvalidArgument names the flag at fault.

@@ -1,5 +1,6 @@
 #include "launcher/child_process.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -12,6 +13,8 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -114,6 +117,42 @@ std::vector<char*> NullTerminated(std::vector<std::string>& strings) {
   return pointers;
 }
 
+struct ChildEntry {
+  pid_t pid;
+  bool zombie;
+};
+
+// Returns this process's children, zombies included, from /proc/<pid>/stat.
+std::vector<ChildEntry> ListChildren() {
+  std::vector<ChildEntry> children;
+  const pid_t self = getpid();
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return children;
+  while (dirent* entry = readdir(proc)) {
+    char* end = nullptr;
+    const long pid = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0') continue;
+    char path[64];
+    std::snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    UniqueFd fd(open(path, O_RDONLY | O_CLOEXEC));
+    if (!fd.valid()) continue;
+    char stat[512];
+    const ssize_t length = read(fd.get(), stat, sizeof(stat) - 1);
+    if (length <= 0) continue;
+    stat[length] = '\0';
+    // "pid (comm) state ppid ...": comm may hold anything, so parse after the last ')'.
+    const char* close_paren = std::strrchr(stat, ')');
+    char state;
+    long parent;
+    if (close_paren == nullptr || std::sscanf(close_paren + 1, " %c %ld", &state, &parent) != 2) {
+      continue;
+    }
+    if (parent == self) children.push_back({static_cast<pid_t>(pid), state == 'Z'});
+  }
+  closedir(proc);
+  return children;
+}
+
 }  // namespace
 
 ExitStatus ExitStatus::FromWaitStatus(int wait_status) {
@@ -144,6 +183,54 @@ std::string ExitStatus::ToString() const {
       return "ended, but its exit status was lost (reaped elsewhere)";
   }
   return "";
+}
+
+absl::StatusOr<bool> BecomeChildSubreaper() {
+  int previous = 0;
+  if (prctl(PR_GET_CHILD_SUBREAPER, &previous) != 0) {
+    return ErrnoToStatus(errno, "prctl(PR_GET_CHILD_SUBREAPER)");
+  }
+  if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
+    return ErrnoToStatus(errno, "prctl(PR_SET_CHILD_SUBREAPER)");
+  }
+  return previous != 0;
+}
+
+void RestoreChildSubreaper(bool previous) {
+  prctl(PR_SET_CHILD_SUBREAPER, previous ? 1 : 0);
+}
+
+std::vector<pid_t> KillStrayChildren(absl::Span<const pid_t> keep, absl::Duration timeout) {
+  std::vector<pid_t> killed;
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    std::vector<ChildEntry> strays = ListChildren();
+    strays.erase(std::remove_if(strays.begin(), strays.end(),
+                                [keep](const ChildEntry& child) {
+                                  return std::find(keep.begin(), keep.end(), child.pid) !=
+                                         keep.end();
+                                }),
+                 strays.end());
+    if (strays.empty()) return killed;
+    for (const ChildEntry& child : strays) {
+      if (!child.zombie) {
+        // Our child and not reaped yet, so the pid (and a group it leads) is still its own.
+        if (getpgid(child.pid) == child.pid) kill(-child.pid, SIGKILL);
+        kill(child.pid, SIGKILL);
+        if (std::find(killed.begin(), killed.end(), child.pid) == killed.end()) {
+          killed.push_back(child.pid);
+        }
+      }
+      while (waitpid(child.pid, nullptr, WNOHANG) < 0 && errno == EINTR) {
+      }
+    }
+    if (absl::Now() >= deadline) {
+      LogError("stray child processes still there after %s: %d left",
+               absl::FormatDuration(timeout), static_cast<int>(strays.size()));
+      return killed;
+    }
+    absl::SleepFor(kPollTick);
+  }
 }
 
 namespace internal {

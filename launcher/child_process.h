@@ -152,6 +152,24 @@ absl::StatusOr<WaitResult> WaitForFirstExit(absl::Span<ChildProcess* const> chil
 absl::Status TerminateAll(absl::Span<ChildProcess* const> children, absl::Duration grace,
                           int wake_fd = -1);
 
+// Note [Stray children]
+// Open MPI puts every rank in a process group of its own, so signalling mpirun's group
+// reaches mpirun only; mpirun forwards SIGTERM to its ranks. If mpirun dies without doing so
+// (SIGKILL, a crash), its ranks become orphans. A process that is a child subreaper
+// (PR_SET_CHILD_SUBREAPER) adopts the orphans of its descendants instead of init, so they
+// show up as its own children, which KillStrayChildren then finds and ends.
+
+// Makes this process adopt the orphaned processes among its descendants (process-wide, until
+// the returned previous setting is restored with RestoreChildSubreaper).
+absl::StatusOr<bool> BecomeChildSubreaper();
+void RestoreChildSubreaper(bool previous);
+
+// SIGKILLs and reaps every child process of this process whose pid is not in `keep`, and
+// keeps doing so for the children those leave behind, until there is none or `timeout`
+// passes. Returns the pids it killed. Call it once every ChildProcess has been reaped: what
+// is left then is stray (Note [Stray children]).
+std::vector<pid_t> KillStrayChildren(absl::Span<const pid_t> keep, absl::Duration timeout);
+
 namespace internal {
 
 // Returns `environment` with the NAME=VALUE entries of `overrides` replacing entries of the

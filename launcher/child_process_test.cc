@@ -295,6 +295,33 @@ TEST(WaitForFirstExitTest, WorksWithoutPidfdsByPolling) {
   EXPECT_EQ(*slow->Terminate(absl::Seconds(10)), ExitStatus::Signaled(SIGTERM));
 }
 
+TEST(StrayChildrenTest, SubreaperAdoptsAndKillsOrphansOfADeadChild) {
+  absl::StatusOr<bool> previous = BecomeChildSubreaper();
+  ASSERT_TRUE(previous.ok()) << previous.status();
+  const std::string dir = MakeTempDir("orphans");
+  // The grandchild leaves the child's group, as an mpirun rank does, so no group kill finds
+  // it; when the child dies, it is adopted by this process.
+  absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell(absl::StrCat(
+      "setsid sh -c 'echo $$ > ", dir, "/orphan; exec sleep 1000' & wait")));
+  ASSERT_TRUE(child.ok()) << child.status();
+  const pid_t orphan = ReadPid(dir + "/orphan");
+  ASSERT_TRUE(child->Terminate(absl::Seconds(10)).ok());
+  ASSERT_TRUE(IsProcessAlive(orphan));
+
+  std::vector<pid_t> killed = KillStrayChildren({}, absl::Seconds(5));
+  EXPECT_THAT(killed, ElementsAre(orphan));
+  EXPECT_FALSE(IsProcessAlive(orphan));
+  RestoreChildSubreaper(*previous);
+}
+
+TEST(StrayChildrenTest, LeavesKeptChildrenAlone) {
+  absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell("sleep 1000"));
+  ASSERT_TRUE(child.ok());
+  const pid_t keep[] = {child->pid()};
+  EXPECT_THAT(KillStrayChildren(keep, absl::Seconds(1)), ::testing::IsEmpty());
+  EXPECT_TRUE(IsProcessAlive(child->pid()));
+}
+
 TEST(MergeEnvironmentTest, ReplacesInPlaceAndAppendsNewNames) {
   EXPECT_THAT(internal::MergeEnvironment({"A=1", "AB=2", "B=3"}, {"A=9", "C=4", "B="}),
               ElementsAre("A=9", "AB=2", "B=", "C=4"));

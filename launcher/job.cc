@@ -1,0 +1,343 @@
+#include "launcher/job.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "common/unique_fd.h"
+#include "launcher/job_files.h"
+#include "launcher/program_paths.h"
+#include "launcher/termination_signals.h"
+
+namespace stoker::launcher {
+namespace {
+
+// How often readiness is probed while the data service starts.
+constexpr absl::Duration kReadyProbeInterval = absl::Milliseconds(50);
+// How long stray processes may take to die after SIGKILL.
+constexpr absl::Duration kStrayKillTimeout = absl::Seconds(5);
+
+// Note [Job lifecycle]
+// 1. Create the job directory /tmp/stoker.<job_id> (0700); it must not exist yet.
+// 2. Start the data service; it is ready once connect(2) to its socket succeeds. If it
+//    exits first, or --ready_timeout passes, the job fails and mpirun never starts.
+// 3. Start mpirun, then wait for the first of {data service, mpirun} to exit:
+//    - data service first: it failed (it only exits on SIGTERM); stop mpirun, exit with the
+//      data service's code (1 if it exited 0);
+//    - mpirun failed: stop the data service, exit with mpirun's code;
+//    - mpirun succeeded: SIGTERM the data service, which must exit 0; exit 0.
+//    The data service is listed first, so when both have exited by the time we look, the
+//    data service is taken as the cause: trainers fail when their data source dies.
+// 4. A caught SIGINT/SIGTERM/SIGHUP at any point stops both children; exit 128 + signal.
+// "Stop" is TerminateAll: SIGTERM to the process group, SIGKILL after --shutdown_grace.
+// 5. Always, once no child runs: kill what is left of their descendants (Note [Stray
+//    children]), remove /dev/shm/stoker.<job_id>.* and the job directory,
+//    warning about anything the children should have removed themselves.
+
+// The exit code that reports a child's failure: never 0.
+int FailureCode(const ExitStatus& status) {
+  const int code = status.ShellCode();
+  return code == 0 ? 1 : code;
+}
+
+JobResult Failure(absl::Status status, int exit_code) {
+  return JobResult{std::move(status), exit_code == 0 ? 1 : exit_code};
+}
+
+JobResult Interrupted(int signal) {
+  return Failure(absl::CancelledError(absl::StrCat("interrupted by signal ", signal, " (",
+                                                   signal == SIGINT    ? "SIGINT"
+                                                   : signal == SIGTERM ? "SIGTERM"
+                                                   : signal == SIGHUP  ? "SIGHUP"
+                                                                       : "?",
+                                                   ")")),
+                 128 + signal);
+}
+
+// True when a Unix stream socket at `path` accepts a connection; `error` says why not.
+bool AcceptsConnections(const std::string& path, std::string* error) {
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) {
+    *error = absl::StrCat("socket: ", std::strerror(errno));
+    return false;
+  }
+  sockaddr_un address = {};
+  address.sun_family = AF_UNIX;
+  std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
+  int rc;
+  do {
+    rc = connect(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address));
+  } while (rc != 0 && errno == EINTR);
+  if (rc == 0) return true;
+  *error = std::strerror(errno);
+  return false;
+}
+
+// Drives one RunJob. Members in dependency order: children before the directory their
+// socket lives in, so the destructor ends them before the directory goes.
+class JobRun {
+ public:
+  JobRun(const JobPlan& plan, TerminationSignals& signals) : plan_(plan), signals_(signals) {}
+
+  // Steps 2 to 4 of Note [Job lifecycle]. When it returns, no child runs.
+  JobResult Supervise();
+
+ private:
+  // Waits until the data service accepts connections. OK result when it does.
+  JobResult AwaitDataService();
+  // Stops every child still running; a second signal meanwhile means SIGKILL at once.
+  void StopAll();
+  JobResult AfterDataServiceExited();
+  JobResult AfterMpirunExited();
+
+  const JobPlan& plan_;
+  TerminationSignals& signals_;
+  absl::optional<ChildProcess> data_service_;
+  absl::optional<ChildProcess> mpirun_;
+};
+
+void JobRun::StopAll() {
+  std::vector<ChildProcess*> running;
+  for (absl::optional<ChildProcess>* child : {&mpirun_, &data_service_}) {
+    if (child->has_value() && !(*child)->has_exited()) running.push_back(&**child);
+  }
+  if (running.empty()) return;
+  absl::Status stopped = TerminateAll(running, plan_.shutdown_grace, signals_.wake_fd());
+  if (!stopped.ok()) LogError("%s", stopped.ToString());
+}
+
+JobResult JobRun::AwaitDataService() {
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + plan_.ready_timeout;
+  ChildProcess* data_service = &*data_service_;
+  std::string last_error;
+  while (true) {
+    if (AcceptsConnections(plan_.socket_path, &last_error)) {
+      LogInfo("data service ready after %s", absl::FormatDuration(absl::Now() - start));
+      return JobResult{};
+    }
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
+      return Failure(absl::DeadlineExceededError(absl::StrCat(
+                         data_service->Describe(), " did not accept connections on ",
+                         plan_.socket_path, " within --ready_timeout=",
+                         absl::FormatDuration(plan_.ready_timeout), " (last error: ",
+                         last_error, ")")),
+                     1);
+    }
+    absl::StatusOr<WaitResult> waited = WaitForFirstExit(
+        {&data_service, 1}, std::min(kReadyProbeInterval, deadline - now), signals_.wake_fd());
+    if (!waited.ok()) return Failure(waited.status(), 1);
+    switch (waited->event) {
+      case WaitResult::Event::kExited:
+        return Failure(
+            absl::UnavailableError(absl::StrCat(
+                data_service->Describe(), " ", data_service->exit_status()->ToString(),
+                " before it accepted connections on ", plan_.socket_path)),
+            FailureCode(*data_service->exit_status()));
+      case WaitResult::Event::kWoken:
+        return Interrupted(*signals_.Take());
+      case WaitResult::Event::kTimedOut:
+        break;
+    }
+  }
+}
+
+JobResult JobRun::AfterDataServiceExited() {
+  const ExitStatus status = *data_service_->exit_status();
+  if (status.success()) {
+    if (absl::optional<ExitStatus> trainers = mpirun_->Poll(); trainers && trainers->success()) {
+      LogWarning("%s exited on its own, as the trainers finished", data_service_->Describe());
+      return JobResult{};
+    }
+  }
+  LogError("%s %s while the trainers were running; stopping %s", data_service_->Describe(),
+           status.ToString(), mpirun_->Describe());
+  StopAll();
+  return Failure(absl::UnavailableError(absl::StrCat(data_service_->Describe(), " ",
+                                                     status.ToString(),
+                                                     " while the trainers were running")),
+                 FailureCode(status));
+}
+
+JobResult JobRun::AfterMpirunExited() {
+  const ExitStatus trainers = *mpirun_->exit_status();
+  if (!trainers.success()) {
+    StopAll();
+    return Failure(absl::UnavailableError(
+                       absl::StrCat(mpirun_->Describe(), " ", trainers.ToString())),
+                   FailureCode(trainers));
+  }
+  LogInfo("trainers finished; stopping %s", data_service_->Describe());
+  StopAll();
+  if (absl::optional<int> signal = signals_.Take()) return Interrupted(*signal);
+  const ExitStatus status = *data_service_->exit_status();
+  if (!status.success()) {
+    return Failure(absl::InternalError(absl::StrCat(data_service_->Describe(), " ",
+                                                    status.ToString(),
+                                                    " after SIGTERM (it should exit 0)")),
+                   FailureCode(status));
+  }
+  return JobResult{};
+}
+
+JobResult JobRun::Supervise() {
+  LogInfo("job %s: starting the data service: %s", plan_.job_id,
+          FormatCommand(plan_.data_service.env, plan_.data_service.argv));
+  absl::StatusOr<ChildProcess> data_service = ChildProcess::Spawn(plan_.data_service);
+  if (!data_service.ok()) return Failure(data_service.status(), 1);
+  data_service_ = std::move(*data_service);
+
+  JobResult ready = AwaitDataService();
+  if (!ready.status.ok()) {
+    StopAll();
+    return ready;
+  }
+
+  LogInfo("running: %s", FormatCommand(plan_.trainers.env, plan_.trainers.argv));
+  absl::StatusOr<ChildProcess> mpirun = ChildProcess::Spawn(plan_.trainers);
+  if (!mpirun.ok()) {
+    StopAll();
+    return Failure(mpirun.status(), 1);
+  }
+  mpirun_ = std::move(*mpirun);
+
+  ChildProcess* children[] = {&*data_service_, &*mpirun_};
+  absl::StatusOr<WaitResult> first =
+      WaitForFirstExit(children, absl::InfiniteDuration(), signals_.wake_fd());
+  if (!first.ok()) {
+    StopAll();
+    return Failure(first.status(), 1);
+  }
+  if (first->event == WaitResult::Event::kWoken) {
+    const int signal = *signals_.Take();
+    LogWarning("caught signal %d: stopping %s and %s", signal, mpirun_->Describe(),
+               data_service_->Describe());
+    StopAll();
+    return Interrupted(signal);
+  }
+  return first->child == &*data_service_ ? AfterDataServiceExited() : AfterMpirunExited();
+}
+
+}  // namespace
+
+absl::StatusOr<JobPlan> PlanJob(const JobConfig& config) {
+  RETURN_IF_ERROR(ValidateJobId(config.job_id));
+  if (config.ready_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ready_timeout must be > 0 (got ", absl::FormatDuration(config.ready_timeout), ")"));
+  }
+  if (config.shutdown_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--shutdown_grace must be >= 0 (got ", absl::FormatDuration(config.shutdown_grace), ")"));
+  }
+  for (const std::string& entry : config.env) {
+    const size_t equals = entry.find('=');
+    if (equals == std::string::npos || !IsEnvironmentName(entry.substr(0, equals))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("environment entry '", entry, "' is not NAME=VALUE"));
+    }
+  }
+
+  JobPlan plan;
+  plan.job_id = config.job_id;
+  plan.job_dir_parent = config.job_dir_parent;
+  plan.shm_dir = config.shm_dir;
+  plan.socket_path = DataSocketPath(config.job_dir_parent, config.job_id);
+  if (plan.socket_path.size() >= sizeof(sockaddr_un::sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the data service socket path ", plan.socket_path, " is too long for a Unix socket (",
+        sizeof(sockaddr_un::sun_path) - 1, " bytes at most): use a shorter --job_id"));
+  }
+  plan.ready_timeout = config.ready_timeout;
+  plan.shutdown_grace = config.shutdown_grace;
+
+  // NVLS stays off whatever the config says: drop other settings, then set it last.
+  std::vector<std::string> env;
+  for (const std::string& entry : config.env) {
+    if (!absl::StartsWith(entry, absl::StrCat(kNvlsEnableVariable, "="))) env.push_back(entry);
+  }
+  env.push_back(absl::StrCat(kNvlsEnableVariable, "=0"));
+
+  DataServiceLaunch data_service = config.data_service;
+  data_service.socket = plan.socket_path;
+  data_service.job_id = config.job_id;
+  ASSIGN_OR_RETURN(const std::string data_service_program,
+                   ResolveProgram(data_service.program, config.search_path, "--data_service"));
+  // The data service runs here, so its folders must be here.
+  for (const auto& [flag, dir] : {std::pair<const char*, const std::string&>{"--train_dir",
+                                                                             data_service.train_dir},
+                                  {"--val_dir", data_service.val_dir}}) {
+    struct stat info;
+    if (!dir.empty() && (stat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode))) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, "=", dir, ": not a directory"));
+    }
+  }
+  ASSIGN_OR_RETURN(std::vector<std::string> data_service_argv, BuildDataServiceArgv(data_service));
+  plan.data_service = ChildSpec{"data service", data_service_program,
+                                std::move(data_service_argv), env};
+
+  TrainerLaunch trainers = config.trainers;
+  trainers.data_socket = plan.socket_path;
+  trainers.exported_env.insert(trainers.exported_env.begin(), kNvlsEnableVariable);
+  ASSIGN_OR_RETURN(std::vector<std::string> mpirun_argv, BuildTrainerArgv(trainers));
+  ASSIGN_OR_RETURN(const std::string mpirun_program,
+                   ResolveProgram(trainers.mpirun, config.search_path, "--mpirun"));
+  if (trainers.mode == LaunchMode::kLocal) {
+    // Remote modes name a path on other machines; here it must exist.
+    RETURN_IF_ERROR(ResolveProgram(trainers.trainer, config.search_path, "--trainer").status());
+  }
+  plan.trainers = ChildSpec{"mpirun", mpirun_program, std::move(mpirun_argv), std::move(env)};
+  return plan;
+}
+
+std::string FormatPlan(const JobPlan& plan) {
+  return absl::StrCat(
+      "# job ", plan.job_id, ": the data service, ready once ", plan.socket_path,
+      " accepts connections\n", FormatCommand(plan.data_service.env, plan.data_service.argv),
+      "\n# then the trainers\n", FormatCommand(plan.trainers.env, plan.trainers.argv), "\n");
+}
+
+JobResult RunJob(const JobPlan& plan) {
+  absl::StatusOr<TerminationSignals> signals = TerminationSignals::Install();
+  if (!signals.ok()) return Failure(signals.status(), 1);
+  absl::StatusOr<JobDirectory> job_dir = JobDirectory::Create(plan.job_dir_parent, plan.job_id);
+  if (!job_dir.ok()) return Failure(job_dir.status(), 1);
+  // Note [Stray children]: ranks orphaned by a dying mpirun come to us, not to init.
+  absl::StatusOr<bool> was_subreaper = BecomeChildSubreaper();
+  if (!was_subreaper.ok()) {
+    LogWarning("%s: ranks orphaned by mpirun may outlive the job",
+               was_subreaper.status().ToString());
+  }
+
+  JobResult result = JobRun(plan, *signals).Supervise();
+
+  std::vector<pid_t> strays = KillStrayChildren({}, kStrayKillTimeout);
+  if (!strays.empty()) {
+    LogWarning("killed %d process(es) that outlived mpirun or the data service (pids %s)",
+               static_cast<int>(strays.size()), absl::StrJoin(strays, ", "));
+  }
+  if (was_subreaper.ok()) RestoreChildSubreaper(*was_subreaper);
+
+  for (const std::string& segment : RemoveSharedMemoryLeftovers(plan.shm_dir, plan.job_id)) {
+    LogWarning("removed leftover shared-memory segment %s", segment);
+  }
+  for (const std::string& leftover : job_dir->Remove()) {
+    LogWarning("removed leftover %s", leftover);
+  }
+  return result;
+}
+
+}  // namespace stoker::launcher

@@ -1,0 +1,74 @@
+// One job on this machine, from plan to cleanup: start the data service and wait until its
+// socket accepts connections, run the trainers under mpirun, watch both, stop the other
+// side when one fails, forward SIGINT/SIGTERM, and leave no process, socket or shared-memory
+// segment behind. PlanJob is pure (apart from looking programs up); RunJob does it.
+#ifndef STOKER_LAUNCHER_JOB_H_
+#define STOKER_LAUNCHER_JOB_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "launcher/child_process.h"
+#include "launcher/launch_command.h"
+
+namespace stoker::launcher {
+
+// What the user asked for. Plain data; PlanJob validates it.
+struct JobConfig {
+  std::string job_id;                  // see ValidateJobId
+  std::string job_dir_parent = "/tmp";  // the job directory is <parent>/stoker.<job_id>
+  std::string shm_dir = "/dev/shm";     // where the job's segments stoker.<job_id>.* live
+  // The data service. PlanJob sets `socket` and `job_id`; `program` may be a bare name,
+  // looked up on `search_path`.
+  DataServiceLaunch data_service;
+  // The trainers. PlanJob sets `data_socket` and exports NCCL_NVLS_ENABLE besides
+  // `exported_env`; `mpirun` may be a bare name, looked up on `search_path`.
+  TrainerLaunch trainers;
+  // NAME=VALUE set for both children over the launcher's own environment. PlanJob appends
+  // NCCL_NVLS_ENABLE=0, which always wins.
+  std::vector<std::string> env;
+  std::string search_path;  // the PATH used to find programs given by bare name
+  absl::Duration ready_timeout = absl::Seconds(60);   // --ready_timeout
+  absl::Duration shutdown_grace = absl::Seconds(10);  // SIGTERM to SIGKILL (--shutdown_grace)
+};
+
+// What RunJob executes: both command lines in full, and where the job's files go.
+struct JobPlan {
+  std::string job_id;
+  std::string job_dir_parent;
+  std::string shm_dir;
+  std::string socket_path;
+  ChildSpec data_service;
+  ChildSpec trainers;  // mpirun
+  absl::Duration ready_timeout;
+  absl::Duration shutdown_grace;
+};
+
+// Validates `config` and turns it into the commands to run. InvalidArgument or NotFound,
+// naming the launcher flag at fault, on a bad config or a program that is not there.
+absl::StatusOr<JobPlan> PlanJob(const JobConfig& config);
+
+// The plan as a commented shell script (what --dry_run prints): one line per command,
+// each exactly as RunJob runs it.
+std::string FormatPlan(const JobPlan& plan);
+
+// How a job ended. `exit_code` is what the launcher exits with: 0 on success, else the first
+// failure's code (its exit code, 128 + signal, or 1 when the launcher itself failed).
+struct JobResult {
+  absl::Status status;  // OK, or what failed, naming the process and its pid
+  int exit_code = 0;
+};
+
+// Runs `plan` to the end (Note [Job lifecycle]). Catches SIGINT, SIGTERM and SIGHUP while
+// it runs (so at most one RunJob at a time per process): the first one stops the job with
+// exit code 128 + signal; a second one during the grace period SIGKILLs at once. Must be
+// called from a thread that outlives the job (the children's parent-death signal is tied
+// to it). Returns only when both children are reaped and the job's files are removed.
+JobResult RunJob(const JobPlan& plan);
+
+}  // namespace stoker::launcher
+
+#endif  // STOKER_LAUNCHER_JOB_H_

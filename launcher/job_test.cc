@@ -1,0 +1,365 @@
+#include "launcher/job.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "launcher/job_files.h"
+#include "launcher/program_paths.h"
+#include "launcher/testing/process_probe.h"
+
+namespace stoker::launcher {
+namespace {
+
+using ::stoker::launcher::testing::IsProcessAlive;
+using ::stoker::launcher::testing::ListEntries;
+using ::stoker::launcher::testing::MakeTempDir;
+using ::stoker::launcher::testing::ReadFileOrEmpty;
+using ::stoker::launcher::testing::ReadPidFiles;
+using ::stoker::launcher::testing::WaitForFile;
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+std::string Runfile(const std::string& path) {
+  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/", std::getenv("TEST_WORKSPACE"), "/", path);
+}
+
+std::string SearchPath() {
+  const char* path = std::getenv("PATH");
+  return path != nullptr ? path : "/usr/bin:/bin";
+}
+
+std::vector<std::string> Lines(const std::string& path) {
+  return absl::StrSplit(ReadFileOrEmpty(path), '\n', absl::SkipEmpty());
+}
+
+bool Exists(const std::string& path) {
+  struct stat info;
+  return lstat(path.c_str(), &info) == 0;
+}
+
+// Runs jobs made of the fakes in launcher/testing/: fake_data_service, fake_mpirun.sh and
+// fake_trainer.sh, which record pids and arguments into out_.
+class JobTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static int counter = 0;
+    out_ = MakeTempDir("job");
+    ASSERT_FALSE(out_.empty());
+    config_.job_id = absl::StrCat("launcher-test-", getpid(), "-", ++counter);
+    config_.data_service.program = Runfile("launcher/fake_data_service");
+    config_.trainers.mpirun = Runfile("launcher/testing/fake_mpirun.sh");
+    config_.trainers.trainer = Runfile("launcher/testing/fake_trainer.sh");
+    config_.trainers.ranks_per_node = 2;
+    config_.trainers.seed = 7;
+    config_.trainers.exported_env = {"STOKER_FAKE_OUT"};
+    config_.trainers.trainer_args = {"--epochs=1", "--name=a b"};
+    config_.data_service.data_seed = 7;
+    config_.data_service.dataset = "synthetic";
+    config_.env = {absl::StrCat("STOKER_FAKE_OUT=", out_)};
+    config_.search_path = SearchPath();
+    config_.ready_timeout = absl::Seconds(20);
+    config_.shutdown_grace = absl::Seconds(5);
+  }
+
+  void TearDown() override {
+    // No process of the job is left, and neither are its files.
+    for (pid_t pid : ReadPidFiles(out_)) EXPECT_FALSE(IsProcessAlive(pid)) << "pid " << pid;
+    EXPECT_EQ(waitpid(-1, nullptr, WNOHANG), -1) << "a child of the test is left";
+    EXPECT_FALSE(Exists(JobDirectoryPath("/tmp", config_.job_id)));
+    EXPECT_THAT(ListEntries("/dev/shm", absl::StrCat("stoker.", config_.job_id, ".")), IsEmpty());
+  }
+
+  void SetEnv(const std::string& name, const std::string& value) {
+    config_.env.push_back(absl::StrCat(name, "=", value));
+  }
+
+  JobResult Run() {
+    absl::StatusOr<JobPlan> plan = PlanJob(config_);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    if (!plan.ok()) return JobResult{plan.status(), 1};
+    const absl::Time start = absl::Now();
+    JobResult result = RunJob(*plan);
+    elapsed_ = absl::Now() - start;
+    return result;
+  }
+
+  pid_t PidFrom(const std::string& file) {
+    int pid = -1;
+    EXPECT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFileOrEmpty(out_ + "/" + file)),
+                                 &pid))
+        << file;
+    return pid;
+  }
+
+  std::string out_;
+  JobConfig config_;
+  absl::Duration elapsed_;
+};
+
+TEST_F(JobTest, SuccessfulJobRunsBothProgramsAndCleansUp) {
+  JobResult result = Run();
+  EXPECT_TRUE(result.status.ok()) << result.status;
+  EXPECT_EQ(result.exit_code, 0);
+
+  const std::string socket = DataSocketPath("/tmp", config_.job_id);
+  EXPECT_THAT(Lines(out_ + "/data_service.args"),
+              ElementsAre("--socket=" + socket, "--job_id=" + config_.job_id, "--node_id=0",
+                          "--data_seed=7", "--dataset=synthetic"));
+  EXPECT_THAT(Lines(out_ + "/mpirun.args"),
+              ElementsAre("-np", "2", "-x", "NCCL_NVLS_ENABLE", "-x", "STOKER_FAKE_OUT",
+                          config_.trainers.trainer, "--data_socket=" + socket, "--seed=7",
+                          "--epochs=1", "--name=a b"));
+  for (int rank : {0, 1}) {
+    EXPECT_THAT(Lines(absl::StrCat(out_, "/trainer.", rank, ".args")),
+                ElementsAre("--data_socket=" + socket, "--seed=7", "--epochs=1", "--name=a b"));
+    EXPECT_EQ(ReadFileOrEmpty(absl::StrCat(out_, "/trainer.", rank, ".env")),
+              "NCCL_NVLS_ENABLE=0\n");
+  }
+  EXPECT_EQ(ReadFileOrEmpty(out_ + "/data_service.env"), "0\n");
+}
+
+TEST_F(JobTest, NvlsStaysOffWhateverTheEnvironmentSays) {
+  SetEnv("NCCL_NVLS_ENABLE", "1");
+  JobResult result = Run();
+  EXPECT_EQ(result.exit_code, 0) << result.status;
+  EXPECT_EQ(ReadFileOrEmpty(out_ + "/trainer.0.env"), "NCCL_NVLS_ENABLE=0\n");
+}
+
+TEST_F(JobTest, LeftoversOfTheDataServiceAreRemoved) {
+  SetEnv("STOKER_FAKE_DATA_SERVICE", "leak_on_term");
+  JobResult result = Run();
+  EXPECT_EQ(result.exit_code, 0) << result.status;
+  // TearDown checks that the socket, the directory and the segment are gone.
+}
+
+TEST_F(JobTest, DataServiceExitingBeforeReadyFailsWithItsCodeAndNoTrainerStarts) {
+  SetEnv("STOKER_FAKE_DATA_SERVICE", "exit_before_ready:7");
+  JobResult result = Run();
+  EXPECT_EQ(result.exit_code, 7);
+  EXPECT_EQ(result.status.code(), absl::StatusCode::kUnavailable);
+  const pid_t data_service = PidFrom("data_service.pid");
+  EXPECT_THAT(std::string(result.status.message()),
+              HasSubstr(absl::StrCat("data service (pid ", data_service, ") exited with code 7")));
+  EXPECT_FALSE(Exists(out_ + "/mpirun.pid"));
+}
+
+TEST_F(JobTest, DataServiceNeverReadyTimesOut) {
+  SetEnv("STOKER_FAKE_DATA_SERVICE", "never_ready");
+  config_.ready_timeout = absl::Milliseconds(500);
+  JobResult result = Run();
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_EQ(result.status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(result.status.message()), HasSubstr("--ready_timeout"));
+  EXPECT_LT(elapsed_, absl::Seconds(5));
+  EXPECT_FALSE(Exists(out_ + "/mpirun.pid"));
+}
+
+TEST_F(JobTest, DataServiceDyingDuringTrainingStopsMpirunAndNamesIt) {
+  SetEnv("STOKER_FAKE_DATA_SERVICE", "exit_after_ready:9:300");
+  SetEnv("STOKER_FAKE_TRAINER_SLEEP", "1000");
+  JobResult result = Run();
+  EXPECT_EQ(result.exit_code, 9);
+  const pid_t data_service = PidFrom("data_service.pid");
+  EXPECT_THAT(std::string(result.status.message()),
+              HasSubstr(absl::StrCat("data service (pid ", data_service,
+                                     ") exited with code 9 while the trainers were running")));
+  EXPECT_LT(elapsed_, absl::Seconds(10));
+  // The trainers and their sleeping children had started; TearDown checks they are gone.
+  EXPECT_TRUE(Exists(out_ + "/trainer.1.sleep.pid"));
+}
+
+TEST_F(JobTest, DataServiceKilledBySignalReportsTheSignal) {
+  SetEnv("STOKER_FAKE_DATA_SERVICE", "crash_after_ready:300");
+  SetEnv("STOKER_FAKE_TRAINER_SLEEP", "1000");
+  JobResult result = Run();
+  EXPECT_EQ(result.exit_code, 128 + SIGSEGV);
+  EXPECT_THAT(std::string(result.status.message()),
+              HasSubstr("killed by signal 11 (SIGSEGV) while the trainers were running"));
+}
+
+TEST_F(JobTest, FailingTrainerReturnsMpirunsCodeAndStopsTheDataService) {
+  SetEnv("STOKER_FAKE_TRAINER_EXIT", "3");
+  SetEnv("STOKER_FAKE_TRAINER_FAILING_RANK", "1");
+  JobResult result = Run();
+  EXPECT_EQ(result.exit_code, 3);
+  EXPECT_EQ(result.status.code(), absl::StatusCode::kUnavailable);
+  const pid_t mpirun = PidFrom("mpirun.pid");
+  EXPECT_THAT(std::string(result.status.message()),
+              HasSubstr(absl::StrCat("mpirun (pid ", mpirun, ") exited with code 3")));
+}
+
+TEST_F(JobTest, DataServiceFailingAtShutdownFailsTheJob) {
+  SetEnv("STOKER_FAKE_DATA_SERVICE", "fail_on_term:5");
+  JobResult result = Run();
+  EXPECT_EQ(result.exit_code, 5);
+  EXPECT_THAT(std::string(result.status.message()), HasSubstr("exited with code 5 after SIGTERM"));
+}
+
+TEST_F(JobTest, DataServiceIgnoringSigtermIsKilledAfterTheGracePeriod) {
+  SetEnv("STOKER_FAKE_DATA_SERVICE", "ignore_term");
+  config_.shutdown_grace = absl::Milliseconds(300);
+  JobResult result = Run();
+  EXPECT_EQ(result.exit_code, 128 + SIGKILL);
+  EXPECT_THAT(std::string(result.status.message()), HasSubstr("killed by signal 9 (SIGKILL)"));
+  EXPECT_LT(elapsed_, absl::Seconds(5));
+}
+
+TEST_F(JobTest, SigtermStopsTheJobAndExitsWith143) {
+  SetEnv("STOKER_FAKE_TRAINER_SLEEP", "1000");
+  std::thread sender([this] {
+    if (WaitForFile(out_ + "/trainer.1.sleep.pid", absl::Seconds(20))) kill(getpid(), SIGTERM);
+  });
+  JobResult result = Run();
+  sender.join();
+  EXPECT_EQ(result.exit_code, 128 + SIGTERM);
+  EXPECT_EQ(result.status.code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(std::string(result.status.message()), HasSubstr("SIGTERM"));
+  EXPECT_LT(elapsed_, absl::Seconds(10));
+}
+
+TEST_F(JobTest, ExistingJobDirectoryIsRefusedAndLeftAlone) {
+  const std::string dir = JobDirectoryPath("/tmp", config_.job_id);
+  ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+  JobResult result = Run();
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_EQ(result.status.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_TRUE(Exists(dir));
+  EXPECT_FALSE(Exists(out_ + "/data_service.pid"));
+  rmdir(dir.c_str());
+}
+
+// The same job under the real Open MPI mpirun, whose ranks live in process groups of their
+// own: what reaches them goes through mpirun.
+class RealMpirunJobTest : public JobTest {
+ protected:
+  void SetUp() override {
+    JobTest::SetUp();
+    if (!ResolveProgram("mpirun", SearchPath(), "--mpirun").ok()) {
+      GTEST_SKIP() << "needs mpirun (Open MPI) on PATH";
+    }
+    config_.trainers.mpirun = "mpirun";
+    SetEnv("OMPI_ALLOW_RUN_AS_ROOT", "1");
+    SetEnv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    SetEnv("OMPI_MCA_rmaps_base_oversubscribe", "1");
+    SetEnv("OMPI_MCA_btl_vader_single_copy_mechanism", "none");
+  }
+};
+
+TEST_F(RealMpirunJobTest, RanksGetSocketSeedAndExportedEnvironment) {
+  JobResult result = Run();
+  ASSERT_EQ(result.exit_code, 0) << result.status;
+  const std::string socket = DataSocketPath("/tmp", config_.job_id);
+  for (int rank : {0, 1}) {
+    EXPECT_THAT(Lines(absl::StrCat(out_, "/trainer.", rank, ".args")),
+                ElementsAre("--data_socket=" + socket, "--seed=7", "--epochs=1", "--name=a b"));
+    EXPECT_EQ(ReadFileOrEmpty(absl::StrCat(out_, "/trainer.", rank, ".env")),
+              "NCCL_NVLS_ENABLE=0\n");
+  }
+}
+
+TEST_F(RealMpirunJobTest, FailingRankMakesTheJobFail) {
+  SetEnv("STOKER_FAKE_TRAINER_EXIT", "4");
+  SetEnv("STOKER_FAKE_TRAINER_FAILING_RANK", "0");
+  SetEnv("STOKER_FAKE_TRAINER_SLEEP", "0");
+  JobResult result = Run();
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_THAT(std::string(result.status.message()), HasSubstr("mpirun (pid"));
+}
+
+TEST_F(RealMpirunJobTest, SigtermReachesTheRanksThroughMpirun) {
+  SetEnv("STOKER_FAKE_TRAINER_SLEEP", "1000");
+  std::thread sender([this] {
+    if (WaitForFile(out_ + "/trainer.1.sleep.pid", absl::Seconds(30)) &&
+        WaitForFile(out_ + "/trainer.0.sleep.pid", absl::Seconds(30))) {
+      kill(getpid(), SIGINT);
+    }
+  });
+  JobResult result = Run();
+  sender.join();
+  EXPECT_EQ(result.exit_code, 128 + SIGINT);
+  EXPECT_LT(elapsed_, absl::Seconds(20));
+}
+
+TEST_F(RealMpirunJobTest, RanksOrphanedByAKilledMpirunAreKilled) {
+  SetEnv("STOKER_FAKE_TRAINER_SLEEP", "1000");
+  std::thread killer([this] {
+    if (WaitForFile(out_ + "/trainer.1.sleep.pid", absl::Seconds(30)) &&
+        WaitForFile(out_ + "/trainer.0.sleep.pid", absl::Seconds(30))) {
+      // trainer.0.parent holds "<rank pid> <mpirun pid>".
+      std::vector<std::string> pids =
+          absl::StrSplit(ReadFileOrEmpty(out_ + "/trainer.0.parent"), ' ');
+      int mpirun = 0;
+      if (pids.size() == 2 && absl::SimpleAtoi(absl::StripAsciiWhitespace(pids[1]), &mpirun)) {
+        kill(mpirun, SIGKILL);
+      }
+    }
+  });
+  JobResult result = Run();
+  killer.join();
+  EXPECT_EQ(result.exit_code, 128 + SIGKILL) << result.status;
+  EXPECT_THAT(std::string(result.status.message()), HasSubstr("killed by signal 9"));
+  // TearDown checks that the ranks and their sleeping children are gone too.
+}
+
+TEST(PlanJobTest, RejectsBadValuesNamingTheFlag) {
+  JobConfig config;
+  config.job_id = "a.b";
+  EXPECT_THAT(std::string(PlanJob(config).status().message()), HasSubstr("--job_id"));
+  config.job_id = "ok";
+  config.ready_timeout = absl::ZeroDuration();
+  EXPECT_THAT(std::string(PlanJob(config).status().message()), HasSubstr("--ready_timeout"));
+  config.ready_timeout = absl::Seconds(1);
+  config.data_service.program = "/nonexistent/data_service";
+  EXPECT_THAT(std::string(PlanJob(config).status().message()), HasSubstr("--data_service"));
+  config.data_service.program = "/bin/true";
+  config.trainers.mpirun = "/bin/true";
+  config.trainers.trainer = "/nonexistent/trainer";
+  EXPECT_THAT(std::string(PlanJob(config).status().message()), HasSubstr("--trainer"));
+  config.trainers.trainer = "/bin/true";
+  config.data_service.train_dir = "/nonexistent/train";
+  EXPECT_THAT(std::string(PlanJob(config).status().message()),
+              HasSubstr("--train_dir=/nonexistent/train: not a directory"));
+}
+
+TEST(PlanJobTest, PlansBothCommandsWithNvlsOff) {
+  JobConfig config;
+  config.job_id = "plan1";
+  config.data_service.program = "/bin/true";
+  config.trainers.mpirun = "true";  // found on the search path
+  config.trainers.trainer = "/bin/true";
+  config.trainers.ranks_per_node = 4;
+  config.env = {"NCCL_NVLS_ENABLE=1", "STOKER_X=1"};
+  config.search_path = "/nonexistent:/bin:/usr/bin";
+  absl::StatusOr<JobPlan> plan = PlanJob(config);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->socket_path, "/tmp/stoker.plan1/data.sock");
+  EXPECT_TRUE(absl::EndsWith(plan->trainers.program, "/true"));
+  EXPECT_EQ(plan->trainers.argv[0], "true");
+  EXPECT_THAT(plan->trainers.env, ElementsAre("STOKER_X=1", "NCCL_NVLS_ENABLE=0"));
+  EXPECT_EQ(plan->data_service.env.back(), "NCCL_NVLS_ENABLE=0");
+  EXPECT_THAT(plan->trainers.argv, Contains("--data_socket=/tmp/stoker.plan1/data.sock"));
+  const std::string script = FormatPlan(*plan);
+  EXPECT_THAT(script, HasSubstr("NCCL_NVLS_ENABLE=0 true -np 4 -x NCCL_NVLS_ENABLE /bin/true "
+                                "--data_socket=/tmp/stoker.plan1/data.sock --seed=0\n"));
+  EXPECT_THAT(script, HasSubstr("/bin/true --socket=/tmp/stoker.plan1/data.sock --job_id=plan1"));
+}
+
+}  // namespace
+}  // namespace stoker::launcher

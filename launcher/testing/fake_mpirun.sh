@@ -1,0 +1,39 @@
+#!/bin/sh
+# A stand-in for mpirun in the launcher's lifecycle tests: `fake_mpirun -np N [-x NAME]...
+# [--flag]... program args...` runs N copies of the program in the background with
+# OMPI_COMM_WORLD_RANK set, waits for all of them, and exits with the first non-zero code.
+# Like Open MPI it complains about -x names that are not set. Records $STOKER_FAKE_OUT/
+# mpirun.pid and mpirun.args.
+out="${STOKER_FAKE_OUT:?STOKER_FAKE_OUT must be set}"
+echo $$ > "$out/mpirun.pid"
+printf '%s\n' "$@" > "$out/mpirun.args"
+np=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -np) np="$2"; shift 2 ;;
+    -x)
+      case "$2" in *[!A-Za-z0-9_]*|"") echo "fake mpirun: bad -x '$2'" >&2; exit 98 ;; esac
+      if eval "[ -z \"\${$2+set}\" ]"; then
+        echo "fake mpirun: -x $2: variable not set" >&2
+        exit 98
+      fi
+      shift 2 ;;
+    -*) shift ;;
+    *) break ;;
+  esac
+done
+[ -n "$np" ] || { echo "fake mpirun: no -np" >&2; exit 97; }
+pids=""
+rank=0
+while [ "$rank" -lt "$np" ]; do
+  OMPI_COMM_WORLD_RANK=$rank "$@" &
+  pids="$pids $!"
+  rank=$((rank + 1))
+done
+code=0
+for pid in $pids; do
+  wait "$pid"
+  status=$?
+  [ "$code" -ne 0 ] || code=$status
+done
+exit "$code"

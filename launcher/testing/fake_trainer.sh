@@ -1,0 +1,32 @@
+#!/bin/sh
+# A stand-in for the trainer in the launcher's lifecycle tests. It records what it was given
+# into $STOKER_FAKE_OUT (trainer.<rank>.pid, trainer.<rank>.args, trainer.<rank>.env), checks
+# that --data_socket names a socket, then sleeps $STOKER_FAKE_TRAINER_SLEEP seconds in a child
+# process (whose pid goes to trainer.<rank>.sleep.pid) and exits $STOKER_FAKE_TRAINER_EXIT,
+# or 0 when $STOKER_FAKE_TRAINER_FAILING_RANK names another rank.
+rank="${OMPI_COMM_WORLD_RANK:-0}"
+out="${STOKER_FAKE_OUT:?STOKER_FAKE_OUT must be set}"
+echo $$ > "$out/trainer.$rank.pid"
+echo "$$ $PPID" > "$out/trainer.$rank.parent"
+printf '%s\n' "$@" > "$out/trainer.$rank.args"
+echo "NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE-unset}" > "$out/trainer.$rank.env"
+
+socket=""
+for arg in "$@"; do
+  case "$arg" in
+    --data_socket=*) socket="${arg#--data_socket=}" ;;
+  esac
+done
+if [ ! -S "$socket" ]; then
+  echo "fake trainer rank $rank: --data_socket '$socket' is not a socket" >&2
+  exit 11
+fi
+
+sleep "${STOKER_FAKE_TRAINER_SLEEP:-0}" &
+echo $! > "$out/trainer.$rank.sleep.pid"
+wait $!
+
+code="${STOKER_FAKE_TRAINER_EXIT:-0}"
+failing="${STOKER_FAKE_TRAINER_FAILING_RANK:-$rank}"
+[ "$failing" = "$rank" ] || code=0
+exit "$code"

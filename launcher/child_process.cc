@@ -155,6 +155,12 @@ std::vector<ChildEntry> ListChildren() {
 
 }  // namespace
 
+std::string DescribeSignal(int signal) {
+  const char* name = SignalName(signal);
+  return name == nullptr ? absl::StrCat("signal ", signal)
+                         : absl::StrCat("signal ", signal, " (", name, ")");
+}
+
 ExitStatus ExitStatus::FromWaitStatus(int wait_status) {
   if (WIFEXITED(wait_status)) return Exited(WEXITSTATUS(wait_status));
   if (WIFSIGNALED(wait_status)) return Signaled(WTERMSIG(wait_status));
@@ -174,11 +180,8 @@ std::string ExitStatus::ToString() const {
   switch (kind_) {
     case Kind::kExited:
       return absl::StrCat("exited with code ", value_);
-    case Kind::kSignaled: {
-      const char* name = SignalName(value_);
-      return name == nullptr ? absl::StrCat("killed by signal ", value_)
-                             : absl::StrCat("killed by signal ", value_, " (", name, ")");
-    }
+    case Kind::kSignaled:
+      return absl::StrCat("killed by ", DescribeSignal(value_));
     case Kind::kLost:
       return "ended, but its exit status was lost (reaped elsewhere)";
   }

@@ -20,6 +20,9 @@
 
 namespace stoker::launcher {
 
+// "signal 9 (SIGKILL)"; "signal 40" for signals without a common name.
+std::string DescribeSignal(int signal);
+
 // How a child ended, as waitpid(2) reported it. Copyable value.
 class ExitStatus {
  public:

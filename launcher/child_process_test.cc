@@ -45,6 +45,8 @@ TEST(ExitStatusTest, DescribesCodesAndSignalsLikeAShell) {
   EXPECT_TRUE(ExitStatus::Exited(0).success());
   EXPECT_FALSE(ExitStatus::Signaled(SIGTERM).success());
   EXPECT_EQ(ExitStatus::Lost().ShellCode(), 1);
+  EXPECT_EQ(DescribeSignal(SIGINT), "signal 2 (SIGINT)");
+  EXPECT_EQ(DescribeSignal(40), "signal 40");
 }
 
 TEST(ChildProcessTest, ReportsExitCode) {

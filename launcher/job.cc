@@ -34,8 +34,8 @@ constexpr absl::Duration kStrayKillTimeout = absl::Seconds(5);
 // 2. Start the data service; it is ready once connect(2) to its socket succeeds. If it
 //    exits first, or --ready_timeout passes, the job fails and mpirun never starts.
 // 3. Start mpirun, then wait for the first of {data service, mpirun} to exit:
-//    - data service first: it failed (it only exits on SIGTERM); stop mpirun, exit with the
-//      data service's code (1 if it exited 0);
+//    - data service first: it failed, whatever its code (it only exits on SIGTERM); stop
+//      mpirun, exit with the data service's code (1 if it exited 0);
 //    - mpirun failed: stop the data service, exit with mpirun's code;
 //    - mpirun succeeded: SIGTERM the data service, which must exit 0; exit 0.
 //    The data service is listed first, so when both have exited by the time we look, the
@@ -57,12 +57,7 @@ JobResult Failure(absl::Status status, int exit_code) {
 }
 
 JobResult Interrupted(int signal) {
-  return Failure(absl::CancelledError(absl::StrCat("interrupted by signal ", signal, " (",
-                                                   signal == SIGINT    ? "SIGINT"
-                                                   : signal == SIGTERM ? "SIGTERM"
-                                                   : signal == SIGHUP  ? "SIGHUP"
-                                                                       : "?",
-                                                   ")")),
+  return Failure(absl::CancelledError(absl::StrCat("interrupted by ", DescribeSignal(signal))),
                  128 + signal);
 }
 
@@ -85,8 +80,8 @@ bool AcceptsConnections(const std::string& path, std::string* error) {
   return false;
 }
 
-// Drives one RunJob. Members in dependency order: children before the directory their
-// socket lives in, so the destructor ends them before the directory goes.
+// Drives one RunJob: steps 2 to 4 of Note [Job lifecycle]. Not thread-safe; lives on
+// RunJob's stack, and its destructor SIGKILLs whatever child still runs.
 class JobRun {
  public:
   JobRun(const JobPlan& plan, TerminationSignals& signals) : plan_(plan), signals_(signals) {}
@@ -157,12 +152,6 @@ JobResult JobRun::AwaitDataService() {
 
 JobResult JobRun::AfterDataServiceExited() {
   const ExitStatus status = *data_service_->exit_status();
-  if (status.success()) {
-    if (absl::optional<ExitStatus> trainers = mpirun_->Poll(); trainers && trainers->success()) {
-      LogWarning("%s exited on its own, as the trainers finished", data_service_->Describe());
-      return JobResult{};
-    }
-  }
   LogError("%s %s while the trainers were running; stopping %s", data_service_->Describe(),
            status.ToString(), mpirun_->Describe());
   StopAll();
@@ -223,7 +212,7 @@ JobResult JobRun::Supervise() {
   }
   if (first->event == WaitResult::Event::kWoken) {
     const int signal = *signals_.Take();
-    LogWarning("caught signal %d: stopping %s and %s", signal, mpirun_->Describe(),
+    LogWarning("caught %s: stopping %s and %s", DescribeSignal(signal), mpirun_->Describe(),
                data_service_->Describe());
     StopAll();
     return Interrupted(signal);
@@ -255,12 +244,8 @@ absl::StatusOr<JobPlan> PlanJob(const JobConfig& config) {
   plan.job_id = config.job_id;
   plan.job_dir_parent = config.job_dir_parent;
   plan.shm_dir = config.shm_dir;
+  RETURN_IF_ERROR(CheckDataSocketPath(config.job_dir_parent, config.job_id));
   plan.socket_path = DataSocketPath(config.job_dir_parent, config.job_id);
-  if (plan.socket_path.size() >= sizeof(sockaddr_un::sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the data service socket path ", plan.socket_path, " is too long for a Unix socket (",
-        sizeof(sockaddr_un::sun_path) - 1, " bytes at most): use a shorter --job_id"));
-  }
   plan.ready_timeout = config.ready_timeout;
   plan.shutdown_grace = config.shutdown_grace;
 

@@ -73,8 +73,7 @@ std::string DataSocketPath(absl::string_view parent, absl::string_view job_id) {
   return absl::StrCat(JobDirectoryPath(parent, job_id), "/data.sock");
 }
 
-absl::StatusOr<JobDirectory> JobDirectory::Create(absl::string_view parent,
-                                                  absl::string_view job_id) {
+absl::Status CheckDataSocketPath(absl::string_view parent, absl::string_view job_id) {
   const std::string socket = DataSocketPath(parent, job_id);
   if (socket.size() >= sizeof(sockaddr_un::sun_path)) {
     return absl::InvalidArgumentError(absl::StrCat("the data service socket path ", socket,
@@ -82,6 +81,13 @@ absl::StatusOr<JobDirectory> JobDirectory::Create(absl::string_view parent,
                                                    sizeof(sockaddr_un::sun_path) - 1,
                                                    " bytes at most): use a shorter --job_id"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<JobDirectory> JobDirectory::Create(absl::string_view parent,
+                                                  absl::string_view job_id) {
+  const absl::Status socket_fits = CheckDataSocketPath(parent, job_id);
+  if (!socket_fits.ok()) return socket_fits;
   std::string path = JobDirectoryPath(parent, job_id);
   if (mkdir(path.c_str(), 0700) != 0) {
     if (errno == EEXIST) {

@@ -59,6 +59,9 @@ class JobDirectory {
 // "<parent>/stoker.<job_id>/data.sock".
 std::string DataSocketPath(absl::string_view parent, absl::string_view job_id);
 
+// InvalidArgument when DataSocketPath(parent, job_id) does not fit a Unix socket address.
+absl::Status CheckDataSocketPath(absl::string_view parent, absl::string_view job_id);
+
 // Removes the entries of `shm_dir` named stoker.<job_id>.* (the job's shared-memory
 // segments, /dev/shm being where shm_open puts them) and returns their paths.
 std::vector<std::string> RemoveSharedMemoryLeftovers(absl::string_view shm_dir,

@@ -21,10 +21,13 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
 // Job directories live in /tmp as in real jobs (TEST_TMPDIR is too long a parent for a
-// socket path), under ids unique to this test process.
+// socket path), under random ids: parallel runs share /tmp.
 const char kParent[] = "/tmp";
 
-std::string UniqueId(const std::string& tag) { return absl::StrCat("test-", getpid(), "-", tag); }
+std::string UniqueId(const std::string& tag) {
+  static const std::string* const run = new std::string(GenerateJobId());
+  return absl::StrCat(*run, "-", tag);
+}
 
 bool Exists(const std::string& path) {
   struct stat info;

@@ -59,10 +59,11 @@ bool Exists(const std::string& path) {
 class JobTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    static int counter = 0;
     out_ = MakeTempDir("job");
     ASSERT_FALSE(out_.empty());
-    config_.job_id = absl::StrCat("launcher-test-", getpid(), "-", ++counter);
+    // Random: parallel runs of this test share /tmp and /dev/shm, and may share pids too
+    // (each runs in a pid namespace of its own).
+    config_.job_id = GenerateJobId();
     config_.data_service.program = Runfile("launcher/fake_data_service");
     config_.trainers.mpirun = Runfile("launcher/testing/fake_mpirun.sh");
     config_.trainers.trainer = Runfile("launcher/testing/fake_trainer.sh");

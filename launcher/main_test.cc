@@ -44,9 +44,8 @@ bool Exists(const std::string& path) {
 class LauncherTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    static int counter = 0;
     out_ = MakeTempDir("launcher");
-    job_id_ = absl::StrCat("launcher-main-test-", getpid(), "-", ++counter);
+    job_id_ = GenerateJobId();  // random: parallel runs share /tmp and /dev/shm
   }
 
   void TearDown() override {

@@ -25,7 +25,8 @@ ABSL_FLAG(int, num_classes, 10, "Number of classes of the dataset.");
 ABSL_FLAG(int, image_size, 32, "Square image size in pixels fed to the model.");
 ABSL_FLAG(int, batch_size, 32, "Batch size per rank.");
 ABSL_FLAG(int, epochs, 1, "Number of epochs.");
-ABSL_FLAG(double, lr, 0.1, "SGD learning rate.");
+ABSL_FLAG(std::string, optimizer, "sgd", "Optimizer: sgd (momentum, weight decay) or adamw.");
+ABSL_FLAG(double, lr, 0.1, "Learning rate.");
 ABSL_FLAG(double, momentum, 0.9, "SGD momentum.");
 ABSL_FLAG(double, weight_decay, 0.0, "SGD weight decay.");
 ABSL_FLAG(uint64_t, seed, 0, "Base seed for weights, sampling order and augmentation; rank 0's value wins.");
@@ -46,6 +47,7 @@ ABSL_FLAG(double, cache_release_fraction, 0.9, "Release cached device blocks whe
 ABSL_FLAG(int, synthetic_steps, 0, "Benchmark: reuse one batch made on the device for this many steps per epoch; no data service.");
 ABSL_FLAG(int, warmup_steps, 10, "Steps left out of the throughput figure.");
 ABSL_FLAG(std::string, metrics_out, "", "If set, rank 0 writes a JSON summary of the run here.");
+ABSL_FLAG(std::string, loss_log, "", "If set, rank 0 writes `epoch step loss` for every step here (syncs each step).");
 
 namespace {
 
@@ -59,6 +61,7 @@ absl::StatusOr<stoker::trainer::TrainerOptions> OptionsFromFlags() {
   options.image_size = absl::GetFlag(FLAGS_image_size);
   options.batch_size = absl::GetFlag(FLAGS_batch_size);
   options.epochs = absl::GetFlag(FLAGS_epochs);
+  options.optimizer = absl::GetFlag(FLAGS_optimizer);
   options.learning_rate = absl::GetFlag(FLAGS_lr);
   options.momentum = absl::GetFlag(FLAGS_momentum);
   options.weight_decay = absl::GetFlag(FLAGS_weight_decay);
@@ -88,6 +91,7 @@ absl::StatusOr<stoker::trainer::TrainerOptions> OptionsFromFlags() {
   options.synthetic_steps = absl::GetFlag(FLAGS_synthetic_steps);
   options.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
   options.metrics_out = absl::GetFlag(FLAGS_metrics_out);
+  options.loss_log = absl::GetFlag(FLAGS_loss_log);
   const std::string device = absl::GetFlag(FLAGS_device);
   if (device != "auto" && device != "cuda" && device != "cpu") {
     return absl::InvalidArgumentError(absl::StrCat("--device=", device, ": use auto, cuda or cpu"));

@@ -5,6 +5,7 @@
 #include <ATen/autocast_mode.h>
 #include <c10/util/Exception.h>
 #include <torch/nn/functional/loss.h>
+#include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
 #include <algorithm>
@@ -147,9 +148,22 @@ absl::Status Train(const TrainerOptions& options, const RankInfo& rank,
   }
   ASSIGN_OR_RETURN(std::unique_ptr<GradBuckets> buckets,
                    GradBuckets::Create(parameters, names, options.bucket_bytes, &communicator));
-  torch::optim::SGD optimizer(parameters, torch::optim::SGDOptions(options.learning_rate)
-                                              .momentum(options.momentum)
-                                              .weight_decay(options.weight_decay));
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  if (options.optimizer == "adamw") {
+    optimizer = std::make_unique<torch::optim::AdamW>(
+        parameters,
+        torch::optim::AdamWOptions(options.learning_rate).weight_decay(options.weight_decay));
+  } else {
+    optimizer = std::make_unique<torch::optim::SGD>(
+        parameters, torch::optim::SGDOptions(options.learning_rate)
+                        .momentum(options.momentum)
+                        .weight_decay(options.weight_decay));
+  }
+  std::ofstream loss_log;
+  if (rank.rank == 0 && !options.loss_log.empty()) {
+    loss_log.open(options.loss_log, std::ios::trunc);
+    if (!loss_log) return absl::InvalidArgumentError(absl::StrCat("--loss_log: cannot write ", options.loss_log));
+  }
 
   FeederOptions feeder_options;
   feeder_options.batch_size = options.batch_size;
@@ -235,7 +249,8 @@ absl::Status Train(const TrainerOptions& options, const RankInfo& rank,
       if (autocast) at::autocast::clear_cache();
       loss.backward();
       RETURN_IF_ERROR(buckets->FinishStep());
-      optimizer.step();
+      optimizer->step();
+      if (loss_log.is_open()) loss_log << epoch << " " << step << " " << loss.item<float>() << "\n";
       images_measured += static_cast<int64_t>(batch.count) * rank.world_size;
 
       const bool last = step + 1 == steps_per_epoch;
@@ -298,6 +313,7 @@ absl::Status ValidateOptions(const TrainerOptions& o) {
   if (o.epochs < 1) return bad("epochs", o.epochs, "must be >= 1");
   if (o.num_classes < 1) return bad("num_classes", o.num_classes, "must be >= 1");
   if (!(o.learning_rate > 0)) return bad("lr", o.learning_rate, "must be > 0");
+  if (o.optimizer != "sgd" && o.optimizer != "adamw") return bad("optimizer", o.optimizer, "use sgd or adamw");
   if (o.momentum < 0 || o.momentum >= 1) return bad("momentum", o.momentum, "must be in [0, 1)");
   if (o.weight_decay < 0) return bad("weight_decay", o.weight_decay, "must be >= 0");
   if (o.bucket_bytes < 1024) return bad("bucket_mb", o.bucket_bytes, "bucket must be >= 1 KiB");

@@ -23,6 +23,7 @@ struct TrainerOptions {
   int image_size = 32;
   int batch_size = 32;        // per rank
   int epochs = 1;
+  std::string optimizer = "sgd";  // sgd or adamw
   double learning_rate = 0.1;
   double momentum = 0.9;
   double weight_decay = 0.0;
@@ -52,6 +53,7 @@ struct TrainerOptions {
   int synthetic_steps = 0;
   int warmup_steps = 10;      // steps excluded from the throughput figure
   std::string metrics_out;    // if set, rank 0 writes a JSON summary here at the end
+  std::string loss_log;       // if set, rank 0 writes "epoch step loss" for every step here
 };
 
 // Checks option values; InvalidArgument names the flag at fault.

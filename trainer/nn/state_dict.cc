@@ -4,7 +4,9 @@
 #include <ATen/core/Dict.h>
 #include <ATen/core/ivalue.h>
 #include <c10/util/Exception.h>
-#include <torch/csrc/jit/serialization/pickle.h>
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/pickler.h>
+#include <torch/csrc/jit/serialization/pickler_helper.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -33,14 +35,42 @@ std::vector<std::pair<std::string, torch::Tensor>> StateDictItems(const torch::n
   return items;
 }
 
+// Note [Untagged pickle]: torch::pickle_save writes the same zip container, but its Pickler
+// tags every dict with its static type through torch.jit._pickle.restore_type_tag, a global
+// that torch.load(weights_only=True) (the default since PyTorch 2.6) refuses. This Pickler
+// writes plain dicts; tensors go in as torch.save writes them (_rebuild_tensor_v2 over
+// storages "data/<key>"), which the weights-only unpickler accepts.
 absl::StatusOr<std::string> PickleStateDict(const torch::nn::Module& module) {
   try {
-    c10::Dict<std::string, at::Tensor> dict;
+    c10::impl::GenericDict dict(c10::StringType::get(), c10::TensorType::get());
     for (const auto& [name, tensor] : StateDictItems(module)) {
       dict.insert(name, tensor.detach().to(at::kCPU));
     }
-    const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(dict));
-    return std::string(bytes.begin(), bytes.end());
+    std::string pickle;
+    torch::jit::Pickler pickler(
+        [&pickle](const char* data, size_t size) { pickle.append(data, size); },
+        /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
+        /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
+    pickler.protocol();
+    pickler.pushIValue(c10::IValue(dict));
+    pickler.stop();
+
+    std::string container;
+    caffe2::serialize::PyTorchStreamWriter writer([&container](const void* data, size_t size) {
+      container.append(static_cast<const char*>(data), size);
+      return size;
+    });
+    const std::vector<at::Tensor>& storages = pickler.tensorData();
+    for (size_t i = 0; i < storages.size(); ++i) {
+      const torch::jit::WriteableTensorData data = torch::jit::getWriteableTensorData(storages[i]);
+      writer.writeRecord(absl::StrCat("data/", i), data.data(), data.sizeInBytes());
+    }
+    writer.writeRecord("data.pkl", pickle.data(), pickle.size());
+    constexpr char kByteOrder[] = "little";
+    static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "byteorder record says little");
+    writer.writeRecord("byteorder", kByteOrder, sizeof(kByteOrder) - 1);
+    writer.writeEndOfFile();
+    return container;
   } catch (const c10::Error& e) {
     return absl::InternalError(
         absl::StrCat("PickleStateDict: libtorch failed: ", e.what_without_backtrace()));

@@ -21,11 +21,12 @@ namespace stoker::trainer {
 // before any buffer, which is not Python's order. Thread-compatible.
 std::vector<std::pair<std::string, torch::Tensor>> StateDictItems(const torch::nn::Module& module);
 
-// StateDictItems(module), copied to the CPU and detached, serialised as an ordered
-// {name: tensor} dict in the legacy `torch.save` format that Python's `torch.load(path)`
-// reads, also with weights_only=True, so `torchvision_model.load_state_dict(torch.load(path))`
-// works. Internal if libtorch fails. Not a checkpoint writer: the caller writes the bytes
-// (atomically, if it needs to). Synchronises with the device of any GPU tensor.
+// StateDictItems(module), detached and copied to the CPU, serialised as an ordered
+// {name: tensor} dict in `torch.save`'s zip format, so that Python's `torch.load(path)`
+// (weights_only=True, the default) returns it and
+// `torchvision_model.load_state_dict(torch.load(path))` works. Internal if libtorch fails.
+// Not a checkpoint writer: the caller writes the bytes (atomically, if it needs to).
+// Synchronises with the device of any GPU tensor.
 absl::StatusOr<std::string> PickleStateDict(const torch::nn::Module& module);
 
 }  // namespace stoker::trainer

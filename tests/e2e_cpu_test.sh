@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# End to end on the CPU: the launcher starts a data service and 2 trainer ranks under
+# mpirun. The loss must fall, the ranks must end with bit-identical parameters, and no
+# process, /dev/shm segment or socket of the job may be left.
+set -euo pipefail
+root="${TEST_SRCDIR}/stoker"
+source "$root/tests/mpi_env.sh"
+out="${TEST_TMPDIR:-$(mktemp -d)}"
+job="e2e-$$-$RANDOM"
+
+"$root/launcher/launcher" --np=2 --job_id="$job" \
+  --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
+  --dataset=synthetic --synthetic_samples=1536 --synthetic_classes=4 --data_threads=1 -- \
+  --model=small_cnn --num_classes=4 --image_size=32 --batch_size=32 --epochs=2 --lr=0.05 \
+  --log_every=6 --loss_log="$out/loss.txt" --final_params_out="$out/params" 2>&1 | tee "$out/log"
+
+# 1536 samples / 2 ranks / 32 = 24 steps per epoch, 2 epochs.
+steps=$(wc -l < "$out/loss.txt")
+[[ "$steps" -eq 48 ]] || { echo "FAIL: expected 48 logged steps, got $steps"; exit 1; }
+python_or_awk_first=$(head -n 4 "$out/loss.txt" | awk '{s += $3} END {print s / NR}')
+last=$(tail -n 4 "$out/loss.txt" | awk '{s += $3} END {print s / NR}')
+echo "mean loss of the first 4 steps $python_or_awk_first, of the last 4 steps $last"
+awk -v a="$python_or_awk_first" -v b="$last" 'BEGIN {exit !(b < 0.7 * a)}' ||
+  { echo "FAIL: the loss did not fall by 30%"; exit 1; }
+
+cmp "$out/params.rank0" "$out/params.rank1" || { echo "FAIL: parameters differ across ranks"; exit 1; }
+echo "parameters bit-identical across ranks ($(stat -c %s "$out/params.rank0") bytes)"
+
+leftover_shm=$(ls /dev/shm | grep -F "stoker.$job." || true)
+[[ -z "$leftover_shm" ]] || { echo "FAIL: segments left: $leftover_shm"; exit 1; }
+[[ ! -e "/tmp/stoker.$job" ]] || { echo "FAIL: job directory /tmp/stoker.$job left"; exit 1; }
+sleep 0.5
+leftover_procs=$(pgrep -af -- "$job" | grep -v pgrep || true)
+[[ -z "$leftover_procs" ]] || { echo "FAIL: processes left: $leftover_procs"; exit 1; }
+echo "PASS: nothing of job $job left behind"

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Packs Stoker for a GPU host that has torch, CUDA, NCCL and Open MPI but no Bazel:
+#   bundle/bin/   the three programs, the GPU test binaries and the checks
+#   bundle/lib/   the shared libraries such a host lacks (Abseil, libturbojpeg, and the
+#                 test binaries' Bazel-built libraries), found with ldd
+#   bundle/stoker the entry point: `bundle/stoker PROGRAM ARGS...` sets the library path to
+#                 the bundle, the host's torch (and the CUDA/NCCL libraries beside it),
+#                 and runs bin/PROGRAM
+# Usage: tools/bundle.sh [OUT_DIR]   (default: bundle/)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out="${1:-bundle}"
+STOKER_SETUP_QUIET=1 tools/setup.sh
+
+programs=(//launcher:launcher //trainer:trainer //data_service:data_service)
+gpu_tests=(//trainer:cuda_batch_feeder_test //trainer:nccl_communicator_test_ranks)
+bazel build "${programs[@]}" "${gpu_tests[@]}"
+bin="$(bazel info bazel-bin 2>/dev/null)"
+
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib"
+for target in "${programs[@]}" "${gpu_tests[@]}"; do
+  path="${target#//}"; path="${path/://}"
+  cp -L "$bin/$path" "$out/bin/"
+done
+cp tools/gpu_checks.sh tools/bench_gpu.py tests/mpi_env.sh "$out/bin/" 2>/dev/null || true
+
+# Libraries the host lacks: everything ldd resolves outside the C/C++ runtime, torch,
+# the CUDA libraries, NCCL and MPI (all of which the host has in its own versions).
+for exe in "$out"/bin/*; do
+  [[ -x "$exe" && ! "$exe" == *.sh && ! "$exe" == *.py ]] || continue
+  ldd "$exe" | awk '$3 ~ /^\// {print $3}' | while read -r lib; do
+    case "$(basename "$lib")" in
+      libc.so*|libm.so*|libstdc++*|libgcc_s*|libpthread*|librt.so*|libdl.so*|libutil*|ld-linux*) continue ;;
+      libtorch*|libc10*|libgomp*|libcud*|libcublas*|libcusparse*|libcufft*|libcurand*|libcusolver*|libnvJitLink*|libnvrtc*|libnvshmem*|libnvToolsExt*|libcupti*|libnccl*) continue ;;
+      libmpi*|libopen-*|libhwloc*|libevent*|libpmix*|libz.so*|libudev*|libltdl*) continue ;;
+    esac
+    cp -Ln "$lib" "$out/lib/" 2>/dev/null || true
+  done
+done
+
+cat > "$out/stoker" <<'SH'
+#!/usr/bin/env bash
+# Runs a program of this bundle with the host's libtorch, CUDA runtime, NCCL and MPI.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+python="${STOKER_PYTHON:-python3}"
+torch_dir="$("$python" -c 'import os, torch; print(os.path.dirname(torch.__file__))')" || {
+  echo "stoker: cannot import torch with $python (set STOKER_PYTHON)" >&2; exit 1; }
+site="$(dirname "$torch_dir")"
+paths="$here/lib:$torch_dir/lib"
+for d in nvidia/cu13/lib nvidia/nccl/lib nvidia/cudnn/lib nvidia/nvshmem/lib nvidia/cusparselt/lib; do
+  [[ -d "$site/$d" ]] && paths="$paths:$site/$d"
+done
+export LD_LIBRARY_PATH="$paths${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export NCCL_NVLS_ENABLE="${NCCL_NVLS_ENABLE:-0}"
+program="$1"; shift
+exec "$here/bin/$program" "$@"
+SH
+chmod +x "$out/stoker"
+echo "bundle: $(du -sh "$out" | cut -f1) in $out ($(ls "$out/lib" | wc -l) libraries)"

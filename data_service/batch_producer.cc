@@ -1,0 +1,255 @@
+#include "data_service/batch_producer.h"
+
+#include <sys/statvfs.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+
+namespace stoker::data_service {
+namespace {
+
+// How long the production thread blocks in one wait before it looks at its stop flag.
+constexpr absl::Duration kPollInterval = absl::Milliseconds(100);
+
+absl::Status CheckRequest(const RingRequest& request) {
+  auto field = [](absl::string_view name, int32_t value, int32_t lo, int32_t hi) {
+    if (value >= lo && value <= hi) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " must be in ", lo, "..", hi, ", got ", value));
+  };
+  if (absl::Status s = field("world_size", request.world_size, 1, 1 << 20); !s.ok()) return s;
+  if (absl::Status s = field("rank", request.rank, 0, request.world_size - 1); !s.ok()) return s;
+  if (absl::Status s = field("batch_size", request.batch_size, 1, kMaxBatchSize); !s.ok()) return s;
+  if (absl::Status s = field("image_size", request.image_size, 1, kMaxImageSize); !s.ok()) return s;
+  if (absl::Status s = field("slot_count", request.slot_count, 1, kMaxSlotCount); !s.ok()) return s;
+  return absl::OkStatus();
+}
+
+absl::Status CheckShmRoom(const std::string& name, uint64_t bytes) {
+  struct statvfs fs;
+  if (statvfs("/dev/shm", &fs) != 0) return absl::OkStatus();  // posix_fallocate still checks
+  const uint64_t available = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+  if (bytes > available) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "ring ", name, " needs ", bytes, " bytes but /dev/shm has only ", available,
+        " free: make batch_size, image_size or slot_count smaller"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+struct BatchProducer::InFlightBatch {
+  WritableSlot slot;
+  int64_t epoch = 0;
+  int64_t step = 0;
+  int32_t count = 0;
+  std::atomic<int32_t> remaining{0};
+  absl::Notification done;
+  absl::Mutex mu;
+  // The error of the lowest failing sample position, so the report does not depend on
+  // thread timing.
+  int32_t failed_position ABSL_GUARDED_BY(mu) = -1;
+  absl::Status status ABSL_GUARDED_BY(mu);
+};
+
+absl::StatusOr<std::unique_ptr<BatchProducer>> BatchProducer::Create(
+    const BatchProducerOptions& options, std::shared_ptr<const Dataset> dataset,
+    WorkerPool* pool, ErrorCallback on_error) {
+  const RingRequest& request = options.request;
+  if (absl::Status s = CheckRequest(request); !s.ok()) return s;
+  SamplerOptions sampler_options;
+  sampler_options.dataset_size = dataset->size();
+  sampler_options.world_size = request.world_size;
+  sampler_options.rank = request.rank;
+  sampler_options.shuffle = request.train;
+  sampler_options.drop_last = request.drop_last;
+  absl::StatusOr<DistributedSampler> sampler = DistributedSampler::Create(sampler_options);
+  if (!sampler.ok()) return sampler.status();
+  const RingGeometry geometry{request.slot_count, request.batch_size, request.image_size};
+  absl::StatusOr<RingLayout> layout = RingLayout::For(geometry);
+  if (!layout.ok()) return layout.status();
+  if (absl::Status s = CheckShmRoom(options.segment_name, layout->total_bytes); !s.ok()) return s;
+  absl::StatusOr<SharedMemorySegment> segment =
+      SharedMemorySegment::Create(options.segment_name, layout->total_bytes);
+  if (!segment.ok()) return segment.status();
+  absl::StatusOr<RingProducer> producer =
+      RingProducer::Initialize(segment->data(), segment->size(), geometry);
+  if (!producer.ok()) return producer.status();
+  return std::unique_ptr<BatchProducer>(
+      new BatchProducer(options, std::move(dataset), pool, std::move(on_error),
+                        std::move(*segment), std::move(*producer), std::move(*sampler)));
+}
+
+BatchProducer::BatchProducer(const BatchProducerOptions& options,
+                             std::shared_ptr<const Dataset> dataset, WorkerPool* pool,
+                             ErrorCallback on_error, SharedMemorySegment segment,
+                             RingProducer producer, DistributedSampler sampler)
+    : request_(options.request),
+      prefetch_(std::clamp(options.prefetch, 1, options.request.slot_count)),
+      dataset_(std::move(dataset)),
+      pool_(pool),
+      on_error_(std::move(on_error)),
+      segment_(std::move(segment)),
+      producer_(std::move(producer)),
+      sampler_(std::move(sampler)),
+      production_thread_([this] { ProductionLoop(); }) {}
+
+BatchProducer::~BatchProducer() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  production_thread_.join();
+}
+
+absl::StatusOr<EpochInfo> BatchProducer::QueueEpoch(int64_t epoch, uint64_t seed) {
+  EpochPlan plan;
+  plan.epoch = epoch;
+  plan.seed = seed;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!failure_.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("production stopped after an error: ", failure_.message()));
+    }
+    if (epoch < 0 || epoch <= last_epoch_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("epoch ", epoch, " requested after epoch ", last_epoch_,
+                       ": epochs must be non-negative and increasing"));
+    }
+    last_epoch_ = epoch;
+  }
+  plan.indices = sampler_.EpochIndices(seed, epoch);
+  const int64_t samples = static_cast<int64_t>(plan.indices.size());
+  plan.batches = (samples + request_.batch_size - 1) / request_.batch_size;
+  EpochInfo info;
+  info.epoch = epoch;
+  info.samples = samples;
+  info.batches = plan.batches;
+  if (plan.batches > 0) {
+    absl::MutexLock lock(&mu_);
+    queued_.push_back(std::move(plan));
+  }
+  return info;
+}
+
+bool BatchProducer::StopRequested() {
+  absl::MutexLock lock(&mu_);
+  return stopping_;
+}
+
+bool BatchProducer::HasNextBatch() {
+  if (next_step_ < current_.batches) return true;
+  absl::MutexLock lock(&mu_);
+  if (queued_.empty()) return false;
+  current_ = std::move(queued_.front());
+  queued_.pop_front();
+  next_step_ = 0;
+  return true;
+}
+
+std::shared_ptr<BatchProducer::InFlightBatch> BatchProducer::StartBatch(const WritableSlot& slot) {
+  auto batch = std::make_shared<InFlightBatch>();
+  batch->slot = slot;
+  batch->epoch = current_.epoch;
+  batch->step = next_step_;
+  const int64_t first = next_step_ * request_.batch_size;
+  batch->count = static_cast<int32_t>(
+      std::min<int64_t>(request_.batch_size, current_.indices.size() - first));
+  batch->remaining.store(batch->count);
+  ++next_step_;
+
+  SampleOptions options;
+  options.image_size = request_.image_size;
+  options.train = request_.train;
+  options.seed = current_.seed;
+  options.epoch = current_.epoch;
+  const size_t image_bytes = static_cast<size_t>(request_.image_size) * request_.image_size * 3;
+  for (int32_t i = 0; i < batch->count; ++i) {
+    const int64_t index = current_.indices[first + i];
+    slot.sample_indices[i] = index;
+    slot.labels[i] = dataset_->Label(index);
+    uint8_t* destination = slot.images + image_bytes * i;
+    pool_->Submit([this, batch, i, index, destination, options] {
+      if (!cancelled_.load(std::memory_order_relaxed)) {
+        absl::Status status = dataset_->Load(index, options, destination);
+        if (!status.ok()) {
+          absl::MutexLock lock(&batch->mu);
+          if (batch->failed_position < 0 || i < batch->failed_position) {
+            batch->failed_position = i;
+            batch->status = absl::Status(
+                status.code(), absl::StrCat("rank ", request_.rank, ", epoch ", batch->epoch,
+                                            ", step ", batch->step, ", ",
+                                            dataset_->Describe(index), ": ", status.message()));
+          }
+        }
+      }
+      if (batch->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) batch->done.Notify();
+    });
+  }
+  return batch;
+}
+
+void BatchProducer::ProductionLoop() {
+  std::deque<std::shared_ptr<InFlightBatch>> in_flight;
+  while (!StopRequested()) {
+    // Start batches while a slot is free; block for one only when nothing is in flight.
+    if (static_cast<int32_t>(in_flight.size()) < prefetch_ && HasNextBatch()) {
+      absl::StatusOr<WritableSlot> slot =
+          producer_.Claim(in_flight.empty() ? kPollInterval : absl::ZeroDuration());
+      if (slot.ok()) {
+        in_flight.push_back(StartBatch(*slot));
+        continue;
+      }
+      if (in_flight.empty()) continue;  // the ring is full: look at the stop flag, try again
+    }
+    if (!in_flight.empty()) {
+      std::shared_ptr<InFlightBatch> batch = in_flight.front();
+      if (!batch->done.WaitForNotificationWithTimeout(kPollInterval)) continue;
+      in_flight.pop_front();
+      absl::Status status;
+      {
+        absl::MutexLock lock(&batch->mu);
+        status = batch->status;
+      }
+      if (status.ok()) {
+        status = producer_.Publish(batch->slot, batch->epoch, batch->step, batch->count);
+      }
+      if (!status.ok()) {
+        LogError("%s", status.message());
+        {
+          absl::MutexLock lock(&mu_);
+          failure_ = status;
+          stopping_ = true;
+        }
+        on_error_(status);
+        break;
+      }
+      continue;
+    }
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(
+                             +[](BatchProducer* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
+                               return self->stopping_ || !self->queued_.empty();
+                             },
+                             this),
+                         kPollInterval);
+  }
+  // Samples already handed to the pool write into the ring: wait for them before the
+  // segment can be unmapped. Those not started yet are skipped.
+  cancelled_.store(true);
+  for (const std::shared_ptr<InFlightBatch>& batch : in_flight) {
+    while (!batch->done.WaitForNotificationWithTimeout(absl::Seconds(10))) {
+      LogWarning("rank %d: still waiting for a sample being decoded before unmapping the ring",
+                 request_.rank);
+    }
+  }
+}
+
+}  // namespace stoker::data_service

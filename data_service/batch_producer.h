@@ -1,0 +1,114 @@
+// BatchProducer: fills one trainer rank's ring. It owns the rank's shared-memory segment,
+// turns each requested epoch into that rank's DistributedSampler indices, and produces
+// batches in (epoch, step) order, decoding the samples of several batches at once on the
+// shared WorkerPool.
+#ifndef STOKER_DATA_SERVICE_BATCH_PRODUCER_H_
+#define STOKER_DATA_SERVICE_BATCH_PRODUCER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "data_service/dataset.h"
+#include "data_service/ring.h"
+#include "data_service/ring_client.h"
+#include "data_service/sampler.h"
+#include "data_service/shm_segment.h"
+#include "data_service/worker_pool.h"
+
+namespace stoker::data_service {
+
+struct BatchProducerOptions {
+  std::string segment_name;  // "/stoker.<job>.ring.<rank>"
+  RingRequest request;
+  // Batches of this ring decoded at the same time (1..slot_count; larger is clamped).
+  int32_t prefetch = 2;
+};
+
+// Produces one rank's batches into its ring. QueueEpoch() is thread-safe; production runs
+// on a member thread ("production thread"), its samples on the shared pool. Batches are
+// bit-identical whatever the pool size: each sample is a pure function of (dataset,
+// index, seed, epoch) written to its own place. The destructor stops production, waits
+// for samples being decoded, and unmaps and unlinks the ring.
+//
+//   ASSIGN_OR_RETURN(auto producer, BatchProducer::Create(options, dataset, &pool, on_error));
+//   ASSIGN_OR_RETURN(EpochInfo info, producer->QueueEpoch(0, seed));
+class BatchProducer {
+ public:
+  // Called once, from the production thread, when a sample fails; production stops.
+  using ErrorCallback = std::function<void(const absl::Status&)>;
+
+  // Checks the request (InvalidArgument, the message says which field), creates and
+  // initialises the ring (ResourceExhausted if /dev/shm has no room, AlreadyExists if the
+  // segment exists) and starts the production thread.
+  static absl::StatusOr<std::unique_ptr<BatchProducer>> Create(
+      const BatchProducerOptions& options, std::shared_ptr<const Dataset> dataset,
+      WorkerPool* pool, ErrorCallback on_error);
+  ~BatchProducer();
+  BatchProducer(const BatchProducer&) = delete;
+  BatchProducer& operator=(const BatchProducer&) = delete;
+
+  // Queues `epoch` with sampler seed `seed`; its batches follow those of the epochs
+  // queued before. InvalidArgument unless epoch >= 0 and greater than every epoch queued
+  // before; FailedPrecondition after a production error.
+  absl::StatusOr<EpochInfo> QueueEpoch(int64_t epoch, uint64_t seed);
+
+  const std::string& segment_name() const { return segment_.name(); }
+  size_t ring_bytes() const { return segment_.size(); }
+  const RingLayout& layout() const { return producer_.layout(); }
+
+ private:
+  struct EpochPlan {
+    int64_t epoch = 0;
+    uint64_t seed = 0;
+    std::vector<int64_t> indices;
+    int64_t batches = 0;
+  };
+  struct InFlightBatch;
+
+  BatchProducer(const BatchProducerOptions& options, std::shared_ptr<const Dataset> dataset,
+                WorkerPool* pool, ErrorCallback on_error, SharedMemorySegment segment,
+                RingProducer producer, DistributedSampler sampler);
+
+  void ProductionLoop();
+  // Production thread only: makes `current_` an epoch with batches left, if there is one.
+  bool HasNextBatch();
+  std::shared_ptr<InFlightBatch> StartBatch(const WritableSlot& slot);
+  bool StopRequested();
+
+  const RingRequest request_;
+  const int32_t prefetch_;
+  const std::shared_ptr<const Dataset> dataset_;
+  WorkerPool* const pool_;
+  const ErrorCallback on_error_;
+  SharedMemorySegment segment_;
+  RingProducer producer_;  // points into segment_; production thread only
+  const DistributedSampler sampler_;
+
+  // Set when the producer is being destroyed: samples not yet started are skipped.
+  std::atomic<bool> cancelled_{false};
+
+  absl::Mutex mu_;
+  std::deque<EpochPlan> queued_ ABSL_GUARDED_BY(mu_);
+  int64_t last_epoch_ ABSL_GUARDED_BY(mu_) = -1;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+
+  // Production thread only.
+  EpochPlan current_;
+  int64_t next_step_ = 0;
+
+  std::thread production_thread_;  // last: joined first
+};
+
+}  // namespace stoker::data_service
+
+#endif  // STOKER_DATA_SERVICE_BATCH_PRODUCER_H_

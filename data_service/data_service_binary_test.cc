@@ -1,0 +1,332 @@
+// Runs the real data_service binary: two ranks of a world of two read two epochs of the
+// synthetic dataset; every index is delivered once per epoch (plus the sampler's padding),
+// the images do not depend on --threads, SIGTERM leaves no segment and no socket behind,
+// bad flags exit 2, and an ImageFolder of JPEGs works end to end.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "data_service/ring_client.h"
+#include "data_service/sampler.h"
+#include "data_service/synthetic_dataset.h"
+#include "data_service/test_util.h"
+#include "gtest/gtest.h"
+
+namespace stoker::data_service {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string BinaryPath() {
+  std::vector<std::string> candidates;
+  if (const char* srcdir = std::getenv("TEST_SRCDIR")) {
+    candidates.push_back(absl::StrCat(srcdir, "/stoker/data_service/data_service"));
+  }
+  candidates.push_back("data_service/data_service");
+  for (const std::string& path : candidates) {
+    if (access(path.c_str(), X_OK) == 0) return path;
+  }
+  return "";
+}
+
+// A data_service child process; killed if the test forgets it.
+class ServiceProcess {
+ public:
+  explicit ServiceProcess(const std::vector<std::string>& flags) {
+    static int counter = 0;
+    stderr_path_ = absl::StrCat(test_util::TestDirectory("binary_logs"), "/service", counter++,
+                                ".log");
+    const std::string binary = BinaryPath();
+    EXPECT_FALSE(binary.empty()) << "data_service binary not found in runfiles";
+    pid_ = fork();
+    if (pid_ == 0) {
+      const int log = open(stderr_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(log, STDERR_FILENO);
+      dup2(log, STDOUT_FILENO);
+      std::vector<char*> argv;
+      argv.push_back(const_cast<char*>(binary.c_str()));
+      for (const std::string& flag : flags) argv.push_back(const_cast<char*>(flag.c_str()));
+      argv.push_back(nullptr);
+      execv(binary.c_str(), argv.data());
+      _exit(127);
+    }
+  }
+  ~ServiceProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  // The exit status (or 128 + signal), or -1 if it did not exit within `timeout`.
+  int Wait(absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return -1;
+  }
+  void Signal(int signal) { kill(pid_, signal); }
+  std::string Log() const {
+    std::ifstream in(stderr_path_);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::string stderr_path_;
+};
+
+std::vector<std::string> SegmentsOfJob(const std::string& job) {
+  std::vector<std::string> found;
+  for (const auto& entry : fs::directory_iterator("/dev/shm")) {
+    const std::string name = entry.path().filename().string();
+    if (absl::StartsWith(name, absl::StrCat("stoker.", job, "."))) found.push_back(name);
+  }
+  return found;
+}
+
+// A short private directory for the socket (TEST_TMPDIR is too long for sun_path).
+std::string SocketDirectory() {
+  char dir[] = "/tmp/stoker-bintest-XXXXXX";
+  EXPECT_NE(mkdtemp(dir), nullptr);
+  return dir;
+}
+
+constexpr int64_t kSamples = 101;
+constexpr int32_t kClasses = 7;
+constexpr uint64_t kDataSeed = 3;
+constexpr uint64_t kSeed = 2024;
+constexpr int kBatch = 8;
+constexpr int kImageSize = 16;
+constexpr size_t kImageBytes = kImageSize * kImageSize * 3;
+
+struct RunResult {
+  // [epoch][rank] -> the indices in delivery order.
+  std::vector<std::vector<std::vector<int64_t>>> indices;
+  std::map<int64_t, std::vector<uint8_t>> images;
+};
+
+RunResult RunTwoRanksTwoEpochs(int threads) {
+  RunResult result;
+  const std::string dir = SocketDirectory();
+  const std::string socket = dir + "/ds.sock";
+  const std::string job = absl::StrCat("bintest", getpid(), "t", threads);
+  ServiceProcess service({"--socket=" + socket, "--job_id=" + job, "--node_id=0",
+                          "--dataset=synthetic", absl::StrCat("--synthetic_samples=", kSamples),
+                          absl::StrCat("--synthetic_classes=", kClasses),
+                          absl::StrCat("--data_seed=", kDataSeed),
+                          absl::StrCat("--threads=", threads), "--prefetch=2"});
+  std::vector<std::unique_ptr<RingClient>> clients;
+  for (int rank = 0; rank < 2; ++rank) {
+    RingRequest request;
+    request.rank = rank;
+    request.world_size = 2;
+    request.batch_size = kBatch;
+    request.image_size = kImageSize;
+    request.slot_count = 3;
+    auto client = RingClient::Connect(socket, request, absl::Seconds(60));
+    EXPECT_TRUE(client.ok()) << client.status() << "\n" << service.Log();
+    if (!client.ok()) return result;
+    clients.push_back(std::move(*client));
+  }
+  std::set<std::string> segments;
+  for (const std::string& s : SegmentsOfJob(job)) segments.insert(s);
+  EXPECT_EQ(segments, (std::set<std::string>{absl::StrCat("stoker.", job, ".ring.0"),
+                                             absl::StrCat("stoker.", job, ".ring.1")}));
+  // Both epochs are asked for up front: epoch 1 follows epoch 0 directly in each ring.
+  std::vector<std::vector<EpochInfo>> infos(2);
+  for (int rank = 0; rank < 2; ++rank) {
+    for (int64_t epoch = 0; epoch < 2; ++epoch) {
+      auto info = clients[rank]->StartEpoch(epoch, kSeed);
+      EXPECT_TRUE(info.ok()) << info.status();
+      if (!info.ok()) return result;
+      EXPECT_EQ(info->samples, 51);
+      EXPECT_EQ(info->batches, 7);
+      infos[rank].push_back(*info);
+    }
+  }
+  result.indices.assign(2, std::vector<std::vector<int64_t>>(2));
+  for (int rank = 0; rank < 2; ++rank) {
+    for (int64_t epoch = 0; epoch < 2; ++epoch) {
+      for (int64_t step = 0; step < infos[rank][epoch].batches; ++step) {
+        auto batch = clients[rank]->Acquire(absl::Seconds(30));
+        EXPECT_TRUE(batch.ok()) << batch.status();
+        if (!batch.ok()) return result;
+        EXPECT_EQ(batch->epoch, epoch);
+        EXPECT_EQ(batch->step, step);
+        for (int i = 0; i < batch->count; ++i) {
+          const int64_t index = batch->sample_indices[i];
+          EXPECT_EQ(batch->labels[i], index % kClasses);
+          result.indices[epoch][rank].push_back(index);
+          std::vector<uint8_t> image(batch->images + i * kImageBytes,
+                                     batch->images + (i + 1) * kImageBytes);
+          auto [it, inserted] = result.images.emplace(index, image);
+          // Padding and the second epoch repeat indices: the bytes must repeat too.
+          EXPECT_EQ(it->second, image) << "sample " << index;
+        }
+        EXPECT_TRUE(clients[rank]->Release(*batch).ok());
+      }
+    }
+  }
+  // SIGTERM with the clients still connected: the service cleans up by itself.
+  service.Signal(SIGTERM);
+  EXPECT_EQ(service.Wait(absl::Seconds(20)), 0) << service.Log();
+  EXPECT_TRUE(SegmentsOfJob(job).empty()) << absl::StrJoin(SegmentsOfJob(job), " ");
+  struct stat st;
+  EXPECT_NE(stat(socket.c_str(), &st), 0) << "socket " << socket << " is still there";
+  // The clients see the service gone.
+  auto after = clients[0]->StartEpoch(2, kSeed);
+  EXPECT_EQ(after.status().code(), absl::StatusCode::kUnavailable) << after.status();
+  clients.clear();
+  rmdir(dir.c_str());
+  return result;
+}
+
+TEST(DataServiceBinaryTest, TwoRanksGetEveryIndexOncePerEpochAndIdenticalBytesAtAnyThreadCount) {
+  ASSERT_FALSE(BinaryPath().empty());
+  const RunResult one = RunTwoRanksTwoEpochs(1);
+  const RunResult three = RunTwoRanksTwoEpochs(3);
+  ASSERT_EQ(one.indices.size(), 2u);
+  for (int64_t epoch = 0; epoch < 2; ++epoch) {
+    std::multiset<int64_t> all;
+    for (int rank = 0; rank < 2; ++rank) {
+      const std::vector<int64_t>& mine = one.indices[epoch][rank];
+      EXPECT_EQ(mine.size(), 51u);
+      all.insert(mine.begin(), mine.end());
+      // Exactly PyTorch's DistributedSampler order (sampler_test checks that against torch).
+      auto sampler = DistributedSampler::Create({kSamples, 2, rank, true, false});
+      EXPECT_EQ(mine, sampler->EpochIndices(kSeed, epoch)) << "epoch " << epoch << " rank " << rank;
+    }
+    // 101 samples over 2 ranks: 102 slots, so the permutation's first index repeats.
+    const int64_t padding = one.indices[epoch][0][0];
+    for (int64_t i = 0; i < kSamples; ++i) {
+      EXPECT_EQ(all.count(i), i == padding ? 2u : 1u) << "epoch " << epoch << " index " << i;
+    }
+  }
+  EXPECT_NE(one.indices[0], one.indices[1]) << "both epochs have the same order";
+  // The thread count changes neither the order nor a single byte.
+  EXPECT_EQ(one.indices, three.indices);
+  ASSERT_EQ(one.images.size(), static_cast<size_t>(kSamples));
+  EXPECT_TRUE(one.images == three.images) << "images differ between --threads=1 and --threads=3";
+  // And the bytes are the synthetic dataset's.
+  auto dataset = SyntheticDataset::Create({kSamples, kClasses, kDataSeed});
+  ASSERT_TRUE(dataset.ok());
+  for (const auto& [index, image] : one.images) {
+    std::vector<uint8_t> expected(kImageBytes);
+    ASSERT_TRUE((*dataset)->Load(index, {kImageSize, true, kSeed, 0}, expected.data()).ok());
+    EXPECT_EQ(image, expected) << "sample " << index;
+  }
+}
+
+TEST(DataServiceBinaryTest, FlagErrorsExitWithCode2AndNameTheFlag) {
+  ASSERT_FALSE(BinaryPath().empty());
+  const std::string dir = SocketDirectory();
+  const std::string socket = "--socket=" + dir + "/s.sock";
+  struct Case {
+    std::vector<std::string> flags;
+    std::string mentions;
+  };
+  const std::vector<Case> cases = {
+      {{}, "--socket"},
+      {{socket}, "--job_id"},
+      {{socket, "--job_id=a/b"}, "--job_id"},
+      {{socket, "--job_id=j", "--bogus=1"}, "--bogus"},
+      {{socket, "--job_id=j", "--threads=many"}, "--threads"},
+      {{socket, "--job_id=j", "--threads=-1"}, "--threads"},
+      {{socket, "--job_id=j", "--prefetch=0"}, "--prefetch"},
+      {{socket, "--job_id=j", "--dataset=lmdb"}, "--dataset"},
+      {{socket, "--job_id=j", "--dataset=imagefolder"}, "--train_dir"},
+      {{socket, "--job_id=j", "--dataset=imagefolder", "--train_dir=/nonexistent/train"},
+       "--train_dir"},
+      {{socket, "--job_id=j", "--synthetic_samples=0"}, "--synthetic_samples"},
+      {{"--socket=/nonexistent/dir/s.sock", "--job_id=j"}, "--socket"},
+      {{socket, "--job_id=j", "stray"}, "stray"},
+      {{socket, "--job_id"}, "--job_id"},
+  };
+  for (const Case& c : cases) {
+    ServiceProcess service(c.flags);
+    const int code = service.Wait(absl::Seconds(20));
+    EXPECT_EQ(code, 2) << absl::StrJoin(c.flags, " ") << "\n" << service.Log();
+    EXPECT_NE(service.Log().find(c.mentions), std::string::npos)
+        << absl::StrJoin(c.flags, " ") << "\n" << service.Log();
+  }
+  EXPECT_TRUE(SegmentsOfJob("j").empty());
+  rmdir(dir.c_str());
+}
+
+TEST(DataServiceBinaryTest, ServesAnImageFolderOfJpegs) {
+  ASSERT_FALSE(BinaryPath().empty());
+  const std::string root = test_util::TestDirectory("binary_imagefolder");
+  fs::remove_all(root);
+  // "blue" sorts before "red": labels 0 and 1.
+  for (int c = 0; c < 2; ++c) {
+    const std::string class_dir = root + (c == 0 ? "/blue" : "/red");
+    fs::create_directories(class_dir);
+    for (int i = 0; i < 3; ++i) {
+      std::vector<uint8_t> rgb(40 * 30 * 3, 0);
+      for (size_t p = 0; p < rgb.size(); p += 3) rgb[p + (c == 0 ? 2 : 0)] = 240;
+      ASSERT_TRUE(test_util::WriteJpeg(absl::StrCat(class_dir, "/", i, ".jpg"), 40, 30, rgb).ok());
+    }
+  }
+  const std::string dir = SocketDirectory();
+  const std::string socket = dir + "/ds.sock";
+  const std::string job = absl::StrCat("binfolder", getpid());
+  ServiceProcess service({"--socket=" + socket, "--job_id=" + job, "--dataset=imagefolder",
+                          "--train_dir=" + root, "--threads=2"});
+  RingRequest request;
+  request.batch_size = 4;
+  request.image_size = 8;
+  auto client = RingClient::Connect(socket, request, absl::Seconds(60));
+  ASSERT_TRUE(client.ok()) << client.status() << "\n" << service.Log();
+  auto info = (*client)->StartEpoch(0, 1);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->samples, 6);
+  EXPECT_EQ(info->batches, 2);
+  std::set<int64_t> seen;
+  for (int64_t step = 0; step < 2; ++step) {
+    auto batch = (*client)->Acquire(absl::Seconds(30));
+    ASSERT_TRUE(batch.ok()) << batch.status() << "\n" << service.Log();
+    for (int i = 0; i < batch->count; ++i) {
+      const int64_t index = batch->sample_indices[i];
+      seen.insert(index);
+      EXPECT_EQ(batch->labels[i], index < 3 ? 0 : 1);
+      const uint8_t* pixel = batch->images + i * 8 * 8 * 3 + (4 * 8 + 4) * 3;
+      const int bright = batch->labels[i] == 0 ? 2 : 0;
+      EXPECT_GT(pixel[bright], 200) << "sample " << index;
+      EXPECT_LT(pixel[2 - bright], 40) << "sample " << index;
+    }
+    ASSERT_TRUE((*client)->Release(*batch).ok());
+  }
+  EXPECT_EQ(seen.size(), 6u);
+  client->reset();
+  service.Signal(SIGINT);
+  EXPECT_EQ(service.Wait(absl::Seconds(20)), 0) << service.Log();
+  EXPECT_TRUE(SegmentsOfJob(job).empty());
+  rmdir(dir.c_str());
+}
+
+}  // namespace
+}  // namespace stoker::data_service

@@ -1,0 +1,166 @@
+// data_service: one per node. Serves uint8 NHWC batches to the node's trainer ranks through
+// shared-memory rings until SIGTERM or SIGINT; then it removes its socket and every
+// segment it created and exits 0. Flag errors exit 2, other start-up failures exit 1.
+#include <signal.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/logging.h"
+#include "data_service/dataset_config.h"
+#include "data_service/service.h"
+
+ABSL_FLAG(std::string, socket, "", "Unix socket to listen on (created 0600; its directory must exist)");
+ABSL_FLAG(std::string, job_id, "", "job id; rings are /dev/shm/stoker.<job_id>.ring.<rank>");
+ABSL_FLAG(int32_t, node_id, 0, "this node's index, for log lines");
+ABSL_FLAG(std::string, dataset, "synthetic", "synthetic or imagefolder");
+ABSL_FLAG(std::string, train_dir, "", "imagefolder: root of the training split (<class>/<image>)");
+ABSL_FLAG(std::string, val_dir, "", "imagefolder: root of the validation split (optional)");
+ABSL_FLAG(int64_t, synthetic_samples, 4096, "synthetic: training samples (validation: a tenth)");
+ABSL_FLAG(int32_t, synthetic_classes, 10, "synthetic: number of classes");
+ABSL_FLAG(uint64_t, data_seed, 0, "synthetic: seed of the generated images");
+ABSL_FLAG(int32_t, threads, 0, "decode threads; 0: the cores less two, at least one");
+ABSL_FLAG(int32_t, prefetch, 2, "batches per ring decoded at the same time (at most its slots)");
+
+namespace stoker::data_service {
+namespace {
+
+constexpr int kFlagError = 2;
+
+constexpr const char* kFlagNames[] = {"socket",    "job_id",           "node_id",
+                                      "dataset",   "train_dir",        "val_dir",
+                                      "synthetic_samples", "synthetic_classes", "data_seed",
+                                      "threads",   "prefetch"};
+
+// Only data_service's own flags; not the ones libraries register (--flagfile, ...).
+bool IsOurFlag(absl::string_view name) {
+  for (const char* ours : kFlagNames) {
+    if (name == ours) return true;
+  }
+  return false;
+}
+
+[[noreturn]] void FlagError(absl::string_view message) {
+  std::fprintf(stderr, "data_service: %.*s\nRun data_service --help for the flags.\n",
+               static_cast<int>(message.size()), message.data());
+  std::exit(kFlagError);
+}
+
+// Parses --name=value arguments with Abseil's flag registry, exiting 2 (not Abseil's 1) on
+// an unknown flag, a bad value or a positional argument.
+void ParseFlags(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "data_service --socket=PATH --job_id=ID [--node_id=N] [--dataset=synthetic|imagefolder] "
+      "[--train_dir=DIR] [--val_dir=DIR] [--synthetic_samples=N] [--synthetic_classes=K] "
+      "[--data_seed=S] [--threads=N] [--prefetch=N]");
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-help" || arg == "--helpfull") {
+      std::printf("%s\n", absl::ProgramUsageMessage().data());
+      for (const char* name : kFlagNames) {
+        absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+        std::printf("  --%s (default \"%s\"): %s\n", name, flag->DefaultValue().c_str(),
+                    flag->Help().c_str());
+      }
+      std::exit(0);
+    }
+    if (!absl::ConsumePrefix(&arg, "--") && !absl::ConsumePrefix(&arg, "-")) {
+      FlagError(absl::StrCat("unexpected argument \"", arg, "\" (flags are --name=value)"));
+    }
+    const size_t equals = arg.find('=');
+    if (equals == absl::string_view::npos) {
+      FlagError(absl::StrCat("--", arg, ": a value is required (--", arg, "=VALUE)"));
+    }
+    const absl::string_view name = arg.substr(0, equals);
+    const absl::string_view value = arg.substr(equals + 1);
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr || !IsOurFlag(name)) {
+      FlagError(absl::StrCat("--", name, ": unknown flag"));
+    }
+    std::string error;
+    if (!flag->ParseFrom(value, &error)) {
+      FlagError(absl::StrCat("--", name, ": bad value \"", value, "\": ", error));
+    }
+  }
+}
+
+int Main(int argc, char** argv) {
+  ParseFlags(argc, argv);
+  if (absl::GetFlag(FLAGS_socket).empty()) FlagError("--socket: required");
+  if (absl::GetFlag(FLAGS_job_id).empty()) FlagError("--job_id: required");
+  if (absl::Status s = ValidateJobId(absl::GetFlag(FLAGS_job_id)); !s.ok()) FlagError(s.message());
+  if (absl::GetFlag(FLAGS_node_id) < 0) FlagError("--node_id: must not be negative");
+  if (absl::GetFlag(FLAGS_threads) < 0) FlagError("--threads: must be 0 (automatic) or positive");
+  if (absl::GetFlag(FLAGS_prefetch) < 1) FlagError("--prefetch: must be at least 1");
+  if (absl::GetFlag(FLAGS_dataset) != "imagefolder" &&
+      (!absl::GetFlag(FLAGS_train_dir).empty() || !absl::GetFlag(FLAGS_val_dir).empty())) {
+    FlagError("--train_dir/--val_dir: only used with --dataset=imagefolder");
+  }
+  SetLogIdentity(absl::StrCat("data_service node ", absl::GetFlag(FLAGS_node_id)));
+
+  // Block the termination signals in every thread; the main thread takes them with
+  // sigtimedwait. Threads created below inherit the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  DatasetConfig config;
+  config.kind = absl::GetFlag(FLAGS_dataset);
+  config.train_dir = absl::GetFlag(FLAGS_train_dir);
+  config.val_dir = absl::GetFlag(FLAGS_val_dir);
+  config.synthetic_samples = absl::GetFlag(FLAGS_synthetic_samples);
+  config.synthetic_classes = absl::GetFlag(FLAGS_synthetic_classes);
+  config.data_seed = absl::GetFlag(FLAGS_data_seed);
+  absl::StatusOr<Datasets> datasets = OpenDatasets(config);
+  if (!datasets.ok()) {
+    LogError("%s", datasets.status().message());
+    return absl::IsInvalidArgument(datasets.status()) || absl::IsNotFound(datasets.status())
+               ? kFlagError
+               : 1;
+  }
+
+  ServiceOptions options;
+  options.socket_path = absl::GetFlag(FLAGS_socket);
+  options.job_id = absl::GetFlag(FLAGS_job_id);
+  options.node_id = absl::GetFlag(FLAGS_node_id);
+  options.threads = absl::GetFlag(FLAGS_threads);
+  options.prefetch = absl::GetFlag(FLAGS_prefetch);
+  absl::StatusOr<std::unique_ptr<DataService>> service =
+      DataService::Start(options, std::move(*datasets));
+  if (!service.ok()) {
+    LogError("%s", service.status().message());
+    return absl::IsInvalidArgument(service.status()) ? kFlagError : 1;
+  }
+
+  int exit_code = 0;
+  while (true) {
+    const timespec one_second{1, 0};
+    const int signal = sigtimedwait(&signals, nullptr, &one_second);
+    if (signal == SIGTERM || signal == SIGINT) {
+      LogInfo("%s: shutting down", signal == SIGTERM ? "SIGTERM" : "SIGINT");
+      break;
+    }
+    if (absl::Status health = (*service)->health(); !health.ok()) {
+      LogError("cannot serve any more: %s", health.message());
+      exit_code = 1;
+      break;
+    }
+  }
+  (*service)->Shutdown();
+  return exit_code;
+}
+
+}  // namespace
+}  // namespace stoker::data_service
+
+int main(int argc, char** argv) { return stoker::data_service::Main(argc, argv); }

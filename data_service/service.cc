@@ -1,0 +1,399 @@
+#include "data_service/service.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/errno_status.h"
+#include "common/logging.h"
+#include "data_service/batch_producer.h"
+
+namespace stoker::data_service {
+namespace {
+
+constexpr int kPollMillis = 1000;
+constexpr int kMaxConnections = 4096;
+constexpr absl::Duration kRefusalReadTimeout = absl::Seconds(2);
+
+absl::Status Prefixed(absl::string_view prefix, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
+}
+
+absl::StatusOr<sockaddr_un> SocketAddress(const std::string& path) {
+  sockaddr_un address;
+  std::memset(&address, 0, sizeof(address));
+  address.sun_family = AF_UNIX;
+  if (path.empty()) return absl::InvalidArgumentError("--socket: a path is required");
+  if (path.size() >= sizeof(address.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat("--socket: path ", path, " is ", path.size(),
+                                                   " bytes; Unix sockets allow at most ",
+                                                   sizeof(address.sun_path) - 1));
+  }
+  std::memcpy(address.sun_path, path.data(), path.size());
+  return address;
+}
+
+// If `path` exists: an error when it is not a socket or a live service answers on it;
+// removed with a warning when it is the stale socket of a dead service.
+absl::Status ClearStaleSocket(const std::string& path, const sockaddr_un& address) {
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) return absl::OkStatus();
+  if (!S_ISSOCK(st.st_mode)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("--socket: ", path, " exists and is not a socket"));
+  }
+  UniqueFd probe(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!probe.valid()) return ErrnoToStatus(errno, "socket(AF_UNIX)");
+  if (connect(probe.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("--socket: another data_service is listening on ", path));
+  }
+  if (errno != ECONNREFUSED) {
+    return ErrnoToStatus(errno, absl::StrCat("--socket: probe existing socket ", path));
+  }
+  LogWarning("removing the stale socket %s of a data_service that is gone", path);
+  if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return ErrnoToStatus(errno, absl::StrCat("--socket: remove stale socket ", path));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateJobId(const std::string& job_id) {
+  if (job_id.empty() || job_id.size() > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--job_id: must be 1 to 64 characters, got \"", job_id, "\""));
+  }
+  for (char c : job_id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--job_id: \"", job_id, "\" may contain only letters, digits, '.', '_' and '-'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string RingSegmentName(const std::string& job_id, int32_t rank, bool train) {
+  return absl::StrCat("/stoker.", job_id, ".ring.", rank, train ? "" : ".val");
+}
+
+// One client connection. The Serve thread owns everything but `send_mu`-guarded sends,
+// which the producer's error callback also makes.
+struct DataService::Connection {
+  UniqueFd fd;
+  pid_t peer_pid = 0;
+  absl::Mutex send_mu;
+  std::unique_ptr<BatchProducer> producer;
+  int32_t rank = -1;
+  std::atomic<bool> finished{false};
+  // Not OK for a connection that is refused (another uid).
+  absl::Status refusal;
+  std::thread thread;
+
+  absl::Status Send(const ControlMessage& message) {
+    absl::MutexLock lock(&send_mu);
+    return SendMessage(fd.get(), message);
+  }
+};
+
+absl::StatusOr<std::unique_ptr<DataService>> DataService::Start(const ServiceOptions& options,
+                                                                Datasets datasets) {
+  if (absl::Status s = ValidateJobId(options.job_id); !s.ok()) return s;
+  if (datasets.train == nullptr) return absl::InvalidArgumentError("no training dataset");
+  if (options.threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--threads: must be 0 (automatic) or positive, got ", options.threads));
+  }
+  if (options.prefetch < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prefetch: must be at least 1, got ", options.prefetch));
+  }
+  absl::StatusOr<sockaddr_un> address = SocketAddress(options.socket_path);
+  if (!address.ok()) return address.status();
+  if (absl::Status s = ClearStaleSocket(options.socket_path, *address); !s.ok()) return s;
+
+  UniqueFd listener(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!listener.valid()) return ErrnoToStatus(errno, "socket(AF_UNIX, SOCK_SEQPACKET)");
+  if (bind(listener.get(), reinterpret_cast<const sockaddr*>(&*address), sizeof(*address)) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--socket: the directory of ", options.socket_path, " does not exist"));
+    }
+    return Prefixed("--socket: ", ErrnoToStatus(errno, absl::StrCat("bind ", options.socket_path)));
+  }
+  auto remove_socket = absl::MakeCleanup([&] { unlink(options.socket_path.c_str()); });
+  // Nobody can connect before listen(), so owner-only from the first connection on.
+  if (chmod(options.socket_path.c_str(), 0600) != 0) {
+    return ErrnoToStatus(errno, absl::StrCat("chmod 0600 ", options.socket_path));
+  }
+  if (listen(listener.get(), 128) != 0) {
+    return ErrnoToStatus(errno, absl::StrCat("listen on ", options.socket_path));
+  }
+  struct stat st;
+  if (stat(options.socket_path.c_str(), &st) != 0) {
+    return ErrnoToStatus(errno, absl::StrCat("stat ", options.socket_path));
+  }
+  UniqueFd stop_event(eventfd(0, EFD_CLOEXEC));
+  if (!stop_event.valid()) return ErrnoToStatus(errno, "eventfd");
+  std::move(remove_socket).Cancel();
+  return std::unique_ptr<DataService>(new DataService(options, std::move(datasets),
+                                                      std::move(listener), std::move(stop_event),
+                                                      st.st_dev, st.st_ino));
+}
+
+DataService::DataService(const ServiceOptions& options, Datasets datasets, UniqueFd listener,
+                         UniqueFd stop_event, dev_t socket_device, ino_t socket_inode)
+    : options_(options),
+      datasets_(std::move(datasets)),
+      listener_(std::move(listener)),
+      stop_event_(std::move(stop_event)),
+      socket_device_(socket_device),
+      socket_inode_(socket_inode),
+      pool_(std::make_unique<WorkerPool>(options.threads > 0 ? options.threads
+                                                             : WorkerPool::DefaultThreadCount())),
+      accept_thread_([this] { AcceptLoop(); }) {
+  LogInfo("listening on %s (job %s, node %d, %d decode threads, training samples %d%s)",
+          options_.socket_path, options_.job_id, options_.node_id, pool_->thread_count(),
+          datasets_.train->size(),
+          datasets_.val ? absl::StrCat(", validation samples ", datasets_.val->size()) : "");
+}
+
+DataService::~DataService() { Shutdown(); }
+
+void DataService::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  const uint64_t one = 1;
+  if (write(stop_event_.get(), &one, sizeof(one)) != sizeof(one)) {
+    LogError("cannot signal shutdown to the service threads: %s", std::strerror(errno));
+  }
+  accept_thread_.join();
+  std::list<std::unique_ptr<Connection>> connections;
+  {
+    absl::MutexLock lock(&mu_);
+    connections.swap(connections_);
+  }
+  for (std::unique_ptr<Connection>& connection : connections) connection->thread.join();
+  connections.clear();  // every ring is unmapped and unlinked by now
+  pool_.reset();
+  struct stat st;
+  if (stat(options_.socket_path.c_str(), &st) == 0 && st.st_dev == socket_device_ &&
+      st.st_ino == socket_inode_) {
+    unlink(options_.socket_path.c_str());
+  }
+  listener_.Reset();
+  LogInfo("stopped");
+}
+
+absl::Status DataService::health() {
+  absl::MutexLock lock(&mu_);
+  return health_;
+}
+
+int DataService::connection_count() {
+  ReapFinished();
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(connections_.size());
+}
+
+void DataService::ReapFinished() {
+  std::list<std::unique_ptr<Connection>> finished;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = connections_.begin(); it != connections_.end();) {
+      if ((*it)->finished.load()) {
+        finished.push_back(std::move(*it));
+        it = connections_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (std::unique_ptr<Connection>& connection : finished) connection->thread.join();
+}
+
+void DataService::AcceptLoop() {
+  while (true) {
+    pollfd fds[2] = {{listener_.get(), POLLIN, 0}, {stop_event_.get(), POLLIN, 0}};
+    const int ready = poll(fds, 2, kPollMillis);
+    if (ready < 0 && errno != EINTR) {
+      absl::MutexLock lock(&mu_);
+      health_ = ErrnoToStatus(errno, "poll on the listening socket");
+      LogError("%s", health_.message());
+      return;
+    }
+    ReapFinished();
+    if (ready <= 0) continue;
+    if (fds[1].revents != 0) return;
+    if (fds[0].revents == 0) continue;
+    UniqueFd fd(accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!fd.valid()) {
+      if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) continue;
+      LogWarning("accept on %s: %s", options_.socket_path, std::strerror(errno));
+      absl::SleepFor(absl::Milliseconds(100));  // EMFILE and friends: do not spin
+      continue;
+    }
+    ucred peer;
+    socklen_t length = sizeof(peer);
+    if (getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0) {
+      LogWarning("refusing a connection whose credentials are unknown: %s", std::strerror(errno));
+      continue;
+    }
+    auto connection = std::make_unique<Connection>();
+    connection->fd = std::move(fd);
+    connection->peer_pid = peer.pid;
+    if (peer.uid != geteuid()) {
+      LogWarning("refusing a connection from pid %d: uid %d is not the service's uid %d",
+                 peer.pid, peer.uid, geteuid());
+      connection->refusal = absl::PermissionDeniedError(absl::StrCat(
+          "uid ", peer.uid, " may not use a data service of uid ", geteuid()));
+    }
+    absl::MutexLock lock(&mu_);
+    if (connections_.size() >= static_cast<size_t>(kMaxConnections)) {
+      LogWarning("refusing a connection from pid %d: %d connections are open", peer.pid,
+                 kMaxConnections);
+      (void)SendMessage(connection->fd.get(),
+                        ErrorMessage(absl::ResourceExhaustedError("too many connections"), 0));
+      continue;
+    }
+    Connection* raw = connection.get();
+    connections_.push_back(std::move(connection));
+    raw->thread = std::thread([this, raw] { Serve(raw); });
+  }
+}
+
+void DataService::Serve(Connection* connection) {
+  if (!connection->refusal.ok()) {
+    // Answer the first request with the refusal, then close. (Closing at once, with the
+    // request unread, would reset the connection and lose the reason.)
+    absl::StatusOr<ControlMessage> request =
+        ReceiveMessage(connection->fd.get(), kRefusalReadTimeout);
+    (void)connection->Send(
+        ErrorMessage(connection->refusal, request.ok() ? request->request_id : 0));
+    connection->fd.Reset();
+    connection->finished.store(true);
+    return;
+  }
+  while (true) {
+    pollfd fds[2] = {{connection->fd.get(), POLLIN, 0}, {stop_event_.get(), POLLIN, 0}};
+    const int ready = poll(fds, 2, kPollMillis);
+    if (ready < 0 && errno != EINTR) {
+      LogError("poll on the connection of pid %d: %s", connection->peer_pid, std::strerror(errno));
+      break;
+    }
+    if (ready <= 0) continue;
+    if (fds[1].revents != 0) break;
+    if (fds[0].revents == 0) continue;
+    absl::StatusOr<ControlMessage> message =
+        ReceiveMessage(connection->fd.get(), absl::ZeroDuration());
+    if (absl::IsDeadlineExceeded(message.status())) continue;
+    if (absl::IsUnavailable(message.status())) {
+      LogInfo("rank %d (pid %d) disconnected", connection->rank, connection->peer_pid);
+      break;
+    }
+    if (!message.ok()) {
+      LogWarning("closing the connection of pid %d after a bad control message: %s",
+                 connection->peer_pid, message.status().message());
+      (void)connection->Send(ErrorMessage(message.status(), 0));
+      break;
+    }
+    if (!Handle(connection, *message)) break;
+  }
+  if (connection->producer != nullptr) {
+    const std::string name = connection->producer->segment_name();
+    connection->producer.reset();
+    LogInfo("rank %d: ring %s unmapped and unlinked", connection->rank, name);
+  }
+  connection->fd.Reset();
+  connection->finished.store(true);
+}
+
+bool DataService::Handle(Connection* connection, const ControlMessage& message) {
+  const uint32_t id = message.request_id;
+  switch (static_cast<MessageType>(message.type)) {
+    case MessageType::kRegister: {
+      const RingRequest request = GetRequest(message);
+      if (connection->producer != nullptr) {
+        return connection->Send(ErrorMessage(absl::FailedPreconditionError(absl::StrCat(
+                                                 "this connection already registered rank ",
+                                                 connection->rank)),
+                                             id))
+            .ok();
+      }
+      std::shared_ptr<const Dataset> dataset = request.train ? datasets_.train : datasets_.val;
+      if (dataset == nullptr) {
+        return connection->Send(ErrorMessage(absl::InvalidArgumentError(
+                                                 "this data service has no validation split "
+                                                 "(start it with --val_dir)"),
+                                             id))
+            .ok();
+      }
+      BatchProducerOptions producer_options;
+      producer_options.segment_name = RingSegmentName(options_.job_id, request.rank, request.train);
+      producer_options.request = request;
+      producer_options.prefetch = options_.prefetch;
+      absl::StatusOr<std::unique_ptr<BatchProducer>> producer = BatchProducer::Create(
+          producer_options, std::move(dataset), pool_.get(),
+          [connection](const absl::Status& status) {
+            (void)connection->Send(ErrorMessage(status, 0));
+          });
+      if (!producer.ok()) {
+        LogWarning("refusing the ring request of rank %d (pid %d): %s", request.rank,
+                   connection->peer_pid, producer.status().message());
+        return connection->Send(ErrorMessage(producer.status(), id)).ok();
+      }
+      connection->producer = std::move(*producer);
+      connection->rank = request.rank;
+      ControlMessage reply = NewMessage(MessageType::kRegistered, id);
+      SetRequest(request, &reply);
+      reply.ring_bytes = connection->producer->ring_bytes();
+      SetText(&reply, connection->producer->segment_name());
+      LogInfo("rank %d of %d (pid %d): ring %s, %d slots of %d x %dx%dx3, %s split", request.rank,
+              request.world_size, connection->peer_pid, connection->producer->segment_name(),
+              request.slot_count, request.batch_size, request.image_size, request.image_size,
+              request.train ? "training" : "validation");
+      return connection->Send(reply).ok();
+    }
+    case MessageType::kStartEpoch: {
+      if (connection->producer == nullptr) {
+        return connection->Send(ErrorMessage(absl::FailedPreconditionError(
+                                                 "StartEpoch before the ring was registered"),
+                                             id))
+            .ok();
+      }
+      absl::StatusOr<EpochInfo> info =
+          connection->producer->QueueEpoch(message.epoch, message.seed);
+      if (!info.ok()) return connection->Send(ErrorMessage(info.status(), id)).ok();
+      ControlMessage reply = NewMessage(MessageType::kEpochStarted, id);
+      reply.epoch = info->epoch;
+      reply.samples = info->samples;
+      reply.batches = info->batches;
+      return connection->Send(reply).ok();
+    }
+    default:
+      (void)connection->Send(ErrorMessage(
+          absl::InvalidArgumentError(absl::StrCat("unexpected control message type ",
+                                                  message.type, " from a client")),
+          id));
+      return false;
+  }
+}
+
+}  // namespace stoker::data_service

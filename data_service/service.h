@@ -1,0 +1,97 @@
+// DataService: the data_service program as a library. It listens on a Unix socket, serves
+// one ring per registered trainer rank (a BatchProducer per connection), and cleans up
+// after itself: a closed connection unmaps and unlinks its ring; Shutdown() stops
+// everything, joins every thread, unlinks every segment and removes the socket.
+#ifndef STOKER_DATA_SERVICE_SERVICE_H_
+#define STOKER_DATA_SERVICE_SERVICE_H_
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <string>
+#include <sys/types.h>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/unique_fd.h"
+#include "data_service/control_protocol.h"
+#include "data_service/dataset_config.h"
+#include "data_service/worker_pool.h"
+
+namespace stoker::data_service {
+
+struct ServiceOptions {
+  std::string socket_path;
+  std::string job_id;      // [A-Za-z0-9._-], 1..64 characters
+  int32_t node_id = 0;
+  int32_t threads = 0;     // decode threads; 0: WorkerPool::DefaultThreadCount()
+  int32_t prefetch = 2;    // batches per ring decoded at the same time
+};
+
+// InvalidArgument (naming --job_id) unless `job_id` is usable in segment names.
+absl::Status ValidateJobId(const std::string& job_id);
+
+// The shared-memory segment of a rank's ring: "/stoker.<job_id>.ring.<rank>" for the
+// training split, with ".val" appended for the validation split.
+std::string RingSegmentName(const std::string& job_id, int32_t rank, bool train);
+
+// The service. Thread-safe. Threads: one accepts connections, one per connection serves
+// its control messages (and owns its BatchProducer), plus the decode pool.
+//
+//   ASSIGN_OR_RETURN(auto service, DataService::Start(options, std::move(datasets)));
+//   ...wait for SIGTERM...;  service->Shutdown();
+class DataService {
+ public:
+  // Creates the socket (mode 0600; its directory must exist) and starts accepting.
+  // InvalidArgument naming --socket or --job_id for bad options; AlreadyExists if another
+  // service listens on the socket. A stale socket file left by a dead service is replaced.
+  static absl::StatusOr<std::unique_ptr<DataService>> Start(const ServiceOptions& options,
+                                                            Datasets datasets);
+  ~DataService();  // Shutdown()
+  DataService(const DataService&) = delete;
+  DataService& operator=(const DataService&) = delete;
+
+  // Closes every connection, stops production, joins all threads, unlinks every ring and
+  // removes the socket. Idempotent.
+  void Shutdown();
+
+  // Not OK once the service can no longer accept connections (its message says why).
+  absl::Status health();
+
+  // Connections currently open (for tests).
+  int connection_count();
+  int thread_count() const { return pool_->thread_count(); }
+
+ private:
+  struct Connection;
+
+  DataService(const ServiceOptions& options, Datasets datasets, UniqueFd listener,
+              UniqueFd stop_event, dev_t socket_device, ino_t socket_inode);
+  void AcceptLoop();
+  void Serve(Connection* connection);
+  // Handles one request; false when the connection must be closed.
+  bool Handle(Connection* connection, const ControlMessage& message);
+  void ReapFinished() ABSL_LOCKS_EXCLUDED(mu_);
+
+  const ServiceOptions options_;
+  const Datasets datasets_;
+  UniqueFd listener_;
+  UniqueFd stop_event_;  // an eventfd, readable once Shutdown() starts
+  const dev_t socket_device_;
+  const ino_t socket_inode_;
+  std::unique_ptr<WorkerPool> pool_;
+
+  absl::Mutex mu_;
+  std::list<std::unique_ptr<Connection>> connections_ ABSL_GUARDED_BY(mu_);
+  absl::Status health_ ABSL_GUARDED_BY(mu_);
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+
+  std::thread accept_thread_;  // last: started once everything above exists
+};
+
+}  // namespace stoker::data_service
+
+#endif  // STOKER_DATA_SERVICE_SERVICE_H_

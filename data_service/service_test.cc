@@ -1,0 +1,461 @@
+// Tests of DataService with RingClient in one process: registration, epochs, refusals,
+// malformed input, other users, cleanup when a client leaves or the service stops, and
+// the client's behaviour when the service dies or reports a failed sample.
+#include "data_service/service.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/unique_fd.h"
+#include "data_service/control_protocol.h"
+#include "data_service/ring.h"
+#include "data_service/ring_client.h"
+#include "data_service/sampler.h"
+#include "data_service/synthetic_dataset.h"
+#include "gtest/gtest.h"
+
+namespace stoker::data_service {
+namespace {
+
+bool SegmentExists(const std::string& name) {
+  struct stat st;
+  return stat(("/dev/shm" + name).c_str(), &st) == 0;
+}
+
+// Waits up to 5 s for `condition`.
+template <typename Condition>
+bool Eventually(Condition condition) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (!condition()) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return true;
+}
+
+// Sleeps in every Load, so that the ring stays empty for a while.
+class SlowDataset : public Dataset {
+ public:
+  explicit SlowDataset(std::shared_ptr<const Dataset> base) : base_(std::move(base)) {}
+  int64_t size() const override { return base_->size(); }
+  int32_t num_classes() const override { return base_->num_classes(); }
+  int32_t Label(int64_t index) const override { return base_->Label(index); }
+  absl::Status Load(int64_t index, const SampleOptions& options, uint8_t* dst) const override {
+    absl::SleepFor(absl::Milliseconds(300));
+    return base_->Load(index, options, dst);
+  }
+  std::string Describe(int64_t index) const override { return base_->Describe(index); }
+
+ private:
+  std::shared_ptr<const Dataset> base_;
+};
+
+// Fails every Load.
+class BrokenDataset : public SlowDataset {
+ public:
+  using SlowDataset::SlowDataset;
+  absl::Status Load(int64_t index, const SampleOptions&, uint8_t*) const override {
+    return absl::DataLossError(absl::StrCat("truncated file for index ", index));
+  }
+};
+
+std::shared_ptr<const Dataset> Synthetic(int64_t samples, bool validation = false) {
+  return std::shared_ptr<const Dataset>(
+      std::move(*SyntheticDataset::Create({samples, 10, 1, validation})));
+}
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static int counter = 0;
+    // Bazel's TEST_TMPDIR is too long for a Unix socket path (108 bytes at most).
+    char dir[] = "/tmp/stoker-servicetest-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    dir_ = dir;
+    socket_ = dir_ + "/data.sock";
+    job_ = absl::StrCat("servicetest", getpid(), "_", counter++);
+  }
+  void TearDown() override {
+    service_.reset();
+    rmdir(dir_.c_str());
+    EXPECT_FALSE(SegmentExists(RingSegmentName(job_, 0, true)));
+    EXPECT_FALSE(SegmentExists(RingSegmentName(job_, 1, true)));
+  }
+
+  void StartService(Datasets datasets = {Synthetic(100), Synthetic(10, true)}, int threads = 2) {
+    ServiceOptions options;
+    options.socket_path = socket_;
+    options.job_id = job_;
+    options.threads = threads;
+    auto service = DataService::Start(options, std::move(datasets));
+    ASSERT_TRUE(service.ok()) << service.status();
+    service_ = std::move(*service);
+  }
+
+  RingRequest Request(int rank = 0, int world = 1) {
+    RingRequest request;
+    request.rank = rank;
+    request.world_size = world;
+    request.batch_size = 8;
+    request.image_size = 16;
+    request.slot_count = 3;
+    return request;
+  }
+
+  std::unique_ptr<RingClient> Connect(const RingRequest& request) {
+    auto client = RingClient::Connect(socket_, request, absl::Seconds(10));
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? std::move(*client) : nullptr;
+  }
+
+  UniqueFd RawConnection() {
+    UniqueFd fd(socket(AF_UNIX, SOCK_SEQPACKET, 0));
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::strncpy(address.sun_path, socket_.c_str(), sizeof(address.sun_path) - 1);
+    EXPECT_EQ(connect(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    return fd;
+  }
+
+  std::string dir_;
+  std::string socket_;
+  std::string job_;
+  std::unique_ptr<DataService> service_;
+};
+
+TEST_F(ServiceTest, SocketIsOwnerOnly) {
+  StartService();
+  struct stat st;
+  ASSERT_EQ(stat(socket_.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
+TEST_F(ServiceTest, ClientReceivesEveryBatchOfTwoQueuedEpochs) {
+  StartService();
+  auto client = Connect(Request(1, 2));
+  ASSERT_NE(client, nullptr);
+  EXPECT_TRUE(SegmentExists(RingSegmentName(job_, 1, true)));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(client->ring_base()) % 4096, 0u);
+  EXPECT_GE(client->ring_bytes(), 3u * 8 * 16 * 16 * 3);
+  EXPECT_EQ(client->request().rank, 1);
+  auto e0 = client->StartEpoch(0, 42);
+  auto e1 = client->StartEpoch(1, 42);
+  ASSERT_TRUE(e0.ok() && e1.ok()) << e0.status() << e1.status();
+  EXPECT_EQ(e0->samples, 50);
+  EXPECT_EQ(e0->batches, 7);
+  auto sampler = DistributedSampler::Create({100, 2, 1, true, false});
+  for (const EpochInfo& info : {*e0, *e1}) {
+    std::vector<int64_t> indices;
+    for (int64_t step = 0; step < info.batches; ++step) {
+      auto batch = client->Acquire(absl::Seconds(20));
+      ASSERT_TRUE(batch.ok()) << batch.status();
+      EXPECT_EQ(batch->epoch, info.epoch);
+      EXPECT_EQ(batch->step, step);
+      EXPECT_EQ(batch->count, step + 1 < info.batches ? 8 : 2);
+      EXPECT_GE(batch->images, static_cast<const uint8_t*>(client->ring_base()));
+      EXPECT_LE(batch->images + batch->count * 16 * 16 * 3,
+                static_cast<const uint8_t*>(client->ring_base()) + client->ring_bytes());
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(batch->images) % 4096, 0u);
+      for (int i = 0; i < batch->count; ++i) {
+        indices.push_back(batch->sample_indices[i]);
+        EXPECT_EQ(batch->labels[i], batch->sample_indices[i] % 10);
+      }
+      ASSERT_TRUE(client->Release(*batch).ok());
+    }
+    EXPECT_EQ(indices, sampler->EpochIndices(42, info.epoch));
+  }
+  auto extra = client->Acquire(absl::Milliseconds(10));
+  EXPECT_EQ(extra.status().code(), absl::StatusCode::kFailedPrecondition) << extra.status();
+}
+
+TEST_F(ServiceTest, ValidationRingsGetTheirOwnSegment) {
+  StartService();
+  auto train = Connect(Request());
+  RingRequest request = Request();
+  request.train = false;
+  auto val = Connect(request);
+  ASSERT_NE(train, nullptr);
+  ASSERT_NE(val, nullptr);
+  EXPECT_TRUE(SegmentExists(RingSegmentName(job_, 0, false)));
+  auto info = val->StartEpoch(0, 5);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->samples, 10);
+  auto batch = val->Acquire(absl::Seconds(20));
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_EQ(batch->sample_indices[0], 0);
+  EXPECT_EQ(batch->sample_indices[7], 7);
+  val.reset();
+  EXPECT_TRUE(Eventually([&] { return !SegmentExists(RingSegmentName(job_, 0, false)); }));
+}
+
+TEST_F(ServiceTest, BadRequestsAreRefusedWithInvalidArgument) {
+  StartService();
+  RingRequest request = Request();
+  request.image_size = 0;
+  auto refused = RingClient::Connect(socket_, request, absl::Seconds(10));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("image_size"), std::string::npos) << refused.status();
+
+  request = Request();
+  request.batch_size = kMaxBatchSize;
+  request.image_size = kMaxImageSize;
+  refused = RingClient::Connect(socket_, request, absl::Seconds(10));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("/dev/shm"), std::string::npos) << refused.status();
+
+  request = Request(3, 2);
+  refused = RingClient::Connect(socket_, request, absl::Seconds(10));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+
+  // The service is unharmed.
+  EXPECT_NE(Connect(Request()), nullptr);
+}
+
+TEST_F(ServiceTest, ARankCanHoldOnlyOneRing) {
+  StartService();
+  auto first = Connect(Request());
+  ASSERT_NE(first, nullptr);
+  auto second = RingClient::Connect(socket_, Request(), absl::Seconds(10));
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(second.status().message().find("already exists"), std::string::npos)
+      << second.status();
+  // The refusal must not have removed the first client's ring.
+  EXPECT_TRUE(SegmentExists(RingSegmentName(job_, 0, true)));
+}
+
+TEST_F(ServiceTest, EpochsMustIncrease) {
+  StartService();
+  auto client = Connect(Request());
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->StartEpoch(4, 1).ok());
+  EXPECT_EQ(client->StartEpoch(4, 1).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(client->StartEpoch(5, 1).ok());
+}
+
+TEST_F(ServiceTest, ClosingAClientUnmapsAndUnlinksItsRing) {
+  StartService();
+  auto client = Connect(Request());
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->StartEpoch(0, 1).ok());
+  EXPECT_EQ(service_->connection_count(), 1);
+  client.reset();  // with batches still in flight
+  EXPECT_TRUE(Eventually([&] { return !SegmentExists(RingSegmentName(job_, 0, true)); }));
+  EXPECT_TRUE(Eventually([&] { return service_->connection_count() == 0; }));
+  // The rank may register again.
+  EXPECT_NE(Connect(Request()), nullptr);
+}
+
+TEST_F(ServiceTest, ShutdownUnlinksEveryRingAndRemovesTheSocket) {
+  StartService();
+  auto a = Connect(Request(0, 2));
+  auto b = Connect(Request(1, 2));
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(a->StartEpoch(0, 1).ok());
+  service_->Shutdown();
+  EXPECT_FALSE(SegmentExists(RingSegmentName(job_, 0, true)));
+  EXPECT_FALSE(SegmentExists(RingSegmentName(job_, 1, true)));
+  struct stat st;
+  EXPECT_NE(stat(socket_.c_str(), &st), 0);
+  service_->Shutdown();  // idempotent
+}
+
+TEST_F(ServiceTest, AcquireReturnsUnavailableSoonAfterTheServiceDies) {
+  StartService({std::make_shared<SlowDataset>(Synthetic(100)), nullptr}, 1);
+  auto client = Connect(Request());
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->StartEpoch(0, 1).ok());
+  std::thread killer([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    service_->Shutdown();
+  });
+  const absl::Time start = absl::Now();
+  auto batch = client->Acquire(absl::Seconds(30));
+  killer.join();
+  EXPECT_EQ(batch.status().code(), absl::StatusCode::kUnavailable) << batch.status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(client->StartEpoch(1, 1).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(client->Acquire(absl::Seconds(1)).status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(ServiceTest, AcquireTimesOutWithDeadlineExceeded) {
+  StartService({std::make_shared<SlowDataset>(Synthetic(100)), nullptr}, 1);
+  auto client = Connect(Request());
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->StartEpoch(0, 1).ok());
+  const absl::Time start = absl::Now();
+  auto batch = client->Acquire(absl::Milliseconds(250));
+  EXPECT_EQ(batch.status().code(), absl::StatusCode::kDeadlineExceeded) << batch.status();
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(240));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+}
+
+TEST_F(ServiceTest, AFailedSampleReachesTheClientAsItsError) {
+  StartService({std::make_shared<BrokenDataset>(Synthetic(100)), nullptr}, 1);
+  auto client = Connect(Request());
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->StartEpoch(0, 1).ok());
+  auto batch = client->Acquire(absl::Seconds(20));
+  EXPECT_EQ(batch.status().code(), absl::StatusCode::kDataLoss) << batch.status();
+  EXPECT_NE(batch.status().message().find("truncated file"), std::string::npos) << batch.status();
+  EXPECT_NE(batch.status().message().find("epoch 0, step 0"), std::string::npos)
+      << batch.status();
+  EXPECT_EQ(client->StartEpoch(1, 1).status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST_F(ServiceTest, NoValidationSplitMeansValidationRingsAreRefused) {
+  StartService({Synthetic(100), nullptr});
+  RingRequest request = Request();
+  request.train = false;
+  auto refused = RingClient::Connect(socket_, request, absl::Seconds(10));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("--val_dir"), std::string::npos);
+}
+
+TEST_F(ServiceTest, MalformedMessagesCloseOnlyTheirConnection) {
+  StartService();
+  auto good = Connect(Request());
+  ASSERT_NE(good, nullptr);
+  {
+    UniqueFd raw = RawConnection();
+    const char garbage[17] = "not a message at";
+    ASSERT_EQ(send(raw.get(), garbage, sizeof(garbage), 0), static_cast<ssize_t>(sizeof(garbage)));
+    auto reply = ReceiveMessage(raw.get(), absl::Seconds(5));
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    EXPECT_EQ(reply->type, static_cast<uint16_t>(MessageType::kError));
+    EXPECT_EQ(ReceiveMessage(raw.get(), absl::Seconds(5)).status().code(),
+              absl::StatusCode::kUnavailable);
+  }
+  {
+    UniqueFd raw = RawConnection();
+    ControlMessage message = NewMessage(MessageType::kRegister, 1);
+    message.version = 77;
+    ASSERT_TRUE(SendMessage(raw.get(), message).ok());
+    auto reply = ReceiveMessage(raw.get(), absl::Seconds(5));
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    EXPECT_NE(Text(*reply).find("version"), absl::string_view::npos);
+  }
+  {
+    // StartEpoch before Register: an error reply, and the connection stays usable.
+    UniqueFd raw = RawConnection();
+    ASSERT_TRUE(SendMessage(raw.get(), NewMessage(MessageType::kStartEpoch, 9)).ok());
+    auto reply = ReceiveMessage(raw.get(), absl::Seconds(5));
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    EXPECT_EQ(reply->request_id, 9u);
+    EXPECT_EQ(StatusFromError(*reply).code(), absl::StatusCode::kFailedPrecondition);
+    ControlMessage reg = NewMessage(MessageType::kRegister, 10);
+    RingRequest request = Request(1, 2);
+    SetRequest(request, &reg);
+    ASSERT_TRUE(SendMessage(raw.get(), reg).ok());
+    reply = ReceiveMessage(raw.get(), absl::Seconds(5));
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    EXPECT_EQ(reply->type, static_cast<uint16_t>(MessageType::kRegistered));
+    // A reply type sent by a client is a protocol violation.
+    ASSERT_TRUE(SendMessage(raw.get(), NewMessage(MessageType::kEpochStarted, 11)).ok());
+    reply = ReceiveMessage(raw.get(), absl::Seconds(5));
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    EXPECT_EQ(reply->type, static_cast<uint16_t>(MessageType::kError));
+  }
+  EXPECT_TRUE(Eventually([&] { return !SegmentExists(RingSegmentName(job_, 1, true)); }));
+  // The well-behaved client is unaffected.
+  ASSERT_TRUE(good->StartEpoch(0, 1).ok());
+  EXPECT_TRUE(good->Acquire(absl::Seconds(20)).ok());
+}
+
+TEST_F(ServiceTest, ConnectionsOfOtherUsersAreRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to act as another user";
+  StartService();
+  // Open the socket's mode so that only the credential check stands in the way.
+  ASSERT_EQ(chmod(dir_.c_str(), 0755), 0);
+  ASSERT_EQ(chmod(socket_.c_str(), 0777), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(77);
+    auto client = RingClient::Connect(socket_, Request(), absl::Seconds(5));
+    if (client.ok()) _exit(11);
+    // Refused by the service's SO_PEERCRED check, not by the file system.
+    if (client.status().code() != absl::StatusCode::kPermissionDenied ||
+        client.status().message().find("may not use") == absl::string_view::npos) {
+      fprintf(stderr, "%s\n", client.status().ToString().c_str());
+      _exit(12);
+    }
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 77) {
+    GTEST_SKIP() << "cannot switch to another user id here (a sandbox's user namespace?)";
+  }
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_FALSE(SegmentExists(RingSegmentName(job_, 0, true)));
+}
+
+TEST_F(ServiceTest, StartRefusesBadOptionsAndALiveSocket) {
+  ServiceOptions options;
+  options.socket_path = socket_;
+  options.job_id = "bad/job";
+  auto bad = DataService::Start(options, {Synthetic(10), nullptr});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("--job_id"), std::string::npos);
+  options.job_id = job_;
+  options.socket_path = "/nonexistent/dir/x.sock";
+  bad = DataService::Start(options, {Synthetic(10), nullptr});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("--socket"), std::string::npos);
+  options.socket_path = std::string(200, 'x');
+  EXPECT_EQ(DataService::Start(options, {Synthetic(10), nullptr}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  StartService();
+  options.socket_path = socket_;
+  auto second = DataService::Start(options, {Synthetic(10), nullptr});
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kAlreadyExists);
+  // The failed start must leave the running service's socket alone.
+  EXPECT_NE(Connect(Request()), nullptr);
+}
+
+TEST_F(ServiceTest, AStaleSocketIsReplaced) {
+  {
+    UniqueFd fd(socket(AF_UNIX, SOCK_SEQPACKET, 0));
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::strncpy(address.sun_path, socket_.c_str(), sizeof(address.sun_path) - 1);
+    ASSERT_EQ(bind(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  }  // closed without unlinking: a dead service's leftover
+  StartService();
+  EXPECT_NE(Connect(Request()), nullptr);
+}
+
+TEST_F(ServiceTest, ConnectWithoutAServiceIsUnavailableAfterTheTimeout) {
+  const absl::Time start = absl::Now();
+  auto client = RingClient::Connect(socket_, Request(), absl::Milliseconds(300));
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(290));
+}
+
+TEST_F(ServiceTest, ConnectWaitsForAServiceThatIsStarting) {
+  std::thread starter([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    StartService();
+  });
+  auto client = RingClient::Connect(socket_, Request(), absl::Seconds(20));
+  starter.join();
+  EXPECT_TRUE(client.ok()) << client.status();
+}
+
+}  // namespace
+}  // namespace stoker::data_service

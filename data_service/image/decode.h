@@ -1,0 +1,152 @@
+// Decoding of JPEG (libjpeg-turbo) and PNG (libpng) bytes into 8-bit RGB rows. The format
+// comes from the bytes' magic numbers, never from a file name. JPEGs can be decoded with
+// DCT-domain downscaling and only the rows and columns a caller needs; PNGs at full size.
+// Grayscale, CMYK/YCCK, palette, 16-bit and alpha images all come out as RGB the way
+// Pillow's `Image.open(f).convert("RGB")` makes them (alpha is dropped, not composited).
+// Every failure, including any malformed input, is an absl::Status: DecodeImage() is the
+// fuzzable entry point.
+#ifndef STOKER_DATA_SERVICE_IMAGE_DECODE_H_
+#define STOKER_DATA_SERVICE_IMAGE_DECODE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace stoker::data_service::image {
+namespace internal {
+struct JpegState;
+struct PngState;
+}  // namespace internal
+
+enum class ImageFormat { kJpeg, kPng };
+
+absl::string_view ImageFormatName(ImageFormat format);
+
+// Pillow raises DecompressionBombError above 2 * Image.MAX_IMAGE_PIXELS pixels; Stoker's
+// default limit is the same, so it accepts exactly the sizes torchvision's loader accepts.
+inline constexpr int64_t kDefaultMaxPixels = 2 * int64_t{89478485};
+
+struct DecodeOptions {
+  // Largest width * height accepted. Checked from the header, before any pixel data is
+  // decoded or any image-sized buffer allocated.
+  int64_t max_pixels = kDefaultMaxPixels;
+  // Lets JPEGs be decoded at a DCT-domain scale below 1 (benchmarks switch it off).
+  bool allow_dct_scaling = true;
+};
+
+struct ImageHeader {
+  ImageFormat format = ImageFormat::kJpeg;
+  int width = 0;
+  int height = 0;
+};
+
+// A decode scale num/denom: the image comes out ceil(size * num / denom) pixels wide/high.
+struct ScaleFactor {
+  int num = 1;
+  int denom = 1;
+
+  int Apply(int size) const {
+    return static_cast<int>((static_cast<int64_t>(size) * num + denom - 1) / denom);
+  }
+  bool operator==(const ScaleFactor& o) const { return num == o.num && denom == o.denom; }
+  bool operator!=(const ScaleFactor& o) const { return !(*this == o); }
+};
+
+// The smallest factor in `factors` (sorted largest first, the first being 1/1) that keeps
+// a source extent at least as large as its target in both axes:
+// source_width * s >= target_width and source_height * s >= target_height. So the
+// resampler after it only ever shrinks, and no detail the output can show is lost.
+ScaleFactor ChooseScale(absl::Span<const ScaleFactor> factors, int64_t source_width,
+                        int64_t target_width, int64_t source_height, int64_t target_height);
+
+// Pixel rectangle [x, x + width) x [y, y + height).
+struct PixelRect {
+  int x = 0;
+  int y = 0;
+  int width = 0;
+  int height = 0;
+};
+
+// Detects the format from the magic numbers. InvalidArgument for an empty input or for
+// anything but JPEG and PNG (naming what it looks like when it is a known other format).
+absl::StatusOr<ImageFormat> DetectImageFormat(absl::Span<const uint8_t> bytes);
+
+// A reusable two-step decoder: ReadHeader() parses the header and checks the limits, then
+// Decode() streams the rows of a region, optionally DCT-scaled, to a callback. The library
+// state (libjpeg decompressor) and the row buffers are kept between images, so decoding
+// many images does no allocation of Stoker's own once the buffers have grown; libjpeg
+// and libpng still allocate their per-image working memory internally.
+// Not thread-safe: one per worker thread (TransformScratch owns one).
+//
+//   ImageDecoder decoder;
+//   ASSIGN_OR_RETURN(ImageHeader header, decoder.ReadHeader(bytes, options));
+//   ScaleFactor s = ChooseScale(decoder.scale_factors(), ...);
+//   RETURN_IF_ERROR(decoder.Decode(s, region, [&](int y, const uint8_t* rgb) { ... }));
+class ImageDecoder {
+ public:
+  // Receives row `y` (in the scaled image) of the region: region.width RGB pixels, valid
+  // only during the call. Rows arrive in increasing order.
+  using RowSink = absl::FunctionRef<void(int y, const uint8_t* rgb)>;
+
+  ImageDecoder();
+  ~ImageDecoder();
+  ImageDecoder(const ImageDecoder&) = delete;
+  ImageDecoder& operator=(const ImageDecoder&) = delete;
+
+  // Parses the header of `bytes`, which must stay alive and unchanged until Decode()
+  // returns. InvalidArgument for a malformed header, an unsupported kind of image, or
+  // one larger than options.max_pixels.
+  absl::StatusOr<ImageHeader> ReadHeader(absl::Span<const uint8_t> bytes,
+                                         const DecodeOptions& options);
+
+  // Scales available for the image of the last ReadHeader(), largest (1/1) first: for a
+  // JPEG those of tjGetScalingFactors() that are <= 1 (when options allow), else 1/1.
+  absl::Span<const ScaleFactor> scale_factors() const;
+
+  // Decodes `region` of the image scaled by `scale` (one of scale_factors()) and hands
+  // each of its rows to `sink`. Only the rows and columns the region needs are
+  // reconstructed where the format allows (JPEG). Must follow a successful ReadHeader();
+  // one Decode() per ReadHeader(). InvalidArgument for corrupt or truncated data
+  // (Note [JPEG warnings]), FailedPrecondition for a call out of order.
+  absl::Status Decode(ScaleFactor scale, const PixelRect& region, RowSink sink);
+
+  // Bytes held in Stoker's own reusable buffers (not libjpeg's or libpng's internals).
+  size_t capacity_bytes() const;
+
+ private:
+  absl::Status DecodeJpeg(ScaleFactor scale, const PixelRect& region, RowSink sink);
+  absl::Status DecodePng(const PixelRect& region, RowSink sink);
+
+  std::unique_ptr<internal::JpegState> jpeg_;
+  std::unique_ptr<internal::PngState> png_;
+  ImageHeader header_;
+  bool header_ready_ = false;
+  bool dct_scaling_ = true;
+  std::vector<uint8_t> rows_;     // decoder output rows (RGB, or CMYK before conversion)
+  std::vector<uint8_t> rgb_row_;  // one converted RGB row (CMYK JPEGs)
+  std::vector<uint8_t*> row_pointers_;
+};
+
+// A whole image decoded at full size.
+struct DecodedImage {
+  int width = 0;
+  int height = 0;
+  std::vector<uint8_t> rgb;  // height rows of width * 3 bytes
+};
+
+// Decodes all of `bytes` at full size. The fuzzable entry point: any input either decodes
+// or gives InvalidArgument with a message saying what is wrong (the caller adds the file
+// name); none crashes.
+absl::StatusOr<DecodedImage> DecodeImage(absl::Span<const uint8_t> bytes,
+                                         const DecodeOptions& options = {});
+
+}  // namespace stoker::data_service::image
+
+#endif  // STOKER_DATA_SERVICE_IMAGE_DECODE_H_

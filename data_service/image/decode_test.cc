@@ -1,0 +1,352 @@
+#include "data_service/image/decode.h"
+
+#include <turbojpeg.h>
+
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <random>
+#include <utility>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "data_service/image/test_support.h"
+#include "gtest/gtest.h"
+
+namespace stoker::data_service::image {
+namespace {
+
+using ::stoker::data_service::image::testing::MakeTestDir;
+using ::stoker::data_service::image::testing::MaxAbsDiff;
+using ::stoker::data_service::image::testing::ReadFileBytes;
+using ::stoker::data_service::image::testing::ReadTable;
+using ::stoker::data_service::image::testing::RunPythonTool;
+
+// Generates the Python cases once per test binary.
+const std::string& CaseDir(const std::string& command) {
+  static auto* dirs = new std::map<std::string, std::string>();
+  auto it = dirs->find(command);
+  if (it == dirs->end()) {
+    const std::string dir = MakeTestDir(command);
+    const absl::Status status = RunPythonTool("make_image_cases.py", {command, dir});
+    EXPECT_TRUE(status.ok()) << status;
+    it = dirs->emplace(command, dir).first;
+  }
+  return it->second;
+}
+
+std::vector<uint8_t> Load(const std::string& path) {
+  auto bytes = ReadFileBytes(path);
+  EXPECT_TRUE(bytes.ok()) << bytes.status();
+  return bytes.ok() ? *bytes : std::vector<uint8_t>();
+}
+
+TEST(DetectImageFormatTest, LooksAtTheBytesOnly) {
+  const std::vector<uint8_t> jpeg = {0xff, 0xd8, 0xff, 0xe0, 0, 0};
+  const std::vector<uint8_t> png = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0};
+  EXPECT_EQ(*DetectImageFormat(jpeg), ImageFormat::kJpeg);
+  EXPECT_EQ(*DetectImageFormat(png), ImageFormat::kPng);
+  const auto empty = DetectImageFormat({});
+  EXPECT_EQ(empty.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(empty.status().message(), "empty")) << empty.status();
+  const std::string gif = "GIF89a......";
+  const auto other = DetectImageFormat(
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(gif.data()), gif.size()));
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(other.status().message(), "GIF")) << other.status();
+}
+
+TEST(ChooseScaleTest, PicksTheSmallestFactorThatStillCoversTheTarget) {
+  const std::vector<ScaleFactor> factors = {{1, 1}, {7, 8}, {3, 4}, {5, 8}, {1, 2},
+                                            {3, 8}, {1, 4}, {1, 8}};
+  EXPECT_EQ(ChooseScale(factors, 500, 341, 375, 256), (ScaleFactor{3, 4}));
+  EXPECT_EQ(ChooseScale(factors, 2000, 341, 1500, 256), (ScaleFactor{1, 4}));
+  EXPECT_EQ(ChooseScale(factors, 448, 224, 448, 224), (ScaleFactor{1, 2}));  // exact fit
+  EXPECT_EQ(ChooseScale(factors, 447, 224, 448, 224), (ScaleFactor{5, 8}));
+  EXPECT_EQ(ChooseScale(factors, 100, 224, 5000, 224), (ScaleFactor{1, 1}));  // upscaling
+}
+
+TEST(ImageDecoderTest, DecodesEveryKindOfImageLikePillowConvertRgb) {
+  const std::string& dir = CaseDir("formats");
+  auto table = ReadTable(dir + "/manifest.txt");
+  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_GE(table->size(), 19u);
+  for (const auto& row : *table) {
+    const std::string& name = row[0];
+    const std::string& kind = row[1];
+    SCOPED_TRACE(name);
+    const std::vector<uint8_t> bytes = Load(dir + "/" + name);
+    const std::vector<uint8_t> expected = Load(dir + "/" + name + ".rgb");
+    auto image = DecodeImage(bytes);
+    ASSERT_TRUE(image.ok()) << image.status();
+    ASSERT_EQ(image->rgb.size(), expected.size())
+        << image->width << "x" << image->height;
+    const int diff = MaxAbsDiff(image->rgb.data(), expected.data(), expected.size());
+    // Pillow's libjpeg-turbo (3.x) and Debian's (2.1.5) may round color conversion
+    // differently by a level; PNG decoding is exact.
+    EXPECT_LE(diff, kind == "jpeg" ? 2 : 0) << kind;
+  }
+}
+
+TEST(ImageDecoderTest, YcckJpegDecodesLikeTurboJpegCmykThroughPillowsFormula) {
+  // TurboJPEG encodes CMYK pixels as YCCK; Pillow cannot write YCCK itself.
+  const int w = 45, h = 31;
+  std::vector<uint8_t> cmyk(w * h * 4);
+  for (int i = 0; i < w * h; ++i) {
+    cmyk[i * 4 + 0] = static_cast<uint8_t>(i * 3);
+    cmyk[i * 4 + 1] = static_cast<uint8_t>(255 - (i % w) * 5);
+    cmyk[i * 4 + 2] = static_cast<uint8_t>((i / w) * 8);
+    cmyk[i * 4 + 3] = static_cast<uint8_t>(40 + (i % 7) * 20);
+  }
+  tjhandle compressor = tjInitCompress();
+  ASSERT_NE(compressor, nullptr);
+  unsigned char* jpeg = nullptr;
+  unsigned long jpeg_size = 0;
+  ASSERT_EQ(tjCompress2(compressor, cmyk.data(), w, 0, h, TJPF_CMYK, &jpeg, &jpeg_size,
+                        TJSAMP_420, 95, 0), 0)
+      << tjGetErrorStr2(compressor);
+  tjDestroy(compressor);
+  std::vector<uint8_t> bytes(jpeg, jpeg + jpeg_size);
+  tjFree(jpeg);
+
+  tjhandle decompressor = tjInitDecompress();
+  int jw = 0, jh = 0, subsamp = 0, colorspace = 0;
+  ASSERT_EQ(tjDecompressHeader3(decompressor, bytes.data(), bytes.size(), &jw, &jh, &subsamp,
+                                &colorspace), 0);
+  EXPECT_EQ(colorspace, TJCS_YCCK);
+  std::vector<uint8_t> decoded_cmyk(w * h * 4);
+  ASSERT_EQ(tjDecompress2(decompressor, bytes.data(), bytes.size(), decoded_cmyk.data(), w, 0,
+                          h, TJPF_CMYK, 0), 0);
+  tjDestroy(decompressor);
+  std::vector<uint8_t> expected(w * h * 3);
+  for (int i = 0; i < w * h; ++i) {
+    const int nk = decoded_cmyk[i * 4 + 3];
+    for (int c = 0; c < 3; ++c) {
+      const int tmp = (255 - decoded_cmyk[i * 4 + c]) * nk + 128;
+      expected[i * 3 + c] = static_cast<uint8_t>(nk - (((tmp >> 8) + tmp) >> 8));
+    }
+  }
+  auto image = DecodeImage(bytes);
+  ASSERT_TRUE(image.ok()) << image.status();
+  EXPECT_EQ(image->rgb, expected);
+}
+
+TEST(ImageDecoderTest, EveryBadFileIsAClearInvalidArgument) {
+  const std::string& dir = CaseDir("bad");
+  auto table = ReadTable(dir + "/manifest.txt");
+  ASSERT_TRUE(table.ok()) << table.status();
+  // Besides the empty file, which has no manifest field issue.
+  const std::map<std::string, std::string> expected_words = {
+      {"empty.jpg", "empty file"},
+      {"text.jpg", "not a JPEG or PNG"},
+      {"gif.jpg", "GIF"},
+      {"truncated.jpg", "Premature end of JPEG file"},
+      {"truncated_header.jpg", "invalid JPEG header"},
+      {"soi_only.jpg", "invalid JPEG header"},
+      {"corrupt_header.jpg", "precision"},
+      {"corrupt_huffman.jpg", "Huffman"},
+      {"corrupt_scan.jpg", "Corrupt JPEG data"},
+      {"bomb.jpg", "decompression bomb"},
+      {"bomb.png", "decompression bomb"},
+      {"truncated.png", "truncated"},
+      {"bad_crc.png", "CRC"},
+      {"png_signature_only.png", "truncated"},
+  };
+  ASSERT_EQ(table->size(), expected_words.size());
+  for (const auto& row : *table) {
+    const std::string& name = row[0];
+    SCOPED_TRACE(name);
+    const std::vector<uint8_t> bytes = Load(dir + "/" + name);
+    auto image = DecodeImage(bytes);
+    ASSERT_FALSE(image.ok());
+    EXPECT_EQ(image.status().code(), absl::StatusCode::kInvalidArgument) << image.status();
+    ASSERT_TRUE(expected_words.count(name));
+    EXPECT_TRUE(absl::StrContains(image.status().message(), expected_words.at(name)))
+        << image.status();
+  }
+}
+
+TEST(ImageDecoderTest, PixelLimitIsCheckedFromTheHeader) {
+  const std::vector<uint8_t> bytes = Load(CaseDir("bad") + "/good.jpg");  // 160 x 120
+  DecodeOptions options;
+  options.max_pixels = 160 * 120;
+  EXPECT_TRUE(DecodeImage(bytes, options).ok());
+  options.max_pixels = 160 * 120 - 1;
+  const auto refused = DecodeImage(bytes, options);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "160x120")) << refused.status();
+}
+
+TEST(ImageDecoderTest, DecodeWithoutHeaderIsFailedPrecondition) {
+  ImageDecoder decoder;
+  const absl::Status status =
+      decoder.Decode(ScaleFactor{1, 1}, PixelRect{0, 0, 1, 1}, [](int, const uint8_t*) {});
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// Decodes `region` of `bytes` at `scale` into a dense buffer.
+absl::Status DecodeRegion(ImageDecoder& decoder, const std::vector<uint8_t>& bytes,
+                          ScaleFactor scale, const PixelRect& region,
+                          std::vector<uint8_t>* out) {
+  auto header = decoder.ReadHeader(bytes, DecodeOptions());
+  if (!header.ok()) return header.status();
+  out->assign(static_cast<size_t>(region.width) * region.height * 3, 0);
+  int expected_y = region.y;
+  bool in_order = true;
+  absl::Status status = decoder.Decode(scale, region, [&](int y, const uint8_t* rgb) {
+    in_order = in_order && y == expected_y++;
+    std::memcpy(&(*out)[static_cast<size_t>(y - region.y) * region.width * 3], rgb,
+                region.width * 3);
+  });
+  if (status.ok() && (!in_order || expected_y != region.y + region.height)) {
+    return absl::InternalError("rows missing or out of order");
+  }
+  return status;
+}
+
+// A JPEG of a smooth pattern in one of TurboJPEG's chroma subsamplings.
+std::vector<uint8_t> EncodeJpeg(int width, int height, int subsampling) {
+  std::vector<uint8_t> rgb(static_cast<size_t>(width) * height * 3);
+  for (int y = 0; y < height; ++y) {
+    for (int x = 0; x < width; ++x) {
+      uint8_t* p = &rgb[(static_cast<size_t>(y) * width + x) * 3];
+      p[0] = static_cast<uint8_t>(x * 255 / width);
+      p[1] = static_cast<uint8_t>((x * y) % 251);
+      p[2] = static_cast<uint8_t>(((x / 5 + y / 7) % 2) * 200);
+    }
+  }
+  tjhandle compressor = tjInitCompress();
+  unsigned char* jpeg = nullptr;
+  unsigned long size = 0;
+  EXPECT_EQ(tjCompress2(compressor, rgb.data(), width, 0, height, TJPF_RGB, &jpeg, &size,
+                        subsampling, 90, 0), 0);
+  tjDestroy(compressor);
+  std::vector<uint8_t> bytes(jpeg, jpeg + size);
+  tjFree(jpeg);
+  return bytes;
+}
+
+// Note [libjpeg API for partial decode] and Note [Crop margin] in decode.cc: cropping and
+// skipping must give exactly the pixels of a full decode at the same scale, for every
+// scale and chroma subsampling.
+TEST(ImageDecoderTest, RegionDecodeEqualsTheSameRegionOfAFullDecode) {
+  const std::string& dir = CaseDir("formats");
+  std::vector<std::pair<std::string, std::vector<uint8_t>>> cases;
+  for (const char* name : {"rgb420.jpg", "rgb422.jpg", "rgb444.jpg", "progressive.jpg",
+                           "gray.jpg", "cmyk.jpg", "odd.jpg", "rgb.png", "interlaced.png"}) {
+    cases.emplace_back(name, Load(dir + "/" + name));
+  }
+  cases.emplace_back("turbojpeg 4:4:0", EncodeJpeg(83, 61, TJSAMP_440));
+  cases.emplace_back("turbojpeg 4:1:1", EncodeJpeg(83, 61, TJSAMP_411));
+  std::mt19937 gen(11);
+  ImageDecoder decoder;
+  for (const auto& [name, bytes] : cases) {
+    SCOPED_TRACE(name);
+    auto header = decoder.ReadHeader(bytes, DecodeOptions());
+    ASSERT_TRUE(header.ok()) << header.status();
+    const std::vector<ScaleFactor> factors(decoder.scale_factors().begin(),
+                                           decoder.scale_factors().end());
+    if (header->format == ImageFormat::kJpeg) {
+      EXPECT_EQ(factors.size(), 8u);
+    }
+    for (const ScaleFactor& s : factors) {
+      SCOPED_TRACE(absl::StrCat(s.num, "/", s.denom));
+      const int sw = s.Apply(header->width);
+      const int sh = s.Apply(header->height);
+      std::vector<uint8_t> full;
+      ASSERT_TRUE(DecodeRegion(decoder, bytes, s, PixelRect{0, 0, sw, sh}, &full).ok());
+      for (int trial = 0; trial < 40; ++trial) {
+        PixelRect r;
+        r.x = std::uniform_int_distribution<int>(0, sw - 1)(gen);
+        r.y = std::uniform_int_distribution<int>(0, sh - 1)(gen);
+        r.width = std::uniform_int_distribution<int>(1, sw - r.x)(gen);
+        r.height = std::uniform_int_distribution<int>(1, sh - r.y)(gen);
+        std::vector<uint8_t> part;
+        const absl::Status status = DecodeRegion(decoder, bytes, s, r, &part);
+        ASSERT_TRUE(status.ok()) << status;
+        for (int y = 0; y < r.height; ++y) {
+          const uint8_t* want = &full[(static_cast<size_t>(r.y + y) * sw + r.x) * 3];
+          ASSERT_EQ(std::memcmp(&part[static_cast<size_t>(y) * r.width * 3], want,
+                                r.width * 3), 0)
+              << "row " << r.y + y << " of region " << r.width << "x" << r.height << " at ("
+              << r.x << "," << r.y << ")";
+        }
+      }
+    }
+  }
+}
+
+TEST(ImageDecoderTest, StaysUsableAfterErrors) {
+  const std::string& bad = CaseDir("bad");
+  const std::vector<uint8_t> good_jpeg = Load(bad + "/good.jpg");
+  const std::vector<uint8_t> good_png = Load(bad + "/good.png");
+  auto fresh_jpeg = DecodeImage(good_jpeg);
+  auto fresh_png = DecodeImage(good_png);
+  ASSERT_TRUE(fresh_jpeg.ok() && fresh_png.ok());
+  ImageDecoder decoder;
+  std::vector<uint8_t> out;
+  for (const char* name : {"truncated.jpg", "corrupt_huffman.jpg", "truncated.png",
+                           "bad_crc.png", "bomb.jpg", "corrupt_scan.jpg"}) {
+    SCOPED_TRACE(name);
+    const std::vector<uint8_t> bytes = Load(bad + "/" + name);
+    auto header = decoder.ReadHeader(bytes, DecodeOptions());
+    if (header.ok()) {
+      EXPECT_FALSE(decoder.Decode(ScaleFactor{1, 1},
+                                  PixelRect{0, 0, header->width, header->height},
+                                  [](int, const uint8_t*) {}).ok());
+    }
+    ASSERT_TRUE(DecodeRegion(decoder, good_jpeg, ScaleFactor{1, 1},
+                             PixelRect{0, 0, 160, 120}, &out).ok());
+    EXPECT_EQ(out, fresh_jpeg->rgb);
+    ASSERT_TRUE(DecodeRegion(decoder, good_png, ScaleFactor{1, 1},
+                             PixelRect{0, 0, 64, 48}, &out).ok());
+    EXPECT_EQ(out, fresh_png->rgb);
+  }
+}
+
+// A small deterministic fuzz run: mutated JPEGs and PNGs must decode or fail cleanly.
+TEST(ImageDecoderTest, MutatedFilesNeverCrash) {
+  const std::string& bad = CaseDir("bad");
+  std::mt19937 gen(5);
+  int failures = 0;
+  int successes = 0;
+  for (const char* name : {"good.jpg", "good.png"}) {
+    const std::vector<uint8_t> good = Load(bad + "/" + name);
+    for (int trial = 0; trial < 400; ++trial) {
+      std::vector<uint8_t> bytes = good;
+      const int kind = trial % 4;
+      const int mutations = 1 + static_cast<int>(gen() % 8);
+      for (int m = 0; m < mutations; ++m) {
+        const size_t pos = gen() % bytes.size();
+        if (kind == 0) {
+          bytes[pos] ^= static_cast<uint8_t>(1u << (gen() % 8));
+        } else if (kind == 1) {
+          bytes[pos] = static_cast<uint8_t>(gen());
+        } else if (kind == 2) {
+          bytes.insert(bytes.begin() + pos, static_cast<uint8_t>(gen()));
+        } else {
+          bytes.resize(std::max<size_t>(1, pos));
+        }
+      }
+      DecodeOptions options;
+      options.max_pixels = 4000 * 4000;
+      auto image = DecodeImage(bytes, options);
+      if (image.ok()) {
+        ++successes;
+        EXPECT_EQ(image->rgb.size(), static_cast<size_t>(image->width) * image->height * 3);
+      } else {
+        ++failures;
+        EXPECT_EQ(image.status().code(), absl::StatusCode::kInvalidArgument)
+            << image.status();
+      }
+    }
+  }
+  EXPECT_GT(failures, 0);
+  EXPECT_GT(successes, 0);
+}
+
+}  // namespace
+}  // namespace stoker::data_service::image

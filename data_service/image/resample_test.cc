@@ -1,0 +1,104 @@
+#include "data_service/image/resample.h"
+
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace stoker::data_service::image {
+namespace {
+
+std::vector<uint8_t> Ramp(int width, int height) {
+  std::vector<uint8_t> img(static_cast<size_t>(width) * height * 3);
+  for (int y = 0; y < height; ++y) {
+    for (int x = 0; x < width; ++x) {
+      uint8_t* p = &img[(static_cast<size_t>(y) * width + x) * 3];
+      p[0] = static_cast<uint8_t>(x * 7 + y);
+      p[1] = static_cast<uint8_t>(y * 5);
+      p[2] = static_cast<uint8_t>((x * y) & 255);
+    }
+  }
+  return img;
+}
+
+AxisMap Whole(int in, int out) {
+  return AxisMap{0.0, static_cast<double>(in) / out, 0, out, 0, in};
+}
+
+TEST(ResampleTest, SameSizeIsACopy) {
+  const auto img = Ramp(17, 9);
+  std::vector<uint8_t> out(img.size());
+  ResampleRgb(img.data(), 17, 9, Whole(17, 17), Whole(9, 9), false, out.data());
+  EXPECT_EQ(out, img);
+}
+
+TEST(ResampleTest, MirrorReversesEachRow) {
+  const auto img = Ramp(17, 9);
+  std::vector<uint8_t> out(img.size());
+  ResampleRgb(img.data(), 17, 9, Whole(17, 17), Whole(9, 9), true, out.data());
+  for (int y = 0; y < 9; ++y) {
+    for (int x = 0; x < 17; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        ASSERT_EQ(out[(y * 17 + x) * 3 + c], img[(y * 17 + (16 - x)) * 3 + c]);
+      }
+    }
+  }
+}
+
+TEST(ResampleTest, ConstantImageStaysConstantUnderAnyScale) {
+  std::vector<uint8_t> img(50 * 40 * 3, 173);
+  for (int out_w : {1, 7, 33, 50, 91}) {
+    for (int out_h : {1, 12, 40, 77}) {
+      std::vector<uint8_t> out(out_w * out_h * 3);
+      ResampleRgb(img.data(), 50, 40, Whole(50, out_w), Whole(40, out_h), false, out.data());
+      for (uint8_t v : out) ASSERT_EQ(v, 173) << out_w << "x" << out_h;
+    }
+  }
+}
+
+TEST(ResampleTest, HalvingUsesTheWidenedTriangle) {
+  // 4 -> 2 pixels: support 2, output 0 centred at 1.0 reads pixels 0..2 with triangle
+  // weights 0.75, 0.75, 0.25 (normalised: 3/7, 3/7, 1/7), as Pillow does.
+  std::vector<uint8_t> img = {0, 0, 0, 70, 70, 70, 140, 140, 140, 210, 210, 210};
+  std::vector<uint8_t> out(2 * 3);
+  ResampleRgb(img.data(), 4, 1, Whole(4, 2), Whole(1, 1), false, out.data());
+  EXPECT_EQ(out[0], 50);   // (0 * 3 + 70 * 3 + 140) / 7
+  EXPECT_EQ(out[3], 160);  // (70 + 140 * 3 + 210 * 3) / 7
+}
+
+TEST(ResampleTest, TapsStayInsideTheClipRangeAndSumToOne) {
+  AxisTaps taps;
+  for (double scale : {0.3, 1.0, 1.7, 4.2, 11.0}) {
+    const int out = 20;
+    const int begin = 13;
+    const int end = begin + static_cast<int>(out * scale) + 1;
+    taps.Plan(AxisMap{0.0, scale, 0, out, begin, end});
+    EXPECT_GE(taps.source_begin(), begin);
+    EXPECT_LE(taps.source_end(), end);
+    for (int k = 0; k < out; ++k) {
+      EXPECT_GE(taps.first()[k], 0);
+      EXPECT_LE(taps.source_begin() + taps.first()[k] + taps.taps(), taps.source_end());
+      const int32_t* w = taps.weights() + k * taps.taps();
+      const int64_t sum = std::accumulate(w, w + taps.taps(), int64_t{0});
+      EXPECT_NEAR(sum, 1 << AxisTaps::kPrecisionBits, taps.taps()) << scale << " " << k;
+    }
+  }
+}
+
+TEST(ResampleTest, ScaleAxisMapKeepsTheBoxInSourceTerms) {
+  const AxisMap map{0.0, 400.0 / 224, 0, 224, 100, 500};
+  EXPECT_EQ(ScaleAxisMap(map, 8, 8, 1000).clip_begin, 100);
+  const AxisMap half = ScaleAxisMap(map, 1, 2, 500);
+  EXPECT_EQ(half.clip_begin, 50);
+  EXPECT_EQ(half.clip_end, 250);
+  EXPECT_DOUBLE_EQ(half.in0, 0.0);
+  EXPECT_DOUBLE_EQ(half.scale, 200.0 / 224);
+  const AxisMap odd = ScaleAxisMap(AxisMap{0.0, 1.0, 0, 10, 101, 111}, 3, 8, 375);
+  EXPECT_EQ(odd.clip_begin, 37);   // floor(101 * 3 / 8)
+  EXPECT_EQ(odd.clip_end, 42);     // ceil(111 * 3 / 8)
+  EXPECT_DOUBLE_EQ(odd.in0, 101 * 3.0 / 8 - 37);
+}
+
+}  // namespace
+}  // namespace stoker::data_service::image

@@ -1,0 +1,40 @@
+// Test helpers for the image pipeline: running the Python generators of test images and
+// reference outputs (Pillow, torchvision) inside the test's TEST_TMPDIR, reading files,
+// and comparing images.
+#ifndef STOKER_DATA_SERVICE_IMAGE_TEST_SUPPORT_H_
+#define STOKER_DATA_SERVICE_IMAGE_TEST_SUPPORT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace stoker::data_service::image::testing {
+
+// A fresh directory under TEST_TMPDIR (or /tmp), named after `name`.
+std::string MakeTestDir(const std::string& name);
+
+// Runs `$STOKER_PYTHON <runfiles>/data_service/image/testdata_tools/<script> <args...>`
+// (python3 when STOKER_PYTHON is unset), with its output going to the test log. Kills it
+// after `timeout`. FailedPrecondition with the exit status when it fails.
+absl::Status RunPythonTool(const std::string& script, const std::vector<std::string>& args,
+                           absl::Duration timeout = absl::Minutes(4));
+
+absl::StatusOr<std::vector<uint8_t>> ReadFileBytes(const std::string& path);
+
+// Whitespace-separated fields of each non-empty line of a text file.
+absl::StatusOr<std::vector<std::vector<std::string>>> ReadTable(const std::string& path);
+
+// Peak signal-to-noise ratio of two uint8 buffers in dB (infinity when equal).
+double Psnr(const uint8_t* a, const uint8_t* b, size_t n);
+
+// Largest absolute difference of two uint8 buffers.
+int MaxAbsDiff(const uint8_t* a, const uint8_t* b, size_t n);
+
+}  // namespace stoker::data_service::image::testing
+
+#endif  // STOKER_DATA_SERVICE_IMAGE_TEST_SUPPORT_H_

@@ -1,0 +1,226 @@
+// RandomResizedCrop / Resize + CenterCrop geometry and the fused decode-crop-resize.
+#include "data_service/image/transforms.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace stoker::data_service::image {
+namespace {
+
+// Python's round() on a float: half to even (the default floating-point rounding mode).
+int PyRound(double x) { return static_cast<int>(std::nearbyint(x)); }
+
+}  // namespace
+
+TransformSpec TransformSpec::Train(int size) {
+  TransformSpec spec;
+  spec.mode = TransformMode::kTrain;
+  spec.output_size = size;
+  return spec;
+}
+
+TransformSpec TransformSpec::Eval(int resize_size, int crop_size) {
+  TransformSpec spec;
+  spec.mode = TransformMode::kEval;
+  spec.resize_size = resize_size;
+  spec.output_size = crop_size;
+  return spec;
+}
+
+absl::Status TransformSpec::Validate() const {
+  constexpr int kMaxSize = 1 << 14;
+  if (output_size <= 0 || output_size > kMaxSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("output_size must be in [1, ", kMaxSize, "], got ", output_size));
+  }
+  if (mode == TransformMode::kEval) {
+    if (resize_size < output_size || resize_size > kMaxSize) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "resize_size must be in [output_size, ", kMaxSize, "] (CenterCrop larger than the ",
+          "resized image would pad), got resize_size ", resize_size, " and output_size ",
+          output_size));
+    }
+    return absl::OkStatus();
+  }
+  if (!(min_scale > 0.0 && min_scale <= max_scale && max_scale <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "scale range must satisfy 0 < min <= max <= 1, got (", min_scale, ", ", max_scale, ")"));
+  }
+  if (!(min_ratio > 0.0 && min_ratio <= max_ratio && std::isfinite(max_ratio))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ratio range must satisfy 0 < min <= max, got (", min_ratio, ", ", max_ratio, ")"));
+  }
+  if (!(flip_probability >= 0.0 && flip_probability <= 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("flip_probability must be in [0, 1], got ", flip_probability));
+  }
+  return absl::OkStatus();
+}
+
+TrainParams SampleTrainParams(int width, int height, const TransformSpec& spec,
+                              SampleRng& rng) {
+  TrainParams params;
+  params.flip = rng.NextDouble() < spec.flip_probability;
+  const double area = static_cast<double>(height) * width;
+  const double log_lo = std::log(spec.min_ratio);
+  const double log_hi = std::log(spec.max_ratio);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double target_area = area * rng.Uniform(spec.min_scale, spec.max_scale);
+    const double aspect_ratio = std::exp(rng.Uniform(log_lo, log_hi));
+    const double w = std::nearbyint(std::sqrt(target_area * aspect_ratio));
+    const double h = std::nearbyint(std::sqrt(target_area / aspect_ratio));
+    if (0 < w && w <= width && 0 < h && h <= height) {
+      params.crop.width = static_cast<int>(w);
+      params.crop.height = static_cast<int>(h);
+      params.crop.top = static_cast<int>(rng.UniformInt(0, height - params.crop.height));
+      params.crop.left = static_cast<int>(rng.UniformInt(0, width - params.crop.width));
+      return params;
+    }
+  }
+  // Fallback to the central crop, the ratio clamped into range.
+  params.fallback = true;
+  const double in_ratio = static_cast<double>(width) / static_cast<double>(height);
+  int w = width;
+  int h = height;
+  if (in_ratio < spec.min_ratio) {
+    h = PyRound(w / spec.min_ratio);
+  } else if (in_ratio > spec.max_ratio) {
+    w = PyRound(h * spec.max_ratio);
+  }
+  params.crop = CropBox{(height - h) / 2, (width - w) / 2, h, w};
+  return params;
+}
+
+EvalGeometry ComputeEvalGeometry(int width, int height, const TransformSpec& spec) {
+  const int64_t short_side = std::min(width, height);
+  const int64_t long_side = std::max(width, height);
+  const int new_short = spec.resize_size;
+  // Python: int(requested_new_short * long / short), a true division then truncation.
+  const int new_long = static_cast<int>(static_cast<double>(new_short * long_side) /
+                                        static_cast<double>(short_side));
+  EvalGeometry g;
+  g.resized_width = width <= height ? new_short : new_long;
+  g.resized_height = width <= height ? new_long : new_short;
+  g.crop_top = PyRound((g.resized_height - spec.output_size) / 2.0);
+  g.crop_left = PyRound((g.resized_width - spec.output_size) / 2.0);
+  return g;
+}
+
+size_t TransformScratch::capacity_bytes() const {
+  return decoder_.capacity_bytes() + horizontal_.capacity_bytes() +
+         vertical_.capacity_bytes() + rows_.capacity();
+}
+
+namespace internal {
+
+class TransformPipeline {
+ public:
+  // Exactly one of `key` and `fixed` is set for training; neither matters for evaluation.
+  static absl::Status Run(absl::Span<const uint8_t> bytes, const TransformSpec& spec,
+                          const SampleKey* key, const TrainParams* fixed,
+                          TransformScratch& scratch, uint8_t* dst, TransformTrace* trace) {
+    RETURN_IF_ERROR(spec.Validate());
+    if (dst == nullptr) return absl::InvalidArgumentError("null destination buffer");
+    ImageDecoder& decoder = scratch.decoder_;
+    ASSIGN_OR_RETURN(const ImageHeader header, decoder.ReadHeader(bytes, spec.decode));
+    const int width = header.width;
+    const int height = header.height;
+    const int size = spec.output_size;
+
+    // Each axis as Pillow sees it (resample.h's AxisMap): evaluation resizes the whole
+    // image and keeps a window of the result; training resizes the crop alone.
+    AxisMap x_map;
+    AxisMap y_map;
+    ScaleFactor scale;
+    bool flip = false;
+    TransformTrace local_trace;
+    if (spec.mode == TransformMode::kEval) {
+      const EvalGeometry g = ComputeEvalGeometry(width, height, spec);
+      x_map = AxisMap{0.0, static_cast<double>(width) / g.resized_width, g.crop_left, size,
+                      0, width};
+      y_map = AxisMap{0.0, static_cast<double>(height) / g.resized_height, g.crop_top, size,
+                      0, height};
+      scale = ChooseScale(decoder.scale_factors(), width, g.resized_width, height,
+                          g.resized_height);
+      local_trace.eval = g;
+    } else {
+      TrainParams params;
+      if (fixed != nullptr) {
+        params = *fixed;
+        const CropBox& c = params.crop;
+        if (c.width <= 0 || c.height <= 0 || c.left < 0 || c.top < 0 ||
+            c.left + c.width > width || c.top + c.height > height) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "crop ", c.width, "x", c.height, " at (", c.left, ",", c.top,
+              ") is outside the ", width, "x", height, " image"));
+        }
+      } else {
+        SampleRng rng(*key);
+        params = SampleTrainParams(width, height, spec, rng);
+      }
+      const CropBox& c = params.crop;
+      x_map = AxisMap{0.0, static_cast<double>(c.width) / size, 0, size, c.left,
+                      c.left + c.width};
+      y_map = AxisMap{0.0, static_cast<double>(c.height) / size, 0, size, c.top,
+                      c.top + c.height};
+      scale = ChooseScale(decoder.scale_factors(), c.width, size, c.height, size);
+      flip = params.flip;
+      local_trace.train = params;
+    }
+
+    // Map both axes into the DCT-scaled image and plan the taps; their source ranges are
+    // the region to decode.
+    AxisTaps& h = scratch.horizontal_;
+    AxisTaps& v = scratch.vertical_;
+    h.Plan(ScaleAxisMap(x_map, scale.num, scale.denom, scale.Apply(width)));
+    v.Plan(ScaleAxisMap(y_map, scale.num, scale.denom, scale.Apply(height)));
+    const PixelRect region{h.source_begin(), v.source_begin(),
+                           h.source_end() - h.source_begin(),
+                           v.source_end() - v.source_begin()};
+    const size_t row_bytes = static_cast<size_t>(size) * 3;
+    if (scratch.rows_.size() < row_bytes * region.height) {
+      scratch.rows_.resize(row_bytes * region.height);
+    }
+    uint8_t* rows = scratch.rows_.data();
+    RETURN_IF_ERROR(decoder.Decode(scale, region, [&](int y, const uint8_t* rgb) {
+      ResampleRowRgb(rgb, h, flip, rows + (y - region.y) * row_bytes);
+    }));
+    ResampleColumnsRgb(rows, static_cast<ptrdiff_t>(row_bytes), size, v, dst,
+                       static_cast<ptrdiff_t>(row_bytes));
+
+    if (trace != nullptr) {
+      local_trace.header = header;
+      local_trace.scale = scale;
+      local_trace.decoded = region;
+      *trace = local_trace;
+    }
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace internal
+
+absl::Status DecodeAndTransform(absl::Span<const uint8_t> bytes, const TransformSpec& spec,
+                                const SampleKey& key, TransformScratch& scratch,
+                                uint8_t* dst, TransformTrace* trace) {
+  return internal::TransformPipeline::Run(bytes, spec, &key, nullptr, scratch, dst, trace);
+}
+
+absl::Status DecodeAndTransformWithParams(absl::Span<const uint8_t> bytes,
+                                          const TransformSpec& spec,
+                                          const TrainParams& params,
+                                          TransformScratch& scratch, uint8_t* dst,
+                                          TransformTrace* trace) {
+  if (spec.mode != TransformMode::kTrain) {
+    return absl::InvalidArgumentError("DecodeAndTransformWithParams needs a training spec");
+  }
+  return internal::TransformPipeline::Run(bytes, spec, nullptr, &params, scratch, dst,
+                                          trace);
+}
+
+}  // namespace stoker::data_service::image

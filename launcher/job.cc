@@ -63,7 +63,7 @@ JobResult Interrupted(int signal) {
 
 // True when a Unix stream socket at `path` accepts a connection; `error` says why not.
 bool AcceptsConnections(const std::string& path, std::string* error) {
-  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  UniqueFd fd(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   if (!fd.valid()) {
     *error = absl::StrCat("socket: ", std::strerror(errno));
     return false;

@@ -274,8 +274,8 @@ absl::StatusOr<ChildProcess> ChildProcess::Spawn(const ChildSpec& spec) {
                        "' is not NAME=VALUE"));
     }
   }
-  // Everything the child uses is made before fork (Note: the child may only call
-  // async-signal-safe functions, so it must not allocate).
+  // Everything the child uses is made before fork: between fork and execve the child may
+  // only call async-signal-safe functions, so it must not allocate.
   std::vector<std::string> argv = spec.argv.empty() ? std::vector<std::string>{spec.program}
                                                     : spec.argv;
   std::vector<std::string> inherited;

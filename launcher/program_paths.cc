@@ -28,6 +28,10 @@ absl::StatusOr<std::string> ResolveProgram(absl::string_view program,
     return absl::NotFoundError(
         absl::StrCat(flag, "=", program, ": not an executable file"));
   }
+  if (search_path.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat(flag, "=", program, ": PATH is empty; give the program's path"));
+  }
   for (absl::string_view dir : absl::StrSplit(search_path, ':')) {
     // An empty PATH entry means the current directory, as for execvp.
     std::string candidate = absl::StrCat(dir.empty() ? "." : dir, "/", program);

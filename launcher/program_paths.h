@@ -15,7 +15,8 @@ namespace stoker::launcher {
 bool IsExecutableFile(absl::string_view path);
 
 // Resolves `program` as execvp(3) would: a name with a '/' must itself be an executable
-// file; a bare name is looked up in the ':'-separated `search_path` (normally $PATH).
+// file; a bare name is looked up in the ':'-separated `search_path` (normally $PATH; when
+// empty, nowhere).
 // NotFound, naming `flag` (the launcher flag that named the program), otherwise.
 absl::StatusOr<std::string> ResolveProgram(absl::string_view program,
                                            absl::string_view search_path,

@@ -36,6 +36,10 @@ TEST(ResolveProgramTest, MissingProgramNamesTheFlag) {
   EXPECT_THAT(std::string(found.status().message()), HasSubstr("--mpirun=no-such-mpirun"));
 }
 
+TEST(ResolveProgramTest, EmptyPathFindsNothingRatherThanTheCurrentDirectory) {
+  EXPECT_EQ(ResolveProgram("sh", "", "--mpirun").status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST(ResolveProgramTest, PathsMustBeExecutableFiles) {
   const std::string dir = MakeTempDir("paths");
   WriteFile(dir + "/plain", 0644);

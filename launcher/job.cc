@@ -31,7 +31,8 @@ constexpr absl::Duration kStrayKillTimeout = absl::Seconds(5);
 
 // Note [Job lifecycle]
 // 1. Create the job directory /tmp/stoker.<job_id> (0700); it must not exist yet.
-// 2. Start the data service; it is ready once connect(2) to its socket succeeds. If it
+// 2. Start the data service; it is ready once connect(2) to its socket succeeds (the
+//    probe connects and closes at once, sending nothing). If it
 //    exits first, or --ready_timeout passes, the job fails and mpirun never starts.
 // 3. Start mpirun, then wait for the first of {data service, mpirun} to exit:
 //    - data service first: it failed, whatever its code (it only exits on SIGTERM); stop
@@ -61,22 +62,28 @@ JobResult Interrupted(int signal) {
                  128 + signal);
 }
 
-// True when a Unix stream socket at `path` accepts a connection; `error` says why not.
+// True when a connect(2) to the Unix socket at `path` succeeds; `error` says why not. The
+// data service listens on a SOCK_SEQPACKET socket; a SOCK_STREAM one is accepted too, so the
+// probe does not tie the launcher to the data service's choice. Non-blocking, so a full
+// backlog cannot hang the launcher.
 bool AcceptsConnections(const std::string& path, std::string* error) {
-  UniqueFd fd(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-  if (!fd.valid()) {
-    *error = absl::StrCat("socket: ", std::strerror(errno));
-    return false;
-  }
   sockaddr_un address = {};
   address.sun_family = AF_UNIX;
   std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
-  int rc;
-  do {
-    rc = connect(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address));
-  } while (rc != 0 && errno == EINTR);
-  if (rc == 0) return true;
-  *error = std::strerror(errno);
+  for (int type : {SOCK_SEQPACKET, SOCK_STREAM}) {
+    UniqueFd fd(socket(AF_UNIX, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!fd.valid()) {
+      *error = absl::StrCat("socket: ", std::strerror(errno));
+      return false;
+    }
+    int rc;
+    do {
+      rc = connect(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address));
+    } while (rc != 0 && errno == EINTR);
+    if (rc == 0) return true;
+    *error = std::strerror(errno);
+    if (errno != EPROTOTYPE) return false;  // the socket is there, of the other type
+  }
   return false;
 }
 

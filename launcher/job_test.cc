@@ -136,6 +136,13 @@ TEST_F(JobTest, SuccessfulJobRunsBothProgramsAndCleansUp) {
   EXPECT_EQ(ReadFileOrEmpty(out_ + "/data_service.env"), "0\n");
 }
 
+TEST_F(JobTest, AStreamSocketCountsAsReadyToo) {
+  SetEnv("STOKER_FAKE_SOCKET_TYPE", "stream");
+  JobResult result = Run();
+  EXPECT_EQ(result.exit_code, 0) << result.status;
+  EXPECT_TRUE(Exists(out_ + "/trainer.1.pid"));
+}
+
 TEST_F(JobTest, NvlsStaysOffWhateverTheEnvironmentSays) {
   SetEnv("NCCL_NVLS_ENABLE", "1");
   JobResult result = Run();

@@ -10,6 +10,8 @@
 //   leak_on_term             on SIGTERM exit 0 but leave the socket and segment behind
 //   ignore_term              ignore SIGTERM (the launcher must SIGKILL it)
 //   fail_on_term:CODE        on SIGTERM clean up but exit CODE
+// It listens on a SOCK_SEQPACKET socket, as the real one does, or on a SOCK_STREAM one when
+// STOKER_FAKE_SOCKET_TYPE=stream.
 // Files it writes to $STOKER_FAKE_OUT: data_service.pid, data_service.args (one per line),
 // data_service.env (its NCCL_NVLS_ENABLE). Segments go to $STOKER_FAKE_SHM_DIR or /dev/shm.
 #include <fcntl.h>

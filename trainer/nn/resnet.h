@@ -19,7 +19,8 @@ namespace stoker::trainer {
 // and initialised in torchvision's order, so after the same torch.manual_seed the weights
 // equal torchvision's bit for bit. Input: float images [N, 3, H, W] (contiguous or
 // channels_last, under autocast or not); output: logits [N, num_classes].
-// Precondition: num_classes >= 1 (MakeModel checks it).
+// Precondition: num_classes >= 1 (MakeModel checks it). Thread-compatible, like any
+// torch::nn::Module.
 std::shared_ptr<ImageClassifier> MakeResNet18(int num_classes);
 std::shared_ptr<ImageClassifier> MakeResNet50(int num_classes);
 

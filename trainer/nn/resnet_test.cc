@@ -6,6 +6,7 @@
 #include <ATen/autocast_mode.h>
 #include <torch/utils.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -95,39 +96,44 @@ for arch in sys.argv[1:]:
 }
 
 TEST(ResNetTest, SameSeedGivesTorchvisionWeightsBitForBit) {
+  constexpr int kSeed = 1234;
+  constexpr int kClasses = 10;
+  std::vector<std::string> args = {std::to_string(kSeed), std::to_string(kClasses)};
   for (const Arch& arch : kArchs) {
-    SCOPED_TRACE(arch.name);
-    constexpr int kSeed = 1234;
-    constexpr int kClasses = 10;
     torch::manual_seed(kSeed);
-    const std::shared_ptr<ImageClassifier> model = arch.make(kClasses);
     const std::string path = TempPath(absl::StrCat(arch.name, "_seeded.pt"));
-    WriteStateDict(*model, path);
-    absl::StatusOr<std::string> printed = testing::RunPython(R"py(
-import sys, torch, torchvision
-path, arch, seed, classes = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-torch.manual_seed(seed)
-ref = getattr(torchvision.models, arch)(num_classes=classes).state_dict()
-got = torch.load(path, weights_only=True)
-assert list(got) == list(ref), "names differ"
-bad = [k for k in ref if not torch.equal(got[k], ref[k])]
-print("mismatched:", len(bad), " ".join(bad[:8]))
-)py",
-                                                             {path, arch.name, std::to_string(kSeed),
-                                                              std::to_string(kClasses)});
-    ASSERT_TRUE(printed.ok()) << printed.status();
-    EXPECT_EQ(*printed, "mismatched: 0 \n");
+    WriteStateDict(*arch.make(kClasses), path);
+    args.insert(args.end(), {arch.name, path});
   }
+  absl::StatusOr<std::string> printed = testing::RunPython(R"py(
+import sys, torch, torchvision
+seed, classes, rest = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+for arch, path in zip(rest[::2], rest[1::2]):
+    torch.manual_seed(seed)
+    ref = getattr(torchvision.models, arch)(num_classes=classes).state_dict()
+    got = torch.load(path, weights_only=True)
+    assert list(got) == list(ref), arch + ": names differ"
+    bad = [k for k in ref if not torch.equal(got[k], ref[k])]
+    print(arch, "mismatched:", len(bad), " ".join(bad[:8]))
+)py",
+                                                           args);
+  ASSERT_TRUE(printed.ok()) << printed.status();
+  EXPECT_EQ(*printed, "resnet18 mismatched: 0 \nresnet50 mismatched: 0 \n");
 }
 
-// Loads the C++ model's weights (BN statistics and affine parameters randomised so every
+// Loads the C++ models' weights (BN statistics and affine parameters randomised so every
 // tensor matters) into torchvision, runs the same input in eval and in train mode, and
 // compares the logits in fp32.
 TEST(ResNetTest, TorchvisionGivesTheSameLogitsForTheExportedWeights) {
   constexpr int64_t kBatch = 2, kSide = 64, kClasses = 10;
+  torch::manual_seed(99);
+  const torch::Tensor input = torch::randn({kBatch, 3, kSide, kSide});
+  const std::string input_path = TempPath("input.f32");
+  WriteFile(input_path, input.data_ptr<float>(), input.numel() * sizeof(float));
+  std::vector<std::string> args = {input_path, std::to_string(kBatch), std::to_string(kSide),
+                                   std::to_string(kClasses)};
+  std::vector<torch::Tensor> ours;  // per arch: eval logits, train logits
   for (const Arch& arch : kArchs) {
-    SCOPED_TRACE(arch.name);
-    torch::manual_seed(99);
     const std::shared_ptr<ImageClassifier> model = arch.make(kClasses);
     {
       torch::NoGradGuard no_grad;
@@ -142,56 +148,50 @@ TEST(ResNetTest, TorchvisionGivesTheSameLogitsForTheExportedWeights) {
     }
     const std::string weights_path = TempPath(absl::StrCat(arch.name, "_weights.pt"));
     WriteStateDict(*model, weights_path);
-    const torch::Tensor input = torch::randn({kBatch, 3, kSide, kSide});
-    const std::string input_path = TempPath(absl::StrCat(arch.name, "_input.f32"));
-    WriteFile(input_path, input.data_ptr<float>(), input.numel() * sizeof(float));
+    args.insert(args.end(), {arch.name, weights_path});
 
     model->eval();
-    torch::Tensor eval_logits;
     {
       torch::NoGradGuard no_grad;
-      eval_logits = model->forward(input);
+      ours.push_back(model->forward(input));
     }
+    ASSERT_EQ(ours.back().sizes(), (std::vector<int64_t>{kBatch, kClasses}));
     model->train();
-    const torch::Tensor train_logits = model->forward(input).detach();
-    ASSERT_EQ(eval_logits.sizes(), (std::vector<int64_t>{kBatch, kClasses}));
+    ours.push_back(model->forward(input).detach());
+  }
 
-    absl::StatusOr<std::string> printed = testing::RunPython(R"py(
+  absl::StatusOr<std::string> printed = testing::RunPython(R"py(
 import sys, torch, torchvision
-weights, inputs, arch, n, side, classes = sys.argv[1], sys.argv[2], sys.argv[3], *map(int, sys.argv[4:])
-model = getattr(torchvision.models, arch)(num_classes=classes)
-model.load_state_dict(torch.load(weights, weights_only=True), strict=True)
+inputs, n, side, classes = sys.argv[1], *map(int, sys.argv[2:5])
 with open(inputs, "rb") as f:
     x = torch.frombuffer(bytearray(f.read()), dtype=torch.float32).reshape(n, 3, side, side)
-model.eval()
-with torch.no_grad():
-    y_eval = model(x)
-model.train()
-y_train = model(x).detach()
-for y in (y_eval, y_train):
-    print(" ".join(float(v).hex() for v in y.flatten().tolist()))
+for arch, weights in zip(sys.argv[5::2], sys.argv[6::2]):
+    model = getattr(torchvision.models, arch)(num_classes=classes)
+    model.load_state_dict(torch.load(weights, weights_only=True), strict=True)
+    model.eval()
+    with torch.no_grad():
+        y_eval = model(x)
+    model.train()
+    y_train = model(x).detach()
+    for y in (y_eval, y_train):
+        print(" ".join(float(v).hex() for v in y.flatten().tolist()))
 )py",
-                                                             {weights_path, input_path, arch.name,
-                                                              std::to_string(kBatch),
-                                                              std::to_string(kSide),
-                                                              std::to_string(kClasses)});
-    ASSERT_TRUE(printed.ok()) << printed.status();
-    const std::vector<std::string> lines = absl::StrSplit(*printed, '\n', absl::SkipWhitespace());
-    ASSERT_EQ(lines.size(), 2u) << *printed;
-    const torch::Tensor* ours[] = {&eval_logits, &train_logits};
-    for (int mode = 0; mode < 2; ++mode) {
-      SCOPED_TRACE(mode == 0 ? "eval" : "train");
-      std::vector<float> values;
-      for (absl::string_view v : absl::StrSplit(lines[mode], ' ')) {
-        values.push_back(std::strtof(std::string(v).c_str(), nullptr));
-      }
-      ASSERT_EQ(static_cast<int64_t>(values.size()), kBatch * kClasses);
-      const torch::Tensor theirs = torch::tensor(values).reshape({kBatch, kClasses});
-      const auto [diff, scale] = MaxDiffAndScale(*ours[mode], theirs);
-      EXPECT_LE(diff, 1e-5 * std::max(1.0, scale)) << "largest |logit| " << scale;
-      std::cerr << arch.name << (mode == 0 ? " eval" : " train") << ": max |diff| " << diff
-                << ", max |logit| " << scale << "\n";
+                                                           args);
+  ASSERT_TRUE(printed.ok()) << printed.status();
+  const std::vector<std::string> lines = absl::StrSplit(*printed, '\n', absl::SkipWhitespace());
+  ASSERT_EQ(lines.size(), ours.size()) << *printed;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string what = absl::StrCat(kArchs[i / 2].name, i % 2 == 0 ? " eval" : " train");
+    SCOPED_TRACE(what);
+    std::vector<float> values;
+    for (absl::string_view v : absl::StrSplit(lines[i], ' ')) {
+      values.push_back(std::strtof(std::string(v).c_str(), nullptr));
     }
+    ASSERT_EQ(static_cast<int64_t>(values.size()), kBatch * kClasses);
+    const torch::Tensor theirs = torch::tensor(values).reshape({kBatch, kClasses});
+    const auto [diff, scale] = MaxDiffAndScale(ours[i], theirs);
+    EXPECT_LE(diff, 1e-5 * std::max(1.0, scale)) << "largest |logit| " << scale;
+    std::cerr << what << ": max |diff| " << diff << ", max |logit| " << scale << "\n";
   }
 }
 

@@ -29,14 +29,14 @@ AxisMap Whole(int in, int out) {
 TEST(ResampleTest, SameSizeIsACopy) {
   const auto img = Ramp(17, 9);
   std::vector<uint8_t> out(img.size());
-  ResampleRgb(img.data(), 17, 9, Whole(17, 17), Whole(9, 9), false, out.data());
+  ResampleImageRgb(img.data(), 17, 9, Whole(17, 17), Whole(9, 9), false, out.data());
   EXPECT_EQ(out, img);
 }
 
 TEST(ResampleTest, MirrorReversesEachRow) {
   const auto img = Ramp(17, 9);
   std::vector<uint8_t> out(img.size());
-  ResampleRgb(img.data(), 17, 9, Whole(17, 17), Whole(9, 9), true, out.data());
+  ResampleImageRgb(img.data(), 17, 9, Whole(17, 17), Whole(9, 9), true, out.data());
   for (int y = 0; y < 9; ++y) {
     for (int x = 0; x < 17; ++x) {
       for (int c = 0; c < 3; ++c) {
@@ -51,7 +51,7 @@ TEST(ResampleTest, ConstantImageStaysConstantUnderAnyScale) {
   for (int out_w : {1, 7, 33, 50, 91}) {
     for (int out_h : {1, 12, 40, 77}) {
       std::vector<uint8_t> out(out_w * out_h * 3);
-      ResampleRgb(img.data(), 50, 40, Whole(50, out_w), Whole(40, out_h), false, out.data());
+      ResampleImageRgb(img.data(), 50, 40, Whole(50, out_w), Whole(40, out_h), false, out.data());
       for (uint8_t v : out) ASSERT_EQ(v, 173) << out_w << "x" << out_h;
     }
   }
@@ -62,7 +62,7 @@ TEST(ResampleTest, HalvingUsesTheWidenedTriangle) {
   // weights 0.75, 0.75, 0.25 (normalised: 3/7, 3/7, 1/7), as Pillow does.
   std::vector<uint8_t> img = {0, 0, 0, 70, 70, 70, 140, 140, 140, 210, 210, 210};
   std::vector<uint8_t> out(2 * 3);
-  ResampleRgb(img.data(), 4, 1, Whole(4, 2), Whole(1, 1), false, out.data());
+  ResampleImageRgb(img.data(), 4, 1, Whole(4, 2), Whole(1, 1), false, out.data());
   EXPECT_EQ(out[0], 50);   // (0 * 3 + 70 * 3 + 140) / 7
   EXPECT_EQ(out[3], 160);  // (70 + 140 * 3 + 210 * 3) / 7
 }
@@ -74,14 +74,15 @@ TEST(ResampleTest, TapsStayInsideTheClipRangeAndSumToOne) {
     const int begin = 13;
     const int end = begin + static_cast<int>(out * scale) + 1;
     taps.Plan(AxisMap{0.0, scale, 0, out, begin, end});
+    EXPECT_GE(taps.precision_bits(), 14);
     EXPECT_GE(taps.source_begin(), begin);
     EXPECT_LE(taps.source_end(), end);
     for (int k = 0; k < out; ++k) {
       EXPECT_GE(taps.first()[k], 0);
       EXPECT_LE(taps.source_begin() + taps.first()[k] + taps.taps(), taps.source_end());
-      const int32_t* w = taps.weights() + k * taps.taps();
+      const int16_t* w = taps.weights() + k * taps.taps();
       const int64_t sum = std::accumulate(w, w + taps.taps(), int64_t{0});
-      EXPECT_NEAR(sum, 1 << AxisTaps::kPrecisionBits, taps.taps()) << scale << " " << k;
+      EXPECT_NEAR(sum, 1 << taps.precision_bits(), taps.taps()) << scale << " " << k;
     }
   }
 }

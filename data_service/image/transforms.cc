@@ -113,7 +113,7 @@ EvalGeometry ComputeEvalGeometry(int width, int height, const TransformSpec& spe
 
 size_t TransformScratch::capacity_bytes() const {
   return decoder_.capacity_bytes() + horizontal_.capacity_bytes() +
-         vertical_.capacity_bytes() + rows_.capacity();
+         vertical_.capacity_bytes() + resampler_.capacity_bytes();
 }
 
 namespace internal {
@@ -182,16 +182,13 @@ class TransformPipeline {
     const PixelRect region{h.source_begin(), v.source_begin(),
                            h.source_end() - h.source_begin(),
                            v.source_end() - v.source_begin()};
-    const size_t row_bytes = static_cast<size_t>(size) * 3;
-    if (scratch.rows_.size() < row_bytes * region.height) {
-      scratch.rows_.resize(row_bytes * region.height);
-    }
-    uint8_t* rows = scratch.rows_.data();
-    RETURN_IF_ERROR(decoder.Decode(scale, region, [&](int y, const uint8_t* rgb) {
-      ResampleRowRgb(rgb, h, flip, rows + (y - region.y) * row_bytes);
+    // Decoded rows stream through the resampler, which writes the sample into dst.
+    RgbResampler& resampler = scratch.resampler_;
+    resampler.Start(h, v, flip);
+    RETURN_IF_ERROR(decoder.Decode(scale, region, [&](int, const uint8_t* rgb) {
+      resampler.AddRow(rgb);
     }));
-    ResampleColumnsRgb(rows, static_cast<ptrdiff_t>(row_bytes), size, v, dst,
-                       static_cast<ptrdiff_t>(row_bytes));
+    resampler.Finish(dst, static_cast<ptrdiff_t>(size) * 3);
 
     if (trace != nullptr) {
       local_trace.header = header;

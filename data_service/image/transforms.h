@@ -92,7 +92,7 @@ struct TransformTrace {
 };
 
 // The per-thread working memory of DecodeAndTransform(): the decoder with its row
-// buffers, the filter taps and the horizontally resampled rows. Buffers grow to the
+// buffers, the filter taps and the resampler's row window and intermediate image. Buffers grow to the
 // largest image seen and are then reused, so steady state allocates nothing of Stoker's
 // own (libjpeg/libpng keep small per-image pools of their own).
 // Not thread-safe: one per worker thread.
@@ -110,7 +110,7 @@ class TransformScratch {
   ImageDecoder decoder_;
   AxisTaps horizontal_;
   AxisTaps vertical_;
-  std::vector<uint8_t> rows_;
+  RgbResampler resampler_;
 };
 
 // Decodes `bytes` (JPEG or PNG, detected from the bytes) and writes the transformed

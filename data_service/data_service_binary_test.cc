@@ -4,6 +4,7 @@
 // bad flags exit 2, and an ImageFolder of JPEGs works end to end.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -325,6 +326,46 @@ TEST(DataServiceBinaryTest, ServesAnImageFolderOfJpegs) {
   service.Signal(SIGINT);
   EXPECT_EQ(service.Wait(absl::Seconds(20)), 0) << service.Log();
   EXPECT_TRUE(SegmentsOfJob(job).empty());
+  rmdir(dir.c_str());
+}
+
+TEST(DataServiceBinaryTest, AKilledServiceIsReportedAsUnavailableByAcquire) {
+  ASSERT_FALSE(BinaryPath().empty());
+  const std::string dir = SocketDirectory();
+  const std::string socket = dir + "/ds.sock";
+  const std::string job = absl::StrCat("binkill", getpid());
+  ServiceProcess service({"--socket=" + socket, "--job_id=" + job, "--threads=1"});
+  RingRequest request;
+  request.batch_size = 4;
+  request.image_size = 8;
+  request.slot_count = 2;
+  auto client = RingClient::Connect(socket, request, absl::Seconds(60));
+  ASSERT_TRUE(client.ok()) << client.status() << "\n" << service.Log();
+  ASSERT_TRUE((*client)->StartEpoch(0, 1).ok());
+  // Let the service fill the ring, then kill it without a chance to clean up.
+  absl::SleepFor(absl::Milliseconds(300));
+  service.Signal(SIGKILL);
+  EXPECT_EQ(service.Wait(absl::Seconds(20)), 128 + SIGKILL);
+  // What was published is still delivered; then the death shows, well within the timeout.
+  int delivered = 0;
+  absl::Status status;
+  const absl::Time start = absl::Now();
+  while (status.ok()) {
+    auto batch = (*client)->Acquire(absl::Seconds(30));
+    status = batch.status();
+    if (batch.ok()) {
+      ++delivered;
+      EXPECT_TRUE((*client)->Release(*batch).ok());
+    }
+  }
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_LE(delivered, 2);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  client->reset();
+  // A killed service leaves its segment (the launcher removes stoker.<job_id>.*) and its
+  // socket file; remove them as the launcher would.
+  for (const std::string& name : SegmentsOfJob(job)) shm_unlink(("/" + name).c_str());
+  unlink(socket.c_str());
   rmdir(dir.c_str());
 }
 

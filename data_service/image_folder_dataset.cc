@@ -113,7 +113,7 @@ absl::Status ImageFolderDataset::Load(int64_t index, const SampleOptions& option
     return absl::OutOfRangeError(
         absl::StrCat("sample ", index, " is outside 0..", size() - 1, " of image folder ", root_));
   }
-  return LoadImageFile(samples_[index].path, options, dst);
+  return LoadImageFile(samples_[index].path, index, options, dst);
 }
 
 }  // namespace stoker::data_service

@@ -116,7 +116,9 @@ void CenterCropResize(const uint8_t* src, int width, int height, int size, uint8
 
 }  // namespace internal
 
-absl::Status LoadImageFile(const std::string& path, const SampleOptions& options, uint8_t* dst) {
+absl::Status LoadImageFile(const std::string& path, int64_t index, const SampleOptions& options,
+                           uint8_t* dst) {
+  (void)index;  // the centre crop draws no random numbers
   if (options.image_size < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("image_size must be positive, got ", options.image_size));

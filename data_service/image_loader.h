@@ -13,11 +13,13 @@
 
 namespace stoker::data_service {
 
-// Decodes the image at `path` and writes it to `dst` as options.image_size squared RGB
-// uint8 HWC. NotFound for a missing file, InvalidArgument for a corrupt one,
-// Unimplemented for a format this build does not decode. Messages name `path`.
-// Thread-safe.
-absl::Status LoadImageFile(const std::string& path, const SampleOptions& options, uint8_t* dst);
+// Decodes the image at `path` (dataset sample `index`) and writes it to `dst` as
+// options.image_size squared RGB uint8 HWC. Augmentation randomness, when there is any,
+// must come from (options.seed, options.epoch, index) only. NotFound for a missing file,
+// InvalidArgument for a corrupt one, Unimplemented for a format this build does not
+// decode. Messages name `path`. Thread-safe.
+absl::Status LoadImageFile(const std::string& path, int64_t index, const SampleOptions& options,
+                           uint8_t* dst);
 
 namespace internal {
 

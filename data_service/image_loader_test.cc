@@ -67,7 +67,7 @@ TEST(LoadImageFileTest, DecodesAJpegAndCropsItsCentre) {
   const std::string path = test_util::TestDirectory("loader") + "/bands.jpg";
   ASSERT_TRUE(test_util::WriteJpeg(path, 96, 32, ThreeBands(96, 32)).ok());
   std::vector<uint8_t> dst(8 * 8 * 3);
-  ASSERT_TRUE(LoadImageFile(path, {8, false, 0, 0}, dst.data()).ok());
+  ASSERT_TRUE(LoadImageFile(path, 0, {8, false, 0, 0}, dst.data()).ok());
   for (int i = 0; i < 64; ++i) {
     EXPECT_LT(dst[i * 3], 40) << i;
     EXPECT_GT(dst[i * 3 + 1], 215) << i;
@@ -78,7 +78,7 @@ TEST(LoadImageFileTest, DecodesAJpegAndCropsItsCentre) {
 TEST(LoadImageFileTest, ErrorsNameTheFile) {
   const std::string dir = test_util::TestDirectory("loader_errors");
   std::vector<uint8_t> dst(4 * 4 * 3);
-  auto missing = LoadImageFile(dir + "/missing.jpg", {4, true, 0, 0}, dst.data());
+  auto missing = LoadImageFile(dir + "/missing.jpg", 0, {4, true, 0, 0}, dst.data());
   EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
   EXPECT_NE(missing.message().find("missing.jpg"), std::string::npos);
 
@@ -86,7 +86,7 @@ TEST(LoadImageFileTest, ErrorsNameTheFile) {
   FILE* f = std::fopen(corrupt.c_str(), "wb");
   std::fputs("\xff\xd8\xff\xe0 this is not a jpeg at all", f);
   std::fclose(f);
-  auto bad = LoadImageFile(corrupt, {4, true, 0, 0}, dst.data());
+  auto bad = LoadImageFile(corrupt, 0, {4, true, 0, 0}, dst.data());
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.message().find("corrupt.jpg"), std::string::npos);
 
@@ -94,11 +94,11 @@ TEST(LoadImageFileTest, ErrorsNameTheFile) {
   f = std::fopen(png.c_str(), "wb");
   std::fputs("\x89PNG\r\n\x1a\n", f);
   std::fclose(f);
-  auto unsupported = LoadImageFile(png, {4, true, 0, 0}, dst.data());
+  auto unsupported = LoadImageFile(png, 0, {4, true, 0, 0}, dst.data());
   EXPECT_EQ(unsupported.code(), absl::StatusCode::kUnimplemented);
   EXPECT_NE(unsupported.message().find("image.png"), std::string::npos);
 
-  EXPECT_EQ(LoadImageFile(corrupt, {0, true, 0, 0}, dst.data()).code(),
+  EXPECT_EQ(LoadImageFile(corrupt, 0, {0, true, 0, 0}, dst.data()).code(),
             absl::StatusCode::kInvalidArgument);
 }
 

@@ -46,6 +46,7 @@ ABSL_FLAG(int, growth_interval, 2000, "fp16 loss scaler: steps without inf/NaN b
 ABSL_FLAG(double, cache_release_fraction, 0.9, "Release cached device blocks when reserved memory passes this share of the GPU.");
 ABSL_FLAG(int, synthetic_steps, 0, "Benchmark: reuse one batch made on the device for this many steps per epoch; no data service.");
 ABSL_FLAG(int, warmup_steps, 10, "Steps left out of the throughput figure.");
+ABSL_FLAG(bool, data_only, false, "Benchmark the input pipeline: fetch, copy and normalise batches, train nothing.");
 ABSL_FLAG(std::string, metrics_out, "", "If set, rank 0 writes a JSON summary of the run here.");
 ABSL_FLAG(std::string, loss_log, "", "If set, rank 0 writes `epoch step loss` for every step here (syncs each step).");
 
@@ -90,6 +91,7 @@ absl::StatusOr<stoker::trainer::TrainerOptions> OptionsFromFlags() {
   options.cache_release_fraction = absl::GetFlag(FLAGS_cache_release_fraction);
   options.synthetic_steps = absl::GetFlag(FLAGS_synthetic_steps);
   options.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  options.data_only = absl::GetFlag(FLAGS_data_only);
   options.metrics_out = absl::GetFlag(FLAGS_metrics_out);
   options.loss_log = absl::GetFlag(FLAGS_loss_log);
   const std::string device = absl::GetFlag(FLAGS_device);

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "trainer/nn/resnet.h"
 
 namespace stoker::trainer {
 namespace {
@@ -43,7 +44,7 @@ class SmallCnn final : public ImageClassifier {
 
 }  // namespace
 
-std::vector<std::string> ModelNames() { return {"small_cnn"}; }
+std::vector<std::string> ModelNames() { return {"small_cnn", "resnet18", "resnet50"}; }
 
 absl::StatusOr<std::shared_ptr<ImageClassifier>> MakeModel(const std::string& name,
                                                            int num_classes) {
@@ -51,6 +52,8 @@ absl::StatusOr<std::shared_ptr<ImageClassifier>> MakeModel(const std::string& na
     return absl::InvalidArgumentError(absl::StrCat("--num_classes must be >= 1, got ", num_classes));
   }
   if (name == "small_cnn") return std::make_shared<SmallCnn>(num_classes);
+  if (name == "resnet18") return MakeResNet18(num_classes);
+  if (name == "resnet50") return MakeResNet50(num_classes);
   return absl::InvalidArgumentError(absl::StrCat("--model: unknown model '", name,
                                                  "'; known: ", absl::StrJoin(ModelNames(), ", ")));
 }

@@ -4,22 +4,14 @@
 #ifndef STOKER_TRAINER_MODELS_H_
 #define STOKER_TRAINER_MODELS_H_
 
-#include <torch/nn/module.h>
-
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "trainer/image_classifier.h"
 
 namespace stoker::trainer {
-
-// An image classifier: float NCHW (or channels_last) images in, logits [N, classes] out.
-class ImageClassifier : public torch::nn::Module {
- public:
-  using torch::nn::Module::Module;
-  virtual torch::Tensor forward(torch::Tensor images) = 0;
-};
 
 // The names MakeModel accepts.
 std::vector<std::string> ModelNames();

@@ -1,5 +1,9 @@
 #include "trainer/rank_setup.h"
 
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <csignal>
 #include <cstdlib>
 
 #include "common/mpi_status.h"
@@ -11,6 +15,12 @@ absl::StatusOr<std::unique_ptr<MpiSession>> MpiSession::Create(int* argc, char**
   int initialized = 0;
   RETURN_IF_MPI_ERROR(MPI_Initialized(&initialized));
   if (initialized) return absl::FailedPreconditionError("MPI is already initialized");
+  // A rank must not outlive the process that started it (mpirun's daemon, srun's
+  // step daemon): if that one dies, so does this rank, instead of waiting in a
+  // collective for ever.
+  const pid_t parent = getppid();
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) std::_Exit(1);  // the parent died before prctl took effect
   int provided = 0;
   RETURN_IF_MPI_ERROR(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
   // Errors come back as return codes so that they become Status values.

@@ -21,6 +21,7 @@
 #include "trainer/batch_feeder.h"
 #include "trainer/grad_buckets.h"
 #include "trainer/models.h"
+#include "trainer/nn/loss_scaler.h"
 
 #ifdef STOKER_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -159,6 +160,18 @@ absl::Status Train(const TrainerOptions& options, const RankInfo& rank,
                         .momentum(options.momentum)
                         .weight_decay(options.weight_decay));
   }
+  // Loss scaling guards fp16 gradients against underflow; bf16 and fp32 do not need it.
+  LossScalerOptions scaler_options;
+  scaler_options.init_scale = options.init_scale;
+  scaler_options.growth_factor = options.growth_factor;
+  scaler_options.backoff_factor = options.backoff_factor;
+  scaler_options.growth_interval = options.growth_interval;
+  scaler_options.enabled = options.use_cuda && options.precision == Precision::kFloat16;
+  ASSIGN_OR_RETURN(LossScaler scaler, LossScaler::Create(scaler_options));
+  std::vector<at::Tensor> grads;
+  for (const at::Tensor& p : parameters) grads.push_back(p.grad());
+  int64_t skipped_steps = 0;
+
   std::ofstream loss_log;
   if (rank.rank == 0 && !options.loss_log.empty()) {
     loss_log.open(options.loss_log, std::ios::trunc);
@@ -241,15 +254,30 @@ absl::Status Train(const TrainerOptions& options, const RankInfo& rank,
                                                 " step ", batch.step, ", expected ", epoch, " ", step));
       }
       data_wait_measured += batch.data_wait;
+      if (options.data_only) {
+        images_measured += static_cast<int64_t>(batch.count) * rank.world_size;
+        continue;
+      }
 
       buckets->ZeroGrad();
       buckets->BeginStep(/*reduce=*/true);
       at::Tensor loss =
           torch::nn::functional::cross_entropy(model->forward(batch.images), batch.labels);
       if (autocast) at::autocast::clear_cache();
-      loss.backward();
+      scaler.Scale(loss).backward();
       RETURN_IF_ERROR(buckets->FinishStep());
-      optimizer->step();
+      if (scaler.enabled()) {
+        // Every rank holds the same averaged gradients, so every rank skips the same steps.
+        RETURN_IF_ERROR(scaler.Unscale(grads));
+        RETURN_IF_ERROR(scaler.Step([&] {
+          optimizer->step();
+          return absl::OkStatus();
+        }));
+        skipped_steps += scaler.StepSkipped();
+        RETURN_IF_ERROR(scaler.Update());
+      } else {
+        optimizer->step();
+      }
       if (loss_log.is_open()) loss_log << epoch << " " << step << " " << loss.item<float>() << "\n";
       images_measured += static_cast<int64_t>(batch.count) * rank.world_size;
 
@@ -280,15 +308,19 @@ absl::Status Train(const TrainerOptions& options, const RankInfo& rank,
   if (rank.rank == 0) {
     LogInfo("done: %.1f images/s over %d ranks after %d warm-up steps; data wait %.1f%% of the time",
             images_per_second, rank.world_size, options.warmup_steps, 100 * data_wait_share);
+    if (scaler.enabled()) {
+      LogInfo("fp16 loss scale %.0f; %d step(s) skipped for inf/NaN gradients", scaler.scale(),
+              static_cast<int>(skipped_steps));
+    }
     if (!options.metrics_out.empty()) {
       std::ofstream out(options.metrics_out, std::ios::trunc);
       out << absl::StrFormat(
           "{\"model\": \"%s\", \"world_size\": %d, \"batch_size\": %d, \"image_size\": %d, "
           "\"synthetic\": %s, \"images_per_second\": %.2f, \"data_wait_share\": %.4f, "
-          "\"measured_steps\": %d}\n",
+          "\"data_only\": %s, \"measured_steps\": %d}\n",
           options.model, rank.world_size, options.batch_size, options.image_size,
           options.synthetic_steps > 0 ? "true" : "false", images_per_second, data_wait_share,
-          global_step - options.warmup_steps);
+          options.data_only ? "true" : "false", global_step - options.warmup_steps);
     }
   }
   if (options.use_cuda) ReportDeviceMemory(options, rank, /*log=*/rank.local_rank == 0);

@@ -52,6 +52,9 @@ struct TrainerOptions {
   // GPU-bound ceiling). Steps per epoch.
   int synthetic_steps = 0;
   int warmup_steps = 10;      // steps excluded from the throughput figure
+  // Benchmarking the input pipeline alone: batches go through the feeder (ring, copy,
+  // normalisation) and nothing trains.
+  bool data_only = false;
   std::string metrics_out;    // if set, rank 0 writes a JSON summary here at the end
   std::string loss_log;       // if set, rank 0 writes "epoch step loss" for every step here
 };

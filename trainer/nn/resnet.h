@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "trainer/models.h"
+#include "trainer/image_classifier.h"
 
 namespace stoker::trainer {
 

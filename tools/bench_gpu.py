@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""Stoker against the Python recipes on the GPU host, side by side in one run.
+
+Runs from the bundle (tools/bundle.sh) on a host with torch, torchvision and 1 or 2 GPUs:
+    python3 bundle/bin/bench_gpu.py --phase one_gpu --out OUT
+    python3 bundle/bin/bench_gpu.py --phase two_gpu --out OUT
+    python3 bundle/bin/bench_gpu.py --phase report --out OUT   # ratios, JSON, PNG chart
+Each phase appends JSON lines to OUT/bench.jsonl. One-GPU phases are pinned to 16 cores
+(what a one-GPU H200 machine has) with taskset, for both Stoker and the recipes.
+The anchor scripts (../shared/bench, copied into bundle/anchors) generate the dataset:
+12,000 JPEGs of 500x375 (1 GPU) or 24,000 (2 GPUs) in 100 class folders.
+"""
+import argparse, json, os, subprocess, sys, time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BUNDLE = os.path.dirname(HERE)
+STOKER = os.path.join(BUNDLE, "stoker")
+ANCHORS = os.path.join(BUNDLE, "anchors")
+CORES_1GPU = "0-15"
+
+
+def log(msg):
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def record(out, **kw):
+    kw["time"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    with open(os.path.join(out, "bench.jsonl"), "a") as f:
+        f.write(json.dumps(kw) + "\n")
+    log(json.dumps(kw))
+
+
+def run(cmd, env=None, timeout=900, cores=None):
+    if cores:
+        cmd = ["taskset", "-c", cores] + cmd
+    log("$ " + " ".join(cmd))
+    e = dict(os.environ, NCCL_NVLS_ENABLE="0", OMPI_ALLOW_RUN_AS_ROOT="1",
+             OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", PYTHONUNBUFFERED="1")
+    e.update(env or {})
+    p = subprocess.run(cmd, env=e, timeout=timeout, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    tail = "\n".join(p.stdout.splitlines()[-15:])
+    if p.returncode != 0:
+        log(f"exit {p.returncode}:\n{tail}")
+    else:
+        log(tail)
+    return p
+
+
+def dataset(images):
+    root = f"/tmp/stoker_bench_{images}/train"
+    if not os.path.isdir(root):
+        sys.path.insert(0, ANCHORS)
+        import anchor_seed
+        t = time.time()
+        anchor_seed.make_data(root, 100, images // 100)
+        log(f"made {images} JPEGs in {time.time() - t:.0f} s")
+    return root
+
+
+def stoker_train(out, name, ranks, model, root=None, synthetic_steps=0, data_only=False,
+                 cores=None, data_threads=14, extra=()):
+    metrics = os.path.join(out, f"{name}.json")
+    trainer = ["--model=" + model, "--num_classes=1000", "--image_size=224", "--batch_size=256",
+               "--precision=bf16", "--optimizer=adamw", "--lr=1e-3", "--weight_decay=1e-4",
+               "--warmup_steps=8", "--log_every=10", "--metrics_out=" + metrics, *extra]
+    if data_only:
+        trainer.append("--data_only")
+    if synthetic_steps:
+        cmd = ["mpirun", "-np", str(ranks), STOKER, "trainer", "--device=cuda",
+               f"--synthetic_steps={synthetic_steps}"] + trainer
+    else:
+        cmd = [STOKER, "launcher", f"--np={ranks}", "--dataset=imagefolder", "--train_dir=" + root,
+               f"--data_threads={data_threads}", "--", "--epochs=1", "--data_split=bench"] + trainer
+    p = run(cmd, cores=cores)
+    if p.returncode == 0 and os.path.exists(metrics):
+        m = json.load(open(metrics))
+        record(out, who="stoker", what=name, ranks=ranks, model=model, **{k: m[k] for k in ("images_per_second", "data_wait_share", "measured_steps")})
+    else:
+        record(out, who="stoker", what=name, ranks=ranks, model=model, error=p.returncode)
+
+
+def anchor_lines(out, p, who, extra):
+    for line in p.stdout.splitlines():
+        if line.startswith("{"):
+            try:
+                record(out, who=who, **extra, **json.loads(line))
+            except json.JSONDecodeError:
+                pass
+
+
+def phase_one_gpu(out, skip_anchor):
+    root = dataset(12000)
+    env = {"CUDA_VISIBLE_DEVICES": "0"}
+    for model in ("resnet50", "resnet18"):
+        stoker_train(out, f"synthetic_{model}_1gpu", 1, model, synthetic_steps=40, cores=CORES_1GPU)
+        stoker_train(out, f"jpeg_{model}_1gpu", 1, model, root=root, cores=CORES_1GPU)
+    stoker_train(out, "data_only_1gpu", 1, "resnet18", root=root, data_only=True, cores=CORES_1GPU)
+    if not skip_anchor:
+        p = run([sys.executable, os.path.join(ANCHORS, "anchor_seed.py"), "--root", root], env=env,
+                cores=CORES_1GPU, timeout=560)
+        anchor_lines(out, p, "python", {"ranks": 1})
+
+
+def phase_two_gpu(out):
+    root = dataset(24000)
+    for model in ("resnet50", "resnet18"):
+        stoker_train(out, f"synthetic_{model}_2gpu", 2, model, synthetic_steps=40)
+        stoker_train(out, f"jpeg_{model}_2gpu", 2, model, root=root, data_threads=28)
+    p = run(["torchrun", "--standalone", "--nproc_per_node=2", os.path.join(ANCHORS, "anchor_ddp.py"),
+             "--root", root], timeout=400)
+    anchor_lines(out, p, "python", {"ranks": 2})
+
+
+def phase_report(out):
+    rows = [json.loads(l) for l in open(os.path.join(out, "bench.jsonl"))]
+    def stoker(what):
+        for r in rows[::-1]:
+            if r.get("who") == "stoker" and r.get("what") == what and "images_per_second" in r:
+                return r["images_per_second"]
+    def python(**match):
+        for r in rows[::-1]:
+            if r.get("who") == "python" and all(r.get(k) == v for k, v in match.items()):
+                return r.get("img_s") or r.get("img_s_total")
+    s50, j50 = stoker("synthetic_resnet50_1gpu"), stoker("jpeg_resnet50_1gpu")
+    s18, j18 = stoker("synthetic_resnet18_1gpu"), stoker("jpeg_resnet18_1gpu")
+    j50_2, j18_2 = stoker("jpeg_resnet50_2gpu"), stoker("jpeg_resnet18_2gpu")
+    targets = []
+    def target(name, value, goal):
+        ok = value is not None and value >= goal
+        targets.append({"target": name, "ratio": None if value is None else round(value, 3), "goal": goal, "met": ok})
+    def ratio(a, b):
+        return a / b if a and b else None
+    target("ResNet-50 JPEG / own synthetic (1 GPU)", ratio(j50, s50), 0.95)
+    target("ResNet-18 JPEG / own synthetic (1 GPU)", ratio(j18, s18), 0.90)
+    target("ResNet-50 JPEG / article recipe (fp16 NCHW, 8 workers)",
+           ratio(j50, python(what="train_jpeg", arch="resnet50", variant="seed_fp16_nchw", workers=8)), 2.5)
+    target("ResNet-50 JPEG / best tuned Python (bf16 CL, 15 workers)",
+           ratio(j50, python(what="train_jpeg", arch="resnet50", variant="bf16_channels_last", workers=15)), 1.25)
+    best18 = max([v for v in (python(what="train_jpeg", arch="resnet18", variant=var, workers=w)
+                             for var in ("seed_fp16_nchw", "bf16_channels_last") for w in (8, 15)) if v] or [0]) or None
+    target("ResNet-18 JPEG / best Python JPEG figure", ratio(j18, best18), 3.0)
+    target("ResNet-50 synthetic / Python bf16 channels_last eager",
+           ratio(s50, python(what="synth", arch="resnet50", variant="bf16_channels_last")), 1.0)
+    target("ResNet-18 synthetic / Python bf16 channels_last eager",
+           ratio(s18, python(what="synth", arch="resnet18", variant="bf16_channels_last")), 1.0)
+    target("ResNet-50 JPEG 2 GPUs / 2x 1 GPU", ratio(j50_2, 2 * j50 if j50 else None), 0.95)
+    target("ResNet-18 JPEG 2 GPUs / 2x 1 GPU", ratio(j18_2, 2 * j18 if j18 else None), 0.95)
+    target("ResNet-50 JPEG 2 GPUs / DDP from JPEG", ratio(j50_2, python(what="train_jpeg_ddp")), 1.0)
+    summary = {"stoker": {r["what"]: r.get("images_per_second") for r in rows if r.get("who") == "stoker"},
+               "python": [r for r in rows if r.get("who") == "python"], "targets": targets}
+    json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=1)
+    for t in targets:
+        print(f"{'MET ' if t['met'] else 'MISS'} {t['target']}: {t['ratio']} (goal {t['goal']})")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        labels, values, colors = [], [], []
+        for what, v in summary["stoker"].items():
+            if v:
+                labels.append("Stoker " + what); values.append(v); colors.append("tab:orange")
+        for r in summary["python"]:
+            v = r.get("img_s") or r.get("img_s_total")
+            if v and r.get("what") in ("synth", "train_jpeg", "synth_ddp", "train_jpeg_ddp", "loader"):
+                labels.append("Python " + " ".join(str(r.get(k)) for k in ("what", "arch", "variant", "workers", "world") if r.get(k) is not None))
+                values.append(v); colors.append("tab:blue")
+        fig, ax = plt.subplots(figsize=(10, 0.35 * len(labels) + 1))
+        ax.barh(range(len(labels)), values, color=colors)
+        ax.set_yticks(range(len(labels)), labels, fontsize=7)
+        ax.invert_yaxis(); ax.set_xlabel("images/s")
+        ax.set_title("Stoker vs the Python recipes, same host, same run")
+        fig.tight_layout(); fig.savefig(os.path.join(out, "bench.png"), dpi=110)
+    except Exception as e:  # the figures matter more than the chart
+        log(f"no chart: {e}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--phase", required=True, choices=["one_gpu", "two_gpu", "report"])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--skip_anchor", action="store_true")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    if a.phase == "one_gpu":
+        phase_one_gpu(a.out, a.skip_anchor)
+    elif a.phase == "two_gpu":
+        phase_two_gpu(a.out)
+    else:
+        phase_report(a.out)
+
+
+if __name__ == "__main__":
+    main()

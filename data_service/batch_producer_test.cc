@@ -17,6 +17,7 @@
 #include "data_service/ring.h"
 #include "data_service/sampler.h"
 #include "data_service/synthetic_dataset.h"
+#include "data_service/test_util.h"
 #include "gtest/gtest.h"
 
 namespace stoker::data_service {
@@ -24,7 +25,7 @@ namespace {
 
 std::string SegmentName() {
   static int counter = 0;
-  return absl::StrCat("/stoker.producertest.", getpid(), ".ring.", counter++);
+  return absl::StrCat("/stoker.producertest.", test_util::UniqueId(), ".ring.", counter++);
 }
 
 bool SegmentExists(const std::string& name) {

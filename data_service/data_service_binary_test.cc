@@ -134,7 +134,7 @@ RunResult RunTwoRanksTwoEpochs(int threads) {
   RunResult result;
   const std::string dir = SocketDirectory();
   const std::string socket = dir + "/ds.sock";
-  const std::string job = absl::StrCat("bintest", getpid(), "t", threads);
+  const std::string job = absl::StrCat("bintest", test_util::UniqueId(), "t", threads);
   ServiceProcess service({"--socket=" + socket, "--job_id=" + job, "--node_id=0",
                           "--dataset=synthetic", absl::StrCat("--synthetic_samples=", kSamples),
                           absl::StrCat("--synthetic_classes=", kClasses),
@@ -294,7 +294,7 @@ TEST(DataServiceBinaryTest, ServesAnImageFolderOfJpegs) {
   }
   const std::string dir = SocketDirectory();
   const std::string socket = dir + "/ds.sock";
-  const std::string job = absl::StrCat("binfolder", getpid());
+  const std::string job = absl::StrCat("binfolder", test_util::UniqueId());
   ServiceProcess service({"--socket=" + socket, "--job_id=" + job, "--dataset=imagefolder",
                           "--train_dir=" + root, "--threads=2"});
   RingRequest request;
@@ -333,7 +333,7 @@ TEST(DataServiceBinaryTest, AKilledServiceIsReportedAsUnavailableByAcquire) {
   ASSERT_FALSE(BinaryPath().empty());
   const std::string dir = SocketDirectory();
   const std::string socket = dir + "/ds.sock";
-  const std::string job = absl::StrCat("binkill", getpid());
+  const std::string job = absl::StrCat("binkill", test_util::UniqueId());
   ServiceProcess service({"--socket=" + socket, "--job_id=" + job, "--threads=1"});
   RingRequest request;
   request.batch_size = 4;

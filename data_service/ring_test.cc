@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "data_service/shm_segment.h"
+#include "data_service/test_util.h"
 #include "gtest/gtest.h"
 
 namespace stoker::data_service {
@@ -19,7 +20,7 @@ namespace {
 
 std::string UniqueName(absl::string_view what) {
   static int counter = 0;
-  return absl::StrCat("/stoker.ringtest.", getpid(), ".", what, ".", counter++);
+  return absl::StrCat("/stoker.ringtest.", test_util::UniqueId(), ".", what, ".", counter++);
 }
 
 // Content of sample `i` of the batch at `position`: every byte depends on both.

@@ -9,13 +9,15 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "data_service/test_util.h"
 #include "gtest/gtest.h"
 
 namespace stoker::data_service {
 namespace {
 
 std::string TestName(absl::string_view what) {
-  return absl::StrCat("/stoker.shmtest.", getpid(), ".", what);
+  static const std::string* id = new std::string(test_util::UniqueId());
+  return absl::StrCat("/stoker.shmtest.", *id, ".", what);
 }
 
 bool Exists(const std::string& name) {

@@ -6,11 +6,19 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 
 namespace stoker::data_service::test_util {
+
+std::string UniqueId() {
+  std::random_device device;
+  const uint64_t value = (static_cast<uint64_t>(device()) << 32) | device();
+  return absl::StrFormat("%016x", value);
+}
 
 std::string PythonInterpreter() {
   const char* env = std::getenv("STOKER_PYTHON");

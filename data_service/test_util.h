@@ -11,6 +11,10 @@
 
 namespace stoker::data_service::test_util {
 
+// 16 random hex digits, for names that must not collide between concurrent test runs
+// (the process id does not do: Bazel's sandbox gives every test the same pid).
+std::string UniqueId();
+
 // The interpreter tests use: $STOKER_PYTHON if set and non-empty, else "python3".
 std::string PythonInterpreter();
 

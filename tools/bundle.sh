@@ -23,7 +23,12 @@ for target in "${programs[@]}" "${gpu_tests[@]}"; do
   path="${target#//}"; path="${path/://}"
   cp -L "$bin/$path" "$out/bin/"
 done
-cp tools/gpu_checks.sh tools/bench_gpu.py tests/mpi_env.sh "$out/bin/" 2>/dev/null || true
+cp tools/gpu_checks.sh tools/bench_gpu.py tests/mpi_env.sh "$out/bin/"
+# The Python recipes Stoker is measured against (../shared/bench), when beside the checkout.
+if [[ -d ../shared/bench ]]; then
+  mkdir -p "$out/anchors"
+  cp ../shared/bench/*.py "$out/anchors/"
+fi
 
 # Libraries the host lacks: everything ldd resolves outside the C/C++ runtime, torch,
 # the CUDA libraries, NCCL and MPI (all of which the host has in its own versions).
@@ -32,7 +37,7 @@ for exe in "$out"/bin/*; do
   ldd "$exe" | awk '$3 ~ /^\// {print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
       libc.so*|libm.so*|libstdc++*|libgcc_s*|libpthread*|librt.so*|libdl.so*|libutil*|ld-linux*) continue ;;
-      libtorch*|libc10*|libgomp*|libcud*|libcublas*|libcusparse*|libcufft*|libcurand*|libcusolver*|libnvJitLink*|libnvrtc*|libnvshmem*|libnvToolsExt*|libcupti*|libnccl*) continue ;;
+      libtorch*|libc10*|libgomp*|libcud*|libcufile*|libcublas*|libcusparse*|libcufft*|libcurand*|libcusolver*|libnvJitLink*|libnvrtc*|libnvshmem*|libnvToolsExt*|libcupti*|libnccl*) continue ;;
       libmpi*|libopen-*|libhwloc*|libevent*|libpmix*|libz.so*|libudev*|libltdl*) continue ;;
     esac
     cp -Ln "$lib" "$out/lib/" 2>/dev/null || true

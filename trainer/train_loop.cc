@@ -210,6 +210,7 @@ absl::Status Train(const TrainerOptions& options, const RankInfo& rank,
     request.batch_size = options.batch_size;
     request.image_size = options.image_size;
     request.slot_count = options.ring_slots;
+    request.train = options.train_split;
     ASSIGN_OR_RETURN(ring, RingClient::Connect(options.data_socket, request, options.data_timeout));
     source = std::make_unique<RingBatchSource>(ring.get());
     // Rank 0 owns the seed: every rank and so every data service uses its value.

@@ -30,6 +30,7 @@ struct TrainerOptions {
   uint64_t seed = 0;          // base seed: weights, sampling order, augmentation
   size_t bucket_bytes = 25u << 20;
   int ring_slots = 4;
+  bool train_split = true;    // the training split with augmentation, or the validation split
   int log_every = 10;         // steps between progress lines on rank 0
   absl::Duration data_timeout = absl::Seconds(120);
   std::string final_params_out;  // if set, each rank writes its parameters to <path>.rank<r>

@@ -69,8 +69,11 @@ def stoker_train(out, name, ranks, model, root=None, synthetic_steps=0, data_onl
         cmd = ["mpirun", "-np", str(ranks), STOKER, "trainer", "--device=cuda",
                f"--synthetic_steps={synthetic_steps}"] + trainer
     else:
+        # The recipes train with Resize(256) + CenterCrop(224): the data service's
+        # evaluation transform, so the same folder is given as the validation split.
         cmd = [STOKER, "launcher", f"--np={ranks}", "--dataset=imagefolder", "--train_dir=" + root,
-               f"--data_threads={data_threads}", "--", "--epochs=1", "--data_split=bench"] + trainer
+               "--val_dir=" + root, f"--data_threads={data_threads}", "--", "--epochs=1",
+               "--data_split=val"] + trainer
     p = run(cmd, cores=cores)
     if p.returncode == 0 and os.path.exists(metrics):
         m = json.load(open(metrics))

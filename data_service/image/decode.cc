@@ -369,6 +369,18 @@ absl::Span<const ScaleFactor> JpegScaleFactors() {
   return *factors;
 }
 
+absl::Span<const ScaleFactor> JpegPowerOfTwoScaleFactors() {
+  static const std::vector<ScaleFactor>* const factors = [] {
+    auto* out = new std::vector<ScaleFactor>();
+    for (const ScaleFactor& s : JpegScaleFactors()) {
+      const int64_t d = s.denom / s.num;
+      if (s.denom % s.num == 0 && (d & (d - 1)) == 0) out->push_back(s);
+    }
+    return out;
+  }();
+  return *factors;
+}
+
 constexpr ScaleFactor kUnitScale[] = {ScaleFactor{1, 1}};
 
 std::string HexPrefix(absl::Span<const uint8_t> bytes) {
@@ -440,7 +452,7 @@ absl::StatusOr<ImageHeader> ImageDecoder::ReadHeader(absl::Span<const uint8_t> b
         absl::StrCat("DecodeOptions::max_pixels must be positive, got ", options.max_pixels));
   }
   ASSIGN_OR_RETURN(const ImageFormat format, DetectImageFormat(bytes));
-  dct_scaling_ = options.allow_dct_scaling;
+  dct_scaling_ = options.dct_scaling;
   int64_t width = 0;
   int64_t height = 0;
   if (format == ImageFormat::kJpeg) {
@@ -520,7 +532,15 @@ absl::StatusOr<ImageHeader> ImageDecoder::ReadHeader(absl::Span<const uint8_t> b
 }
 
 absl::Span<const ScaleFactor> ImageDecoder::scale_factors() const {
-  if (header_.format == ImageFormat::kJpeg && dct_scaling_) return JpegScaleFactors();
+  if (header_.format != ImageFormat::kJpeg) return kUnitScale;
+  switch (dct_scaling_) {
+    case DctScaling::kNone:
+      return kUnitScale;
+    case DctScaling::kPowerOfTwo:
+      return JpegPowerOfTwoScaleFactors();
+    case DctScaling::kAll:
+      return JpegScaleFactors();
+  }
   return kUnitScale;
 }
 

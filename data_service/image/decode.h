@@ -33,12 +33,29 @@ absl::string_view ImageFormatName(ImageFormat format);
 // default limit is the same, so it accepts exactly the sizes torchvision's loader accepts.
 inline constexpr int64_t kDefaultMaxPixels = 2 * int64_t{89478485};
 
+// Which DCT-domain scales a JPEG may be decoded at (Note [Choice of DCT scales]).
+enum class DctScaling {
+  kNone,        // always 1/1
+  kPowerOfTwo,  // 1/1, 1/2, 1/4, 1/8: those libjpeg-turbo decodes with SIMD
+  kAll,         // every factor of tjGetScalingFactors() up to 1: n/8, n = 1..8
+};
+
+// Note [Choice of DCT scales]
+// The transform decodes a JPEG at the smallest offered scale whose image still covers
+// the output's resolution (ChooseScale), so nothing the output can show is lost. Which
+// scales to offer is a speed question. libjpeg-turbo 2.1 has SIMD inverse DCTs for the
+// 8x8, 4x4 and 2x2 (and trivial 1x1) block sizes only; the 7/8, 3/4, 5/8 and 3/8 scales
+// run plain-C 7x7/6x6/5x5/3x3 IDCTs for luma and 14x14/12x12/10x10/6x6 ones for 4:2:0
+// chroma, which can cost more than decoding at the next power of two up and resampling
+// more pixels. bench_vs_torchvision.py, one thread, images per CPU-second:
+//   500x375 JPEGs, eval:  kPowerOfTwo (1/1) 966, kAll (3/4) 758, kNone 971
+//   1024x768 JPEGs, eval: kPowerOfTwo (1/2) 424, kAll (3/8) 414, kNone 316
+// kPowerOfTwo is never slower, so it is the default; kAll and kNone stay available.
 struct DecodeOptions {
   // Largest width * height accepted. Checked from the header, before any pixel data is
   // decoded or any image-sized buffer allocated.
   int64_t max_pixels = kDefaultMaxPixels;
-  // Lets JPEGs be decoded at a DCT-domain scale below 1 (benchmarks switch it off).
-  bool allow_dct_scaling = true;
+  DctScaling dct_scaling = DctScaling::kPowerOfTwo;
 };
 
 struct ImageHeader {
@@ -107,7 +124,8 @@ class ImageDecoder {
                                          const DecodeOptions& options);
 
   // Scales available for the image of the last ReadHeader(), largest (1/1) first: for a
-  // JPEG those of tjGetScalingFactors() that are <= 1 (when options allow), else 1/1.
+  // JPEG those of tjGetScalingFactors() that are <= 1 and allowed by
+  // DecodeOptions::dct_scaling, else 1/1.
   absl::Span<const ScaleFactor> scale_factors() const;
 
   // Decodes `region` of the image scaled by `scale` (one of scale_factors()) and hands
@@ -128,7 +146,7 @@ class ImageDecoder {
   std::unique_ptr<internal::PngState> png_;
   ImageHeader header_;
   bool header_ready_ = false;
-  bool dct_scaling_ = true;
+  DctScaling dct_scaling_ = DctScaling::kPowerOfTwo;
   std::vector<uint8_t> rows_;     // decoder output rows (RGB, or CMYK before conversion)
   std::vector<uint8_t> rgb_row_;  // one converted RGB row (CMYK JPEGs)
   std::vector<uint8_t*> row_pointers_;

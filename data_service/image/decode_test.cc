@@ -69,6 +69,28 @@ TEST(ChooseScaleTest, PicksTheSmallestFactorThatStillCoversTheTarget) {
   EXPECT_EQ(ChooseScale(factors, 100, 224, 5000, 224), (ScaleFactor{1, 1}));  // upscaling
 }
 
+TEST(ImageDecoderTest, OffersTheScalesTheOptionsAllow) {
+  const std::vector<uint8_t> jpeg = Load(CaseDir("bad") + "/good.jpg");
+  const std::vector<uint8_t> png = Load(CaseDir("bad") + "/good.png");
+  ImageDecoder decoder;
+  auto offered = [&](const std::vector<uint8_t>& bytes, DctScaling scaling) {
+    DecodeOptions options;
+    options.dct_scaling = scaling;
+    EXPECT_TRUE(decoder.ReadHeader(bytes, options).ok());
+    std::vector<std::string> out;
+    for (const ScaleFactor& s : decoder.scale_factors()) {
+      out.push_back(absl::StrCat(s.num, "/", s.denom));
+    }
+    return out;
+  };
+  using V = std::vector<std::string>;
+  EXPECT_EQ(offered(jpeg, DctScaling::kNone), V({"1/1"}));
+  EXPECT_EQ(offered(jpeg, DctScaling::kPowerOfTwo), V({"1/1", "1/2", "1/4", "1/8"}));
+  EXPECT_EQ(offered(jpeg, DctScaling::kAll),
+            V({"1/1", "7/8", "3/4", "5/8", "1/2", "3/8", "1/4", "1/8"}));
+  EXPECT_EQ(offered(png, DctScaling::kAll), V({"1/1"}));
+}
+
 TEST(ImageDecoderTest, DecodesEveryKindOfImageLikePillowConvertRgb) {
   const std::string& dir = CaseDir("formats");
   auto table = ReadTable(dir + "/manifest.txt");
@@ -191,7 +213,9 @@ TEST(ImageDecoderTest, DecodeWithoutHeaderIsFailedPrecondition) {
 absl::Status DecodeRegion(ImageDecoder& decoder, const std::vector<uint8_t>& bytes,
                           ScaleFactor scale, const PixelRect& region,
                           std::vector<uint8_t>* out) {
-  auto header = decoder.ReadHeader(bytes, DecodeOptions());
+  DecodeOptions options;
+  options.dct_scaling = DctScaling::kAll;
+  auto header = decoder.ReadHeader(bytes, options);
   if (!header.ok()) return header.status();
   out->assign(static_cast<size_t>(region.width) * region.height * 3, 0);
   int expected_y = region.y;
@@ -243,9 +267,11 @@ TEST(ImageDecoderTest, RegionDecodeEqualsTheSameRegionOfAFullDecode) {
   cases.emplace_back("turbojpeg 4:1:1", EncodeJpeg(83, 61, TJSAMP_411));
   std::mt19937 gen(11);
   ImageDecoder decoder;
+  DecodeOptions all_scales;
+  all_scales.dct_scaling = DctScaling::kAll;
   for (const auto& [name, bytes] : cases) {
     SCOPED_TRACE(name);
-    auto header = decoder.ReadHeader(bytes, DecodeOptions());
+    auto header = decoder.ReadHeader(bytes, all_scales);
     ASSERT_TRUE(header.ok()) << header.status();
     const std::vector<ScaleFactor> factors(decoder.scale_factors().begin(),
                                            decoder.scale_factors().end());

@@ -141,6 +141,18 @@ TEST(DecodeAndTransformTest, EvalMatchesTorchvisionResizeCenterCrop) {
     const std::vector<uint8_t> bytes = Load(dir + "/" + name);
     const std::vector<uint8_t> expected = Load(dir + "/" + name + ".rgb");
     ASSERT_EQ(expected.size(), out.size());
+    // Every JPEG scale choice must hold the bar, the default's and all of them.
+    if (!EndsWith(name, ".png")) {
+      TransformSpec all_scales = spec;
+      all_scales.decode.dct_scaling = DctScaling::kAll;
+      TransformTrace trace;
+      ASSERT_TRUE(
+          DecodeAndTransform(bytes, all_scales, SampleKey{}, scratch, out.data(), &trace).ok());
+      const double psnr = Psnr(out.data(), expected.data(), out.size());
+      std::printf("%-22s eval  scale %d/%d  (DctScaling::kAll)      PSNR %6.2f dB\n",
+                  name.c_str(), trace.scale.num, trace.scale.denom, psnr);
+      EXPECT_GE(psnr, 30.0) << "DctScaling::kAll";
+    }
     TransformTrace trace;
     const absl::Status status =
         DecodeAndTransform(bytes, spec, SampleKey{}, scratch, out.data(), &trace);
@@ -157,19 +169,20 @@ TEST(DecodeAndTransformTest, EvalMatchesTorchvisionResizeCenterCrop) {
     } else {
       EXPECT_GE(psnr, 30.0);
     }
-    // The DCT scale is the smallest n/8 that keeps the resized image's resolution (1/1
-    // when even the full image is smaller, and always for PNG).
+    // The DCT scale is the smallest power of two (the default DctScaling) that keeps the
+    // resized image's resolution: 1/1 when even the full image is smaller, and for PNG.
     const EvalGeometry& g = trace.eval;
-    auto covers = [&](int n) {
-      return int64_t{trace.header.width} * n >= int64_t{g.resized_width} * 8 &&
-             int64_t{trace.header.height} * n >= int64_t{g.resized_height} * 8;
+    auto covers = [&](int d) {
+      return trace.header.width >= int64_t{g.resized_width} * d &&
+             trace.header.height >= int64_t{g.resized_height} * d;
     };
-    const int n = trace.scale.num * 8 / trace.scale.denom;
+    ASSERT_EQ(trace.scale.num, 1);
+    const int d = trace.scale.denom;
     if (EndsWith(name, ".png")) {
-      EXPECT_EQ(n, 8);
+      EXPECT_EQ(d, 1);
     } else {
-      EXPECT_TRUE(covers(n) || n == 8) << n << "/8";
-      EXPECT_TRUE(n == 1 || !covers(n - 1)) << n << "/8";
+      EXPECT_TRUE(covers(d) || d == 1) << "1/" << d;
+      EXPECT_TRUE(d == 8 || !covers(2 * d)) << "1/" << d;
     }
   }
 }

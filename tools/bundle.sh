@@ -32,8 +32,9 @@ fi
 
 # Libraries the host lacks: everything ldd resolves outside the C/C++ runtime, torch,
 # the CUDA libraries, NCCL and MPI (all of which the host has in its own versions).
-for exe in "$out"/bin/*; do
-  [[ -x "$exe" && ! "$exe" == *.sh && ! "$exe" == *.py ]] || continue
+# ldd runs on the built binaries, whose RUNPATH still finds Bazel's own libraries.
+for target in "${programs[@]}" "${gpu_tests[@]}"; do
+  exe="${target#//}"; exe="$bin/${exe/://}"
   ldd "$exe" | awk '$3 ~ /^\// {print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
       libc.so*|libm.so*|libstdc++*|libgcc_s*|libpthread*|librt.so*|libdl.so*|libutil*|ld-linux*) continue ;;

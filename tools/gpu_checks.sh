@@ -8,13 +8,15 @@ out="${1:-/tmp/stoker-gpu-checks}"
 mkdir -p "$out"
 source "$bundle/bin/mpi_env.sh"
 stoker="$bundle/stoker"
+export out stoker
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 passed=0; failed=0; skipped=0
 
-check() {  # check NAME COMMAND...: runs it with its output in OUT/NAME.log
+check() {  # check NAME COMMAND...: runs it (a program or a function below) with its output in OUT/NAME.log
   local name="$1"; shift
   echo "=== $name"
-  if timeout --signal=KILL 300 "$@" >"$out/$name.log" 2>&1; then
+  if timeout --signal=KILL 300 bash -c "$(declare -f precision_run precision_compare two_gpu_training); \"\$@\"" \
+      check "$@" >"$out/$name.log" 2>&1; then
     echo "PASS $name"; passed=$((passed + 1))
   else
     echo "FAIL $name (exit $?)"; failed=$((failed + 1)); tail -n 30 "$out/$name.log"

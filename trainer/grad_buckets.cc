@@ -144,6 +144,7 @@ absl::Status GradBuckets::Launch(int bucket) {
         " is no longer a view into its bucket (was zero_grad(set_to_none) called?)"));
   }
   ASSIGN_OR_RETURN(ElementType type, ElementTypeOf(flat_[bucket]));
+  if (communicator_->world_size() == 1) return absl::OkStatus();  // the mean of one is itself
   return communicator_->AllReduce(flat_[bucket].data_ptr(), flat_[bucket].numel(), type,
                                   ReduceOp::kAverage);
 }
@@ -174,7 +175,7 @@ absl::Status GradBuckets::FinishStep() {
         absl::StrCat("no gradient reached parameter(s) ", absl::StrJoin(missing, ", "),
                      " in this step; every parameter must take part in the loss"));
   }
-  if (!reduce_) return absl::OkStatus();
+  if (!reduce_ || communicator_->world_size() == 1) return absl::OkStatus();
   return communicator_->Synchronize();
 }
 

@@ -5,8 +5,6 @@
 #include <ATen/autocast_mode.h>
 #include <c10/util/Exception.h>
 #include <torch/nn/functional/loss.h>
-#include <torch/optim/adamw.h>
-#include <torch/optim/sgd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -19,6 +17,7 @@
 #include "common/status_macros.h"
 #include "data_service/ring_client.h"
 #include "trainer/batch_feeder.h"
+#include "trainer/fused_optimizer.h"
 #include "trainer/grad_buckets.h"
 #include "trainer/models.h"
 #include "trainer/nn/loss_scaler.h"
@@ -149,17 +148,13 @@ absl::Status Train(const TrainerOptions& options, const RankInfo& rank,
   }
   ASSIGN_OR_RETURN(std::unique_ptr<GradBuckets> buckets,
                    GradBuckets::Create(parameters, names, options.bucket_bytes, &communicator));
-  std::unique_ptr<torch::optim::Optimizer> optimizer;
-  if (options.optimizer == "adamw") {
-    optimizer = std::make_unique<torch::optim::AdamW>(
-        parameters,
-        torch::optim::AdamWOptions(options.learning_rate).weight_decay(options.weight_decay));
-  } else {
-    optimizer = std::make_unique<torch::optim::SGD>(
-        parameters, torch::optim::SGDOptions(options.learning_rate)
-                        .momentum(options.momentum)
-                        .weight_decay(options.weight_decay));
-  }
+  OptimizerOptions optimizer_options;
+  optimizer_options.kind = options.optimizer;
+  optimizer_options.learning_rate = options.learning_rate;
+  optimizer_options.momentum = options.momentum;
+  optimizer_options.weight_decay = options.weight_decay;
+  ASSIGN_OR_RETURN(std::unique_ptr<FusedOptimizer> optimizer,
+                   FusedOptimizer::Create(parameters, optimizer_options));
   // Loss scaling guards fp16 gradients against underflow; bf16 and fp32 do not need it.
   LossScalerOptions scaler_options;
   scaler_options.init_scale = options.init_scale;
@@ -213,8 +208,13 @@ absl::Status Train(const TrainerOptions& options, const RankInfo& rank,
     request.train = options.train_split;
     ASSIGN_OR_RETURN(ring, RingClient::Connect(options.data_socket, request, options.data_timeout));
     source = std::make_unique<RingBatchSource>(ring.get());
-    // Rank 0 owns the seed: every rank and so every data service uses its value.
-    RETURN_IF_ERROR(communicator.Broadcast(&seed, sizeof(seed), 0));
+    // Rank 0 owns the seed: every rank and so every data service uses its value. (The
+    // communicator works on the training device's memory.)
+    at::Tensor seed_tensor =
+        at::tensor({static_cast<int64_t>(options.seed)}, at::TensorOptions().dtype(at::kLong)).to(device);
+    RETURN_IF_ERROR(communicator.Broadcast(seed_tensor.data_ptr(), sizeof(int64_t), 0));
+    RETURN_IF_ERROR(communicator.Synchronize());
+    seed = static_cast<uint64_t>(seed_tensor.item<int64_t>());
     ASSIGN_OR_RETURN(EpochInfo first, ring->StartEpoch(0, seed));
     steps_per_epoch = first.batches;
     if (options.use_cuda) {
@@ -271,13 +271,13 @@ absl::Status Train(const TrainerOptions& options, const RankInfo& rank,
         // Every rank holds the same averaged gradients, so every rank skips the same steps.
         RETURN_IF_ERROR(scaler.Unscale(grads));
         RETURN_IF_ERROR(scaler.Step([&] {
-          optimizer->step();
+          optimizer->Step();
           return absl::OkStatus();
         }));
         skipped_steps += scaler.StepSkipped();
         RETURN_IF_ERROR(scaler.Update());
       } else {
-        optimizer->step();
+        optimizer->Step();
       }
       if (loss_log.is_open()) loss_log << epoch << " " << step << " " << loss.item<float>() << "\n";
       images_measured += static_cast<int64_t>(batch.count) * rank.world_size;

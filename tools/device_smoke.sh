@@ -19,3 +19,9 @@ echo "=== ResNet-50 synthetic, one GPU"
 bundle/stoker trainer --device=cuda --synthetic_steps=30 --model=resnet50 --batch_size=256 \
   --image_size=224 --num_classes=1000 --optimizer=adamw --lr=1e-3 2>&1 | tail -n 6 | tee "$out/resnet50_synthetic.log"
 tar czf "$out/checks.tgz" -C /tmp checks
+echo "=== ResNet-18 from JPEG, one GPU (a small ImageFolder made by the anchor generator)"
+python3 -c "import sys; sys.path.insert(0, 'bundle/anchors'); import anchor_seed; anchor_seed.make_data('/tmp/smoke_jpeg/train', 10, 300)"
+bundle/stoker launcher --np=1 --dataset=imagefolder --train_dir=/tmp/smoke_jpeg/train \
+  --val_dir=/tmp/smoke_jpeg/train --data_threads=14 -- --model=resnet18 --num_classes=10 \
+  --image_size=224 --batch_size=256 --epochs=2 --data_split=val --optimizer=adamw --lr=1e-3 \
+  --log_every=4 --warmup_steps=4 2>&1 | tail -n 12 | tee "$out/resnet18_jpeg.log"

@@ -191,6 +191,30 @@ TEST(ImageDecoderTest, EveryBadFileIsAClearInvalidArgument) {
   }
 }
 
+// Note [JPEG warnings]: stray bytes before the EOI marker or between header segments
+// leave the pixels intact and are tolerated.
+TEST(ImageDecoderTest, StrayBytesOutsideTheImageDataAreTolerated) {
+  const std::vector<uint8_t> good = Load(CaseDir("bad") + "/good.jpg");
+  auto reference = DecodeImage(good);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  ASSERT_GE(good.size(), 4u);
+  ASSERT_EQ(good[good.size() - 2], 0xff);
+  ASSERT_EQ(good[good.size() - 1], 0xd9);
+  std::vector<uint8_t> before_eoi(good.begin(), good.end() - 2);
+  before_eoi.insert(before_eoi.end(), {0x12, 0x34, 0x56, 0x00, 0xff, 0xd9});
+  auto image = DecodeImage(before_eoi);
+  ASSERT_TRUE(image.ok()) << image.status();
+  EXPECT_EQ(image->rgb, reference->rgb);
+  // Junk between the first two header segments (after SOI and APP0).
+  const size_t app0_end = 4 + ((size_t{good[4]} << 8) | good[5]);
+  std::vector<uint8_t> in_header(good.begin(), good.begin() + app0_end);
+  in_header.insert(in_header.end(), {0x00, 0x01, 0x02});
+  in_header.insert(in_header.end(), good.begin() + app0_end, good.end());
+  image = DecodeImage(in_header);
+  ASSERT_TRUE(image.ok()) << image.status();
+  EXPECT_EQ(image->rgb, reference->rgb);
+}
+
 TEST(ImageDecoderTest, PixelLimitIsCheckedFromTheHeader) {
   const std::vector<uint8_t> bytes = Load(CaseDir("bad") + "/good.jpg");  // 160 x 120
   DecodeOptions options;

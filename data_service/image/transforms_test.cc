@@ -1,11 +1,14 @@
 #include "data_service/image/transforms.h"
 
+#include <turbojpeg.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -404,6 +407,51 @@ TEST(DecodeAndTransformTest, BadInputsAreInvalidArgument) {
   // The scratch still works after all that.
   EXPECT_TRUE(
       DecodeAndTransform(good, TransformSpec::Train(224), SampleKey{}, scratch, out.data()).ok());
+}
+
+// A constant-colour JPEG of the given size, through TurboJPEG.
+std::vector<uint8_t> SolidJpeg(int width, int height) {
+  std::vector<uint8_t> rgb(static_cast<size_t>(width) * height * 3);
+  for (size_t i = 0; i < rgb.size(); i += 3) {
+    rgb[i] = 200;
+    rgb[i + 1] = 100;
+    rgb[i + 2] = 50;
+  }
+  tjhandle compressor = tjInitCompress();
+  unsigned char* jpeg = nullptr;
+  unsigned long size = 0;
+  EXPECT_EQ(tjCompress2(compressor, rgb.data(), width, 0, height, TJPF_RGB, &jpeg, &size,
+                        TJSAMP_444, 100, 0), 0);
+  tjDestroy(compressor);
+  std::vector<uint8_t> bytes(jpeg, jpeg + size);
+  tjFree(jpeg);
+  return bytes;
+}
+
+TEST(DecodeAndTransformTest, TinyAndExtremeImagesGiveTheirColour) {
+  TransformScratch scratch;
+  std::vector<uint8_t> out(224 * 224 * 3);
+  for (const auto& [w, h] : std::vector<std::pair<int, int>>{
+           {1, 1}, {1, 300}, {300, 1}, {3, 2}, {2000, 7}, {5, 900}}) {
+    SCOPED_TRACE(absl::StrCat(w, "x", h));
+    const std::vector<uint8_t> bytes = SolidJpeg(w, h);
+    auto decoded = DecodeImage(bytes);
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    for (const TransformSpec& spec :
+         {TransformSpec::Eval(256, 224), TransformSpec::Train(224)}) {
+      for (int64_t index = 0; index < 5; ++index) {
+        std::fill(out.begin(), out.end(), 0);
+        ASSERT_TRUE(
+            DecodeAndTransform(bytes, spec, SampleKey{3, 1, index}, scratch, out.data()).ok());
+        // A constant image stays constant, whatever the geometry.
+        for (size_t i = 0; i < out.size(); i += 3) {
+          ASSERT_EQ(out[i], decoded->rgb[0]) << i;
+          ASSERT_EQ(out[i + 1], decoded->rgb[1]) << i;
+          ASSERT_EQ(out[i + 2], decoded->rgb[2]) << i;
+        }
+      }
+    }
+  }
 }
 
 TEST(TransformScratchTest, StopsGrowingOnceWarm) {

@@ -243,8 +243,8 @@ struct BoxStats {
 
 void AddBox(const CropBox& box, int width, int height, const CropBox& centre,
             BoxStats* stats) {
-  stats->area.push_back(double{box.height} * box.width / (double{width} * height));
-  stats->log_ratio.push_back(std::log(double{box.width} / box.height));
+  stats->area.push_back(static_cast<double>(box.height) * box.width / (static_cast<double>(width) * height));
+  stats->log_ratio.push_back(std::log(static_cast<double>(box.width) / box.height));
   stats->center_x.push_back((box.left + box.width / 2.0) / width);
   stats->center_y.push_back((box.top + box.height / 2.0) / height);
   stats->centre_box.push_back(box.top == centre.top && box.left == centre.left &&
@@ -297,7 +297,7 @@ TEST(SampleTrainParamsTest, BoxDistributionMatchesTorchvision) {
     SCOPED_TRACE(absl::StrCat(width, "x", height));
     // The fallback's box for this size, computed by SampleTrainParams on an impossible
     // draw would need torch's internals; recompute it from the definition instead.
-    const double in_ratio = double{width} / height;
+    const double in_ratio = static_cast<double>(width) / height;
     int cw = width, ch = height;
     if (in_ratio < spec.min_ratio) ch = static_cast<int>(std::nearbyint(cw / spec.min_ratio));
     if (in_ratio > spec.max_ratio) cw = static_cast<int>(std::nearbyint(ch * spec.max_ratio));

@@ -12,24 +12,6 @@ export out stoker
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 passed=0; failed=0; skipped=0
 
-check() {  # check NAME COMMAND...: runs it (a program or a function below) with its output in OUT/NAME.log
-  local name="$1"; shift
-  echo "=== $name"
-  if timeout --signal=KILL 300 bash -c "$(declare -f precision_run precision_compare two_gpu_training); \"\$@\"" \
-      check "$@" >"$out/$name.log" 2>&1; then
-    echo "PASS $name"; passed=$((passed + 1))
-  else
-    echo "FAIL $name (exit $?)"; failed=$((failed + 1)); tail -n 30 "$out/$name.log"
-  fi
-}
-skip() { echo "SKIP $1: $2"; skipped=$((skipped + 1)); }
-
-echo "GPUs: $gpus"
-nvidia-smi -L
-
-check cuda_batch_feeder "$stoker" cuda_batch_feeder_test
-grep -E "copies .* ms" "$out/cuda_batch_feeder.log" || true
-
 # Losses in bf16 and fp16 (with loss scaling) track fp32 over the first steps: same
 # weights, same batch, one GPU.
 precision_run() {
@@ -52,6 +34,33 @@ for p in ("bf16", "fp16"):
     assert got[-1] < got[0], f"{p} loss did not fall"
 PY
 }
+# After training on 2 GPUs the parameters are bit-identical on both ranks.
+two_gpu_training() {
+  rm -f "$out"/params.rank*
+  "$stoker" launcher --np=2 --dataset=synthetic --synthetic_samples=2048 --synthetic_classes=10 -- \
+    --model=resnet18 --num_classes=10 --image_size=64 --batch_size=64 --epochs=2 \
+    --final_params_out="$out/params" --log_every=8 &&
+  cmp "$out/params.rank0" "$out/params.rank1" && echo "parameters identical on both ranks"
+}
+
+check() {  # check NAME COMMAND...: runs it (a program or a function below) with its output in OUT/NAME.log
+  local name="$1"; shift
+  echo "=== $name"
+  if timeout --signal=KILL 300 bash -c "$(declare -f precision_run precision_compare two_gpu_training); \"\$@\"" \
+      check "$@" >"$out/$name.log" 2>&1; then
+    echo "PASS $name"; passed=$((passed + 1))
+  else
+    echo "FAIL $name (exit $?)"; failed=$((failed + 1)); tail -n 30 "$out/$name.log"
+  fi
+}
+skip() { echo "SKIP $1: $2"; skipped=$((skipped + 1)); }
+
+echo "GPUs: $gpus"
+nvidia-smi -L
+
+check cuda_batch_feeder "$stoker" cuda_batch_feeder_test
+grep -E "copies .* ms" "$out/cuda_batch_feeder.log" || true
+
 check precision_fp32 precision_run fp32
 check precision_bf16 precision_run bf16
 check precision_fp16 precision_run fp16
@@ -60,14 +69,6 @@ cat "$out/precision_tracks_fp32.log"
 
 if (( gpus >= 2 )); then
   check nccl_allreduce mpirun -np 2 "$stoker" nccl_communicator_test_ranks
-  # After training on 2 GPUs the parameters are bit-identical on both ranks.
-  two_gpu_training() {
-    rm -f "$out"/params.rank*
-    "$stoker" launcher --np=2 --dataset=synthetic --synthetic_samples=2048 --synthetic_classes=10 -- \
-      --model=resnet18 --num_classes=10 --image_size=64 --batch_size=64 --epochs=2 \
-      --final_params_out="$out/params" --log_every=8 &&
-    cmp "$out/params.rank0" "$out/params.rank1" && echo "parameters identical on both ranks"
-  }
   check two_gpu_params_identical two_gpu_training
 else
   skip nccl_allreduce "needs 2 GPUs"

@@ -32,6 +32,7 @@ ABSL_FLAG(double, weight_decay, 0.0, "SGD weight decay.");
 ABSL_FLAG(uint64_t, seed, 0, "Base seed for weights, sampling order and augmentation; rank 0's value wins.");
 ABSL_FLAG(int, bucket_mb, 25, "Gradient bucket size in MiB.");
 ABSL_FLAG(std::string, data_split, "train", "Which split to train on: train (with augmentation) or val (evaluation transform).");
+ABSL_FLAG(bool, drop_last_batch, true, "Skip each epoch's short last batch, so that every step has one shape (cudnn.benchmark tunes once).");
 ABSL_FLAG(int, ring_slots, 4, "Batches in flight in this rank's shared-memory ring (>= 3).");
 ABSL_FLAG(int, log_every, 10, "Steps between progress lines (rank 0).");
 ABSL_FLAG(int, data_timeout_s, 120, "Seconds to wait for a batch before failing.");
@@ -70,6 +71,7 @@ absl::StatusOr<stoker::trainer::TrainerOptions> OptionsFromFlags() {
   options.seed = absl::GetFlag(FLAGS_seed);
   options.bucket_bytes = static_cast<size_t>(std::max(0, absl::GetFlag(FLAGS_bucket_mb))) << 20;
   options.ring_slots = absl::GetFlag(FLAGS_ring_slots);
+  options.drop_last_batch = absl::GetFlag(FLAGS_drop_last_batch);
   const std::string split = absl::GetFlag(FLAGS_data_split);
   if (split != "train" && split != "val") {
     return absl::InvalidArgumentError(absl::StrCat("--data_split=", split, ": use train or val"));

@@ -255,6 +255,7 @@ absl::Status Train(const TrainerOptions& options, const RankInfo& rank,
                                                 " step ", batch.step, ", expected ", epoch, " ", step));
       }
       data_wait_measured += batch.data_wait;
+      if (options.drop_last_batch && batch.count < options.batch_size) continue;
       if (options.data_only) {
         images_measured += static_cast<int64_t>(batch.count) * rank.world_size;
         continue;

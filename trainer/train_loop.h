@@ -31,6 +31,9 @@ struct TrainerOptions {
   size_t bucket_bytes = 25u << 20;
   int ring_slots = 4;
   bool train_split = true;    // the training split with augmentation, or the validation split
+  // Skip the short last batch of an epoch (DataLoader's drop_last): every step then has
+  // the same shape, which cudnn.benchmark needs to tune once and not at each epoch's end.
+  bool drop_last_batch = true;
   int log_every = 10;         // steps between progress lines on rank 0
   absl::Duration data_timeout = absl::Seconds(120);
   std::string final_params_out;  // if set, each rank writes its parameters to <path>.rank<r>

@@ -200,6 +200,15 @@ def stoker_system_deps():
         package = "libturbojpeg0-dev",
         linkopts = ["-lturbojpeg"],
     )
+    # libjpeg-turbo's libjpeg API (jpeg_crop_scanline, jpeg_skip_scanlines: decoding only
+    # the region a crop needs), which libturbojpeg does not export.
+    debian_library(
+        name = "libjpeg",
+        target = "libjpeg",
+        header = "jpeglib.h",
+        package = "libjpeg62-turbo-dev",
+        linkopts = ["-ljpeg"],
+    )
     debian_library(
         name = "libpng",
         target = "libpng",

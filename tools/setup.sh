@@ -13,7 +13,7 @@ APT_PACKAGES=(
   libopenmpi-dev openmpi-bin
   libabsl-dev          # 20220623: flags, status, strings, time, synchronization
   libgtest-dev
-  libturbojpeg0-dev libpng-dev
+  libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev
 )
 # torch is pinned to the GPU hosts' version so that binaries built here run there.
 PIP_PACKAGES=(

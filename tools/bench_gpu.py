@@ -109,7 +109,8 @@ def phase_two_gpu(out):
     for model in ("resnet50", "resnet18"):
         stoker_train(out, f"synthetic_{model}_2gpu", 2, model, synthetic_steps=40)
         stoker_train(out, f"jpeg_{model}_2gpu", 2, model, root=root, data_threads=28)
-    p = run(["torchrun", "--standalone", "--nproc_per_node=2", os.path.join(ANCHORS, "anchor_ddp.py"),
+    p = run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+             os.path.join(ANCHORS, "anchor_ddp.py"),
              "--root", root], timeout=400)
     anchor_lines(out, p, "python", {"ranks": 2})
 

@@ -30,6 +30,10 @@ def record(out, **kw):
     log(json.dumps(kw))
 
 
+WORK = "/tmp/stoker_bench_runs"
+LOG = None  # OUT/bench.log: every command's whole output
+
+
 def run(cmd, env=None, timeout=900, cores=None):
     if cores:
         cmd = ["taskset", "-c", cores] + cmd
@@ -38,6 +42,9 @@ def run(cmd, env=None, timeout=900, cores=None):
              OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", PYTHONUNBUFFERED="1")
     e.update(env or {})
     p = subprocess.run(cmd, env=e, timeout=timeout, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if LOG:
+        with open(LOG, "a") as f:
+            f.write(f"$ {' '.join(cmd)}\n{p.stdout}\n[exit {p.returncode}]\n\n")
     tail = "\n".join(p.stdout.splitlines()[-15:])
     if p.returncode != 0:
         log(f"exit {p.returncode}:\n{tail}")
@@ -59,7 +66,8 @@ def dataset(images):
 
 def stoker_train(out, name, ranks, model, root=None, synthetic_steps=0, data_only=False,
                  cores=None, data_threads=14, extra=()):
-    metrics = os.path.join(out, f"{name}.json")
+    os.makedirs(WORK, exist_ok=True)
+    metrics = os.path.join(WORK, f"{name}.json")
     trainer = ["--model=" + model, "--num_classes=1000", "--image_size=224", "--batch_size=256",
                "--precision=bf16", "--optimizer=adamw", "--lr=1e-3", "--weight_decay=1e-4",
                "--warmup_steps=8", "--log_every=10", "--metrics_out=" + metrics, *extra]
@@ -185,6 +193,8 @@ def main():
     ap.add_argument("--skip_anchor", action="store_true")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
+    global LOG
+    LOG = os.path.join(a.out, f"bench_{a.phase}.log")
     if a.phase == "one_gpu":
         phase_one_gpu(a.out, a.skip_anchor)
     elif a.phase == "two_gpu":

@@ -20,6 +20,7 @@ PIP_PACKAGES=(
   "torch==2.11.0"
   "torchvision==0.26.0"
   numpy pillow
+  tensorboard scikit-learn matplotlib  # trainer tests: event files, the digits dataset, plots
 )
 
 check_only=0

@@ -1,0 +1,71 @@
+// Atomic replacement of files, whole-file reads and directory creation.
+#include "trainer/atomic_file.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace stoker::trainer {
+namespace {
+
+std::string TestDir(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name);
+  EXPECT_TRUE(MakeDirectories(dir).ok());
+  return dir;
+}
+
+std::vector<std::string> Entries(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = opendir(dir.c_str());
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  closedir(d);
+  return names;
+}
+
+TEST(AtomicFileTest, WritesThenReplacesAndLeavesNoTemporary) {
+  const std::string dir = TestDir("atomic_write");
+  const std::string path = dir + "/weights.pt";
+  ASSERT_TRUE(WriteFileAtomically(path, "first").ok());
+  ASSERT_TRUE(WriteFileAtomically(path, std::string(100000, 'x')).ok());
+  auto read = ReadWholeFile(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, std::string(100000, 'x'));
+  EXPECT_EQ(Entries(dir), std::vector<std::string>{"weights.pt"});
+}
+
+TEST(AtomicFileTest, AFailedWriteNamesThePathAndLeavesNothing) {
+  const std::string dir = TestDir("atomic_fail");
+  const absl::Status status = WriteFileAtomically(dir + "/missing/sub/file", "data");
+  EXPECT_TRUE(absl::IsNotFound(status)) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), dir + "/missing/sub")) << status;
+  EXPECT_TRUE(Entries(dir).empty());
+}
+
+TEST(AtomicFileTest, ReadingAMissingFileIsNotFound) {
+  EXPECT_TRUE(absl::IsNotFound(ReadWholeFile("/nonexistent/stoker/file").status()));
+}
+
+TEST(AtomicFileTest, MakeDirectoriesCreatesParentsAndAcceptsExisting) {
+  const std::string dir = TestDir("mkdirs") + "/a/b/c";
+  ASSERT_TRUE(MakeDirectories(dir).ok());
+  ASSERT_TRUE(MakeDirectories(dir).ok());
+  struct stat st;
+  ASSERT_EQ(stat(dir.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  ASSERT_TRUE(WriteFileAtomically(dir + "/f", "x").ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(MakeDirectories(dir + "/f")));
+}
+
+}  // namespace
+}  // namespace stoker::trainer

@@ -1,0 +1,353 @@
+#include "trainer/flags.h"
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "common/status_macros.h"
+
+// Data and model.
+ABSL_FLAG(std::string, data_socket, "", "Unix socket of this node's data service (the launcher passes it).");
+ABSL_FLAG(std::string, model, "small_cnn", "Model: small_cnn, resnet18 or resnet50 (torchvision's).");
+ABSL_FLAG(int, num_classes, 10, "Number of classes of the dataset.");
+ABSL_FLAG(int, image_size, 32, "Square image size in pixels fed to the model.");
+ABSL_FLAG(int, batch_size, 32, "Batch size per rank (per micro-batch with --accumulate).");
+ABSL_FLAG(int, epochs, 1, "Number of epochs.");
+ABSL_FLAG(uint64_t, seed, 0, "Base seed for weights, sampling order and augmentation; rank 0's value wins (the launcher passes its own).");
+ABSL_FLAG(std::string, data_split, "train", "Which split to train on: train (with augmentation) or val (evaluation transform).");
+ABSL_FLAG(bool, drop_last_batch, true, "Skip each epoch's short last batch, so that every step has one shape (cudnn.benchmark tunes once).");
+ABSL_FLAG(int, ring_slots, 4, "Batches in flight in this rank's shared-memory ring (>= 3).");
+ABSL_FLAG(int, data_timeout_s, 120, "Seconds to wait for a batch before failing.");
+ABSL_FLAG(int, bucket_mb, 25, "Gradient bucket size in MiB.");
+
+// Optimizer and schedule.
+ABSL_FLAG(std::string, optimizer, "sgd", "Optimizer: sgd or adamw (torch.optim semantics, fused kernels).");
+ABSL_FLAG(double, lr, 0.1, "Peak learning rate (reached after the warm-up).");
+ABSL_FLAG(double, momentum, 0.9, "SGD momentum.");
+ABSL_FLAG(bool, nesterov, false, "SGD: Nesterov momentum.");
+ABSL_FLAG(double, weight_decay, 0.0, "Weight decay (SGD: L2 added to the gradient; AdamW: decoupled).");
+ABSL_FLAG(bool, no_decay_bn_bias, false, "No weight decay for biases and normalisation parameters (all 1-dimensional parameters).");
+ABSL_FLAG(double, adam_beta1, 0.9, "AdamW beta1.");
+ABSL_FLAG(double, adam_beta2, 0.999, "AdamW beta2.");
+ABSL_FLAG(double, adam_eps, 1e-8, "AdamW epsilon.");
+ABSL_FLAG(std::string, lr_schedule, "constant", "Learning-rate schedule after the warm-up, per optimizer step: constant, cosine (to --lr_min at the end) or step (times --lr_step_gamma at each of --lr_step_epochs).");
+ABSL_FLAG(double, warmup_epochs, 0.0, "Linear warm-up from lr/warmup_steps to --lr over this many epochs (may be fractional).");
+ABSL_FLAG(std::vector<std::string>, lr_step_epochs, {}, "--lr_schedule=step: the epochs at which the learning rate is multiplied by --lr_step_gamma, e.g. 30,60,80.");
+ABSL_FLAG(double, lr_step_gamma, 0.1, "--lr_schedule=step: the factor applied at each of --lr_step_epochs.");
+ABSL_FLAG(double, lr_min, 0.0, "--lr_schedule=cosine: the learning rate at the end of training.");
+ABSL_FLAG(double, label_smoothing, 0.0, "Cross-entropy label smoothing in [0, 1).");
+ABSL_FLAG(double, clip_grad_norm, 0.0, "Clip the global L2 norm of the gradients to this value, after unscaling (0: off).");
+ABSL_FLAG(int, accumulate, 1, "Gradient accumulation: micro-batches per optimizer step; gradients are allreduced only on the last.");
+
+// Validation.
+ABSL_FLAG(int, val_every, 1, "Validate every N epochs and after the last, on the data service's validation split (0: never). Off when the service has no validation split.");
+ABSL_FLAG(int, val_batch_size, 0, "Validation batch size per rank (0: --batch_size).");
+
+// Checkpoints and preemption.
+ABSL_FLAG(std::string, checkpoint_dir, "", "Directory for checkpoints (written atomically by rank 0). Empty: no checkpoints.");
+ABSL_FLAG(int, checkpoint_every_steps, 0, "Write a checkpoint every N optimizer steps (0: not by steps).");
+ABSL_FLAG(int, checkpoint_every_epochs, 1, "Write a checkpoint every N epochs (0: not by epochs).");
+ABSL_FLAG(int, keep_checkpoints, 3, "Keep the newest N checkpoints and delete older ones (0: keep all).");
+ABSL_FLAG(std::string, resume, "auto", "auto: continue from the newest valid checkpoint in --checkpoint_dir if there is one; none: start afresh; or the path of a checkpoint file.");
+ABSL_FLAG(int, stop_after_steps, 0, "End this run after N optimizer steps with a checkpoint, as a preemption would, and exit 75 (0: off). For time-sliced jobs.");
+
+// Outputs.
+ABSL_FLAG(int, log_every, 10, "Steps between progress lines (rank 0).");
+ABSL_FLAG(std::string, metrics_out, "", "If set, rank 0 writes a JSON summary of the run here.");
+ABSL_FLAG(std::string, metrics_jsonl, "", "If set, rank 0 appends one JSON object per progress line, per validation and at the end.");
+ABSL_FLAG(std::string, tensorboard_dir, "", "If set, rank 0 writes TensorBoard scalars (an events.out.tfevents file) here.");
+ABSL_FLAG(std::string, loss_log, "", "If set, rank 0 writes `epoch step loss` for every batch here (syncs each step).");
+ABSL_FLAG(std::string, export, "", "If set, rank 0 writes the final model's state dict here (atomically) in torch.save's format: torch.load reads it and torchvision's model loads it with load_state_dict.");
+ABSL_FLAG(std::string, final_params_out, "", "If set, each rank writes its final parameters to PATH.rank<r> (raw bytes, for tests).");
+ABSL_FLAG(int, profile_steps, 0, "Measure a time breakdown per step (data wait, host-to-device, forward, backward, allreduce wait, optimizer) over N steps after the warm-up (0: off).");
+
+// Device and precision.
+ABSL_FLAG(std::string, device, "auto", "auto (a GPU per local rank when there are GPUs), cuda or cpu.");
+ABSL_FLAG(std::string, precision, "bf16", "Autocast precision on the GPU: bf16, fp16 (with loss scaling) or fp32 (AMP off).");
+ABSL_FLAG(bool, channels_last, true, "Keep conv weights and inputs in channels_last layout.");
+ABSL_FLAG(bool, cudnn_benchmark, true, "Let cuDNN time its kernels for the (fixed) input shape.");
+ABSL_FLAG(double, init_scale, 65536.0, "fp16 loss scaler: initial scale.");
+ABSL_FLAG(double, growth_factor, 2.0, "fp16 loss scaler: growth factor.");
+ABSL_FLAG(double, backoff_factor, 0.5, "fp16 loss scaler: backoff factor.");
+ABSL_FLAG(int, growth_interval, 2000, "fp16 loss scaler: steps without inf/NaN before growing.");
+ABSL_FLAG(double, cache_release_fraction, 0.9, "Release cached device blocks when reserved memory passes this share of the GPU.");
+
+// Benchmarking.
+ABSL_FLAG(int, synthetic_steps, 0, "Benchmark: reuse one batch made on the device for this many steps per epoch; no data service.");
+ABSL_FLAG(int, warmup_steps, 10, "Steps left out of the throughput figure.");
+ABSL_FLAG(bool, data_only, false, "Benchmark the input pipeline: fetch, copy and normalise batches, train nothing.");
+
+namespace stoker::trainer {
+namespace {
+
+constexpr char kFlagsFile[] = "trainer/flags.cc";
+constexpr int kMaxConfigDepth = 8;
+
+struct Section {
+  const char* title;
+  std::vector<const char*> flags;
+};
+
+const std::vector<Section>& Sections() {
+  static const auto* sections = new std::vector<Section>{
+      {"Data and model",
+       {"data_socket", "model", "num_classes", "image_size", "batch_size", "epochs", "seed",
+        "data_split", "drop_last_batch", "ring_slots", "data_timeout_s", "bucket_mb"}},
+      {"Optimizer and schedule",
+       {"optimizer", "lr", "momentum", "nesterov", "weight_decay", "no_decay_bn_bias",
+        "adam_beta1", "adam_beta2", "adam_eps", "lr_schedule", "warmup_epochs", "lr_step_epochs",
+        "lr_step_gamma", "lr_min", "label_smoothing", "clip_grad_norm", "accumulate"}},
+      {"Validation", {"val_every", "val_batch_size"}},
+      {"Checkpoints and preemption",
+       {"checkpoint_dir", "checkpoint_every_steps", "checkpoint_every_epochs", "keep_checkpoints",
+        "resume", "stop_after_steps"}},
+      {"Outputs (rank 0)",
+       {"log_every", "metrics_out", "metrics_jsonl", "tensorboard_dir", "loss_log", "export",
+        "final_params_out", "profile_steps"}},
+      {"Device and precision",
+       {"device", "precision", "channels_last", "cudnn_benchmark", "init_scale", "growth_factor",
+        "backoff_factor", "growth_interval", "cache_release_fraction"}},
+      {"Benchmarking", {"synthetic_steps", "warmup_steps", "data_only"}},
+  };
+  return *sections;
+}
+
+// The trainer flag called `name`, or nullptr (flags of linked libraries do not count).
+absl::CommandLineFlag* TrainerFlag(absl::string_view name) {
+  absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+  if (flag == nullptr || !absl::EndsWith(flag->Filename(), kFlagsFile)) return nullptr;
+  return flag;
+}
+
+absl::Status ParseArgs(const std::vector<std::string>& args, absl::string_view where, int depth,
+                       bool* help);
+
+// Reads a configuration file: one flag per line, `--name=value` or `name=value`.
+absl::Status ApplyConfigFile(const std::string& path, int depth, bool* help) {
+  if (depth > kMaxConfigDepth) {
+    return absl::InvalidArgumentError(absl::StrCat("--config=", path, ": configuration files nest deeper than ",
+                                                   kMaxConfigDepth, " (a cycle?)"));
+  }
+  std::ifstream in(path);
+  if (!in) {
+    return absl::InvalidArgumentError(absl::StrCat("--config=", path, ": cannot read the file"));
+  }
+  std::string line;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    absl::string_view text = absl::StripAsciiWhitespace(line);
+    if (text.empty() || text[0] == '#') continue;
+    std::string arg(text);
+    if (!absl::StartsWith(arg, "-")) arg = absl::StrCat("--", arg);
+    RETURN_IF_ERROR(ParseArgs({arg}, absl::StrCat(path, " line ", number, ": "), depth, help));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseArgs(const std::vector<std::string>& args, absl::string_view where, int depth,
+                       bool* help) {
+  for (const std::string& raw : args) {
+    absl::string_view arg = raw;
+    if (arg == "--help" || arg == "-help" || arg == "--helpfull" || arg == "-h") {
+      *help = true;
+      continue;
+    }
+    if (!absl::ConsumePrefix(&arg, "--") && !absl::ConsumePrefix(&arg, "-")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, "unexpected argument \"", arg, "\" (the trainer takes only --name=value flags)"));
+    }
+    const size_t equals = arg.find('=');
+    const absl::string_view name = arg.substr(0, equals);
+    const bool has_value = equals != absl::string_view::npos;
+    const absl::string_view value = has_value ? arg.substr(equals + 1) : absl::string_view();
+    if (name == "config" || name == "flagfile") {
+      if (!has_value || value.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(where, "--", name, " needs a file: --", name, "=FILE"));
+      }
+      RETURN_IF_ERROR(ApplyConfigFile(std::string(value), depth + 1, help));
+      continue;
+    }
+    absl::CommandLineFlag* flag = TrainerFlag(name);
+    std::string error;
+    if (flag == nullptr && !has_value && absl::StartsWith(name, "no")) {
+      // --noname for a bool flag.
+      absl::CommandLineFlag* negated = TrainerFlag(name.substr(2));
+      if (negated != nullptr && negated->IsOfType<bool>()) {
+        negated->ParseFrom("false", &error);
+        continue;
+      }
+    }
+    if (flag == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "--", name, ": unknown flag (run `trainer --help` for the flags)"));
+    }
+    if (!has_value) {
+      if (!flag->IsOfType<bool>()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, "--", name, ": a value is required (--", name, "=VALUE)"));
+      }
+      flag->ParseFrom("true", &error);
+      continue;
+    }
+    if (!flag->ParseFrom(value, &error)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "--", name, "=", value, ": not a valid value (", error, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int>> ParseEpochList(const std::vector<std::string>& items) {
+  std::vector<int> epochs;
+  for (const std::string& item : items) {
+    int epoch = 0;
+    if (!absl::SimpleAtoi(item, &epoch)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--lr_step_epochs: \"", item, "\" is not an epoch number (e.g. 30,60,80)"));
+    }
+    epochs.push_back(epoch);
+  }
+  return epochs;
+}
+
+}  // namespace
+
+absl::StatusOr<TrainerOptions> OptionsFromFlags() {
+  TrainerOptions o;
+  o.data_socket = absl::GetFlag(FLAGS_data_socket);
+  o.model = absl::GetFlag(FLAGS_model);
+  o.num_classes = absl::GetFlag(FLAGS_num_classes);
+  o.image_size = absl::GetFlag(FLAGS_image_size);
+  o.batch_size = absl::GetFlag(FLAGS_batch_size);
+  o.epochs = absl::GetFlag(FLAGS_epochs);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  const std::string split = absl::GetFlag(FLAGS_data_split);
+  if (split != "train" && split != "val") {
+    return absl::InvalidArgumentError(absl::StrCat("--data_split=", split, ": use train or val"));
+  }
+  o.train_split = split == "train";
+  o.drop_last_batch = absl::GetFlag(FLAGS_drop_last_batch);
+  o.ring_slots = absl::GetFlag(FLAGS_ring_slots);
+  o.data_timeout = absl::Seconds(absl::GetFlag(FLAGS_data_timeout_s));
+  const int bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
+  if (bucket_mb < 1 || bucket_mb > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat("--bucket_mb=", bucket_mb, ": must be in [1, 4096]"));
+  }
+  o.bucket_bytes = static_cast<size_t>(bucket_mb) << 20;
+
+  o.optimizer = absl::GetFlag(FLAGS_optimizer);
+  o.learning_rate = absl::GetFlag(FLAGS_lr);
+  o.momentum = absl::GetFlag(FLAGS_momentum);
+  o.nesterov = absl::GetFlag(FLAGS_nesterov);
+  o.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  o.no_decay_bn_bias = absl::GetFlag(FLAGS_no_decay_bn_bias);
+  o.adam_beta1 = absl::GetFlag(FLAGS_adam_beta1);
+  o.adam_beta2 = absl::GetFlag(FLAGS_adam_beta2);
+  o.adam_eps = absl::GetFlag(FLAGS_adam_eps);
+  const std::string schedule = absl::GetFlag(FLAGS_lr_schedule);
+  if (schedule == "constant") {
+    o.lr_schedule = LrSchedule::kConstant;
+  } else if (schedule == "cosine") {
+    o.lr_schedule = LrSchedule::kCosine;
+  } else if (schedule == "step") {
+    o.lr_schedule = LrSchedule::kStep;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--lr_schedule=", schedule, ": use constant, cosine or step"));
+  }
+  o.warmup_epochs = absl::GetFlag(FLAGS_warmup_epochs);
+  ASSIGN_OR_RETURN(o.lr_step_epochs, ParseEpochList(absl::GetFlag(FLAGS_lr_step_epochs)));
+  o.lr_step_gamma = absl::GetFlag(FLAGS_lr_step_gamma);
+  o.lr_min = absl::GetFlag(FLAGS_lr_min);
+  o.label_smoothing = absl::GetFlag(FLAGS_label_smoothing);
+  o.clip_grad_norm = absl::GetFlag(FLAGS_clip_grad_norm);
+  o.accumulate = absl::GetFlag(FLAGS_accumulate);
+
+  o.val_every = absl::GetFlag(FLAGS_val_every);
+  o.val_batch_size = absl::GetFlag(FLAGS_val_batch_size);
+
+  o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  o.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
+  o.checkpoint_every_epochs = absl::GetFlag(FLAGS_checkpoint_every_epochs);
+  o.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
+  o.resume = absl::GetFlag(FLAGS_resume);
+  o.stop_after_steps = absl::GetFlag(FLAGS_stop_after_steps);
+
+  o.log_every = absl::GetFlag(FLAGS_log_every);
+  o.metrics_out = absl::GetFlag(FLAGS_metrics_out);
+  o.metrics_jsonl = absl::GetFlag(FLAGS_metrics_jsonl);
+  o.tensorboard_dir = absl::GetFlag(FLAGS_tensorboard_dir);
+  o.loss_log = absl::GetFlag(FLAGS_loss_log);
+  o.export_path = absl::GetFlag(FLAGS_export);
+  o.final_params_out = absl::GetFlag(FLAGS_final_params_out);
+  o.profile_steps = absl::GetFlag(FLAGS_profile_steps);
+
+  o.device = absl::GetFlag(FLAGS_device);
+  const std::string precision = absl::GetFlag(FLAGS_precision);
+  if (precision == "bf16") {
+    o.precision = Precision::kBFloat16;
+  } else if (precision == "fp16") {
+    o.precision = Precision::kFloat16;
+  } else if (precision == "fp32") {
+    o.precision = Precision::kFloat32;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("--precision=", precision, ": use bf16, fp16 or fp32"));
+  }
+  o.channels_last = absl::GetFlag(FLAGS_channels_last);
+  o.cudnn_benchmark = absl::GetFlag(FLAGS_cudnn_benchmark);
+  o.init_scale = absl::GetFlag(FLAGS_init_scale);
+  o.growth_factor = absl::GetFlag(FLAGS_growth_factor);
+  o.backoff_factor = absl::GetFlag(FLAGS_backoff_factor);
+  o.growth_interval = absl::GetFlag(FLAGS_growth_interval);
+  o.cache_release_fraction = absl::GetFlag(FLAGS_cache_release_fraction);
+
+  o.synthetic_steps = absl::GetFlag(FLAGS_synthetic_steps);
+  o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  o.data_only = absl::GetFlag(FLAGS_data_only);
+  RETURN_IF_ERROR(ValidateOptions(o));
+  return o;
+}
+
+absl::StatusOr<TrainerCommandLine> ParseTrainerCommandLine(absl::Span<const char* const> args) {
+  TrainerCommandLine result;
+  RETURN_IF_ERROR(ParseArgs(std::vector<std::string>(args.begin(), args.end()), "", 0, &result.help));
+  if (result.help) return result;
+  ASSIGN_OR_RETURN(result.options, OptionsFromFlags());
+  return result;
+}
+
+std::string TrainerFlagsHelp() {
+  std::string out =
+      "Usage: trainer --name=value ... (one MPI rank; usually started by `launcher`)\n"
+      "\n"
+      "Flags may also come from a configuration file, one `name=value` (or `--name=value`)\n"
+      "per line, `#` starting a comment: --config=FILE (or Abseil's --flagfile=FILE). Flags\n"
+      "apply in order: those after --config override the file.\n";
+  for (const Section& section : Sections()) {
+    absl::StrAppend(&out, "\n", section.title, ":\n");
+    for (const char* name : section.flags) {
+      absl::CommandLineFlag* flag = TrainerFlag(name);
+      if (flag == nullptr) continue;
+      absl::StrAppendFormat(&out, "  --%s (default \"%s\")\n      %s\n", name, flag->DefaultValue(),
+                            flag->Help());
+    }
+  }
+  absl::StrAppend(&out,
+                  "\nExit codes: 0 finished; 1 failed; 2 bad flag; 75 stopped by --stop_after_steps "
+                  "(checkpoint written);\n128+N stopped by signal N at a step boundary (130 SIGINT, "
+                  "143 SIGTERM; checkpoint written\nwhen --checkpoint_dir is set). With --resume=auto "
+                  "(the default) a rerun continues from the\nnewest checkpoint.\n");
+  return out;
+}
+
+}  // namespace stoker::trainer

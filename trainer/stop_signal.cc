@@ -1,0 +1,47 @@
+#include "trainer/stop_signal.h"
+
+#include <errno.h>
+#include <signal.h>
+
+#include <atomic>
+
+#include "common/errno_status.h"
+
+namespace stoker::trainer {
+namespace {
+
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "used from a signal handler");
+
+void OnStopSignal(int signal_number) {
+  int expected = 0;
+  if (!g_stop_signal.compare_exchange_strong(expected, signal_number)) {
+    // Already stopping: a second signal ends the process the default way.
+    signal(signal_number, SIG_DFL);
+    raise(signal_number);
+  } else {
+    // Only the first one of each kind is graceful.
+    signal(signal_number, SIG_DFL);
+  }
+}
+
+}  // namespace
+
+absl::Status InstallStopSignalHandlers() {
+  struct sigaction action = {};
+  action.sa_handler = OnStopSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  for (int signal_number : {SIGINT, SIGTERM}) {
+    if (sigaction(signal_number, &action, nullptr) != 0) {
+      return ErrnoToStatus(errno, "sigaction for the stop signals");
+    }
+  }
+  return absl::OkStatus();
+}
+
+int StopSignalReceived() { return g_stop_signal.load(std::memory_order_relaxed); }
+
+void SetStopSignalForTest(int signal_number) { g_stop_signal.store(signal_number); }
+
+}  // namespace stoker::trainer

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -79,7 +80,8 @@ int PollTimeoutMs(absl::Time deadline) {
 
 // Runs in the forked child: only async-signal-safe calls from here to execve.
 [[noreturn]] void ExecChild(const char* program, char* const* argv, char* const* envp,
-                            pid_t parent, int stdin_fd, int error_fd) {
+                            pid_t parent, int stdin_fd, int error_fd, int death_signal,
+                            const cpu_set_t* cpus) {
   auto fail = [error_fd](int step) {
     ChildSetupError report{step, errno};
     ssize_t ignored = write(error_fd, &report, sizeof(report));
@@ -87,7 +89,7 @@ int PollTimeoutMs(absl::Time deadline) {
     _exit(127);
   };
   if (setpgid(0, 0) != 0) fail(0);
-  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail(1);
+  if (prctl(PR_SET_PDEATHSIG, death_signal) != 0) fail(1);
   // The parent may have died before prctl took effect; then nobody would kill us.
   if (getppid() != parent) _exit(127);
   // Handlers the parent installed would run here with the parent's state (its signal
@@ -101,6 +103,8 @@ int PollTimeoutMs(absl::Time deadline) {
     sigaction(signal, &action, nullptr);
   }
   if (dup2(stdin_fd, STDIN_FILENO) < 0) fail(2);
+  // Best effort: the kernel keeps the CPUs the cgroup allows; nothing to do if it refuses.
+  if (cpus != nullptr) sched_setaffinity(0, sizeof(*cpus), cpus);
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -286,6 +290,9 @@ absl::StatusOr<ChildProcess> ChildProcess::Spawn(const ChildSpec& spec) {
   std::vector<char*> argv_pointers = NullTerminated(argv);
   std::vector<char*> env_pointers = NullTerminated(env);
 
+  cpu_set_t all_cpus;
+  CPU_ZERO(&all_cpus);
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) CPU_SET(cpu, &all_cpus);
   UniqueFd dev_null(open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (!dev_null.valid()) return ErrnoToStatus(errno, "open /dev/null");
   int pipe_fds[2];
@@ -301,7 +308,8 @@ absl::StatusOr<ChildProcess> ChildProcess::Spawn(const ChildSpec& spec) {
   const pid_t pid = fork();
   if (pid == 0) {
     ExecChild(spec.program.c_str(), argv_pointers.data(), env_pointers.data(), parent,
-              dev_null.get(), error_write.get());
+              dev_null.get(), error_write.get(), spec.parent_death_signal,
+              spec.use_all_cpus ? &all_cpus : nullptr);
   }
   const int fork_errno = errno;
   pthread_sigmask(SIG_SETMASK, &saved_mask, nullptr);

@@ -5,6 +5,7 @@
 #ifndef STOKER_LAUNCHER_CHILD_PROCESS_H_
 #define STOKER_LAUNCHER_CHILD_PROCESS_H_
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <string>
@@ -65,10 +66,17 @@ struct ChildSpec {
   std::vector<std::string> argv;  // argv[0] included; argv = {program} when empty
   // NAME=VALUE entries set in the child over the launcher's own environment.
   std::vector<std::string> env;
+  // Sent to the child when the thread that spawned it dies (PR_SET_PDEATHSIG). SIGTERM lets
+  // a child that handles it clean up after itself (the data service does).
+  int parent_death_signal = SIGKILL;
+  // Whether the child may run on every CPU, instead of inheriting the parent's affinity (an
+  // MPI rank bound to a core would otherwise pin the data service to that core too). The
+  // kernel still keeps it inside the CPUs its cgroup allows.
+  bool use_all_cpus = false;
 };
 
 // One child process, in its own process group (pgid == pid), with stdin from /dev/null and
-// SIGKILL as its parent-death signal. Move-only. The destructor SIGKILLs the group and reaps
+// a parent-death signal (SIGKILL unless the spec says otherwise). Move-only. The destructor SIGKILLs the group and reaps
 // the child if it has not been reaped yet. Not thread-safe.
 //
 // PR_SET_PDEATHSIG fires when the *thread* that spawned the child exits: spawn from a

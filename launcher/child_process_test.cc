@@ -1,5 +1,6 @@
 #include "launcher/child_process.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -212,6 +213,68 @@ TEST(ChildProcessTest, NothingOutlivesAKilledParent) {
   kill(middle, SIGKILL);
   waitpid(middle, nullptr, 0);
   EXPECT_TRUE(WaitForProcessExit(orphan, absl::Seconds(5)));
+}
+
+TEST(ChildProcessTest, ParentDeathSignalCanBeSigtermForChildrenThatCleanUp) {
+  // As NothingOutlivesAKilledParent, but the child asked for SIGTERM and traps it, the way
+  // the data service removes its socket and segments when the rank that started it dies.
+  const std::string out = MakeTempDir("pdeathsig");
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t middle = fork();
+  ASSERT_GE(middle, 0);
+  if (middle == 0) {
+    close(fds[0]);
+    ChildSpec spec = Shell(absl::StrCat("trap 'echo cleaned > ", out,
+                                        "/term; exit 0' TERM; echo $$ > ", out,
+                                        "/ready; while :; do sleep 0.05; done"));
+    spec.parent_death_signal = SIGTERM;
+    absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(spec);
+    const pid_t pid = child.ok() ? child->pid() : -1;
+    if (write(fds[1], &pid, sizeof(pid)) != sizeof(pid)) _exit(1);
+    pause();
+    _exit(0);
+  }
+  close(fds[1]);
+  pid_t orphan = -1;
+  ASSERT_EQ(read(fds[0], &orphan, sizeof(orphan)), static_cast<ssize_t>(sizeof(orphan)));
+  close(fds[0]);
+  ASSERT_GT(orphan, 0);
+  ASSERT_TRUE(WaitForFile(out + "/ready", absl::Seconds(10)));
+  kill(middle, SIGKILL);
+  waitpid(middle, nullptr, 0);
+  EXPECT_TRUE(WaitForFile(out + "/term", absl::Seconds(5)));
+  EXPECT_EQ(ReadFileOrEmpty(out + "/term"), "cleaned\n");
+  EXPECT_TRUE(WaitForProcessExit(orphan, absl::Seconds(5)));
+}
+
+TEST(ChildProcessTest, UseAllCpusUndoesTheParentsCpuBinding) {
+  cpu_set_t original;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(original), &original), 0);
+  if (CPU_COUNT(&original) < 2) GTEST_SKIP() << "needs 2 CPUs";
+  const std::string out = MakeTempDir("affinity");
+  const std::string script =
+      absl::StrCat("grep Cpus_allowed_list /proc/self/status > ", out, "/$1");
+  // The test process stands in for an MPI rank bound to its first allowed CPU.
+  int first = 0;
+  while (!CPU_ISSET(first, &original)) ++first;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  for (bool all : {false, true}) {
+    ChildSpec spec{"affinity", "/bin/sh", {"sh", "-c", script, "sh", all ? "all" : "bound"}, {}};
+    spec.use_all_cpus = all;
+    absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(spec);
+    ASSERT_TRUE(child.ok()) << child.status();
+    EXPECT_EQ(*child->Wait(absl::Seconds(10)), ExitStatus::Exited(0));
+  }
+  ASSERT_EQ(sched_setaffinity(0, sizeof(original), &original), 0);
+  const std::string parent = ReadFileOrEmpty("/proc/self/status");
+  const size_t at = parent.find("Cpus_allowed_list");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_EQ(ReadFileOrEmpty(out + "/all"), parent.substr(at, parent.find('\n', at) - at + 1));
+  EXPECT_EQ(ReadFileOrEmpty(out + "/bound"), absl::StrCat("Cpus_allowed_list:\t", first, "\n"));
 }
 
 TEST(WaitForFirstExitTest, ReturnsTheChildThatExitsFirst) {

@@ -65,6 +65,7 @@ absl::StatusOr<ParsedCommandLine> ParseFlags(absl::Span<const char* const> args,
       return absl::InvalidArgumentError(
           absl::StrCat("--", flag->Name(), "=", value, " is not a valid value: ", error));
     }
+    parsed.given.insert(std::string(flag->Name()));
   }
   return parsed;
 }

@@ -5,6 +5,7 @@
 #ifndef STOKER_LAUNCHER_COMMAND_LINE_H_
 #define STOKER_LAUNCHER_COMMAND_LINE_H_
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@ namespace stoker::launcher {
 struct ParsedCommandLine {
   bool help = false;                   // --help, -h or --helpfull was given
   std::vector<std::string> passed_on;  // everything after the first `--`
+  std::set<std::string> given;         // names of the flags set on the command line
 };
 
 // Sets the absl flags named in `args` (argv without argv[0]) up to the first `--`. Only

@@ -49,6 +49,13 @@ TEST_F(CommandLineTest, SetsFlagsInEveryFormAndKeepsWhatFollowsTheSeparator) {
   EXPECT_FALSE(parsed->help);
 }
 
+TEST_F(CommandLineTest, RecordsWhichFlagsWereGiven) {
+  absl::StatusOr<ParsedCommandLine> parsed =
+      Parse({"--cl_count=1", "--nocl_switch", "--", "--cl_name=after"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_THAT(parsed->given, ElementsAre("cl_count", "cl_switch"));
+}
+
 TEST_F(CommandLineTest, NoPrefixTurnsABoolOff) {
   absl::SetFlag(&FLAGS_cl_switch, true);
   ASSERT_TRUE(Parse({"--nocl_switch"}).ok());

@@ -1,13 +1,9 @@
 #include "launcher/job.h"
 
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -16,9 +12,9 @@
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "common/unique_fd.h"
 #include "launcher/job_files.h"
 #include "launcher/program_paths.h"
+#include "launcher/readiness.h"
 #include "launcher/termination_signals.h"
 
 namespace stoker::launcher {
@@ -46,6 +42,10 @@ constexpr absl::Duration kStrayKillTimeout = absl::Seconds(5);
 // 5. Always, once no child runs: kill what is left of their descendants (Note [Stray
 //    children]), remove /dev/shm/stoker.<job_id>.* and the job directory,
 //    warning about anything the children should have removed themselves.
+// The cluster modes skip steps 1 and 2 (the nodes' local ranks 0 run the data services,
+// Note [Data service per node] in launcher/node_data_service.h): step 3 watches mpirun or
+// srun alone, and step 5 also removes this machine's node sockets
+// /tmp/stoker.<job_id>.node*.sock, in case this machine was one of the nodes.
 
 // The exit code that reports a child's failure: never 0.
 int FailureCode(const ExitStatus& status) {
@@ -60,31 +60,6 @@ JobResult Failure(absl::Status status, int exit_code) {
 JobResult Interrupted(int signal) {
   return Failure(absl::CancelledError(absl::StrCat("interrupted by ", DescribeSignal(signal))),
                  128 + signal);
-}
-
-// True when a connect(2) to the Unix socket at `path` succeeds; `error` says why not. The
-// data service listens on a SOCK_SEQPACKET socket; a SOCK_STREAM one is accepted too, so the
-// probe does not tie the launcher to the data service's choice. Non-blocking, so a full
-// backlog cannot hang the launcher.
-bool AcceptsConnections(const std::string& path, std::string* error) {
-  sockaddr_un address = {};
-  address.sun_family = AF_UNIX;
-  std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
-  for (int type : {SOCK_SEQPACKET, SOCK_STREAM}) {
-    UniqueFd fd(socket(AF_UNIX, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-    if (!fd.valid()) {
-      *error = absl::StrCat("socket: ", std::strerror(errno));
-      return false;
-    }
-    int rc;
-    do {
-      rc = connect(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address));
-    } while (rc != 0 && errno == EINTR);
-    if (rc == 0) return true;
-    *error = std::strerror(errno);
-    if (errno != EPROTOTYPE) return false;  // the socket is there, of the other type
-  }
-  return false;
 }
 
 // Drives one RunJob: steps 2 to 4 of Note [Job lifecycle]. Not thread-safe; lives on
@@ -103,6 +78,8 @@ class JobRun {
   void StopAll();
   JobResult AfterDataServiceExited();
   JobResult AfterMpirunExited();
+  // Step 3 of the cluster modes: mpirun or srun is the only child.
+  JobResult SuperviseTrainersAlone();
 
   const JobPlan& plan_;
   TerminationSignals& signals_;
@@ -189,10 +166,38 @@ JobResult JobRun::AfterMpirunExited() {
   return JobResult{};
 }
 
+JobResult JobRun::SuperviseTrainersAlone() {
+  LogInfo("job %s (%s mode): running: %s", plan_.job_id, LaunchModeName(plan_.mode),
+          FormatCommand(plan_.trainers.env, plan_.trainers.argv));
+  absl::StatusOr<ChildProcess> trainers = ChildProcess::Spawn(plan_.trainers);
+  if (!trainers.ok()) return Failure(trainers.status(), 1);
+  mpirun_ = std::move(*trainers);
+  ChildProcess* children[] = {&*mpirun_};
+  absl::StatusOr<WaitResult> first =
+      WaitForFirstExit(children, absl::InfiniteDuration(), signals_.wake_fd());
+  if (!first.ok()) {
+    StopAll();
+    return Failure(first.status(), 1);
+  }
+  if (first->event == WaitResult::Event::kWoken) {
+    const int signal = *signals_.Take();
+    LogWarning("caught %s: stopping %s", DescribeSignal(signal), mpirun_->Describe());
+    StopAll();
+    return Interrupted(signal);
+  }
+  const ExitStatus status = *mpirun_->exit_status();
+  if (!status.success()) {
+    return Failure(absl::UnavailableError(absl::StrCat(mpirun_->Describe(), " ", status.ToString())),
+                   FailureCode(status));
+  }
+  return JobResult{};
+}
+
 JobResult JobRun::Supervise() {
+  if (!plan_.data_service.has_value()) return SuperviseTrainersAlone();
   LogInfo("job %s: starting the data service: %s", plan_.job_id,
-          FormatCommand(plan_.data_service.env, plan_.data_service.argv));
-  absl::StatusOr<ChildProcess> data_service = ChildProcess::Spawn(plan_.data_service);
+          FormatCommand(plan_.data_service->env, plan_.data_service->argv));
+  absl::StatusOr<ChildProcess> data_service = ChildProcess::Spawn(*plan_.data_service);
   if (!data_service.ok()) return Failure(data_service.status(), 1);
   data_service_ = std::move(*data_service);
 
@@ -248,13 +253,13 @@ absl::StatusOr<JobPlan> PlanJob(const JobConfig& config) {
   }
 
   JobPlan plan;
+  plan.mode = config.trainers.mode;
   plan.job_id = config.job_id;
   plan.job_dir_parent = config.job_dir_parent;
   plan.shm_dir = config.shm_dir;
-  RETURN_IF_ERROR(CheckDataSocketPath(config.job_dir_parent, config.job_id));
-  plan.socket_path = DataSocketPath(config.job_dir_parent, config.job_id);
   plan.ready_timeout = config.ready_timeout;
   plan.shutdown_grace = config.shutdown_grace;
+  const bool local = plan.mode == LaunchMode::kLocal;
 
   // NVLS stays off whatever the config says: drop other settings, then set it last.
   std::vector<std::string> env;
@@ -263,50 +268,75 @@ absl::StatusOr<JobPlan> PlanJob(const JobConfig& config) {
   }
   env.push_back(absl::StrCat(kNvlsEnableVariable, "=0"));
 
-  DataServiceLaunch data_service = config.data_service;
-  data_service.socket = plan.socket_path;
-  data_service.job_id = config.job_id;
-  ASSIGN_OR_RETURN(const std::string data_service_program,
-                   ResolveProgram(data_service.program, config.search_path, "--data_service"));
-  // The data service runs here, so its folders must be here.
-  for (const auto& [flag, dir] : {std::pair<const char*, const std::string&>{"--train_dir",
-                                                                             data_service.train_dir},
-                                  {"--val_dir", data_service.val_dir}}) {
-    struct stat info;
-    if (!dir.empty() && (stat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode))) {
-      return absl::InvalidArgumentError(absl::StrCat(flag, "=", dir, ": not a directory"));
-    }
-  }
-  ASSIGN_OR_RETURN(std::vector<std::string> data_service_argv, BuildDataServiceArgv(data_service));
-  plan.data_service = ChildSpec{"data service", data_service_program,
-                                std::move(data_service_argv), env};
-
   TrainerLaunch trainers = config.trainers;
-  trainers.data_socket = plan.socket_path;
   trainers.exported_env.insert(trainers.exported_env.begin(), kNvlsEnableVariable);
-  ASSIGN_OR_RETURN(std::vector<std::string> mpirun_argv, BuildTrainerArgv(trainers));
-  ASSIGN_OR_RETURN(const std::string mpirun_program,
-                   ResolveProgram(trainers.mpirun, config.search_path, "--mpirun"));
-  if (trainers.mode == LaunchMode::kLocal) {
+  if (local) {
+    RETURN_IF_ERROR(CheckDataSocketPath(config.job_dir_parent, config.job_id));
+    plan.socket_path = DataSocketPath(config.job_dir_parent, config.job_id);
+    DataServiceLaunch data_service = config.data_service;
+    data_service.socket = plan.socket_path;
+    data_service.job_id = config.job_id;
+    ASSIGN_OR_RETURN(const std::string data_service_program,
+                     ResolveProgram(data_service.program, config.search_path, "--data_service"));
+    // The data service runs here, so its folders must be here.
+    for (const auto& [flag, dir] :
+         {std::pair<const char*, const std::string&>{"--train_dir", data_service.train_dir},
+          {"--val_dir", data_service.val_dir}}) {
+      struct stat info;
+      if (!dir.empty() && (stat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode))) {
+        return absl::InvalidArgumentError(absl::StrCat(flag, "=", dir, ": not a directory"));
+      }
+    }
+    ASSIGN_OR_RETURN(std::vector<std::string> data_service_argv,
+                     BuildDataServiceArgv(data_service));
+    plan.data_service = ChildSpec{"data service", data_service_program,
+                                  std::move(data_service_argv), env};
+    trainers.data_socket = plan.socket_path;
+  } else {
+    // Each node's local rank 0 starts its data service with these options (the node's
+    // folders are checked there).
+    ASSIGN_OR_RETURN(trainers.data_service_args, DataServiceDatasetArgs(config.data_service));
+    trainers.data_service = config.data_service.program;
+    trainers.job_id = config.job_id;
+    RETURN_IF_ERROR(CheckNodeSocketPath(config.job_dir_parent, config.job_id, 0));
+  }
+
+  ASSIGN_OR_RETURN(std::vector<std::string> trainers_argv, BuildTrainerArgv(trainers));
+  const bool srun = plan.mode == LaunchMode::kSlurm;
+  ASSIGN_OR_RETURN(const std::string launcher_program,
+                   ResolveProgram(srun ? trainers.srun : trainers.mpirun, config.search_path,
+                                  srun ? "--srun" : "--mpirun"));
+  if (local) {
     // Remote modes name a path on other machines; here it must exist.
     RETURN_IF_ERROR(ResolveProgram(trainers.trainer, config.search_path, "--trainer").status());
   }
-  plan.trainers = ChildSpec{"mpirun", mpirun_program, std::move(mpirun_argv), std::move(env)};
+  plan.trainers = ChildSpec{srun ? "srun" : "mpirun", launcher_program, std::move(trainers_argv),
+                            std::move(env)};
   return plan;
 }
 
 std::string FormatPlan(const JobPlan& plan) {
+  if (!plan.data_service.has_value()) {
+    return absl::StrCat("# job ", plan.job_id, " (", LaunchModeName(plan.mode),
+                        " mode): every node's local rank 0 starts that node's data service\n",
+                        FormatCommand(plan.trainers.env, plan.trainers.argv), "\n");
+  }
   return absl::StrCat(
       "# job ", plan.job_id, ": the data service, ready once ", plan.socket_path,
-      " accepts connections\n", FormatCommand(plan.data_service.env, plan.data_service.argv),
+      " accepts connections\n", FormatCommand(plan.data_service->env, plan.data_service->argv),
       "\n# then the trainers\n", FormatCommand(plan.trainers.env, plan.trainers.argv), "\n");
 }
 
 JobResult RunJob(const JobPlan& plan) {
   absl::StatusOr<TerminationSignals> signals = TerminationSignals::Install();
   if (!signals.ok()) return Failure(signals.status(), 1);
-  absl::StatusOr<JobDirectory> job_dir = JobDirectory::Create(plan.job_dir_parent, plan.job_id);
-  if (!job_dir.ok()) return Failure(job_dir.status(), 1);
+  // The cluster modes make no job directory here: the nodes' sockets are files of their own.
+  absl::optional<JobDirectory> job_dir;
+  if (plan.data_service.has_value()) {
+    absl::StatusOr<JobDirectory> created = JobDirectory::Create(plan.job_dir_parent, plan.job_id);
+    if (!created.ok()) return Failure(created.status(), 1);
+    job_dir = std::move(*created);
+  }
   // Note [Stray children]: ranks orphaned by a dying mpirun come to us, not to init.
   absl::StatusOr<bool> was_subreaper = BecomeChildSubreaper();
   if (!was_subreaper.ok()) {
@@ -326,8 +356,14 @@ JobResult RunJob(const JobPlan& plan) {
   for (const std::string& segment : RemoveSharedMemoryLeftovers(plan.shm_dir, plan.job_id)) {
     LogWarning("removed leftover shared-memory segment %s", segment);
   }
-  for (const std::string& leftover : job_dir->Remove()) {
-    LogWarning("removed leftover %s", leftover);
+  if (job_dir.has_value()) {
+    for (const std::string& leftover : job_dir->Remove()) {
+      LogWarning("removed leftover %s", leftover);
+    }
+  } else {
+    for (const std::string& socket : RemoveNodeSocketLeftovers(plan.job_dir_parent, plan.job_id)) {
+      LogWarning("removed leftover data service socket %s", socket);
+    }
   }
   return result;
 }

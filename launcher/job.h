@@ -1,7 +1,9 @@
-// One job on this machine, from plan to cleanup: start the data service and wait until its
+// One job, from plan to cleanup. Local mode: start the data service and wait until its
 // socket accepts connections, run the trainers under mpirun, watch both, stop the other
-// side when one fails, forward SIGINT/SIGTERM, and leave no process, socket or shared-memory
-// segment behind. PlanJob is pure (apart from looking programs up); RunJob does it.
+// side when one fails. Cluster modes (several hosts under mpirun, or srun): run mpirun/srun
+// alone (each node's local rank 0 starts that node's data service) and watch it. Always:
+// forward SIGINT/SIGTERM, and leave no process, socket or shared-memory segment behind on
+// this machine. PlanJob is pure (apart from looking programs up); RunJob does it.
 #ifndef STOKER_LAUNCHER_JOB_H_
 #define STOKER_LAUNCHER_JOB_H_
 
@@ -11,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/optional.h"
 #include "launcher/child_process.h"
 #include "launcher/launch_command.h"
 
@@ -22,10 +25,13 @@ struct JobConfig {
   std::string job_dir_parent = "/tmp";  // the job directory is <parent>/stoker.<job_id>
   std::string shm_dir = "/dev/shm";     // where the job's segments stoker.<job_id>.* live
   // The data service. PlanJob sets `socket` and `job_id`; `program` may be a bare name,
-  // looked up on `search_path`.
+  // looked up on `search_path`. In the cluster modes only its dataset options are used
+  // (handed to the trainers), and `program`, when set, is passed on as the trainers'
+  // --data_service (a path on every node).
   DataServiceLaunch data_service;
-  // The trainers. PlanJob sets `data_socket` and exports NCCL_NVLS_ENABLE besides
-  // `exported_env`; `mpirun` may be a bare name, looked up on `search_path`.
+  // The trainers; `trainers.mode` chooses the mode. PlanJob sets `data_socket` (local) or
+  // `job_id` and `data_service_args` (cluster modes), and exports NCCL_NVLS_ENABLE besides
+  // `exported_env`; `mpirun` and `srun` may be bare names, looked up on `search_path`.
   TrainerLaunch trainers;
   // NAME=VALUE set for both children over the launcher's own environment. PlanJob appends
   // NCCL_NVLS_ENABLE=0, which always wins.
@@ -35,14 +41,15 @@ struct JobConfig {
   absl::Duration shutdown_grace = absl::Seconds(10);  // SIGTERM to SIGKILL (--shutdown_grace)
 };
 
-// What RunJob executes: both command lines in full, and where the job's files go.
+// What RunJob executes: the command lines in full, and where the job's files go.
 struct JobPlan {
+  LaunchMode mode = LaunchMode::kLocal;
   std::string job_id;
   std::string job_dir_parent;
   std::string shm_dir;
-  std::string socket_path;
-  ChildSpec data_service;
-  ChildSpec trainers;  // mpirun
+  std::string socket_path;                // local mode only
+  absl::optional<ChildSpec> data_service;  // local mode only
+  ChildSpec trainers;                      // mpirun or srun
   absl::Duration ready_timeout;
   absl::Duration shutdown_grace;
 };
@@ -62,7 +69,9 @@ struct JobResult {
   int exit_code = 0;
 };
 
-// Runs `plan` to the end (Note [Job lifecycle]). Catches SIGINT, SIGTERM and SIGHUP while
+// Runs `plan` to the end (Note [Job lifecycle]). Exit codes: 0 on success; the first
+// failure's code; 128 + signal when a SIGINT/SIGTERM/SIGHUP stopped the job (143 for
+// SIGTERM, e.g. a Slurm time limit or scancel). Catches SIGINT, SIGTERM and SIGHUP while
 // it runs (so at most one RunJob at a time per process): the first one stops the job with
 // exit code 128 + signal; a second one during the grace period SIGKILLs at once. Must be
 // called from a thread that outlives the job (the children's parent-death signal is tied

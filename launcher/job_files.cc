@@ -130,6 +130,49 @@ std::vector<std::string> JobDirectory::Remove() {
   return removed;
 }
 
+std::string NodeSocketPath(absl::string_view parent, absl::string_view job_id, int node_index) {
+  return absl::StrCat(parent, "/stoker.", job_id, ".node", node_index, ".sock");
+}
+
+absl::Status CheckNodeSocketPath(absl::string_view parent, absl::string_view job_id,
+                                 int node_index) {
+  const std::string socket = NodeSocketPath(parent, job_id, node_index);
+  if (socket.size() >= sizeof(sockaddr_un::sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat("the data service socket path ", socket,
+                                                   " is too long for a Unix socket (",
+                                                   sizeof(sockaddr_un::sun_path) - 1,
+                                                   " bytes at most): use a shorter --job_id"));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> RemoveNodeSocketLeftovers(absl::string_view parent,
+                                                   absl::string_view job_id) {
+  std::vector<std::string> removed;
+  const std::string prefix = absl::StrCat("stoker.", job_id, ".node");
+  DIR* dir = opendir(std::string(parent).c_str());
+  if (dir == nullptr) return removed;
+  while (dirent* entry = readdir(dir)) {
+    absl::string_view name = entry->d_name;
+    if (!absl::StartsWith(name, prefix) || !absl::EndsWith(name, ".sock")) continue;
+    absl::string_view index = name.substr(prefix.size(), name.size() - prefix.size() - 5);
+    if (index.empty() || !std::all_of(index.begin(), index.end(), [](char c) {
+          return absl::ascii_isdigit(static_cast<unsigned char>(c));
+        })) {
+      continue;
+    }
+    std::string path = absl::StrCat(parent, "/", name);
+    if (unlink(path.c_str()) == 0) {
+      removed.push_back(std::move(path));
+    } else if (errno != ENOENT) {
+      LogWarning("cannot remove %s: %s", path, std::strerror(errno));
+    }
+  }
+  closedir(dir);
+  std::sort(removed.begin(), removed.end());
+  return removed;
+}
+
 std::vector<std::string> RemoveSharedMemoryLeftovers(absl::string_view shm_dir,
                                                      absl::string_view job_id) {
   std::vector<std::string> removed;

@@ -62,6 +62,22 @@ std::string DataSocketPath(absl::string_view parent, absl::string_view job_id);
 // InvalidArgument when DataSocketPath(parent, job_id) does not fit a Unix socket address.
 absl::Status CheckDataSocketPath(absl::string_view parent, absl::string_view job_id);
 
+// "<parent>/stoker.<job_id>.node<node_index>.sock": where node `node_index`'s data service
+// listens when the node's local rank 0 started it (Note [Data service per node] in
+// launcher/node_data_service.h). Not inside a directory: the data service removes its
+// socket when it stops, also when its rank died, so nothing of the node is left.
+std::string NodeSocketPath(absl::string_view parent, absl::string_view job_id, int node_index);
+
+// InvalidArgument when NodeSocketPath(parent, job_id, node_index) does not fit a Unix
+// socket address.
+absl::Status CheckNodeSocketPath(absl::string_view parent, absl::string_view job_id,
+                                 int node_index);
+
+// Removes the node sockets <parent>/stoker.<job_id>.node*.sock that are still there and
+// returns their paths.
+std::vector<std::string> RemoveNodeSocketLeftovers(absl::string_view parent,
+                                                   absl::string_view job_id);
+
 // Removes the entries of `shm_dir` named stoker.<job_id>.* (the job's shared-memory
 // segments, /dev/shm being where shm_open puts them) and returns their paths.
 std::vector<std::string> RemoveSharedMemoryLeftovers(absl::string_view shm_dir,

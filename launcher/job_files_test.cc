@@ -116,5 +116,26 @@ TEST(SharedMemoryLeftoversTest, RemovesOnlyThisJobsSegments) {
   EXPECT_THAT(RemoveSharedMemoryLeftovers(shm, "j1"), IsEmpty());
 }
 
+TEST(NodeSocketTest, PathNamesJobAndNode) {
+  EXPECT_EQ(NodeSocketPath("/tmp", "j1", 3), "/tmp/stoker.j1.node3.sock");
+  EXPECT_TRUE(CheckNodeSocketPath("/tmp", std::string(kMaxJobIdLength, 'j'), 999).ok());
+  const absl::Status too_long = CheckNodeSocketPath("/tmp/" + std::string(100, 'p'), "job", 0);
+  EXPECT_EQ(too_long.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(too_long.message()), HasSubstr("too long"));
+}
+
+TEST(NodeSocketTest, LeftoversOfOnlyThisJobAreRemoved) {
+  const std::string dir = MakeTempDir("sockets");
+  for (const char* name : {"stoker.j1.node0.sock", "stoker.j1.node12.sock",
+                           "stoker.j10.node0.sock", "stoker.j1.nodeX.sock", "stoker.j1.node1"}) {
+    std::ofstream(dir + "/" + name) << "x";
+  }
+  EXPECT_THAT(RemoveNodeSocketLeftovers(dir, "j1"),
+              ElementsAre(dir + "/stoker.j1.node0.sock", dir + "/stoker.j1.node12.sock"));
+  EXPECT_THAT(ListEntries(dir, "stoker."),
+              ::testing::UnorderedElementsAre("stoker.j10.node0.sock", "stoker.j1.nodeX.sock",
+                                              "stoker.j1.node1"));
+}
+
 }  // namespace
 }  // namespace stoker::launcher

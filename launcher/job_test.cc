@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -361,12 +362,95 @@ TEST(PlanJobTest, PlansBothCommandsWithNvlsOff) {
   EXPECT_TRUE(absl::EndsWith(plan->trainers.program, "/true"));
   EXPECT_EQ(plan->trainers.argv[0], "true");
   EXPECT_THAT(plan->trainers.env, ElementsAre("STOKER_X=1", "NCCL_NVLS_ENABLE=0"));
-  EXPECT_EQ(plan->data_service.env.back(), "NCCL_NVLS_ENABLE=0");
+  EXPECT_EQ(plan->data_service->env.back(), "NCCL_NVLS_ENABLE=0");
   EXPECT_THAT(plan->trainers.argv, Contains("--data_socket=/tmp/stoker.plan1/data.sock"));
   const std::string script = FormatPlan(*plan);
   EXPECT_THAT(script, HasSubstr("NCCL_NVLS_ENABLE=0 true -np 4 -x NCCL_NVLS_ENABLE /bin/true "
                                 "--data_socket=/tmp/stoker.plan1/data.sock --seed=0\n"));
   EXPECT_THAT(script, HasSubstr("/bin/true --socket=/tmp/stoker.plan1/data.sock --job_id=plan1"));
+}
+
+// The cluster modes under a fake srun: no data service here (each node's local rank 0 runs
+// its own), the trainers get the job id and the dataset options instead of a socket.
+class ClusterJobTest : public JobTest {
+ protected:
+  void SetUp() override {
+    JobTest::SetUp();
+    config_.trainers.mode = LaunchMode::kSlurm;
+    config_.trainers.srun = Runfile("launcher/testing/fake_srun.sh");
+    config_.trainers.slurm_nodes = 1;
+    config_.trainers.ranks_per_node = 2;
+    config_.data_service.program = "";
+  }
+};
+
+TEST_F(ClusterJobTest, SrunAloneStartsTheRanksWithJobIdAndDatasetOptions) {
+  config_.data_service.synthetic_samples = 64;
+  JobResult result = Run();
+  EXPECT_TRUE(result.status.ok()) << result.status;
+  EXPECT_EQ(result.exit_code, 0);
+  EXPECT_FALSE(Exists(out_ + "/data_service.pid"));
+  EXPECT_THAT(Lines(out_ + "/srun.args"),
+              ElementsAre("--nodes=1", "--ntasks=2", "--ntasks-per-node=2", "--kill-on-bad-exit=1",
+                          "--export=ALL", Runfile("launcher/testing/fake_trainer.sh"),
+                          "--job_id=" + config_.job_id, "--seed=7",
+                          "--data_service_args=--dataset=synthetic --synthetic_samples=64",
+                          "--epochs=1", "--name=a b"));
+  EXPECT_EQ(ReadFileOrEmpty(out_ + "/trainer.1.env"), "NCCL_NVLS_ENABLE=0\n");
+}
+
+TEST_F(ClusterJobTest, NodeSocketsLeftOnThisMachineAreRemoved) {
+  // As if this machine were node 0 and its data service had died without cleaning up.
+  const std::string leftover = NodeSocketPath("/tmp", config_.job_id, 0);
+  { std::ofstream(leftover) << "x"; }
+  JobResult result = Run();
+  EXPECT_EQ(result.exit_code, 0) << result.status;
+  EXPECT_FALSE(Exists(leftover));
+}
+
+TEST_F(ClusterJobTest, FailingRankFailsTheJobWithItsCode) {
+  SetEnv("STOKER_FAKE_TRAINER_EXIT", "4");
+  SetEnv("STOKER_FAKE_TRAINER_FAILING_RANK", "1");
+  JobResult result = Run();
+  EXPECT_EQ(result.exit_code, 4);
+  EXPECT_THAT(std::string(result.status.message()), HasSubstr("srun (pid"));
+  EXPECT_THAT(std::string(result.status.message()), HasSubstr("exited with code 4"));
+}
+
+TEST_F(ClusterJobTest, SigtermIsForwardedToSrunAndTheJobExits143) {
+  SetEnv("STOKER_FAKE_TRAINER_SLEEP", "1000");
+  std::thread sender([this] {
+    if (WaitForFile(out_ + "/trainer.1.sleep.pid", absl::Seconds(20))) kill(getpid(), SIGTERM);
+  });
+  JobResult result = Run();
+  sender.join();
+  EXPECT_EQ(result.exit_code, 143);
+  EXPECT_THAT(std::string(result.status.message()), HasSubstr("SIGTERM"));
+  EXPECT_LT(elapsed_, absl::Seconds(10));
+}
+
+TEST(ClusterPlanTest, HostModesPlanMpirunWithHostsAndNoDataService) {
+  JobConfig config;
+  config.job_id = "plan2";
+  config.search_path = "/usr/bin:/bin";
+  config.trainers.mode = LaunchMode::kHostList;
+  config.trainers.mpirun = "true";
+  config.trainers.trainer = "/remote/only/trainer";  // not checked here: it is on the hosts
+  config.trainers.ranks_per_node = 0;
+  config.trainers.hosts = {{"gpu1", 2}, {"gpu2", 2}};
+  config.data_service.dataset = "imagefolder";
+  config.data_service.train_dir = "/remote/only/train";
+  absl::StatusOr<JobPlan> plan = PlanJob(config);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_FALSE(plan->data_service.has_value());
+  EXPECT_EQ(plan->trainers.name, "mpirun");
+  const std::string script = FormatPlan(*plan);
+  EXPECT_THAT(script, HasSubstr("(hosts mode): every node's local rank 0 starts that node's "
+                                "data service"));
+  EXPECT_THAT(script, HasSubstr("NCCL_NVLS_ENABLE=0 true -np 4 -H gpu1:2,gpu2:2 -x "
+                                "NCCL_NVLS_ENABLE /remote/only/trainer --job_id=plan2 --seed=0 "
+                                "'--data_service_args=--dataset=imagefolder "
+                                "--train_dir=/remote/only/train'\n"));
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "launcher/placement.h"
 
 namespace stoker::launcher {
 
@@ -18,38 +19,50 @@ namespace stoker::launcher {
 // (NVLS) stays off on the GPU hosts Stoker runs on.
 inline constexpr char kNvlsEnableVariable[] = "NCCL_NVLS_ENABLE";
 
-// How the trainer ranks are placed on machines. Only kLocal exists today; the cluster modes
-// slot in as further enumerators, each adding its own fields to TrainerLaunch and its own
-// branch in BuildTrainerArgv:
-//   kHostfile  mpirun --hostfile <file> --map-by ppr:<ranks_per_node>:node
-//   kHostList  mpirun -H host1:<n>,host2:<n>
-//   kSlurm     srun --ntasks-per-node=<ranks_per_node> (no mpirun)
-enum class LaunchMode {
-  kLocal,  // All ranks on this machine: mpirun -np <ranks_per_node>.
-};
-
 // Everything the trainer command line depends on. Plain data; BuildTrainerArgv validates it.
 struct TrainerLaunch {
   LaunchMode mode = LaunchMode::kLocal;
-  std::string mpirun = "mpirun";  // argv[0] of the command, as the user named it
-  int ranks_per_node = 1;         // --np
-  // Passed to mpirun verbatim, after -np (--mpirun_args).
+  std::string mpirun = "mpirun";  // argv[0] in the mpirun modes, as the user named it
+  std::string srun = "srun";      // argv[0] in kSlurm
+  // Ranks on each node. kLocal and kSlurm: >= 1. kHostfile/kHostList: 0 means each host's
+  // slots (every host must state them); N > 0 means N on every host (--map-by ppr:N:node).
+  int ranks_per_node = 1;
+  std::vector<HostSlots> hosts;  // kHostfile (as read from the file) and kHostList
+  std::string hostfile;          // kHostfile
+  int slurm_nodes = 0;           // kSlurm: the allocation's node count
+  bool slurm_gpus = false;       // kSlurm: the allocation has GPUs (adds --gpu-bind=none)
+  // Passed to mpirun (after its placement options) or srun verbatim (--mpirun_args,
+  // --srun_args).
   std::vector<std::string> mpirun_args;
+  std::vector<std::string> srun_args;
   // Names of environment variables every rank must see; each becomes `-x NAME` so that
-  // remote ranks get them too (local ranks inherit mpirun's environment anyway).
+  // remote ranks get them too (local ranks inherit mpirun's environment anyway). srun
+  // passes the whole environment (--export=ALL).
   std::vector<std::string> exported_env;
-  std::string trainer;      // path of the trainer program
-  std::string data_socket;  // passed to every rank as --data_socket
-  uint64_t seed = 0;        // passed to every rank as --seed
-  // Passed to every rank verbatim after --data_socket and --seed (the launcher's args after
-  // `--`). Must not set --data_socket or --seed themselves.
+  std::string trainer;      // path of the trainer program (the same path on every host)
+  std::string data_socket;  // kLocal: passed to every rank as --data_socket
+  // The cluster modes (each node's local rank 0 starts its data service, Note [Data
+  // service per node] in launcher/node_data_service.h): passed to every rank as --job_id,
+  // --data_service (when set) and --data_service_args (joined with spaces).
+  std::string job_id;
+  std::string data_service;
+  std::vector<std::string> data_service_args;
+  uint64_t seed = 0;  // passed to every rank as --seed
+  // Passed to every rank verbatim after the flags above (the launcher's args after `--`).
+  // Must not set the flags the launcher sets.
   std::vector<std::string> trainer_args;
 };
 
-// Returns `mpirun -np N [mpirun_args] -x NAME... <trainer> --data_socket=S --seed=N
-// [trainer_args]`. InvalidArgument, naming the launcher flag at fault, when the options
-// are inconsistent (no ranks, a conflicting -np in mpirun_args, --seed in trainer_args, a
-// malformed variable name, ...).
+// Returns the command that starts every trainer rank:
+//   kLocal     mpirun -np N [mpirun_args] -x NAME... <trainer> --data_socket=S --seed=N ...
+//   kHostfile  mpirun -np T --hostfile F [--map-by ppr:N:node] [mpirun_args] -x NAME...
+//              <trainer> --job_id=J --seed=N [--data_service=P] --data_service_args=A ...
+//   kHostList  mpirun -np T -H h1:n,h2:n [--map-by ppr:N:node] ... (as kHostfile)
+//   kSlurm     srun --nodes=K --ntasks=T --ntasks-per-node=N --kill-on-bad-exit=1
+//              --export=ALL [--gpu-bind=none] [srun_args] <trainer> --job_id=J ... (as above)
+// followed by trainer_args. InvalidArgument, naming the launcher flag at fault, when the
+// options are inconsistent (no ranks, a rank count in mpirun_args, --seed in trainer_args,
+// a host with fewer slots than ranks, a malformed variable name, ...).
 absl::StatusOr<std::vector<std::string>> BuildTrainerArgv(const TrainerLaunch& launch);
 
 // Everything the data service command line depends on. Zero or empty means "leave the data
@@ -72,6 +85,12 @@ struct DataServiceLaunch {
 // Returns `<program> --socket=S --job_id=ID --node_id=N --data_seed=S [--dataset=...]
 // [...]`. InvalidArgument, naming the launcher flag at fault, on bad values.
 absl::StatusOr<std::vector<std::string>> BuildDataServiceArgv(const DataServiceLaunch& launch);
+
+// Only the dataset and pool options of `launch` (`--dataset=...`, `--train_dir=...`,
+// `--threads=...`, ...; no socket, job id, node id or seed): what the cluster modes hand to
+// each node's data service through the trainers' --data_service_args. Validated as in
+// BuildDataServiceArgv (program, socket and job id are not needed).
+absl::StatusOr<std::vector<std::string>> DataServiceDatasetArgs(const DataServiceLaunch& launch);
 
 // Quotes `word` for a POSIX shell: unchanged when it holds only characters no shell
 // treats specially, otherwise in single quotes.

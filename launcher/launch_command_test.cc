@@ -93,6 +93,166 @@ TEST(TrainerArgvTest, RejectsMalformedVariableName) {
   EXPECT_EQ(BuildTrainerArgv(launch).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A cluster-mode launch: job id, seed and dataset args instead of a socket.
+TrainerLaunch ClusterLaunch(LaunchMode mode) {
+  TrainerLaunch launch;
+  launch.mode = mode;
+  launch.trainer = "/opt/stoker/trainer";
+  launch.job_id = "j1";
+  launch.seed = 42;
+  launch.data_service_args = {"--dataset=imagefolder", "--train_dir=/data/train"};
+  launch.exported_env = {"NCCL_NVLS_ENABLE", "LD_LIBRARY_PATH"};
+  launch.trainer_args = {"--epochs=3"};
+  return launch;
+}
+
+TEST(TrainerArgvTest, HostfileModeRunsEachHostsSlotsAndHandsTheDatasetToTheNodes) {
+  TrainerLaunch launch = ClusterLaunch(LaunchMode::kHostfile);
+  launch.ranks_per_node = 0;
+  launch.hostfile = "/etc/stoker/hosts";
+  launch.hosts = {{"gpu1", 8}, {"gpu2", 8}};
+  launch.mpirun_args = {"--mca", "btl_tcp_if_include", "ib0"};
+  absl::StatusOr<std::vector<std::string>> argv = BuildTrainerArgv(launch);
+  ASSERT_TRUE(argv.ok()) << argv.status();
+  EXPECT_THAT(*argv,
+              ElementsAre("mpirun", "-np", "16", "--hostfile", "/etc/stoker/hosts", "--mca",
+                          "btl_tcp_if_include", "ib0", "-x", "NCCL_NVLS_ENABLE", "-x",
+                          "LD_LIBRARY_PATH", "/opt/stoker/trainer", "--job_id=j1", "--seed=42",
+                          "--data_service_args=--dataset=imagefolder --train_dir=/data/train",
+                          "--epochs=3"));
+}
+
+TEST(TrainerArgvTest, HostfileModeWithNpPlacesThatManyRanksPerNode) {
+  TrainerLaunch launch = ClusterLaunch(LaunchMode::kHostfile);
+  launch.ranks_per_node = 4;
+  launch.hostfile = "hosts";
+  launch.hosts = {{"gpu1", 8}, {"gpu2", 0}, {"gpu3", 4}};
+  launch.exported_env = {};
+  launch.data_service = "/opt/stoker/data_service";
+  absl::StatusOr<std::vector<std::string>> argv = BuildTrainerArgv(launch);
+  ASSERT_TRUE(argv.ok()) << argv.status();
+  EXPECT_THAT(*argv,
+              ElementsAre("mpirun", "-np", "12", "--hostfile", "hosts", "--map-by",
+                          "ppr:4:node", "/opt/stoker/trainer", "--job_id=j1", "--seed=42",
+                          "--data_service=/opt/stoker/data_service",
+                          "--data_service_args=--dataset=imagefolder --train_dir=/data/train",
+                          "--epochs=3"));
+}
+
+TEST(TrainerArgvTest, HostListModePassesHostsAsDashH) {
+  TrainerLaunch launch = ClusterLaunch(LaunchMode::kHostList);
+  launch.ranks_per_node = 0;
+  launch.hosts = {{"gpu1", 4}, {"gpu2", 4}};
+  launch.exported_env = {"NCCL_NVLS_ENABLE"};
+  absl::StatusOr<std::vector<std::string>> argv = BuildTrainerArgv(launch);
+  ASSERT_TRUE(argv.ok()) << argv.status();
+  EXPECT_THAT(*argv,
+              ElementsAre("mpirun", "-np", "8", "-H", "gpu1:4,gpu2:4", "-x", "NCCL_NVLS_ENABLE",
+                          "/opt/stoker/trainer", "--job_id=j1", "--seed=42",
+                          "--data_service_args=--dataset=imagefolder --train_dir=/data/train",
+                          "--epochs=3"));
+}
+
+TEST(TrainerArgvTest, HostListModeWithNpMapsByNode) {
+  TrainerLaunch launch = ClusterLaunch(LaunchMode::kHostList);
+  launch.ranks_per_node = 2;
+  launch.hosts = {{"a", 0}, {"b", 0}};
+  absl::StatusOr<std::vector<std::string>> argv = BuildTrainerArgv(launch);
+  ASSERT_TRUE(argv.ok()) << argv.status();
+  EXPECT_THAT(std::vector<std::string>(argv->begin(), argv->begin() + 7),
+              ElementsAre("mpirun", "-np", "4", "-H", "a,b", "--map-by", "ppr:2:node"));
+}
+
+TEST(TrainerArgvTest, HostModesNeedSlotsOrNpAndEnoughSlots) {
+  TrainerLaunch launch = ClusterLaunch(LaunchMode::kHostList);
+  launch.ranks_per_node = 0;
+  launch.hosts = {{"gpu1", 4}, {"gpu2", 0}};
+  EXPECT_THAT(std::string(BuildTrainerArgv(launch).status().message()),
+              HasSubstr("--hosts: host gpu2 states no slot count; write HOST:N or pass --np"));
+  launch.mode = LaunchMode::kHostfile;
+  launch.hostfile = "hosts";
+  EXPECT_THAT(std::string(BuildTrainerArgv(launch).status().message()),
+              HasSubstr("write 'HOST slots=N'"));
+  launch.ranks_per_node = 8;
+  EXPECT_THAT(std::string(BuildTrainerArgv(launch).status().message()),
+              HasSubstr("--np=8 ranks per node, but --hostfile gives gpu1 only 4 slot(s)"));
+}
+
+TEST(TrainerArgvTest, SlurmModeRunsSrunOverTheAllocation) {
+  TrainerLaunch launch = ClusterLaunch(LaunchMode::kSlurm);
+  launch.ranks_per_node = 8;
+  launch.slurm_nodes = 4;
+  launch.slurm_gpus = true;
+  launch.srun_args = {"--mpi=pmix", "--cpus-per-task=12"};
+  absl::StatusOr<std::vector<std::string>> argv = BuildTrainerArgv(launch);
+  ASSERT_TRUE(argv.ok()) << argv.status();
+  // No -x: srun hands the whole environment to the ranks (--export=ALL).
+  EXPECT_THAT(*argv,
+              ElementsAre("srun", "--nodes=4", "--ntasks=32", "--ntasks-per-node=8",
+                          "--kill-on-bad-exit=1", "--export=ALL", "--gpu-bind=none",
+                          "--mpi=pmix", "--cpus-per-task=12", "/opt/stoker/trainer",
+                          "--job_id=j1", "--seed=42",
+                          "--data_service_args=--dataset=imagefolder --train_dir=/data/train",
+                          "--epochs=3"));
+}
+
+TEST(TrainerArgvTest, SlurmModeWithoutGpusLeavesGpuBindingAlone) {
+  TrainerLaunch launch = ClusterLaunch(LaunchMode::kSlurm);
+  launch.ranks_per_node = 2;
+  launch.slurm_nodes = 1;
+  launch.srun = "/usr/bin/srun";
+  absl::StatusOr<std::vector<std::string>> argv = BuildTrainerArgv(launch);
+  ASSERT_TRUE(argv.ok()) << argv.status();
+  EXPECT_THAT(std::vector<std::string>(argv->begin(), argv->begin() + 7),
+              ElementsAre("/usr/bin/srun", "--nodes=1", "--ntasks=2", "--ntasks-per-node=2",
+                          "--kill-on-bad-exit=1", "--export=ALL", "/opt/stoker/trainer"));
+}
+
+TEST(TrainerArgvTest, SrunArgsMustNotSetTheTaskCount) {
+  for (const char* arg : {"-n", "--ntasks=4", "-N", "--nodes=2", "--ntasks-per-node=1"}) {
+    TrainerLaunch launch = ClusterLaunch(LaunchMode::kSlurm);
+    launch.ranks_per_node = 2;
+    launch.slurm_nodes = 1;
+    launch.srun_args = {arg, "4"};
+    absl::Status status = BuildTrainerArgv(launch).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << arg;
+    EXPECT_THAT(std::string(status.message()), HasSubstr("--srun_args")) << arg;
+  }
+}
+
+TEST(TrainerArgvTest, ClusterModesRejectTrainerArgsThatSetWhatTheLauncherSets) {
+  for (const char* arg : {"--job_id=x", "--seed=3", "--data_service_args=--threads=2"}) {
+    TrainerLaunch launch = ClusterLaunch(LaunchMode::kSlurm);
+    launch.ranks_per_node = 2;
+    launch.slurm_nodes = 1;
+    launch.trainer_args = {arg};
+    absl::Status status = BuildTrainerArgv(launch).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << arg;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(arg));
+  }
+}
+
+TEST(TrainerArgvTest, DataServiceArgsMustNotHoldWhitespace) {
+  TrainerLaunch launch = ClusterLaunch(LaunchMode::kHostList);
+  launch.hosts = {{"a", 1}};
+  launch.ranks_per_node = 0;
+  launch.data_service_args = {"--train_dir=/data/my images"};
+  EXPECT_THAT(std::string(BuildTrainerArgv(launch).status().message()),
+              HasSubstr("holds whitespace"));
+}
+
+TEST(DataServiceArgvTest, DatasetArgsLeaveOutSocketJobNodeAndSeed) {
+  DataServiceLaunch launch;
+  launch.dataset = "synthetic";
+  launch.synthetic_samples = 256;
+  launch.threads = 3;
+  launch.data_seed = 9;
+  launch.node_id = 0;
+  absl::StatusOr<std::vector<std::string>> args = DataServiceDatasetArgs(launch);
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_THAT(*args, ElementsAre("--dataset=synthetic", "--synthetic_samples=256", "--threads=3"));
+}
+
 DataServiceLaunch SyntheticLaunch() {
   DataServiceLaunch launch;
   launch.program = "/opt/stoker/data_service";

@@ -1,32 +1,55 @@
-// launcher: runs one Stoker training job on this machine. `launcher [flags] -- [trainer
-// flags]` starts the data service, waits until it is ready, runs the trainers under mpirun,
-// and cleans up. Exit code: 0 on success, 2 for usage errors, else the first failure's code.
+// launcher: runs one Stoker training job. `launcher [flags] -- [trainer flags]` runs the
+// trainers on this machine under mpirun (after starting the data service and waiting until
+// it is ready), on several hosts under mpirun (--hostfile, --hosts), or under srun inside a
+// Slurm allocation, and cleans up. `launcher doctor [flags]` checks the machine.
+// Exit code: 0 on success, 2 for usage errors, 128 + signal when stopped by SIGINT/SIGTERM/
+// SIGHUP (143 for SIGTERM), else the first failure's code; doctor: 1 when a check fails.
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
+
+#include <map>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/logging.h"
 #include "launcher/command_line.h"
+#include "launcher/doctor.h"
 #include "launcher/job.h"
 #include "launcher/job_files.h"
 #include "launcher/launch_command.h"
+#include "launcher/placement.h"
 #include "launcher/program_paths.h"
 
 extern char** environ;
 
-ABSL_FLAG(int, np, 1, "Trainer ranks to run on this node.");
+ABSL_FLAG(int, np, 1,
+          "Trainer ranks per node. With --hosts/--hostfile, when not given: each host's slots. "
+          "Under Slurm, when not given: the allocation's tasks (else GPUs) per node.");
+ABSL_FLAG(std::string, mode, "auto",
+          "auto, local, hosts or slurm. auto: --hostfile/--hosts mean hosts, SLURM_JOB_ID in "
+          "the environment means slurm, else local.");
+ABSL_FLAG(std::string, hostfile, "",
+          "Open MPI hostfile (`host slots=N` lines): run on those hosts under mpirun.");
+ABSL_FLAG(std::string, hosts, "",
+          "Hosts as host:slots,host:slots (mpirun -H): run on those hosts under mpirun.");
+ABSL_FLAG(std::string, srun, "srun", "srun program (Slurm mode); a bare name is looked up on PATH.");
+ABSL_FLAG(std::string, srun_args, "",
+          "Extra srun arguments (Slurm mode), split on spaces and passed verbatim, e.g. "
+          "--srun_args='--mpi=pmix --cpus-per-task=12'.");
 ABSL_FLAG(std::string, trainer, "",
           "Trainer program. Default: `trainer` next to the launcher, or ../trainer/trainer.");
 ABSL_FLAG(std::string, data_service, "",
           "Data service program. Default: `data_service` next to the launcher, or "
-          "../data_service/data_service.");
+          "../data_service/data_service; in the cluster modes, next to the trainer on each node.");
 ABSL_FLAG(std::string, mpirun, "mpirun", "mpirun program; a bare name is looked up on PATH.");
 ABSL_FLAG(std::string, mpirun_args, "",
-          "Extra mpirun arguments, split on spaces and passed verbatim after -np.");
+          "Extra mpirun arguments, split on spaces and passed verbatim after the placement "
+          "options (-np, --hostfile/-H, --map-by).");
 ABSL_FLAG(uint64_t, seed, 0,
           "Base seed: every trainer's --seed and the data service's --data_seed.");
 ABSL_FLAG(std::string, job_id, "",
@@ -49,7 +72,10 @@ namespace stoker::launcher {
 namespace {
 
 constexpr char kFlagsFile[] = "launcher/main.cc";
-constexpr char kUsage[] = "Usage: launcher [flags] -- [trainer flags]\n";
+constexpr char kUsage[] =
+    "Usage: launcher [flags] -- [trainer flags]\n"
+    "       launcher doctor [--np=N] [--batch_size=B] [--image_size=S] [--ring_slots=K] "
+    "[--mpirun=PROGRAM]\n";
 constexpr int kUsageExitCode = 2;
 
 int UsageError(absl::string_view message) {
@@ -67,7 +93,31 @@ absl::StatusOr<std::string> ProgramFlag(const std::string& value, absl::string_v
   return FindSiblingProgram(*self, name, flag);
 }
 
-absl::StatusOr<JobConfig> ConfigFromFlags(std::vector<std::string> trainer_args) {
+std::vector<std::string> Environment() {
+  std::vector<std::string> environment;
+  for (char** entry = environ; *entry != nullptr; ++entry) environment.emplace_back(*entry);
+  return environment;
+}
+
+std::map<std::string, std::string> EnvironmentMap() {
+  std::map<std::string, std::string> map;
+  for (const std::string& entry : Environment()) {
+    const size_t equals = entry.find('=');
+    if (equals != std::string::npos) map.emplace(entry.substr(0, equals), entry.substr(equals + 1));
+  }
+  return map;
+}
+
+// Reads and parses --hostfile.
+absl::StatusOr<std::vector<HostSlots>> ReadHostfile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("--hostfile ", path, ": cannot read it"));
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseHostfile(text.str(), path);
+}
+
+absl::StatusOr<JobConfig> ConfigFromFlags(const ParsedCommandLine& command_line) {
   JobConfig config;
   config.job_id = absl::GetFlag(FLAGS_job_id);
   if (config.job_id.empty()) config.job_id = GenerateJobId();
@@ -76,10 +126,26 @@ absl::StatusOr<JobConfig> ConfigFromFlags(std::vector<std::string> trainer_args)
   config.ready_timeout = absl::GetFlag(FLAGS_ready_timeout);
   config.shutdown_grace = absl::GetFlag(FLAGS_shutdown_grace);
 
-  absl::StatusOr<std::string> data_service =
-      ProgramFlag(absl::GetFlag(FLAGS_data_service), "data_service", "--data_service");
-  if (!data_service.ok()) return data_service.status();
-  config.data_service.program = *data_service;
+  const std::map<std::string, std::string> environment = EnvironmentMap();
+  absl::StatusOr<absl::optional<SlurmAllocation>> slurm =
+      SlurmAllocationFromEnvironment(environment);
+  const std::string hostfile = absl::GetFlag(FLAGS_hostfile);
+  const std::string hosts = absl::GetFlag(FLAGS_hosts);
+  absl::StatusOr<LaunchMode> mode =
+      ChooseLaunchMode(absl::GetFlag(FLAGS_mode), !hostfile.empty(), !hosts.empty(),
+                       slurm.ok() && slurm->has_value());
+  if (!mode.ok()) return mode.status();
+  const bool local = *mode == LaunchMode::kLocal;
+  const bool np_given = command_line.given.count("np") > 0;
+
+  std::string data_service_program = absl::GetFlag(FLAGS_data_service);
+  if (local) {
+    absl::StatusOr<std::string> data_service =
+        ProgramFlag(data_service_program, "data_service", "--data_service");
+    if (!data_service.ok()) return data_service.status();
+    data_service_program = *data_service;
+  }
+  config.data_service.program = data_service_program;
   config.data_service.dataset = absl::GetFlag(FLAGS_dataset);
   config.data_service.train_dir = absl::GetFlag(FLAGS_train_dir);
   config.data_service.val_dir = absl::GetFlag(FLAGS_val_dir);
@@ -92,35 +158,86 @@ absl::StatusOr<JobConfig> ConfigFromFlags(std::vector<std::string> trainer_args)
   absl::StatusOr<std::string> trainer =
       ProgramFlag(absl::GetFlag(FLAGS_trainer), "trainer", "--trainer");
   if (!trainer.ok()) return trainer.status();
-  config.trainers.mode = LaunchMode::kLocal;
-  config.trainers.trainer = *trainer;
-  config.trainers.mpirun = absl::GetFlag(FLAGS_mpirun);
+  TrainerLaunch& trainers = config.trainers;
+  trainers.mode = *mode;
+  trainers.trainer = *trainer;
+  trainers.mpirun = absl::GetFlag(FLAGS_mpirun);
+  trainers.srun = absl::GetFlag(FLAGS_srun);
   std::vector<std::string> mpirun_args =
       absl::StrSplit(absl::GetFlag(FLAGS_mpirun_args), ' ', absl::SkipEmpty());
-  config.trainers.mpirun_args = std::move(mpirun_args);
-  config.trainers.ranks_per_node = absl::GetFlag(FLAGS_np);
-  config.trainers.seed = absl::GetFlag(FLAGS_seed);
-  config.trainers.trainer_args = std::move(trainer_args);
-  // STOKER_* settings reach every rank, also on other hosts once there are any.
-  std::vector<std::string> environment;
-  for (char** entry = environ; *entry != nullptr; ++entry) environment.emplace_back(*entry);
-  config.trainers.exported_env = EnvironmentNamesWithPrefix(environment, "STOKER_");
+  trainers.mpirun_args = std::move(mpirun_args);
+  std::vector<std::string> srun_args =
+      absl::StrSplit(absl::GetFlag(FLAGS_srun_args), ' ', absl::SkipEmpty());
+  trainers.srun_args = std::move(srun_args);
+  trainers.ranks_per_node = absl::GetFlag(FLAGS_np);
+  switch (*mode) {
+    case LaunchMode::kLocal:
+      break;
+    case LaunchMode::kHostfile: {
+      absl::StatusOr<std::vector<HostSlots>> parsed = ReadHostfile(hostfile);
+      if (!parsed.ok()) return parsed.status();
+      trainers.hosts = std::move(*parsed);
+      trainers.hostfile = hostfile;
+      if (!np_given) trainers.ranks_per_node = 0;
+      break;
+    }
+    case LaunchMode::kHostList: {
+      absl::StatusOr<std::vector<HostSlots>> parsed = ParseHostList(hosts);
+      if (!parsed.ok()) return parsed.status();
+      trainers.hosts = std::move(*parsed);
+      if (!np_given) trainers.ranks_per_node = 0;
+      break;
+    }
+    case LaunchMode::kSlurm: {
+      if (!slurm.ok()) return slurm.status();
+      const SlurmAllocation& allocation = **slurm;
+      absl::StatusOr<int> ranks =
+          SlurmRanksPerNode(np_given ? trainers.ranks_per_node : 0, allocation);
+      if (!ranks.ok()) return ranks.status();
+      trainers.ranks_per_node = *ranks;
+      trainers.slurm_nodes = allocation.nodes;
+      trainers.slurm_gpus = allocation.gpus_per_node > 0;
+      break;
+    }
+  }
+  trainers.seed = absl::GetFlag(FLAGS_seed);
+  trainers.trainer_args = command_line.passed_on;
+  // STOKER_* settings reach every rank, also on other hosts; so does the library path that
+  // bundle/stoker sets (remote ranks do not inherit mpirun's environment).
+  const std::vector<std::string> environ_entries = Environment();
+  trainers.exported_env = EnvironmentNamesWithPrefix(environ_entries, "STOKER_");
+  if (!local && environment.count("LD_LIBRARY_PATH") > 0) {
+    trainers.exported_env.push_back("LD_LIBRARY_PATH");
+  }
   return config;
+}
+
+int RunDoctor(const std::vector<std::string>& args) {
+  absl::StatusOr<DoctorOptions> options = ParseDoctorArgs(args);
+  if (!options.ok()) return UsageError(options.status().message());
+  const std::vector<Check> checks = Evaluate(GatherFacts(*options), *options);
+  std::fputs(FormatReport(checks, *options).c_str(), stdout);
+  return DoctorExitCode(checks);
 }
 
 int Main(int argc, char** argv) {
   SetLogIdentity("launcher");
+  if (argc >= 2 && std::string(argv[1]) == "doctor") {
+    return RunDoctor(std::vector<std::string>(argv + 2, argv + argc));
+  }
   absl::StatusOr<ParsedCommandLine> command_line =
       ParseFlags(absl::MakeConstSpan(argv + 1, argc - 1), kFlagsFile);
   if (!command_line.ok()) return UsageError(command_line.status().message());
   if (command_line->help) {
-    std::printf("%s\nRuns one Stoker training job on this machine: the data service, then "
-                "the trainers under mpirun.\n\nFlags:\n%s",
+    std::printf("%s\nRuns one Stoker training job: on this machine (the data service, then the "
+                "trainers under mpirun), on several hosts under mpirun (--hostfile, --hosts), or "
+                "under srun inside a Slurm allocation (each node's local rank 0 then starts the "
+                "node's data service). `launcher doctor` checks this machine.\n\nFlags:\n%s",
                 kUsage, FlagsHelp(kFlagsFile).c_str());
     return 0;
   }
 
-  absl::StatusOr<JobConfig> config = ConfigFromFlags(std::move(command_line->passed_on));
+  absl::StatusOr<JobConfig> config = ConfigFromFlags(*command_line);
   if (!config.ok()) return UsageError(config.status().message());
   absl::StatusOr<JobPlan> plan = PlanJob(*config);
   if (!plan.ok()) return UsageError(plan.status().message());

@@ -1,7 +1,8 @@
 #!/bin/sh
 # A stand-in for the trainer in the launcher's lifecycle tests. It records what it was given
 # into $STOKER_FAKE_OUT (trainer.<rank>.pid, trainer.<rank>.args, trainer.<rank>.env), checks
-# that --data_socket names a socket, then sleeps $STOKER_FAKE_TRAINER_SLEEP seconds in a child
+# that --data_socket names a socket (or, in the cluster modes, that --job_id is given), then
+# sleeps $STOKER_FAKE_TRAINER_SLEEP seconds in a child
 # process (whose pid goes to trainer.<rank>.sleep.pid) and exits $STOKER_FAKE_TRAINER_EXIT,
 # or 0 when $STOKER_FAKE_TRAINER_FAILING_RANK names another rank.
 rank="${OMPI_COMM_WORLD_RANK:-0}"
@@ -12,12 +13,14 @@ printf '%s\n' "$@" > "$out/trainer.$rank.args"
 echo "NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE-unset}" > "$out/trainer.$rank.env"
 
 socket=""
+job_id=""
 for arg in "$@"; do
   case "$arg" in
     --data_socket=*) socket="${arg#--data_socket=}" ;;
+    --job_id=*) job_id="${arg#--job_id=}" ;;
   esac
 done
-if [ ! -S "$socket" ]; then
+if [ -z "$job_id" ] && [ ! -S "$socket" ]; then
   echo "fake trainer rank $rank: --data_socket '$socket' is not a socket" >&2
   exit 11
 fi

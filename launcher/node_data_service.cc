@@ -1,0 +1,236 @@
+#include "launcher/node_data_service.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/mpi_status.h"
+#include "common/status_macros.h"
+#include "launcher/job_files.h"
+#include "launcher/program_paths.h"
+#include "launcher/readiness.h"
+
+namespace stoker::launcher {
+namespace {
+
+// What rank 0 tells every rank in step 1 of Note [Data service per node]. Bytes on the wire
+// between ranks of one job (one build), so a plain struct is enough.
+struct JobIdentity {
+  int32_t ok = 0;
+  uint64_t seed = 0;
+  char job_id[kMaxJobIdLength + 1] = {};
+  char error[256] = {};
+};
+
+// What local rank 0 tells its node in step 3.
+struct NodeOutcome {
+  int32_t ok = 0;
+  char error[768] = {};
+};
+
+template <size_t N>
+void CopyTruncated(absl::string_view text, char (&out)[N]) {
+  const size_t n = std::min(text.size(), N - 1);
+  std::memcpy(out, text.data(), n);
+  out[n] = '\0';
+}
+
+absl::string_view FlagName(absl::string_view arg) {
+  if (arg.size() < 2 || arg[0] != '-') return "";
+  arg.remove_prefix(arg[1] == '-' ? 2 : 1);
+  return arg.substr(0, arg.find('='));
+}
+
+absl::StatusOr<JobIdentity> AgreeOnJob(const RankInfo& rank, MPI_Comm world,
+                                       const NodeDataServiceOptions& options) {
+  JobIdentity identity;
+  if (rank.rank == 0) {
+    const std::string job_id = options.job_id.empty() ? GenerateJobId() : options.job_id;
+    absl::Status valid = ValidateJobId(job_id);
+    if (valid.ok()) {
+      identity.ok = 1;
+      identity.seed = options.seed;
+      CopyTruncated(job_id, identity.job_id);
+    } else {
+      CopyTruncated(valid.message(), identity.error);
+    }
+  }
+  RETURN_IF_MPI_ERROR(MPI_Bcast(&identity, sizeof(identity), MPI_BYTE, 0, world));
+  if (!identity.ok) {
+    return absl::InvalidArgumentError(absl::StrCat("rank 0's job id: ", identity.error));
+  }
+  return identity;
+}
+
+// Step 2, on local rank 0.
+absl::StatusOr<ChildProcess> StartOnThisNode(const RankInfo& rank, const std::string& job_id,
+                                             uint64_t seed, const std::string& socket_path,
+                                             const NodeDataServiceOptions& options) {
+  RETURN_IF_ERROR(CheckNodeSocketPath(options.socket_dir, job_id, rank.node_index));
+  std::string program = options.program;
+  if (program.empty()) {
+    ASSIGN_OR_RETURN(const std::string self, SelfDirectory());
+    ASSIGN_OR_RETURN(program, FindSiblingProgram(self, "data_service", "--data_service"));
+  } else if (!IsExecutableFile(program)) {
+    return absl::NotFoundError(
+        absl::StrCat("--data_service=", program, ": not an executable file on this node"));
+  }
+  struct stat info;
+  if (lstat(socket_path.c_str(), &info) == 0) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        socket_path, " already exists: another job uses job id ", job_id,
+        ", or an earlier one did not clean up (remove it by hand if no job runs)"));
+  }
+  ASSIGN_OR_RETURN(std::vector<std::string> argv,
+                   BuildNodeDataServiceArgv(program, socket_path, job_id, rank.node_index, seed,
+                                            options.args));
+  ChildSpec spec;
+  spec.name = absl::StrCat("data service of node ", rank.node_index);
+  spec.program = program;
+  spec.argv = std::move(argv);
+  spec.parent_death_signal = SIGTERM;  // it removes its socket and segments
+  spec.use_all_cpus = true;            // not only the CPUs this rank is bound to
+  ASSIGN_OR_RETURN(ChildProcess child, ChildProcess::Spawn(spec));
+  const absl::Time start = absl::Now();
+  absl::Status ready = AwaitAcceptingSocket(child, socket_path, options.ready_timeout);
+  if (!ready.ok()) {
+    if (!child.has_exited()) {
+      absl::StatusOr<ExitStatus> ended = child.Terminate(options.shutdown_grace);
+      (void)ended;
+    }
+    return ready;
+  }
+  LogInfo("node %d: data service (pid %d) ready on %s after %s", rank.node_index, child.pid(),
+          socket_path, absl::FormatDuration(absl::Now() - start));
+  return child;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> BuildNodeDataServiceArgv(
+    const std::string& program, const std::string& socket, const std::string& job_id,
+    int node_index, uint64_t seed, const std::vector<std::string>& args) {
+  bool args_set_seed = false;
+  for (const std::string& arg : args) {
+    if (!absl::StartsWith(arg, "-")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--data_service_args: '", arg, "' is not a flag (give --name=value words)"));
+    }
+    const absl::string_view name = FlagName(arg);
+    if (name == "socket" || name == "job_id" || name == "node_id") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--data_service_args must not set --", name, " ('", arg,
+          "'): each node's local rank 0 sets it"));
+    }
+    if (name == "data_seed") args_set_seed = true;
+  }
+  std::vector<std::string> argv = {
+      program,
+      absl::StrCat("--socket=", socket),
+      absl::StrCat("--job_id=", job_id),
+      absl::StrCat("--node_id=", node_index),
+  };
+  if (!args_set_seed) argv.push_back(absl::StrCat("--data_seed=", seed));
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
+absl::StatusOr<std::unique_ptr<NodeDataService>> NodeDataService::Start(
+    const RankInfo& rank, MPI_Comm world, MPI_Comm node, const NodeDataServiceOptions& options) {
+  ASSIGN_OR_RETURN(const JobIdentity identity, AgreeOnJob(rank, world, options));
+  const std::string job_id = identity.job_id;
+  std::vector<int> node_ranks(rank.local_size);
+  RETURN_IF_MPI_ERROR(
+      MPI_Allgather(&rank.rank, 1, MPI_INT, node_ranks.data(), 1, MPI_INT, node));
+  const std::string socket_path = NodeSocketPath(options.socket_dir, job_id, rank.node_index);
+  std::unique_ptr<NodeDataService> service(new NodeDataService(
+      rank, node, job_id, identity.seed, socket_path, std::move(node_ranks), options));
+
+  NodeOutcome outcome;
+  if (rank.local_rank == 0) {
+    absl::StatusOr<ChildProcess> child =
+        StartOnThisNode(rank, job_id, identity.seed, socket_path, options);
+    if (child.ok()) {
+      service->child_ = std::move(*child);
+      outcome.ok = 1;
+    } else {
+      CopyTruncated(child.status().ToString(), outcome.error);
+    }
+  }
+  RETURN_IF_MPI_ERROR(MPI_Bcast(&outcome, sizeof(outcome), MPI_BYTE, 0, node));
+  if (!outcome.ok) {
+    service->stopped_ = true;  // nothing to stop
+    if (rank.local_rank == 0) return absl::UnavailableError(outcome.error);
+    return absl::UnavailableError(absl::StrCat("the data service of node ", rank.node_index,
+                                               " did not start (local rank 0 says: ",
+                                               outcome.error, ")"));
+  }
+  return service;
+}
+
+NodeDataService::NodeDataService(const RankInfo& rank, MPI_Comm node, std::string job_id,
+                                 uint64_t seed, std::string socket_path,
+                                 std::vector<int> node_ranks, const NodeDataServiceOptions& options)
+    : rank_(rank),
+      node_(node),
+      job_id_(std::move(job_id)),
+      seed_(seed),
+      socket_path_(std::move(socket_path)),
+      node_ranks_(std::move(node_ranks)),
+      shm_dir_(options.shm_dir),
+      shutdown_grace_(options.shutdown_grace) {}
+
+NodeDataService::~NodeDataService() {
+  if (!child_.has_value()) return;
+  if (!child_->has_exited()) {
+    absl::StatusOr<ExitStatus> ended = child_->Terminate(shutdown_grace_);
+    if (ended.ok() && !ended->success()) {
+      LogWarning("%s %s after SIGTERM", child_->Describe(), ended->ToString());
+    }
+  }
+  RemoveLeftovers();
+}
+
+pid_t NodeDataService::pid() const { return child_.has_value() ? child_->pid() : -1; }
+
+absl::Status NodeDataService::Stop() {
+  if (stopped_) return absl::FailedPreconditionError("the node's data service was stopped already");
+  stopped_ = true;
+  RETURN_IF_MPI_ERROR(MPI_Barrier(node_));
+  if (!child_.has_value()) return absl::OkStatus();
+  const std::string name = child_->Describe();
+  absl::StatusOr<ExitStatus> ended = child_->Terminate(shutdown_grace_);
+  RemoveLeftovers();
+  if (!ended.ok()) return ended.status();
+  if (!ended->success()) {
+    return absl::InternalError(
+        absl::StrCat(name, " ", ended->ToString(), " after SIGTERM (it should exit 0)"));
+  }
+  return absl::OkStatus();
+}
+
+void NodeDataService::RemoveLeftovers() {
+  std::vector<std::string> paths = {socket_path_};
+  // The data service's ring names: stoker.<job_id>.ring.<rank>[.val] (data_service/service.cc).
+  for (int rank : node_ranks_) {
+    for (const char* suffix : {"", ".val"}) {
+      paths.push_back(absl::StrCat(shm_dir_, "/stoker.", job_id_, ".ring.", rank, suffix));
+    }
+  }
+  for (const std::string& path : paths) {
+    if (unlink(path.c_str()) == 0) {
+      LogWarning("removed leftover %s", path);
+    } else if (errno != ENOENT) {
+      LogWarning("cannot remove %s: %s", path, std::strerror(errno));
+    }
+  }
+}
+
+}  // namespace stoker::launcher

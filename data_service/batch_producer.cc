@@ -16,6 +16,10 @@ namespace {
 // How long the production thread blocks in one wait before it looks at its stop flag.
 constexpr absl::Duration kPollInterval = absl::Milliseconds(100);
 
+// A bad sample's replacement is searched among at most this many following positions:
+// when they are all unusable the data (or its disk) is broken beyond skipping.
+constexpr int64_t kMaxReplacementTries = 64;
+
 absl::Status CheckRequest(const RingRequest& request) {
   auto field = [](absl::string_view name, int32_t value, int32_t lo, int32_t hi) {
     if (value >= lo && value <= hi) return absl::OkStatus();
@@ -49,6 +53,9 @@ struct BatchProducer::InFlightBatch {
   int64_t epoch = 0;
   int64_t step = 0;
   int32_t count = 0;
+  std::shared_ptr<const std::vector<int64_t>> order;  // the epoch's indices for this rank
+  int64_t first = 0;                                  // position of sample 0 in `order`
+  SampleOptions options;
   std::atomic<int32_t> remaining{0};
   absl::Notification done;
   absl::Mutex mu;
@@ -71,6 +78,17 @@ absl::StatusOr<std::unique_ptr<BatchProducer>> BatchProducer::Create(
   sampler_options.drop_last = request.drop_last;
   absl::StatusOr<DistributedSampler> sampler = DistributedSampler::Create(sampler_options);
   if (!sampler.ok()) return sampler.status();
+  if (!(options.eval_resize_ratio >= 1.0 && options.eval_resize_ratio <= 8.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--eval_resize_ratio: must be in [1, 8], got ", options.eval_resize_ratio));
+  }
+  if (options.max_image_pixels < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_image_pixels: must be positive, got ", options.max_image_pixels));
+  }
+  if (options.bad_samples != nullptr) {
+    if (absl::Status s = options.bad_samples->options().Validate(); !s.ok()) return s;
+  }
   const RingGeometry geometry{request.slot_count, request.batch_size, request.image_size};
   absl::StatusOr<RingLayout> layout = RingLayout::For(geometry);
   if (!layout.ok()) return layout.status();
@@ -92,6 +110,9 @@ BatchProducer::BatchProducer(const BatchProducerOptions& options,
                              RingProducer producer, DistributedSampler sampler)
     : request_(options.request),
       prefetch_(std::clamp(options.prefetch, 1, options.request.slot_count)),
+      eval_resize_(EvalResizeSize(options.request.image_size, options.eval_resize_ratio)),
+      max_image_pixels_(options.max_image_pixels),
+      bad_samples_(options.bad_samples),
       dataset_(std::move(dataset)),
       pool_(pool),
       on_error_(std::move(on_error)),
@@ -125,8 +146,8 @@ absl::StatusOr<EpochInfo> BatchProducer::QueueEpoch(int64_t epoch, uint64_t seed
     }
     last_epoch_ = epoch;
   }
-  plan.indices = sampler_.EpochIndices(seed, epoch);
-  const int64_t samples = static_cast<int64_t>(plan.indices.size());
+  plan.indices = std::make_shared<const std::vector<int64_t>>(sampler_.EpochIndices(seed, epoch));
+  const int64_t samples = static_cast<int64_t>(plan.indices->size());
   plan.batches = (samples + request_.batch_size - 1) / request_.batch_size;
   EpochInfo info;
   info.epoch = epoch;
@@ -159,41 +180,81 @@ std::shared_ptr<BatchProducer::InFlightBatch> BatchProducer::StartBatch(const Wr
   batch->slot = slot;
   batch->epoch = current_.epoch;
   batch->step = next_step_;
-  const int64_t first = next_step_ * request_.batch_size;
+  batch->order = current_.indices;
+  batch->first = next_step_ * request_.batch_size;
   batch->count = static_cast<int32_t>(
-      std::min<int64_t>(request_.batch_size, current_.indices.size() - first));
+      std::min<int64_t>(request_.batch_size, current_.indices->size() - batch->first));
   batch->remaining.store(batch->count);
+  batch->options.image_size = request_.image_size;
+  batch->options.train = request_.train;
+  batch->options.seed = current_.seed;
+  batch->options.epoch = current_.epoch;
+  batch->options.eval_resize = eval_resize_;
+  batch->options.max_pixels = max_image_pixels_;
   ++next_step_;
+  if (bad_samples_ != nullptr) bad_samples_->AddSeen(batch->count);
 
-  SampleOptions options;
-  options.image_size = request_.image_size;
-  options.train = request_.train;
-  options.seed = current_.seed;
-  options.epoch = current_.epoch;
-  const size_t image_bytes = static_cast<size_t>(request_.image_size) * request_.image_size * 3;
   for (int32_t i = 0; i < batch->count; ++i) {
-    const int64_t index = current_.indices[first + i];
+    const int64_t index = (*batch->order)[batch->first + i];
     slot.sample_indices[i] = index;
     slot.labels[i] = dataset_->Label(index);
-    uint8_t* destination = slot.images + image_bytes * i;
-    pool_->Submit([this, batch, i, index, destination, options] {
-      if (!cancelled_.load(std::memory_order_relaxed)) {
-        absl::Status status = dataset_->Load(index, options, destination);
-        if (!status.ok()) {
-          absl::MutexLock lock(&batch->mu);
-          if (batch->failed_position < 0 || i < batch->failed_position) {
-            batch->failed_position = i;
-            batch->status = absl::Status(
-                status.code(), absl::StrCat("rank ", request_.rank, ", epoch ", batch->epoch,
-                                            ", step ", batch->step, ", ",
-                                            dataset_->Describe(index), ": ", status.message()));
-          }
-        }
-      }
+    pool_->Submit([this, batch, i](SampleScratch& scratch) {
+      if (!cancelled_.load(std::memory_order_relaxed)) ProduceSample(*batch, i, scratch);
       if (batch->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) batch->done.Notify();
     });
   }
   return batch;
+}
+
+void BatchProducer::ProduceSample(InFlightBatch& batch, int32_t i, SampleScratch& scratch) {
+  const size_t image_bytes = static_cast<size_t>(request_.image_size) * request_.image_size * 3;
+  uint8_t* const dst = batch.slot.images + image_bytes * i;
+  const std::vector<int64_t>& order = *batch.order;
+  const int64_t position = batch.first + i;
+  const int64_t index = order[position];
+  auto fail = [&](const absl::Status& status, int64_t failed_index, absl::string_view hint) {
+    absl::MutexLock lock(&batch.mu);
+    if (batch.failed_position >= 0 && batch.failed_position <= i) return;
+    batch.failed_position = i;
+    batch.status = absl::Status(
+        status.code(), absl::StrCat("rank ", request_.rank, ", epoch ", batch.epoch, ", step ",
+                                    batch.step, ", ", dataset_->Describe(failed_index), ": ",
+                                    status.message(), hint));
+  };
+
+  absl::Status status = dataset_->Load(index, batch.options, scratch, dst);
+  if (status.ok()) return;
+  const bool skip = bad_samples_ != nullptr && bad_samples_->skips();
+  if (!IsBadSampleError(status)) return fail(status, index, "");
+  if (!skip) {
+    if (bad_samples_ != nullptr) bad_samples_->MarkBad(index, dataset_->Describe(index), status);
+    return fail(status, index,
+                bad_samples_ != nullptr
+                    ? " (--bad_files=fail; --bad_files=skip would replace the sample)"
+                    : "");
+  }
+  // Note [Replacing bad samples]: the next position of the epoch's order that loads.
+  bad_samples_->MarkBad(index, dataset_->Describe(index), status);
+  const absl::Status why = status;
+  const int64_t n = static_cast<int64_t>(order.size());
+  const int64_t tries = std::min(kMaxReplacementTries, n - 1);
+  for (int64_t attempt = 1; attempt <= tries; ++attempt) {
+    const int64_t candidate = order[(position + attempt) % n];
+    status = dataset_->Load(candidate, batch.options, scratch, dst);
+    if (status.ok()) {
+      batch.slot.sample_indices[i] = candidate;
+      batch.slot.labels[i] = dataset_->Label(candidate);
+      absl::Status limit = bad_samples_->CountSkip(dataset_->Describe(index), why);
+      if (!limit.ok()) fail(limit, index, "");
+      return;
+    }
+    if (!IsBadSampleError(status)) return fail(status, candidate, "");
+    bad_samples_->MarkBad(candidate, dataset_->Describe(candidate), status);
+  }
+  fail(absl::DataLossError(absl::StrCat(
+           why.message(), "; and no usable replacement: the next ", tries,
+           " samples of the epoch's order are unusable too")),
+       index, "");
 }
 
 void BatchProducer::ProductionLoop() {

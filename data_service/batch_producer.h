@@ -1,7 +1,9 @@
 // BatchProducer: fills one trainer rank's ring. It owns the rank's shared-memory segment,
 // turns each requested epoch into that rank's DistributedSampler indices, and produces
 // batches in (epoch, step) order, decoding the samples of several batches at once on the
-// shared WorkerPool.
+// shared WorkerPool, each straight into its place in the ring slot. Epochs queued ahead
+// follow without a gap: the first batches of epoch e+1 are decoded while the trainer
+// still consumes the last ones of epoch e.
 #ifndef STOKER_DATA_SERVICE_BATCH_PRODUCER_H_
 #define STOKER_DATA_SERVICE_BATCH_PRODUCER_H_
 
@@ -12,11 +14,13 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "data_service/bad_samples.h"
 #include "data_service/dataset.h"
 #include "data_service/ring.h"
 #include "data_service/ring_client.h"
@@ -31,19 +35,29 @@ struct BatchProducerOptions {
   RingRequest request;
   // Batches of this ring decoded at the same time (1..slot_count; larger is clamped).
   int32_t prefetch = 2;
+  // Evaluation Resize() = round(image_size * eval_resize_ratio) (>= 1).
+  double eval_resize_ratio = kDefaultEvalResizeRatio;
+  // Decompression-bomb limit: images of more pixels are unusable samples.
+  int64_t max_image_pixels = image::kDefaultMaxPixels;
+  // The dataset's bad-sample policy and memory (Note [Replacing bad samples]); shared by
+  // the producers of one split and outliving them. Null: every failing sample stops
+  // production, as --bad_files=fail does.
+  BadSampleTracker* bad_samples = nullptr;
 };
 
 // Produces one rank's batches into its ring. QueueEpoch() is thread-safe; production runs
 // on a member thread ("production thread"), its samples on the shared pool. Batches are
 // bit-identical whatever the pool size: each sample is a pure function of (dataset,
-// index, seed, epoch) written to its own place. The destructor stops production, waits
-// for samples being decoded, and unmaps and unlinks the ring.
+// index, seed, epoch) written to its own place, and a bad sample's replacement depends
+// only on the epoch's order (Note [Replacing bad samples]). The destructor stops
+// production, waits for samples being decoded, and unmaps and unlinks the ring.
 //
 //   ASSIGN_OR_RETURN(auto producer, BatchProducer::Create(options, dataset, &pool, on_error));
 //   ASSIGN_OR_RETURN(EpochInfo info, producer->QueueEpoch(0, seed));
 class BatchProducer {
  public:
-  // Called once, from the production thread, when a sample fails; production stops.
+  // Called once, from the production thread, when a sample fails (and is not replaced);
+  // production stops.
   using ErrorCallback = std::function<void(const absl::Status&)>;
 
   // Checks the request (InvalidArgument, the message says which field), creates and
@@ -69,7 +83,7 @@ class BatchProducer {
   struct EpochPlan {
     int64_t epoch = 0;
     uint64_t seed = 0;
-    std::vector<int64_t> indices;
+    std::shared_ptr<const std::vector<int64_t>> indices;  // the rank's order; shared with tasks
     int64_t batches = 0;
   };
   struct InFlightBatch;
@@ -82,10 +96,16 @@ class BatchProducer {
   // Production thread only: makes `current_` an epoch with batches left, if there is one.
   bool HasNextBatch();
   std::shared_ptr<InFlightBatch> StartBatch(const WritableSlot& slot);
+  // Worker thread: produces position `i` of `batch`, replacing a bad sample if the
+  // policy says so; records the first failure in the batch.
+  void ProduceSample(InFlightBatch& batch, int32_t i, SampleScratch& scratch);
   bool StopRequested();
 
   const RingRequest request_;
   const int32_t prefetch_;
+  const int32_t eval_resize_;
+  const int64_t max_image_pixels_;
+  BadSampleTracker* const bad_samples_;
   const std::shared_ptr<const Dataset> dataset_;
   WorkerPool* const pool_;
   const ErrorCallback on_error_;

@@ -1,19 +1,31 @@
 // Tests of BatchProducer: batches follow the sampler in (epoch, step) order with the
-// dataset's labels and bytes, epochs queue back to back, the bytes do not depend on the
-// thread count, bad requests and failing samples are reported, and the ring is unlinked.
+// dataset's labels and bytes, epochs queue back to back and the next epoch's first batch
+// is ready at the boundary, the bytes do not depend on the thread count (also for real
+// JPEGs, and with bad files replaced), packed and folder datasets give identical batches,
+// bad requests and failing samples are reported, and the ring is unlinked.
 #include "data_service/batch_producer.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "absl/strings/match.h"
+#include "data_service/bad_samples.h"
+#include "data_service/image_folder_dataset.h"
+#include "data_service/packed_dataset.h"
+#include "data_service/packed_writer.h"
 #include "data_service/ring.h"
 #include "data_service/sampler.h"
 #include "data_service/synthetic_dataset.h"
@@ -80,11 +92,13 @@ std::vector<Received> Drain(const BatchProducer& producer, int64_t batches) {
 
 std::unique_ptr<BatchProducer> Make(std::shared_ptr<const Dataset> dataset, WorkerPool* pool,
                                     const RingRequest& request, std::string name = SegmentName(),
-                                    BatchProducer::ErrorCallback on_error = nullptr) {
+                                    BatchProducer::ErrorCallback on_error = nullptr,
+                                    BadSampleTracker* bad_samples = nullptr) {
   if (!on_error) {
     on_error = [](const absl::Status& s) { ADD_FAILURE() << "unexpected error: " << s; };
   }
   BatchProducerOptions options{name, request, 2};
+  options.bad_samples = bad_samples;
   auto producer = BatchProducer::Create(options, std::move(dataset), pool, std::move(on_error));
   EXPECT_TRUE(producer.ok()) << producer.status();
   return producer.ok() ? std::move(*producer) : nullptr;
@@ -113,7 +127,8 @@ TEST(BatchProducerTest, DeliversTheSamplersIndicesWithTheDatasetsLabelsAndBytes)
       got.push_back(index);
       EXPECT_EQ(batches[b].labels[i], dataset->Label(index));
       std::vector<uint8_t> image(8 * 8 * 3);
-      ASSERT_TRUE(dataset->Load(index, {8, true, 77, 0}, image.data()).ok());
+      SampleScratch scratch;
+      ASSERT_TRUE(dataset->Load(index, {8, true, 77, 0}, scratch, image.data()).ok());
       EXPECT_TRUE(std::equal(image.begin(), image.end(), batches[b].images.begin() + i * image.size()))
           << "sample " << index;
     }
@@ -224,9 +239,10 @@ class FailingDataset : public Dataset {
   int64_t size() const override { return base_->size(); }
   int32_t num_classes() const override { return base_->num_classes(); }
   int32_t Label(int64_t index) const override { return base_->Label(index); }
-  absl::Status Load(int64_t index, const SampleOptions& options, uint8_t* dst) const override {
+  absl::Status Load(int64_t index, const SampleOptions& options, SampleScratch& scratch,
+                    uint8_t* dst) const override {
     if (index == bad_) return absl::InvalidArgumentError("corrupt image");
-    return base_->Load(index, options, dst);
+    return base_->Load(index, options, scratch, dst);
   }
   std::string Describe(int64_t index) const override { return base_->Describe(index); }
 
@@ -278,6 +294,316 @@ TEST(BatchProducerTest, DestroyingAProducerBlockedOnAFullRingUnlinksTheRing) {
   producer.reset();
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
   EXPECT_FALSE(SegmentExists(name));
+}
+
+// An ImageFolder of photo-like JPEGs (and a PNG) in `classes` classes, plus, in class 0,
+// the unusable files `bad` (test_util::WriteBadImageFiles' names) when asked for.
+std::string JpegFolder(const std::string& name, int per_class, int classes = 3,
+                       bool with_bad_files = false) {
+  const std::string root = test_util::TestDirectory(name);
+  std::filesystem::remove_all(root);
+  for (int c = 0; c < classes; ++c) {
+    const std::string dir = absl::StrCat(root, "/class", c);
+    std::filesystem::create_directories(dir);
+    for (int i = 0; i < per_class; ++i) {
+      const int width = 40 + 7 * ((i + c) % 5), height = 30 + 5 * ((i * 3 + c) % 4);
+      const std::vector<uint8_t> rgb = test_util::PhotoLikeImage(width, height, c * 1000 + i);
+      const std::string path = absl::StrCat(dir, "/img", i, i % 7 == 3 ? ".png" : ".jpg");
+      EXPECT_TRUE((i % 7 == 3 ? test_util::WritePng(path, width, height, rgb)
+                              : test_util::WriteJpeg(path, width, height, rgb, 90))
+                      .ok());
+    }
+  }
+  if (with_bad_files) EXPECT_TRUE(test_util::WriteBadImageFiles(root + "/class0").ok());
+  return root;
+}
+
+std::shared_ptr<const Dataset> OpenFolder(const std::string& root) {
+  auto dataset = ImageFolderDataset::Open(root);
+  EXPECT_TRUE(dataset.ok()) << dataset.status();
+  return std::shared_ptr<const Dataset>(std::move(*dataset));
+}
+
+std::shared_ptr<const Dataset> OpenPacked(const std::string& folder, const std::string& name) {
+  const std::string index = test_util::TestDirectory("packed_" + name) + "/" + name + ".stkpack";
+  PackOptions options;
+  options.shard_bytes = 20000;
+  auto stats = PackImageFolder(folder, index, options);
+  EXPECT_TRUE(stats.ok()) << stats.status();
+  auto dataset = PackedDataset::Open(index);
+  EXPECT_TRUE(dataset.ok()) << dataset.status();
+  return std::shared_ptr<const Dataset>(std::move(*dataset));
+}
+
+RingRequest JpegRequest(bool train = true) {
+  RingRequest request;
+  request.batch_size = 8;
+  request.image_size = 24;
+  request.slot_count = 3;
+  request.train = train;
+  return request;
+}
+
+// Two epochs of `dataset` through a fresh producer on a pool of `threads`.
+std::vector<Received> TwoEpochs(std::shared_ptr<const Dataset> dataset, int threads,
+                                const RingRequest& request, BadSampleTracker* bad = nullptr) {
+  WorkerPool pool(threads);
+  auto producer = Make(dataset, &pool, request, SegmentName(), nullptr, bad);
+  if (producer == nullptr) return {};
+  auto a = producer->QueueEpoch(0, 31);
+  auto b = producer->QueueEpoch(1, 31);
+  EXPECT_TRUE(a.ok() && b.ok());
+  return Drain(*producer, a->batches + b->batches);
+}
+
+void ExpectIdentical(const std::vector<Received>& x, const std::vector<Received>& y) {
+  ASSERT_EQ(x.size(), y.size());
+  for (size_t b = 0; b < x.size(); ++b) {
+    EXPECT_EQ(x[b].epoch, y[b].epoch);
+    EXPECT_EQ(x[b].step, y[b].step);
+    EXPECT_EQ(x[b].indices, y[b].indices) << "batch " << b;
+    EXPECT_EQ(x[b].labels, y[b].labels) << "batch " << b;
+    EXPECT_TRUE(x[b].images == y[b].images) << "batch " << b << " images differ";
+  }
+}
+
+TEST(BatchProducerTest, JpegBatchesAreBitIdenticalWithOneOrThreeThreads) {
+  auto dataset = OpenFolder(JpegFolder("threads_jpegs", 9));
+  for (bool train : {true, false}) {
+    SCOPED_TRACE(train ? "training" : "validation");
+    std::vector<Received> one = TwoEpochs(dataset, 1, JpegRequest(train));
+    std::vector<Received> three = TwoEpochs(dataset, 3, JpegRequest(train));
+    ASSERT_EQ(one.size(), 8u);  // 27 samples: 4 batches per epoch
+    ExpectIdentical(one, three);
+    // The samples are the dataset's decoded images, not zeros.
+    SampleScratch scratch;
+    std::vector<uint8_t> image(24 * 24 * 3);
+    const int64_t index = one[5].indices[2];
+    ASSERT_TRUE(dataset->Load(index, {24, train, 31, one[5].epoch}, scratch, image.data()).ok());
+    EXPECT_TRUE(std::equal(image.begin(), image.end(), one[5].images.begin() + 2 * image.size()));
+    if (train) {
+      EXPECT_NE(one[0].images, one[4].images) << "epochs draw new crops";
+    }
+  }
+}
+
+TEST(BatchProducerTest, PackedAndFolderDatasetsGiveIdenticalBatches) {
+  const std::string folder = JpegFolder("packed_vs_folder", 7, 3, /*with_bad_files=*/true);
+  auto unpacked = OpenFolder(folder);
+  auto packed = OpenPacked(folder, "packed_vs_folder");
+  ASSERT_EQ(packed->size(), unpacked->size());
+  for (bool train : {true, false}) {
+    SCOPED_TRACE(train ? "training" : "validation");
+    BadSampleOptions options;
+    options.max_fraction = 1.0;
+    BadSampleTracker bad_unpacked(options, unpacked->size(), nullptr);
+    BadSampleTracker bad_packed(options, packed->size(), nullptr);
+    std::vector<Received> a = TwoEpochs(unpacked, 2, JpegRequest(train), &bad_unpacked);
+    std::vector<Received> b = TwoEpochs(packed, 2, JpegRequest(train), &bad_packed);
+    ASSERT_FALSE(a.empty());
+    ExpectIdentical(a, b);
+    EXPECT_EQ(bad_unpacked.stats().bad_files, 5);
+    EXPECT_EQ(bad_packed.stats().bad_files, 5);
+  }
+}
+
+TEST(BatchProducerTest, TheNextEpochsFirstBatchIsReadyWhenTheCurrentEpochEnds) {
+  auto dataset = OpenFolder(JpegFolder("boundary_jpegs", 8, 2));  // 16 samples
+  WorkerPool pool(2);
+  RingRequest request = JpegRequest();
+  request.batch_size = 4;
+  request.slot_count = 3;
+  auto producer = Make(dataset, &pool, request);
+  ASSERT_NE(producer, nullptr);
+  auto segment = SharedMemorySegment::Open(producer->segment_name());
+  ASSERT_TRUE(segment.ok());
+  auto consumer = RingConsumer::Attach(segment->data(), segment->size());
+  ASSERT_TRUE(consumer.ok());
+  for (int64_t epoch = 0; epoch < 3; ++epoch) {
+    if (epoch == 0) ASSERT_TRUE(producer->QueueEpoch(0, 5).ok());
+    for (int64_t step = 0; step < 4; ++step) {
+      // Every batch after the very first must already be published: no stall, not even
+      // at the epoch boundary.
+      auto slot = consumer->Acquire(epoch == 0 && step == 0 ? absl::Seconds(20)
+                                                            : absl::ZeroDuration());
+      ASSERT_TRUE(slot.ok()) << "epoch " << epoch << " step " << step << ": " << slot.status();
+      EXPECT_EQ(slot->epoch, epoch);
+      EXPECT_EQ(slot->step, step);
+      // As the trainer does: ask for the next epoch at the start of this one.
+      if (step == 0) ASSERT_TRUE(producer->QueueEpoch(epoch + 1, 5).ok());
+      absl::SleepFor(absl::Milliseconds(400));  // the training step
+      ASSERT_TRUE(consumer->Release(slot->slot).ok());
+    }
+  }
+}
+
+// Captures what this process writes to stderr (the service's log) between construction
+// and Text().
+class StderrCapture {
+ public:
+  StderrCapture() {
+    path_ = test_util::TestDirectory("stderr") + "/" + test_util::UniqueId() + ".log";
+    saved_ = dup(STDERR_FILENO);
+    const int fd = open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(fd, STDERR_FILENO);
+    close(fd);
+  }
+  ~StderrCapture() { Restore(); }
+  std::string Text() {
+    Restore();
+    std::ifstream in(path_);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+
+ private:
+  void Restore() {
+    if (saved_ < 0) return;
+    dup2(saved_, STDERR_FILENO);
+    close(saved_);
+    saved_ = -1;
+  }
+  std::string path_;
+  int saved_ = -1;
+};
+
+int Occurrences(const std::string& text, const std::string& word) {
+  int count = 0;
+  for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) ++count;
+  return count;
+}
+
+TEST(BatchProducerTest, BadFilesAreReplacedByTheNextUsableSampleOfTheEpoch) {
+  const std::string folder = JpegFolder("bad_jpegs", 6, 2, /*with_bad_files=*/true);
+  ASSERT_EQ(mkfifo((folder + "/class1/fifo.jpg").c_str(), 0600), 0);
+  ASSERT_EQ(symlink((folder + "/nowhere.jpg").c_str(), (folder + "/class1/dangling.jpg").c_str()), 0);
+  auto dataset = OpenFolder(folder);  // 12 good + 5 bad in class0, 2 bad in class1
+  ASSERT_EQ(dataset->size(), 19);
+  const std::set<std::string> bad_names = {"corrupt.jpg", "truncated.jpg", "empty.jpg", "text.jpg",
+                                           "bomb.jpg",    "fifo.jpg",      "dangling.jpg"};
+  auto is_bad = [&](int64_t index) {
+    const std::string description = dataset->Describe(index);
+    for (const std::string& name : bad_names) {
+      if (absl::StrContains(description, "/" + name)) return true;
+    }
+    return false;
+  };
+  BadSampleOptions options;
+  options.max_fraction = 0.5;
+  options.min_samples = 1;
+  for (bool train : {true, false}) {
+    SCOPED_TRACE(train ? "training" : "validation");
+    std::vector<std::vector<Received>> runs;
+    std::vector<BadSampleStats> stats;
+    std::string log;
+    for (int threads : {1, 3}) {
+      BadSampleTracker bad(options, dataset->size(), nullptr);
+      StderrCapture capture;
+      runs.push_back(TwoEpochs(dataset, threads, JpegRequest(train), &bad));
+      log = capture.Text();
+      stats.push_back(bad.stats());
+    }
+    ExpectIdentical(runs[0], runs[1]);
+    ASSERT_EQ(runs[0].size(), 6u);  // 19 samples: batches of 8, 8, 3, per epoch
+    auto sampler = DistributedSampler::Create({19, 1, 0, train, false});
+    int64_t replaced = 0;
+    for (const Received& batch : runs[0]) {
+      const std::vector<int64_t> order = sampler->EpochIndices(31, batch.epoch);
+      EXPECT_EQ(batch.indices.size(), batch.step < 2 ? 8u : 3u) << "batches stay full";
+      for (size_t i = 0; i < batch.indices.size(); ++i) {
+        const int64_t position = batch.step * 8 + i;
+        const int64_t delivered = batch.indices[i];
+        EXPECT_FALSE(is_bad(delivered)) << dataset->Describe(delivered);
+        EXPECT_EQ(batch.labels[i], dataset->Label(delivered));
+        // The first usable sample at or after this position of the epoch's order.
+        int64_t expected = -1;
+        for (int64_t k = 0; k < 19 && expected < 0; ++k) {
+          const int64_t candidate = order[(position + k) % 19];
+          if (!is_bad(candidate)) expected = candidate;
+        }
+        EXPECT_EQ(delivered, expected) << "epoch " << batch.epoch << " position " << position;
+        if (delivered != order[position]) ++replaced;
+      }
+    }
+    EXPECT_EQ(replaced, 14) << "7 bad files, twice";
+    for (const BadSampleStats& s : stats) {
+      EXPECT_EQ(s.samples_seen, 38);
+      EXPECT_EQ(s.samples_skipped, 14);
+      EXPECT_EQ(s.bad_files, 7);
+    }
+    // One warning per file, naming it, however many epochs and threads.
+    for (const std::string& name : bad_names) {
+      EXPECT_EQ(Occurrences(log, "/" + name + ")"), 1) << name << "\n" << log;
+    }
+  }
+}
+
+TEST(BatchProducerTest, WithBadFilesFailTheFirstUnusableSampleStopsProductionNamingItsFile) {
+  const std::string folder = JpegFolder("fail_jpegs", 4, 1);
+  ASSERT_TRUE(test_util::WriteFileBytes(folder + "/class0/img2.jpg", {0xff, 0xd8, 0xff, 0x00}).ok());
+  auto dataset = OpenFolder(folder);
+  BadSampleOptions options;
+  options.policy = BadFilePolicy::kFail;
+  BadSampleTracker bad(options, dataset->size(), nullptr);
+  WorkerPool pool(2);
+  absl::Mutex mu;
+  std::vector<absl::Status> errors;
+  RingRequest request = JpegRequest(false);
+  request.batch_size = 1;
+  auto producer = Make(dataset, &pool, request, SegmentName(),
+                       [&](const absl::Status& s) {
+                         absl::MutexLock lock(&mu);
+                         errors.push_back(s);
+                       },
+                       &bad);
+  ASSERT_NE(producer, nullptr);
+  ASSERT_TRUE(producer->QueueEpoch(0, 1).ok());
+  auto segment = SharedMemorySegment::Open(producer->segment_name());
+  auto consumer = RingConsumer::Attach(segment->data(), segment->size());
+  ASSERT_TRUE(consumer.ok());
+  std::vector<int64_t> delivered;
+  while (true) {
+    auto slot = consumer->Acquire(absl::Seconds(2));
+    if (!slot.ok()) break;
+    delivered.push_back(slot->sample_indices[0]);
+    ASSERT_TRUE(consumer->Release(slot->slot).ok());
+  }
+  EXPECT_EQ(delivered, (std::vector<int64_t>{0, 1}));  // validation order; index 2 is bad
+  absl::MutexLock lock(&mu);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(errors[0].message().find("class0/img2.jpg"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].message().find("--bad_files=fail"), std::string::npos) << errors[0];
+}
+
+TEST(BatchProducerTest, TooManyBadFilesStopProductionWithACount) {
+  const std::string folder = JpegFolder("many_bad_jpegs", 3, 1, /*with_bad_files=*/true);
+  auto dataset = OpenFolder(folder);  // 3 good, 5 bad
+  BadSampleOptions options;
+  options.max_fraction = 0.2;
+  options.min_samples = 8;
+  BadSampleTracker bad(options, dataset->size(), nullptr);
+  WorkerPool pool(2);
+  absl::Mutex mu;
+  std::vector<absl::Status> errors;
+  auto producer = Make(dataset, &pool, JpegRequest(), SegmentName(),
+                       [&](const absl::Status& s) {
+                         absl::MutexLock lock(&mu);
+                         errors.push_back(s);
+                       },
+                       &bad);
+  ASSERT_NE(producer, nullptr);
+  ASSERT_TRUE(producer->QueueEpoch(0, 1).ok());
+  auto segment = SharedMemorySegment::Open(producer->segment_name());
+  auto consumer = RingConsumer::Attach(segment->data(), segment->size());
+  ASSERT_TRUE(consumer.ok());
+  EXPECT_EQ(consumer->Acquire(absl::Seconds(2)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  absl::MutexLock lock(&mu);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].code(), absl::StatusCode::kDataLoss) << errors[0];
+  EXPECT_NE(errors[0].message().find("--max_bad_fraction"), std::string::npos) << errors[0];
 }
 
 }  // namespace

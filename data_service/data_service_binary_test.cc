@@ -237,7 +237,9 @@ TEST(DataServiceBinaryTest, TwoRanksGetEveryIndexOncePerEpochAndIdenticalBytesAt
   ASSERT_TRUE(dataset.ok());
   for (const auto& [index, image] : one.images) {
     std::vector<uint8_t> expected(kImageBytes);
-    ASSERT_TRUE((*dataset)->Load(index, {kImageSize, true, kSeed, 0}, expected.data()).ok());
+    SampleScratch scratch;
+    ASSERT_TRUE(
+        (*dataset)->Load(index, {kImageSize, true, kSeed, 0}, scratch, expected.data()).ok());
     EXPECT_EQ(image, expected) << "sample " << index;
   }
 }

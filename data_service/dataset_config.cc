@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "data_service/image_folder_dataset.h"
+#include "data_service/packed_dataset.h"
 #include "data_service/synthetic_dataset.h"
 
 namespace stoker::data_service {
@@ -37,19 +38,32 @@ absl::StatusOr<Datasets> OpenDatasets(const DatasetConfig& config) {
     datasets.val = std::move(*val);
     return datasets;
   }
-  if (config.kind == "imagefolder") {
+  if (config.kind == "imagefolder" || config.kind == "packed") {
+    const bool packed = config.kind == "packed";
+    auto open = [packed](const std::string& path) -> absl::StatusOr<std::shared_ptr<const Dataset>> {
+      if (packed) {
+        absl::StatusOr<std::unique_ptr<PackedDataset>> dataset = PackedDataset::Open(path);
+        if (!dataset.ok()) return dataset.status();
+        return std::shared_ptr<const Dataset>(std::move(*dataset));
+      }
+      absl::StatusOr<std::unique_ptr<ImageFolderDataset>> dataset = ImageFolderDataset::Open(path);
+      if (!dataset.ok()) return dataset.status();
+      return std::shared_ptr<const Dataset>(std::move(*dataset));
+    };
     if (config.train_dir.empty()) {
-      return absl::InvalidArgumentError("--train_dir: required with --dataset=imagefolder");
+      return absl::InvalidArgumentError(absl::StrCat("--train_dir: required with --dataset=",
+                                                     config.kind,
+                                                     packed ? " (the training index file)" : ""));
     }
-    auto train = ImageFolderDataset::Open(config.train_dir);
+    auto train = open(config.train_dir);
     if (!train.ok()) return Prefixed("--train_dir", train.status());
     datasets.train = std::move(*train);
     if (!config.val_dir.empty()) {
-      auto val = ImageFolderDataset::Open(config.val_dir);
+      auto val = open(config.val_dir);
       if (!val.ok()) return Prefixed("--val_dir", val.status());
-      if (val->get()->num_classes() != datasets.train->num_classes()) {
+      if ((*val)->num_classes() != datasets.train->num_classes()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "--val_dir: ", config.val_dir, " has ", val->get()->num_classes(),
+            "--val_dir: ", config.val_dir, " has ", (*val)->num_classes(),
             " classes but --train_dir ", config.train_dir, " has ",
             datasets.train->num_classes()));
       }
@@ -58,7 +72,7 @@ absl::StatusOr<Datasets> OpenDatasets(const DatasetConfig& config) {
     return datasets;
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "--dataset: must be synthetic or imagefolder, got \"", config.kind, "\""));
+      "--dataset: must be synthetic, imagefolder or packed, got \"", config.kind, "\""));
 }
 
 }  // namespace stoker::data_service

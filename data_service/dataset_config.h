@@ -13,9 +13,11 @@
 namespace stoker::data_service {
 
 struct DatasetConfig {
-  std::string kind = "synthetic";  // "synthetic" or "imagefolder"
-  std::string train_dir;           // imagefolder: required
-  std::string val_dir;             // imagefolder: optional
+  std::string kind = "synthetic";  // "synthetic", "imagefolder" or "packed"
+  // imagefolder: the split's root folder; packed: its index file. train_dir is required,
+  // val_dir optional.
+  std::string train_dir;
+  std::string val_dir;
   int64_t synthetic_samples = 4096;
   int32_t synthetic_classes = 10;
   uint64_t data_seed = 0;
@@ -27,7 +29,8 @@ struct Datasets {
 };
 
 // Synthetic: a training split of synthetic_samples and a validation split of
-// max(1, synthetic_samples / 10) samples. Imagefolder: train_dir, and val_dir if given.
+// max(1, synthetic_samples / 10) samples. Imagefolder and packed: train_dir, and val_dir
+// if given, each split with its own reader; both must have the same number of classes.
 // InvalidArgument / NotFound with a message that starts with the flag at fault
 // ("--train_dir: image folder /x does not exist").
 absl::StatusOr<Datasets> OpenDatasets(const DatasetConfig& config);

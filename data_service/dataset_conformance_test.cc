@@ -9,6 +9,8 @@
 #include "data_service/dataset.h"
 #include "data_service/dataset_config.h"
 #include "data_service/image_folder_dataset.h"
+#include "data_service/packed_dataset.h"
+#include "data_service/packed_writer.h"
 #include "data_service/synthetic_dataset.h"
 #include "data_service/test_util.h"
 #include "gtest/gtest.h"
@@ -41,12 +43,24 @@ std::shared_ptr<const Dataset> MakeImageFolder() {
   return std::shared_ptr<const Dataset>(std::move(*ImageFolderDataset::Open(root)));
 }
 
+std::shared_ptr<const Dataset> MakePacked() {
+  MakeImageFolder();
+  const std::string index = test_util::TestDirectory("conformance_packed") + "/folder.stkpack";
+  PackOptions options;
+  options.shard_bytes = 2000;  // several shards
+  auto stats = PackImageFolder(test_util::TestDirectory("conformance_folder"), index, options);
+  EXPECT_TRUE(stats.ok()) << stats.status();
+  EXPECT_GT(stats->shards, 1);
+  return std::shared_ptr<const Dataset>(std::move(*PackedDataset::Open(index)));
+}
+
 class DatasetConformanceTest : public ::testing::TestWithParam<Implementation> {
  protected:
   void SetUp() override { dataset_ = GetParam().make(); }
   std::vector<uint8_t> Load(int64_t index, uint64_t seed = 1, int64_t epoch = 0) {
     std::vector<uint8_t> image(kSize * kSize * 3, 0);
-    absl::Status s = dataset_->Load(index, {kSize, true, seed, epoch}, image.data());
+    SampleScratch scratch;
+    absl::Status s = dataset_->Load(index, {kSize, true, seed, epoch}, scratch, image.data());
     EXPECT_TRUE(s.ok()) << s;
     return image;
   }
@@ -75,8 +89,9 @@ TEST_P(DatasetConformanceTest, ConcurrentLoadsGiveTheSameBytesAsSerialOnes) {
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
+      SampleScratch scratch;  // one per thread, reused
       for (int64_t i = t; i < dataset_->size(); i += 4) {
-        EXPECT_TRUE(dataset_->Load(i, {kSize, true, 1, 0}, parallel[i].data()).ok());
+        EXPECT_TRUE(dataset_->Load(i, {kSize, true, 1, 0}, scratch, parallel[i].data()).ok());
       }
     });
   }
@@ -86,16 +101,35 @@ TEST_P(DatasetConformanceTest, ConcurrentLoadsGiveTheSameBytesAsSerialOnes) {
 
 TEST_P(DatasetConformanceTest, OutOfRangeIndexIsAnErrorNotACrash) {
   std::vector<uint8_t> image(kSize * kSize * 3);
-  EXPECT_EQ(dataset_->Load(dataset_->size(), {kSize, true, 0, 0}, image.data()).code(),
-            absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(dataset_->Load(-1, {kSize, true, 0, 0}, image.data()).code(),
+  SampleScratch scratch;
+  absl::Status past_end = dataset_->Load(dataset_->size(), {kSize, true, 0, 0}, scratch, image.data());
+  EXPECT_EQ(past_end.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_FALSE(IsBadSampleError(past_end)) << "a bad index is not a bad file";
+  EXPECT_EQ(dataset_->Load(-1, {kSize, true, 0, 0}, scratch, image.data()).code(),
             absl::StatusCode::kOutOfRange);
   EXPECT_FALSE(dataset_->Describe(0).empty());
 }
 
+TEST_P(DatasetConformanceTest, EvaluationDoesNotDependOnTheSeedOrTheEpoch) {
+  std::vector<uint8_t> eval(kSize * kSize * 3), eval2(kSize * kSize * 3);
+  SampleScratch scratch;
+  ASSERT_TRUE(dataset_->Load(1, {kSize, false, 5, 0}, scratch, eval.data()).ok());
+  ASSERT_TRUE(dataset_->Load(1, {kSize, false, 6, 3}, scratch, eval2.data()).ok());
+  EXPECT_EQ(eval, eval2);
+}
+
+TEST_P(DatasetConformanceTest, OptionsThatNoImageCanSatisfyAreNotBadSamples) {
+  std::vector<uint8_t> image(kSize * kSize * 3);
+  SampleScratch scratch;
+  absl::Status status = dataset_->Load(0, {0, true, 0, 0}, scratch, image.data());
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(IsBadSampleError(status)) << status;
+}
+
 INSTANTIATE_TEST_SUITE_P(AllDatasets, DatasetConformanceTest,
                          ::testing::Values(Implementation{"Synthetic", &MakeSynthetic},
-                                           Implementation{"ImageFolder", &MakeImageFolder}),
+                                           Implementation{"ImageFolder", &MakeImageFolder},
+                                           Implementation{"Packed", &MakePacked}),
                          [](const ::testing::TestParamInfo<Implementation>& info) {
                            return info.param.name;
                          });
@@ -106,6 +140,13 @@ TEST(OpenDatasetsTest, ErrorsNameTheFlag) {
   EXPECT_NE(OpenDatasets(config).status().message().find("--dataset"), std::string::npos);
   config.kind = "imagefolder";
   EXPECT_NE(OpenDatasets(config).status().message().find("--train_dir"), std::string::npos);
+  config.kind = "packed";
+  EXPECT_NE(OpenDatasets(config).status().message().find("--train_dir"), std::string::npos);
+  config.train_dir = "/nonexistent/stoker/train.stkpack";
+  EXPECT_EQ(OpenDatasets(config).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(OpenDatasets(config).status().message().find("--train_dir"), std::string::npos);
+  config.kind = "imagefolder";
+  config.train_dir.clear();
   config.train_dir = "/nonexistent/stoker/train";
   auto missing = OpenDatasets(config);
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
@@ -143,6 +184,25 @@ TEST(OpenDatasetsTest, ImageFolderWithoutValDirHasNoValidationSplit) {
   datasets = OpenDatasets(config);
   ASSERT_TRUE(datasets.ok()) << datasets.status();
   EXPECT_NE(datasets->val, nullptr);
+  EXPECT_NE(datasets->val, datasets->train) << "each split has its own reader";
+}
+
+TEST(OpenDatasetsTest, PackedOpensIndexFilesForBothSplits) {
+  MakePacked();
+  DatasetConfig config;
+  config.kind = "packed";
+  config.train_dir = test_util::TestDirectory("conformance_packed") + "/folder.stkpack";
+  config.val_dir = config.train_dir;
+  auto datasets = OpenDatasets(config);
+  ASSERT_TRUE(datasets.ok()) << datasets.status();
+  EXPECT_EQ(datasets->train->size(), 12);
+  ASSERT_NE(datasets->val, nullptr);
+  EXPECT_NE(datasets->val, datasets->train);
+  // A folder is not an index.
+  config.val_dir = test_util::TestDirectory("conformance_folder");
+  auto folder = OpenDatasets(config);
+  EXPECT_EQ(folder.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(folder.status().message().find("--val_dir"), std::string::npos) << folder.status();
 }
 
 }  // namespace

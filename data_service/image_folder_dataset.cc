@@ -9,7 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "data_service/image_loader.h"
+#include "data_service/encoded_image.h"
 
 namespace stoker::data_service {
 namespace {
@@ -108,12 +108,15 @@ std::string ImageFolderDataset::Describe(int64_t index) const {
 }
 
 absl::Status ImageFolderDataset::Load(int64_t index, const SampleOptions& options,
-                                      uint8_t* dst) const {
+                                      SampleScratch& scratch, uint8_t* dst) const {
   if (index < 0 || index >= size()) {
     return absl::OutOfRangeError(
         absl::StrCat("sample ", index, " is outside 0..", size() - 1, " of image folder ", root_));
   }
-  return LoadImageFile(samples_[index].path, index, options, dst);
+  absl::StatusOr<absl::Span<const uint8_t>> bytes =
+      ReadImageFile(samples_[index].path, &scratch.file_bytes);
+  if (!bytes.ok()) return bytes.status();
+  return DecodeSample(*bytes, index, options, scratch, dst);
 }
 
 }  // namespace stoker::data_service

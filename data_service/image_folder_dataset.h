@@ -1,6 +1,7 @@
 // ImageFolderDataset: torchvision.datasets.ImageFolder's layout and ordering. Each
 // sub-folder of the root is a class (labels follow the sorted folder names); its image
-// files, found recursively and sorted, are that class's samples.
+// files, found recursively and sorted, are that class's samples. A sample is loaded by
+// reading its file into the worker's scratch buffer and decoding it (encoded_image.h).
 #ifndef STOKER_DATA_SERVICE_IMAGE_FOLDER_DATASET_H_
 #define STOKER_DATA_SERVICE_IMAGE_FOLDER_DATASET_H_
 
@@ -23,7 +24,7 @@ struct ImageFolderSample {
   int32_t label = 0;
 };
 
-// The listed folder; images are decoded on Load(). Immutable; thread-safe.
+// The listed folder; images are read and decoded on Load(). Immutable; thread-safe.
 class ImageFolderDataset : public Dataset {
  public:
   // Lists `root` as torchvision does: classes are the sub-directories (following
@@ -36,7 +37,8 @@ class ImageFolderDataset : public Dataset {
   int64_t size() const override { return static_cast<int64_t>(samples_.size()); }
   int32_t num_classes() const override { return static_cast<int32_t>(classes_.size()); }
   int32_t Label(int64_t index) const override { return samples_[index].label; }
-  absl::Status Load(int64_t index, const SampleOptions& options, uint8_t* dst) const override;
+  absl::Status Load(int64_t index, const SampleOptions& options, SampleScratch& scratch,
+                    uint8_t* dst) const override;
   std::string Describe(int64_t index) const override;
 
   const std::string& root() const { return root_; }

@@ -15,30 +15,51 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/logging.h"
+#include "data_service/bad_samples.h"
 #include "data_service/dataset_config.h"
+#include "data_service/image/decode.h"
 #include "data_service/service.h"
 
 ABSL_FLAG(std::string, socket, "", "Unix socket to listen on (created 0600; its directory must exist)");
 ABSL_FLAG(std::string, job_id, "", "job id; rings are /dev/shm/stoker.<job_id>.ring.<rank>");
 ABSL_FLAG(int32_t, node_id, 0, "this node's index, for log lines");
-ABSL_FLAG(std::string, dataset, "synthetic", "synthetic or imagefolder");
-ABSL_FLAG(std::string, train_dir, "", "imagefolder: root of the training split (<class>/<image>)");
-ABSL_FLAG(std::string, val_dir, "", "imagefolder: root of the validation split (optional)");
+ABSL_FLAG(std::string, dataset, "synthetic",
+          "synthetic, imagefolder (a folder per class of image files) or packed (an index "
+          "file plus shard files, made by pack_imagefolder)");
+ABSL_FLAG(std::string, train_dir, "",
+          "the training split: imagefolder: its root folder (<class>/<image>); packed: its "
+          "index file (e.g. /data/train.stkpack)");
+ABSL_FLAG(std::string, val_dir, "",
+          "the validation split (optional), as --train_dir: a root folder or an index file");
 ABSL_FLAG(int64_t, synthetic_samples, 4096, "synthetic: training samples (validation: a tenth)");
 ABSL_FLAG(int32_t, synthetic_classes, 10, "synthetic: number of classes");
 ABSL_FLAG(uint64_t, data_seed, 0, "synthetic: seed of the generated images");
-ABSL_FLAG(int32_t, threads, 0, "decode threads; 0: the cores less two, at least one");
+ABSL_FLAG(int32_t, threads, 0,
+          "decode threads; 0: automatic, the cores less one per trainer rank registered on "
+          "this node, at least one");
 ABSL_FLAG(int32_t, prefetch, 2, "batches per ring decoded at the same time (at most its slots)");
+ABSL_FLAG(std::string, bad_files, "skip",
+          "an unusable image (missing, unreadable, empty, corrupt, truncated, not an image, "
+          "more than --max_image_pixels): skip = replace it by the next usable sample of the "
+          "epoch's order and warn once per file; fail = stop with an error naming the file");
+ABSL_FLAG(double, max_bad_fraction, 0.01,
+          "with --bad_files=skip: fail once more than this fraction of the samples seen "
+          "(counted over at least 1000) had to be replaced");
+ABSL_FLAG(int64_t, max_image_pixels, stoker::data_service::image::kDefaultMaxPixels,
+          "images with more pixels (width x height) are unusable (decompression bombs); the "
+          "default is Pillow's limit");
+ABSL_FLAG(double, eval_resize_ratio, 256.0 / 224.0,
+          "validation transform: Resize(round(image_size x this)) then CenterCrop(image_size)");
 
 namespace stoker::data_service {
 namespace {
 
 constexpr int kFlagError = 2;
 
-constexpr const char* kFlagNames[] = {"socket",    "job_id",           "node_id",
-                                      "dataset",   "train_dir",        "val_dir",
-                                      "synthetic_samples", "synthetic_classes", "data_seed",
-                                      "threads",   "prefetch"};
+constexpr const char* kFlagNames[] = {
+    "socket",    "job_id",          "node_id",          "dataset",           "train_dir",
+    "val_dir",   "synthetic_samples", "synthetic_classes", "data_seed",       "threads",
+    "prefetch",  "bad_files",       "max_bad_fraction", "max_image_pixels",  "eval_resize_ratio"};
 
 // Only data_service's own flags; not the ones libraries register (--flagfile, ...).
 bool IsOurFlag(absl::string_view name) {
@@ -58,9 +79,11 @@ bool IsOurFlag(absl::string_view name) {
 // an unknown flag, a bad value or a positional argument.
 void ParseFlags(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "data_service --socket=PATH --job_id=ID [--node_id=N] [--dataset=synthetic|imagefolder] "
-      "[--train_dir=DIR] [--val_dir=DIR] [--synthetic_samples=N] [--synthetic_classes=K] "
-      "[--data_seed=S] [--threads=N] [--prefetch=N]");
+      "data_service --socket=PATH --job_id=ID [--node_id=N] "
+      "[--dataset=synthetic|imagefolder|packed] [--train_dir=DIR|INDEX] [--val_dir=DIR|INDEX] "
+      "[--synthetic_samples=N] [--synthetic_classes=K] [--data_seed=S] [--threads=N] "
+      "[--prefetch=N] [--bad_files=skip|fail] [--max_bad_fraction=F] [--max_image_pixels=N] "
+      "[--eval_resize_ratio=R]");
   for (int i = 1; i < argc; ++i) {
     absl::string_view arg = argv[i];
     if (arg == "--help" || arg == "-help" || arg == "--helpfull") {
@@ -100,10 +123,19 @@ int Main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_node_id) < 0) FlagError("--node_id: must not be negative");
   if (absl::GetFlag(FLAGS_threads) < 0) FlagError("--threads: must be 0 (automatic) or positive");
   if (absl::GetFlag(FLAGS_prefetch) < 1) FlagError("--prefetch: must be at least 1");
-  if (absl::GetFlag(FLAGS_dataset) != "imagefolder" &&
+  if (absl::GetFlag(FLAGS_dataset) != "imagefolder" && absl::GetFlag(FLAGS_dataset) != "packed" &&
       (!absl::GetFlag(FLAGS_train_dir).empty() || !absl::GetFlag(FLAGS_val_dir).empty())) {
-    FlagError("--train_dir/--val_dir: only used with --dataset=imagefolder");
+    FlagError("--train_dir/--val_dir: only used with --dataset=imagefolder or packed");
   }
+  absl::StatusOr<BadFilePolicy> bad_files = ParseBadFilePolicy(absl::GetFlag(FLAGS_bad_files));
+  if (!bad_files.ok()) FlagError(bad_files.status().message());
+  BadSampleOptions bad_samples;
+  bad_samples.policy = *bad_files;
+  bad_samples.max_fraction = absl::GetFlag(FLAGS_max_bad_fraction);
+  if (absl::Status s = bad_samples.Validate(); !s.ok()) FlagError(s.message());
+  if (absl::GetFlag(FLAGS_max_image_pixels) < 1) FlagError("--max_image_pixels: must be positive");
+  const double ratio = absl::GetFlag(FLAGS_eval_resize_ratio);
+  if (!(ratio >= 1.0 && ratio <= 8.0)) FlagError("--eval_resize_ratio: must be in [1, 8]");
   SetLogIdentity(absl::StrCat("data_service node ", absl::GetFlag(FLAGS_node_id)));
 
   // Block the termination signals in every thread; the main thread takes them with
@@ -135,6 +167,9 @@ int Main(int argc, char** argv) {
   options.node_id = absl::GetFlag(FLAGS_node_id);
   options.threads = absl::GetFlag(FLAGS_threads);
   options.prefetch = absl::GetFlag(FLAGS_prefetch);
+  options.eval_resize_ratio = ratio;
+  options.max_image_pixels = absl::GetFlag(FLAGS_max_image_pixels);
+  options.bad_samples = bad_samples;
   absl::StatusOr<std::unique_ptr<DataService>> service =
       DataService::Start(options, std::move(*datasets));
   if (!service.ok()) {

@@ -13,7 +13,9 @@
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/errno_status.h"
 #include "common/logging.h"
@@ -99,6 +101,8 @@ struct DataService::Connection {
   absl::Mutex send_mu;
   std::unique_ptr<BatchProducer> producer;
   int32_t rank = -1;
+  // The producer's ring size while it exists (read by stats() from other threads).
+  std::atomic<uint64_t> ring_bytes{0};
   std::atomic<bool> finished{false};
   // Not OK for a connection that is refused (another uid).
   absl::Status refusal;
@@ -122,6 +126,15 @@ absl::StatusOr<std::unique_ptr<DataService>> DataService::Start(const ServiceOpt
     return absl::InvalidArgumentError(
         absl::StrCat("--prefetch: must be at least 1, got ", options.prefetch));
   }
+  if (!(options.eval_resize_ratio >= 1.0 && options.eval_resize_ratio <= 8.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--eval_resize_ratio: must be in [1, 8], got ", options.eval_resize_ratio));
+  }
+  if (options.max_image_pixels < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_image_pixels: must be positive, got ", options.max_image_pixels));
+  }
+  if (absl::Status s = options.bad_samples.Validate(); !s.ok()) return s;
   absl::StatusOr<sockaddr_un> address = SocketAddress(options.socket_path);
   if (!address.ok()) return address.status();
   if (absl::Status s = ClearStaleSocket(options.socket_path, *address); !s.ok()) return s;
@@ -163,13 +176,23 @@ DataService::DataService(const ServiceOptions& options, Datasets datasets, Uniqu
       stop_event_(std::move(stop_event)),
       socket_device_(socket_device),
       socket_inode_(socket_inode),
+      bad_counters_(std::make_shared<BadSampleCounters>()),
+      train_bad_samples_(std::make_unique<BadSampleTracker>(
+          options.bad_samples, datasets_.train->size(), bad_counters_)),
+      val_bad_samples_(datasets_.val == nullptr
+                           ? nullptr
+                           : std::make_unique<BadSampleTracker>(
+                                 options.bad_samples, datasets_.val->size(), bad_counters_)),
       pool_(std::make_unique<WorkerPool>(options.threads > 0 ? options.threads
-                                                             : WorkerPool::DefaultThreadCount())),
+                                                             : WorkerPool::DefaultThreadCount(1))),
       accept_thread_([this] { AcceptLoop(); }) {
-  LogInfo("listening on %s (job %s, node %d, %d decode threads, training samples %d%s)",
+  LogInfo("listening on %s (job %s, node %d, %d decode threads%s, training samples %d%s; "
+          "--bad_files=%s, --max_bad_fraction=%g)",
           options_.socket_path, options_.job_id, options_.node_id, pool_->thread_count(),
+          options_.threads > 0 ? "" : " (automatic: the cores less one per local rank)",
           datasets_.train->size(),
-          datasets_.val ? absl::StrCat(", validation samples ", datasets_.val->size()) : "");
+          datasets_.val ? absl::StrCat(", validation samples ", datasets_.val->size()) : "",
+          BadFilePolicyName(options_.bad_samples.policy), options_.bad_samples.max_fraction);
 }
 
 DataService::~DataService() { Shutdown(); }
@@ -180,6 +203,7 @@ void DataService::Shutdown() {
     if (shut_down_) return;
     shut_down_ = true;
   }
+  LogInfo("shutting down: %s", MemoryReport());
   const uint64_t one = 1;
   if (write(stop_event_.get(), &one, sizeof(one)) != sizeof(one)) {
     LogError("cannot signal shutdown to the service threads: %s", std::strerror(errno));
@@ -192,7 +216,12 @@ void DataService::Shutdown() {
   }
   for (std::unique_ptr<Connection>& connection : connections) connection->thread.join();
   connections.clear();  // every ring is unmapped and unlinked by now
-  pool_.reset();
+  std::unique_ptr<WorkerPool> pool;
+  {
+    absl::MutexLock lock(&mu_);  // stats() reads the pool under mu_
+    pool = std::move(pool_);
+  }
+  pool.reset();
   struct stat st;
   if (stat(options_.socket_path.c_str(), &st) == 0 && st.st_dev == socket_device_ &&
       st.st_ino == socket_inode_) {
@@ -213,6 +242,51 @@ int DataService::connection_count() {
   return static_cast<int>(connections_.size());
 }
 
+ServiceStats DataService::stats() {
+  absl::MutexLock lock(&mu_);
+  return StatsLocked();
+}
+
+ServiceStats DataService::StatsLocked() {
+  ServiceStats stats;
+  absl::flat_hash_set<pid_t> ranks;
+  for (const std::unique_ptr<Connection>& connection : connections_) {
+    const uint64_t bytes = connection->ring_bytes.load();
+    if (bytes == 0) continue;
+    ++stats.rings;
+    stats.ring_bytes += bytes;
+    ranks.insert(connection->peer_pid);
+  }
+  stats.local_ranks = static_cast<int32_t>(ranks.size());
+  if (pool_ != nullptr) {
+    stats.scratch_bytes = pool_->scratch_bytes();
+    stats.decode_threads = pool_->thread_count();
+    stats.active_threads = pool_->active_threads();
+  }
+  stats.bad_samples = bad_counters_->stats();
+  return stats;
+}
+
+std::string DataService::MemoryReport() {
+  const ServiceStats s = stats();
+  return absl::StrFormat(
+      "%d rings of %d local ranks, %.1f MiB of ring memory; decode scratch %.1f MiB over %d "
+      "threads (%d active); samples seen %d, replaced %d, unusable files %d",
+      s.rings, s.local_ranks, s.ring_bytes / 1048576.0, s.scratch_bytes / 1048576.0,
+      s.decode_threads, s.active_threads, s.bad_samples.samples_seen,
+      s.bad_samples.samples_skipped, s.bad_samples.bad_files);
+}
+
+void DataService::UpdateActiveThreads() {
+  if (options_.threads > 0 || pool_ == nullptr) return;
+  const int active = WorkerPool::DefaultThreadCount(std::max(1, StatsLocked().local_ranks));
+  if (active != pool_->active_threads()) {
+    pool_->SetActiveThreads(active);
+    LogInfo("%d of %d decode threads take work (the cores less one per local rank)",
+            pool_->active_threads(), pool_->thread_count());
+  }
+}
+
 void DataService::ReapFinished() {
   std::list<std::unique_ptr<Connection>> finished;
   {
@@ -225,6 +299,7 @@ void DataService::ReapFinished() {
         ++it;
       }
     }
+    if (!finished.empty()) UpdateActiveThreads();
   }
   for (std::unique_ptr<Connection>& connection : finished) connection->thread.join();
 }
@@ -318,6 +393,7 @@ void DataService::Serve(Connection* connection) {
   }
   if (connection->producer != nullptr) {
     const std::string name = connection->producer->segment_name();
+    connection->ring_bytes.store(0);
     connection->producer.reset();
     LogInfo("rank %d: ring %s unmapped and unlinked", connection->rank, name);
   }
@@ -349,6 +425,10 @@ bool DataService::Handle(Connection* connection, const ControlMessage& message) 
       producer_options.segment_name = RingSegmentName(options_.job_id, request.rank, request.train);
       producer_options.request = request;
       producer_options.prefetch = options_.prefetch;
+      producer_options.eval_resize_ratio = options_.eval_resize_ratio;
+      producer_options.max_image_pixels = options_.max_image_pixels;
+      producer_options.bad_samples =
+          request.train ? train_bad_samples_.get() : val_bad_samples_.get();
       absl::StatusOr<std::unique_ptr<BatchProducer>> producer = BatchProducer::Create(
           producer_options, std::move(dataset), pool_.get(),
           [connection](const absl::Status& status) {
@@ -361,6 +441,11 @@ bool DataService::Handle(Connection* connection, const ControlMessage& message) 
       }
       connection->producer = std::move(*producer);
       connection->rank = request.rank;
+      connection->ring_bytes.store(connection->producer->ring_bytes());
+      {
+        absl::MutexLock lock(&mu_);
+        UpdateActiveThreads();
+      }
       ControlMessage reply = NewMessage(MessageType::kRegistered, id);
       SetRequest(request, &reply);
       reply.ring_bytes = connection->producer->ring_bytes();
@@ -369,6 +454,7 @@ bool DataService::Handle(Connection* connection, const ControlMessage& message) 
               request.world_size, connection->peer_pid, connection->producer->segment_name(),
               request.slot_count, request.batch_size, request.image_size, request.image_size,
               request.train ? "training" : "validation");
+      LogInfo("memory: %s", MemoryReport());
       return connection->Send(reply).ok();
     }
     case MessageType::kStartEpoch: {

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/unique_fd.h"
+#include "data_service/bad_samples.h"
 #include "data_service/control_protocol.h"
 #include "data_service/dataset_config.h"
 #include "data_service/worker_pool.h"
@@ -27,8 +28,27 @@ struct ServiceOptions {
   std::string socket_path;
   std::string job_id;      // [A-Za-z0-9._-], 1..64 characters
   int32_t node_id = 0;
-  int32_t threads = 0;     // decode threads; 0: WorkerPool::DefaultThreadCount()
+  // Decode threads. 0: automatic, the cores less one per trainer rank registered on
+  // this node (a rank is a client process; its training and validation rings count
+  // once), at least one: the pool has cores - 1 threads and only that many take work.
+  int32_t threads = 0;
   int32_t prefetch = 2;    // batches per ring decoded at the same time
+  // Evaluation Resize() = round(image_size * eval_resize_ratio), in [1, 8].
+  double eval_resize_ratio = kDefaultEvalResizeRatio;
+  // Images of more pixels are unusable samples (decompression bombs).
+  int64_t max_image_pixels = image::kDefaultMaxPixels;
+  BadSampleOptions bad_samples;
+};
+
+// What the service holds and has done, for logs and tests.
+struct ServiceStats {
+  int32_t rings = 0;            // rings mapped now
+  int32_t local_ranks = 0;      // client processes with a ring now
+  uint64_t ring_bytes = 0;      // their shared-memory segments, summed
+  uint64_t scratch_bytes = 0;   // the decode threads' reusable buffers, summed
+  int32_t decode_threads = 0;   // the pool's threads
+  int32_t active_threads = 0;   // those that take work now
+  BadSampleStats bad_samples;   // samples seen, replaced, distinct bad files
 };
 
 // InvalidArgument (naming --job_id) unless `job_id` is usable in segment names.
@@ -39,7 +59,9 @@ absl::Status ValidateJobId(const std::string& job_id);
 std::string RingSegmentName(const std::string& job_id, int32_t rank, bool train);
 
 // The service. Thread-safe. Threads: one accepts connections, one per connection serves
-// its control messages (and owns its BatchProducer), plus the decode pool.
+// its control messages (and owns its BatchProducer), plus the decode pool. Its resident
+// memory is the rings plus the decode threads' scratch (stats() reports both; they are
+// logged at each registration and at shutdown) plus the dataset listings.
 //
 //   ASSIGN_OR_RETURN(auto service, DataService::Start(options, std::move(datasets)));
 //   ...wait for SIGTERM...;  service->Shutdown();
@@ -64,6 +86,7 @@ class DataService {
   // Connections currently open (for tests).
   int connection_count();
   int thread_count() const { return pool_->thread_count(); }
+  ServiceStats stats();
 
  private:
   struct Connection;
@@ -75,6 +98,10 @@ class DataService {
   // Handles one request; false when the connection must be closed.
   bool Handle(Connection* connection, const ControlMessage& message);
   void ReapFinished() ABSL_LOCKS_EXCLUDED(mu_);
+  // With automatic threads, sets the pool's active threads from the ranks registered now.
+  void UpdateActiveThreads() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  ServiceStats StatsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string MemoryReport() ABSL_LOCKS_EXCLUDED(mu_);
 
   const ServiceOptions options_;
   const Datasets datasets_;
@@ -82,6 +109,9 @@ class DataService {
   UniqueFd stop_event_;  // an eventfd, readable once Shutdown() starts
   const dev_t socket_device_;
   const ino_t socket_inode_;
+  std::shared_ptr<BadSampleCounters> bad_counters_;
+  std::unique_ptr<BadSampleTracker> train_bad_samples_;
+  std::unique_ptr<BadSampleTracker> val_bad_samples_;  // null without a validation split
   std::unique_ptr<WorkerPool> pool_;
 
   absl::Mutex mu_;

@@ -52,9 +52,10 @@ class SlowDataset : public Dataset {
   int64_t size() const override { return base_->size(); }
   int32_t num_classes() const override { return base_->num_classes(); }
   int32_t Label(int64_t index) const override { return base_->Label(index); }
-  absl::Status Load(int64_t index, const SampleOptions& options, uint8_t* dst) const override {
+  absl::Status Load(int64_t index, const SampleOptions& options, SampleScratch& scratch,
+                    uint8_t* dst) const override {
     absl::SleepFor(absl::Milliseconds(300));
-    return base_->Load(index, options, dst);
+    return base_->Load(index, options, scratch, dst);
   }
   std::string Describe(int64_t index) const override { return base_->Describe(index); }
 
@@ -66,7 +67,8 @@ class SlowDataset : public Dataset {
 class BrokenDataset : public SlowDataset {
  public:
   using SlowDataset::SlowDataset;
-  absl::Status Load(int64_t index, const SampleOptions&, uint8_t*) const override {
+  absl::Status Load(int64_t index, const SampleOptions&, SampleScratch&,
+                    uint8_t*) const override {
     return absl::DataLossError(absl::StrCat("truncated file for index ", index));
   }
 };

@@ -66,7 +66,7 @@ std::string SyntheticDataset::Describe(int64_t index) const {
 }
 
 absl::Status SyntheticDataset::Load(int64_t index, const SampleOptions& options,
-                                    uint8_t* dst) const {
+                                    SampleScratch& /*scratch*/, uint8_t* dst) const {
   if (index < 0 || index >= options_.samples) {
     return absl::OutOfRangeError(absl::StrCat(Describe(index), " is outside 0..",
                                               options_.samples - 1));

@@ -34,7 +34,9 @@ class SyntheticDataset : public Dataset {
   int64_t size() const override { return options_.samples; }
   int32_t num_classes() const override { return options_.classes; }
   int32_t Label(int64_t index) const override;
-  absl::Status Load(int64_t index, const SampleOptions& options, uint8_t* dst) const override;
+  // `scratch` is not used: nothing is read or decoded.
+  absl::Status Load(int64_t index, const SampleOptions& options, SampleScratch& scratch,
+                    uint8_t* dst) const override;
   std::string Describe(int64_t index) const override;
 
  private:

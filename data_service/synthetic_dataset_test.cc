@@ -18,7 +18,8 @@ std::vector<uint8_t> Image(const SyntheticDataset& dataset, int64_t index, uint6
                            int64_t epoch = 0, int size = kSize) {
   std::vector<uint8_t> image(size * size * 3, 0);
   SampleOptions options{size, true, seed, epoch};
-  EXPECT_TRUE(dataset.Load(index, options, image.data()).ok());
+  SampleScratch scratch;
+  EXPECT_TRUE(dataset.Load(index, options, scratch, image.data()).ok());
   return image;
 }
 
@@ -99,11 +100,12 @@ TEST(SyntheticDatasetTest, RejectsBadOptionsAndIndices) {
             absl::StatusCode::kInvalidArgument);
   auto dataset = Make(10, 2);
   std::vector<uint8_t> image(kSize * kSize * 3);
-  EXPECT_EQ(dataset->Load(10, {kSize, true, 0, 0}, image.data()).code(),
+  SampleScratch scratch;
+  EXPECT_EQ(dataset->Load(10, {kSize, true, 0, 0}, scratch, image.data()).code(),
             absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(dataset->Load(-1, {kSize, true, 0, 0}, image.data()).code(),
+  EXPECT_EQ(dataset->Load(-1, {kSize, true, 0, 0}, scratch, image.data()).code(),
             absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(dataset->Load(0, {0, true, 0, 0}, image.data()).code(),
+  EXPECT_EQ(dataset->Load(0, {0, true, 0, 0}, scratch, image.data()).code(),
             absl::StatusCode::kInvalidArgument);
 }
 

@@ -1,5 +1,5 @@
 // Test-only helpers shared by data_service's tests: running a Python snippet under
-// $STOKER_PYTHON (falling back to python3), and writing small JPEG files.
+// $STOKER_PYTHON (falling back to python3), and writing small JPEG and PNG files.
 #ifndef STOKER_DATA_SERVICE_TEST_UTIL_H_
 #define STOKER_DATA_SERVICE_TEST_UTIL_H_
 
@@ -22,9 +22,36 @@ std::string PythonInterpreter();
 // FailedPrecondition (with the output) if the interpreter fails or exits non-zero.
 absl::StatusOr<std::string> RunPython(const std::string& script);
 
+// `rgb` (width x height x 3, tightly packed) encoded as a baseline 4:4:4 JPEG.
+std::vector<uint8_t> JpegBytes(int width, int height, const std::vector<uint8_t>& rgb,
+                               int quality = 95);
+
 // Writes `rgb` (width x height x 3, tightly packed) as a baseline JPEG at `path`.
 absl::Status WriteJpeg(const std::string& path, int width, int height,
                        const std::vector<uint8_t>& rgb, int quality = 95);
+
+// Writes `rgb` (width x height x 3, tightly packed) as an 8-bit RGB PNG at `path`.
+absl::Status WritePng(const std::string& path, int width, int height,
+                      const std::vector<uint8_t>& rgb);
+
+// A width x height RGB image with smooth gradients, a few blocks and a little noise,
+// different for each `seed`: compresses and decodes like a photograph, not like noise.
+std::vector<uint8_t> PhotoLikeImage(int width, int height, uint64_t seed);
+
+// The whole content of the file at `path` (empty if it cannot be read).
+std::vector<uint8_t> ReadFileBytes(const std::string& path);
+
+// Writes `bytes` to `path`, replacing it.
+absl::Status WriteFileBytes(const std::string& path, const std::vector<uint8_t>& bytes);
+
+// Unusable image files, each named for what is wrong with it, written into `dir`:
+//   corrupt.jpg    JPEG magic, then text (a broken header)
+//   truncated.jpg  a real JPEG cut right after its scan header (no pixel data)
+//   empty.jpg      zero bytes
+//   text.jpg       a text file named like an image
+//   bomb.jpg       a real JPEG whose header claims 30000 x 30000 pixels
+// Returns their file names in that order.
+absl::StatusOr<std::vector<std::string>> WriteBadImageFiles(const std::string& dir);
 
 // A directory for the test's files: $TEST_TMPDIR (Bazel) or /tmp, plus `name`, created.
 std::string TestDirectory(const std::string& name);

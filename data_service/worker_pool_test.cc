@@ -1,8 +1,10 @@
-// Tests of WorkerPool: every task runs exactly once, on several threads, and the
-// destructor drains the queue.
+// Tests of WorkerPool: every task runs exactly once, on several threads, each thread with
+// its own scratch; the destructor drains the queue; inactive workers take no work; the
+// scratch memory is reported.
 #include "data_service/worker_pool.h"
 
 #include <atomic>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -18,31 +20,84 @@ TEST(WorkerPoolTest, RunsEveryTaskExactlyOnce) {
   {
     WorkerPool pool(4);
     EXPECT_EQ(pool.thread_count(), 4);
-    for (size_t i = 0; i < runs.size(); ++i) pool.Submit([&runs, i] { runs[i]++; });
+    EXPECT_EQ(pool.active_threads(), 4);
+    for (size_t i = 0; i < runs.size(); ++i) pool.Submit([&runs, i](SampleScratch&) { runs[i]++; });
   }
   for (size_t i = 0; i < runs.size(); ++i) EXPECT_EQ(runs[i].load(), 1) << i;
 }
 
-TEST(WorkerPoolTest, UsesSeveralThreads) {
+TEST(WorkerPoolTest, EachThreadHasItsOwnScratch) {
   absl::Mutex mu;
-  std::set<std::thread::id> seen;
+  std::map<std::thread::id, std::set<SampleScratch*>> scratch_of_thread;
   {
     WorkerPool pool(3);
-    for (int i = 0; i < 30; ++i) {
-      pool.Submit([&] {
-        absl::SleepFor(absl::Milliseconds(5));
+    for (int i = 0; i < 60; ++i) {
+      pool.Submit([&](SampleScratch& scratch) {
+        absl::SleepFor(absl::Milliseconds(2));
         absl::MutexLock lock(&mu);
-        seen.insert(std::this_thread::get_id());
+        scratch_of_thread[std::this_thread::get_id()].insert(&scratch);
       });
     }
   }
-  EXPECT_GT(seen.size(), 1u);
+  EXPECT_GT(scratch_of_thread.size(), 1u);
+  std::set<SampleScratch*> all;
+  for (const auto& [thread, scratches] : scratch_of_thread) {
+    EXPECT_EQ(scratches.size(), 1u);
+    all.insert(scratches.begin(), scratches.end());
+  }
+  EXPECT_EQ(all.size(), scratch_of_thread.size());
+}
+
+TEST(WorkerPoolTest, InactiveWorkersTakeNoTasks) {
+  absl::Mutex mu;
+  std::set<std::thread::id> seen;
+  WorkerPool pool(4);
+  pool.SetActiveThreads(1);
+  EXPECT_EQ(pool.active_threads(), 1);
+  std::atomic<int> done{0};
+  for (int i = 0; i < 40; ++i) {
+    pool.Submit([&](SampleScratch&) {
+      absl::SleepFor(absl::Milliseconds(1));
+      absl::MutexLock lock(&mu);
+      seen.insert(std::this_thread::get_id());
+      ++done;
+    });
+  }
+  while (done.load() < 40) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_EQ(seen.size(), 1u);
+  pool.SetActiveThreads(0);
+  EXPECT_EQ(pool.active_threads(), 1);
+  pool.SetActiveThreads(99);
+  EXPECT_EQ(pool.active_threads(), 4);
+}
+
+TEST(WorkerPoolTest, ReportsTheScratchItsWorkersKeep) {
+  WorkerPool pool(2);
+  EXPECT_EQ(pool.scratch_bytes(), 0u);
+  std::atomic<bool> ran{false};
+  pool.Submit([&](SampleScratch& scratch) {
+    scratch.file_bytes.resize(100000);
+    ran = true;
+  });
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (pool.scratch_bytes() < 100000 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_GE(pool.scratch_bytes(), 100000u);
+  // A huge file's buffer is not kept.
+  pool.SetActiveThreads(1);
+  pool.Submit([](SampleScratch& scratch) { scratch.file_bytes.resize(kMaxRetainedFileBytes + 1); });
+  pool.Submit([](SampleScratch& scratch) { EXPECT_LE(scratch.file_bytes.capacity(), kMaxRetainedFileBytes); });
 }
 
 TEST(WorkerPoolTest, ClampsToAtLeastOneThread) {
   WorkerPool pool(0);
   EXPECT_EQ(pool.thread_count(), 1);
-  EXPECT_GE(WorkerPool::DefaultThreadCount(), 1);
+  EXPECT_GE(WorkerPool::DefaultThreadCount(1), 1);
+  EXPECT_GE(WorkerPool::DefaultThreadCount(0), 1);
+  EXPECT_EQ(WorkerPool::DefaultThreadCount(1000000), 1);
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  if (cores > 4) EXPECT_EQ(WorkerPool::DefaultThreadCount(2), cores - 2);
 }
 
 }  // namespace

@@ -23,6 +23,9 @@ class CpuBatchFeeder final : public BatchFeeder {
     batch.epoch = view.epoch;
     batch.step = view.step;
     batch.count = view.count;
+    if (view.sample_indices != nullptr) {
+      batch.sample_indices.assign(view.sample_indices, view.sample_indices + view.count);
+    }
     const int64_t s = options_.image_size;
     at::Tensor raw = at::from_blob(const_cast<uint8_t*>(view.images), {view.count, s, s, 3},
                                    at::TensorOptions().dtype(at::kByte));

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -63,6 +64,9 @@ struct TrainingBatch {
   int64_t step = 0;
   int32_t count = 0;
   absl::Duration data_wait;  // how long Next() waited for the data service
+  // The dataset index of each sample (host memory; empty for synthetic batches): lets
+  // validation count each sample once although the sampler pads by wrap-around.
+  std::vector<int64_t> sample_indices;
 };
 
 // Owned by the training thread.

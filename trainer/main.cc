@@ -6,10 +6,12 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "launcher/node_data_service.h"
+#include "launcher/rank_setup.h"
 #include "trainer/mpi_communicator.h"
-#include "trainer/rank_setup.h"
 #include "trainer/train_loop.h"
 
 #ifdef STOKER_WITH_CUDA
@@ -19,7 +21,12 @@
 #include "trainer/nccl_communicator.h"
 #endif
 
-ABSL_FLAG(std::string, data_socket, "", "Unix socket of this node's data service (required unless --synthetic_steps).");
+ABSL_FLAG(std::string, data_socket, "", "Unix socket of this node's data service. Empty (and no --synthetic_steps): each node's local rank 0 starts the node's data service itself.");
+ABSL_FLAG(std::string, job_id, "", "Without --data_socket: the job id naming the node data services' sockets and segments; rank 0's value counts; empty: rank 0 makes one.");
+ABSL_FLAG(std::string, data_service, "", "Without --data_socket: the data_service program; default: next to the trainer, or ../data_service/data_service.");
+ABSL_FLAG(std::string, data_service_args, "", "Without --data_socket: more data service flags, split on spaces (e.g. \"--dataset=imagefolder --train_dir=/data/train\").");
+ABSL_FLAG(int, ranks_per_node, 0, "0: a node is a host (ranks sharing memory). N: ranks [kN, (k+1)N) form node k, each with its own data service (testing several nodes on one host).");
+ABSL_FLAG(std::string, sample_log, "", "If set, each rank writes `epoch step index...` for every trained batch to PATH.rank<r>.");
 ABSL_FLAG(std::string, model, "small_cnn", "Model: small_cnn, resnet18 or resnet50.");
 ABSL_FLAG(int, num_classes, 10, "Number of classes of the dataset.");
 ABSL_FLAG(int, image_size, 32, "Square image size in pixels fed to the model.");
@@ -102,18 +109,23 @@ absl::StatusOr<stoker::trainer::TrainerOptions> OptionsFromFlags() {
   options.data_only = absl::GetFlag(FLAGS_data_only);
   options.metrics_out = absl::GetFlag(FLAGS_metrics_out);
   options.loss_log = absl::GetFlag(FLAGS_loss_log);
+  options.sample_log = absl::GetFlag(FLAGS_sample_log);
   const std::string device = absl::GetFlag(FLAGS_device);
   if (device != "auto" && device != "cuda" && device != "cpu") {
     return absl::InvalidArgumentError(absl::StrCat("--device=", device, ": use auto, cuda or cpu"));
   }
-  RETURN_IF_ERROR(stoker::trainer::ValidateOptions(options));
+  // Without --data_socket the node's local rank 0 starts the data service after MPI start-up
+  // and sets it (launcher/node_data_service.h); check the rest now.
+  stoker::trainer::TrainerOptions checked = options;
+  if (checked.data_socket.empty()) checked.data_socket = "(started by local rank 0)";
+  RETURN_IF_ERROR(stoker::trainer::ValidateOptions(checked));
   return options;
 }
 
 // Binds this rank to GPU `local_rank` and creates its CUDA context there before any other
 // CUDA call, so that no rank ever opens a context on another rank's GPU. Returns whether
 // the rank trains on a GPU.
-absl::StatusOr<bool> BindDevice(const std::string& device, const stoker::trainer::RankInfo& rank) {
+absl::StatusOr<bool> BindDevice(const std::string& device, const stoker::launcher::RankInfo& rank) {
   if (device == "cpu") return false;
 #ifdef STOKER_WITH_CUDA
   int count = 0;
@@ -122,12 +134,9 @@ absl::StatusOr<bool> BindDevice(const std::string& device, const stoker::trainer
     if (device == "cuda") return absl::FailedPreconditionError("--device=cuda but no GPU is visible");
     return false;
   }
-  if (rank.local_size > count) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "rank ", rank.rank, ": ", rank.local_size, " ranks on this node but only ", count,
-        " GPU(s) visible; start at most one rank per GPU"));
-  }
-  RETURN_IF_ERROR(stoker::CudaStatus(cudaSetDevice(rank.local_rank), "cudaSetDevice"));
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  ASSIGN_OR_RETURN(const int gpu, stoker::launcher::GpuForLocalRank(rank, count, visible != nullptr ? visible : ""));
+  RETURN_IF_ERROR(stoker::CudaStatus(cudaSetDevice(gpu), "cudaSetDevice"));
   RETURN_IF_ERROR(stoker::CudaStatus(cudaFree(nullptr), "creating the CUDA context"));
   return true;
 #else
@@ -149,13 +158,34 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  auto session = stoker::trainer::MpiSession::Create(&argc, &argv);
+  stoker::launcher::RankSetupOptions rank_setup;
+  rank_setup.ranks_per_node = absl::GetFlag(FLAGS_ranks_per_node);
+  auto session = stoker::launcher::MpiSession::Create(&argc, &argv, rank_setup);
   if (!session.ok()) {
     stoker::LogError("MPI start-up failed: %s", session.status().message());
     return 1;
   }
-  const stoker::trainer::RankInfo& rank = (*session)->info();
+  const stoker::launcher::RankInfo& rank = (*session)->info();
   stoker::SetLogIdentity(absl::StrCat("trainer rank ", rank.rank));
+
+  // No --data_socket: each node's local rank 0 runs the node's data service (Note [Data
+  // service per node]). Started before any CUDA call, and stopped after training.
+  std::unique_ptr<stoker::launcher::NodeDataService> node_data_service;
+  if (options->data_socket.empty() && options->synthetic_steps == 0) {
+    stoker::launcher::NodeDataServiceOptions service_options;
+    service_options.program = absl::GetFlag(FLAGS_data_service);
+    service_options.job_id = absl::GetFlag(FLAGS_job_id);
+    service_options.seed = options->seed;
+    service_options.args = absl::StrSplit(absl::GetFlag(FLAGS_data_service_args), ' ', absl::SkipEmpty());
+    service_options.ready_timeout = options->data_timeout;
+    auto started = stoker::launcher::NodeDataService::Start(rank, (*session)->world(), (*session)->node(), service_options);
+    if (!started.ok()) {
+      stoker::LogError("%s", started.status().ToString());
+      (*session)->Abort(1);
+    }
+    node_data_service = std::move(*started);
+    options->data_socket = node_data_service->socket_path();
+  }
 
   absl::Status status;
   {
@@ -177,6 +207,7 @@ int main(int argc, char** argv) {
       status = mpi.status();
     }
     if (status.ok()) status = stoker::trainer::RunTraining(*options, rank, *communicator);
+    if (status.ok() && node_data_service != nullptr) status = node_data_service->Stop();
     if (!status.ok()) {
       stoker::LogError("%s", status.ToString());
       // The other ranks may be waiting in a collective: end the whole job now.

@@ -91,7 +91,7 @@ at::ScalarType InputType(const TrainerOptions& o) {
 
 // Device memory, as the article asks to watch it: what tensors hold, what the caching
 // allocator keeps, the peak. Releases cached blocks past the configured share.
-void ReportDeviceMemory(const TrainerOptions& o, const RankInfo& rank, bool log) {
+void ReportDeviceMemory(const TrainerOptions& o, const launcher::RankInfo& rank, bool log) {
 #ifdef STOKER_WITH_CUDA
   if (!o.use_cuda) return;
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(o.cuda_device);
@@ -116,7 +116,7 @@ void ReportDeviceMemory(const TrainerOptions& o, const RankInfo& rank, bool log)
 #endif
 }
 
-absl::Status Train(const TrainerOptions& options, const RankInfo& rank,
+absl::Status Train(const TrainerOptions& options, const launcher::RankInfo& rank,
                    Communicator& communicator) {
   const at::Device device = options.use_cuda ? at::Device(at::kCUDA, options.cuda_device)
                                              : at::Device(at::kCPU);
@@ -171,6 +171,13 @@ absl::Status Train(const TrainerOptions& options, const RankInfo& rank,
   if (rank.rank == 0 && !options.loss_log.empty()) {
     loss_log.open(options.loss_log, std::ios::trunc);
     if (!loss_log) return absl::InvalidArgumentError(absl::StrCat("--loss_log: cannot write ", options.loss_log));
+  }
+
+  std::ofstream sample_log;
+  if (!options.sample_log.empty()) {
+    const std::string path = absl::StrCat(options.sample_log, ".rank", rank.rank);
+    sample_log.open(path, std::ios::trunc);
+    if (!sample_log) return absl::InvalidArgumentError(absl::StrCat("--sample_log: cannot write ", path));
   }
 
   FeederOptions feeder_options;
@@ -256,6 +263,11 @@ absl::Status Train(const TrainerOptions& options, const RankInfo& rank,
       }
       data_wait_measured += batch.data_wait;
       if (options.drop_last_batch && batch.count < options.batch_size) continue;
+      if (sample_log.is_open()) {
+        sample_log << epoch << " " << step;
+        for (int64_t index : batch.sample_indices) sample_log << " " << index;
+        sample_log << "\n";
+      }
       if (options.data_only) {
         images_measured += static_cast<int64_t>(batch.count) * rank.world_size;
         continue;
@@ -361,7 +373,7 @@ absl::Status ValidateOptions(const TrainerOptions& o) {
   return absl::OkStatus();
 }
 
-absl::Status RunTraining(const TrainerOptions& options, const RankInfo& rank,
+absl::Status RunTraining(const TrainerOptions& options, const launcher::RankInfo& rank,
                          Communicator& communicator) {
   RETURN_IF_ERROR(ValidateOptions(options));
   try {

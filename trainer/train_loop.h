@@ -10,7 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "trainer/communicator.h"
-#include "trainer/rank_setup.h"
+#include "launcher/rank_setup.h"
 
 namespace stoker::trainer {
 
@@ -61,13 +61,16 @@ struct TrainerOptions {
   bool data_only = false;
   std::string metrics_out;    // if set, rank 0 writes a JSON summary here at the end
   std::string loss_log;       // if set, rank 0 writes "epoch step loss" for every step here
+  // If set, each rank writes "epoch step index..." (the dataset indices of the samples) for
+  // every trained batch to <path>.rank<r>: what tests check sampling and seeding with.
+  std::string sample_log;
 };
 
 // Checks option values; InvalidArgument names the flag at fault.
 absl::Status ValidateOptions(const TrainerOptions& options);
 
 // Runs the whole training. Must be called on every rank with the same options.
-absl::Status RunTraining(const TrainerOptions& options, const RankInfo& rank,
+absl::Status RunTraining(const TrainerOptions& options, const launcher::RankInfo& rank,
                          Communicator& communicator);
 
 }  // namespace stoker::trainer

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# A bare `mpirun -np 2 trainer ...`, no launcher: the node's local rank 0 starts the data
+# service itself (Note [Data service per node] in launcher/node_data_service.h), under a job
+# id that rank 0 makes. The job must train (the loss falls, the ranks end bit-identical),
+# exit 0, and leave no process, /dev/shm segment or /tmp/stoker.* file behind.
+set -euo pipefail
+root="${TEST_SRCDIR}/stoker"
+source "$root/tests/mpi_env.sh"
+source "$root/tests/job_checks.sh"
+out="${TEST_TMPDIR:-$(mktemp -d)}"
+
+# The data service is found next to the trainer (bazel-bin/data_service/data_service).
+timeout --signal=KILL 300 mpirun -np 2 "$root/trainer/trainer" \
+  --data_service_args="--dataset=synthetic --synthetic_samples=1024 --synthetic_classes=4 --threads=1" \
+  --model=small_cnn --num_classes=4 --image_size=32 --batch_size=32 --epochs=2 --lr=0.05 \
+  --log_every=8 --loss_log="$out/loss.txt" --final_params_out="$out/params" 2>&1 | tee "$out/log"
+
+ready=$(grep -o 'node 0: data service (pid [0-9]*) ready on [^ ]*' "$out/log") ||
+  { echo "FAIL: local rank 0 did not report its data service ready"; exit 1; }
+pid=$(sed 's/.*(pid \([0-9]*\)).*/\1/' <<< "$ready")
+socket="${ready##* }"
+job=$(basename "$socket" .node0.sock); job="${job#stoker.}"
+echo "local rank 0 started the data service: pid $pid, socket $socket, job $job"
+[[ "$socket" == "/tmp/stoker.$job.node0.sock" ]] || { echo "FAIL: unexpected socket $socket"; exit 1; }
+grep -q "\[data_service node 0 .*rank 0 of 2" "$out/log" || { echo "FAIL: rank 0 never registered"; exit 1; }
+grep -q "\[data_service node 0 .*rank 1 of 2" "$out/log" || { echo "FAIL: rank 1 never registered"; exit 1; }
+
+# 1024 samples / 2 ranks / 32 = 16 steps per epoch, 2 epochs.
+steps=$(wc -l < "$out/loss.txt")
+[[ "$steps" -eq 32 ]] || { echo "FAIL: expected 32 logged steps, got $steps"; exit 1; }
+first=$(head -n 4 "$out/loss.txt" | awk '{s += $3} END {print s / NR}')
+last=$(tail -n 4 "$out/loss.txt" | awk '{s += $3} END {print s / NR}')
+echo "mean loss of the first 4 steps $first, of the last 4 steps $last"
+awk -v a="$first" -v b="$last" 'BEGIN {exit !(b < 0.8 * a)}' ||
+  { echo "FAIL: the loss did not fall by 20%"; exit 1; }
+cmp "$out/params.rank0" "$out/params.rank1" || { echo "FAIL: parameters differ across ranks"; exit 1; }
+
+assert_nothing_left "$job" "$pid"
+echo "PASS"

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Two "nodes" on one machine: `mpirun -np 4 trainer --ranks_per_node=2` splits the ranks into
+# nodes {0,1} and {2,3} (Note [Forced node split] in launcher/rank_setup.h). Each node's local
+# rank 0 starts its own data service (node ids 0 and 1, sockets of their own), each rank reads
+# from its own node's service, and the whole epoch is covered exactly once across the nodes,
+# in one order shared by all ranks.
+set -euo pipefail
+root="${TEST_SRCDIR}/stoker"
+source "$root/tests/mpi_env.sh"
+source "$root/tests/job_checks.sh"
+out="${TEST_TMPDIR:-$(mktemp -d)}"
+job="twonode-$$-$RANDOM"
+samples=512  # 4 ranks x 8 batches of 16: no padding, no short batch
+
+timeout --signal=KILL 300 mpirun -np 4 "$root/trainer/trainer" --ranks_per_node=2 --job_id="$job" \
+  --data_service="$root/data_service/data_service" \
+  --data_service_args="--dataset=synthetic --synthetic_samples=$samples --synthetic_classes=4 --threads=1" \
+  --model=small_cnn --num_classes=4 --image_size=32 --batch_size=16 --epochs=2 --lr=0.05 \
+  --log_every=4 --sample_log="$out/samples" --final_params_out="$out/params" 2>&1 | tee "$out/log"
+
+# One data service per node, each with its node id and socket, and distinct processes.
+pids=()
+for node in 0 1; do
+  socket="/tmp/stoker.$job.node$node.sock"
+  line=$(grep -o "node $node: data service (pid [0-9]*) ready on $socket" "$out/log") ||
+    { echo "FAIL: node $node's local rank 0 did not start a data service on $socket"; exit 1; }
+  pids+=("$(sed 's/.*(pid \([0-9]*\)).*/\1/' <<< "$line")")
+  grep -q "\[data_service node $node .*listening on $socket (job $job, node $node," "$out/log" ||
+    { echo "FAIL: no data service with node id $node on $socket"; exit 1; }
+done
+[[ "${pids[0]}" != "${pids[1]}" ]] || { echo "FAIL: both nodes report one process"; exit 1; }
+echo "data services: node 0 pid ${pids[0]}, node 1 pid ${pids[1]}"
+
+# Each rank registered with its own node's service, and only there.
+for rank in 0 1 2 3; do
+  node=$((rank / 2)); other=$((1 - node))
+  grep -q "\[data_service node $node .*\] I rank $rank of 4 " "$out/log" ||
+    { echo "FAIL: rank $rank did not read from node $node's data service"; exit 1; }
+  if grep -q "\[data_service node $other .*\] I rank $rank of 4 " "$out/log"; then
+    echo "FAIL: rank $rank registered with node $other's data service"; exit 1
+  fi
+done
+echo "ranks 0,1 read from node 0's service, ranks 2,3 from node 1's"
+
+"$(stoker_python)" "$root/tests/check_sample_log.py" "$out/samples" --world=4 --epochs=2 \
+  --samples="$samples"
+for rank in 1 2 3; do
+  cmp "$out/params.rank0" "$out/params.rank$rank" ||
+    { echo "FAIL: parameters of rank $rank differ from rank 0's"; exit 1; }
+done
+
+assert_nothing_left "$job" "${pids[@]}"
+echo "PASS"

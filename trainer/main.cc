@@ -210,6 +210,9 @@ int main(int argc, char** argv) {
     if (status.ok() && node_data_service != nullptr) status = node_data_service->Stop();
     if (!status.ok()) {
       stoker::LogError("%s", status.ToString());
+      // Local rank 0: stop the node's data service and remove what it left (also when it
+      // died), before the abort ends this process.
+      node_data_service.reset();
       // The other ranks may be waiting in a collective: end the whole job now.
       (*session)->Abort(1);
     }

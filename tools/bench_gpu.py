@@ -101,15 +101,19 @@ def anchor_lines(out, p, who, extra):
 
 def phase_one_gpu(out, skip_anchor):
     root = dataset(12000)
-    env = {"CUDA_VISIBLE_DEVICES": "0"}
     for model in ("resnet50", "resnet18"):
         stoker_train(out, f"synthetic_{model}_1gpu", 1, model, synthetic_steps=40, cores=CORES_1GPU)
         stoker_train(out, f"jpeg_{model}_1gpu", 1, model, root=root, cores=CORES_1GPU)
     stoker_train(out, "data_only_1gpu", 1, "resnet18", root=root, data_only=True, cores=CORES_1GPU)
     if not skip_anchor:
-        p = run([sys.executable, os.path.join(ANCHORS, "anchor_seed.py"), "--root", root], env=env,
-                cores=CORES_1GPU, timeout=560)
-        anchor_lines(out, p, "python", {"ranks": 1})
+        phase_one_gpu_anchor(out)
+
+
+def phase_one_gpu_anchor(out):
+    root = dataset(12000)
+    p = run([sys.executable, os.path.join(ANCHORS, "anchor_seed.py"), "--root", root],
+            env={"CUDA_VISIBLE_DEVICES": "0"}, cores=CORES_1GPU, timeout=560)
+    anchor_lines(out, p, "python", {"ranks": 1})
 
 
 def phase_two_gpu(out):
@@ -188,7 +192,7 @@ def phase_report(out):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--phase", required=True, choices=["one_gpu", "two_gpu", "report"])
+    ap.add_argument("--phase", required=True, choices=["one_gpu", "one_gpu_anchor", "two_gpu", "report"])
     ap.add_argument("--out", required=True)
     ap.add_argument("--skip_anchor", action="store_true")
     a = ap.parse_args()
@@ -197,6 +201,8 @@ def main():
     LOG = os.path.join(a.out, f"bench_{a.phase}.log")
     if a.phase == "one_gpu":
         phase_one_gpu(a.out, a.skip_anchor)
+    elif a.phase == "one_gpu_anchor":
+        phase_one_gpu_anchor(a.out)
     elif a.phase == "two_gpu":
         phase_two_gpu(a.out)
     else:

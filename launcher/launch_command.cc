@@ -131,6 +131,9 @@ absl::StatusOr<std::vector<std::string>> SlurmPlacement(const TrainerLaunch& lau
       "--kill-on-bad-exit=1",
       "--export=ALL",
   };
+  if (launch.slurm_cpus_per_task > 0) {
+    argv.push_back(absl::StrCat("--cpus-per-task=", launch.slurm_cpus_per_task));
+  }
   // Every rank sees all of its node's GPUs and binds local rank i to GPU i itself
   // (launcher/rank_setup.h), whatever binding the site or the sbatch options default to.
   if (launch.slurm_gpus) argv.push_back("--gpu-bind=none");

@@ -31,6 +31,7 @@ struct TrainerLaunch {
   std::string hostfile;          // kHostfile
   int slurm_nodes = 0;           // kSlurm: the allocation's node count
   bool slurm_gpus = false;       // kSlurm: the allocation has GPUs (adds --gpu-bind=none)
+  int slurm_cpus_per_task = 0;   // kSlurm: > 0 adds --cpus-per-task (srun does not inherit it)
   // Passed to mpirun (after its placement options) or srun verbatim (--mpirun_args,
   // --srun_args).
   std::vector<std::string> mpirun_args;
@@ -59,7 +60,8 @@ struct TrainerLaunch {
 //              <trainer> --job_id=J --seed=N [--data_service=P] --data_service_args=A ...
 //   kHostList  mpirun -np T -H h1:n,h2:n [--map-by ppr:N:node] ... (as kHostfile)
 //   kSlurm     srun --nodes=K --ntasks=T --ntasks-per-node=N --kill-on-bad-exit=1
-//              --export=ALL [--gpu-bind=none] [srun_args] <trainer> --job_id=J ... (as above)
+//              --export=ALL [--cpus-per-task=C] [--gpu-bind=none] [srun_args] <trainer>
+//              --job_id=J ... (as above)
 // followed by trainer_args. InvalidArgument, naming the launcher flag at fault, when the
 // options are inconsistent (no ranks, a rank count in mpirun_args, --seed in trainer_args,
 // a host with fewer slots than ranks, a malformed variable name, ...).

@@ -183,14 +183,15 @@ TEST(TrainerArgvTest, SlurmModeRunsSrunOverTheAllocation) {
   launch.ranks_per_node = 8;
   launch.slurm_nodes = 4;
   launch.slurm_gpus = true;
-  launch.srun_args = {"--mpi=pmix", "--cpus-per-task=12"};
+  launch.slurm_cpus_per_task = 12;
+  launch.srun_args = {"--mpi=pmix"};
   absl::StatusOr<std::vector<std::string>> argv = BuildTrainerArgv(launch);
   ASSERT_TRUE(argv.ok()) << argv.status();
   // No -x: srun hands the whole environment to the ranks (--export=ALL).
   EXPECT_THAT(*argv,
               ElementsAre("srun", "--nodes=4", "--ntasks=32", "--ntasks-per-node=8",
-                          "--kill-on-bad-exit=1", "--export=ALL", "--gpu-bind=none",
-                          "--mpi=pmix", "--cpus-per-task=12", "/opt/stoker/trainer",
+                          "--kill-on-bad-exit=1", "--export=ALL", "--cpus-per-task=12",
+                          "--gpu-bind=none", "--mpi=pmix", "/opt/stoker/trainer",
                           "--job_id=j1", "--seed=42",
                           "--data_service_args=--dataset=imagefolder --train_dir=/data/train",
                           "--epochs=3"));

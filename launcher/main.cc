@@ -197,6 +197,7 @@ absl::StatusOr<JobConfig> ConfigFromFlags(const ParsedCommandLine& command_line)
       trainers.ranks_per_node = *ranks;
       trainers.slurm_nodes = allocation.nodes;
       trainers.slurm_gpus = allocation.gpus_per_node > 0;
+      trainers.slurm_cpus_per_task = allocation.cpus_per_task;
       break;
     }
   }

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -152,6 +153,101 @@ TEST_F(LauncherTest, DryRunPrintsBothCommandsAndStartsNothing) {
                                                " --data_socket=", socket,
                                                " --seed=5 --epochs=2 '--model=small cnn'\n")));
   EXPECT_FALSE(Exists(out_ + "/data_service.pid"));
+}
+
+TEST_F(LauncherTest, DryRunWithHostsPrintsMpirunDashH) {
+  EXPECT_EQ(Run(LauncherWithFakes({"--dry_run", "--hosts=gpu1:4,gpu2:4", "--seed=3",
+                                   "--dataset=synthetic", "--synthetic_samples=64", "--",
+                                   "--epochs=2"}),
+                {"LD_LIBRARY_PATH=/opt/lib"}),
+            ExitStatus::Exited(0))
+      << Stderr();
+  EXPECT_THAT(Stdout(), HasSubstr("(hosts mode): every node's local rank 0 starts that node's "
+                                  "data service\n"));
+  EXPECT_THAT(Stdout(), HasSubstr(absl::StrCat(
+                            "NCCL_NVLS_ENABLE=0 ", Runfile("launcher/testing/fake_mpirun.sh"),
+                            " -np 8 -H gpu1:4,gpu2:4 -x NCCL_NVLS_ENABLE -x ")));
+  EXPECT_THAT(Stdout(), HasSubstr(" -x LD_LIBRARY_PATH "));
+  EXPECT_THAT(Stdout(), HasSubstr(absl::StrCat(
+                            " ", Runfile("launcher/testing/fake_trainer.sh"), " --job_id=", job_id_,
+                            " --seed=3 --data_service=", Runfile("launcher/fake_data_service"),
+                            " '--data_service_args=--dataset=synthetic --synthetic_samples=64' "
+                            "--epochs=2\n")));
+  EXPECT_THAT(Stdout(), Not(HasSubstr("--socket=")));
+}
+
+TEST_F(LauncherTest, DryRunWithHostfileAndNpPlacesRanksPerNode) {
+  const std::string hostfile = out_ + "/hosts";
+  { std::ofstream(hostfile) << "# two nodes\nnode-a slots=8\nnode-b slots=8\n"; }
+  EXPECT_EQ(Run(LauncherWithFakes({"--dry_run", "--hostfile=" + hostfile, "--np=2",
+                                   "--mpirun_args=--mca btl tcp,self"})),
+            ExitStatus::Exited(0))
+      << Stderr();
+  EXPECT_THAT(Stdout(), HasSubstr(absl::StrCat(
+                            Runfile("launcher/testing/fake_mpirun.sh"), " -np 4 --hostfile ",
+                            hostfile, " --map-by ppr:2:node --mca btl tcp,self -x ")));
+}
+
+TEST_F(LauncherTest, DryRunInsideSlurmPrintsSrunFromTheAllocation) {
+  const std::string srun = out_ + "/srun";
+  { std::ofstream(srun) << "#!/bin/sh\nexit 1\n"; }
+  chmod(srun.c_str(), 0755);
+  EXPECT_EQ(Run(LauncherWithFakes({"--dry_run", "--srun=" + srun, "--srun_args=--mpi=pmix",
+                                   "--dataset=synthetic", "--", "--epochs=1"}),
+                {"SLURM_JOB_ID=77", "SLURM_JOB_NUM_NODES=2", "SLURM_NTASKS_PER_NODE=4",
+                 "SLURM_GPUS_ON_NODE=4", "SLURM_CPUS_PER_TASK=6"}),
+            ExitStatus::Exited(0))
+      << Stderr();
+  EXPECT_THAT(Stdout(), HasSubstr("(slurm mode)"));
+  EXPECT_THAT(Stdout(), HasSubstr(absl::StrCat(
+                            "NCCL_NVLS_ENABLE=0 ", srun,
+                            " --nodes=2 --ntasks=8 --ntasks-per-node=4 --kill-on-bad-exit=1 "
+                            "--export=ALL --cpus-per-task=6 --gpu-bind=none --mpi=pmix ",
+                            Runfile("launcher/testing/fake_trainer.sh"), " --job_id=", job_id_,
+                            " --seed=0 --data_service=", Runfile("launcher/fake_data_service"),
+                            " --data_service_args=--dataset=synthetic --epochs=1\n")));
+}
+
+TEST_F(LauncherTest, ModeLocalInsideSlurmStaysOnThisMachine) {
+  EXPECT_EQ(Run(LauncherWithFakes({"--dry_run", "--mode=local", "--np=2"}),
+                {"SLURM_JOB_ID=77", "SLURM_JOB_NUM_NODES=2"}),
+            ExitStatus::Exited(0));
+  EXPECT_THAT(Stdout(), HasSubstr(" -np 2 "));
+  EXPECT_THAT(Stdout(), HasSubstr("--data_socket=/tmp/stoker." + job_id_ + "/data.sock"));
+}
+
+TEST_F(LauncherTest, ClusterUsageErrorsExitTwoNamingTheFlag) {
+  struct Case {
+    std::vector<std::string> args;
+    std::vector<std::string> env;
+    std::string message;
+  };
+  const Case cases[] = {
+      {{"--mode=slurm"}, {}, "SLURM_JOB_ID is not set"},
+      {{"--hosts=a:2", "--hostfile=/x"}, {}, "--hostfile and --hosts both"},
+      {{"--hosts=a:2,a:2"}, {}, "--hosts names a twice"},
+      {{"--hosts=a,b"}, {}, "host a states no slot count"},
+      {{"--hostfile=/nonexistent/hosts"}, {}, "--hostfile /nonexistent/hosts: cannot read it"},
+      {{"--np=16"}, {"SLURM_JOB_ID=5", "SLURM_NNODES=1", "SLURM_GPUS_ON_NODE=8"},
+       "16 ranks per node (--np) but Slurm job 5 has 8 GPU(s) per node"},
+      {{"--srun_args=-n 4"}, {"SLURM_JOB_ID=5", "SLURM_NNODES=1", "SLURM_NTASKS_PER_NODE=2"},
+       "--srun_args must not set the rank count"},
+      {{"--hosts=a:2", "--", "--job_id=x"}, {}, "conflicts with the launcher"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(Run(LauncherWithFakes(c.args), c.env), ExitStatus::Exited(2)) << c.args[0];
+    EXPECT_THAT(Stderr(), HasSubstr(c.message)) << c.args[0];
+  }
+}
+
+TEST_F(LauncherTest, DoctorIsASubcommand) {
+  EXPECT_EQ(Run({Runfile("launcher/launcher"), "doctor", "--np=x"}), ExitStatus::Exited(2));
+  EXPECT_THAT(Stderr(), HasSubstr("doctor: --np=x must be a positive number"));
+  EXPECT_EQ(Run({Runfile("launcher/launcher"), "--help"}), ExitStatus::Exited(0));
+  EXPECT_THAT(Stdout(), HasSubstr("launcher doctor [--np=N]"));
+  for (const char* flag : {"--hostfile", "--hosts", "--mode=auto", "--srun=srun", "--srun_args"}) {
+    EXPECT_THAT(Stdout(), HasSubstr(flag));
+  }
 }
 
 TEST_F(LauncherTest, RunsAJobToTheEnd) {

@@ -180,6 +180,15 @@ absl::StatusOr<absl::optional<SlurmAllocation>> SlurmAllocationFromEnvironment(
     allocation.gpus_per_node = *gpus;
     break;
   }
+  const std::string cpus = Lookup(environment, "SLURM_CPUS_PER_TASK");
+  if (!cpus.empty()) {
+    absl::optional<int> count = PositiveInt(cpus);
+    if (!count.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SLURM_CPUS_PER_TASK='", cpus, "' is not a CPU count"));
+    }
+    allocation.cpus_per_task = *count;
+  }
   if (allocation.gpus_per_node == 0) {
     const std::string job_gpus = Lookup(environment, "SLURM_JOB_GPUS");
     if (!job_gpus.empty()) {

@@ -48,6 +48,9 @@ struct SlurmAllocation {
   int nodes = 0;           // SLURM_JOB_NUM_NODES (or SLURM_NNODES)
   int tasks_per_node = 0;  // SLURM_NTASKS_PER_NODE / SLURM_TASKS_PER_NODE; 0: not stated
   int gpus_per_node = 0;   // SLURM_GPUS_ON_NODE / SLURM_GPUS_PER_NODE / SLURM_JOB_GPUS; 0: none
+  // SLURM_CPUS_PER_TASK; 0: not stated. srun does not inherit it (Slurm >= 22.05), so the
+  // launcher passes it on.
+  int cpus_per_task = 0;
 };
 
 // nullopt when `environment` has no SLURM_JOB_ID (not inside an allocation).

@@ -67,7 +67,8 @@ TEST(SlurmAllocationTest, ReadsNodesTasksAndGpusOfAnSbatchJob) {
   const std::map<std::string, std::string> env = {
       {"SLURM_JOB_ID", "4242"},          {"SLURM_JOB_NUM_NODES", "4"},
       {"SLURM_NTASKS_PER_NODE", "8"},    {"SLURM_TASKS_PER_NODE", "8(x4)"},
-      {"SLURM_GPUS_ON_NODE", "8"},       {"SLURM_GPUS_PER_NODE", "h200:8"}};
+      {"SLURM_GPUS_ON_NODE", "8"},       {"SLURM_GPUS_PER_NODE", "h200:8"},
+      {"SLURM_CPUS_PER_TASK", "16"}};
   absl::StatusOr<absl::optional<SlurmAllocation>> allocation = SlurmAllocationFromEnvironment(env);
   ASSERT_TRUE(allocation.ok()) << allocation.status();
   ASSERT_TRUE(allocation->has_value());
@@ -75,6 +76,7 @@ TEST(SlurmAllocationTest, ReadsNodesTasksAndGpusOfAnSbatchJob) {
   EXPECT_EQ((*allocation)->nodes, 4);
   EXPECT_EQ((*allocation)->tasks_per_node, 8);
   EXPECT_EQ((*allocation)->gpus_per_node, 8);
+  EXPECT_EQ((*allocation)->cpus_per_task, 16);
 }
 
 TEST(SlurmAllocationTest, FallsBackToOtherVariables) {
@@ -110,6 +112,9 @@ TEST(SlurmAllocationTest, MalformedVariablesAreNamed) {
   allocation = SlurmAllocationFromEnvironment(
       {{"SLURM_JOB_ID", "7"}, {"SLURM_NNODES", "1"}, {"SLURM_GPUS_ON_NODE", "gpu:"}});
   EXPECT_THAT(std::string(allocation.status().message()), HasSubstr("SLURM_GPUS_ON_NODE"));
+  allocation = SlurmAllocationFromEnvironment(
+      {{"SLURM_JOB_ID", "7"}, {"SLURM_NNODES", "1"}, {"SLURM_CPUS_PER_TASK", "-2"}});
+  EXPECT_THAT(std::string(allocation.status().message()), HasSubstr("SLURM_CPUS_PER_TASK"));
 }
 
 TEST(LaunchModeTest, AutoFollowsHostsThenSlurmThenLocal) {
@@ -141,7 +146,7 @@ TEST(LaunchModeTest, ContradictionsNameTheFlags) {
 }
 
 TEST(SlurmRanksPerNodeTest, NpThenTasksThenGpus) {
-  SlurmAllocation allocation{"9", 2, 4, 8};
+  SlurmAllocation allocation{"9", 2, 4, 8, 0};
   EXPECT_EQ(*SlurmRanksPerNode(2, allocation), 2);
   EXPECT_EQ(*SlurmRanksPerNode(0, allocation), 4);
   allocation.tasks_per_node = 0;
@@ -149,9 +154,9 @@ TEST(SlurmRanksPerNodeTest, NpThenTasksThenGpus) {
 }
 
 TEST(SlurmRanksPerNodeTest, UnknownOrMoreRanksThanGpusFails) {
-  absl::StatusOr<int> ranks = SlurmRanksPerNode(0, SlurmAllocation{"9", 2, 0, 0});
+  absl::StatusOr<int> ranks = SlurmRanksPerNode(0, SlurmAllocation{"9", 2, 0, 0, 0});
   EXPECT_THAT(std::string(ranks.status().message()), HasSubstr("pass --np"));
-  ranks = SlurmRanksPerNode(16, SlurmAllocation{"9", 2, 0, 8});
+  ranks = SlurmRanksPerNode(16, SlurmAllocation{"9", 2, 0, 8, 0});
   EXPECT_THAT(std::string(ranks.status().message()),
               HasSubstr("16 ranks per node (--np) but Slurm job 9 has 8 GPU(s) per node"));
 }

@@ -78,6 +78,8 @@ class CheckpointReader {
   // Names of the entries, sorted.
   std::vector<std::string> Names() const;
   const std::string& source() const { return source_; }
+  // The whole file, as read (to hand it to other ranks).
+  const std::string& bytes() const { return *bytes_; }
   size_t size_bytes() const { return bytes_->size(); }
 
  private:

@@ -52,6 +52,7 @@ struct Ready {
   int64_t epoch = 0;
   int64_t step = 0;
   int32_t count = 0;
+  std::vector<int64_t> sample_indices;
 };
 
 class CudaBatchFeeder final : public BatchFeeder {
@@ -119,7 +120,7 @@ class CudaBatchFeeder final : public BatchFeeder {
             "no batch from the data service within ", absl::FormatDuration(options_.timeout)));
       }
       if (ready_.empty()) return prefetch_status_;
-      ready = ready_.front();
+      ready = std::move(ready_.front());
       ready_.pop_front();
     }
     TrainingBatch batch;
@@ -127,6 +128,7 @@ class CudaBatchFeeder final : public BatchFeeder {
     batch.epoch = ready.epoch;
     batch.step = ready.step;
     batch.count = ready.count;
+    batch.sample_indices = std::move(ready.sample_indices);
     Staging& staging = staging_[ready.buffer];
     cudaStream_t compute = c10::cuda::getCurrentCUDAStream(device_).stream();
     RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(compute, staging.copied, 0));
@@ -209,9 +211,13 @@ class CudaBatchFeeder final : public BatchFeeder {
     RETURN_IF_CUDA_ERROR(cudaEventRecord(staging.copied, copy_stream_));
     // See Note [Slot release after copy].
     RETURN_IF_CUDA_ERROR(cudaEventSynchronize(staging.copied));
+    Ready ready{buffer, view->epoch, view->step, view->count, {}};
+    if (view->sample_indices != nullptr) {
+      ready.sample_indices.assign(view->sample_indices, view->sample_indices + view->count);
+    }
     RETURN_IF_ERROR(source_->Release(*view));
     absl::MutexLock lock(&mu_);
-    ready_.push_back(Ready{buffer, view->epoch, view->step, view->count});
+    ready_.push_back(std::move(ready));
     if (stats_ != nullptr) ++stats_->batches_copied;
     return absl::OkStatus();
   }

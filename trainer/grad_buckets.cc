@@ -77,7 +77,11 @@ absl::StatusOr<std::unique_ptr<GradBuckets>> GradBuckets::Create(
   RETURN_IF_ERROR(ElementTypeOf(parameters[0]).status());
   std::vector<Bucket> plan = PlanBuckets(numels, parameters[0].element_size(), bucket_bytes);
   std::vector<at::Tensor> flat;
-  for (const Bucket& bucket : plan) {
+  // Note [One rank keeps autograd's gradients]: with nothing to reduce, buckets would only
+  // cost a memset and an extra add kernel per parameter each step; autograd then simply
+  // hands each parameter the gradient tensor it computed.
+  const bool reduce = communicator->world_size() > 1;
+  for (const Bucket& bucket : reduce ? plan : std::vector<Bucket>()) {
     at::Tensor storage = at::zeros({bucket.numel}, options);
     for (const BucketSlot& slot : bucket.slots) {
       at::Tensor& p = parameters[slot.parameter];
@@ -123,6 +127,10 @@ GradBuckets::GradBuckets(std::vector<at::Tensor> parameters, std::vector<std::st
 GradBuckets::~GradBuckets() = default;
 
 void GradBuckets::ZeroGrad() {
+  if (flat_.empty()) {  // Note [One rank keeps autograd's gradients]
+    for (at::Tensor& p : parameters_) p.mutable_grad() = at::Tensor();
+    return;
+  }
   for (at::Tensor& storage : flat_) storage.zero_();
 }
 
@@ -136,6 +144,7 @@ void GradBuckets::BeginStep(bool reduce) {
 }
 
 absl::Status GradBuckets::Launch(int bucket) {
+  if (flat_.empty()) return absl::OkStatus();  // one rank: the mean of one is itself
   const BucketSlot& first = plan_[bucket].slots.front();
   const at::Tensor& grad = parameters_[first.parameter].grad();
   if (!grad.defined() || !grad.is_alias_of(flat_[bucket])) {
@@ -144,7 +153,6 @@ absl::Status GradBuckets::Launch(int bucket) {
         " is no longer a view into its bucket (was zero_grad(set_to_none) called?)"));
   }
   ASSIGN_OR_RETURN(ElementType type, ElementTypeOf(flat_[bucket]));
-  if (communicator_->world_size() == 1) return absl::OkStatus();  // the mean of one is itself
   return communicator_->AllReduce(flat_[bucket].data_ptr(), flat_[bucket].numel(), type,
                                   ReduceOp::kAverage);
 }

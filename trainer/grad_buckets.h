@@ -1,5 +1,6 @@
 // GradBuckets: owns the flat gradient buckets of a model and reduces them across ranks
-// while backward is still running. Each parameter's .grad is a view into its bucket, so
+// while backward is still running. With more than one rank, each parameter's .grad is a
+// view into its bucket, so
 // backward accumulates straight into the memory the communicator reduces (no copy). An
 // autograd hook on each parameter's gradient accumulator counts down its bucket; a bucket
 // whose gradients are all in is reduced at once, in bucket order, as PyTorch's DDP does.
@@ -41,7 +42,8 @@ class GradBuckets {
   GradBuckets(const GradBuckets&) = delete;
   GradBuckets& operator=(const GradBuckets&) = delete;
 
-  // Zeroes every bucket, and so every gradient, in place (the views stay attached).
+  // Zeroes every bucket, and so every gradient, in place (the views stay attached). With
+  // one rank there are no buckets: the gradients are reset and autograd makes new ones.
   void ZeroGrad();
 
   // Arms the hooks for the next backward pass. With `reduce` false, gradients only

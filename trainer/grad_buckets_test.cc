@@ -109,5 +109,38 @@ TEST(GradBucketsTest, AccumulationStepDoesNotCommunicate) {
   EXPECT_TRUE((*buckets)->FinishStep().ok());
 }
 
+TEST(GradBucketsTest, OneRankKeepsAutogradGradientsAndAccumulates) {
+  auto comm = MpiCommunicator::Create(MPI_COMM_SELF);
+  ASSERT_TRUE(comm.ok());
+  ASSERT_EQ((*comm)->world_size(), 1);
+  torch::manual_seed(5);
+  Net net;
+  Net reference;
+  {
+    torch::NoGradGuard no_grad;
+    auto a = net.parameters(), b = reference.parameters();
+    for (size_t i = 0; i < a.size(); ++i) b[i].copy_(a[i]);
+  }
+  auto [params, names] = Parameters(net);
+  auto buckets = GradBuckets::Create(params, names, 2048, comm->get());
+  ASSERT_TRUE(buckets.ok());
+  at::Tensor x1 = at::randn({3, 3, 8, 8}), x2 = at::randn({3, 3, 8, 8});
+  for (int step = 0; step < 2; ++step) {
+    (*buckets)->ZeroGrad();
+    for (const at::Tensor& p : params) EXPECT_FALSE(p.grad().defined());
+    // Two micro-batches: the second adds to the first's gradients.
+    for (const at::Tensor& x : {x1, x2}) {
+      (*buckets)->BeginStep(/*reduce=*/true);
+      net.forward(x).sum().backward();
+      ASSERT_TRUE((*buckets)->FinishStep().ok());
+    }
+  }
+  (reference.forward(x1).sum() + reference.forward(x2).sum()).backward();
+  auto ref = reference.parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_TRUE(at::allclose(params[i].grad(), ref[i].grad(), 1e-5, 1e-6)) << names[i];
+  }
+}
+
 }  // namespace
 }  // namespace stoker::trainer

@@ -16,7 +16,7 @@
 #include "common/status_macros.h"
 
 // Data and model.
-ABSL_FLAG(std::string, data_socket, "", "Unix socket of this node's data service (the launcher passes it).");
+ABSL_FLAG(std::string, data_socket, "", "Unix socket of this node's data service (the launcher passes it). Empty (and no --synthetic_steps): each node's local rank 0 starts the node's data service itself (see the node data service flags).");
 ABSL_FLAG(std::string, model, "small_cnn", "Model: small_cnn, resnet18 or resnet50 (torchvision's).");
 ABSL_FLAG(int, num_classes, 10, "Number of classes of the dataset.");
 ABSL_FLAG(int, image_size, 32, "Square image size in pixels fed to the model.");
@@ -67,6 +67,7 @@ ABSL_FLAG(std::string, metrics_jsonl, "", "If set, rank 0 appends one JSON objec
 ABSL_FLAG(std::string, tensorboard_dir, "", "If set, rank 0 writes TensorBoard scalars (an events.out.tfevents file) here.");
 ABSL_FLAG(std::string, loss_log, "", "If set, rank 0 writes `epoch step loss` for every batch here (syncs each step).");
 ABSL_FLAG(std::string, export, "", "If set, rank 0 writes the final model's state dict here (atomically) in torch.save's format: torch.load reads it and torchvision's model loads it with load_state_dict.");
+ABSL_FLAG(std::string, sample_log, "", "If set, each rank writes `epoch step index...` for every trained batch to PATH.rank<r>.");
 ABSL_FLAG(std::string, final_params_out, "", "If set, each rank writes its final parameters to PATH.rank<r> (raw bytes, for tests).");
 ABSL_FLAG(int, profile_steps, 0, "Measure a time breakdown per step (data wait, host-to-device, forward, backward, allreduce wait, optimizer) over N steps after the warm-up (0: off).");
 
@@ -90,6 +91,7 @@ namespace stoker::trainer {
 namespace {
 
 constexpr char kFlagsFile[] = "trainer/flags.cc";
+constexpr char kMainFile[] = "trainer/main.cc";  // the node data service flags
 constexpr int kMaxConfigDepth = 8;
 
 struct Section {
@@ -112,11 +114,14 @@ const std::vector<Section>& Sections() {
         "resume", "stop_after_steps"}},
       {"Outputs (rank 0)",
        {"log_every", "metrics_out", "metrics_jsonl", "tensorboard_dir", "loss_log", "export",
-        "final_params_out", "profile_steps"}},
+        "final_params_out", "sample_log", "profile_steps"}},
       {"Device and precision",
        {"device", "precision", "channels_last", "cudnn_benchmark", "init_scale", "growth_factor",
         "backoff_factor", "growth_interval", "cache_release_fraction"}},
       {"Benchmarking", {"synthetic_steps", "warmup_steps", "data_only"}},
+      // Defined in trainer/main.cc (the binary), so absent from tests of this library.
+      {"Node data service (without --data_socket)",
+       {"job_id", "data_service", "data_service_args", "ranks_per_node"}},
   };
   return *sections;
 }
@@ -124,7 +129,10 @@ const std::vector<Section>& Sections() {
 // The trainer flag called `name`, or nullptr (flags of linked libraries do not count).
 absl::CommandLineFlag* TrainerFlag(absl::string_view name) {
   absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-  if (flag == nullptr || !absl::EndsWith(flag->Filename(), kFlagsFile)) return nullptr;
+  if (flag == nullptr) return nullptr;
+  if (!absl::EndsWith(flag->Filename(), kFlagsFile) && !absl::EndsWith(flag->Filename(), kMainFile)) {
+    return nullptr;
+  }
   return flag;
 }
 
@@ -290,6 +298,7 @@ absl::StatusOr<TrainerOptions> OptionsFromFlags() {
   o.loss_log = absl::GetFlag(FLAGS_loss_log);
   o.export_path = absl::GetFlag(FLAGS_export);
   o.final_params_out = absl::GetFlag(FLAGS_final_params_out);
+  o.sample_log = absl::GetFlag(FLAGS_sample_log);
   o.profile_steps = absl::GetFlag(FLAGS_profile_steps);
 
   o.device = absl::GetFlag(FLAGS_device);
@@ -314,7 +323,11 @@ absl::StatusOr<TrainerOptions> OptionsFromFlags() {
   o.synthetic_steps = absl::GetFlag(FLAGS_synthetic_steps);
   o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
   o.data_only = absl::GetFlag(FLAGS_data_only);
-  RETURN_IF_ERROR(ValidateOptions(o));
+  // Without --data_socket the node's local rank 0 starts the data service after MPI start-up
+  // and sets it (launcher/node_data_service.h); check the rest now.
+  TrainerOptions checked = o;
+  if (checked.data_socket.empty()) checked.data_socket = "(started by local rank 0)";
+  RETURN_IF_ERROR(ValidateOptions(checked));
   return o;
 }
 

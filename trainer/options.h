@@ -86,6 +86,9 @@ struct TrainerOptions {
   std::string loss_log;             // "epoch step loss" for every batch (syncs each step)
   std::string export_path;          // the final state dict as torch.load reads it
   std::string final_params_out;     // each rank: raw parameters to <path>.rank<r> (tests)
+  // Each rank writes "epoch step index..." (the dataset indices of the samples) for every
+  // trained batch to <path>.rank<r>: what tests check sampling and seeding with.
+  std::string sample_log;
   int profile_steps = 0;            // time breakdown over this many steps after warm-up
 
   // GPU path.

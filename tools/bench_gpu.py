@@ -65,7 +65,7 @@ def dataset(images):
 
 
 def stoker_train(out, name, ranks, model, root=None, synthetic_steps=0, data_only=False,
-                 cores=None, data_threads=14, extra=()):
+                 cores=None, data_threads=15, extra=()):
     os.makedirs(WORK, exist_ok=True)
     metrics = os.path.join(WORK, f"{name}.json")
     trainer = ["--model=" + model, "--num_classes=1000", "--image_size=224", "--batch_size=256",
@@ -120,7 +120,7 @@ def phase_two_gpu(out):
     root = dataset(24000)
     for model in ("resnet50", "resnet18"):
         stoker_train(out, f"synthetic_{model}_2gpu", 2, model, synthetic_steps=40)
-        stoker_train(out, f"jpeg_{model}_2gpu", 2, model, root=root, data_threads=28)
+        stoker_train(out, f"jpeg_{model}_2gpu", 2, model, root=root, data_threads=30)
     p = run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
              os.path.join(ANCHORS, "anchor_ddp.py"),
              "--root", root], timeout=400)

@@ -356,10 +356,14 @@ std::string TrainerFlagsHelp() {
     }
   }
   absl::StrAppend(&out,
+                  "\nStopping: SIGINT, SIGTERM, SIGUSR1 or SIGUSR2 stops every rank after the same "
+                  "step, with a\ncheckpoint when --checkpoint_dir is set (mpirun forwards SIGUSR1/2 at "
+                  "once; sbatch\n--signal=USR2@120 sends one before the time limit). The same signal "
+                  "twice kills at once.\n"
                   "\nExit codes: 0 finished; 1 failed; 2 bad flag; 75 stopped by --stop_after_steps "
                   "(checkpoint written);\n128+N stopped by signal N at a step boundary (130 SIGINT, "
-                  "143 SIGTERM; checkpoint written\nwhen --checkpoint_dir is set). With --resume=auto "
-                  "(the default) a rerun continues from the\nnewest checkpoint.\n");
+                  "143 SIGTERM, 138 SIGUSR1, 140 SIGUSR2).\nWith --resume=auto (the default) a rerun "
+                  "continues from the newest checkpoint.\n");
   return out;
 }
 

@@ -119,8 +119,9 @@ inline constexpr int kExitOk = 0;            // training finished
 inline constexpr int kExitError = 1;         // a failure; the message says which
 inline constexpr int kExitUsage = 2;         // a bad flag or flag value
 inline constexpr int kExitStoppedEarly = 75; // --stop_after_steps reached (checkpoint written)
-// Stopped at a step boundary by signal N (SIGINT, SIGTERM): 128 + N, i.e. 130 or 143;
-// a checkpoint was written when --checkpoint_dir is set.
+// Stopped at a step boundary by signal N (trainer/stop_signal.h): 128 + N, i.e. 130 for
+// SIGINT, 143 for SIGTERM, 138 for SIGUSR1, 140 for SIGUSR2; a checkpoint was written when
+// --checkpoint_dir is set.
 inline int ExitCodeForSignal(int signal_number) { return 128 + signal_number; }
 
 // Checks option values. InvalidArgument naming the flag at fault (`--flag=value: why`).

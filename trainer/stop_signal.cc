@@ -10,19 +10,17 @@
 namespace stoker::trainer {
 namespace {
 
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
+
 std::atomic<int> g_stop_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free, "used from a signal handler");
 
 void OnStopSignal(int signal_number) {
   int expected = 0;
-  if (!g_stop_signal.compare_exchange_strong(expected, signal_number)) {
-    // Already stopping: a second signal ends the process the default way.
-    signal(signal_number, SIG_DFL);
-    raise(signal_number);
-  } else {
-    // Only the first one of each kind is graceful.
-    signal(signal_number, SIG_DFL);
-  }
+  g_stop_signal.compare_exchange_strong(expected, signal_number);
+  // Only the first one of each kind is graceful: the same signal again ends the process the
+  // default way. (Another kind while stopping changes nothing.)
+  signal(signal_number, SIG_DFL);
 }
 
 }  // namespace
@@ -32,7 +30,7 @@ absl::Status InstallStopSignalHandlers() {
   action.sa_handler = OnStopSignal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
-  for (int signal_number : {SIGINT, SIGTERM}) {
+  for (int signal_number : kStopSignals) {
     if (sigaction(signal_number, &action, nullptr) != 0) {
       return ErrnoToStatus(errno, "sigaction for the stop signals");
     }

@@ -25,7 +25,17 @@ TEST(StopSignalTest, SigintIsRecordedToo) {
   SetStopSignalForTest(0);
 }
 
-TEST(StopSignalDeathTest, ASecondSignalKills) {
+TEST(StopSignalTest, Sigusr2IsAStopSignalAndAnotherKindLaterChangesNothing) {
+  ASSERT_TRUE(InstallStopSignalHandlers().ok());
+  SetStopSignalForTest(0);
+  ASSERT_EQ(raise(SIGUSR2), 0);
+  EXPECT_EQ(StopSignalReceived(), SIGUSR2);
+  ASSERT_EQ(raise(SIGTERM), 0);  // still alive
+  EXPECT_EQ(StopSignalReceived(), SIGUSR2);
+  SetStopSignalForTest(0);
+}
+
+TEST(StopSignalDeathTest, ASecondSignalOfTheSameKindKills) {
   EXPECT_EXIT(
       {
         InstallStopSignalHandlers().IgnoreError();

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "absl/types/optional.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -71,21 +72,34 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 // and without a stop vote fails the step on every rank. Partial gradient accumulation is
 // discarded: the checkpoint's position is the start of the interrupted optimizer step.
 
+// How long a rank whose data service is gone waits for a stop signal before it calls
+// that a failure: when a job is stopped, the data service may get its SIGTERM (and exit)
+// before the trainers get theirs (mpirun passes SIGTERM on after a second).
+constexpr absl::Duration kStopSignalGrace = absl::Seconds(5);
+
 // The agreed outcome of a vote: 0 to go on, or the stop signal.
 absl::StatusOr<int> AgreeOnStop(Communicator& host, const absl::Status& local) {
-  const int signal_number = StopSignalReceived();
-  int64_t votes[3] = {signal_number == SIGINT ? 1 : 0, signal_number == SIGTERM ? 1 : 0,
-                      local.ok() ? 0 : 1};
+  if (absl::IsUnavailable(local) && StopSignalReceived() == 0) {
+    const absl::Time deadline = absl::Now() + kStopSignalGrace;
+    while (StopSignalReceived() == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  }
+  // One counter per stop signal (in order of precedence), then "no batch".
+  constexpr int kSignals[] = {SIGTERM, SIGINT, SIGUSR2, SIGUSR1};
+  const int received = StopSignalReceived();
+  int64_t votes[5] = {};
+  for (int i = 0; i < 4; ++i) votes[i] = received == kSignals[i] ? 1 : 0;
+  votes[4] = local.ok() ? 0 : 1;
   if (host.world_size() > 1) {
-    RETURN_IF_ERROR(host.AllReduce(votes, 3, ElementType::kInt64, ReduceOp::kSum));
+    RETURN_IF_ERROR(host.AllReduce(votes, 5, ElementType::kInt64, ReduceOp::kSum));
     RETURN_IF_ERROR(host.Synchronize());
   }
-  if (votes[0] + votes[1] > 0) {
+  for (int i = 0; i < 4; ++i) {
+    if (votes[i] == 0) continue;
     if (!local.ok()) LogWarning("stopping; this rank had no next batch: %s", local.message());
-    return votes[1] > 0 ? SIGTERM : SIGINT;
+    return kSignals[i];
   }
   if (!local.ok()) return local;
-  if (votes[2] > 0) {
+  if (votes[4] > 0) {
     return absl::UnavailableError("another rank could not get its next batch (its log says why)");
   }
   return 0;
@@ -328,7 +342,7 @@ class Trainer {
   bool resumed_ = false;
   int64_t global_step_ = 0;
   int64_t steps_this_run_ = 0;
-  int64_t first_epoch_batches_skipped_ = 0;
+  absl::Status data_error_;  // a data-service failure outside Next(), for the next vote
 
   // Reporting (rank 0).
   std::ofstream loss_log_;
@@ -619,7 +633,8 @@ absl::StatusOr<int> Trainer::NextMicroBatch(int64_t epoch, int64_t index, Traini
   absl::StatusOr<TrainingBatch> next = feeder_->Next();
   StepProfiler* profiler = active_profiler_;
   if (profiler != nullptr) RETURN_IF_ERROR(profiler->Mark(StepPhase::kHostToDevice));
-  absl::Status local = next.status();
+  absl::Status local = data_error_.ok() ? next.status() : data_error_;
+  data_error_ = absl::OkStatus();
   if (next.ok() && (next->epoch != epoch || next->step != index)) {
     return absl::InternalError(absl::StrCat("the data service delivered epoch ", next->epoch, " step ",
                                             next->step, ", expected ", epoch, " ", index));
@@ -737,10 +752,8 @@ absl::Status Trainer::AfterOptimizerStep(int64_t epoch, int64_t batches_done, in
 absl::StatusOr<absl::optional<TrainingOutcome>> Trainer::TrainEpoch(int64_t epoch) {
   int64_t b = epoch == start_.epoch ? start_.batches_done : 0;
   // Ask for the next epoch now, so that its first batches are ready at the boundary.
-  if (ring_ != nullptr && epoch + 1 < o_.epochs) {
-    ASSIGN_OR_RETURN(EpochInfo next, ring_->StartEpoch(epoch + 1, seed_));
-    (void)next;
-  }
+  // A failure joins the next vote (Note [Stopping together]): the service may be stopping.
+  if (ring_ != nullptr && epoch + 1 < o_.epochs) data_error_ = ring_->StartEpoch(epoch + 1, seed_).status();
   model_->train();
   const int profile_first = o_.warmup_steps;
   while (b < trained_per_epoch_) {
@@ -771,7 +784,7 @@ absl::StatusOr<absl::optional<TrainingOutcome>> Trainer::TrainEpoch(int64_t epoc
       }
       ASSIGN_OR_RETURN(at::Tensor loss, step_->MicroBatch(batch.images, batch.labels, profiler));
       if (loss_log_.is_open()) {
-        loss_log_ << absl::StrFormat("%d %d %.9g\n", epoch, b + i, loss.item<float>());
+        loss_log_ << absl::StrFormat("%d %d %.9g\n", epoch, b + i, loss.item<float>()) << std::flush;
       }
       loss_sum = loss_sum.defined() ? loss_sum + loss : loss;
     }
@@ -808,7 +821,10 @@ absl::StatusOr<absl::optional<TrainingOutcome>> Trainer::TrainEpoch(int64_t epoc
 // Validates on the validation ring. Returns the agreed stop signal (0: done).
 absl::StatusOr<int> Trainer::Validate(int64_t epoch) {
   const Clock::time_point start = Clock::now();
-  ASSIGN_OR_RETURN(EpochInfo info, val_ring_->StartEpoch(epoch, seed_));
+  absl::StatusOr<EpochInfo> started = val_ring_->StartEpoch(epoch, seed_);
+  ASSIGN_OR_RETURN(int stop_now, AgreeOnStop(host_, started.status()));
+  if (stop_now != 0) return stop_now;
+  const EpochInfo info = *started;
   RingBatchSource source(val_ring_.get());
   FeederOptions options = feeder_options_;
   options.batch_size = val_ring_->request().batch_size;

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Preemption: SIGTERM to the launcher (what a scheduler sends) stops every rank after the
+# same step with a checkpoint, and the job exits 143; a second run with --resume=auto (the
+# default) continues from it, and the losses of both runs are bit-identical to those of an
+# uninterrupted run. SIGUSR2 to mpirun (which forwards it to the ranks at once) does the
+# same without anything being killed: the job exits 140. Nothing is left behind.
+set -euo pipefail
+root="${TEST_SRCDIR}/stoker"
+source "$root/tests/mpi_env.sh"
+source "$root/tests/job_checks.sh"
+if declare -F private_mpi_session_dir >/dev/null; then private_mpi_session_dir; fi
+out="${TEST_TMPDIR:-$(mktemp -d)}"
+
+launch() {  # launch NAME JOB [trainer flags...]: starts the job in the background; $pid
+  local name="$1" job="$2"; shift 2
+  "$root/launcher/launcher" --np=2 --job_id="$job" \
+    --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
+    --dataset=synthetic --synthetic_samples=1500 --synthetic_classes=4 --data_threads=1 -- \
+    --model=small_cnn --num_classes=4 --image_size=32 --batch_size=32 --epochs=3 --lr=0.05 \
+    --log_every=5 --loss_log="$out/$name.txt" "$@" > "$out/$name.log" 2>&1 &
+  pid=$!
+}
+
+wait_for_lines() {  # wait_for_lines FILE N: until FILE has N lines (60 s at most)
+  for _ in $(seq 600); do
+    [[ $(cat "$1" 2>/dev/null | wc -l) -ge $2 ]] && return 0
+    sleep 0.1
+  done
+  echo "FAIL: $1 never reached $2 lines"; exit 1
+}
+
+# Every line of the runs' loss logs is the reference's, and together they cover it.
+same_losses() {
+  local reference="$1"; shift
+  awk 'NR==FNR {ref[$1" "$2]=$3; next} {seen[$1" "$2]=1; if (ref[$1" "$2] != $3) {print "differs:", $0; bad=1}}
+       END {for (k in ref) if (!seen[k]) {print "missing:", k; bad=1}; exit bad}' "$reference" "$@" ||
+    { echo "FAIL: the interrupted and resumed runs' losses are not the reference's"; exit 1; }
+  echo "losses of $(basename -a "$@" | tr "\n" " ")are bit-identical to $(basename "$reference")"
+}
+
+job="preempt-ref-$$-$RANDOM"
+launch reference "$job"
+wait "$pid" || { cat "$out/reference.log"; echo "FAIL: the reference run failed"; exit 1; }
+assert_nothing_left "$job"
+
+# SIGTERM to the launcher.
+job="preempt-term-$$-$RANDOM"
+launch term "$job" --checkpoint_dir="$out/ckpt_term"
+wait_for_lines "$out/term.txt" 20
+kill -TERM "$pid"
+set +e; wait "$pid"; rc=$?; set -e
+[[ $rc -eq 143 ]] || { cat "$out/term.log"; echo "FAIL: the launcher exited $rc after SIGTERM, expected 143"; exit 1; }
+grep -q "stopped by Terminated at epoch" "$out/term.log" || { cat "$out/term.log"; echo "FAIL: the ranks did not stop"; exit 1; }
+stop_step=$(sed -n 's/.*stopped by Terminated at epoch [0-9]*, batch [0-9]* of [0-9]* (step \([0-9]*\)).*/\1/p' "$out/term.log")
+ls -l "$out/ckpt_term"
+[[ -f "$out/ckpt_term/$(printf 'ckpt-%012d.stoker' "$stop_step")" ]] || { echo "FAIL: no checkpoint of step $stop_step"; exit 1; }
+assert_nothing_left "$job"
+
+job="preempt-resume-$$-$RANDOM"
+launch resumed "$job" --checkpoint_dir="$out/ckpt_term"
+wait "$pid" || { cat "$out/resumed.log"; echo "FAIL: the resumed run failed"; exit 1; }
+grep -q "resuming from .*$(printf 'ckpt-%012d' "$stop_step")" "$out/resumed.log" || { echo "FAIL: did not resume from step $stop_step"; exit 1; }
+assert_nothing_left "$job"
+same_losses "$out/reference.txt" "$out/term.txt" "$out/resumed.txt"
+
+# SIGUSR2 to mpirun: forwarded to the ranks at once; they stop, checkpoint and exit 140.
+job="preempt-usr2-$$-$RANDOM"
+launch usr2 "$job" --checkpoint_dir="$out/ckpt_usr2"
+wait_for_lines "$out/usr2.txt" 20
+mpirun_pid=$(pgrep -P "$pid" -x mpirun)
+kill -USR2 "$mpirun_pid"
+set +e; wait "$pid"; rc=$?; set -e
+[[ $rc -eq 140 ]] || { cat "$out/usr2.log"; echo "FAIL: the job exited $rc after SIGUSR2, expected 140"; exit 1; }
+grep -q "stopped by User defined signal 2" "$out/usr2.log" || { echo "FAIL: no graceful stop"; exit 1; }
+! grep -q "killed [0-9]* process" "$out/usr2.log" || { echo "FAIL: processes had to be killed"; exit 1; }
+assert_nothing_left "$job"
+job="preempt-usr2-resume-$$-$RANDOM"
+launch usr2_resumed "$job" --checkpoint_dir="$out/ckpt_usr2"
+wait "$pid" || { cat "$out/usr2_resumed.log"; echo "FAIL: the resumed run failed"; exit 1; }
+assert_nothing_left "$job"
+same_losses "$out/reference.txt" "$out/usr2.txt" "$out/usr2_resumed.txt"
+echo "PASS"

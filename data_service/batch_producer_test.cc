@@ -314,7 +314,9 @@ std::string JpegFolder(const std::string& name, int per_class, int classes = 3,
                       .ok());
     }
   }
-  if (with_bad_files) EXPECT_TRUE(test_util::WriteBadImageFiles(root + "/class0").ok());
+  if (with_bad_files) {
+    EXPECT_TRUE(test_util::WriteBadImageFiles(root + "/class0").ok());
+  }
   return root;
 }
 
@@ -420,7 +422,9 @@ TEST(BatchProducerTest, TheNextEpochsFirstBatchIsReadyWhenTheCurrentEpochEnds) {
   auto consumer = RingConsumer::Attach(segment->data(), segment->size());
   ASSERT_TRUE(consumer.ok());
   for (int64_t epoch = 0; epoch < 3; ++epoch) {
-    if (epoch == 0) ASSERT_TRUE(producer->QueueEpoch(0, 5).ok());
+    if (epoch == 0) {
+      ASSERT_TRUE(producer->QueueEpoch(0, 5).ok());
+    }
     for (int64_t step = 0; step < 4; ++step) {
       // Every batch after the very first must already be published: no stall, not even
       // at the epoch boundary.
@@ -430,7 +434,9 @@ TEST(BatchProducerTest, TheNextEpochsFirstBatchIsReadyWhenTheCurrentEpochEnds) {
       EXPECT_EQ(slot->epoch, epoch);
       EXPECT_EQ(slot->step, step);
       // As the trainer does: ask for the next epoch at the start of this one.
-      if (step == 0) ASSERT_TRUE(producer->QueueEpoch(epoch + 1, 5).ok());
+      if (step == 0) {
+        ASSERT_TRUE(producer->QueueEpoch(epoch + 1, 5).ok());
+      }
       absl::SleepFor(absl::Milliseconds(400));  // the training step
       ASSERT_TRUE(consumer->Release(slot->slot).ok());
     }

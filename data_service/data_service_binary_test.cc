@@ -1,7 +1,8 @@
 // Runs the real data_service binary: two ranks of a world of two read two epochs of the
 // synthetic dataset; every index is delivered once per epoch (plus the sampler's padding),
 // the images do not depend on --threads, SIGTERM leaves no segment and no socket behind,
-// bad flags exit 2, and an ImageFolder of JPEGs works end to end.
+// bad flags exit 2, an ImageFolder of JPEGs works end to end, and its packed copy gives
+// the same batches (bad files included) at any --threads.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -22,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "data_service/packed_writer.h"
 #include "data_service/ring_client.h"
 #include "data_service/sampler.h"
 #include "data_service/synthetic_dataset.h"
@@ -268,6 +270,14 @@ TEST(DataServiceBinaryTest, FlagErrorsExitWithCode2AndNameTheFlag) {
       {{"--socket=/nonexistent/dir/s.sock", "--job_id=j"}, "--socket"},
       {{socket, "--job_id=j", "stray"}, "stray"},
       {{socket, "--job_id"}, "--job_id"},
+      {{socket, "--job_id=j", "--bad_files=maybe"}, "--bad_files"},
+      {{socket, "--job_id=j", "--max_bad_fraction=2"}, "--max_bad_fraction"},
+      {{socket, "--job_id=j", "--max_image_pixels=0"}, "--max_image_pixels"},
+      {{socket, "--job_id=j", "--eval_resize_ratio=0.5"}, "--eval_resize_ratio"},
+      {{socket, "--job_id=j", "--dataset=packed"}, "--train_dir"},
+      {{socket, "--job_id=j", "--dataset=packed", "--train_dir=/nonexistent/t.stkpack"},
+       "--train_dir"},
+      {{socket, "--job_id=j", "--train_dir=/tmp"}, "--train_dir"},
   };
   for (const Case& c : cases) {
     ServiceProcess service(c.flags);
@@ -329,6 +339,98 @@ TEST(DataServiceBinaryTest, ServesAnImageFolderOfJpegs) {
   EXPECT_EQ(service.Wait(absl::Seconds(20)), 0) << service.Log();
   EXPECT_TRUE(SegmentsOfJob(job).empty());
   rmdir(dir.c_str());
+}
+
+TEST(DataServiceBinaryTest, HelpListsEveryFlag) {
+  ServiceProcess service({"--help"});
+  EXPECT_EQ(service.Wait(absl::Seconds(20)), 0);
+  for (const char* flag : {"--dataset", "packed", "--bad_files", "--max_bad_fraction",
+                           "--max_image_pixels", "--eval_resize_ratio", "--threads", "--prefetch"}) {
+    EXPECT_NE(service.Log().find(flag), std::string::npos) << flag << "\n" << service.Log();
+  }
+}
+
+// One epoch of a training and a validation ring of 3 ranks' rank 1, as (indices, bytes).
+struct Delivered {
+  std::vector<int64_t> indices;
+  std::vector<int32_t> labels;
+  std::vector<uint8_t> images;
+};
+
+Delivered ServeOneEpoch(const std::vector<std::string>& dataset_flags, int threads, bool train) {
+  Delivered delivered;
+  const std::string dir = SocketDirectory();
+  const std::string socket = dir + "/ds.sock";
+  const std::string job = absl::StrCat("binpacked", test_util::UniqueId());
+  std::vector<std::string> flags = {"--socket=" + socket, "--job_id=" + job,
+                                    absl::StrCat("--threads=", threads), "--max_bad_fraction=0.5"};
+  flags.insert(flags.end(), dataset_flags.begin(), dataset_flags.end());
+  ServiceProcess service(flags);
+  RingRequest request;
+  request.rank = 1;
+  request.world_size = 3;
+  request.batch_size = 4;
+  request.image_size = 32;
+  request.train = train;
+  auto client = RingClient::Connect(socket, request, absl::Seconds(60));
+  EXPECT_TRUE(client.ok()) << client.status() << "\n" << service.Log();
+  if (!client.ok()) return delivered;
+  auto info = (*client)->StartEpoch(0, 77);
+  EXPECT_TRUE(info.ok()) << info.status();
+  for (int64_t step = 0; info.ok() && step < info->batches; ++step) {
+    auto batch = (*client)->Acquire(absl::Seconds(30));
+    EXPECT_TRUE(batch.ok()) << batch.status() << "\n" << service.Log();
+    if (!batch.ok()) break;
+    delivered.indices.insert(delivered.indices.end(), batch->sample_indices,
+                             batch->sample_indices + batch->count);
+    delivered.labels.insert(delivered.labels.end(), batch->labels, batch->labels + batch->count);
+    delivered.images.insert(delivered.images.end(), batch->images,
+                            batch->images + size_t{32} * 32 * 3 * batch->count);
+    EXPECT_TRUE((*client)->Release(*batch).ok());
+  }
+  client->reset();
+  service.Signal(SIGTERM);
+  EXPECT_EQ(service.Wait(absl::Seconds(20)), 0) << service.Log();
+  if (!train) {  // rank 1 of 3 validates indices 1, 4, 7, 10, ...: the bad 10 is replaced
+    EXPECT_NE(service.Log().find("unusable sample 10 ("), std::string::npos) << service.Log();
+    EXPECT_EQ(delivered.indices, (std::vector<int64_t>{1, 4, 7, 13, 13, 16}));
+  }
+  rmdir(dir.c_str());
+  return delivered;
+}
+
+TEST(DataServiceBinaryTest, APackedDatasetServesTheSameBatchesAsItsFolder) {
+  ASSERT_FALSE(BinaryPath().empty());
+  const std::string root = test_util::TestDirectory("binary_packed_source");
+  fs::remove_all(root);
+  for (int c = 0; c < 3; ++c) {
+    fs::create_directories(absl::StrCat(root, "/c", c));
+    for (int i = 0; i < 6; ++i) {
+      ASSERT_TRUE(test_util::WriteJpeg(absl::StrCat(root, "/c", c, "/", i, ".jpg"), 70, 50,
+                                       test_util::PhotoLikeImage(70, 50, c * 100 + i), 90)
+                      .ok());
+    }
+  }
+  ASSERT_TRUE(test_util::WriteFileBytes(root + "/c1/4.jpg", {0xff, 0xd8, 0xff, 'x'}).ok());
+  const std::string out = test_util::TestDirectory("binary_packed");
+  fs::remove_all(out);
+  fs::create_directories(out);
+  PackOptions options;
+  options.shard_bytes = 10000;
+  auto stats = PackImageFolder(root, out + "/train.stkpack", options);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  for (bool train : {true, false}) {
+    SCOPED_TRACE(train ? "training" : "validation");
+    const Delivered folder = ServeOneEpoch(
+        {"--dataset=imagefolder", "--train_dir=" + root, "--val_dir=" + root}, 1, train);
+    const Delivered packed = ServeOneEpoch({"--dataset=packed", "--train_dir=" + out + "/train.stkpack",
+                                            "--val_dir=" + out + "/train.stkpack"},
+                                           2, train);
+    EXPECT_EQ(folder.indices.size(), 6u);  // 18 samples over 3 ranks
+    EXPECT_EQ(folder.indices, packed.indices);
+    EXPECT_EQ(folder.labels, packed.labels);
+    EXPECT_TRUE(folder.images == packed.images) << "packed and folder images differ";
+  }
 }
 
 TEST(DataServiceBinaryTest, AKilledServiceIsReportedAsUnavailableByAcquire) {

@@ -132,7 +132,9 @@ TEST(PackedDatasetTest, PackImageFolderKeepsTheFoldersOrderLabelsAndBytes) {
       absl::Status sa = (*folder)->Load(i, {20, train, 9, 2}, scratch, a.data());
       absl::Status sb = (*packed)->Load(i, {20, train, 9, 2}, scratch, b.data());
       EXPECT_EQ(sa.ok(), sb.ok()) << i;
-      if (sa.ok()) EXPECT_EQ(a, b) << i;
+      if (sa.ok()) {
+        EXPECT_EQ(a, b) << i;
+      }
     }
   }
 }

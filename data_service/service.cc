@@ -249,13 +249,13 @@ ServiceStats DataService::stats() {
 
 ServiceStats DataService::StatsLocked() {
   ServiceStats stats;
-  absl::flat_hash_set<pid_t> ranks;
+  absl::flat_hash_set<int32_t> ranks;  // a rank's training and validation rings count once
   for (const std::unique_ptr<Connection>& connection : connections_) {
     const uint64_t bytes = connection->ring_bytes.load();
     if (bytes == 0) continue;
     ++stats.rings;
     stats.ring_bytes += bytes;
-    ranks.insert(connection->peer_pid);
+    ranks.insert(connection->rank);
   }
   stats.local_ranks = static_cast<int32_t>(ranks.size());
   if (pool_ != nullptr) {

@@ -29,8 +29,8 @@ struct ServiceOptions {
   std::string job_id;      // [A-Za-z0-9._-], 1..64 characters
   int32_t node_id = 0;
   // Decode threads. 0: automatic, the cores less one per trainer rank registered on
-  // this node (a rank is a client process; its training and validation rings count
-  // once), at least one: the pool has cores - 1 threads and only that many take work.
+  // this node (a rank's training and validation rings count once), at least one: the
+  // pool has cores - 1 threads and only that many take work.
   int32_t threads = 0;
   int32_t prefetch = 2;    // batches per ring decoded at the same time
   // Evaluation Resize() = round(image_size * eval_resize_ratio), in [1, 8].
@@ -43,7 +43,7 @@ struct ServiceOptions {
 // What the service holds and has done, for logs and tests.
 struct ServiceStats {
   int32_t rings = 0;            // rings mapped now
-  int32_t local_ranks = 0;      // client processes with a ring now
+  int32_t local_ranks = 0;      // distinct ranks with a ring now
   uint64_t ring_bytes = 0;      // their shared-memory segments, summed
   uint64_t scratch_bytes = 0;   // the decode threads' reusable buffers, summed
   int32_t decode_threads = 0;   // the pool's threads

@@ -11,6 +11,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <set>
 #include <string>
 #include <thread>
@@ -19,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "common/unique_fd.h"
 #include "data_service/control_protocol.h"
+#include "data_service/image_folder_dataset.h"
 #include "data_service/ring.h"
 #include "data_service/ring_client.h"
 #include "data_service/sampler.h"
@@ -96,11 +98,13 @@ class ServiceTest : public ::testing::Test {
     EXPECT_FALSE(SegmentExists(RingSegmentName(job_, 1, true)));
   }
 
-  void StartService(Datasets datasets = {Synthetic(100), Synthetic(10, true)}, int threads = 2) {
+  void StartService(Datasets datasets = {Synthetic(100), Synthetic(10, true)}, int threads = 2,
+                    BadSampleOptions bad_samples = {}) {
     ServiceOptions options;
     options.socket_path = socket_;
     options.job_id = job_;
     options.threads = threads;
+    options.bad_samples = bad_samples;
     auto service = DataService::Start(options, std::move(datasets));
     ASSERT_TRUE(service.ok()) << service.status();
     service_ = std::move(*service);
@@ -318,6 +322,149 @@ TEST_F(ServiceTest, AFailedSampleReachesTheClientAsItsError) {
   EXPECT_NE(status.message().find("epoch 0, step 0"), std::string::npos) << status;
   EXPECT_EQ(client->Acquire(absl::Seconds(1)).status().code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(client->StartEpoch(1, 1).status().code(), absl::StatusCode::kDataLoss);
+}
+
+// An ImageFolder of `good` photo-like JPEGs in one class, plus class0/broken.jpg (not
+// a JPEG) when asked for.
+std::shared_ptr<const Dataset> JpegFolder(const std::string& name, int good, bool broken) {
+  const std::string root = test_util::TestDirectory(name);
+  std::filesystem::remove_all(root);
+  std::filesystem::create_directories(root + "/class0");
+  for (int i = 0; i < good; ++i) {
+    EXPECT_TRUE(test_util::WriteJpeg(absl::StrCat(root, "/class0/", i, ".jpg"), 64, 48,
+                                     test_util::PhotoLikeImage(64, 48, i))
+                    .ok());
+  }
+  if (broken) {
+    EXPECT_TRUE(test_util::WriteFileBytes(root + "/class0/broken.jpg", {'n', 'o'}).ok());
+  }
+  auto dataset = ImageFolderDataset::Open(root);
+  EXPECT_TRUE(dataset.ok()) << dataset.status();
+  return std::shared_ptr<const Dataset>(std::move(*dataset));
+}
+
+TEST_F(ServiceTest, AnUnusableFileFailsTheClientNamingItWithBadFilesFail) {
+  BadSampleOptions fail;
+  fail.policy = BadFilePolicy::kFail;
+  StartService({JpegFolder("service_fail", 5, true), nullptr}, 2, fail);
+  auto client = Connect(Request());
+  ASSERT_NE(client, nullptr);
+  auto info = client->StartEpoch(0, 1);
+  absl::Status status = info.status();
+  while (status.ok()) {
+    auto batch = client->Acquire(absl::Seconds(20));
+    status = batch.status();
+    if (batch.ok()) {
+      ASSERT_TRUE(client->Release(*batch).ok());
+    }
+  }
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("class0/broken.jpg"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("not a JPEG or PNG"), std::string::npos) << status;
+  EXPECT_EQ(service_->stats().bad_samples.bad_files, 1);
+}
+
+TEST_F(ServiceTest, StatsReportRingsScratchAndReplacedSamples) {
+  StartService({JpegFolder("service_stats", 15, true), JpegFolder("service_stats_val", 4, false)}, 2);
+  ServiceStats stats = service_->stats();
+  EXPECT_EQ(stats.rings, 0);
+  EXPECT_EQ(stats.decode_threads, 2);
+  EXPECT_EQ(stats.active_threads, 2);
+  auto train = Connect(Request());
+  RingRequest val_request = Request();
+  val_request.train = false;
+  auto val = Connect(val_request);
+  ASSERT_NE(train, nullptr);
+  ASSERT_NE(val, nullptr);
+  stats = service_->stats();
+  EXPECT_EQ(stats.rings, 2);
+  EXPECT_EQ(stats.local_ranks, 1) << "a rank's training and validation rings are one rank";
+  EXPECT_EQ(stats.ring_bytes, train->ring_bytes() + val->ring_bytes());
+  ASSERT_TRUE(train->StartEpoch(0, 3).ok());
+  for (int step = 0; step < 2; ++step) {
+    auto batch = train->Acquire(absl::Seconds(20));
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    EXPECT_EQ(batch->count, 8) << "the broken file's place is filled";
+    ASSERT_TRUE(train->Release(*batch).ok());
+  }
+  stats = service_->stats();
+  EXPECT_GT(stats.scratch_bytes, 0u);
+  EXPECT_LT(stats.scratch_bytes, 64u << 20);
+  EXPECT_EQ(stats.bad_samples.samples_seen, 16);
+  EXPECT_EQ(stats.bad_samples.samples_skipped, 1);
+  EXPECT_EQ(stats.bad_samples.bad_files, 1);
+  train.reset();
+  val.reset();
+  EXPECT_TRUE(Eventually([&] { return service_->stats().rings == 0; }));
+  EXPECT_EQ(service_->stats().ring_bytes, 0u);
+}
+
+TEST_F(ServiceTest, AutomaticThreadsLeaveACorePerLocalRank) {
+  StartService({Synthetic(100), Synthetic(10, true)}, /*threads=*/0);
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  ServiceStats stats = service_->stats();
+  EXPECT_EQ(stats.decode_threads, std::max(1, cores - 1));
+  EXPECT_EQ(stats.active_threads, std::max(1, cores - 1));
+  std::vector<std::unique_ptr<RingClient>> clients;
+  for (int rank = 0; rank < 3; ++rank) {
+    clients.push_back(Connect(Request(rank, 3)));
+    ASSERT_NE(clients.back(), nullptr);
+  }
+  RingRequest val = Request(0, 3);
+  val.train = false;
+  clients.push_back(Connect(val));  // rank 0 again: still three ranks
+  stats = service_->stats();
+  EXPECT_EQ(stats.local_ranks, 3);
+  EXPECT_EQ(stats.active_threads, std::max(1, cores - 3));
+  clients.clear();
+  EXPECT_TRUE(Eventually([&] {
+    service_->connection_count();  // reaps the closed connections
+    return service_->stats().active_threads == std::max(1, cores - 1);
+  }));
+}
+
+// This process's resident set in bytes (from /proc/self/statm).
+int64_t ResidentBytes() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return -1;
+  long long pages = 0, resident = 0;
+  const int got = std::fscanf(f, "%lld %lld", &pages, &resident);
+  std::fclose(f);
+  return got == 2 ? resident * sysconf(_SC_PAGESIZE) : -1;
+}
+
+TEST_F(ServiceTest, ResidentMemoryStaysFlatOverEpochs) {
+  // One decode thread: it sees every file in the first epoch.
+  StartService({JpegFolder("service_rss", 24, false), JpegFolder("service_rss_val", 24, false)}, 1);
+  for (bool train : {true, false}) {
+    SCOPED_TRACE(train ? "training" : "validation");
+    RingRequest request = Request();
+    request.train = train;
+    auto client = Connect(request);
+    ASSERT_NE(client, nullptr);
+    auto run_epoch = [&](int64_t epoch) {
+      auto info = client->StartEpoch(epoch, 5);
+      ASSERT_TRUE(info.ok()) << info.status();
+      for (int64_t step = 0; step < info->batches; ++step) {
+        auto batch = client->Acquire(absl::Seconds(20));
+        ASSERT_TRUE(batch.ok()) << batch.status();
+        ASSERT_TRUE(client->Release(*batch).ok());
+      }
+    };
+    for (int64_t epoch = 0; epoch < 2; ++epoch) run_epoch(epoch);  // rings touched, buffers grown
+    const int64_t warm = ResidentBytes();
+    const size_t scratch = service_->stats().scratch_bytes;
+    ASSERT_GT(warm, 0);
+    for (int64_t epoch = 2; epoch < 12; ++epoch) run_epoch(epoch);
+    const int64_t after = ResidentBytes();
+    EXPECT_LT(after - warm, 4 << 20) << "resident memory grew from " << warm << " to " << after;
+    // Buffers grow to the largest decode they have seen: with the evaluation transform
+    // every epoch decodes the same regions, so after the first nothing grows.
+    if (!train) {
+      EXPECT_EQ(service_->stats().scratch_bytes, scratch) << "a decode buffer grew";
+    }
+    EXPECT_LT(service_->stats().scratch_bytes, 2u << 20);
+  }
 }
 
 TEST_F(ServiceTest, NoValidationSplitMeansValidationRingsAreRefused) {

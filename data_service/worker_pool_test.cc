@@ -97,7 +97,9 @@ TEST(WorkerPoolTest, ClampsToAtLeastOneThread) {
   EXPECT_GE(WorkerPool::DefaultThreadCount(0), 1);
   EXPECT_EQ(WorkerPool::DefaultThreadCount(1000000), 1);
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  if (cores > 4) EXPECT_EQ(WorkerPool::DefaultThreadCount(2), cores - 2);
+  if (cores > 4) {
+    EXPECT_EQ(WorkerPool::DefaultThreadCount(2), cores - 2);
+  }
 }
 
 }  // namespace

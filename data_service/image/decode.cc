@@ -175,6 +175,7 @@ void CmykRowToRgb(const uint8_t* cmyk, int width, uint8_t* rgb) {
 struct JpegDecodeJob {
   ScaleFactor scale;
   PixelRect region;
+  int keep_rows = 0;  // Decode()'s promise: rows stay valid for this many more rows
   std::vector<uint8_t>* rows;
   std::vector<uint8_t*>* row_pointers;
   std::vector<uint8_t>* rgb_row;
@@ -221,16 +222,23 @@ bool JpegDecodeGuarded(JpegState* j, JpegDecodeJob* job) {
   }
   const int components = cinfo->output_components;
   const size_t row_bytes = static_cast<size_t>(cinfo->output_width) * components;
-  GrowTo(job->rows, row_bytes * kJpegBatchRows);
+  // Rows go round a ring of kJpegBatchRows + keep_rows rows: a batch overwrites only rows
+  // handed over at least keep_rows rows ago. CMYK rows are converted into a ring of
+  // keep_rows + 1 RGB rows.
+  const int ring_rows = kJpegBatchRows + job->keep_rows;
+  GrowTo(job->rows, row_bytes * ring_rows);
   GrowTo(job->row_pointers, kJpegBatchRows);
-  for (int i = 0; i < kJpegBatchRows; ++i) {
-    (*job->row_pointers)[i] = job->rows->data() + i * row_bytes;
-  }
-  if (j->cmyk) GrowTo(job->rgb_row, static_cast<size_t>(r.width) * 3);
+  const int rgb_ring_rows = job->keep_rows + 1;
+  const size_t rgb_row_bytes = static_cast<size_t>(r.width) * 3;
+  if (j->cmyk) GrowTo(job->rgb_row, rgb_row_bytes * rgb_ring_rows);
   int y = r.y;
   const int end = r.y + r.height;
   while (y < end) {
     const JDIMENSION want = static_cast<JDIMENSION>(std::min(kJpegBatchRows, end - y));
+    for (JDIMENSION i = 0; i < want; ++i) {
+      (*job->row_pointers)[i] =
+          job->rows->data() + ((y - r.y + static_cast<int>(i)) % ring_rows) * row_bytes;
+    }
     const JDIMENSION got = jpeg_read_scanlines(cinfo, job->row_pointers->data(), want);
     if (got == 0) {
       std::snprintf(job->problem, sizeof(job->problem), "no data for row %d", y);
@@ -239,8 +247,10 @@ bool JpegDecodeGuarded(JpegState* j, JpegDecodeJob* job) {
     for (JDIMENSION i = 0; i < got; ++i) {
       const uint8_t* row = (*job->row_pointers)[i] + skip_columns * components;
       if (j->cmyk) {
-        CmykRowToRgb(row, r.width, job->rgb_row->data());
-        row = job->rgb_row->data();
+        uint8_t* rgb = job->rgb_row->data() +
+                       ((y - r.y + static_cast<int>(i)) % rgb_ring_rows) * rgb_row_bytes;
+        CmykRowToRgb(row, r.width, rgb);
+        row = rgb;
       }
       (*job->sink)(y + static_cast<int>(i), row);
     }
@@ -288,6 +298,7 @@ bool PngReadHeaderGuarded(PngState* p, png_uint_32* width, png_uint_32* height) 
 // picture: the only place where its pixels differ from Pillow's on purpose.
 struct PngDecodeJob {
   PixelRect region;
+  int keep_rows;
   int width;
   int height;
   std::vector<uint8_t>* rows;
@@ -322,10 +333,13 @@ bool PngDecodeGuarded(PngState* p, PngDecodeJob* job) {
   const PixelRect& r = job->region;
   const uint8_t* rows = nullptr;
   if (passes == 1) {
-    GrowTo(job->rows, row_bytes);
+    // A ring of keep_rows + 1 rows (Decode()'s promise).
+    const int ring_rows = job->keep_rows + 1;
+    GrowTo(job->rows, row_bytes * ring_rows);
     for (int y = 0; y < r.y + r.height; ++y) {
-      png_read_row(png, job->rows->data(), nullptr);
-      if (y >= r.y) (*job->sink)(y, job->rows->data() + static_cast<size_t>(r.x) * 3);
+      uint8_t* row = job->rows->data() + (y % ring_rows) * row_bytes;
+      png_read_row(png, row, nullptr);
+      if (y >= r.y) (*job->sink)(y, row + static_cast<size_t>(r.x) * 3);
     }
     return true;
   }
@@ -544,21 +558,25 @@ absl::Span<const ScaleFactor> ImageDecoder::scale_factors() const {
   return kUnitScale;
 }
 
-absl::Status ImageDecoder::Decode(ScaleFactor scale, const PixelRect& region, RowSink sink) {
+absl::Status ImageDecoder::Decode(ScaleFactor scale, const PixelRect& region, RowSink sink,
+                                  int keep_rows) {
   if (!header_ready_) {
     return absl::FailedPreconditionError("ImageDecoder::Decode without a successful ReadHeader");
   }
   header_ready_ = false;
-  if (header_.format == ImageFormat::kJpeg) return DecodeJpeg(scale, region, sink);
+  if (keep_rows < 0 || keep_rows > (1 << 16)) {
+    return absl::InvalidArgumentError(absl::StrCat("keep_rows must be in [0, 65536], got ", keep_rows));
+  }
+  if (header_.format == ImageFormat::kJpeg) return DecodeJpeg(scale, region, sink, keep_rows);
   if (scale != ScaleFactor{1, 1}) {
     return absl::InvalidArgumentError(
         absl::StrCat("PNG has no scaled decoding; asked for ", scale.num, "/", scale.denom));
   }
-  return DecodePng(region, sink);
+  return DecodePng(region, sink, keep_rows);
 }
 
 absl::Status ImageDecoder::DecodeJpeg(ScaleFactor scale, const PixelRect& region,
-                                      RowSink sink) {
+                                      RowSink sink, int keep_rows) {
   const auto factors = scale_factors();
   if (std::find(factors.begin(), factors.end(), scale) == factors.end()) {
     return absl::InvalidArgumentError(
@@ -567,6 +585,7 @@ absl::Status ImageDecoder::DecodeJpeg(ScaleFactor scale, const PixelRect& region
   JpegDecodeJob job;
   job.scale = scale;
   job.region = region;
+  job.keep_rows = keep_rows;
   job.rows = &rows_;
   job.row_pointers = &row_pointers_;
   job.rgb_row = &rgb_row_;
@@ -584,7 +603,7 @@ absl::Status ImageDecoder::DecodeJpeg(ScaleFactor scale, const PixelRect& region
   return absl::OkStatus();
 }
 
-absl::Status ImageDecoder::DecodePng(const PixelRect& region, RowSink sink) {
+absl::Status ImageDecoder::DecodePng(const PixelRect& region, RowSink sink, int keep_rows) {
   if (region.width <= 0 || region.height <= 0 || region.x < 0 || region.y < 0 ||
       region.x + region.width > header_.width || region.y + region.height > header_.height) {
     png_->Reset();
@@ -592,7 +611,8 @@ absl::Status ImageDecoder::DecodePng(const PixelRect& region, RowSink sink) {
         "PNG decode: region ", region.width, "x", region.height, " at (", region.x, ",",
         region.y, ") is outside the ", header_.width, "x", header_.height, " image"));
   }
-  PngDecodeJob job{region, header_.width, header_.height, &rows_, &row_pointers_, &sink};
+  PngDecodeJob job{region, keep_rows, header_.width, header_.height, &rows_, &row_pointers_,
+                   &sink};
   const bool ok = PngDecodeGuarded(png_.get(), &job);
   const std::string message = ok ? std::string() : std::string(png_->message);
   png_->Reset();

@@ -130,25 +130,30 @@ class ImageDecoder {
 
   // Decodes `region` of the image scaled by `scale` (one of scale_factors()) and hands
   // each of its rows to `sink`. Only the rows and columns the region needs are
-  // reconstructed where the format allows (JPEG). Must follow a successful ReadHeader();
-  // one Decode() per ReadHeader(). InvalidArgument for corrupt or truncated data
-  // (Note [JPEG warnings]), FailedPrecondition for a call out of order.
-  absl::Status Decode(ScaleFactor scale, const PixelRect& region, RowSink sink);
+  // reconstructed where the format allows (JPEG). A row's pointer stays valid until
+  // `keep_rows` more rows have been handed over (so a consumer that needs the last few
+  // rows need not copy them; 0: only during the call). Must follow a successful
+  // ReadHeader(); one Decode() per ReadHeader(). InvalidArgument for corrupt or truncated
+  // data (Note [JPEG warnings]), FailedPrecondition for a call out of order.
+  absl::Status Decode(ScaleFactor scale, const PixelRect& region, RowSink sink,
+                      int keep_rows = 0);
 
   // Bytes held in Stoker's own reusable buffers (not libjpeg's or libpng's internals).
   size_t capacity_bytes() const;
 
  private:
-  absl::Status DecodeJpeg(ScaleFactor scale, const PixelRect& region, RowSink sink);
-  absl::Status DecodePng(const PixelRect& region, RowSink sink);
+  absl::Status DecodeJpeg(ScaleFactor scale, const PixelRect& region, RowSink sink,
+                          int keep_rows);
+  absl::Status DecodePng(const PixelRect& region, RowSink sink, int keep_rows);
 
   std::unique_ptr<internal::JpegState> jpeg_;
   std::unique_ptr<internal::PngState> png_;
   ImageHeader header_;
   bool header_ready_ = false;
   DctScaling dct_scaling_ = DctScaling::kPowerOfTwo;
-  std::vector<uint8_t> rows_;     // decoder output rows (RGB, or CMYK before conversion)
-  std::vector<uint8_t> rgb_row_;  // one converted RGB row (CMYK JPEGs)
+  std::vector<uint8_t> rows_;     // decoder output rows (RGB, or CMYK before conversion),
+                                  // a ring of batch + keep_rows rows
+  std::vector<uint8_t> rgb_row_;  // converted RGB rows (CMYK JPEGs), a ring of keep_rows + 1
   std::vector<uint8_t*> row_pointers_;
 };
 

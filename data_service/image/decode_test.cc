@@ -329,6 +329,47 @@ TEST(ImageDecoderTest, RegionDecodeEqualsTheSameRegionOfAFullDecode) {
   }
 }
 
+// Decode(..., keep_rows): every row handed over is still intact keep_rows rows later.
+TEST(ImageDecoderTest, KeptRowsStayValidForTheRowsPromised) {
+  const std::string& dir = CaseDir("formats");
+  ImageDecoder decoder;
+  for (const char* name : {"rgb420.jpg", "progressive.jpg", "cmyk.jpg", "rgb.png",
+                           "interlaced.png"}) {
+    SCOPED_TRACE(name);
+    const std::vector<uint8_t> bytes = Load(dir + "/" + name);
+    auto header = decoder.ReadHeader(bytes, DecodeOptions{});
+    ASSERT_TRUE(header.ok()) << header.status();
+    std::vector<uint8_t> full;
+    ASSERT_TRUE(DecodeRegion(decoder, bytes, ScaleFactor{1, 1},
+                             PixelRect{0, 0, header->width, header->height}, &full)
+                    .ok());
+    for (int keep : {0, 1, 3, 9}) {
+      SCOPED_TRACE(keep);
+      const PixelRect r{3, 5, header->width - 7, header->height - 9};
+      ASSERT_TRUE(decoder.ReadHeader(bytes, DecodeOptions{}).ok());
+      std::vector<const uint8_t*> seen;
+      bool intact = true;
+      const absl::Status status = decoder.Decode(
+          ScaleFactor{1, 1}, r,
+          [&](int y, const uint8_t* rgb) {
+            seen.push_back(rgb);
+            // This row and the `keep` before it still hold their pixels.
+            for (int back = 0; back <= keep && back < static_cast<int>(seen.size()); ++back) {
+              const int row = y - back;
+              const uint8_t* want = &full[(static_cast<size_t>(row) * header->width + r.x) * 3];
+              if (std::memcmp(seen[seen.size() - 1 - back], want, r.width * 3) != 0) {
+                intact = false;
+              }
+            }
+          },
+          keep);
+      ASSERT_TRUE(status.ok()) << status;
+      EXPECT_EQ(static_cast<int>(seen.size()), r.height);
+      EXPECT_TRUE(intact);
+    }
+  }
+}
+
 TEST(ImageDecoderTest, StaysUsableAfterErrors) {
   const std::string& bad = CaseDir("bad");
   const std::vector<uint8_t> good_jpeg = Load(bad + "/good.jpg");

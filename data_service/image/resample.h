@@ -7,7 +7,8 @@
 // Both passes run as "column" passes, the form compilers vectorise: every output row is
 // a weighted sum of whole source rows. The vertical pass runs first and writes its rows
 // transposed, so that the horizontal pass is a column pass too; it writes its rows
-// transposed back into the destination (mirrored for a horizontal flip).
+// transposed back into the destination (mirrored for a horizontal flip). Transposed
+// writes go a block of rows at a time (Note [Blocked transposed writes] in resample.cc).
 //
 // Note [Fixed-point weights]
 // Pillow applies 22-bit int32 weights. Here they are int16 with up to 15 fractional bits,
@@ -44,6 +45,11 @@ struct AxisMap {
   int out_size = 0;
   int clip_begin = 0;
   int clip_end = 0;
+
+  bool operator==(const AxisMap& o) const {
+    return in0 == o.in0 && scale == o.scale && out_offset == o.out_offset &&
+           out_size == o.out_size && clip_begin == o.clip_begin && clip_end == o.clip_end;
+  }
 };
 
 // The same mapping expressed on a copy of the source scaled by num/denom (a JPEG decoded
@@ -59,7 +65,9 @@ class AxisTaps {
  public:
   static constexpr int kPrecisionBits = 15;  // at most; fewer when a weight is near 1
 
-  // Computes the taps for `map`. Requires map.out_size > 0 and clip_begin < clip_end.
+  // Computes the taps for `map` (nothing to do when it is the map of the last Plan():
+  // images of one size get the same evaluation taps). Requires map.out_size > 0 and
+  // clip_begin < clip_end.
   void Plan(const AxisMap& map);
 
   int out_size() const { return out_size_; }
@@ -83,6 +91,8 @@ class AxisTaps {
   int source_begin_ = 0;
   int source_end_ = 0;
   int precision_bits_ = kPrecisionBits;
+  bool planned_ = false;
+  AxisMap planned_map_;
   std::vector<int32_t> first_;
   std::vector<int16_t> weights_;
   std::vector<double> scratch_;  // double-precision weights before rounding
@@ -92,9 +102,10 @@ class AxisTaps {
 // Resamples a source region streamed in row by row, straight into the destination. The
 // region is the h.source_size() x v.source_size() pixels starting at source pixel
 // (h.source_begin(), v.source_begin()); the result is v.out_size() rows of h.out_size()
-// RGB pixels, mirrored left-right when asked (a horizontal flip of the result). Only the
-// last v.taps() source rows and the vertically resampled image (stored transposed) are
-// kept. Buffers grow to the largest image seen and are then reused.
+// RGB pixels, mirrored left-right when asked (a horizontal flip of the result). Source
+// rows are not copied: each must stay valid until rows_kept() more rows have been added
+// (ImageDecoder::Decode's keep_rows). The vertically resampled image is kept (stored
+// transposed). Buffers grow to the largest image seen and are then reused.
 // Not thread-safe: one per worker thread.
 //
 //   resampler.Start(h, v, /*mirror=*/false);
@@ -105,8 +116,12 @@ class RgbResampler {
   // Begins a region; `h` and `v` must stay alive until Finish() returns.
   void Start(const AxisTaps& h, const AxisTaps& v, bool mirror);
 
-  // The next source row: h.source_size() RGB pixels. Exactly v.source_size() calls.
+  // The next source row: h.source_size() RGB pixels, valid until rows_kept() more rows
+  // have been added. Exactly v.source_size() calls.
   void AddRow(const uint8_t* rgb);
+
+  // How many rows after a row AddRow() may still read it: v.taps() - 1 (after Start()).
+  int rows_kept() const { return v_ == nullptr ? 0 : v_->taps() - 1; }
 
   // Writes the result, rows `dst_stride` bytes apart.
   void Finish(uint8_t* dst, ptrdiff_t dst_stride);
@@ -114,15 +129,23 @@ class RgbResampler {
   size_t capacity_bytes() const;
 
  private:
+  static constexpr int kBlockRows = 8;     // rows per transposed write
+  static constexpr int kBlockSlack = 32;  // readable bytes after each block row
+
+  // Writes the vertical pass's pending block rows into transposed_.
+  void FlushVerticalBlock();
+
   const AxisTaps* h_ = nullptr;
   const AxisTaps* v_ = nullptr;
   bool mirror_ = false;
   int rows_received_ = 0;
   int next_output_ = 0;
-  size_t row_bytes_ = 0;
-  std::vector<uint8_t> window_;       // the last v.taps() source rows, a ring
+  std::vector<const uint8_t*> window_;  // the last v.taps() source rows, a ring
   std::vector<uint8_t> transposed_;   // vertical pass output, one row per source column
-  std::vector<uint8_t> row_;          // one output row of either pass, plus a slack byte
+  std::vector<uint8_t> block_;        // kBlockRows output rows of either pass, each with
+                                      // kBlockSlack bytes of slack, block_stride_ apart
+  size_t block_stride_ = 0;
+  int block_rows_ = 0;                // vertical pass rows waiting in block_
   std::vector<const uint8_t*> pointers_;
 };
 
@@ -131,6 +154,16 @@ class RgbResampler {
 void ResampleImageRgb(const uint8_t* src, int width, int height, const AxisMap& x,
                       const AxisMap& y, bool mirror, uint8_t* dst);
 
+namespace internal {
+
+// The column pass (one output row: n bytes of sum_t rows[t][x] * weights[t], rounded by
+// `bits`) in its baseline or AVX2 form (Note [AVX2 column passes] in resample.cc), for
+// tests that check the two agree. avx2 requires ColumnPassHasAvx2().
+bool ColumnPassHasAvx2();
+void ColumnPassForTesting(bool avx2, const uint8_t* const* rows, const int16_t* weights,
+                          int taps, int bits, int n, uint8_t* dst);
+
+}  // namespace internal
 }  // namespace stoker::data_service::image
 
 #endif  // STOKER_DATA_SERVICE_IMAGE_RESAMPLE_H_

@@ -2,6 +2,8 @@
 
 #include <cstdint>
 #include <numeric>
+#include <random>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -26,11 +28,66 @@ AxisMap Whole(int in, int out) {
   return AxisMap{0.0, static_cast<double>(in) / out, 0, out, 0, in};
 }
 
+TEST(ResampleTest, Avx2AndBaselineColumnPassesAgreeByteForByte) {
+  if (!internal::ColumnPassHasAvx2()) GTEST_SKIP() << "needs a CPU with AVX2";
+  std::mt19937 rng(7);
+  for (int taps = 1; taps <= 11; ++taps) {
+    for (int n : {1, 15, 16, 17, 47, 300, 1311}) {
+      std::vector<std::vector<uint8_t>> rows(taps, std::vector<uint8_t>(n));
+      std::vector<const uint8_t*> pointers;
+      for (auto& row : rows) {
+        for (uint8_t& v : row) v = static_cast<uint8_t>(rng());
+        pointers.push_back(row.data());
+      }
+      for (int bits : {8, 12, 15}) {
+        std::vector<int16_t> weights(taps);
+        int sum = 0;
+        for (int t = 0; t < taps; ++t) {
+          // Mostly positive weights summing to about 1, with the odd negative one and the
+          // extremes, so that sums saturate at both ends too.
+          weights[t] = static_cast<int16_t>(static_cast<int>(rng() % (1 << bits)) / taps -
+                                            (t == 2 ? (1 << bits) / 4 : 0));
+          sum += weights[t];
+        }
+        if (taps == 1) weights[0] = static_cast<int16_t>((1 << bits) - 1);
+        if (taps == 4) weights[3] = static_cast<int16_t>(std::min(32767, (1 << bits) * 2));
+        std::vector<uint8_t> baseline(n), avx2(n);
+        internal::ColumnPassForTesting(false, pointers.data(), weights.data(), taps, bits, n,
+                                       baseline.data());
+        internal::ColumnPassForTesting(true, pointers.data(), weights.data(), taps, bits, n,
+                                       avx2.data());
+        ASSERT_EQ(baseline, avx2) << taps << " taps, n " << n << ", " << bits << " bits, sum "
+                                  << sum;
+      }
+    }
+  }
+}
+
 TEST(ResampleTest, SameSizeIsACopy) {
   const auto img = Ramp(17, 9);
   std::vector<uint8_t> out(img.size());
   ResampleImageRgb(img.data(), 17, 9, Whole(17, 17), Whole(9, 9), false, out.data());
   EXPECT_EQ(out, img);
+}
+
+TEST(ResampleTest, SameSizeIsAnExactCopyOfAnyImage) {
+  std::mt19937 rng(3);
+  for (const auto& [w, h] : std::vector<std::pair<int, int>>{{70, 45}, {8, 8}, {9, 23}, {64, 1}}) {
+    std::vector<uint8_t> img(static_cast<size_t>(w) * h * 3);
+    for (uint8_t& v : img) v = static_cast<uint8_t>(rng());
+    std::vector<uint8_t> out(img.size()), mirrored(img.size());
+    ResampleImageRgb(img.data(), w, h, Whole(w, w), Whole(h, h), false, out.data());
+    EXPECT_EQ(out, img) << w << "x" << h;
+    ResampleImageRgb(img.data(), w, h, Whole(w, w), Whole(h, h), true, mirrored.data());
+    for (int y = 0; y < h; ++y) {
+      for (int x = 0; x < w; ++x) {
+        for (int c = 0; c < 3; ++c) {
+          ASSERT_EQ(mirrored[(y * w + x) * 3 + c], img[(y * w + (w - 1 - x)) * 3 + c])
+              << w << "x" << h << " at " << x << "," << y;
+        }
+      }
+    }
+  }
 }
 
 TEST(ResampleTest, MirrorReversesEachRow) {

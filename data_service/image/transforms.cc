@@ -185,9 +185,10 @@ class TransformPipeline {
     // Decoded rows stream through the resampler, which writes the sample into dst.
     RgbResampler& resampler = scratch.resampler_;
     resampler.Start(h, v, flip);
-    RETURN_IF_ERROR(decoder.Decode(scale, region, [&](int, const uint8_t* rgb) {
-      resampler.AddRow(rgb);
-    }));
+    // The decoder keeps each row for as long as the resampler reads it: no copies.
+    RETURN_IF_ERROR(decoder.Decode(
+        scale, region, [&](int, const uint8_t* rgb) { resampler.AddRow(rgb); },
+        resampler.rows_kept()));
     resampler.Finish(dst, static_cast<ptrdiff_t>(size) * 3);
 
     if (trace != nullptr) {

@@ -7,10 +7,11 @@ set -euo pipefail
 root="${TEST_SRCDIR}/stoker"
 source "$root/tests/mpi_env.sh"
 source "$root/tests/job_checks.sh"
+private_mpi_session_dir
 out="${TEST_TMPDIR:-$(mktemp -d)}"
 
 # The data service is found next to the trainer (bazel-bin/data_service/data_service).
-timeout --signal=KILL 300 mpirun -np 2 "$root/trainer/trainer" \
+timeout --signal=KILL 240 mpirun -np 2 "$root/trainer/trainer" \
   --data_service_args="--dataset=synthetic --synthetic_samples=1024 --synthetic_classes=4 --threads=1" \
   --model=small_cnn --num_classes=4 --image_size=32 --batch_size=32 --epochs=2 --lr=0.05 \
   --log_every=8 --loss_log="$out/loss.txt" --final_params_out="$out/params" 2>&1 | tee "$out/log"

@@ -7,6 +7,7 @@ set -euo pipefail
 root="${TEST_SRCDIR}/stoker"
 source "$root/tests/mpi_env.sh"
 source "$root/tests/job_checks.sh"
+private_mpi_session_dir
 out="${TEST_TMPDIR:-$(mktemp -d)}"
 job="seeds-$$-$RANDOM"
 samples=256  # 2 ranks x 8 batches of 16
@@ -15,7 +16,7 @@ common=(--job_id="$job" --data_service="$root/data_service/data_service"
   --data_service_args="--dataset=synthetic --synthetic_samples=$samples --synthetic_classes=4 --threads=1"
   --model=small_cnn --num_classes=4 --image_size=32 --batch_size=16 --epochs=3 --lr=0.05
   --log_every=8 --sample_log="$out/samples")
-timeout --signal=KILL 300 mpirun -np 1 "$root/trainer/trainer" --seed=5 "${common[@]}" \
+timeout --signal=KILL 240 mpirun -np 1 "$root/trainer/trainer" --seed=5 "${common[@]}" \
   : -np 1 "$root/trainer/trainer" --seed=999 "${common[@]}" 2>&1 | tee "$out/log"
 
 "$(stoker_python)" "$root/tests/check_sample_log.py" "$out/samples" --world=2 --epochs=3 \

@@ -1,4 +1,5 @@
-# Checks shared by the cross-program tests (sourced): that a job left nothing behind.
+# Helpers shared by the cross-program tests (sourced): a private Open MPI session directory,
+# and the check that a job left nothing behind.
 # assert_nothing_left JOB_ID [PID...]: no /dev/shm/stoker.JOB_ID.* segment, no
 # /tmp/stoker.JOB_ID (directory) or /tmp/stoker.JOB_ID.* (node sockets), no process whose
 # command line names the job, and none of the given pids alive.
@@ -21,4 +22,17 @@ assert_nothing_left() {
 # The python with torch: $STOKER_PYTHON, else python3.
 stoker_python() {
   echo "${STOKER_PYTHON:-python3}"
+}
+
+# Gives this test's mpirun a session directory and shared-memory files of its own, removed
+# on exit. Open MPI names both after the job id, a hash of the host name and mpirun's pid;
+# tests that run at the same time in pid namespaces of their own (Bazel's sandbox) can get
+# the same pid and so share them: MPI_Init then fails ("getting local rank failed") or the
+# shared-memory transport crashes or hangs. Under /tmp, not TEST_TMPDIR: PMIx puts Unix
+# sockets in the session directory, whose paths must stay short.
+private_mpi_session_dir() {
+  STOKER_TEST_OMPI_DIR=$(mktemp -d /tmp/stoker-test-ompi.XXXXXX)
+  export OMPI_MCA_orte_tmpdir_base="$STOKER_TEST_OMPI_DIR"
+  export OMPI_MCA_btl_vader_backing_directory="$STOKER_TEST_OMPI_DIR"
+  trap 'rm -rf "$STOKER_TEST_OMPI_DIR"' EXIT
 }

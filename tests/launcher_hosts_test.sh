@@ -7,10 +7,11 @@ set -euo pipefail
 root="${TEST_SRCDIR}/stoker"
 source "$root/tests/mpi_env.sh"
 source "$root/tests/job_checks.sh"
+private_mpi_session_dir
 out="${TEST_TMPDIR:-$(mktemp -d)}"
 job="hosts-$$-$RANDOM"
 
-timeout --signal=KILL 300 "$root/launcher/launcher" --hosts=localhost:2 --job_id="$job" \
+timeout --signal=KILL 240 "$root/launcher/launcher" --hosts=localhost:2 --job_id="$job" \
   --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
   --dataset=synthetic --synthetic_samples=512 --synthetic_classes=4 --data_threads=1 -- \
   --model=small_cnn --num_classes=4 --image_size=32 --batch_size=32 --epochs=1 \

@@ -11,6 +11,7 @@ set -euo pipefail
 root="${TEST_SRCDIR}/stoker"
 source "$root/tests/mpi_env.sh"
 source "$root/tests/job_checks.sh"
+private_mpi_session_dir
 out="${TEST_TMPDIR:-$(mktemp -d)}"
 
 # Starts a long job in the background; sets job, log, mpirun_pid, service_pid, rank0_pid
@@ -22,14 +23,18 @@ start_job() {
     --data_service="$root/data_service/data_service" \
     --data_service_args="--dataset=synthetic --synthetic_samples=256 --synthetic_classes=4 --threads=1" \
     --model=small_cnn --num_classes=4 --image_size=32 --batch_size=16 --epochs=1000 \
-    --log_every=1 --data_timeout_s=60 > "$log" 2>&1 &
+    --log_every=1 --data_timeout_s=60 --loss_log="$log.loss" > "$log" 2>&1 &
   mpirun_pid=$!
+  # Under way once rank 0 has logged the loss of two steps.
   for _ in $(seq 600); do
-    grep -q "epoch 1/1000 step 2/" "$log" && break
+    [[ -f "$log.loss" && $(wc -l < "$log.loss") -ge 2 ]] && break
     kill -0 "$mpirun_pid" 2>/dev/null || { cat "$log"; echo "FAIL: the job ended early"; exit 1; }
     sleep 0.1
   done
-  grep -q "epoch 1/1000 step 2/" "$log" || { cat "$log"; echo "FAIL: training did not start"; exit 1; }
+  if ! [[ -f "$log.loss" && $(wc -l < "$log.loss") -ge 2 ]]; then
+    kill -TERM "$mpirun_pid"
+    cat "$log"; echo "FAIL: training did not start"; exit 1
+  fi
   service_pid=$(grep -o 'node 0: data service (pid [0-9]*)' "$log" | grep -o '[0-9]*)' | tr -d ')')
   rank0_pid=$(ps -o ppid= -p "$service_pid" | tr -d ' ')
   echo "job $job: data service pid $service_pid, started by local rank 0 (pid $rank0_pid)"

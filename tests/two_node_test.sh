@@ -8,11 +8,12 @@ set -euo pipefail
 root="${TEST_SRCDIR}/stoker"
 source "$root/tests/mpi_env.sh"
 source "$root/tests/job_checks.sh"
+private_mpi_session_dir
 out="${TEST_TMPDIR:-$(mktemp -d)}"
 job="twonode-$$-$RANDOM"
 samples=512  # 4 ranks x 8 batches of 16: no padding, no short batch
 
-timeout --signal=KILL 300 mpirun -np 4 "$root/trainer/trainer" --ranks_per_node=2 --job_id="$job" \
+timeout --signal=KILL 240 mpirun -np 4 "$root/trainer/trainer" --ranks_per_node=2 --job_id="$job" \
   --data_service="$root/data_service/data_service" \
   --data_service_args="--dataset=synthetic --synthetic_samples=$samples --synthetic_classes=4 --threads=1" \
   --model=small_cnn --num_classes=4 --image_size=32 --batch_size=16 --epochs=2 --lr=0.05 \

@@ -5,6 +5,11 @@
 set -euo pipefail
 root="${TEST_SRCDIR}/stoker"
 source "$root/tests/mpi_env.sh"
+# A session directory and shared-memory files of this test's own (concurrent sandboxed
+# mpiruns can get the same Open MPI job id).
+ompi_dir=$(mktemp -d /tmp/stoker-test-ompi.XXXXXX)
+trap 'rm -rf "$ompi_dir"' EXIT
+export OMPI_MCA_orte_tmpdir_base="$ompi_dir" OMPI_MCA_btl_vader_backing_directory="$ompi_dir"
 out="${TEST_TMPDIR:-$(mktemp -d)}"
 job="e2e-$$-$RANDOM"
 

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Runs a googletest binary as N MPI ranks: run_mpi_test.sh N BINARY [ARGS...].
-# The test (not the user's shell) sets what Open MPI needs as root and in containers.
-set -euo pipefail
+# The test (not the user's shell) sets what Open MPI needs as root and in containers, and
+# gives this mpirun a session directory and shared-memory files of its own: mpiruns that
+# Bazel starts at the same moment in its sandboxes can get the same Open MPI job id.
+set -uo pipefail
 np="$1"; shift
 binary="$1"; shift
 source "${TEST_SRCDIR}/stoker/tests/mpi_env.sh"
-exec timeout --signal=KILL 600 mpirun -np "$np" "$binary" "$@"
+ompi_dir=$(mktemp -d /tmp/stoker-test-ompi.XXXXXX)
+trap 'rm -rf "$ompi_dir"' EXIT
+export OMPI_MCA_orte_tmpdir_base="$ompi_dir" OMPI_MCA_btl_vader_backing_directory="$ompi_dir"
+timeout --signal=KILL 600 mpirun -np "$np" "$binary" "$@"

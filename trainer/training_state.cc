@@ -165,11 +165,21 @@ absl::Status CheckResumable(const RunGeometry& saved, const RunPosition& positio
   return absl::OkStatus();
 }
 
-absl::Status RestoreTrainingState(const CheckpointReader& checkpoint, const TrainingStateRefs& state) {
+absl::Status RestoreModelState(const CheckpointReader& checkpoint, ImageClassifier& model) {
   try {
-    for (const auto& [name, tensor] : StateDictItems(*state.model)) {
+    for (const auto& [name, tensor] : StateDictItems(model)) {
       RETURN_IF_ERROR(CopyInto(checkpoint, absl::StrCat("model/", name), tensor));
     }
+    return absl::OkStatus();
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(checkpoint.source(), ": restoring the model: libtorch: ", e.what_without_backtrace()));
+  }
+}
+
+absl::Status RestoreTrainingState(const CheckpointReader& checkpoint, const TrainingStateRefs& state) {
+  RETURN_IF_ERROR(RestoreModelState(checkpoint, *state.model));
+  try {
     const auto optimizer_state = state.optimizer->StateTensors();
     if (optimizer_state.size() != state.parameter_names.size()) {
       return absl::InternalError("resume: the optimizer and the parameter names disagree");

@@ -62,6 +62,10 @@ absl::StatusOr<RunPosition> CheckpointPosition(const CheckpointReader& checkpoin
 absl::Status CheckResumable(const RunGeometry& saved, const RunPosition& position,
                             const RunGeometry& current, const std::string& source);
 
+// Copies the model's parameters and buffers from the checkpoint into `model` (same names,
+// shapes and dtypes required; InvalidArgument naming the tensor otherwise).
+absl::Status RestoreModelState(const CheckpointReader& checkpoint, ImageClassifier& model);
+
 // Copies the model, optimizer, scaler and CPU generator state into `state` (same names,
 // shapes and dtypes required; InvalidArgument naming the tensor otherwise).
 absl::Status RestoreTrainingState(const CheckpointReader& checkpoint, const TrainingStateRefs& state);

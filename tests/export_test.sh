@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The weights the trainer exports (--export) are what Python users open: after a short
+# ResNet-18 run, torch.load reads the file, torchvision's resnet18 loads it with
+# load_state_dict(strict=True), and gives the same logits (1e-5, fp32) as the trainer's
+# own model, restored from the run's final checkpoint, on the same batch.
+set -euo pipefail
+root="${TEST_SRCDIR}/stoker"
+source "$root/tests/mpi_env.sh"
+source "$root/tests/job_checks.sh"
+if declare -F private_mpi_session_dir >/dev/null; then private_mpi_session_dir; fi
+out="${TEST_TMPDIR:-$(mktemp -d)}"
+job="export-$$-$RANDOM"
+
+"$root/launcher/launcher" --np=2 --job_id="$job" \
+  --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
+  --dataset=synthetic --synthetic_samples=128 --synthetic_classes=10 --data_threads=1 -- \
+  --model=resnet18 --num_classes=10 --image_size=32 --batch_size=8 --epochs=1 --lr=0.05 \
+  --val_every=0 --checkpoint_dir="$out/ckpt" --export="$out/resnet18.pt" 2>&1 | tee "$out/log"
+assert_nothing_left "$job"
+[[ -f "$out/resnet18.pt" ]] || { echo "FAIL: no exported weights"; exit 1; }
+checkpoint=$(ls "$out"/ckpt/ckpt-*.stoker | tail -n 1)
+"$root/trainer/checkpoint_logits" --checkpoint="$checkpoint" --model=resnet18 --num_classes=10 \
+  --image_size=32 --batch=4 --input_out="$out/x.f32" --logits_out="$out/y.f32"
+
+"$(stoker_python)" - "$out/resnet18.pt" "$out/x.f32" "$out/y.f32" <<'PY'
+import sys
+import numpy as np
+import torch
+import torchvision
+
+state = torch.load(sys.argv[1])  # weights_only=True, the default
+model = torchvision.models.resnet18(num_classes=10)
+missing, unexpected = model.load_state_dict(state, strict=True)
+assert not missing and not unexpected
+assert int(state["bn1.num_batches_tracked"]) == 8, state["bn1.num_batches_tracked"]  # 64 samples / 8
+model.eval()
+x = torch.from_numpy(np.fromfile(sys.argv[2], dtype=np.float32).reshape(4, 3, 32, 32))
+expected = torch.from_numpy(np.fromfile(sys.argv[3], dtype=np.float32).reshape(4, 10))
+with torch.no_grad():
+    logits = model(x)
+diff = (logits - expected).abs().max().item()
+print(f"torchvision resnet18 with the exported weights: max |logit difference| {diff:.2e}")
+assert torch.allclose(logits, expected, rtol=1e-5, atol=1e-5), (logits, expected)
+PY
+echo "PASS"

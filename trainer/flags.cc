@@ -62,6 +62,7 @@ ABSL_FLAG(int, stop_after_steps, 0, "End this run after N optimizer steps with a
 
 // Outputs.
 ABSL_FLAG(int, log_every, 10, "Steps between progress lines (rank 0).");
+ABSL_FLAG(std::string, progress, "auto", "Progress line: inplace (redrawn with \\r), lines, or auto: in place when stderr is a terminal or STOKER_PROGRESS_IN_PLACE=1 (under mpirun the ranks' stderr is a pipe even when the job's is a terminal).");
 ABSL_FLAG(std::string, metrics_out, "", "If set, rank 0 writes a JSON summary of the run here.");
 ABSL_FLAG(std::string, metrics_jsonl, "", "If set, rank 0 appends one JSON object per progress line, per validation and at the end.");
 ABSL_FLAG(std::string, tensorboard_dir, "", "If set, rank 0 writes TensorBoard scalars (an events.out.tfevents file) here.");
@@ -113,7 +114,7 @@ const std::vector<Section>& Sections() {
        {"checkpoint_dir", "checkpoint_every_steps", "checkpoint_every_epochs", "keep_checkpoints",
         "resume", "stop_after_steps"}},
       {"Outputs (rank 0)",
-       {"log_every", "metrics_out", "metrics_jsonl", "tensorboard_dir", "loss_log", "export",
+       {"log_every", "progress", "metrics_out", "metrics_jsonl", "tensorboard_dir", "loss_log", "export",
         "final_params_out", "sample_log", "profile_steps"}},
       {"Device and precision",
        {"device", "precision", "channels_last", "cudnn_benchmark", "init_scale", "growth_factor",
@@ -292,6 +293,7 @@ absl::StatusOr<TrainerOptions> OptionsFromFlags() {
   o.stop_after_steps = absl::GetFlag(FLAGS_stop_after_steps);
 
   o.log_every = absl::GetFlag(FLAGS_log_every);
+  o.progress = absl::GetFlag(FLAGS_progress);
   o.metrics_out = absl::GetFlag(FLAGS_metrics_out);
   o.metrics_jsonl = absl::GetFlag(FLAGS_metrics_jsonl);
   o.tensorboard_dir = absl::GetFlag(FLAGS_tensorboard_dir);

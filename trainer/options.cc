@@ -107,6 +107,9 @@ absl::Status ValidateOptions(const TrainerOptions& o) {
     return Bad("device", o.device, "use auto, cuda or cpu");
   }
   if (o.log_every < 1) return Bad("log_every", o.log_every, "must be >= 1");
+  if (o.progress != "auto" && o.progress != "inplace" && o.progress != "lines") {
+    return Bad("progress", o.progress, "use auto, inplace or lines");
+  }
   if (o.profile_steps < 0) return Bad("profile_steps", o.profile_steps, "must be >= 0");
   if (o.synthetic_steps < 0) return Bad("synthetic_steps", o.synthetic_steps, "must be >= 0");
   if (o.warmup_steps < 0) return Bad("warmup_steps", o.warmup_steps, "must be >= 0");

@@ -80,6 +80,10 @@ struct TrainerOptions {
 
   // Outputs (rank 0).
   int log_every = 10;               // steps between progress lines
+  // auto: redraw the progress line in place when stderr is a terminal or the environment
+  // says the job's output goes to one (STOKER_PROGRESS_IN_PLACE=1: under mpirun the ranks'
+  // stderr is a pipe); inplace; lines.
+  std::string progress = "auto";
   std::string metrics_out;          // JSON summary at the end
   std::string metrics_jsonl;        // one JSON object per progress line, validation and end
   std::string tensorboard_dir;      // TensorBoard event file (scalars)

@@ -69,6 +69,7 @@ TEST(ValidateOptionsTest, EveryBadValueIsRefusedNamingItsFlag) {
       {"--stop_after_steps=", [](TrainerOptions& o) { o.stop_after_steps = 10; }},
       {"--device=", [](TrainerOptions& o) { o.device = "tpu"; }},
       {"--log_every=", [](TrainerOptions& o) { o.log_every = 0; }},
+      {"--progress=", [](TrainerOptions& o) { o.progress = "fancy"; }},
       {"--profile_steps=", [](TrainerOptions& o) { o.profile_steps = -1; }},
       {"--synthetic_steps=", [](TrainerOptions& o) { o.synthetic_steps = -1; }},
       {"--warmup_steps=", [](TrainerOptions& o) { o.warmup_steps = -1; }},

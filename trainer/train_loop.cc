@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <thread>
 
@@ -305,6 +306,7 @@ class Trainer {
   RunGeometry Geometry() const;
   bool rank0() const { return rank_.rank == 0; }
   void Note(const std::string& line);  // rank 0: a log line that does not break the progress line
+  void ExcludeFromThroughput(Clock::time_point since);
 
   const TrainerOptions& o_;
   const RankInfo& rank_;
@@ -368,6 +370,14 @@ class Trainer {
   double best_top1_ = -1;
   int64_t best_epoch_ = -1;
 };
+
+// Validation and checkpoints are not training: their time is left out of the images/s
+// figures (the progress window and the measured throughput).
+void Trainer::ExcludeFromThroughput(Clock::time_point since) {
+  const Clock::duration paused = Clock::now() - since;
+  window_start_ += paused;
+  measure_start_ += paused;
+}
 
 void Trainer::Note(const std::string& line) {
   if (!rank0()) return;
@@ -465,7 +475,11 @@ absl::Status Trainer::SetUpOutputs() {
     if (!sample_log_) return absl::InvalidArgumentError(absl::StrCat("--sample_log: cannot write ", path));
   }
   if (!rank0()) return absl::OkStatus();
-  progress_ = std::make_unique<ProgressPrinter>(stderr, isatty(STDERR_FILENO) != 0);
+  const char* in_place_env = std::getenv("STOKER_PROGRESS_IN_PLACE");
+  const bool in_place = o_.progress == "inplace" ||
+                        (o_.progress == "auto" && (isatty(STDERR_FILENO) != 0 ||
+                                                   (in_place_env != nullptr && std::string(in_place_env) == "1")));
+  progress_ = std::make_unique<ProgressPrinter>(stderr, in_place);
   if (!o_.loss_log.empty()) {
     loss_log_.open(o_.loss_log, std::ios::trunc);
     if (!loss_log_) return absl::InvalidArgumentError(absl::StrCat("--loss_log: cannot write ", o_.loss_log));
@@ -583,6 +597,7 @@ absl::StatusOr<std::string> Trainer::WriteCheckpoint(const RunPosition& position
   const std::string path = absl::StrCat(o_.checkpoint_dir, "/", CheckpointFileName(position.global_step));
   RETURN_IF_ERROR(WriteFileAtomically(path, bytes));
   RETURN_IF_ERROR(RemoveOldCheckpoints(o_.checkpoint_dir, o_.keep_checkpoints));
+  ExcludeFromThroughput(start);
   Note(absl::StrFormat("checkpoint %s (epoch %d, batch %d, step %d; %.1f MB in %.2f s)", path,
                        position.epoch + 1, position.batches_done, position.global_step, bytes.size() / 1e6,
                        Seconds(Clock::now() - start)));
@@ -864,6 +879,7 @@ absl::StatusOr<int> Trainer::Validate(int64_t epoch) {
   feeder.reset();
   model_->train();
   ASSIGN_OR_RETURN(ValidationResult result, tally.Reduce(host_));
+  ExcludeFromThroughput(start);
   last_val_ = result;
   if (result.top1 > best_top1_) {
     best_top1_ = result.top1;

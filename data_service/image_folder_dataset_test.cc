@@ -5,6 +5,7 @@
 #include "data_service/image_folder_dataset.h"
 
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -304,16 +305,33 @@ TEST(ImageFolderDatasetTest, AnUnreadableFileIsABadSample) {
   auto dataset = ImageFolderDataset::Open(root);
   ASSERT_TRUE(dataset.ok()) << dataset.status();
   ASSERT_EQ(chmod(path.c_str(), 0), 0);
-  if (access(path.c_str(), R_OK) == 0) {
+  auto load = [&]() {
+    SampleScratch scratch;
+    std::vector<uint8_t> dst(8 * 8 * 3);
+    return (*dataset)->Load(0, {8, true, 0, 0}, scratch, dst.data());
+  };
+  if (access(path.c_str(), R_OK) != 0) {
+    absl::Status status = load();
     chmod(path.c_str(), 0600);
-    GTEST_SKIP() << "running as a user who reads any file (root): permissions cannot be denied";
+    EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << status;
+    EXPECT_TRUE(IsBadSampleError(status)) << status;
+    return;
   }
-  SampleScratch scratch;
-  std::vector<uint8_t> dst(8 * 8 * 3);
-  absl::Status status = (*dataset)->Load(0, {8, true, 0, 0}, scratch, dst.data());
+  // Root reads any file: load as "nobody" in a child process instead.
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(77);
+    const absl::Status status = load();
+    _exit(status.code() == absl::StatusCode::kPermissionDenied && IsBadSampleError(status) ? 0
+                                                                                           : 1);
+  }
+  int wait_status = 0;
+  ASSERT_EQ(waitpid(child, &wait_status, 0), child);
   chmod(path.c_str(), 0600);
-  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << status;
-  EXPECT_TRUE(IsBadSampleError(status)) << status;
+  ASSERT_TRUE(WIFEXITED(wait_status));
+  if (WEXITSTATUS(wait_status) == 77) GTEST_SKIP() << "cannot switch to another user id here";
+  EXPECT_EQ(WEXITSTATUS(wait_status), 0) << "an unreadable file must be PermissionDenied, marked bad";
 }
 
 }  // namespace

@@ -221,12 +221,12 @@ TEST(PackedDatasetTest, DamagedFilesGiveErrorsThatNameThem) {
   // A sample whose label or byte range is out of range.
   for (int field = 0; field < 3; ++field) {
     std::vector<uint8_t> bytes = original;
+    h = header();
     PackedSample sample;
     std::memcpy(&sample, bytes.data() + h.samples_offset + 3 * sizeof(sample), sizeof(sample));
     if (field == 0) sample.label = 2;
     if (field == 1) sample.length = 1 << 30;
     if (field == 2) sample.shard = 99;
-    h = header();
     std::memcpy(bytes.data() + h.samples_offset + 3 * sizeof(sample), &sample, sizeof(sample));
     write_index(bytes);
     ExpectOpenError(index, absl::StatusCode::kInvalidArgument, "sample 3");

@@ -77,6 +77,7 @@ ABSL_FLAG(std::string, device, "auto", "auto (a GPU per local rank when there ar
 ABSL_FLAG(std::string, precision, "bf16", "Autocast precision on the GPU: bf16, fp16 (with loss scaling) or fp32 (AMP off).");
 ABSL_FLAG(bool, channels_last, true, "Keep conv weights and inputs in channels_last layout.");
 ABSL_FLAG(bool, cudnn_benchmark, true, "Let cuDNN time its kernels for the (fixed) input shape.");
+ABSL_FLAG(bool, deterministic, false, "GPU: deterministic cuDNN and ATen algorithms (slower; turns --cudnn_benchmark off), so that a run and its resumed continuation give the same bits on the same GPUs. The CPU path is always deterministic.");
 ABSL_FLAG(double, init_scale, 65536.0, "fp16 loss scaler: initial scale.");
 ABSL_FLAG(double, growth_factor, 2.0, "fp16 loss scaler: growth factor.");
 ABSL_FLAG(double, backoff_factor, 0.5, "fp16 loss scaler: backoff factor.");
@@ -117,7 +118,7 @@ const std::vector<Section>& Sections() {
        {"log_every", "progress", "metrics_out", "metrics_jsonl", "tensorboard_dir", "loss_log", "export",
         "final_params_out", "sample_log", "profile_steps"}},
       {"Device and precision",
-       {"device", "precision", "channels_last", "cudnn_benchmark", "init_scale", "growth_factor",
+       {"device", "precision", "channels_last", "cudnn_benchmark", "deterministic", "init_scale", "growth_factor",
         "backoff_factor", "growth_interval", "cache_release_fraction"}},
       {"Benchmarking", {"synthetic_steps", "warmup_steps", "data_only"}},
       // Defined in trainer/main.cc (the binary), so absent from tests of this library.
@@ -316,6 +317,7 @@ absl::StatusOr<TrainerOptions> OptionsFromFlags() {
   }
   o.channels_last = absl::GetFlag(FLAGS_channels_last);
   o.cudnn_benchmark = absl::GetFlag(FLAGS_cudnn_benchmark);
+  o.deterministic = absl::GetFlag(FLAGS_deterministic);
   o.init_scale = absl::GetFlag(FLAGS_init_scale);
   o.growth_factor = absl::GetFlag(FLAGS_growth_factor);
   o.backoff_factor = absl::GetFlag(FLAGS_backoff_factor);

@@ -102,6 +102,9 @@ struct TrainerOptions {
   Precision precision = Precision::kBFloat16;  // autocast dtype; kFloat32 turns AMP off
   bool channels_last = true;
   bool cudnn_benchmark = true;  // fixed input shapes: let cuDNN pick the fastest kernels
+  // Deterministic cuDNN and ATen algorithms (slower): the same run twice, or a run and its
+  // resumed continuation, give the same bits on the same GPUs. The CPU path always does.
+  bool deterministic = false;
   double init_scale = 65536.0;  // loss scaler (fp16 only)
   double growth_factor = 2.0;
   double backoff_factor = 0.5;

@@ -33,11 +33,11 @@ const char* StepPhaseName(StepPhase phase) {
   return "?";
 }
 
-absl::StatusOr<std::unique_ptr<StepProfiler>> StepProfiler::Create(void* cuda_stream, int device) {
+absl::StatusOr<std::unique_ptr<StepProfiler>> StepProfiler::Create(bool cuda, void* cuda_stream, int device) {
 #ifndef STOKER_WITH_CUDA
-  if (cuda_stream != nullptr) return absl::FailedPreconditionError("StepProfiler: this build has no CUDA");
+  if (cuda) return absl::FailedPreconditionError("StepProfiler: this build has no CUDA");
 #endif
-  return std::unique_ptr<StepProfiler>(new StepProfiler(cuda_stream, device));
+  return std::unique_ptr<StepProfiler>(new StepProfiler(cuda, cuda_stream, device));
 }
 
 StepProfiler::~StepProfiler() {
@@ -48,7 +48,7 @@ StepProfiler::~StepProfiler() {
 
 absl::Status StepProfiler::Record() {
   const size_t index = marked_.size();  // the event for this point (index 0: StartStep)
-  if (stream_ == nullptr) {
+  if (!cuda_) {
     times_.push_back(Clock::now());
     return absl::OkStatus();
   }
@@ -96,7 +96,7 @@ absl::Status StepProfiler::EndStep() {
   if (!in_step_) return absl::OkStatus();
   in_step_ = false;
   std::array<double, kStepPhaseCount> step{};
-  if (stream_ == nullptr) {
+  if (!cuda_) {
     for (size_t i = 1; i < times_.size(); ++i) {
       step[static_cast<int>(marked_[i])] +=
           std::chrono::duration<double>(times_[i] - times_[i - 1]).count();
@@ -127,7 +127,7 @@ std::string StepProfiler::Report() const {
   double total = 0;
   for (double t : totals_) total += t;
   std::string out = absl::StrFormat("time per step over %d profiled steps (%s):\n", steps_,
-                                    stream_ != nullptr ? "CUDA events; data wait is host time" : "host clocks");
+                                    cuda_ ? "CUDA events; data wait is host time" : "host clocks");
   for (int p = 0; p < kStepPhaseCount; ++p) {
     const double mean = steps_ == 0 ? 0 : totals_[p] / steps_;
     absl::StrAppendFormat(&out, "  %-15s %9.3f ms  %5.1f%%\n", StepPhaseName(static_cast<StepPhase>(p)),

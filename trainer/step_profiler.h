@@ -32,9 +32,9 @@ const char* StepPhaseName(StepPhase phase);  // "data_wait", "h2d", ...
 //   RETURN_IF_ERROR(profiler->EndStep());
 class StepProfiler {
  public:
-  // `cuda_stream` (a cudaStream_t) selects CUDA events on that stream, on `device`;
-  // nullptr selects host clocks.
-  static absl::StatusOr<std::unique_ptr<StepProfiler>> Create(void* cuda_stream, int device);
+  // `cuda` selects CUDA events on `cuda_stream` (a cudaStream_t; nullptr is the default
+  // stream) of `device`; otherwise host clocks.
+  static absl::StatusOr<std::unique_ptr<StepProfiler>> Create(bool cuda, void* cuda_stream, int device);
   ~StepProfiler();
   StepProfiler(const StepProfiler&) = delete;
   StepProfiler& operator=(const StepProfiler&) = delete;
@@ -55,12 +55,13 @@ class StepProfiler {
   double MeanSeconds(StepPhase phase) const;
   // A table: phase, ms per step, share.
   std::string Report() const;
-  bool on_gpu() const { return stream_ != nullptr; }
+  bool on_gpu() const { return cuda_; }
 
  private:
-  StepProfiler(void* stream, int device) : stream_(stream), device_(device) {}
+  StepProfiler(bool cuda, void* stream, int device) : cuda_(cuda), stream_(stream), device_(device) {}
   absl::Status Record();
 
+  bool cuda_;
   void* stream_;
   int device_;
   std::vector<void*> events_;         // cudaEvent_t pool

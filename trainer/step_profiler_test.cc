@@ -13,7 +13,7 @@ namespace {
 void Sleep(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
 TEST(StepProfilerTest, IntervalsGoToThePhaseThatEndsThem) {
-  auto profiler = StepProfiler::Create(nullptr, 0);
+  auto profiler = StepProfiler::Create(/*cuda=*/false, nullptr, 0);
   ASSERT_TRUE(profiler.ok());
   StepProfiler& p = **profiler;
   for (int step = 0; step < 2; ++step) {
@@ -39,7 +39,7 @@ TEST(StepProfilerTest, IntervalsGoToThePhaseThatEndsThem) {
 }
 
 TEST(StepProfilerTest, MarksOutsideAStepAreIgnored) {
-  auto profiler = StepProfiler::Create(nullptr, 0);
+  auto profiler = StepProfiler::Create(/*cuda=*/false, nullptr, 0);
   ASSERT_TRUE((*profiler)->Mark(StepPhase::kForward).ok());
   ASSERT_TRUE((*profiler)->EndStep().ok());
   EXPECT_EQ((*profiler)->steps(), 0);

@@ -403,6 +403,13 @@ absl::Status Trainer::SetUpModel() {
     // CPU ranks share the node's cores.
     const int cores = std::max(1u, std::thread::hardware_concurrency());
     at::set_num_threads(std::max(1, cores / std::max(1, rank_.local_size)));
+  } else if (o_.deterministic) {
+    // cuBLAS needs a fixed workspace configuration for deterministic results; it reads the
+    // variable when its first handle is made, after this.
+    setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+    at::globalContext().setBenchmarkCuDNN(false);
+    at::globalContext().setDeterministicCuDNN(true);
+    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
   } else {
     at::globalContext().setBenchmarkCuDNN(o_.cudnn_benchmark);
   }
@@ -781,7 +788,7 @@ absl::StatusOr<absl::optional<TrainingOutcome>> Trainer::TrainEpoch(int64_t epoc
 #ifdef STOKER_WITH_CUDA
         if (o_.use_cuda) stream = at::cuda::getCurrentCUDAStream(o_.cuda_device).stream();
 #endif
-        ASSIGN_OR_RETURN(profiler_, StepProfiler::Create(stream, o_.cuda_device));
+        ASSIGN_OR_RETURN(profiler_, StepProfiler::Create(o_.use_cuda, stream, o_.cuda_device));
       }
       RETURN_IF_ERROR(profiler_->StartStep());
     }

@@ -178,6 +178,14 @@ at::ScalarType InputType(const TrainerOptions& o) {
   return o.precision == Precision::kBFloat16 ? at::kBFloat16 : at::kHalf;
 }
 
+// Waits until this rank's GPU has finished all queued work (no-op on the CPU).
+absl::Status WaitForDevice(const TrainerOptions& o) {
+#ifdef STOKER_WITH_CUDA
+  if (o.use_cuda) return CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+#endif
+  return absl::OkStatus();
+}
+
 // Device memory, as the article asks to watch it: what tensors hold, what the caching
 // allocator keeps, the peak. Releases cached blocks past the configured share.
 void ReportDeviceMemory(const TrainerOptions& o, const RankInfo& rank, bool log) {
@@ -698,6 +706,9 @@ absl::Status Trainer::AfterOptimizerStep(int64_t epoch, int64_t batches_done, in
   if (steps_this_run_ == 1) run_start_ = Clock::now();
   if (steps_this_run_ == o_.warmup_steps) {
     if (o_.use_cuda) ReportDeviceMemory(o_, rank_, /*log=*/rank_.local_rank == 0);
+    // The window starts when the device has finished the warm-up steps, not when the host
+    // has queued them (it runs several steps ahead), as the Python recipes time.
+    RETURN_IF_ERROR(WaitForDevice(o_));
     measure_start_ = Clock::now();
     measure_data_wait_ = absl::ZeroDuration();
     measure_images_ = 0;
@@ -924,6 +935,7 @@ absl::StatusOr<TrainingOutcome> Trainer::DataOnly() {
     if (ring_ != nullptr && epoch + 1 < o_.epochs) RETURN_IF_ERROR(ring_->StartEpoch(epoch + 1, seed_).status());
     for (int64_t b = 0; b < batches_per_epoch_; ++b, ++batches) {
       if (batches == o_.warmup_steps) {
+        RETURN_IF_ERROR(WaitForDevice(o_));
         measure_start_ = Clock::now();
         measure_data_wait_ = absl::ZeroDuration();
         measure_images_ = 0;
@@ -938,11 +950,7 @@ absl::StatusOr<TrainingOutcome> Trainer::DataOnly() {
 }
 
 absl::StatusOr<TrainingOutcome> Trainer::Finish() {
-  if (o_.use_cuda) {
-#ifdef STOKER_WITH_CUDA
-    RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
-#endif
-  }
+  RETURN_IF_ERROR(WaitForDevice(o_));
   TrainingOutcome outcome;
   const double seconds = std::max(Seconds(Clock::now() - measure_start_), 1e-9);
   const double images_per_second = measure_images_ / seconds;

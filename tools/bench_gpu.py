@@ -2,6 +2,7 @@
 """Stoker against the Python recipes on the GPU host, side by side in one run.
 
 Runs from the bundle (tools/bundle.sh) on a host with torch, torchvision and 1 or 2 GPUs:
+    python3 bundle/bin/bench_gpu.py --phase data_service --out OUT   # the data service alone
     python3 bundle/bin/bench_gpu.py --phase one_gpu --out OUT
     python3 bundle/bin/bench_gpu.py --phase two_gpu --out OUT
     python3 bundle/bin/bench_gpu.py --phase report --out OUT   # ratios, JSON, PNG chart
@@ -10,13 +11,14 @@ Each phase appends JSON lines to OUT/bench.jsonl. One-GPU phases are pinned to 1
 The anchor scripts (../shared/bench, copied into bundle/anchors) generate the dataset:
 12,000 JPEGs of 500x375 (1 GPU) or 24,000 (2 GPUs) in 100 class folders.
 """
-import argparse, json, os, subprocess, sys, time
+import argparse, json, os, re, subprocess, sys, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUNDLE = os.path.dirname(HERE)
 STOKER = os.path.join(BUNDLE, "stoker")
 ANCHORS = os.path.join(BUNDLE, "anchors")
 CORES_1GPU = "0-15"
+BUNDLE_LIBS = {"LD_LIBRARY_PATH": os.path.join(BUNDLE, "lib")}  # for the programs without torch
 
 
 def log(msg):
@@ -31,6 +33,7 @@ def record(out, **kw):
 
 
 WORK = "/tmp/stoker_bench_runs"
+SYNTHETIC_STEPS = 100  # 92 timed after 8 warm-up steps; JPEG runs take 2 epochs (~90 steps)
 LOG = None  # OUT/bench.log: every command's whole output
 
 
@@ -65,7 +68,7 @@ def dataset(images):
 
 
 def stoker_train(out, name, ranks, model, root=None, synthetic_steps=0, data_only=False,
-                 cores=None, data_threads=15, extra=()):
+                 cores=None, data_threads=15, epochs=2, extra=()):
     os.makedirs(WORK, exist_ok=True)
     metrics = os.path.join(WORK, f"{name}.json")
     trainer = ["--model=" + model, "--num_classes=1000", "--image_size=224", "--batch_size=256",
@@ -80,7 +83,7 @@ def stoker_train(out, name, ranks, model, root=None, synthetic_steps=0, data_onl
         # The recipes train with Resize(256) + CenterCrop(224): the data service's
         # evaluation transform, so the same folder is given as the validation split.
         cmd = [STOKER, "launcher", f"--np={ranks}", "--dataset=imagefolder", "--train_dir=" + root,
-               "--val_dir=" + root, f"--data_threads={data_threads}", "--", "--epochs=1",
+               "--val_dir=" + root, f"--data_threads={data_threads}", "--", f"--epochs={epochs}",
                "--data_split=val"] + trainer
     p = run(cmd, cores=cores)
     if p.returncode == 0 and os.path.exists(metrics):
@@ -99,10 +102,37 @@ def anchor_lines(out, p, who, extra):
                 pass
 
 
+def phase_data_service(out):
+    """The data service alone (no trainer) on all 16 cores, evaluation transform, against
+    torchvision's loader on the same files and cores; then images/s per core, one thread each."""
+    root = dataset(12000)
+    bench = os.path.join(BUNDLE, "bin", "data_service_benchmark")
+    for threads in (16, 15):
+        p = run([bench, "--data=" + root, "--split=val", f"--threads={threads}", "--seconds=15"],
+                cores=CORES_1GPU, timeout=300, env=BUNDLE_LIBS)
+        m = re.search(r"in ([0-9.]+) s: ([0-9]+) images/s", p.stdout)
+        record(out, who="stoker", what=f"data_service_alone_{threads}threads", threads=threads,
+               images_per_second=float(m.group(2)) if m else None, line=p.stdout.strip().splitlines()[-1:])
+    p = run([sys.executable, os.path.join(HERE, "loader_bench.py"), "--root", root, "--workers", "16"],
+            cores=CORES_1GPU, timeout=400)
+    anchor_lines(out, p, "python", {"ranks": 0})
+    # Per core: one thread each, the same 256 files from memory (bench_vs_torchvision.py).
+    sample = "/tmp/stoker_bench_percore"
+    if not os.path.isdir(sample):
+        os.makedirs(sample)
+        for c in sorted(os.listdir(root))[:4]:
+            for f in sorted(os.listdir(os.path.join(root, c)))[:64]:
+                os.symlink(os.path.join(root, c, f), os.path.join(sample, f"{c}_{f}"))
+    p = run([sys.executable, os.path.join(HERE, "bench_vs_torchvision.py"), "--benchmark",
+             os.path.join(BUNDLE, "bin", "transforms_benchmark"), "--dir", sample, "--dct_scales", "pow2"],
+            cores="3", timeout=400, env=BUNDLE_LIBS)
+    record(out, who="both", what="per_core", lines=p.stdout.strip().splitlines()[-8:])
+
+
 def phase_one_gpu(out, skip_anchor):
     root = dataset(12000)
     for model in ("resnet50", "resnet18"):
-        stoker_train(out, f"synthetic_{model}_1gpu", 1, model, synthetic_steps=40, cores=CORES_1GPU)
+        stoker_train(out, f"synthetic_{model}_1gpu", 1, model, synthetic_steps=SYNTHETIC_STEPS, cores=CORES_1GPU)
         stoker_train(out, f"jpeg_{model}_1gpu", 1, model, root=root, cores=CORES_1GPU)
     stoker_train(out, "data_only_1gpu", 1, "resnet18", root=root, data_only=True, cores=CORES_1GPU)
     if not skip_anchor:
@@ -119,7 +149,7 @@ def phase_one_gpu_anchor(out):
 def phase_two_gpu(out):
     root = dataset(24000)
     for model in ("resnet50", "resnet18"):
-        stoker_train(out, f"synthetic_{model}_2gpu", 2, model, synthetic_steps=40)
+        stoker_train(out, f"synthetic_{model}_2gpu", 2, model, synthetic_steps=SYNTHETIC_STEPS)
         stoker_train(out, f"jpeg_{model}_2gpu", 2, model, root=root, data_threads=30)
     p = run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
              os.path.join(ANCHORS, "anchor_ddp.py"),
@@ -192,14 +222,16 @@ def phase_report(out):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--phase", required=True, choices=["one_gpu", "one_gpu_anchor", "two_gpu", "report"])
+    ap.add_argument("--phase", required=True, choices=["data_service", "one_gpu", "one_gpu_anchor", "two_gpu", "report"])
     ap.add_argument("--out", required=True)
     ap.add_argument("--skip_anchor", action="store_true")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     global LOG
     LOG = os.path.join(a.out, f"bench_{a.phase}.log")
-    if a.phase == "one_gpu":
+    if a.phase == "data_service":
+        phase_data_service(a.out)
+    elif a.phase == "one_gpu":
         phase_one_gpu(a.out, a.skip_anchor)
     elif a.phase == "one_gpu_anchor":
         phase_one_gpu_anchor(a.out)

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 out="${1:-bundle}"
 STOKER_SETUP_QUIET=1 tools/setup.sh
 
-programs=(//launcher:launcher //trainer:trainer //data_service:data_service //data_service:pack_imagefolder //data_service:data_service_benchmark)
+programs=(//launcher:launcher //trainer:trainer //data_service:data_service //data_service:pack_imagefolder //data_service:data_service_benchmark //data_service/image:transforms_benchmark)
 gpu_tests=(//trainer:cuda_batch_feeder_test //trainer:nccl_communicator_test_ranks)
 bazel build "${programs[@]}" "${gpu_tests[@]}"
 bin="$(bazel info bazel-bin 2>/dev/null)"
@@ -23,7 +23,10 @@ for target in "${programs[@]}" "${gpu_tests[@]}"; do
   path="${target#//}"; path="${path/://}"
   cp -L "$bin/$path" "$out/bin/"
 done
-cp tools/gpu_checks.sh tools/bench_gpu.py tests/mpi_env.sh "$out/bin/"
+cp tools/gpu_checks.sh tools/bench_gpu.py tools/loader_bench.py tests/mpi_env.sh \
+  data_service/image/bench_vs_torchvision.py "$out/bin/"
+mkdir -p "$out/bin/testdata_tools"
+cp data_service/image/testdata_tools/make_image_cases.py "$out/bin/testdata_tools/"
 # The Python recipes Stoker is measured against (../shared/bench), when beside the checkout.
 if [[ -d ../shared/bench ]]; then
   mkdir -p "$out/anchors"

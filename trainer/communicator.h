@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "trainer/collective_ledger.h"
 
 namespace stoker::trainer {
 
@@ -38,6 +39,19 @@ class Communicator {
   // Orders what follows (host code, or the current CUDA stream) after every operation
   // issued so far.
   virtual absl::Status Synchronize() = 0;
+
+  // For the collective watchdog (trainer/collective_watchdog.h), which calls these from its
+  // own thread while collectives run; each is thread-safe.
+  //
+  // The record of this communicator's collectives; nullptr when it keeps none.
+  virtual CollectiveLedger* ledger() { return nullptr; }
+  // Device communicators: records in ledger() the operations whose work has finished since
+  // the last call. Host communicators complete each operation before returning.
+  virtual absl::Status PollCompletions() { return absl::OkStatus(); }
+  // Makes the operations in flight end with an error, and every later one fail. Returns
+  // false when the implementation cannot interrupt an operation in flight (a blocking MPI
+  // call): then only ending the process ends the wait.
+  virtual bool Abort() { return false; }
 };
 
 }  // namespace stoker::trainer

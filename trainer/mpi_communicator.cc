@@ -2,11 +2,17 @@
 
 #include <climits>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/mpi_status.h"
 #include "common/status_macros.h"
 
 namespace stoker::trainer {
+
+// Note [Ledger of a failed call]
+// A collective that returned an error is not waiting any more: the ledger counts it as
+// completed, so that the watchdog does not report it as stuck while the training thread
+// fails the usual way.
 
 absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(MPI_Comm parent) {
   MPI_Comm comm;
@@ -35,6 +41,9 @@ absl::Status MpiCommunicator::AllReduce(void* data, size_t count, ElementType ty
           "MpiCommunicator sums float32 and int64 only; half-precision gradients need NCCL");
   }
   // MPI counts are int: reduce in chunks so that buffers of any size work.
+  // Failed or not, the operation is over when this returns (Note [Ledger of a failed call]).
+  const uint64_t seq = ledger_.Issue(CollectiveKind::kAllReduce);
+  absl::Cleanup complete = [this, seq] { ledger_.Complete(seq); };
   const size_t total = count;
   char* bytes = static_cast<char*>(data);
   const size_t element = ElementSize(type);
@@ -59,6 +68,8 @@ absl::Status MpiCommunicator::Broadcast(void* data, size_t bytes, int root) {
   if (root < 0 || root >= world_size_) {
     return absl::InvalidArgumentError(absl::StrCat("broadcast root ", root, " is not a rank"));
   }
+  const uint64_t seq = ledger_.Issue(CollectiveKind::kBroadcast);
+  absl::Cleanup complete = [this, seq] { ledger_.Complete(seq); };
   char* p = static_cast<char*>(data);
   while (bytes > 0) {
     const int chunk = static_cast<int>(std::min<size_t>(bytes, INT_MAX / 2));

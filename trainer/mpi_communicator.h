@@ -11,8 +11,11 @@
 
 namespace stoker::trainer {
 
-// Blocking MPI collectives on a duplicate of the given communicator. Owned by the thread
-// that makes MPI calls (the trainer's main thread).
+// Blocking MPI collectives on a duplicate of the given communicator, each recorded in the
+// ledger (channel "MPI") before it starts and after it returns. Owned by the thread that
+// makes MPI calls (the trainer's main thread); ledger() and Abort() may be called from any
+// thread. Abort() cannot interrupt a blocked MPI call (MPI_THREAD_FUNNELED): it returns
+// false, and the collective watchdog ends the process instead.
 class MpiCommunicator final : public Communicator {
  public:
   static absl::StatusOr<std::unique_ptr<MpiCommunicator>> Create(MPI_Comm parent);
@@ -23,6 +26,7 @@ class MpiCommunicator final : public Communicator {
   absl::Status AllReduce(void* data, size_t count, ElementType type, ReduceOp op) override;
   absl::Status Broadcast(void* data, size_t bytes, int root) override;
   absl::Status Synchronize() override { return absl::OkStatus(); }
+  CollectiveLedger* ledger() override { return &ledger_; }
 
  private:
   MpiCommunicator(MPI_Comm comm, int rank, int world_size)
@@ -30,6 +34,7 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_;
   int rank_;
   int world_size_;
+  CollectiveLedger ledger_{"MPI"};
 };
 
 }  // namespace stoker::trainer

@@ -36,6 +36,13 @@ absl::StatusOr<ncclDataType_t> NcclType(ElementType type) {
 // optimizer (on the compute stream) after the last reduction. The stream has the highest
 // priority so that a ready bucket is not queued behind backward's kernels.
 
+// Note [NCCL completion events]
+// NCCL operations return once enqueued; the host learns that one finished only from the
+// stream. After each operation an event is recorded on the communicator's stream, and
+// PollCompletions() (the watchdog's thread) completes in the ledger every operation whose
+// event has passed, so that a collective stuck on the device is seen as stuck even though
+// no host call is waiting in it. The events are reused.
+
 absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(MPI_Comm bootstrap,
                                                                            int device) {
   int rank = 0, size = 0;
@@ -63,15 +70,24 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(MPI_C
   std::move(destroy_inbound).Cancel();
   std::move(destroy_outbound).Cancel();
   return std::unique_ptr<NcclCommunicator>(
-      new NcclCommunicator(comm, stream, inbound, outbound, rank, size));
+      new NcclCommunicator(comm, stream, inbound, outbound, device, rank, size));
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  if (failed_) {
+  if (aborted_.exchange(true)) {
+    // The watchdog aborted the communicator already.
+  } else if (failed_) {
     ncclCommAbort(comm_);
   } else {
     cudaStreamSynchronize(stream_);
     ncclCommDestroy(comm_);
+  }
+  {
+    absl::MutexLock lock(&events_mu_);
+    for (auto& [seq, event] : in_flight_) cudaEventDestroy(event);
+    for (cudaEvent_t event : free_events_) cudaEventDestroy(event);
+    in_flight_.clear();
+    free_events_.clear();
   }
   cudaEventDestroy(outbound_);
   cudaEventDestroy(inbound_);
@@ -85,14 +101,59 @@ absl::Status NcclCommunicator::WaitForCurrentStream() {
   return absl::OkStatus();
 }
 
+void NcclCommunicator::TrackCompletion(uint64_t seq, const absl::Status& enqueued) {
+  if (!enqueued.ok()) {
+    ledger_.Complete(seq);  // not waiting in it: the caller fails
+    return;
+  }
+  absl::MutexLock lock(&events_mu_);
+  cudaEvent_t event = nullptr;
+  if (!free_events_.empty()) {
+    event = free_events_.back();
+    free_events_.pop_back();
+  } else if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) != cudaSuccess) {
+    return;  // not tracked: completed with the next tracked operation
+  }
+  if (cudaEventRecord(event, stream_) != cudaSuccess) {
+    free_events_.push_back(event);
+    return;
+  }
+  in_flight_.emplace_back(seq, event);
+}
+
+absl::Status NcclCommunicator::PollCompletions() {
+  absl::MutexLock lock(&events_mu_);
+  if (aborted_.load()) return absl::OkStatus();
+  if (!in_flight_.empty()) RETURN_IF_CUDA_ERROR(cudaSetDevice(device_));
+  while (!in_flight_.empty()) {
+    const cudaError_t state = cudaEventQuery(in_flight_.front().second);
+    if (state == cudaErrorNotReady) break;
+    RETURN_IF_ERROR(CudaStatus(state, "cudaEventQuery (NCCL completion)"));
+    ledger_.Complete(in_flight_.front().first);
+    free_events_.push_back(in_flight_.front().second);
+    in_flight_.pop_front();
+  }
+  return absl::OkStatus();
+}
+
+bool NcclCommunicator::Abort() {
+  absl::MutexLock lock(&comm_mu_);
+  if (!aborted_.exchange(true)) ncclCommAbort(comm_);
+  return true;
+}
+
 absl::Status NcclCommunicator::AllReduce(void* data, size_t count, ElementType type, ReduceOp op) {
   ASSIGN_OR_RETURN(ncclDataType_t nccl_type, NcclType(type));
   RETURN_IF_ERROR(WaitForCurrentStream());
+  absl::MutexLock lock(&comm_mu_);
+  if (aborted_.load()) return absl::AbortedError("the NCCL communicator was aborted (collective watchdog)");
+  const uint64_t seq = ledger_.Issue(CollectiveKind::kAllReduce);
   absl::Status status = NcclStatus(
       ncclAllReduce(data, data, count, nccl_type, op == ReduceOp::kAverage ? ncclAvg : ncclSum,
                     comm_, stream_),
       "ncclAllReduce");
   failed_ |= !status.ok();
+  TrackCompletion(seq, status);
   return status;
 }
 
@@ -101,10 +162,16 @@ absl::Status NcclCommunicator::Broadcast(void* data, size_t bytes, int root) {
     return absl::InvalidArgumentError(absl::StrCat("broadcast root ", root, " is not a rank"));
   }
   RETURN_IF_ERROR(WaitForCurrentStream());
-  absl::Status status =
-      NcclStatus(ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream_), "ncclBroadcast");
-  failed_ |= !status.ok();
-  if (!status.ok()) return status;
+  {
+    absl::MutexLock lock(&comm_mu_);
+    if (aborted_.load()) return absl::AbortedError("the NCCL communicator was aborted (collective watchdog)");
+    const uint64_t seq = ledger_.Issue(CollectiveKind::kBroadcast);
+    absl::Status status =
+        NcclStatus(ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream_), "ncclBroadcast");
+    failed_ |= !status.ok();
+    TrackCompletion(seq, status);
+    if (!status.ok()) return status;
+  }
   return Synchronize();
 }
 

@@ -40,7 +40,9 @@ absl::Status StatusFromError(const ControlMessage& message) {
 
 void SetText(ControlMessage* message, absl::string_view text) {
   const size_t length = std::min(text.size(), kControlTextBytes - 1);
-  std::memcpy(message->text, text.data(), length);
+  // An empty string_view may have a null data(), which memcpy must not get even for 0 bytes
+  // (found by fuzz/control_protocol_fuzzer.cc: ErrorMessage() of a status without a message).
+  if (length > 0) std::memcpy(message->text, text.data(), length);
   std::memset(message->text + length, 0, kControlTextBytes - length);
 }
 
@@ -125,7 +127,8 @@ absl::StatusOr<ControlMessage> ReceiveMessage(int fd, absl::Duration timeout) {
     }
     break;
   }
-  // One byte more than a message, so that an oversized packet shows as such.
+  // One byte more than a message, so that an oversized packet shows as such even where
+  // MSG_TRUNC does not make recvmsg() return a packet's full length.
   alignas(ControlMessage) unsigned char buffer[sizeof(ControlMessage) + 1];
   iovec io{buffer, sizeof(buffer)};
   msghdr header;
@@ -134,7 +137,7 @@ absl::StatusOr<ControlMessage> ReceiveMessage(int fd, absl::Duration timeout) {
   header.msg_iovlen = 1;
   ssize_t got;
   do {
-    got = recvmsg(fd, &header, MSG_DONTWAIT);
+    got = recvmsg(fd, &header, MSG_DONTWAIT | MSG_TRUNC);  // the rest of a long packet is dropped
   } while (got < 0 && errno == EINTR);
   if (got < 0) {
     if (errno == ECONNRESET) return absl::UnavailableError("control connection reset by the peer");
@@ -145,9 +148,11 @@ absl::StatusOr<ControlMessage> ReceiveMessage(int fd, absl::Duration timeout) {
   }
   if (got == 0) return absl::UnavailableError("control connection closed by the peer");
   if (got != static_cast<ssize_t>(sizeof(ControlMessage)) || (header.msg_flags & MSG_TRUNC)) {
-    return absl::InvalidArgumentError(absl::StrCat("control packet of ", got,
-                                                   (header.msg_flags & MSG_TRUNC) ? "+" : "",
-                                                   " bytes; a message is ",
+    // With MSG_TRUNC, `got` is the packet's full length (Linux AF_UNIX since 4.x).
+    const bool at_least = got <= static_cast<ssize_t>(sizeof(ControlMessage)) &&
+                          (header.msg_flags & MSG_TRUNC);
+    return absl::InvalidArgumentError(absl::StrCat("control packet of ", at_least ? "more than " : "",
+                                                   got, " bytes; a message is ",
                                                    sizeof(ControlMessage)));
   }
   ControlMessage message;

@@ -67,6 +67,14 @@ TEST_F(ControlProtocolTest, ErrorsCarryTheirCodeAndATruncatedText) {
   EXPECT_EQ(StatusFromError(odd).code(), absl::StatusCode::kUnknown);
 }
 
+TEST_F(ControlProtocolTest, AnErrorWithoutAMessageHasAnEmptyText) {
+  // An empty message's data() may be null (found by fuzz/control_protocol_fuzzer.cc).
+  const ControlMessage message = ErrorMessage(absl::Status(absl::StatusCode::kInternal, ""), 3);
+  EXPECT_TRUE(Validate(message).ok());
+  EXPECT_EQ(Text(message), "");
+  EXPECT_EQ(StatusFromError(message).code(), absl::StatusCode::kInternal);
+}
+
 TEST_F(ControlProtocolTest, WrongSizedPacketsAreRejected) {
   const char small[10] = {};
   SendRaw(small, sizeof(small));
@@ -76,8 +84,21 @@ TEST_F(ControlProtocolTest, WrongSizedPacketsAreRejected) {
   ControlMessage valid = NewMessage(MessageType::kStartEpoch, 1);
   std::memcpy(big.data(), &valid, sizeof(valid));
   SendRaw(big.data(), big.size());
-  EXPECT_EQ(ReceiveMessage(b_.get(), absl::Seconds(1)).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  absl::Status oversized = ReceiveMessage(b_.get(), absl::Seconds(1)).status();
+  EXPECT_EQ(oversized.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(oversized.message().find("control packet of 386 bytes; a message is 336"),
+            absl::string_view::npos)
+      << oversized;
+  // A packet far larger than a message (a huge length prefix in front, say) is consumed
+  // whole and named with its real size.
+  std::string huge(64 * 1024, '\xff');
+  int buffer = 1 << 20;
+  ASSERT_EQ(setsockopt(a_.get(), SOL_SOCKET, SO_SNDBUF, &buffer, sizeof(buffer)), 0);
+  SendRaw(huge.data(), huge.size());
+  oversized = ReceiveMessage(b_.get(), absl::Seconds(1)).status();
+  EXPECT_EQ(oversized.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(oversized.message().find("control packet of 65536 bytes"), absl::string_view::npos)
+      << oversized;
   // The bad packets were consumed: the next good one is read normally.
   ASSERT_TRUE(SendMessage(a_.get(), valid).ok());
   EXPECT_TRUE(ReceiveMessage(b_.get(), absl::Seconds(1)).ok());

@@ -8,7 +8,6 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/errno_status.h"
-#include "common/status_macros.h"
 #include "common/unique_fd.h"
 
 namespace stoker::trainer {
@@ -26,16 +25,35 @@ std::string BaseName(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-absl::Status WriteAll(int fd, absl::string_view data, const std::string& path) {
+// 0, or the errno of the write that failed.
+int WriteAll(int fd, absl::string_view data) {
   while (!data.empty()) {
     const ssize_t n = ::write(fd, data.data(), data.size());
     if (n < 0) {
       if (errno == EINTR) continue;
-      return ErrnoToStatus(errno, absl::StrCat("writing ", path));
+      return errno;
     }
     data.remove_prefix(static_cast<size_t>(n));
   }
-  return absl::OkStatus();
+  return 0;
+}
+
+// Note [Full disk while writing]
+// A full file system (ENOSPC, or EDQUOT for a quota) can surface at write(), fsync() or
+// close() of the temporary file. Whichever it is, the temporary file is removed and the
+// destination keeps its old contents (the rename never happened), so a checkpoint that
+// does not fit leaves the previous checkpoints as they were. The error is
+// ResourceExhausted and says "ENOSPC"/"EDQUOT", the file, and that it was left unchanged.
+absl::Status WriteFailed(int errno_value, absl::string_view what, const std::string& path) {
+  absl::Status status = stoker::ErrnoToStatus(errno_value, what);
+  if (errno_value != ENOSPC && errno_value != EDQUOT) {
+    return absl::Status(status.code(), absl::StrCat("cannot write ", path, ": ", status.message()));
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "cannot write ", path, ": ", status.message(), " (",
+      errno_value == ENOSPC ? "ENOSPC: the file system of " : "EDQUOT: the disk quota of ",
+      DirectoryOf(path), " is full; the partial temporary file was removed and ", path,
+      " is unchanged)"));
 }
 
 }  // namespace
@@ -45,16 +63,21 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
   const std::string temporary =
       absl::StrCat(directory, "/.", BaseName(path), kTemporarySuffix, ::getpid());
   UniqueFd fd(::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (!fd.valid()) return ErrnoToStatus(errno, absl::StrCat("creating ", temporary));
+  if (!fd.valid()) return WriteFailed(errno, absl::StrCat("creating ", temporary), path);
   bool keep = false;
   absl::Cleanup remove_temporary = [&] {
     if (!keep) ::unlink(temporary.c_str());
   };
-  RETURN_IF_ERROR(WriteAll(fd.get(), contents, temporary));
-  if (::fsync(fd.get()) != 0) return ErrnoToStatus(errno, absl::StrCat("fsync of ", temporary));
-  if (::close(fd.Release()) != 0) return ErrnoToStatus(errno, absl::StrCat("closing ", temporary));
+  // Note [Full disk while writing].
+  if (int error = WriteAll(fd.get(), contents); error != 0) {
+    return WriteFailed(error, absl::StrCat("writing ", temporary), path);
+  }
+  if (::fsync(fd.get()) != 0) return WriteFailed(errno, absl::StrCat("fsync of ", temporary), path);
+  if (::close(fd.Release()) != 0) {
+    return WriteFailed(errno, absl::StrCat("closing ", temporary), path);
+  }
   if (::rename(temporary.c_str(), path.c_str()) != 0) {
-    return ErrnoToStatus(errno, absl::StrCat("renaming ", temporary, " to ", path));
+    return WriteFailed(errno, absl::StrCat("renaming ", temporary, " to ", path), path);
   }
   keep = true;
   // The rename is durable only once the directory entry is.

@@ -1,4 +1,5 @@
-// Atomic replacement of files, whole-file reads and directory creation.
+// Atomic replacement of files, whole-file reads and directory creation; a full disk (a
+// real ENOSPC from a small tmpfs) leaves the old file and no temporary.
 #include "trainer/atomic_file.h"
 
 #include <dirent.h>
@@ -10,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/test_tmpfs.h"
 #include "gtest/gtest.h"
 
 namespace stoker::trainer {
@@ -65,6 +67,32 @@ TEST(AtomicFileTest, MakeDirectoriesCreatesParentsAndAcceptsExisting) {
   EXPECT_TRUE(S_ISDIR(st.st_mode));
   ASSERT_TRUE(WriteFileAtomically(dir + "/f", "x").ok());
   EXPECT_TRUE(absl::IsInvalidArgument(MakeDirectories(dir + "/f")));
+}
+
+TEST(AtomicFileTest, AFullDiskLeavesTheOldFileAndNoTemporaryAndSaysENOSPC) {
+  const std::string dir = TestDir("atomic_full");
+  // 64 KiB: the first file fits, a 100 KB replacement does not.
+  if (absl::Status mounted = MountPrivateTmpfs(dir, 64 << 10); !mounted.ok()) {
+    GTEST_SKIP() << "needs a small tmpfs: " << mounted;
+  }
+  const std::string path = dir + "/ckpt";
+  const std::string old_contents(20000, 'o');
+  ASSERT_TRUE(WriteFileAtomically(path, old_contents).ok());
+
+  const absl::Status status = WriteFileAtomically(path, std::string(100000, 'n'));
+  EXPECT_TRUE(absl::IsResourceExhausted(status)) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "cannot write " + path)) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "No space left on device")) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "ENOSPC")) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), path + " is unchanged")) << status;
+  EXPECT_EQ(Entries(dir), std::vector<std::string>{"ckpt"});
+  auto read = ReadWholeFile(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, old_contents);
+
+  // The space of the removed temporary is free again.
+  ASSERT_TRUE(WriteFileAtomically(path, std::string(30000, 's')).ok());
+  EXPECT_EQ(ReadWholeFile(path)->size(), 30000u);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Checkpoint files: round trip, refusal of truncated and corrupt files with a clear reason,
-// and the directory's retention and fall-back to the newest valid checkpoint.
+// and the directory's retention and fall-back to the newest valid checkpoint, also when
+// the disk fills while a checkpoint is written (a real ENOSPC from a small tmpfs).
 #include "trainer/checkpoint_file.h"
 
 #include <cstdlib>
@@ -9,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "common/test_tmpfs.h"
 #include "trainer/atomic_file.h"
 
 namespace stoker::trainer {
@@ -127,6 +129,78 @@ TEST(CheckpointDirectoryTest, StaleTemporariesAreRemoved) {
   ASSERT_TRUE(removed.ok());
   EXPECT_EQ(*removed, 1);
   EXPECT_EQ(ListCheckpoints(dir)->size(), 1u);
+}
+
+TEST(CheckpointDirectoryTest, ACorruptNewestCheckpointIsRefusedByNameAndTheOneBeforeIsUsed) {
+  const std::string dir = TestDir("ckpt_corrupt");
+  for (int64_t step : {4, 8}) {
+    ASSERT_TRUE(WriteFileAtomically(absl::StrCat(dir, "/", CheckpointFileName(step)), Sample(step)).ok());
+  }
+  // One flipped bit in the payload of the newest (bit rot, a bad copy).
+  const std::string newest = absl::StrCat(dir, "/", CheckpointFileName(8));
+  std::string bytes = Sample(8);
+  bytes[bytes.size() - 5] ^= 0x01;
+  ASSERT_TRUE(WriteFileAtomically(newest, bytes).ok());
+
+  const absl::StatusOr<CheckpointReader> direct = LoadCheckpoint(newest);
+  EXPECT_TRUE(absl::IsDataLoss(direct.status())) << direct.status();
+  EXPECT_TRUE(absl::StartsWith(direct.status().message(), newest + ": checksum mismatch")) << direct.status();
+
+  std::vector<std::string> skipped;
+  auto loaded = LoadNewestValidCheckpoint(dir, &skipped);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_TRUE(loaded->has_value());
+  EXPECT_EQ(*(*loaded)->Int("step"), 4);
+  EXPECT_EQ((*loaded)->source(), absl::StrCat(dir, "/", CheckpointFileName(4)));
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_TRUE(absl::StartsWith(skipped[0], newest + ": checksum mismatch")) << skipped[0];
+
+  // Nothing valid at all: nothing to resume, and every file is named.
+  const std::string older = absl::StrCat(dir, "/", CheckpointFileName(4));
+  ASSERT_TRUE(WriteFileAtomically(older, "STOKERCK").ok());
+  skipped.clear();
+  loaded = LoadNewestValidCheckpoint(dir, &skipped);
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_FALSE(loaded->has_value());
+  ASSERT_EQ(skipped.size(), 2u);
+  EXPECT_TRUE(absl::StartsWith(skipped[1], older + ": truncated")) << skipped[1];
+}
+
+// A checkpoint of about 40 KB with the step in it.
+std::string Large(int64_t step) {
+  CheckpointWriter writer;
+  writer.AddInt("step", step);
+  const std::vector<float> weights(10000, 0.5f);
+  writer.AddTensor("model/w", "float32", {10000}, weights.data(), weights.size() * sizeof(float));
+  return std::move(writer).Finish();
+}
+
+TEST(CheckpointDirectoryTest, ACheckpointThatDoesNotFitLeavesThePreviousOneLoadable) {
+  const std::string dir = TestDir("ckpt_full");
+  // Room for one checkpoint (40 KB) but not for the next one beside it.
+  if (absl::Status mounted = MountPrivateTmpfs(dir, 64 << 10); !mounted.ok()) {
+    GTEST_SKIP() << "needs a small tmpfs: " << mounted;
+  }
+  const std::string first = absl::StrCat(dir, "/", CheckpointFileName(10));
+  ASSERT_TRUE(WriteFileAtomically(first, Large(10)).ok());
+  const std::string second = absl::StrCat(dir, "/", CheckpointFileName(20));
+  const absl::Status full = WriteFileAtomically(second, Large(20));
+  ASSERT_TRUE(absl::IsResourceExhausted(full)) << full;
+  EXPECT_TRUE(absl::StrContains(full.message(), second)) << full;
+  EXPECT_TRUE(absl::StrContains(full.message(), "ENOSPC")) << full;
+
+  auto listed = ListCheckpoints(dir);
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].global_step, 10);
+  EXPECT_EQ(*RemoveStaleTemporaries(dir), 0);  // the writer removed its partial file
+  std::vector<std::string> skipped;
+  auto loaded = LoadNewestValidCheckpoint(dir, &skipped);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_TRUE(loaded->has_value());
+  EXPECT_EQ(*(*loaded)->Int("step"), 10);
+  EXPECT_EQ((*loaded)->Tensor("model/w")->data.size(), 40000u);
+  EXPECT_TRUE(skipped.empty());
 }
 
 }  // namespace

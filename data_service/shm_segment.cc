@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,6 +15,29 @@
 #include "common/unique_fd.h"
 
 namespace stoker::data_service {
+
+namespace {
+
+// Note [A full /dev/shm]
+// tmpfs gives a segment its pages on first touch, so ftruncate() succeeds on a /dev/shm
+// that is too small and the producer would die of SIGBUS in the middle of a batch.
+// Create() reserves every page with posix_fallocate() instead: a ring that does not fit
+// fails there, when the ring is requested and before training starts, with the sizes
+// needed and free (a container's default /dev/shm is 64 MiB; docker run --shm-size).
+absl::Status NoRoomInDevShm(const std::string& name, size_t bytes) {
+  std::string free_text = "unknown";
+  struct statvfs fs;
+  if (statvfs("/dev/shm", &fs) == 0) {
+    free_text = absl::StrCat(static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize, " bytes free of ",
+                             static_cast<uint64_t>(fs.f_blocks) * fs.f_frsize);
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "shared-memory segment ", name, ": /dev/shm has no room for its ", bytes, " bytes (",
+      free_text, "); make the batch, the image size or the ring depth smaller, or /dev/shm "
+      "larger (mount -o remount,size=... /dev/shm; docker run --shm-size=...)"));
+}
+
+}  // namespace
 
 absl::Status ValidateSegmentName(absl::string_view name) {
   if (name.size() < 2 || name.size() > 251 || name[0] != '/' ||
@@ -50,13 +74,9 @@ absl::StatusOr<SharedMemorySegment> SharedMemorySegment::Create(const std::strin
   if (ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
     return ErrnoToStatus(errno, absl::StrCat("ftruncate(", name, ", ", bytes, ")"));
   }
-  // tmpfs allocates pages on first touch and raises SIGBUS when it is full; reserve them now.
+  // Note [A full /dev/shm].
   if (int error = posix_fallocate(fd.get(), 0, static_cast<off_t>(bytes)); error != 0) {
-    if (error == ENOSPC) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "shared-memory segment ", name, ": /dev/shm has no room for ", bytes,
-          " bytes (make the batch, the image size or the ring depth smaller, or /dev/shm larger)"));
-    }
+    if (error == ENOSPC) return NoRoomInDevShm(name, bytes);
     return ErrnoToStatus(error, absl::StrCat("posix_fallocate(", name, ", ", bytes, ")"));
   }
   void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);

@@ -1,14 +1,20 @@
 // Tests of SharedMemorySegment: exclusive owner-only creation, mapping by name, unlink by
-// the owner only.
+// the owner only, and a /dev/shm too small for a segment refused at creation (a real
+// small tmpfs over /dev/shm) instead of a SIGBUS later.
 #include "data_service/shm_segment.h"
 
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/test_tmpfs.h"
 #include "data_service/test_util.h"
 #include "gtest/gtest.h"
 
@@ -95,6 +101,53 @@ TEST(SharedMemorySegmentTest, ErrorsAreClear) {
   EXPECT_EQ(SharedMemorySegment::Create(TestName("huge"), size_t{1} << 50).status().code(),
             absl::StatusCode::kResourceExhausted);
   EXPECT_FALSE(Exists(TestName("huge")));
+}
+
+// Runs in a child process (EXPECT_EXIT forks): the 4 MiB tmpfs over /dev/shm is private
+// to it. Exits 0 when every check holds, else prints what failed and exits 1.
+void CreateOnASmallDevShm() {
+  if (absl::Status mounted = MountPrivateTmpfs("/dev/shm", 4 << 20); !mounted.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(mounted.message()).c_str());
+    std::exit(77);
+  }
+  auto fail = [](const std::string& why) {
+    std::fprintf(stderr, "FAILED: %s\n", why.c_str());
+    std::exit(1);
+  };
+  // A first ring fits; the second one (8 MiB) does not fit beside it.
+  auto fits = SharedMemorySegment::Create("/stoker.small.ring.0", 3 << 20);
+  if (!fits.ok()) fail(absl::StrCat("a 3 MiB segment should fit: ", fits.status().ToString()));
+  auto too_big = SharedMemorySegment::Create("/stoker.small.ring.1", 8 << 20);
+  const std::string message(too_big.status().message());
+  if (too_big.status().code() != absl::StatusCode::kResourceExhausted) {
+    fail(absl::StrCat("want ResourceExhausted, got ", too_big.status().ToString()));
+  }
+  for (const std::string& part :
+       {std::string("/stoker.small.ring.1"), std::string("/dev/shm has no room for its 8388608 bytes"),
+        std::string("bytes free of 4194304"), std::string("--shm-size")}) {
+    if (!absl::StrContains(message, part)) fail(absl::StrCat("\"", part, "\" not in: ", message));
+  }
+  // The refused segment is gone and its pages are free again; the first is untouched.
+  if (Exists("/stoker.small.ring.1")) fail("the refused segment was left in /dev/shm");
+  std::memset(fits->data(), 0xab, fits->size());  // no SIGBUS: its pages were reserved
+  auto after = SharedMemorySegment::Create("/stoker.small.ring.2", 512 << 10);
+  if (!after.ok()) fail(absl::StrCat("the space was not released: ", after.status().ToString()));
+  std::fprintf(stderr, "refused clearly: %s\n", message.c_str());
+  std::exit(0);
+}
+
+// Whether a child process can mount a private tmpfs here (see common/test_tmpfs.h).
+bool CanMountPrivateTmpfs() {
+  const pid_t child = fork();
+  if (child == 0) _exit(MountPrivateTmpfs("/dev/shm", 1 << 20).ok() ? 0 : 77);
+  int status = 0;
+  return child > 0 && waitpid(child, &status, 0) == child && WIFEXITED(status) &&
+         WEXITSTATUS(status) == 0;
+}
+
+TEST(SharedMemorySegmentTest, ASegmentThatDoesNotFitInDevShmIsRefusedWithTheSizes) {
+  if (!CanMountPrivateTmpfs()) GTEST_SKIP() << "needs a private mount namespace for a small tmpfs";
+  EXPECT_EXIT(CreateOnASmallDevShm(), ::testing::ExitedWithCode(0), "refused clearly");
 }
 
 }  // namespace

@@ -6,6 +6,11 @@
 # target for a bounded time and fails on any crash, leak, timeout or sanitizer report.
 #
 #   tools/fuzz.sh [--seconds=60] [--targets="control_protocol image_decode"] [--work=DIR]
+#                 [--fresh_scratch_after_error]
+#
+# --fresh_scratch_after_error: the image target replaces its reused decoder after an input
+# that fails, stepping around faults that need the state an earlier bad input left (to
+# look for other faults once such a one is known; the default run checks that state too).
 #
 # Crash inputs are kept under the work directory (default: a fresh /tmp/stoker-fuzz.*)
 # as crash-*/leak-*/timeout-*; replay one with `<work>/<target>_fuzzer <file>`.
@@ -19,7 +24,8 @@ for arg in "$@"; do
     --seconds=*) seconds="${arg#*=}" ;;
     --targets=*) targets="${arg#*=}" ;;
     --work=*) work="${arg#*=}" ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    --fresh_scratch_after_error) export STOKER_FUZZ_FRESH_SCRATCH_AFTER_ERROR=1 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "tools/fuzz.sh: unknown argument $arg (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -48,7 +54,7 @@ sources[image_decode]="fuzz/image_decode_fuzzer.cc data_service/image/decode.cc
 max_len[image_decode]=65536
 
 echo "== tools/fuzz.sh: $(date -u +%FT%TZ), $seconds s per target, work directory $work"
-echo "== $("$cxx" --version | head -n 1)"
+echo "== $("$cxx" --version | head -n 1)${STOKER_FUZZ_FRESH_SCRATCH_AFTER_ERROR:+; image target: a fresh decoder after each failing input}"
 "$python" "$root/tools/fuzz_seeds.py" "$work/seeds/control_protocol" "$work/seeds/image_decode"
 
 status=0
@@ -64,6 +70,7 @@ for target in $targets; do
   mkdir -p "$corpus" "$work/artifacts/$target"
   echo "== running $target for $seconds s (seeds: $(ls "$work/seeds/$target" | wc -l) files)"
   set +e
+  FUZZ_PREVIOUS_INPUT="$work/artifacts/$target/previous_input" \
   "$binary" "$corpus" "$work/seeds/$target" -max_total_time="$seconds" -timeout=20 \
     -rss_limit_mb=2560 -max_len="${max_len[$target]}" -print_final_stats=1 \
     -artifact_prefix="$work/artifacts/$target/" 2>&1 |
@@ -72,7 +79,11 @@ for target in $targets; do
   set -e
   found=$(ls "$work/artifacts/$target" | wc -l)
   if [[ "$rc" -ne 0 || "$found" -ne 0 ]]; then
-    echo "== FAIL: $target exited $rc with $found finding(s) in $work/artifacts/$target"
+    echo "== FAIL: $target exited $rc; found: $(ls "$work/artifacts/$target" | tr '\n' ' ')"
+    if [[ -e "$work/artifacts/$target/previous_input" ]]; then
+      echo "== replay (the fault needs the input before it): $binary" \
+           "$work/artifacts/$target/previous_input $work/artifacts/$target/crash-*"
+    fi
     status=1
   else
     echo "== PASS: $target ran $seconds s without a finding (corpus now $(ls "$corpus" | wc -l) inputs)"

@@ -43,7 +43,7 @@ mkdir -p "$out"
 # Options every process of a test reads from its environment (the data service and the
 # ranks under mpirun included). They extend the config's own.
 declare -A env
-env[asan]="--test_env=ASAN_OPTIONS=abort_on_error=1:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1:protect_shadow_gap=0
+env[asan]="--test_env=ASAN_OPTIONS=abort_on_error=1:detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:protect_shadow_gap=0
 --test_env=LSAN_OPTIONS=suppressions=$root/tools/lsan_suppressions.txt:print_suppressions=0
 --test_env=UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1"
 env[tsan]="--test_env=TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tools/tsan_suppressions.txt

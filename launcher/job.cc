@@ -13,6 +13,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "launcher/job_files.h"
+#include "launcher/job_owner.h"
 #include "launcher/program_paths.h"
 #include "launcher/readiness.h"
 #include "launcher/termination_signals.h"
@@ -26,6 +27,11 @@ constexpr absl::Duration kReadyProbeInterval = absl::Milliseconds(50);
 constexpr absl::Duration kStrayKillTimeout = absl::Seconds(5);
 
 // Note [Job lifecycle]
+// 0. Remove the files of jobs whose launcher is gone, and write this job's owner record
+//    <parent>/stoker.<job_id>.owner, removed last (Note [Stale jobs] in launcher/job_owner.h).
+//    The children die with the launcher (PR_SET_PDEATHSIG): mpirun by SIGKILL (its ranks
+//    follow, theirs being SIGKILL too), the data service by SIGTERM, on which it removes
+//    its socket and segments.
 // 1. Create the job directory /tmp/stoker.<job_id> (0700); it must not exist yet.
 // 2. Start the data service; it is ready once connect(2) to its socket succeeds (the
 //    probe connects and closes at once, sending nothing). If it
@@ -291,6 +297,9 @@ absl::StatusOr<JobPlan> PlanJob(const JobConfig& config) {
                      BuildDataServiceArgv(data_service));
     plan.data_service = ChildSpec{"data service", data_service_program,
                                   std::move(data_service_argv), env};
+    // If the launcher dies (even by SIGKILL), the data service removes its socket and
+    // segments on the way out; SIGKILL would leave them.
+    plan.data_service->parent_death_signal = SIGTERM;
     trainers.data_socket = plan.socket_path;
   } else {
     // Each node's local rank 0 starts its data service with these options (the node's
@@ -330,6 +339,17 @@ std::string FormatPlan(const JobPlan& plan) {
 JobResult RunJob(const JobPlan& plan) {
   absl::StatusOr<TerminationSignals> signals = TerminationSignals::Install();
   if (!signals.ok()) return Failure(signals.status(), 1);
+  // Note [Stale jobs] in launcher/job_owner.h: what killed launchers left is removed first,
+  // and this job's record (removed last) lets a later launcher do the same for it.
+  for (const StaleJob& stale : RemoveStaleJobs(plan.job_dir_parent, plan.shm_dir)) {
+    for (const std::string& path : stale.removed) {
+      LogWarning("removed %s of the dead job %s (its launcher, pid %d, is gone)", path, stale.job_id,
+                 stale.owner_pid);
+    }
+  }
+  absl::StatusOr<JobOwnerRecord> owner_record =
+      JobOwnerRecord::Create(plan.job_dir_parent, plan.shm_dir, plan.job_id);
+  if (!owner_record.ok()) return Failure(owner_record.status(), 1);
   // The cluster modes make no job directory here: the nodes' sockets are files of their own.
   absl::optional<JobDirectory> job_dir;
   if (plan.data_service.has_value()) {

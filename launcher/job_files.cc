@@ -130,6 +130,16 @@ std::vector<std::string> JobDirectory::Remove() {
   return removed;
 }
 
+std::vector<std::string> RemoveJobDirectory(absl::string_view parent, absl::string_view job_id) {
+  std::string path = JobDirectoryPath(parent, job_id);
+  struct stat info;
+  if (lstat(path.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) return {};
+  JobDirectory directory(path);
+  std::vector<std::string> removed = directory.Remove();
+  if (lstat(path.c_str(), &info) != 0) removed.push_back(std::move(path));
+  return removed;
+}
+
 std::string NodeSocketPath(absl::string_view parent, absl::string_view job_id, int node_index) {
   return absl::StrCat(parent, "/stoker.", job_id, ".node", node_index, ".sock");
 }

@@ -51,10 +51,16 @@ class JobDirectory {
   std::vector<std::string> Remove();
 
  private:
+  friend std::vector<std::string> RemoveJobDirectory(absl::string_view parent,
+                                                    absl::string_view job_id);
   explicit JobDirectory(std::string path) : path_(std::move(path)) {}
 
   std::string path_;  // empty once removed or moved from
 };
+
+// Removes the job directory <parent>/stoker.<job_id> of a job that is gone, with whatever is
+// in it. Returns the paths removed, the directory last; empty when there was none.
+std::vector<std::string> RemoveJobDirectory(absl::string_view parent, absl::string_view job_id);
 
 // "<parent>/stoker.<job_id>/data.sock".
 std::string DataSocketPath(absl::string_view parent, absl::string_view job_id);

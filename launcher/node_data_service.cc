@@ -14,6 +14,7 @@
 #include "common/mpi_status.h"
 #include "common/status_macros.h"
 #include "launcher/job_files.h"
+#include "launcher/job_owner.h"
 #include "launcher/program_paths.h"
 #include "launcher/readiness.h"
 
@@ -74,6 +75,13 @@ absl::StatusOr<ChildProcess> StartOnThisNode(const RankInfo& rank, const std::st
                                              uint64_t seed, const std::string& socket_path,
                                              const NodeDataServiceOptions& options) {
   RETURN_IF_ERROR(CheckNodeSocketPath(options.socket_dir, job_id, rank.node_index));
+  // What jobs of killed launchers left on this node (Note [Stale jobs] in launcher/job_owner.h).
+  for (const StaleJob& stale : RemoveStaleJobs(options.socket_dir, options.shm_dir)) {
+    for (const std::string& path : stale.removed) {
+      LogWarning("node %d: removed %s of the dead job %s (its launcher, pid %d, is gone)",
+                 rank.node_index, path, stale.job_id, stale.owner_pid);
+    }
+  }
   std::string program = options.program;
   if (program.empty()) {
     ASSIGN_OR_RETURN(const std::string self, SelfDirectory());

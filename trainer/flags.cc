@@ -27,6 +27,8 @@ ABSL_FLAG(std::string, data_split, "train", "Which split to train on: train (wit
 ABSL_FLAG(bool, drop_last_batch, true, "Skip each epoch's short last batch, so that every step has one shape (cudnn.benchmark tunes once).");
 ABSL_FLAG(int, ring_slots, 4, "Batches in flight in this rank's shared-memory ring (>= 3).");
 ABSL_FLAG(int, data_timeout_s, 120, "Seconds to wait for a batch before failing.");
+ABSL_FLAG(int, collective_timeout_s, 300, "Seconds a collective (gradient allreduce, stop vote, broadcast) may take before the rank reports which collective stalled and which ranks of its node have not reached it, and aborts.");
+ABSL_FLAG(int, collective_abort_grace_s, 30, "Seconds after a collective timed out (and the communicators were aborted) before the rank exits whatever it is doing.");
 ABSL_FLAG(int, bucket_mb, 25, "Gradient bucket size in MiB.");
 
 // Optimizer and schedule.
@@ -121,6 +123,7 @@ const std::vector<Section>& Sections() {
        {"device", "precision", "channels_last", "cudnn_benchmark", "deterministic", "init_scale", "growth_factor",
         "backoff_factor", "growth_interval", "cache_release_fraction"}},
       {"Benchmarking", {"synthetic_steps", "warmup_steps", "data_only"}},
+      {"Fault handling", {"collective_timeout_s", "collective_abort_grace_s"}},
       // Defined in trainer/main.cc (the binary), so absent from tests of this library.
       {"Node data service (without --data_socket)",
        {"job_id", "data_service", "data_service_args", "ranks_per_node"}},
@@ -249,6 +252,18 @@ absl::StatusOr<TrainerOptions> OptionsFromFlags() {
   o.drop_last_batch = absl::GetFlag(FLAGS_drop_last_batch);
   o.ring_slots = absl::GetFlag(FLAGS_ring_slots);
   o.data_timeout = absl::Seconds(absl::GetFlag(FLAGS_data_timeout_s));
+  const int collective_timeout_s = absl::GetFlag(FLAGS_collective_timeout_s);
+  if (collective_timeout_s < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--collective_timeout_s=", collective_timeout_s, ": must be at least 1"));
+  }
+  o.collective_timeout = absl::Seconds(collective_timeout_s);
+  const int collective_abort_grace_s = absl::GetFlag(FLAGS_collective_abort_grace_s);
+  if (collective_abort_grace_s < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--collective_abort_grace_s=", collective_abort_grace_s, ": must be >= 0"));
+  }
+  o.collective_abort_grace = absl::Seconds(collective_abort_grace_s);
   const int bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
   if (bucket_mb < 1 || bucket_mb > 4096) {
     return absl::InvalidArgumentError(absl::StrCat("--bucket_mb=", bucket_mb, ": must be in [1, 4096]"));

@@ -34,6 +34,11 @@ struct TrainerOptions {
   // the same shape, which cudnn.benchmark needs to tune once and not at each epoch's end.
   bool drop_last_batch = true;
   absl::Duration data_timeout = absl::Seconds(120);
+  // Every collective must complete within collective_timeout, or the rank reports the
+  // stall and aborts; a rank whose abort has not ended it after collective_abort_grace exits
+  // (Note [Collective deadline] in trainer/collective_watchdog.h).
+  absl::Duration collective_timeout = absl::Seconds(300);
+  absl::Duration collective_abort_grace = absl::Seconds(30);
   float mean[3] = {0.485f, 0.456f, 0.406f};
   float stddev[3] = {0.229f, 0.224f, 0.225f};
 

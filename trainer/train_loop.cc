@@ -28,6 +28,7 @@
 #include "trainer/atomic_file.h"
 #include "trainer/batch_feeder.h"
 #include "trainer/checkpoint_file.h"
+#include "trainer/collective_watchdog.h"
 #include "trainer/evaluation.h"
 #include "trainer/fused_optimizer.h"
 #include "trainer/grad_buckets.h"
@@ -35,6 +36,7 @@
 #include "trainer/models.h"
 #include "trainer/nn/loss_scaler.h"
 #include "trainer/nn/state_dict.h"
+#include "trainer/node_progress_table.h"
 #include "trainer/progress.h"
 #include "trainer/step_profiler.h"
 #include "trainer/stop_signal.h"
@@ -1121,6 +1123,16 @@ int ExitCodeFor(const TrainingOutcome& outcome) {
 absl::StatusOr<TrainingOutcome> RunTraining(const TrainerOptions& options, const RankInfo& rank,
                                             Communicator& communicator, Communicator& host_communicator) {
   RETURN_IF_ERROR(ValidateOptions(options));
+  // Every collective gets a deadline (Note [Collective deadline] in trainer/collective_watchdog.h).
+  ASSIGN_OR_RETURN(CollectiveProgressTable progress_table,
+                   ShareNodeProgressTable(host_communicator, NodePlace{rank.local_rank, rank.local_size, rank.node_index}));
+  CollectiveWatchdogOptions watch;
+  watch.timeout = options.collective_timeout;
+  watch.abort_grace = options.collective_abort_grace;
+  watch.exit_code = kExitError;
+  ASSIGN_OR_RETURN(std::unique_ptr<CollectiveWatchdog> watchdog,
+                   CollectiveWatchdog::Start(watch, WatchedRank{rank.rank, rank.world_size, rank.local_rank, rank.node_index},
+                                             {&communicator, &host_communicator}, &progress_table));
   try {
     Trainer trainer(options, rank, communicator, host_communicator);
     return trainer.Run();

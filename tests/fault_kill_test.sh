@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Processes killed mid-epoch under the launcher (issue 7, process faults):
+#  1. kill -9 of the data service: the launcher stops mpirun (whose ranks exit) and exits
+#     non-zero naming the data service;
+#  2. kill -9 of trainer rank 1: mpirun ends the other ranks and names rank 1, the launcher
+#     stops the data service and exits non-zero.
+# Bound: each job ends within 60 s of the kill; nothing of it is left (no process, no
+# /dev/shm segment, no socket or job directory). Kills of rank 0 and of the data service
+# under a bare mpirun are in node_service_failure_test; the stall of a rank in
+# fault_stall_test; the kill of the launcher in fault_launcher_kill_test.
+set -euo pipefail
+root="${TEST_SRCDIR}/stoker"
+source "$root/tests/mpi_env.sh"
+source "$root/tests/job_checks.sh"
+private_mpi_session_dir
+out="${TEST_TMPDIR:-$(mktemp -d)}"
+
+# start_job NAME: starts a long 2-rank job in the background; sets job, log, launcher_pid,
+# service_pid and rank_pids (rank r's pid is rank_pid[r]) once training is under way.
+start_job() {
+  job="$1-$$-$RANDOM"
+  log="$out/$1.log"
+  timeout --signal=KILL 180 "$root/launcher/launcher" --np=2 --job_id="$job" \
+    --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
+    --dataset=synthetic --synthetic_samples=4096 --synthetic_classes=4 --data_threads=1 -- \
+    --model=small_cnn --num_classes=4 --image_size=32 --batch_size=16 --epochs=1000 \
+    --log_every=1 --loss_log="$log.loss" > "$log" 2>&1 &
+  launcher_pid=$!
+  for _ in $(seq 900); do
+    [[ -f "$log.loss" && $(wc -l < "$log.loss") -ge 2 ]] && break
+    kill -0 "$launcher_pid" 2>/dev/null || { cat "$log"; echo "FAIL: the job ended early"; exit 1; }
+    sleep 0.1
+  done
+  [[ -f "$log.loss" && $(wc -l < "$log.loss") -ge 2 ]] || { kill -TERM "$launcher_pid"; cat "$log"; echo "FAIL: training did not start"; exit 1; }
+  service_pid=$(pgrep -f -- "data_service/data_service .*--job_id=$job" | head -n 1)
+  rank_pid=()
+  for r in 0 1; do
+    rank_pid[r]=$(sed -n "s/.*rank $r of 2 (pid \([0-9]*\)): ring.*training split/\1/p" "$log" | head -n 1)
+  done
+  [[ -n "$service_pid" && -n "${rank_pid[0]}" && -n "${rank_pid[1]}" ]] ||
+    { kill -TERM "$launcher_pid"; cat "$log"; echo "FAIL: pids not found"; exit 1; }
+  echo "job $job: launcher $launcher_pid, data service $service_pid, ranks ${rank_pid[*]}"
+}
+
+# expect_failure LIMIT: the launcher must exit non-zero within LIMIT seconds.
+expect_failure() {
+  local limit="$1" start=$SECONDS code=0
+  wait "$launcher_pid" || code=$?
+  echo "the launcher exited with code $code after $((SECONDS - start)) s"
+  [[ "$code" -ne 0 ]] || { cat "$log"; echo "FAIL: the job exited 0"; exit 1; }
+  [[ $((SECONDS - start)) -le "$limit" ]] || { cat "$log"; echo "FAIL: the job took more than $limit s to end"; exit 1; }
+}
+
+echo "== 1: kill -9 of the data service"
+start_job service-killed
+kill -KILL "$service_pid"
+expect_failure 60
+grep -q "job $job failed: data service (pid $service_pid) killed by signal 9" "$log" ||
+  { cat "$log"; echo "FAIL: the launcher did not name the data service"; exit 1; }
+assert_nothing_left "$job" "$service_pid" "${rank_pid[@]}"
+
+echo "== 2: kill -9 of rank 1"
+start_job rank1-killed
+kill -KILL "${rank_pid[1]}"
+expect_failure 60
+grep -q "process rank 1 with PID ${rank_pid[1]} .*exited on signal 9" "$log" ||
+  { cat "$log"; echo "FAIL: mpirun did not name rank 1"; exit 1; }
+grep -q "job $job failed: mpirun (pid [0-9]*)" "$log" || { cat "$log"; echo "FAIL: the launcher did not report mpirun's failure"; exit 1; }
+assert_nothing_left "$job" "$service_pid" "${rank_pid[@]}"
+echo "PASS"

@@ -63,6 +63,9 @@ std::string DescribeStalledCollective(const StalledCollective& stall) {
     if (state.rank < 0) continue;
     std::string entry = absl::StrFormat("rank %d #%d (%s)", state.rank, state.completed,
                                         CollectiveKindName(state.completed_kind));
+    if ((state.gone || state.stalled) && state.issued > state.completed) {
+      absl::StrAppend(&entry, ", inside #", state.completed + 1);
+    }
     if (state.gone) {
       absl::StrAppend(&entry, ", gone");
     } else if (state.stalled) {

@@ -237,6 +237,7 @@ TEST(DescribeStalledCollectiveTest, GoneRanksAndRanksElsewhereAreSaidSo) {
   EXPECT_THAT(DescribeStalledCollective(stall),
               HasSubstr("every rank of node 0 reached it, so the ranks holding it up are on other nodes"));
   EXPECT_THAT(DescribeStalledCollective(stall), HasSubstr("stuck inside it: rank 1 (pid 101): gone"));
+  EXPECT_THAT(DescribeStalledCollective(stall), HasSubstr("rank 1 #57 (allreduce), inside #58, gone"));
 }
 
 TEST(DescribeStalledCollectiveTest, WithoutATableItSaysWhatItKnows) {

@@ -94,9 +94,9 @@ def main():
             for scales in args.dct_scales.split(","):
                 out = subprocess.run(
                     [args.benchmark, f"--dir={directory}", f"--seconds={args.seconds}",
-                     f"--dct_scales={scales}"],
+                     f"--dct_scales={scales}", "--rounds=1"],
                     check=True, capture_output=True, text=True).stdout
-                for m in re.finditer(r"^(\w+) images_per_s=([\d.]+)", out, re.M):
+                for m in re.finditer(r"^(\w+)\s+best images_per_s=\s*([\d.]+)", out, re.M):
                     key = (f"stoker/{scales}", m.group(1))
                     best[key] = max(best.get(key, 0), float(m.group(2)))
 

@@ -176,6 +176,8 @@ struct JpegDecodeJob {
   ScaleFactor scale;
   PixelRect region;
   int keep_rows = 0;  // Decode()'s promise: rows stay valid for this many more rows
+  bool fast_idct = false;
+  bool fancy_upsampling = true;
   std::vector<uint8_t>* rows;
   std::vector<uint8_t*>* row_pointers;
   std::vector<uint8_t>* rgb_row;
@@ -191,8 +193,9 @@ bool JpegDecodeGuarded(JpegState* j, JpegDecodeJob* job) {
   cinfo->scale_num = job->scale.num;
   cinfo->scale_denom = job->scale.denom;
   cinfo->out_color_space = j->cmyk ? JCS_CMYK : JCS_RGB;
-  cinfo->dct_method = JDCT_ISLOW;     // libjpeg's and Pillow's default
-  cinfo->do_fancy_upsampling = TRUE;  // idem
+  // libjpeg's and Pillow's defaults are JDCT_ISLOW and fancy upsampling.
+  cinfo->dct_method = job->fast_idct ? JDCT_IFAST : JDCT_ISLOW;
+  cinfo->do_fancy_upsampling = job->fancy_upsampling ? TRUE : FALSE;
   jpeg_calc_output_dimensions(cinfo);
   const PixelRect& r = job->region;
   if (r.width <= 0 || r.height <= 0 || r.x < 0 || r.y < 0 ||
@@ -204,13 +207,15 @@ bool JpegDecodeGuarded(JpegState* j, JpegDecodeJob* job) {
     return true;
   }
   jpeg_start_decompress(cinfo);
-  // Note [Crop margin]: the chroma upsampler treats both edges of the cropped rows as the
-  // image's edges, which changes the pixels next to them. Cropping one iMCU wider on each
-  // side (where the image has it) keeps every pixel of the region exactly as a full decode
-  // makes it (RegionDecodeEqualsTheSameRegionOfAFullDecode checks this).
-  const int imcu_width = cinfo->max_h_samp_factor * cinfo->min_DCT_scaled_size;
-  const int left = std::max(0, r.x - imcu_width);
-  const int right = std::min(static_cast<int>(cinfo->output_width), r.x + r.width + imcu_width);
+  // Note [Crop margin]: the fancy chroma upsampler treats both edges of the cropped rows
+  // as the image's edges, which changes the pixels next to them. Cropping one iMCU wider
+  // on each side (where the image has it) keeps every pixel of the region exactly as a
+  // full decode makes it (RegionDecodeEqualsTheSameRegionOfAFullDecode checks this).
+  // Upsampling by replication reads no neighbouring chroma, so it needs no margin.
+  const int margin =
+      job->fancy_upsampling ? cinfo->max_h_samp_factor * cinfo->min_DCT_scaled_size : 0;
+  const int left = std::max(0, r.x - margin);
+  const int right = std::min(static_cast<int>(cinfo->output_width), r.x + r.width + margin);
   JDIMENSION xoffset = static_cast<JDIMENSION>(left);
   JDIMENSION width = static_cast<JDIMENSION>(right - left);
   if (width != cinfo->output_width) jpeg_crop_scanline(cinfo, &xoffset, &width);
@@ -467,6 +472,8 @@ absl::StatusOr<ImageHeader> ImageDecoder::ReadHeader(absl::Span<const uint8_t> b
   }
   ASSIGN_OR_RETURN(const ImageFormat format, DetectImageFormat(bytes));
   dct_scaling_ = options.dct_scaling;
+  fast_idct_ = options.fast_idct;
+  fancy_upsampling_ = options.fancy_upsampling;
   int64_t width = 0;
   int64_t height = 0;
   if (format == ImageFormat::kJpeg) {
@@ -586,6 +593,8 @@ absl::Status ImageDecoder::DecodeJpeg(ScaleFactor scale, const PixelRect& region
   job.scale = scale;
   job.region = region;
   job.keep_rows = keep_rows;
+  job.fast_idct = fast_idct_;
+  job.fancy_upsampling = fancy_upsampling_;
   job.rows = &rows_;
   job.row_pointers = &row_pointers_;
   job.rgb_row = &rgb_row_;

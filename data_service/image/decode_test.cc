@@ -236,8 +236,8 @@ TEST(ImageDecoderTest, DecodeWithoutHeaderIsFailedPrecondition) {
 // Decodes `region` of `bytes` at `scale` into a dense buffer.
 absl::Status DecodeRegion(ImageDecoder& decoder, const std::vector<uint8_t>& bytes,
                           ScaleFactor scale, const PixelRect& region,
-                          std::vector<uint8_t>* out) {
-  DecodeOptions options;
+                          std::vector<uint8_t>* out, bool fast = false) {
+  DecodeOptions options = fast ? FastDecodeOptions() : DecodeOptions();
   options.dct_scaling = DctScaling::kAll;
   auto header = decoder.ReadHeader(bytes, options);
   if (!header.ok()) return header.status();
@@ -279,8 +279,17 @@ std::vector<uint8_t> EncodeJpeg(int width, int height, int subsampling) {
 
 // Note [libjpeg API for partial decode] and Note [Crop margin] in decode.cc: cropping and
 // skipping must give exactly the pixels of a full decode at the same scale, for every
-// scale and chroma subsampling.
-TEST(ImageDecoderTest, RegionDecodeEqualsTheSameRegionOfAFullDecode) {
+// scale and chroma subsampling, with Pillow's reconstruction and with the fast one
+// (Note [Fast JPEG reconstruction]).
+class RegionDecodeTest : public ::testing::TestWithParam<bool> {};
+
+INSTANTIATE_TEST_SUITE_P(Reconstruction, RegionDecodeTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "Fast" : "Pillow");
+                         });
+
+TEST_P(RegionDecodeTest, RegionDecodeEqualsTheSameRegionOfAFullDecode) {
+  const bool fast = GetParam();
   const std::string& dir = CaseDir("formats");
   std::vector<std::pair<std::string, std::vector<uint8_t>>> cases;
   for (const char* name : {"rgb420.jpg", "rgb422.jpg", "rgb444.jpg", "progressive.jpg",
@@ -291,7 +300,7 @@ TEST(ImageDecoderTest, RegionDecodeEqualsTheSameRegionOfAFullDecode) {
   cases.emplace_back("turbojpeg 4:1:1", EncodeJpeg(83, 61, TJSAMP_411));
   std::mt19937 gen(11);
   ImageDecoder decoder;
-  DecodeOptions all_scales;
+  DecodeOptions all_scales = fast ? FastDecodeOptions() : DecodeOptions();
   all_scales.dct_scaling = DctScaling::kAll;
   for (const auto& [name, bytes] : cases) {
     SCOPED_TRACE(name);
@@ -307,7 +316,7 @@ TEST(ImageDecoderTest, RegionDecodeEqualsTheSameRegionOfAFullDecode) {
       const int sw = s.Apply(header->width);
       const int sh = s.Apply(header->height);
       std::vector<uint8_t> full;
-      ASSERT_TRUE(DecodeRegion(decoder, bytes, s, PixelRect{0, 0, sw, sh}, &full).ok());
+      ASSERT_TRUE(DecodeRegion(decoder, bytes, s, PixelRect{0, 0, sw, sh}, &full, fast).ok());
       for (int trial = 0; trial < 40; ++trial) {
         PixelRect r;
         r.x = std::uniform_int_distribution<int>(0, sw - 1)(gen);
@@ -315,7 +324,7 @@ TEST(ImageDecoderTest, RegionDecodeEqualsTheSameRegionOfAFullDecode) {
         r.width = std::uniform_int_distribution<int>(1, sw - r.x)(gen);
         r.height = std::uniform_int_distribution<int>(1, sh - r.y)(gen);
         std::vector<uint8_t> part;
-        const absl::Status status = DecodeRegion(decoder, bytes, s, r, &part);
+        const absl::Status status = DecodeRegion(decoder, bytes, s, r, &part, fast);
         ASSERT_TRUE(status.ok()) << status;
         for (int y = 0; y < r.height; ++y) {
           const uint8_t* want = &full[(static_cast<size_t>(r.y + y) * sw + r.x) * 3];

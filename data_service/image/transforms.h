@@ -38,7 +38,8 @@ struct TransformSpec {
   double min_ratio = 3.0 / 4.0;
   double max_ratio = 4.0 / 3.0;
   double flip_probability = 0.5;
-  DecodeOptions decode;
+  // JPEGs are reconstructed the fast way (Note [Fast JPEG reconstruction] in decode.h).
+  DecodeOptions decode = FastDecodeOptions();
 
   static TransformSpec Train(int size);
   static TransformSpec Eval(int resize_size, int crop_size);

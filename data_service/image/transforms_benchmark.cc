@@ -1,10 +1,14 @@
 // Single-thread throughput of DecodeAndTransform on the JPEG and PNG files of a directory:
 // decode + evaluation transform (Resize + CenterCrop) and decode + training transform
 // (RandomResizedCrop + flip), images per CPU-second of one thread (images/s per core).
-// Files are read into memory first, so only decoding and transforming are timed. bench_vs_torchvision.py runs it
-// next to torchvision + Pillow on the same files.
+// Files are read into memory first, so only decoding and transforming are timed. Each
+// transform is also split in two: "*_decode" decodes exactly the rows and columns the
+// transform decodes (same scale and region, recorded from a traced run) into a no-op
+// sink, so "*" minus "*_decode" is the resampler's share. The cases run in --rounds
+// interleaved rounds (a shared machine drifts); the best and median round are printed.
+// bench_vs_torchvision.py runs it next to torchvision + Pillow on the same files.
 //
-//   transforms_benchmark --dir=/tmp/jpegs --seconds=5
+//   transforms_benchmark --dir=/tmp/jpegs --seconds=2 --rounds=3
 #include <dirent.h>
 #include <time.h>
 
@@ -27,7 +31,13 @@
 #include "data_service/image/transforms.h"
 
 ABSL_FLAG(std::string, dir, "", "directory with the .jpg/.jpeg/.png files to decode");
-ABSL_FLAG(double, seconds, 3.0, "CPU seconds per measurement");
+ABSL_FLAG(double, seconds, 2.0, "CPU seconds per case and round");
+ABSL_FLAG(int, rounds, 3, "interleaved rounds of all cases");
+ABSL_FLAG(bool, fast_idct, stoker::data_service::image::TransformSpec().decode.fast_idct,
+          "DecodeOptions::fast_idct (default: the transforms' default)");
+ABSL_FLAG(bool, fancy_upsampling,
+          stoker::data_service::image::TransformSpec().decode.fancy_upsampling,
+          "DecodeOptions::fancy_upsampling (default: the transforms' default)");
 ABSL_FLAG(int, size, 224, "output size (RandomResizedCrop and CenterCrop)");
 ABSL_FLAG(int, resize, 256, "evaluation Resize() shorter side");
 ABSL_FLAG(std::string, dct_scales, "pow2",
@@ -52,21 +62,21 @@ struct Result {
   int64_t images = 0;
 };
 
-// Runs `one(i)` over the files round-robin until `seconds` of CPU time have passed.
+// Runs `one(pass, i)` over the files round-robin until `seconds` of CPU time have passed.
 template <typename F>
 absl::StatusOr<Result> Measure(size_t files, double seconds, F one) {
   // Warm up the scratch buffers and caches with one pass.
   for (size_t i = 0; i < files; ++i) {
-    absl::Status status = one(i);
+    absl::Status status = one(0, i);
     if (!status.ok()) return status;
   }
   const auto wall_start = Clock::now();
   const double cpu_start = CpuSeconds();
   int64_t done = 0;
   double cpu = 0.0;
-  while (cpu < seconds) {
+  for (int pass = 0; cpu < seconds; ++pass) {
     for (size_t i = 0; i < files; ++i) {
-      absl::Status status = one(i);
+      absl::Status status = one(pass, i);
       if (!status.ok()) return status;
     }
     done += files;
@@ -120,36 +130,83 @@ int Run() {
   }
   eval.decode.dct_scaling = scaling;
   train.decode.dct_scaling = scaling;
+  for (TransformSpec* spec : {&eval, &train}) {
+    spec->decode.fast_idct = absl::GetFlag(FLAGS_fast_idct);
+    spec->decode.fancy_upsampling = absl::GetFlag(FLAGS_fancy_upsampling);
+  }
   TransformScratch scratch;
   std::vector<uint8_t> out(static_cast<size_t>(size) * size * 3);
-  int64_t counter = 0;
 
-  std::printf("files=%zu dct_scales=%s output=%dx%d\n", files.size(), scales.c_str(), size,
-              size);
-  const struct {
-    const char* name;
-    std::function<absl::Status(size_t)> one;
-  } cases[] = {
-      {"decode_full", [&](size_t i) { return DecodeImage(files[i]).status(); }},
-      {"eval", [&](size_t i) {
-         return DecodeAndTransform(files[i], eval, SampleKey{}, scratch, out.data());
-       }},
-      {"train", [&](size_t i) {
-         return DecodeAndTransform(files[i], train, SampleKey{1, 0, counter++}, scratch,
-                                   out.data());
-       }},
+  // Training keys cycle through kEpochs epochs, so each file is seen with several crops.
+  constexpr int kEpochs = 4;
+  auto train_key = [&](int pass, size_t i) {
+    return SampleKey{1, pass % kEpochs, static_cast<int64_t>(i)};
   };
-  for (const auto& c : cases) {
-    auto result = Measure(files.size(), seconds, c.one);
-    if (!result.ok()) {
-      std::fprintf(stderr, "transforms_benchmark: %s: %s\n", c.name,
-                   std::string(result.status().message()).c_str());
+  // What each transform decodes, for the *_decode cases.
+  std::vector<TransformTrace> eval_traces(files.size());
+  std::vector<TransformTrace> train_traces(files.size() * kEpochs);
+  for (size_t i = 0; i < files.size(); ++i) {
+    absl::Status status =
+        DecodeAndTransform(files[i], eval, SampleKey{}, scratch, out.data(), &eval_traces[i]);
+    for (int e = 0; e < kEpochs && status.ok(); ++e) {
+      status = DecodeAndTransform(files[i], train, train_key(e, i), scratch, out.data(),
+                                  &train_traces[i * kEpochs + e]);
+    }
+    if (!status.ok()) {
+      std::fprintf(stderr, "transforms_benchmark: %s: %s\n", names[i].c_str(),
+                   std::string(status.message()).c_str());
       return 1;
     }
-    std::printf("%s images_per_s=%.1f cpu_us_per_image=%.1f wall_images_per_s=%.1f "
-                "images=%lld\n",
-                c.name, result->images_per_cpu_second, 1e6 / result->images_per_cpu_second,
-                result->images_per_wall_second, static_cast<long long>(result->images));
+  }
+  ImageDecoder decoder;
+  auto decode_only = [&](size_t i, const TransformTrace& trace, const DecodeOptions& options) {
+    absl::StatusOr<ImageHeader> header = decoder.ReadHeader(files[i], options);
+    if (!header.ok()) return header.status();
+    return decoder.Decode(trace.scale, trace.decoded, [](int, const uint8_t*) {});
+  };
+
+  std::printf("files=%zu dct_scales=%s fast_idct=%d fancy_upsampling=%d output=%dx%d\n",
+              files.size(), scales.c_str(), eval.decode.fast_idct,
+              eval.decode.fancy_upsampling, size, size);
+  const struct {
+    const char* name;
+    std::function<absl::Status(int, size_t)> one;
+  } cases[] = {
+      {"decode_full", [&](int, size_t i) { return DecodeImage(files[i]).status(); }},
+      {"eval", [&](int, size_t i) {
+         return DecodeAndTransform(files[i], eval, SampleKey{}, scratch, out.data());
+       }},
+      {"eval_decode", [&](int, size_t i) {
+         return decode_only(i, eval_traces[i], eval.decode);
+       }},
+      {"train", [&](int pass, size_t i) {
+         return DecodeAndTransform(files[i], train, train_key(pass, i), scratch, out.data());
+       }},
+      {"train_decode", [&](int pass, size_t i) {
+         return decode_only(i, train_traces[i * kEpochs + pass % kEpochs], train.decode);
+       }},
+  };
+  constexpr int kCases = sizeof(cases) / sizeof(cases[0]);
+  const int rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
+  std::vector<std::vector<double>> rates(kCases);
+  for (int round = 0; round < rounds; ++round) {
+    for (int c = 0; c < kCases; ++c) {
+      auto result = Measure(files.size(), seconds, cases[c].one);
+      if (!result.ok()) {
+        std::fprintf(stderr, "transforms_benchmark: %s: %s\n", cases[c].name,
+                     std::string(result.status().message()).c_str());
+        return 1;
+      }
+      rates[c].push_back(result->images_per_cpu_second);
+    }
+  }
+  for (int c = 0; c < kCases; ++c) {
+    std::vector<double> r = rates[c];
+    std::sort(r.begin(), r.end());
+    std::printf("%-12s best images_per_s=%7.1f cpu_us_per_image=%7.1f  median %7.1f  rounds:",
+                cases[c].name, r.back(), 1e6 / r.back(), r[r.size() / 2]);
+    for (double v : rates[c]) std::printf(" %.1f", v);
+    std::printf("\n");
   }
   std::printf("scratch_bytes=%zu\n", scratch.capacity_bytes());
   return 0;

@@ -155,6 +155,14 @@ TEST(DecodeAndTransformTest, EvalMatchesTorchvisionResizeCenterCrop) {
       std::printf("%-22s eval  scale %d/%d  (DctScaling::kAll)      PSNR %6.2f dB\n",
                   name.c_str(), trace.scale.num, trace.scale.denom, psnr);
       EXPECT_GE(psnr, 30.0) << "DctScaling::kAll";
+      // Pillow's own reconstruction (Note [Fast JPEG reconstruction] in decode.h).
+      TransformSpec pillow = spec;
+      pillow.decode = DecodeOptions();
+      ASSERT_TRUE(DecodeAndTransform(bytes, pillow, SampleKey{}, scratch, out.data()).ok());
+      const double pillow_psnr = Psnr(out.data(), expected.data(), out.size());
+      std::printf("%-22s eval  Pillow's JPEG reconstruction           PSNR %6.2f dB\n",
+                  name.c_str(), pillow_psnr);
+      EXPECT_GE(pillow_psnr, 30.0) << "Pillow's reconstruction";
     }
     TransformTrace trace;
     const absl::Status status =
@@ -201,6 +209,7 @@ TEST(DecodeAndTransformTest, TrainMatchesTorchvisionResizedCropAndFlip) {
   TransformScratch scratch;
   std::vector<uint8_t> out(224 * 224 * 3);
   double worst_jpeg = 1e9;
+  double worst_pillow_jpeg = 1e9;
   int png = 0;
   int exact_png = 0;
   for (const auto& row : *table) {
@@ -224,10 +233,18 @@ TEST(DecodeAndTransformTest, TrainMatchesTorchvisionResizedCropAndFlip) {
     } else {
       EXPECT_GE(psnr, 30.0) << "scale " << trace.scale.num << "/" << trace.scale.denom;
       worst_jpeg = std::min(worst_jpeg, psnr);
+      TransformSpec pillow = spec;
+      pillow.decode = DecodeOptions();
+      ASSERT_TRUE(
+          DecodeAndTransformWithParams(bytes, pillow, params, scratch, out.data()).ok());
+      const double pillow_psnr = Psnr(out.data(), expected.data(), out.size());
+      EXPECT_GE(pillow_psnr, 30.0) << "Pillow's reconstruction";
+      worst_pillow_jpeg = std::min(worst_pillow_jpeg, pillow_psnr);
     }
   }
-  std::printf("train: worst JPEG PSNR %.2f dB; %d of %d PNG cases bit-identical\n",
-              worst_jpeg, exact_png, png);
+  std::printf("train: worst JPEG PSNR %.2f dB (Pillow's JPEG reconstruction %.2f dB); %d of "
+              "%d PNG cases bit-identical\n",
+              worst_jpeg, worst_pillow_jpeg, exact_png, png);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -25,6 +25,15 @@ namespace {
 // the training thread, so the wait costs the step nothing; the copy itself overlaps the
 // previous step's compute because it runs on its own stream.
 
+// Note [Pinning and the locked-memory limit]
+// cudaHostRegister does not count against RLIMIT_MEMLOCK: measured on an H200 (driver
+// 580, Linux 6.18) as an unprivileged user without CAP_IPC_LOCK under `ulimit -l 0`, it
+// registered 256 MiB of /dev/shm memory (and 1 GiB under a 64 KiB limit), and VmLck and
+// VmPin stayed 0. So a low `ulimit -l` needs neither an error nor a fallback here (it
+// does matter to InfiniBand registration by NCCL and MPI). A registration that fails for
+// another reason is the documented fallback: a warning that says what it costs, and
+// pageable copies (CudaFeederStats::pinned is false).
+
 // Page-locks a host range with cudaHostRegister for the life of the object.
 class PinnedHostRange {
  public:
@@ -82,10 +91,14 @@ class CudaBatchFeeder final : public BatchFeeder {
       pinned_ = std::move(*pinned);
     } else {
       cudaGetLastError();  // clear the sticky-free error of the refused registration
+      // Note [Pinning and the locked-memory limit].
       LogWarning(
-          "could not page-lock the data ring (%d MiB): %s. Copies will go through pageable "
-          "memory: synchronous and about a quarter of the bandwidth. Raise `ulimit -l` or "
-          "check that /dev/shm allows it.",
+          "could not page-lock the data ring (%d MiB) with cudaHostRegister: %s. Training "
+          "goes on with pageable copies: each batch copy is synchronous (it no longer overlaps "
+          "compute) at about a quarter of the bandwidth. The locked-memory limit (ulimit -l) "
+          "is not the cause: the NVIDIA driver pins without RLIMIT_MEMLOCK. Look for host "
+          "memory that cannot be pinned (too little free RAM, a VM or WSL that refuses to "
+          "register shared memory).",
           static_cast<int>(source_->memory_bytes() >> 20), pinned.status().message());
     }
     if (stats_ != nullptr) stats_->pinned = pinned_ != nullptr;

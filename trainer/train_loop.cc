@@ -544,7 +544,11 @@ absl::Status Trainer::SetUpData() {
           "--batch_size=", o_.batch_size, ": an epoch gives each rank ", first.samples,
           " samples, not one full batch (use a smaller batch or --nodrop_last_batch)"));
     }
-    if (o_.val_every > 0 && !o_.data_only) {
+    if (o_.val_every > 0 && !o_.data_only && !o_.train_split) {
+      // Training on the validation split (a benchmark's choice): validating on it too
+      // would only measure the training data again.
+      if (rank0()) LogInfo("--data_split=val: training on the validation split, so no validation");
+    } else if (o_.val_every > 0 && !o_.data_only) {
       RingRequest val_request = request;
       val_request.train = false;
       val_request.batch_size = o_.val_batch_size > 0 ? o_.val_batch_size : o_.batch_size;

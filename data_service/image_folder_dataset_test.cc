@@ -1,7 +1,9 @@
 // Tests of ImageFolderDataset: torchvision's class and file ordering (checked against
 // torchvision itself when it is installed), extension filtering, clear errors, loading
 // through DecodeAndTransform (training and evaluation transforms, JPEG and PNG), and
-// every kind of unusable file giving a bad-sample error rather than a crash or a hang.
+// every kind of unusable file giving a bad-sample error rather than a crash or a hang;
+// bad folder shapes (symlink loops, names that are not UTF-8, empty classes, an empty
+// dataset, files where class folders should be) and a dataset that vanishes mid-run.
 #include "data_service/image_folder_dataset.h"
 
 #include <sys/stat.h>
@@ -137,6 +139,160 @@ TEST(ImageFolderDatasetTest, ErrorsSayWhatIsWrong) {
   auto empty_class = ImageFolderDataset::Open(base + "/empty_class");
   EXPECT_EQ(empty_class.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(empty_class.status().message().find("bad"), std::string::npos);
+}
+
+TEST(ImageFolderDatasetTest, AnEmptyFolderIsRefusedAsEmpty) {
+  const std::string root = FreshDirectory("empty_dataset");
+  auto empty = ImageFolderDataset::Open(root);
+  EXPECT_EQ(empty.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(empty.status().message(), root + " has no class sub-folders"))
+      << empty.status();
+  EXPECT_TRUE(absl::StrContains(empty.status().message(), "it is empty")) << empty.status();
+}
+
+TEST(ImageFolderDatasetTest, EmptyClassFoldersAreAllNamed) {
+  const std::string root = FreshDirectory("empty_classes");
+  Touch(root + "/good/a.jpg");
+  fs::create_directories(root + "/empty1");
+  fs::create_directories(root + "/empty2/sub");
+  auto opened = ImageFolderDataset::Open(root);
+  EXPECT_EQ(opened.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(opened.status().message(), "no image file for the classes empty1, empty2"))
+      << opened.status();
+}
+
+TEST(ImageFolderDatasetTest, FilesWhereClassFoldersShouldBeAreIgnoredByNameOrRefusedIfAlone) {
+  const std::string root = FreshDirectory("class_is_file");
+  Touch(root + "/good/a.jpg");
+  Touch(root + "/cat");  // a file named like a class
+  ASSERT_EQ(symlink((root + "/nowhere").c_str(), (root + "/ghost").c_str()), 0);
+  auto opened = ImageFolderDataset::Open(root);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_EQ((*opened)->classes(), std::vector<std::string>{"good"});
+  EXPECT_EQ((*opened)->ignored_entries(), (std::vector<std::string>{"cat", "ghost"}));
+
+  const std::string only_files = FreshDirectory("only_files");
+  Touch(only_files + "/cat");
+  Touch(only_files + "/dog.jpg");
+  auto refused = ImageFolderDataset::Open(only_files);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(refused.status().message(),
+                                "it holds only 2 file(s), which are not classes: \"cat\", \"dog.jpg\""))
+      << refused.status();
+}
+
+TEST(ImageFolderDatasetTest, ASymlinkLoopIsRefusedNamingTheLink) {
+  const std::string root = FreshDirectory("symlink_loop");
+  Touch(root + "/cat/a.jpg");
+  fs::create_directories(root + "/cat/sub");
+  ASSERT_EQ(symlink("..", (root + "/cat/sub/loop").c_str()), 0);
+  const absl::Time start = absl::Now();
+  auto opened = ImageFolderDataset::Open(root);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(opened.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(opened.status().message(),
+                                "symlink loop in the image folder: " + root + "/cat/sub/loop -> .. leads back to " +
+                                    root + "/cat"))
+      << opened.status();
+
+  // A link to the class folder itself, and a loop through the root.
+  const std::string self = FreshDirectory("symlink_self");
+  Touch(self + "/cat/a.jpg");
+  ASSERT_EQ(symlink(".", (self + "/cat/me").c_str()), 0);
+  EXPECT_TRUE(absl::StrContains(ImageFolderDataset::Open(self).status().message(), self + "/cat/me"));
+  const std::string via_root = FreshDirectory("symlink_root");
+  Touch(via_root + "/cat/a.jpg");
+  ASSERT_EQ(symlink(via_root.c_str(), (via_root + "/cat/up").c_str()), 0);
+  EXPECT_TRUE(absl::StrContains(ImageFolderDataset::Open(via_root).status().message(),
+                                "symlink loop in the image folder: " + via_root + "/cat/up -> " + via_root +
+                                    " leads back to " + via_root + ", which contains it"));
+}
+
+TEST(ImageFolderDatasetTest, SymlinksElsewhereAreFollowedAndLoopingFilesAreBadSamples) {
+  const std::string outside = FreshDirectory("symlink_target");
+  ASSERT_TRUE(test_util::WriteJpeg(outside + "/far.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 1)).ok());
+  const std::string root = FreshDirectory("symlink_ok");
+  fs::create_directories(root + "/cat");
+  ASSERT_TRUE(test_util::WriteJpeg(root + "/cat/a.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 2)).ok());
+  ASSERT_EQ(symlink(outside.c_str(), (root + "/cat/linked").c_str()), 0);
+  ASSERT_EQ(symlink(outside.c_str(), (root + "/dog").c_str()), 0);  // a class folder by link
+  ASSERT_EQ(symlink("self.jpg", (root + "/cat/self.jpg").c_str()), 0);  // ELOOP when opened
+  auto opened = ImageFolderDataset::Open(root);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  std::vector<std::string> paths;
+  for (const ImageFolderSample& sample : (*opened)->samples()) paths.push_back(sample.path);
+  // Sorted by (directory, name), as torchvision's sorted(os.walk(...)).
+  EXPECT_EQ(paths, (std::vector<std::string>{root + "/cat/a.jpg", root + "/cat/self.jpg",
+                                             root + "/cat/linked/far.jpg", root + "/dog/far.jpg"}));
+  SampleScratch scratch;
+  std::vector<uint8_t> dst(8 * 8 * 3);
+  EXPECT_TRUE((*opened)->Load(2, {8, false, 0, 0}, scratch, dst.data()).ok());
+  const absl::Status looping = (*opened)->Load(1, {8, false, 0, 0}, scratch, dst.data());
+  EXPECT_TRUE(IsBadSampleError(looping)) << looping;
+  EXPECT_TRUE(absl::StrContains(looping.message(), "Too many levels of symbolic links")) << looping;
+}
+
+TEST(ImageFolderDatasetTest, NamesThatAreNotUtf8AreListedAndLoaded) {
+  const std::string root = FreshDirectory("not_utf8");
+  const std::string latin1_class = root + "/caf\xe9";  // "café" in Latin-1
+  fs::create_directories(latin1_class);
+  ASSERT_TRUE(test_util::WriteJpeg(latin1_class + "/\xff\xfe.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 3)).ok());
+  fs::create_directories(root + "/plain");
+  ASSERT_TRUE(test_util::WriteJpeg(root + "/plain/b.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 4)).ok());
+  auto opened = ImageFolderDataset::Open(root);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  // Sorted by bytes: "caf\xe9" < "plain".
+  EXPECT_EQ((*opened)->classes(), (std::vector<std::string>{"caf\xe9", "plain"}));
+  ASSERT_EQ((*opened)->size(), 2);
+  EXPECT_EQ((*opened)->samples()[0].path, latin1_class + "/\xff\xfe.jpg");
+  SampleScratch scratch;
+  std::vector<uint8_t> dst(8 * 8 * 3);
+  EXPECT_TRUE((*opened)->Load(0, {8, true, 1, 0}, scratch, dst.data()).ok());
+  EXPECT_TRUE(absl::StrContains((*opened)->Describe(0), "\xff\xfe.jpg"));
+}
+
+TEST(ImageFolderDatasetTest, AFolderThatVanishesMidRunIsAFailureNotABadSample) {
+  const std::string base = FreshDirectory("vanish");
+  const std::string root = base + "/data";
+  for (const char* name : {"/a/0.jpg", "/a/1.jpg", "/b/0.jpg"}) {
+    fs::create_directories(fs::path(root + name).parent_path());
+    ASSERT_TRUE(test_util::WriteJpeg(root + name, 20, 20, test_util::PhotoLikeImage(20, 20, 5)).ok());
+  }
+  auto opened = ImageFolderDataset::Open(root);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  SampleScratch scratch;
+  std::vector<uint8_t> dst(8 * 8 * 3);
+  ASSERT_TRUE((*opened)->Load(0, {8, true, 1, 0}, scratch, dst.data()).ok());
+
+  // One file gone: a bad sample (skipped and counted under --bad_files=skip).
+  fs::remove(root + "/a/1.jpg");
+  absl::Status one = (*opened)->Load(1, {8, true, 1, 0}, scratch, dst.data());
+  EXPECT_TRUE(IsBadSampleError(one)) << one;
+  EXPECT_EQ(one.code(), absl::StatusCode::kNotFound) << one;
+
+  // A class folder gone: the dataset changed under the run.
+  fs::rename(root + "/b", base + "/b_moved");
+  absl::Status class_gone = (*opened)->Load(2, {8, true, 1, 0}, scratch, dst.data());
+  EXPECT_EQ(class_gone.code(), absl::StatusCode::kFailedPrecondition) << class_gone;
+  EXPECT_FALSE(IsBadSampleError(class_gone));
+  EXPECT_TRUE(absl::StrContains(class_gone.message(), "the class folder " + root + "/b of the image folder is gone"))
+      << class_gone;
+
+  // The whole folder gone (deleted, or unmounted and replaced by an empty mount point).
+  fs::remove_all(root);
+  for (int64_t index : {0, 1, 2}) {
+    absl::Status gone = (*opened)->Load(index, {8, false, 1, 0}, scratch, dst.data());
+    EXPECT_EQ(gone.code(), absl::StatusCode::kFailedPrecondition) << gone;
+    EXPECT_FALSE(IsBadSampleError(gone));
+    EXPECT_TRUE(absl::StrContains(gone.message(), "the image folder " + root +
+                                                      " is gone (No such file or directory); it was "
+                                                      "listed at start with 3 samples"))
+        << gone;
+  }
+  fs::create_directories(root);  // an empty mount point
+  absl::Status empty = (*opened)->Load(0, {8, false, 1, 0}, scratch, dst.data());
+  EXPECT_EQ(empty.code(), absl::StatusCode::kFailedPrecondition) << empty;
+  EXPECT_TRUE(absl::StrContains(empty.message(), "class folder " + root + "/a")) << empty;
 }
 
 // Left quarter red, middle half green, right quarter blue.

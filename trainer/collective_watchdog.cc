@@ -256,8 +256,12 @@ void CollectiveWatchdog::Fire(int channel, const CollectiveLedger::Snapshot& stu
     exit_process(exit_code);
   }).detach();
 
+  // A communicator that cannot abort matters only when a collective of it is waiting.
   bool interrupted = true;
-  for (Communicator* communicator : watched_) interrupted = communicator->Abort() && interrupted;
+  for (Communicator* communicator : watched_) {
+    const bool aborted = communicator->Abort();
+    if (!aborted && communicator->ledger()->Read().pending != 0) interrupted = false;
+  }
   if (!interrupted) {
     LogError("collective watchdog: a blocked MPI collective cannot be interrupted: exiting "
              "with code %d so that mpirun ends the job",

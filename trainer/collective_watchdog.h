@@ -43,8 +43,8 @@ namespace stoker::trainer {
 //  3. aborts every watched communicator. NCCL's ncclCommAbort ends the kernels in flight,
 //     the training thread gets an error and fails the usual way (MPI_Abort of the job). An
 //     MPI call cannot be interrupted from another thread (MPI_THREAD_FUNNELED), so when a
-//     communicator cannot abort, the watchdog ends the process at once with exit code 1;
-//     mpirun then ends the other ranks.
+//     collective is waiting in a communicator that cannot abort, the watchdog ends the
+//     process at once with exit code 1; mpirun then ends the other ranks.
 // Sequence numbers follow the order of issue, which is the same on every rank, so "#58"
 // names the same operation everywhere.
 

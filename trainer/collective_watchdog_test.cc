@@ -95,6 +95,21 @@ TEST(CollectiveWatchdogTest, AnAbortedCommunicatorStillMeetsTheProcessDeadline) 
   EXPECT_GE(record->at_ns.load() - start, 500'000'000);  // timeout + grace
 }
 
+TEST(CollectiveWatchdogTest, AnIdleMpiCommunicatorDoesNotCutTheNcclAbortShort) {
+  FakeCommunicator nccl(/*can_abort=*/true, "NCCL");
+  FakeCommunicator mpi(/*can_abort=*/false, "MPI");
+  auto record = std::make_shared<ExitRecord>();
+  auto watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{0, 2, 0, 0}, {&nccl, &mpi}, nullptr,
+                                            RecordExit(record));
+  ASSERT_TRUE(watchdog.ok()) << watchdog.status();
+  const int64_t start = MonotonicNanos();
+  nccl.ledger()->Issue(CollectiveKind::kAllReduce);  // stuck on the device; MPI is idle
+  ASSERT_TRUE(record->exited.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(nccl.aborts(), 1);
+  EXPECT_EQ(mpi.aborts(), 1);
+  EXPECT_GE(record->at_ns.load() - start, 500'000'000);  // the grace, not at once
+}
+
 TEST(CollectiveWatchdogTest, CollectivesThatCompleteInTimeNeverFire) {
   FakeCommunicator mpi(/*can_abort=*/false);
   auto record = std::make_shared<ExitRecord>();

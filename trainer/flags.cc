@@ -1,6 +1,10 @@
 #include "trainer/flags.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -58,7 +62,7 @@ ABSL_FLAG(int, val_batch_size, 0, "Validation batch size per rank (0: --batch_si
 ABSL_FLAG(std::string, checkpoint_dir, "", "Directory for checkpoints (written atomically by rank 0). Empty: no checkpoints.");
 ABSL_FLAG(int, checkpoint_every_steps, 0, "Write a checkpoint every N optimizer steps (0: not by steps).");
 ABSL_FLAG(int, checkpoint_every_epochs, 1, "Write a checkpoint every N epochs (0: not by epochs).");
-ABSL_FLAG(int, keep_checkpoints, 3, "Keep the newest N checkpoints and delete older ones (0: keep all).");
+ABSL_FLAG(int, keep_checkpoints, 3, "Keep the newest N checkpoints and delete older ones (0: keep all). With 2 or more, --resume=auto falls back past a damaged newest checkpoint to the one before.");
 ABSL_FLAG(std::string, resume, "auto", "auto: continue from the newest valid checkpoint in --checkpoint_dir if there is one; none: start afresh; or the path of a checkpoint file.");
 ABSL_FLAG(int, stop_after_steps, 0, "End this run after N optimizer steps with a checkpoint, as a preemption would, and exit 75 (0: off). For time-sliced jobs.");
 
@@ -144,15 +148,27 @@ absl::CommandLineFlag* TrainerFlag(absl::string_view name) {
 absl::Status ParseArgs(const std::vector<std::string>& args, absl::string_view where, int depth,
                        bool* help);
 
-// Reads a configuration file: one flag per line, `--name=value` or `name=value`.
-absl::Status ApplyConfigFile(const std::string& path, int depth, bool* help) {
+// Reads a configuration file: one flag per line, `--name=value` or `name=value`. `where`
+// names the file and line that included this one ("" on the command line).
+absl::Status ApplyConfigFile(const std::string& path, int depth, bool* help, absl::string_view where) {
   if (depth > kMaxConfigDepth) {
-    return absl::InvalidArgumentError(absl::StrCat("--config=", path, ": configuration files nest deeper than ",
+    return absl::InvalidArgumentError(absl::StrCat(where, "--config=", path, ": configuration files nest deeper than ",
                                                    kMaxConfigDepth, " (a cycle?)"));
+  }
+  // A directory opens as an empty stream: refuse it (and say why a file cannot be read).
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "--config=", path, ": cannot read the file: ", std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, "--config=", path, ": not a regular file", S_ISDIR(st.st_mode) ? " (a directory)" : ""));
   }
   std::ifstream in(path);
   if (!in) {
-    return absl::InvalidArgumentError(absl::StrCat("--config=", path, ": cannot read the file"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "--config=", path, ": cannot read the file: ", std::strerror(errno)));
   }
   std::string line;
   int number = 0;
@@ -187,7 +203,7 @@ absl::Status ParseArgs(const std::vector<std::string>& args, absl::string_view w
       if (!has_value || value.empty()) {
         return absl::InvalidArgumentError(absl::StrCat(where, "--", name, " needs a file: --", name, "=FILE"));
       }
-      RETURN_IF_ERROR(ApplyConfigFile(std::string(value), depth + 1, help));
+      RETURN_IF_ERROR(ApplyConfigFile(std::string(value), depth + 1, help, where));
       continue;
     }
     absl::CommandLineFlag* flag = TrainerFlag(name);

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The disk fills while rank 0 writes a checkpoint. The checkpoint folder is a tmpfs with
+# room for one checkpoint but not two (mounted in a private mount namespace: a real ENOSPC
+# from the kernel, nothing injected). Stoker's choice: the run fails at once with a message
+# naming the checkpoint file and ENOSPC; the partial temporary file is removed; the
+# previous checkpoint stays intact, and a rerun resumes from it with the uninterrupted
+# run's losses, bit for bit. The job leaves nothing behind.
+set -euo pipefail
+root="${TEST_SRCDIR}/stoker"
+source "$root/tests/mpi_env.sh"
+source "$root/tests/job_checks.sh"
+out="${TEST_TMPDIR:-$(mktemp -d)}"
+
+if [[ "${1:-}" != "--inside" ]]; then
+  # Re-run this script in a mount namespace of its own: as root, or else as root of a
+  # user namespace. Mounts made there vanish with it and never reach the host.
+  if unshare -m --propagation private true 2>/dev/null; then
+    exec unshare -m --propagation private bash "$0" --inside
+  elif unshare -rm --propagation private true 2>/dev/null; then
+    exec unshare -rm --propagation private bash "$0" --inside
+  fi
+  echo "FAIL: no private mount namespace (unshare -m and unshare -rm are both refused)"
+  exit 1
+fi
+private_mpi_session_dir
+
+# 1024 samples / 2 ranks / 32 = 16 steps per epoch.
+run() {  # run NAME [trainer flags...]; sets $rc
+  local name="$1"; shift
+  local job="diskfull-$name-$$-$RANDOM"
+  set +e
+  timeout 300 "$root/launcher/launcher" --np=2 --job_id="$job" \
+    --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
+    --dataset=synthetic --synthetic_samples=1024 --synthetic_classes=4 --data_threads=1 -- \
+    --model=small_cnn --num_classes=4 --image_size=32 --batch_size=32 --epochs=1 --lr=0.05 \
+    --log_every=4 "$@" > "$out/$name.log" 2>&1
+  rc=$?
+  set -e
+  assert_nothing_left "$job"
+}
+
+run full --loss_log="$out/full.txt"
+[[ $rc -eq 0 ]] || { cat "$out/full.log"; echo "FAIL: the uninterrupted run exited $rc"; exit 1; }
+
+# The size of one checkpoint, from a run on the real disk.
+run sizing --checkpoint_dir="$out/ckpt_sizing" --stop_after_steps=4
+[[ $rc -eq 75 ]] || { cat "$out/sizing.log"; echo "FAIL: exit $rc"; exit 1; }
+size=$(stat -c %s "$out/ckpt_sizing/ckpt-000000000004.stoker")
+tmpfs_bytes=$(( (size * 3 / 2 + 4095) / 4096 * 4096 ))
+echo "a checkpoint is $size bytes; the checkpoint tmpfs holds $tmpfs_bytes"
+
+mkdir -p "$out/ckpt_full"
+mount -t tmpfs -o size="$tmpfs_bytes" stoker-test-full "$out/ckpt_full"
+# Checkpoints at steps 4 (fits) and 8 (does not fit beside it).
+start=$SECONDS
+run nospace --loss_log="$out/nospace.txt" --checkpoint_dir="$out/ckpt_full" --checkpoint_every_steps=4
+echo "the run ended after $(( SECONDS - start )) s with exit code $rc"
+[[ $rc -ne 0 && $rc -ne 75 ]] || { cat "$out/nospace.log"; echo "FAIL: a full disk must fail the run, got exit $rc"; exit 1; }
+newer="$out/ckpt_full/ckpt-000000000008.stoker"
+grep -F "cannot write $newer" "$out/nospace.log" | grep -F "No space left on device" | grep -q "ENOSPC" ||
+  { cat "$out/nospace.log"; echo "FAIL: the error does not name $newer and ENOSPC"; exit 1; }
+grep -F "cannot write $newer" "$out/nospace.log" | head -n 1
+ls -A "$out/ckpt_full"
+[[ "$(ls -A "$out/ckpt_full")" == "ckpt-000000000004.stoker" ]] ||
+  { echo "FAIL: the checkpoint folder should hold only the step-4 checkpoint"; exit 1; }
+[[ $(wc -l < "$out/nospace.txt") -eq 8 ]] || { echo "FAIL: expected 8 trained steps before the failure"; exit 1; }
+
+# The step-4 checkpoint is intact: resume from it (on the real disk) and finish.
+cp -a "$out/ckpt_full" "$out/ckpt_copy"
+umount "$out/ckpt_full"
+run resumed --loss_log="$out/resumed.txt" --checkpoint_dir="$out/ckpt_copy"
+[[ $rc -eq 0 ]] || { cat "$out/resumed.log"; echo "FAIL: the resumed run exited $rc"; exit 1; }
+grep -q "resuming from .*ckpt-000000000004.stoker" "$out/resumed.log" ||
+  { grep -i resum "$out/resumed.log"; echo "FAIL: did not resume from step 4"; exit 1; }
+head -n 4 "$out/full.txt" | cat - "$out/resumed.txt" | cmp - "$out/full.txt" ||
+  { echo "FAIL: the resumed losses differ from the uninterrupted run's"; exit 1; }
+head -n 8 "$out/full.txt" | cmp - "$out/nospace.txt" ||
+  { echo "FAIL: the losses before the full disk differ"; exit 1; }
+echo "resumed from step 4 with the uninterrupted run's losses ($(wc -l < "$out/full.txt") steps)"
+echo "PASS"

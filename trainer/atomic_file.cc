@@ -43,7 +43,7 @@ int WriteAll(int fd, absl::string_view data) {
 // close() of the temporary file. Whichever it is, the temporary file is removed and the
 // destination keeps its old contents (the rename never happened), so a checkpoint that
 // does not fit leaves the previous checkpoints as they were. The error is
-// ResourceExhausted and says "ENOSPC"/"EDQUOT", the file, and that it was left unchanged.
+// ResourceExhausted and says "ENOSPC"/"EDQUOT", the file, and that nothing was replaced.
 absl::Status WriteFailed(int errno_value, absl::string_view what, const std::string& path) {
   absl::Status status = stoker::ErrnoToStatus(errno_value, what);
   if (errno_value != ENOSPC && errno_value != EDQUOT) {
@@ -52,8 +52,8 @@ absl::Status WriteFailed(int errno_value, absl::string_view what, const std::str
   return absl::ResourceExhaustedError(absl::StrCat(
       "cannot write ", path, ": ", status.message(), " (",
       errno_value == ENOSPC ? "ENOSPC: the file system of " : "EDQUOT: the disk quota of ",
-      DirectoryOf(path), " is full; the partial temporary file was removed and ", path,
-      " is unchanged)"));
+      DirectoryOf(path), " is full; the partial temporary file was removed and nothing at ", path,
+      " was replaced)"));
 }
 
 }  // namespace

@@ -95,6 +95,41 @@ TEST(CollectiveWatchdogTest, AnAbortedCommunicatorStillMeetsTheProcessDeadline) 
   EXPECT_GE(record->at_ns.load() - start, 500'000'000);  // timeout + grace
 }
 
+// A communicator whose Abort() hangs until released (an ncclCommAbort that never returns).
+class HangingAbortCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int world_size() const override { return 2; }
+  absl::Status AllReduce(void*, size_t, ElementType, ReduceOp) override { return absl::OkStatus(); }
+  absl::Status Broadcast(void*, size_t, int) override { return absl::OkStatus(); }
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+  CollectiveLedger* ledger() override { return &ledger_; }
+  bool Abort() override {
+    release_.WaitForNotification();
+    return true;
+  }
+  void Release() { release_.Notify(); }
+
+ private:
+  CollectiveLedger ledger_{"NCCL"};
+  absl::Notification release_;
+};
+
+TEST(CollectiveWatchdogTest, AnAbortThatHangsStillMeetsTheProcessDeadline) {
+  HangingAbortCommunicator nccl;
+  auto record = std::make_shared<ExitRecord>();
+  auto watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{0, 2, 0, 0}, {&nccl}, nullptr,
+                                            RecordExit(record));
+  ASSERT_TRUE(watchdog.ok()) << watchdog.status();
+  const int64_t start = MonotonicNanos();
+  nccl.ledger()->Issue(CollectiveKind::kAllReduce);
+  ASSERT_TRUE(record->exited.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(record->code.load(), 1);
+  EXPECT_GE(record->at_ns.load() - start, 500'000'000);  // timeout + grace
+  EXPECT_LT(record->at_ns.load() - start, 2'000'000'000);
+  nccl.Release();  // lets the watchdog thread finish, so that it can be joined
+}
+
 TEST(CollectiveWatchdogTest, AnIdleMpiCommunicatorDoesNotCutTheNcclAbortShort) {
   FakeCommunicator nccl(/*can_abort=*/true, "NCCL");
   FakeCommunicator mpi(/*can_abort=*/false, "MPI");

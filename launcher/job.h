@@ -76,6 +76,9 @@ struct JobResult {
 // exit code 128 + signal; a second one during the grace period SIGKILLs at once. Must be
 // called from a thread that outlives the job (the children's parent-death signal is tied
 // to it). Returns only when both children are reaped and the job's files are removed.
+// First removes what jobs of killed launchers left on this machine, and holds this job's
+// owner record <job_dir_parent>/stoker.<job_id>.owner throughout (launcher/job_owner.h):
+// AlreadyExists while another live launcher holds the job id.
 JobResult RunJob(const JobPlan& plan);
 
 }  // namespace stoker::launcher

@@ -107,6 +107,13 @@ void NcclCommunicator::TrackCompletion(uint64_t seq, const absl::Status& enqueue
     return;
   }
   absl::MutexLock lock(&events_mu_);
+  // Completions seen now keep the ledger (and the node's progress table) current even if
+  // this rank stops before the watchdog's next poll.
+  while (!in_flight_.empty() && cudaEventQuery(in_flight_.front().second) == cudaSuccess) {
+    ledger_.Complete(in_flight_.front().first);
+    free_events_.push_back(in_flight_.front().second);
+    in_flight_.pop_front();
+  }
   cudaEvent_t event = nullptr;
   if (!free_events_.empty()) {
     event = free_events_.back();

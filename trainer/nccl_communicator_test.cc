@@ -69,9 +69,14 @@ TEST_F(NcclCommunicatorTest, TheLedgerCompletesOperationsOnceTheirWorkHasFinishe
   EXPECT_EQ(done.completed_kind, CollectiveKind::kAllReduce);
 }
 
-// Rank 1 never joins the allreduce: rank 0's watchdog aborts the communicator, which ends
-// the kernel waiting on the GPU well before the process deadline.
+// Rank 1 never joins the second allreduce: rank 0's watchdog aborts the communicator, which
+// ends the kernel waiting on the GPU well before the process deadline. (The first allreduce
+// sets the connections up, as the model broadcast does in training: an abort while NCCL
+// still waits for a peer to connect can hang, which only the process deadline ends.)
 TEST_F(NcclCommunicatorTest, TheWatchdogAbortsAnAllReduceThatAPeerNeverJoins) {
+  at::Tensor warm = at::ones({1024}, On(at::kFloat));
+  ASSERT_TRUE(comm_->AllReduce(warm.data_ptr(), warm.numel(), ElementType::kFloat32, ReduceOp::kSum).ok());
+  ASSERT_EQ(cudaStreamSynchronize(comm_->stream()), cudaSuccess);
   struct Exit {
     std::atomic<int> code{-1};
   };

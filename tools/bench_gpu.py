@@ -102,12 +102,12 @@ def anchor_lines(out, p, who, extra):
                 pass
 
 
-def phase_data_service(out):
+def phase_data_service(out, threads_list=(16, 15), per_core=True):
     """The data service alone (no trainer) on all 16 cores, evaluation transform, against
     torchvision's loader on the same files and cores; then images/s per core, one thread each."""
     root = dataset(12000)
     bench = os.path.join(BUNDLE, "bin", "data_service_benchmark")
-    for threads in (16, 15):
+    for threads in threads_list:
         p = run([bench, "--data=" + root, "--split=val", f"--threads={threads}", "--seconds=15"],
                 cores=CORES_1GPU, timeout=300, env=BUNDLE_LIBS)
         m = re.search(r"in ([0-9.]+) s: ([0-9]+) images/s", p.stdout)
@@ -116,6 +116,8 @@ def phase_data_service(out):
     p = run([sys.executable, os.path.join(HERE, "loader_bench.py"), "--root", root, "--workers", "16"],
             cores=CORES_1GPU, timeout=400)
     anchor_lines(out, p, "python", {"ranks": 0})
+    if not per_core:
+        return
     # Per core: one thread each, the same 256 files from memory (bench_vs_torchvision.py).
     sample = "/tmp/stoker_bench_percore"
     if not os.path.isdir(sample):
@@ -129,12 +131,13 @@ def phase_data_service(out):
     record(out, who="both", what="per_core", lines=p.stdout.strip().splitlines()[-8:])
 
 
-def phase_one_gpu(out, skip_anchor):
+def phase_one_gpu(out, skip_anchor, models=("resnet50", "resnet18"), data_only=True):
     root = dataset(12000)
-    for model in ("resnet50", "resnet18"):
+    for model in models:
         stoker_train(out, f"synthetic_{model}_1gpu", 1, model, synthetic_steps=SYNTHETIC_STEPS, cores=CORES_1GPU)
         stoker_train(out, f"jpeg_{model}_1gpu", 1, model, root=root, cores=CORES_1GPU)
-    stoker_train(out, "data_only_1gpu", 1, "resnet18", root=root, data_only=True, cores=CORES_1GPU)
+    if data_only:
+        stoker_train(out, "data_only_1gpu", 1, "resnet18", root=root, data_only=True, cores=CORES_1GPU)
     if not skip_anchor:
         phase_one_gpu_anchor(out)
 
@@ -225,14 +228,20 @@ def main():
     ap.add_argument("--phase", required=True, choices=["data_service", "one_gpu", "one_gpu_anchor", "two_gpu", "report"])
     ap.add_argument("--out", required=True)
     ap.add_argument("--skip_anchor", action="store_true")
+    ap.add_argument("--quick", action="store_true",
+                    help="little device time: data_service with 16 threads and no per-core run; "
+                         "one_gpu with ResNet-18 only, no data-only run, no recipes")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     global LOG
     LOG = os.path.join(a.out, f"bench_{a.phase}.log")
     if a.phase == "data_service":
-        phase_data_service(a.out)
+        phase_data_service(a.out, (16,) if a.quick else (16, 15), per_core=not a.quick)
     elif a.phase == "one_gpu":
-        phase_one_gpu(a.out, a.skip_anchor)
+        if a.quick:
+            phase_one_gpu(a.out, True, models=("resnet18",), data_only=False)
+        else:
+            phase_one_gpu(a.out, a.skip_anchor)
     elif a.phase == "one_gpu_anchor":
         phase_one_gpu_anchor(a.out)
     elif a.phase == "two_gpu":

@@ -2,6 +2,7 @@
 # One whole check on the GPU host, from the repository root with bundle/ carried
 # (tools/bundle.sh): the GPU tests, then the benchmarks, logs and results under OUT.
 #   tools/device_check.sh OUT STEP...    STEP: checks, data_service, one_gpu, two_gpu, report
+# BENCH_ARGS (e.g. --quick) goes to every benchmark step.
 # Prints a short summary per step; the whole output of each is in OUT.
 set -uo pipefail
 out="$1"; shift
@@ -18,7 +19,7 @@ for step in "$@"; do
     report)
       python3 bundle/bin/bench_gpu.py --phase report --out "$out" ;;
     *)
-      python3 bundle/bin/bench_gpu.py --phase "$step" --out "$out" |
+      python3 bundle/bin/bench_gpu.py --phase "$step" --out "$out" ${BENCH_ARGS:-} |
         grep -E '^\[bench [0-9:]+\] (\{"who"|exit)' | cut -c1-400 ;;
   esac
 done

@@ -10,6 +10,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/mpi_status.h"
 #include "common/status_macros.h"
@@ -120,6 +121,25 @@ absl::StatusOr<ChildProcess> StartOnThisNode(const RankInfo& rank, const std::st
   return child;
 }
 
+// MPI_Barrier over `node` that gives up after `timeout`. On DeadlineExceeded the barrier is
+// left pending: the caller ends the job.
+absl::Status BarrierWithin(MPI_Comm node, absl::Duration timeout, int node_index) {
+  MPI_Request request;
+  RETURN_IF_MPI_ERROR(MPI_Ibarrier(node, &request));
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    int done = 0;
+    RETURN_IF_MPI_ERROR(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) return absl::OkStatus();
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "the ranks of node ", node_index, " did not all finish within ",
+          absl::FormatDuration(timeout), " of this one: one of them stalled or failed (its log says which)"));
+    }
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<std::string>> BuildNodeDataServiceArgv(
@@ -193,7 +213,8 @@ NodeDataService::NodeDataService(const RankInfo& rank, MPI_Comm node, std::strin
       socket_path_(std::move(socket_path)),
       node_ranks_(std::move(node_ranks)),
       shm_dir_(options.shm_dir),
-      shutdown_grace_(options.shutdown_grace) {}
+      shutdown_grace_(options.shutdown_grace),
+      stop_timeout_(options.stop_timeout) {}
 
 NodeDataService::~NodeDataService() {
   if (!child_.has_value()) return;
@@ -211,7 +232,7 @@ pid_t NodeDataService::pid() const { return child_.has_value() ? child_->pid() :
 absl::Status NodeDataService::Stop() {
   if (stopped_) return absl::FailedPreconditionError("the node's data service was stopped already");
   stopped_ = true;
-  RETURN_IF_MPI_ERROR(MPI_Barrier(node_));
+  RETURN_IF_ERROR(BarrierWithin(node_, stop_timeout_, rank_.node_index));
   if (!child_.has_value()) return absl::OkStatus();
   const std::string name = child_->Describe();
   absl::StatusOr<ExitStatus> ended = child_->Terminate(shutdown_grace_);

@@ -57,6 +57,9 @@ struct NodeDataServiceOptions {
   std::string shm_dir = "/dev/shm";
   absl::Duration ready_timeout = absl::Seconds(60);
   absl::Duration shutdown_grace = absl::Seconds(10);
+  // How long Stop() waits for the other local ranks to reach it (a rank that stalls at the
+  // end of training must not keep its node waiting for ever).
+  absl::Duration stop_timeout = absl::Seconds(300);
 };
 
 // Returns `<program> --socket=S --job_id=J --node_id=N [--data_seed=SEED] args...`
@@ -95,7 +98,9 @@ class NodeDataService {
 
   // Waits until every local rank has called Stop (so none reads from the service any more),
   // then local rank 0 sends SIGTERM and waits for the service to exit. Internal when it
-  // does not exit 0. Collective over the node. FailedPrecondition on a second call.
+  // does not exit 0; DeadlineExceeded when the other local ranks have not all called Stop
+  // within options.stop_timeout (the caller then ends the job; the destructor still ends
+  // the service). Collective over the node. FailedPrecondition on a second call.
   absl::Status Stop();
 
  private:
@@ -114,6 +119,7 @@ class NodeDataService {
   std::vector<int> node_ranks_;  // global ranks of this node's ranks
   std::string shm_dir_;
   absl::Duration shutdown_grace_;
+  absl::Duration stop_timeout_;
   bool stopped_ = false;
   absl::optional<ChildProcess> child_;  // local rank 0 only
 };

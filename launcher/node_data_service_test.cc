@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/job_files.h"
@@ -117,6 +118,28 @@ TEST_F(NodeDataServiceTest, DestructorWithoutStopEndsTheService) {
   if (pid > 0) EXPECT_TRUE(WaitForProcessExit(pid, absl::Seconds(5)));
   MPI_Barrier(MPI_COMM_WORLD);
   EXPECT_FALSE(Exists(socket));
+}
+
+TEST_F(NodeDataServiceTest, StopGivesUpOnALocalRankThatDoesNotComeAndStillEndsTheService) {
+  options_.stop_timeout = absl::Milliseconds(500);
+  pid_t pid = -1;
+  {
+    absl::StatusOr<std::unique_ptr<NodeDataService>> service =
+        NodeDataService::Start(rank_, MPI_COMM_WORLD, node_, options_);
+    ASSERT_TRUE(service.ok()) << service.status();
+    pid = (*service)->pid();
+    if (rank_.local_rank == 1) absl::SleepFor(absl::Seconds(2));  // late
+    const absl::Status stopped = (*service)->Stop();
+    if (rank_.local_rank == 0) {
+      EXPECT_TRUE(absl::IsDeadlineExceeded(stopped)) << stopped;
+      EXPECT_THAT(stopped.message(), HasSubstr(absl::StrCat("the ranks of node ", rank_.node_index,
+                                                            " did not all finish within 500ms")));
+    } else {
+      EXPECT_TRUE(stopped.ok()) << stopped;  // local rank 0 is waiting already
+    }
+  }
+  if (pid > 0) EXPECT_TRUE(WaitForProcessExit(pid, absl::Seconds(10)));
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 TEST_F(NodeDataServiceTest, StartFailureReachesEveryLocalRankWithLocalRankZerosMessage) {

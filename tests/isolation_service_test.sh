@@ -82,7 +82,7 @@ echo "holder: $line"
 start_service "$dir/other.sock" "$dir/other.log" other_pid
 $python "$probe" taken "$dir/other.sock" "$job" 1
 kill -TERM "$other_pid"
-wait "$other_pid" || { cat "$dir/other.log"; echo "FAIL: the second service exited $?"; exit 1; }
+wait "$other_pid" || { rc=$?; cat "$dir/other.log"; echo "FAIL: the second service exited $rc"; exit 1; }
 other_pid=""
 [[ -e "/dev/shm/stoker.$job.ring.1" ]] ||
   { echo "FAIL: the second service removed the first one's segment"; exit 1; }
@@ -95,7 +95,7 @@ $python "$probe" register "$socket" "$job" 0
 grep -q "after a bad control message: control packet of 65536 bytes" "$dir/service.log" ||
   { cat "$dir/service.log"; echo "FAIL: the oversized message is not logged"; exit 1; }
 kill -TERM "$service_pid"
-wait "$service_pid" || { cat "$dir/service.log"; echo "FAIL: the service exited $? on SIGTERM"; exit 1; }
+wait "$service_pid" || { rc=$?; cat "$dir/service.log"; echo "FAIL: the service exited $rc on SIGTERM"; exit 1; }
 service_pid=""
 [[ ! -e "$socket" ]] || { echo "FAIL: socket left"; exit 1; }
 leftover=$(ls /dev/shm | grep -F "stoker.$job." || true)

@@ -44,8 +44,8 @@ while kill -0 "$pid_a" 2>/dev/null || kill -0 "$pid_b" 2>/dev/null; do
   done
   sleep 0.1
 done
-wait "$pid_a" || { cat "$out/a.log"; echo "FAIL: job A exited $?"; exit 1; }
-wait "$pid_b" || { cat "$out/b.log"; echo "FAIL: job B exited $?"; exit 1; }
+wait "$pid_a" || { rc=$?; cat "$out/a.log"; echo "FAIL: job A exited $rc"; exit 1; }
+wait "$pid_b" || { rc=$?; cat "$out/b.log"; echo "FAIL: job B exited $rc"; exit 1; }
 [[ -n "$job_b" ]] || { echo "FAIL: job B's directory /tmp/stoker.*-$pid_b-* was never seen"; exit 1; }
 [[ "$job_a" != "$job_b" ]] || { echo "FAIL: both jobs have id $job_a"; exit 1; }
 echo "job A $job_a and job B $job_b ran at the same time"
@@ -89,7 +89,8 @@ cat "$out/c.log"
 [[ "$rc" -ne 0 ]] || { echo "FAIL: a second job with id $job_a was started"; exit 1; }
 grep -q "/tmp/stoker.$job_a" "$out/c.log" ||
   { echo "FAIL: the refusal does not name the job directory"; exit 1; }
-wait "$pid_c2" || { cat "$out/c2.log"; echo "FAIL: the running job $job_a failed ($?) after the refused launch"; exit 1; }
+wait "$pid_c2" ||
+  { rc=$?; cat "$out/c2.log"; echo "FAIL: the running job $job_a failed ($rc) after the refused launch"; exit 1; }
 
 assert_nothing_left "$job_a" "$pid_a" "$pid_c2"
 assert_nothing_left "$job_b" "$pid_b"

@@ -33,38 +33,57 @@ for arg in "$@"; do
     *) targets+=("$arg") ;;
   esac
 done
-if [[ ${#targets[@]} -eq 0 ]]; then
-  targets=(//data_service/... //tests:e2e_cpu_test //tests:isolation_service_test
-           //tests:isolation_two_jobs_test)
-fi
+# Two groups: the ring and data-service tests (and the one-service isolation test), and the
+# tests that run the trainer under mpirun. In the second, ASan's leak check is off: Open MPI
+# unloads (dlclose) its components at MPI_Finalize, so what they keep until exit is
+# reported as leaked from "<unknown module>", which no suppression can name. Leaks of the
+# data service and the ring are still checked by the first group (service_test and
+# data_service_binary_test run the real service).
+unit_targets=(//data_service/... //tests:isolation_service_test)
+mpi_targets=(//tests:e2e_cpu_test //tests:isolation_two_jobs_test)
+if [[ ${#targets[@]} -gt 0 ]]; then unit_targets=("${targets[@]}"); mpi_targets=(); fi
 python="${STOKER_PYTHON:-$(command -v python3)}"
 mkdir -p "$out"
 
-# Options every process of a test reads from its environment (the data service and the
-# ranks under mpirun included). They extend the config's own.
-declare -A env
-env[asan]="--test_env=ASAN_OPTIONS=abort_on_error=1:detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:protect_shadow_gap=0
+asan_options=abort_on_error=1:detect_stack_use_after_return=1:check_initialization_order=1:protect_shadow_gap=0
+declare -A unit_env mpi_env
+unit_env[asan]="--test_env=ASAN_OPTIONS=$asan_options:detect_leaks=1
 --test_env=LSAN_OPTIONS=suppressions=$root/tools/lsan_suppressions.txt:print_suppressions=0
 --test_env=UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1"
-env[tsan]="--test_env=TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tools/tsan_suppressions.txt
+mpi_env[asan]="--test_env=ASAN_OPTIONS=$asan_options:detect_leaks=0
+--test_env=UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1"
+unit_env[tsan]="--test_env=TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tools/tsan_suppressions.txt
 --test_env=OMP_NUM_THREADS=1"
+mpi_env[tsan]="${unit_env[tsan]}"
+
+# run_group CONFIG ENV TARGET...: one `bazel test`, appended to the config's log; sets rc.
+run_group() {
+  local config="$1" group_env="$2"; shift 2
+  echo "== $config: bazel test $* (log: $log)"
+  echo "== bazel test --config=$config $group_env $*" | tr '\n' ' ' >> "$log"
+  echo >> "$log"
+  set +e
+  # shellcheck disable=SC2086
+  (cd "$root" && nice -n 10 "${bazel[@]}" test --config="$config" --jobs="$jobs" \
+     --build_tests_only --local_test_jobs=1 --experimental_convenience_symlinks=ignore \
+     --test_output=errors --test_env=STOKER_PYTHON="$python" $group_env "$@") >> "$log" 2>&1
+  local group_rc=$?
+  set -e
+  [[ "$group_rc" -eq 0 ]] || rc=$group_rc
+}
 
 declare -A result
 status=0
 for config in $configs; do
-  [[ -n "${env[$config]:-}" ]] || { echo "tools/sanitizers.sh: unknown config $config" >&2; exit 2; }
+  [[ -n "${unit_env[$config]:-}" ]] || { echo "tools/sanitizers.sh: unknown config $config" >&2; exit 2; }
   log="$out/$config.log"
+  : > "$log"
   bazel=(bazel)
   [[ -n "${output_base[$config]:-}" ]] && bazel+=(--output_base="${output_base[$config]}")
   marker=$(mktemp)
-  echo "== $config: ${targets[*]} (log: $log)"
-  set +e
-  # shellcheck disable=SC2046
-  (cd "$root" && nice -n 10 "${bazel[@]}" test --config="$config" --jobs="$jobs" \
-     --local_test_jobs=1 --experimental_convenience_symlinks=ignore --test_output=errors \
-     --test_env=STOKER_PYTHON="$python" ${env[$config]} "${targets[@]}") > "$log" 2>&1
-  rc=$?
-  set -e
+  rc=0
+  run_group "$config" "${unit_env[$config]}" "${unit_targets[@]}"
+  [[ ${#mpi_targets[@]} -eq 0 ]] || run_group "$config" "${mpi_env[$config]}" "${mpi_targets[@]}"
   testlogs=$(cd "$root" && "${bazel[@]}" info --config="$config" bazel-testlogs 2>/dev/null)
   # Every sanitizer report in the test logs of this run, whoever printed it.
   reports=$(find "$testlogs" -name test.log -newer "$marker" -print0 2>/dev/null |
@@ -82,7 +101,7 @@ for config in $configs; do
         grep -hE -A12 "ERROR: AddressSanitizer|ERROR: LeakSanitizer|WARNING: ThreadSanitizer|runtime error:" "$f" | head -40
       done
     else
-      echo "no sanitizer report in any test log"
+      echo "no sanitizer report in any test log of this run"
     fi
   } | tee -a "$log"
   if [[ "$rc" -eq 0 && -z "$reports" ]]; then result[$config]="clean"; else result[$config]="FAILED"; status=1; fi

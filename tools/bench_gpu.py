@@ -199,7 +199,8 @@ def phase_report(out):
                "python": [r for r in rows if r.get("who") == "python"], "targets": targets}
     json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=1)
     for t in targets:
-        print(f"{'MET ' if t['met'] else 'MISS'} {t['target']}: {t['ratio']} (goal {t['goal']})")
+        verdict = "n/a " if t["ratio"] is None else "MET " if t["met"] else "MISS"
+        print(f"{verdict} {t['target']}: {t['ratio'] if t['ratio'] is not None else 'not measured in this run'} (goal {t['goal']})")
     try:
         import matplotlib
         matplotlib.use("Agg")

@@ -57,8 +57,10 @@ absl::Status CopyInto(const CheckpointReader& checkpoint, const std::string& nam
   if (static_cast<size_t>(target.nbytes()) != stored.data.size()) {
     return absl::DataLossError(absl::StrCat(checkpoint.source(), ": ", name, " has the wrong size"));
   }
-  const at::Tensor host = at::from_blob(const_cast<char*>(stored.data.data()), target.sizes(),
-                                        at::TensorOptions().dtype(target.scalar_type()));
+  // Entries sit at any byte offset of the file: copy the bytes into an aligned tensor
+  // rather than view them as float (a misaligned float view is undefined behaviour).
+  at::Tensor host = at::empty(target.sizes(), at::TensorOptions().dtype(target.scalar_type()));
+  std::memcpy(host.data_ptr(), stored.data.data(), stored.data.size());
   c10::NoGradGuard no_grad;
   target.copy_(host);
   return absl::OkStatus();

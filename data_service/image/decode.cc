@@ -66,7 +66,6 @@ struct JpegState {
   jpeg_decompress_struct cinfo;
   JpegErrorManager err;
   bool created = false;
-  bool header_read = false;  // between jpeg_read_header() and jpeg_abort_decompress()
   bool cmyk = false;         // decode to CMYK and convert (Adobe-inverted, as Pillow)
 
   ~JpegState() {
@@ -134,6 +133,14 @@ void JpegEmitMessage(j_common_ptr cinfo, int msg_level) {
   JpegErrorExit(cinfo);  // Note [JPEG warnings]
 }
 
+// Note [One decompressor per image]
+// libjpeg keeps the quantisation and Huffman tables an image defines in its decompressor
+// (jpeg_abort_decompress keeps them: abbreviated streams rely on it) and loads the standard
+// Huffman tables only into empty slots. A decompressor reused across files would read a
+// file that does not define every table it uses (motion-JPEG frames, damaged headers) with
+// the tables of whatever file the thread read before: an error, or silently other pixels,
+// and batches that depend on the thread. So each ReadHeader creates a fresh one; that costs
+// microseconds against a millisecond of decoding. Our own row buffers are still reused.
 bool JpegCreateGuarded(JpegState* j) {
   j->cinfo.err = jpeg_std_error(&j->err.pub);
   j->err.pub.error_exit = JpegErrorExit;
@@ -477,25 +484,20 @@ absl::StatusOr<ImageHeader> ImageDecoder::ReadHeader(absl::Span<const uint8_t> b
   int64_t width = 0;
   int64_t height = 0;
   if (format == ImageFormat::kJpeg) {
-    if (jpeg_ == nullptr) {
-      auto j = std::make_unique<internal::JpegState>();
-      if (!JpegCreateGuarded(j.get())) {
-        return absl::ResourceExhaustedError(
-            absl::StrCat("cannot create a JPEG decoder: ", j->err.message));
-      }
-      j->created = true;
-      jpeg_ = std::move(j);
+    // Note [One decompressor per image].
+    jpeg_.reset();
+    auto j = std::make_unique<internal::JpegState>();
+    if (!JpegCreateGuarded(j.get())) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot create a JPEG decoder: ", j->err.message));
     }
-    if (jpeg_->header_read) {
-      jpeg_abort_decompress(&jpeg_->cinfo);
-      jpeg_->header_read = false;
-    }
+    j->created = true;
+    jpeg_ = std::move(j);
     if (!JpegReadHeaderGuarded(jpeg_.get(), bytes.data(), bytes.size())) {
       jpeg_abort_decompress(&jpeg_->cinfo);
       return absl::InvalidArgumentError(
           absl::StrCat("invalid JPEG header: ", jpeg_->err.message));
     }
-    jpeg_->header_read = true;
     const jpeg_decompress_struct& c = jpeg_->cinfo;
     switch (c.jpeg_color_space) {
       case JCS_GRAYSCALE:
@@ -601,7 +603,6 @@ absl::Status ImageDecoder::DecodeJpeg(ScaleFactor scale, const PixelRect& region
   job.sink = &sink;
   const bool ok = JpegDecodeGuarded(jpeg_.get(), &job);
   jpeg_abort_decompress(&jpeg_->cinfo);
-  jpeg_->header_read = false;
   if (!ok) {
     return absl::InvalidArgumentError(
         absl::StrCat("corrupt or truncated JPEG data: ", jpeg_->err.message));

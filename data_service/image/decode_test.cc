@@ -256,7 +256,7 @@ absl::Status DecodeRegion(ImageDecoder& decoder, const std::vector<uint8_t>& byt
 }
 
 // A JPEG of a smooth pattern in one of TurboJPEG's chroma subsamplings.
-std::vector<uint8_t> EncodeJpeg(int width, int height, int subsampling) {
+std::vector<uint8_t> EncodeJpeg(int width, int height, int subsampling, int flags = 0) {
   std::vector<uint8_t> rgb(static_cast<size_t>(width) * height * 3);
   for (int y = 0; y < height; ++y) {
     for (int x = 0; x < width; ++x) {
@@ -270,7 +270,7 @@ std::vector<uint8_t> EncodeJpeg(int width, int height, int subsampling) {
   unsigned char* jpeg = nullptr;
   unsigned long size = 0;
   EXPECT_EQ(tjCompress2(compressor, rgb.data(), width, 0, height, TJPF_RGB, &jpeg, &size,
-                        subsampling, 90, 0), 0);
+                        subsampling, 90, flags), 0);
   tjDestroy(compressor);
   std::vector<uint8_t> bytes(jpeg, jpeg + size);
   tjFree(jpeg);
@@ -405,6 +405,37 @@ TEST(ImageDecoderTest, StaysUsableAfterErrors) {
                              PixelRect{0, 0, 64, 48}, &out).ok());
     EXPECT_EQ(out, fresh_png->rgb);
   }
+}
+
+// `jpeg` without its Huffman tables (DHT segments), as motion-JPEG frames come: a decoder
+// must use the standard tables for them.
+std::vector<uint8_t> WithoutHuffmanTables(const std::vector<uint8_t>& jpeg) {
+  std::vector<uint8_t> out(jpeg.begin(), jpeg.begin() + 2);  // SOI
+  size_t i = 2;
+  while (i + 4 <= jpeg.size() && jpeg[i + 1] != 0xDA) {  // up to SOS
+    const size_t length = (static_cast<size_t>(jpeg[i + 2]) << 8) | jpeg[i + 3];
+    if (jpeg[i + 1] != 0xC4) out.insert(out.end(), jpeg.begin() + i, jpeg.begin() + i + 2 + length);
+    i += 2 + length;
+  }
+  out.insert(out.end(), jpeg.begin() + i, jpeg.end());
+  return out;
+}
+
+// Note [One decompressor per image]: libjpeg keeps the tables of the previous image, so a
+// reused decoder read a file that relies on the standard Huffman tables with the optimised
+// ones of the image before (found by fuzz/image_decode_fuzzer.cc).
+TEST(ImageDecoderTest, EachImageIsDecodedWithItsOwnTables) {
+  const std::vector<uint8_t> optimised = EncodeJpeg(83, 61, TJSAMP_420, TJFLAG_PROGRESSIVE);
+  const std::vector<uint8_t> standard = WithoutHuffmanTables(EncodeJpeg(83, 61, TJSAMP_420));
+  auto fresh = DecodeImage(standard);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  ImageDecoder decoder;
+  std::vector<uint8_t> out;
+  ASSERT_TRUE(DecodeRegion(decoder, optimised, ScaleFactor{1, 1}, PixelRect{0, 0, 83, 61}, &out).ok());
+  const absl::Status second =
+      DecodeRegion(decoder, standard, ScaleFactor{1, 1}, PixelRect{0, 0, 83, 61}, &out);
+  ASSERT_TRUE(second.ok()) << second;
+  EXPECT_EQ(out, fresh->rgb);
 }
 
 // A small deterministic fuzz run: mutated JPEGs and PNGs must decode or fail cleanly.

@@ -81,7 +81,7 @@ int PollTimeoutMs(absl::Time deadline) {
 // Runs in the forked child: only async-signal-safe calls from here to execve.
 [[noreturn]] void ExecChild(const char* program, char* const* argv, char* const* envp,
                             pid_t parent, int stdin_fd, int error_fd, int death_signal,
-                            const cpu_set_t* cpus) {
+                            const cpu_set_t* cpus, bool ignore_sigpipe) {
   auto fail = [error_fd](int step) {
     ChildSetupError report{step, errno};
     ssize_t ignored = write(error_fd, &report, sizeof(report));
@@ -101,6 +101,11 @@ int PollTimeoutMs(absl::Time deadline) {
     action.sa_handler = SIG_DFL;
     action.sa_flags = 0;
     sigaction(signal, &action, nullptr);
+  }
+  if (ignore_sigpipe) {
+    struct sigaction ignore = {};
+    ignore.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &ignore, nullptr);
   }
   if (dup2(stdin_fd, STDIN_FILENO) < 0) fail(2);
   // Best effort: the kernel keeps the CPUs the cgroup allows; nothing to do if it refuses.
@@ -309,7 +314,7 @@ absl::StatusOr<ChildProcess> ChildProcess::Spawn(const ChildSpec& spec) {
   if (pid == 0) {
     ExecChild(spec.program.c_str(), argv_pointers.data(), env_pointers.data(), parent,
               dev_null.get(), error_write.get(), spec.parent_death_signal,
-              spec.use_all_cpus ? &all_cpus : nullptr);
+              spec.use_all_cpus ? &all_cpus : nullptr, spec.ignore_sigpipe);
   }
   const int fork_errno = errno;
   pthread_sigmask(SIG_SETMASK, &saved_mask, nullptr);

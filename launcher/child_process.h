@@ -73,6 +73,10 @@ struct ChildSpec {
   // MPI rank bound to a core would otherwise pin the data service to that core too). The
   // kernel still keeps it inside the CPUs its cgroup allows.
   bool use_all_cpus = false;
+  // Whether the child starts with SIGPIPE ignored (kept through execve). A child whose
+  // output may outlive its reader (a rank's stderr is a pipe to mpirun, which may exit
+  // first) then gets EPIPE from a log line instead of dying before its cleanup.
+  bool ignore_sigpipe = false;
 };
 
 // One child process, in its own process group (pgid == pid), with stdin from /dev/null and

@@ -101,6 +101,17 @@ TEST(ChildProcessTest, SetsEnvironmentOverTheInheritedOne) {
   EXPECT_EQ(*child->Wait(absl::Seconds(10)), ExitStatus::Exited(0));
 }
 
+TEST(ChildProcessTest, AChildMayStartWithSigpipeIgnored) {
+  ChildSpec spec = Shell("kill -PIPE $$; exit 7");
+  absl::StatusOr<ChildProcess> dies = ChildProcess::Spawn(spec);
+  ASSERT_TRUE(dies.ok()) << dies.status();
+  EXPECT_EQ(*dies->Wait(absl::Seconds(10)), ExitStatus::Signaled(SIGPIPE));
+  spec.ignore_sigpipe = true;
+  absl::StatusOr<ChildProcess> lives = ChildProcess::Spawn(spec);
+  ASSERT_TRUE(lives.ok()) << lives.status();
+  EXPECT_EQ(*lives->Wait(absl::Seconds(10)), ExitStatus::Exited(7));
+}
+
 TEST(ChildProcessTest, StdinIsDevNull) {
   absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell("read line; test $? -ne 0"));
   ASSERT_TRUE(child.ok()) << child.status();

@@ -300,6 +300,7 @@ absl::StatusOr<JobPlan> PlanJob(const JobConfig& config) {
     // If the launcher dies (even by SIGKILL), the data service removes its socket and
     // segments on the way out; SIGKILL would leave them.
     plan.data_service->parent_death_signal = SIGTERM;
+    plan.data_service->ignore_sigpipe = true;  // its log may outlive a reader of ours
     trainers.data_socket = plan.socket_path;
   } else {
     // Each node's local rank 0 starts its data service with these options (the node's

@@ -106,6 +106,7 @@ absl::StatusOr<ChildProcess> StartOnThisNode(const RankInfo& rank, const std::st
   spec.argv = std::move(argv);
   spec.parent_death_signal = SIGTERM;  // it removes its socket and segments
   spec.use_all_cpus = true;            // not only the CPUs this rank is bound to
+  spec.ignore_sigpipe = true;          // its stderr is this rank's, a pipe to mpirun
   ASSIGN_OR_RETURN(ChildProcess child, ChildProcess::Spawn(spec));
   const absl::Time start = absl::Now();
   absl::Status ready = AwaitAcceptingSocket(child, socket_path, options.ready_timeout);

@@ -38,6 +38,9 @@ std::string DescribeRankState(const NodeRankState& state, uint64_t seq) {
     return absl::StrFormat("stalled: no heartbeat for %.1fs (stopped or hung)", state.heartbeat_age_s);
   }
   if (state.issued >= seq) return absl::StrFormat("waiting in it for %.1fs", state.waiting_s);
+  if (state.issued > state.completed) {
+    return absl::StrFormat("waiting in the earlier #%d for %.1fs", state.completed + 1, state.waiting_s);
+  }
   return "alive, busy outside collectives";
 }
 
@@ -76,12 +79,6 @@ std::string DescribeStalledCollective(const StalledCollective& stall) {
     last.push_back(std::move(entry));
   }
   const int elsewhere = stall.world_size - static_cast<int>(stall.node.size());
-  if (!behind.empty()) {
-    absl::StrAppend(&text, ": not reached by ", absl::StrJoin(behind, "; "));
-  } else {
-    absl::StrAppend(&text, ": every rank of node ", stall.node_index, " reached it",
-                    elsewhere > 0 ? ", so the ranks holding it up are on other nodes" : "");
-  }
   // Stalled or gone ranks that did reach it hold it up too (they stopped inside it).
   std::vector<std::string> stuck_inside;
   for (const NodeRankState& state : stall.node) {
@@ -89,6 +86,14 @@ std::string DescribeStalledCollective(const StalledCollective& stall) {
       stuck_inside.push_back(absl::StrFormat("rank %d (pid %d): %s", state.rank, state.pid,
                                              DescribeRankState(state, stall.seq)));
     }
+  }
+  if (!behind.empty()) {
+    absl::StrAppend(&text, ": not reached by ", absl::StrJoin(behind, "; "));
+  } else {
+    absl::StrAppend(&text, ": every rank of node ", stall.node_index, " reached it",
+                    stuck_inside.empty() && elsewhere > 0
+                        ? ", so the ranks holding it up are on other nodes"
+                        : "");
   }
   if (!stuck_inside.empty()) {
     absl::StrAppend(&text, "; stuck inside it: ", absl::StrJoin(stuck_inside, "; "));
@@ -207,6 +212,34 @@ void CollectiveWatchdog::Beat() {
   table_->slot(place_.local_rank).heartbeat_ns.store(MonotonicNanos(), std::memory_order_release);
 }
 
+// Note [Culprit's node reports first]
+// Only the ranks of the stalled rank's node can name it (Note [Collective side channel]).
+// The first rank to exit makes mpirun end the others, so a rank that sees no suspect on its
+// node (every local rank alive and waiting in this collective or an earlier one: the
+// hold-up is on another node) waits a little longer than the timeout before it fires, to
+// let the culprit's node report first; the bound grows by that much.
+namespace {
+
+absl::Duration ElsewhereDeferral(absl::Duration poll_interval) {
+  return std::max(absl::Seconds(3), 3 * poll_interval);
+}
+
+// Whether no rank of this node is a suspect (gone, stalled, or behind and busy outside
+// collectives) in a job with ranks on other nodes: every one is alive and waiting in
+// collective `seq` of `channel` or an earlier one.
+bool HeldUpElsewhere(const CollectiveProgressTable* table, const WatchedRank& place, int channel,
+                     uint64_t seq, int64_t now_ns, absl::Duration poll_interval) {
+  if (table == nullptr || place.world_size <= table->local_size()) return false;
+  for (const NodeRankState& state :
+       ReadNodeProgress(*table, channel, now_ns, StallThreshold(poll_interval))) {
+    if (state.rank < 0 || state.gone || state.stalled) return false;
+    if (state.issued < seq && state.issued <= state.completed) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 bool CollectiveWatchdog::CheckOnce() {
   for (size_t i = 0; i < watched_.size(); ++i) {
     if (absl::Status polled = watched_[i]->PollCompletions(); !polled.ok() && !poll_error_logged_) {
@@ -216,10 +249,14 @@ bool CollectiveWatchdog::CheckOnce() {
     const CollectiveLedger::Snapshot snapshot = watched_[i]->ledger()->Read();
     if (snapshot.pending == 0) continue;
     const int64_t now = MonotonicNanos();
-    if (now - snapshot.pending_since_ns >= absl::ToInt64Nanoseconds(options_.timeout)) {
-      Fire(static_cast<int>(i), snapshot, now);
-      return true;
+    const int64_t waited = now - snapshot.pending_since_ns;
+    if (waited < absl::ToInt64Nanoseconds(options_.timeout)) continue;
+    if (waited < absl::ToInt64Nanoseconds(options_.timeout + ElsewhereDeferral(poll_interval_)) &&
+        HeldUpElsewhere(table_, place_, static_cast<int>(i), snapshot.pending, now, poll_interval_)) {
+      continue;  // Note [Culprit's node reports first]
     }
+    Fire(static_cast<int>(i), snapshot, now);
+    return true;
   }
   return false;
 }

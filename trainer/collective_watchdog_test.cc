@@ -145,6 +145,45 @@ TEST(CollectiveWatchdogTest, AnIdleMpiCommunicatorDoesNotCutTheNcclAbortShort) {
   EXPECT_GE(record->at_ns.load() - start, 500'000'000);  // the grace, not at once
 }
 
+TEST(CollectiveWatchdogTest, ARankWhoseNodeIsCaughtUpLetsTheCulpritsNodeReportFirst) {
+  auto table = CollectiveProgressTable::Create(absl::StrCat("/stoker.watchdogtest-", getpid(), "-defer"), 2);
+  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_TRUE(table->Unlink().ok());
+  // Two local ranks of a 4-rank job, both waiting in #1: the hold-up is on the other node.
+  FakeCommunicator first(false), second(false);
+  auto first_exit = std::make_shared<ExitRecord>();
+  auto second_exit = std::make_shared<ExitRecord>();
+  auto first_watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{0, 4, 0, 0}, {&first}, &*table,
+                                                  RecordExit(first_exit));
+  auto second_watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{1, 4, 1, 0}, {&second}, &*table,
+                                                   RecordExit(second_exit));
+  ASSERT_TRUE(first_watchdog.ok() && second_watchdog.ok());
+  const int64_t start = MonotonicNanos();
+  first.ledger()->Issue(CollectiveKind::kAllReduce);
+  second.ledger()->Issue(CollectiveKind::kAllReduce);
+  ASSERT_TRUE(first_exit->exited.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_GE(first_exit->at_ns.load() - start, 3'200'000'000);  // timeout + the deferral
+  EXPECT_LT(first_exit->at_ns.load() - start, 5'000'000'000);
+}
+
+TEST(CollectiveWatchdogTest, ARankWithAStalledLocalPeerFiresAtTheTimeout) {
+  auto table = CollectiveProgressTable::Create(absl::StrCat("/stoker.watchdogtest-", getpid(), "-nodefer"), 2);
+  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_TRUE(table->Unlink().ok());
+  RankProgress& stopped = table->slot(1);
+  stopped.pid = getpid();
+  stopped.heartbeat_ns = MonotonicNanos() - 10'000'000'000;
+  stopped.rank = 1;
+  FakeCommunicator mpi(false);
+  auto record = std::make_shared<ExitRecord>();
+  auto watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{0, 4, 0, 0}, {&mpi}, &*table, RecordExit(record));
+  ASSERT_TRUE(watchdog.ok()) << watchdog.status();
+  const int64_t start = MonotonicNanos();
+  mpi.ledger()->Issue(CollectiveKind::kAllReduce);
+  ASSERT_TRUE(record->exited.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_LT(record->at_ns.load() - start, 1'000'000'000);
+}
+
 TEST(CollectiveWatchdogTest, CollectivesThatCompleteInTimeNeverFire) {
   FakeCommunicator mpi(/*can_abort=*/false);
   auto record = std::make_shared<ExitRecord>();
@@ -285,9 +324,23 @@ TEST(DescribeStalledCollectiveTest, GoneRanksAndRanksElsewhereAreSaidSo) {
   EXPECT_THAT(DescribeStalledCollective(stall), HasSubstr("rank 1 (pid 101): gone: pid 101 no longer exists"));
   stall.node[1].issued = 58;  // it reached #58 and died inside it
   EXPECT_THAT(DescribeStalledCollective(stall),
-              HasSubstr("every rank of node 0 reached it, so the ranks holding it up are on other nodes"));
-  EXPECT_THAT(DescribeStalledCollective(stall), HasSubstr("stuck inside it: rank 1 (pid 101): gone"));
+              HasSubstr("every rank of node 0 reached it; stuck inside it: rank 1 (pid 101): gone"));
+  stall.node[1].gone = false;  // alive and waiting in #58 like the others
+  stall.node[1].waiting_s = 10.0;
+  EXPECT_THAT(DescribeStalledCollective(stall),
+              HasSubstr("every rank of node 0 reached it, so the ranks holding it up are on other nodes. "));
+  stall.node[1].gone = true;
   EXPECT_THAT(DescribeStalledCollective(stall), HasSubstr("rank 1 #57 (allreduce), inside #58, gone"));
+}
+
+TEST(DescribeStalledCollectiveTest, ARankWaitingInAnEarlierCollectiveIsSaidToBe) {
+  StalledCollective stall = ThreeRanksOnTwoNodes();
+  stall.node[1] = NodeRankState{1, 101, false, 0.1, false, 57, 56, CollectiveKind::kAllReduce, 10.0};
+  EXPECT_THAT(DescribeStalledCollective(stall),
+              HasSubstr("not reached by rank 1 (pid 101): waiting in the earlier #57 for 10.0s"));
+  stall.node[1].issued = 56;
+  EXPECT_THAT(DescribeStalledCollective(stall),
+              HasSubstr("not reached by rank 1 (pid 101): alive, busy outside collectives"));
 }
 
 TEST(DescribeStalledCollectiveTest, WithoutATableItSaysWhatItKnows) {

@@ -25,7 +25,8 @@ for target in "${programs[@]}" "${gpu_tests[@]}"; do
 done
 cp tools/gpu_checks.sh tools/bench_gpu.py tools/loader_bench.py tests/mpi_env.sh \
   data_service/image/bench_vs_torchvision.py "$out/bin/"
-mkdir -p "$out/bin/testdata_tools"
+mkdir -p "$out/bin/testdata_tools" "$out/bin/tests"
+cp tests/fault_gpu_stall_test.sh tests/job_checks.sh tests/mpi_env.sh "$out/bin/tests/"
 cp data_service/image/testdata_tools/make_image_cases.py "$out/bin/testdata_tools/"
 # The Python recipes Stoker is measured against (../shared/bench), when beside the checkout.
 if [[ -d ../shared/bench ]]; then

@@ -8,7 +8,7 @@ out="${1:-/tmp/stoker-gpu-checks}"
 mkdir -p "$out"
 source "$bundle/bin/mpi_env.sh"
 stoker="$bundle/stoker"
-export out stoker
+export out stoker bundle
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 passed=0; failed=0; skipped=0
 
@@ -43,42 +43,23 @@ two_gpu_training() {
   cmp "$out/params.rank0" "$out/params.rank1" && echo "parameters identical on both ranks"
 }
 
-# A stalled rank on 2 GPUs (issue 7): SIGSTOP of rank 1 mid-training. Rank 0's collective
-# watchdog (--collective_timeout_s=10) reports the collective that did not complete and
-# names rank 1, aborts its communicators (NCCL: ncclCommAbort) and exits; the job ends
-# non-zero within 60 s of the SIGSTOP and leaves nothing in /dev/shm.
-nccl_stall() {
-  local job="gpustall-$$" log="$out/nccl_stall_job.log" code=0
-  rm -f "$out/stall_loss"
-  "$stoker" launcher --np=2 --job_id="$job" --dataset=synthetic --synthetic_samples=200000 \
-    --synthetic_classes=10 -- --model=resnet18 --num_classes=10 --image_size=64 --batch_size=64 \
-    --epochs=100 --log_every=1 --loss_log="$out/stall_loss" --collective_timeout_s=10 \
-    --collective_abort_grace_s=5 >"$log" 2>&1 &
-  local launcher=$!
-  for _ in $(seq 1200); do
-    [[ -f "$out/stall_loss" && $(wc -l <"$out/stall_loss") -ge 5 ]] && break
-    sleep 0.1
+# The GPU tests that are scripts (tests/*_test.sh, tag gpu) run in a tree laid out like
+# their Bazel runfiles, whose programs are the bundle's (run through bundle/stoker).
+runfiles_test() {  # runfiles_test SCRIPT
+  local tree="$out/runfiles/stoker" p
+  mkdir -p "$tree/launcher" "$tree/trainer" "$tree/data_service" "$tree/tests"
+  for p in launcher/launcher trainer/trainer data_service/data_service; do
+    printf '#!/usr/bin/env bash\nexec "%s" %s "$@"\n' "$stoker" "${p#*/}" > "$tree/$p"
+    chmod +x "$tree/$p"
   done
-  local pid1
-  pid1=$(sed -n 's/.*rank 1 of 2 (pid \([0-9]*\)): ring.*training split/\1/p' "$log" | head -n 1)
-  [[ -n "$pid1" ]] || { kill -TERM "$launcher"; tail -n 30 "$log"; echo "no pid for rank 1"; return 1; }
-  kill -STOP "$pid1"
-  local start=$SECONDS
-  wait "$launcher" || code=$?
-  local elapsed=$((SECONDS - start))
-  kill -KILL "$pid1" 2>/dev/null && echo "rank 1 was still there after the job ended"
-  grep "collective watchdog" "$log" | head -n 6
-  echo "the launcher exited with code $code, $elapsed s after the SIGSTOP"
-  [[ $code -ne 0 && $elapsed -le 60 ]] || { tail -n 40 "$log"; return 1; }
-  grep -q "collective watchdog: .*rank 1 (pid $pid1): stalled" "$log" || { tail -n 40 "$log"; echo "rank 1 not named"; return 1; }
-  if ls /dev/shm | grep -q "$job"; then echo "left in /dev/shm: $(ls /dev/shm | grep "$job")"; return 1; fi
-  echo "nothing of job $job left in /dev/shm"
+  cp "$bundle"/bin/tests/*.sh "$tree/tests/"
+  TEST_SRCDIR="$out/runfiles" TEST_TMPDIR="$(mktemp -d)" bash "$tree/tests/$1"
 }
 
 check() {  # check NAME COMMAND...: runs it (a program or a function below) with its output in OUT/NAME.log
   local name="$1"; shift
   echo "=== $name"
-  if timeout --signal=KILL 300 bash -c "$(declare -f precision_run precision_compare two_gpu_training nccl_stall); \"\$@\"" \
+  if timeout --signal=KILL 300 bash -c "$(declare -f precision_run precision_compare two_gpu_training runfiles_test); \"\$@\"" \
       check "$@" >"$out/$name.log" 2>&1; then
     echo "PASS $name"; passed=$((passed + 1))
   else
@@ -102,12 +83,12 @@ cat "$out/precision_tracks_fp32.log"
 if (( gpus >= 2 )); then
   check nccl_allreduce mpirun -np 2 "$stoker" nccl_communicator_test_ranks
   check two_gpu_params_identical two_gpu_training
-  check nccl_stall_ends_job nccl_stall
-  cat "$out/nccl_stall_ends_job.log"
+  check stalled_rank_ends_job runfiles_test fault_gpu_stall_test.sh
+  grep -E "collective watchdog|exited with code|nothing of job" "$out/stalled_rank_ends_job.log" | head -n 4
 else
   skip nccl_allreduce "needs 2 GPUs"
   skip two_gpu_params_identical "needs 2 GPUs"
-  skip nccl_stall_ends_job "needs 2 GPUs"
+  skip stalled_rank_ends_job "needs 2 GPUs"
 fi
 echo "$passed passed, $failed failed, $skipped skipped"
 (( failed == 0 ))

@@ -37,10 +37,11 @@ namespace {
 // /dev/shm     need = ranks * RingBytesPerRank. FAIL when less than need is available;
 //              WARN when need is more than half of what is available (no headroom for a
 //              validation ring or another job); else OK. WARN when statvfs fails.
-// memlock      per rank, pinning registers its whole ring (cudaHostRegister), and NCCL and
-//              MPI over InfiniBand register memory too. OK when unlimited, when the process
-//              has CAP_IPC_LOCK (root), or when the soft limit covers one ring; otherwise
-//              FAIL with GPUs visible, WARN without (the CPU path pins nothing).
+// memlock      NCCL and MPI over InfiniBand register memory against the locked-memory
+//              limit; pinning the rings does not (cudaHostRegister is not counted: Note
+//              [Pinning and the locked-memory limit] in trainer/cuda_batch_feeder.cc). OK
+//              when unlimited or when the process has CAP_IPC_LOCK (root); otherwise WARN
+//              (jobs within one node do not need it).
 
 // The NVIDIA driver API, by hand: the launcher does not link CUDA.
 using CuInit = int (*)(unsigned int);
@@ -317,28 +318,25 @@ Check SharedMemoryCheck(const MachineFacts& facts, const DoctorOptions& options,
   return check;
 }
 
-Check MemlockCheck(const MachineFacts& facts, const DoctorOptions& options) {
+Check MemlockCheck(const MachineFacts& facts) {
   Check check{"memlock"};
-  const uint64_t need = RingBytesPerRank(options);
-  const std::string limit =
-      facts.memlock_unlimited ? "unlimited" : FormatBytes(facts.memlock_bytes);
   if (facts.memlock_unlimited) {
     check.finding = "locked-memory limit unlimited";
     return check;
   }
+  const std::string limit = FormatBytes(facts.memlock_bytes);
   if (facts.has_ipc_lock) {
     check.finding = absl::StrCat("locked-memory limit ", limit,
                                  ", but this process has CAP_IPC_LOCK (root): no limit applies");
     return check;
   }
-  check.finding = absl::StrCat("locked-memory limit ", limit, "; pinning one rank's ring needs ",
-                               FormatBytes(need));
-  if (facts.memlock_bytes >= need) return check;
-  check.verdict = facts.gpu_count > 0 ? Verdict::kFail : Verdict::kWarn;
-  if (facts.gpu_count == 0) check.finding += " (matters on GPU hosts only)";
+  check.verdict = Verdict::kWarn;
+  check.finding = absl::StrCat(
+      "locked-memory limit ", limit, ": enough within one node (pinning the rings does not count "
+      "against it), too low for NCCL or MPI over InfiniBand, which register memory against it");
   check.fix =
-      "raise it: `ulimit -l unlimited` (limits.conf: `* - memlock unlimited`); in Docker "
-      "`--ulimit memlock=-1`; under Slurm the limit comes from slurmd "
+      "for jobs over InfiniBand raise it: `ulimit -l unlimited` (limits.conf: `* - memlock "
+      "unlimited`); in Docker `--ulimit memlock=-1`; under Slurm the limit comes from slurmd "
       "(PropagateResourceLimits, LimitMEMLOCK=infinity in its systemd unit)";
   return check;
 }
@@ -426,7 +424,7 @@ std::vector<Check> Evaluate(const MachineFacts& facts, const DoctorOptions& opti
       LibraryCheck("NCCL", facts.nccl_version, facts.nccl_error, gpus, "libnccl.so.2"),
       MpiCheck(facts),
       SharedMemoryCheck(facts, options, ranks),
-      MemlockCheck(facts, options),
+      MemlockCheck(facts),
   };
 }
 

@@ -149,10 +149,6 @@ TEST(DoctorCommandTest, MemlockVerdictMatchesThisMachine) {
   ASSERT_EQ(getrlimit(RLIMIT_MEMLOCK, &limit), 0);
   const bool unlimited = limit.rlim_cur == RLIM_INFINITY;
   const bool ipc_lock = HasCapIpcLock();
-  DoctorOptions options;
-  options.batch_size = 256;
-  options.image_size = 224;
-  const uint64_t need = RingBytesPerRank(options);
   const DoctorRun run = RunDoctor({"--np=1", "--batch_size=256", "--image_size=224"});
   const ReportLine memlock = Line(run.stdout_text, "memlock");
   if (unlimited) {
@@ -162,10 +158,8 @@ TEST(DoctorCommandTest, MemlockVerdictMatchesThisMachine) {
     EXPECT_THAT(memlock.line, HasSubstr(absl::StrCat("locked-memory limit ",
                                                      FormatBytes(limit.rlim_cur))));
     EXPECT_THAT(memlock.line, HasSubstr("CAP_IPC_LOCK"));
-  } else if (limit.rlim_cur >= need) {
-    EXPECT_THAT(memlock.line, StartsWith("[OK]   memlock: "));
   } else {
-    EXPECT_THAT(memlock.line, StartsWith(DriverPresent() ? "[" : "[WARN] memlock: "));
+    EXPECT_THAT(memlock.line, StartsWith("[WARN] memlock: "));
     EXPECT_THAT(memlock.fix, HasSubstr("ulimit -l"));
   }
 }

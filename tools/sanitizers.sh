@@ -52,7 +52,17 @@ unit_env[asan]="--test_env=ASAN_OPTIONS=$asan_options:detect_leaks=1
 --test_env=UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1"
 mpi_env[asan]="--test_env=ASAN_OPTIONS=$asan_options:detect_leaks=0
 --test_env=UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1"
+# Debian's Abseil is not built with TSan, so TSan cannot see the synchronisation of
+# absl::Mutex, CondVar and Notification: tools/tsan_absl_annotations.cc, preloaded, tells it
+# (without it every absl::Mutex-guarded access is reported as a race).
+annotations_dir=/tmp/stoker-tsan-absl
+if [[ " $configs " == *" tsan "* ]]; then
+  mkdir -p "$annotations_dir"
+  g++ -std=c++17 -O1 -shared -fPIC "$root/tools/tsan_absl_annotations.cc" \
+    -o "$annotations_dir/libtsan_absl_annotations.so" -ldl
+fi
 unit_env[tsan]="--test_env=TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tools/tsan_suppressions.txt
+--test_env=LD_PRELOAD=$annotations_dir/libtsan_absl_annotations.so
 --test_env=OMP_NUM_THREADS=1"
 mpi_env[tsan]="${unit_env[tsan]}"
 

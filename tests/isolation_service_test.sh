@@ -21,6 +21,7 @@ cleanup() {
   for pid in $holder_pid $other_pid $service_pid; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
   rm -rf "$dir"
+  rm -f /dev/shm/stoker."$job".*  # only after a failure: a service that died leaves its rings
 }
 trap cleanup EXIT
 

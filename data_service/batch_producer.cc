@@ -112,6 +112,7 @@ BatchProducer::BatchProducer(const BatchProducerOptions& options,
       prefetch_(std::clamp(options.prefetch, 1, options.request.slot_count)),
       eval_resize_(EvalResizeSize(options.request.image_size, options.eval_resize_ratio)),
       max_image_pixels_(options.max_image_pixels),
+      exact_jpeg_(options.exact_jpeg),
       bad_samples_(options.bad_samples),
       dataset_(std::move(dataset)),
       pool_(pool),
@@ -191,6 +192,7 @@ std::shared_ptr<BatchProducer::InFlightBatch> BatchProducer::StartBatch(const Wr
   batch->options.epoch = current_.epoch;
   batch->options.eval_resize = eval_resize_;
   batch->options.max_pixels = max_image_pixels_;
+  batch->options.exact_jpeg = exact_jpeg_;
   ++next_step_;
   if (bad_samples_ != nullptr) bad_samples_->AddSeen(batch->count);
 

@@ -39,6 +39,7 @@ struct BatchProducerOptions {
   double eval_resize_ratio = kDefaultEvalResizeRatio;
   // Decompression-bomb limit: images of more pixels are unusable samples.
   int64_t max_image_pixels = image::kDefaultMaxPixels;
+  bool exact_jpeg = false;  // SampleOptions::exact_jpeg
   // The dataset's bad-sample policy and memory (Note [Replacing bad samples]); shared by
   // the producers of one split and outliving them. Null: every failing sample stops
   // production, as --bad_files=fail does.
@@ -105,6 +106,7 @@ class BatchProducer {
   const int32_t prefetch_;
   const int32_t eval_resize_;
   const int64_t max_image_pixels_;
+  const bool exact_jpeg_;
   BadSampleTracker* const bad_samples_;
   const std::shared_ptr<const Dataset> dataset_;
   WorkerPool* const pool_;

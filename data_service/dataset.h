@@ -28,6 +28,9 @@ struct SampleOptions {
   int32_t eval_resize = 0;
   // Decoded images larger than this many pixels are refused (decompression bombs).
   int64_t max_pixels = image::kDefaultMaxPixels;
+  // JPEG reconstruction: Pillow's exactly (slower), or the transforms' fast one
+  // (Note [Fast JPEG reconstruction] in image/decode.h).
+  bool exact_jpeg = false;
 };
 
 // torchvision's ImageNet evaluation recipe: Resize(256) before CenterCrop(224).

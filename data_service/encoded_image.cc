@@ -88,6 +88,11 @@ absl::StatusOr<image::TransformSpec> SampleTransform(const SampleOptions& option
     spec = image::TransformSpec::Eval(resize, options.image_size);
   }
   spec.decode.max_pixels = options.max_pixels;
+  if (options.exact_jpeg) {
+    const image::DecodeOptions exact;  // Pillow's reconstruction
+    spec.decode.fast_idct = exact.fast_idct;
+    spec.decode.fancy_upsampling = exact.fancy_upsampling;
+  }
   if (options.max_pixels <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_pixels must be positive, got ", options.max_pixels));

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "data_service/image/decode.h"
 #include "data_service/image/transforms.h"
 #include "data_service/test_util.h"
 #include "gtest/gtest.h"
@@ -102,6 +103,35 @@ TEST(DecodeSampleTest, UsesTheTrainingOrEvaluationTransformOfTheOptions) {
                                         image::SampleKey{}, reference, want.data())
                   .ok());
   EXPECT_EQ(got, want);
+}
+
+// --jpeg_decode: the transforms' fast JPEG reconstruction by default, Pillow's with
+// exact_jpeg (the same pixels as DecodeImage's full decode when nothing is resized).
+TEST(DecodeSampleTest, ExactJpegSelectsPillowsReconstruction) {
+  SampleOptions options{80, false, 0, 0};
+  options.eval_resize = 80;
+  absl::StatusOr<image::TransformSpec> fast = SampleTransform(options);
+  ASSERT_TRUE(fast.ok()) << fast.status();
+  EXPECT_TRUE(fast->decode.fast_idct);
+  EXPECT_FALSE(fast->decode.fancy_upsampling);
+  options.exact_jpeg = true;
+  absl::StatusOr<image::TransformSpec> exact = SampleTransform(options);
+  ASSERT_TRUE(exact.ok()) << exact.status();
+  EXPECT_FALSE(exact->decode.fast_idct);
+  EXPECT_TRUE(exact->decode.fancy_upsampling);
+
+  // An 80x80 image through Resize(80) + CenterCrop(80): no resampling, so the sample is
+  // the decoder's output itself.
+  const std::vector<uint8_t> jpeg = test_util::JpegBytes(80, 80, test_util::PhotoLikeImage(80, 80, 9));
+  absl::StatusOr<image::DecodedImage> pillow = image::DecodeImage(jpeg);
+  ASSERT_TRUE(pillow.ok()) << pillow.status();
+  SampleScratch scratch;
+  std::vector<uint8_t> got(80 * 80 * 3);
+  ASSERT_TRUE(DecodeSample(jpeg, 0, options, scratch, got.data()).ok());
+  EXPECT_EQ(got, pillow->rgb);
+  options.exact_jpeg = false;
+  ASSERT_TRUE(DecodeSample(jpeg, 0, options, scratch, got.data()).ok());
+  EXPECT_NE(got, pillow->rgb);
 }
 
 TEST(DecodeSampleTest, BadDataIsABadSampleButBadOptionsAreNot) {

@@ -48,6 +48,9 @@ ABSL_FLAG(double, max_bad_fraction, 0.01,
 ABSL_FLAG(int64_t, max_image_pixels, stoker::data_service::image::kDefaultMaxPixels,
           "images with more pixels (width x height) are unusable (decompression bombs); the "
           "default is Pillow's limit");
+ABSL_FLAG(std::string, jpeg_decode, "fast",
+          "JPEG reconstruction: fast (integer IDCT, plain chroma upsampling: ~10% faster, ~43 dB "
+          "from Pillow's pixels on 500x375 photos) or exact (Pillow's pixels)");
 ABSL_FLAG(double, eval_resize_ratio, 256.0 / 224.0,
           "validation transform: Resize(round(image_size x this)) then CenterCrop(image_size)");
 
@@ -59,7 +62,8 @@ constexpr int kFlagError = 2;
 constexpr const char* kFlagNames[] = {
     "socket",    "job_id",          "node_id",          "dataset",           "train_dir",
     "val_dir",   "synthetic_samples", "synthetic_classes", "data_seed",       "threads",
-    "prefetch",  "bad_files",       "max_bad_fraction", "max_image_pixels",  "eval_resize_ratio"};
+    "prefetch",  "bad_files",       "max_bad_fraction", "max_image_pixels",  "eval_resize_ratio",
+    "jpeg_decode"};
 
 // Only data_service's own flags; not the ones libraries register (--flagfile, ...).
 bool IsOurFlag(absl::string_view name) {
@@ -83,7 +87,7 @@ void ParseFlags(int argc, char** argv) {
       "[--dataset=synthetic|imagefolder|packed] [--train_dir=DIR|INDEX] [--val_dir=DIR|INDEX] "
       "[--synthetic_samples=N] [--synthetic_classes=K] [--data_seed=S] [--threads=N] "
       "[--prefetch=N] [--bad_files=skip|fail] [--max_bad_fraction=F] [--max_image_pixels=N] "
-      "[--eval_resize_ratio=R]");
+      "[--eval_resize_ratio=R] [--jpeg_decode=fast|exact]");
   for (int i = 1; i < argc; ++i) {
     absl::string_view arg = argv[i];
     if (arg == "--help" || arg == "-help" || arg == "--helpfull") {
@@ -136,6 +140,10 @@ int Main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_max_image_pixels) < 1) FlagError("--max_image_pixels: must be positive");
   const double ratio = absl::GetFlag(FLAGS_eval_resize_ratio);
   if (!(ratio >= 1.0 && ratio <= 8.0)) FlagError("--eval_resize_ratio: must be in [1, 8]");
+  const std::string jpeg_decode = absl::GetFlag(FLAGS_jpeg_decode);
+  if (jpeg_decode != "fast" && jpeg_decode != "exact") {
+    FlagError(absl::StrCat("--jpeg_decode=", jpeg_decode, ": must be fast or exact"));
+  }
   SetLogIdentity(absl::StrCat("data_service node ", absl::GetFlag(FLAGS_node_id)));
 
   // Block the termination signals in every thread; the main thread takes them with
@@ -169,6 +177,7 @@ int Main(int argc, char** argv) {
   options.prefetch = absl::GetFlag(FLAGS_prefetch);
   options.eval_resize_ratio = ratio;
   options.max_image_pixels = absl::GetFlag(FLAGS_max_image_pixels);
+  options.exact_jpeg = jpeg_decode == "exact";
   options.bad_samples = bad_samples;
   absl::StatusOr<std::unique_ptr<DataService>> service =
       DataService::Start(options, std::move(*datasets));

@@ -427,6 +427,7 @@ bool DataService::Handle(Connection* connection, const ControlMessage& message) 
       producer_options.prefetch = options_.prefetch;
       producer_options.eval_resize_ratio = options_.eval_resize_ratio;
       producer_options.max_image_pixels = options_.max_image_pixels;
+      producer_options.exact_jpeg = options_.exact_jpeg;
       producer_options.bad_samples =
           request.train ? train_bad_samples_.get() : val_bad_samples_.get();
       absl::StatusOr<std::unique_ptr<BatchProducer>> producer = BatchProducer::Create(

@@ -37,6 +37,7 @@ struct ServiceOptions {
   double eval_resize_ratio = kDefaultEvalResizeRatio;
   // Images of more pixels are unusable samples (decompression bombs).
   int64_t max_image_pixels = image::kDefaultMaxPixels;
+  bool exact_jpeg = false;  // SampleOptions::exact_jpeg
   BadSampleOptions bad_samples;
 };
 

@@ -124,6 +124,18 @@ SharedMemorySegment& SharedMemorySegment::operator=(SharedMemorySegment&& other)
 
 SharedMemorySegment::~SharedMemorySegment() { Reset(); }
 
+absl::Status SharedMemorySegment::Unlink() {
+  if (!owns_name_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shared-memory segment ", name_, ": only its creator removes its name, once"));
+  }
+  owns_name_ = false;
+  if (shm_unlink(name_.c_str()) != 0) {
+    return ErrnoToStatus(errno, absl::StrCat("shm_unlink(", name_, ")"));
+  }
+  return absl::OkStatus();
+}
+
 void SharedMemorySegment::Reset() {
   if (data_ != nullptr) munmap(data_, size_);
   if (owns_name_) shm_unlink(name_.c_str());

@@ -1,6 +1,6 @@
 // SharedMemorySegment: the move-only owner of one mapped POSIX shared-memory segment
-// (shm_open + mmap). The creator owns the name and unlinks it on destruction; an opener
-// only maps it. Segments are created owner-only (0600) and exclusively (O_EXCL), so a
+// (shm_open + mmap). The creator owns the name and unlinks it on destruction (or earlier,
+// with Unlink()); an opener only maps it. Segments are created owner-only (0600) and exclusively (O_EXCL), so a
 // stale segment of a crashed job with the same name is reported, never reused.
 #ifndef STOKER_DATA_SERVICE_SHM_SEGMENT_H_
 #define STOKER_DATA_SERVICE_SHM_SEGMENT_H_
@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
@@ -36,6 +37,11 @@ class SharedMemorySegment {
   SharedMemorySegment(const SharedMemorySegment&) = delete;
   SharedMemorySegment& operator=(const SharedMemorySegment&) = delete;
   ~SharedMemorySegment();
+
+  // Removes the name now, keeping the mapping (so nothing is left in /dev/shm whatever
+  // happens later to the processes that mapped it). Only the creator, and only once:
+  // FailedPrecondition otherwise. Afterwards owns_name() is false.
+  absl::Status Unlink();
 
   void* data() const { return data_; }
   size_t size() const { return size_; }

@@ -1,6 +1,6 @@
 // Tests of SharedMemorySegment: exclusive owner-only creation, mapping by name, unlink by
-// the owner only, and a /dev/shm too small for a segment refused at creation (a real
-// small tmpfs over /dev/shm) instead of a SIGBUS later.
+// the owner only (at destruction, or early and once), and a /dev/shm too small for a
+// segment refused at creation (a real small tmpfs over /dev/shm) instead of a SIGBUS later.
 #include "data_service/shm_segment.h"
 
 #include <sys/stat.h>
@@ -87,6 +87,33 @@ TEST(SharedMemorySegmentTest, MoveTransfersOwnership) {
   EXPECT_TRUE(Exists(name));
   b = SharedMemorySegment();
   EXPECT_FALSE(Exists(name));
+}
+
+TEST(SharedMemorySegmentTest, UnlinkRemovesTheNameOnceAndKeepsTheMapping) {
+  const std::string name = TestName("unlink");
+  auto owner = SharedMemorySegment::Create(name, 4096);
+  ASSERT_TRUE(owner.ok()) << owner.status();
+  auto opened = SharedMemorySegment::Open(name);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  const absl::Status by_opener = opened->Unlink();
+  EXPECT_EQ(by_opener.code(), absl::StatusCode::kFailedPrecondition) << by_opener;
+  EXPECT_NE(by_opener.message().find(name), std::string::npos) << by_opener;
+  EXPECT_TRUE(Exists(name));
+
+  ASSERT_TRUE(owner->Unlink().ok());
+  EXPECT_FALSE(owner->owns_name());
+  EXPECT_FALSE(Exists(name));
+  EXPECT_EQ(owner->Unlink().code(), absl::StatusCode::kFailedPrecondition);
+  // Both mappings still share their bytes.
+  std::memcpy(owner->data(), "still", 6);
+  EXPECT_STREQ(static_cast<const char*>(opened->data()), "still");
+
+  // The name is free again: a new segment can take it, and the old owner's destruction
+  // must not remove the new one's name.
+  auto successor = SharedMemorySegment::Create(name, 4096);
+  ASSERT_TRUE(successor.ok()) << successor.status();
+  *owner = SharedMemorySegment();
+  EXPECT_TRUE(Exists(name));
 }
 
 TEST(SharedMemorySegmentTest, ErrorsAreClear) {

@@ -7,14 +7,15 @@
 #ifndef STOKER_TRAINER_COLLECTIVE_PROGRESS_TABLE_H_
 #define STOKER_TRAINER_COLLECTIVE_PROGRESS_TABLE_H_
 
-#include <sys/types.h>
-
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "data_service/shm_segment.h"
 #include "trainer/collective_ledger.h"
 
 namespace stoker::trainer {
@@ -44,10 +45,11 @@ struct ProgressTableHeader {
 };
 static_assert(sizeof(ProgressTableHeader) == 64, "ProgressTableHeader is a shared-memory layout");
 
-// The mapped table. Move-only. Creator: Create() makes the segment (owner-only, 0600,
-// O_EXCL) and, once every local rank has opened it, Unlink() removes its name, so that
-// nothing can be left in /dev/shm even when ranks die later (the mapping lives on). Not
-// thread-safe as an object; the slots themselves are shared atomics (see RankProgress).
+// The mapped table, held in a data_service::SharedMemorySegment. Move-only. Creator:
+// Create() makes the segment (owner-only, 0600, O_EXCL) and, once every local rank has
+// opened it, Unlink() removes its name, so that nothing can be left in /dev/shm even when
+// ranks die later (the mapping lives on). Not thread-safe as an object; the slots
+// themselves are shared atomics (see RankProgress).
 //
 //   local rank 0: ASSIGN_OR_RETURN(auto table, CollectiveProgressTable::Create(name, n));
 //   others:       ASSIGN_OR_RETURN(auto table, CollectiveProgressTable::Open(name, n));
@@ -61,33 +63,31 @@ class CollectiveProgressTable {
   // otherwise, or when it is not a progress table of this version).
   static absl::StatusOr<CollectiveProgressTable> Open(const std::string& name, int local_size);
 
-  CollectiveProgressTable(CollectiveProgressTable&& other) noexcept;
-  CollectiveProgressTable& operator=(CollectiveProgressTable&& other) noexcept;
+  CollectiveProgressTable(CollectiveProgressTable&& other) noexcept = default;
+  CollectiveProgressTable& operator=(CollectiveProgressTable&& other) noexcept = default;
   CollectiveProgressTable(const CollectiveProgressTable&) = delete;
   CollectiveProgressTable& operator=(const CollectiveProgressTable&) = delete;
   // Unmaps; the creator also unlinks the name if Unlink() was not called.
-  ~CollectiveProgressTable();
+  ~CollectiveProgressTable() = default;
 
-  // Removes the name (creator only; FailedPrecondition otherwise). The mapping stays.
+  // Removes the name (creator only, once; FailedPrecondition otherwise). The mapping stays.
   absl::Status Unlink();
 
   int local_size() const { return header()->local_size; }
   RankProgress& slot(int local_rank) const;
-  const std::string& name() const { return name_; }
+  const std::string& name() const { return segment_.name(); }
 
   // The segment's size for `local_size` ranks.
   static size_t BytesFor(int local_size);
 
  private:
-  CollectiveProgressTable(std::string name, void* data, size_t size, bool owns_name)
-      : name_(std::move(name)), data_(data), size_(size), owns_name_(owns_name) {}
-  ProgressTableHeader* header() const { return static_cast<ProgressTableHeader*>(data_); }
-  void Reset();
+  explicit CollectiveProgressTable(data_service::SharedMemorySegment segment)
+      : segment_(std::move(segment)) {}
+  ProgressTableHeader* header() const {
+    return static_cast<ProgressTableHeader*>(segment_.data());
+  }
 
-  std::string name_;
-  void* data_ = nullptr;
-  size_t size_ = 0;
-  bool owns_name_ = false;
+  data_service::SharedMemorySegment segment_;
 };
 
 }  // namespace stoker::trainer

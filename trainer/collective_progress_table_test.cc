@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
@@ -41,10 +42,18 @@ TEST(CollectiveProgressTableTest, ATakenNameIsNotReused) {
   ASSERT_TRUE(first.ok()) << first.status();
   auto second = CollectiveProgressTable::Create(name, 2);
   EXPECT_TRUE(absl::IsAlreadyExists(second.status())) << second.status();
+  EXPECT_TRUE(absl::StrContains(second.status().message(),
+                                absl::StrCat("progress table /dev/shm", name, " already exists")))
+      << second.status();
+  // The refused attempt left the first table's name alone.
+  EXPECT_TRUE(NameExists(name));
 }
 
 TEST(CollectiveProgressTableTest, BadNamesAndSizesAreRejected) {
-  EXPECT_TRUE(absl::IsInvalidArgument(CollectiveProgressTable::Create("no-slash", 2).status()));
+  const absl::Status no_slash = CollectiveProgressTable::Create("no-slash", 2).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(no_slash)) << no_slash;
+  EXPECT_TRUE(absl::StrContains(no_slash.message(), "progress table")) << no_slash;
+  EXPECT_TRUE(absl::StrContains(no_slash.message(), "no-slash")) << no_slash;
   EXPECT_TRUE(absl::IsInvalidArgument(CollectiveProgressTable::Create("/a/b", 2).status()));
   EXPECT_TRUE(absl::IsInvalidArgument(CollectiveProgressTable::Create(UniqueName("zero"), 0).status()));
 }
@@ -77,7 +86,9 @@ TEST(CollectiveProgressTableTest, OpenRejectsAnotherRankCount) {
   ASSERT_TRUE(table.ok()) << table.status();
   auto opened = CollectiveProgressTable::Open(name, 3);
   EXPECT_TRUE(absl::IsFailedPrecondition(opened.status())) << opened.status();
-  EXPECT_TRUE(absl::IsNotFound(CollectiveProgressTable::Open(UniqueName("absent"), 2).status()));
+  const absl::Status absent = CollectiveProgressTable::Open(UniqueName("absent"), 2).status();
+  EXPECT_TRUE(absl::IsNotFound(absent)) << absent;
+  EXPECT_TRUE(absl::StrContains(absent.message(), UniqueName("absent"))) << absent;
 }
 
 TEST(CollectiveProgressTableTest, UnlinkRemovesTheNameAndKeepsTheMapping) {

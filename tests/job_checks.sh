@@ -1,5 +1,6 @@
 # Helpers shared by the cross-program tests (sourced): a private Open MPI session directory,
-# and the check that a job left nothing behind.
+# the check that a job left nothing behind, and the stalled-rank fault (SIGSTOP of a rank,
+# then the collective watchdogs' report).
 # assert_nothing_left JOB_ID [PID...]: no /dev/shm/stoker.JOB_ID.* segment, no
 # /tmp/stoker.JOB_ID (directory) or /tmp/stoker.JOB_ID.* (node sockets), no process whose
 # command line names the job, and none of the given pids alive.
@@ -35,4 +36,68 @@ private_mpi_session_dir() {
   export OMPI_MCA_orte_tmpdir_base="$STOKER_TEST_OMPI_DIR"
   export OMPI_MCA_btl_vader_backing_directory="$STOKER_TEST_OMPI_DIR"
   trap 'rm -rf "$STOKER_TEST_OMPI_DIR"' EXIT
+}
+
+# stall_rank LOG LOSS_FILE MIN_STEPS NP RANK TIMEOUT_S -- COMMAND...: runs COMMAND (a job of
+# NP ranks, under the launcher or a bare mpirun, whose rank 0 writes --loss_log=LOSS_FILE and
+# whose watchdogs have --collective_timeout_s=TIMEOUT_S) in the background, its output in
+# LOG. Once LOSS_FILE has MIN_STEPS lines (training is under way; at most 120 s), it sends
+# SIGSTOP to rank RANK (its pid from the data service's line for that rank's ring) and waits
+# for COMMAND, which must exit non-zero, not before the collective timeout and within 60 s
+# of the SIGSTOP. Sets stalled_pid (the stopped rank's pid) and rank_pids (every rank's, one
+# space after each). On failure prints LOG and a FAIL line and returns 1.
+stall_rank() {
+  local log="$1" loss="$2" min_steps="$3" np="$4" rank="$5" timeout_s="$6"
+  shift 6
+  [[ "${1:-}" == "--" ]] || { echo "FAIL: stall_rank: expected -- before the command"; return 1; }
+  shift
+  "$@" > "$log" 2>&1 &
+  local job_pid=$! started=0 start code=0 elapsed
+  for _ in $(seq 1200); do
+    if [[ -f "$loss" && $(wc -l < "$loss") -ge "$min_steps" ]]; then started=1; break; fi
+    kill -0 "$job_pid" 2>/dev/null || { cat "$log"; echo "FAIL: the job ended early"; return 1; }
+    sleep 0.1
+  done
+  if [[ "$started" -eq 0 ]]; then
+    kill -TERM "$job_pid"; wait "$job_pid" || true
+    cat "$log"; echo "FAIL: training did not start"; return 1
+  fi
+  stalled_pid=$(sed -n "s/.*rank $rank of $np (pid \([0-9]*\)): ring.*training split/\1/p" "$log" | head -n 1)
+  rank_pids=$(sed -n "s/.*rank [0-9]* of $np (pid \([0-9]*\)): ring.*training split/\1/p" "$log" | sort -u | tr '\n' ' ')
+  if [[ -z "$stalled_pid" ]]; then
+    kill -TERM "$job_pid"; wait "$job_pid" || true
+    cat "$log"; echo "FAIL: no pid for rank $rank in the data service's log"; return 1
+  fi
+  echo "stopping rank $rank (pid $stalled_pid); ranks: $rank_pids"
+  kill -STOP "$stalled_pid"
+  start=$SECONDS
+  wait "$job_pid" || code=$?
+  elapsed=$((SECONDS - start))
+  echo "the job exited with code $code $elapsed s after the SIGSTOP"
+  [[ "$code" -ne 0 ]] || { cat "$log"; echo "FAIL: the job exited 0"; return 1; }
+  [[ "$elapsed" -le 60 ]] || { cat "$log"; echo "FAIL: the job took more than 60 s to end"; return 1; }
+  [[ "$elapsed" -ge $((timeout_s - 1)) ]] ||
+    { cat "$log"; echo "FAIL: the job ended before the collective timeout ($timeout_s s)"; return 1; }
+}
+
+# check_stall_report LOG PATTERN RANK NODE NODE_RANK...: the first line of LOG that matches
+# PATTERN (a grep basic regular expression) is a watchdog's report, which must name rank
+# RANK (pid $stalled_pid, from stall_rank) as stalled and give the last collective (an
+# allreduce) that each NODE_RANK of node NODE completed. Sets report. On failure prints LOG
+# and a FAIL line and returns 1.
+check_stall_report() {
+  local log="$1" pattern="$2" rank="$3" node="$4"
+  shift 4
+  local completed="Last collective each rank of node $node completed: " sep="" r
+  for r in "$@"; do
+    completed="$completed${sep}rank $r #[0-9]* (allreduce)"
+    sep=".*; "
+  done
+  report=$(grep "$pattern" "$log" | head -n 1 || true)
+  [[ -n "$report" ]] || { cat "$log"; echo "FAIL: no watchdog report matching: $pattern"; return 1; }
+  echo "$report"
+  grep -q "rank $rank (pid $stalled_pid): stalled: no heartbeat for" <<< "$report" ||
+    { cat "$log"; echo "FAIL: the report does not name rank $rank as stalled"; return 1; }
+  grep -q "$completed" <<< "$report" ||
+    { cat "$log"; echo "FAIL: the report does not give each rank's last collective"; return 1; }
 }

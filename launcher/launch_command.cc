@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "launcher/data_service_args.h"
 
 namespace stoker::launcher {
 namespace {
@@ -248,6 +249,7 @@ absl::StatusOr<std::vector<std::string>> DataServiceDatasetArgs(const DataServic
   if (launch.dataset == "imagefolder" && launch.train_dir.empty()) {
     return absl::InvalidArgumentError("--dataset=imagefolder needs --train_dir");
   }
+  RETURN_IF_ERROR(ValidateDataServiceArgs(launch.extra_args));
   struct NonNegative {
     const char* flag;
     int64_t value;
@@ -274,6 +276,7 @@ absl::StatusOr<std::vector<std::string>> DataServiceDatasetArgs(const DataServic
   }
   if (launch.threads > 0) argv.push_back(absl::StrCat("--threads=", launch.threads));
   if (launch.prefetch > 0) argv.push_back(absl::StrCat("--prefetch=", launch.prefetch));
+  argv.insert(argv.end(), launch.extra_args.begin(), launch.extra_args.end());
   return argv;
 }
 

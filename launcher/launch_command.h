@@ -82,16 +82,20 @@ struct DataServiceLaunch {
   uint64_t data_seed = 0;
   int threads = 0;   // --threads (the launcher's --data_threads)
   int prefetch = 0;  // --prefetch (the launcher's --data_prefetch)
+  // The launcher's --data_service_args (launcher/data_service_args.h): passed verbatim
+  // after every flag above, so that where they set the same flag, these win.
+  std::vector<std::string> extra_args;
 };
 
 // Returns `<program> --socket=S --job_id=ID --node_id=N --data_seed=S [--dataset=...]
-// [...]`. InvalidArgument, naming the launcher flag at fault, on bad values.
+// [...] [extra_args...]`. InvalidArgument, naming the launcher flag at fault, on bad values.
 absl::StatusOr<std::vector<std::string>> BuildDataServiceArgv(const DataServiceLaunch& launch);
 
 // Only the dataset and pool options of `launch` (`--dataset=...`, `--train_dir=...`,
-// `--threads=...`, ...; no socket, job id, node id or seed): what the cluster modes hand to
-// each node's data service through the trainers' --data_service_args. Validated as in
-// BuildDataServiceArgv (program, socket and job id are not needed).
+// `--threads=...`, ...; no socket, job id, node id or seed), then its extra_args: what the
+// cluster modes hand to each node's data service through the trainers'
+// --data_service_args. Validated as in BuildDataServiceArgv (program, socket and job id
+// are not needed); extra_args by ValidateDataServiceArgs.
 absl::StatusOr<std::vector<std::string>> DataServiceDatasetArgs(const DataServiceLaunch& launch);
 
 // Quotes `word` for a POSIX shell: unchanged when it holds only characters no shell

@@ -289,6 +289,34 @@ TEST(DataServiceArgvTest, PassesEveryOptionWhenAllAreSet) {
                           "--prefetch=4"));
 }
 
+TEST(DataServiceArgvTest, ExtraArgsComeLastSoTheyWin) {
+  DataServiceLaunch launch = SyntheticLaunch();
+  launch.dataset = "synthetic";
+  launch.threads = 8;
+  launch.extra_args = {"--bad_files=fail", "--threads=2", "--data_seed=7"};
+  absl::StatusOr<std::vector<std::string>> argv = BuildDataServiceArgv(launch);
+  ASSERT_TRUE(argv.ok()) << argv.status();
+  EXPECT_THAT(*argv, ElementsAre("/opt/stoker/data_service", "--socket=/tmp/stoker.j1/data.sock",
+                                 "--job_id=j1", "--node_id=0", "--data_seed=42",
+                                 "--dataset=synthetic", "--threads=8", "--bad_files=fail",
+                                 "--threads=2", "--data_seed=7"));
+  // The cluster modes hand the same words to the nodes, after the dataset options.
+  absl::StatusOr<std::vector<std::string>> dataset_args = DataServiceDatasetArgs(launch);
+  ASSERT_TRUE(dataset_args.ok()) << dataset_args.status();
+  EXPECT_THAT(*dataset_args, ElementsAre("--dataset=synthetic", "--threads=8", "--bad_files=fail",
+                                         "--threads=2", "--data_seed=7"));
+}
+
+TEST(DataServiceArgvTest, ExtraArgsMustNotSetWhatTheLauncherDecides) {
+  for (const char* arg : {"--socket=/x", "--job_id=k", "--node_id=1", "fail"}) {
+    DataServiceLaunch launch = SyntheticLaunch();
+    launch.extra_args = {arg};
+    absl::StatusOr<std::vector<std::string>> argv = BuildDataServiceArgv(launch);
+    EXPECT_EQ(argv.status().code(), absl::StatusCode::kInvalidArgument) << arg;
+    EXPECT_THAT(std::string(argv.status().message()), HasSubstr("--data_service_args")) << arg;
+  }
+}
+
 TEST(DataServiceArgvTest, RejectsUnknownDatasetNamingTheFlag) {
   DataServiceLaunch launch = SyntheticLaunch();
   launch.dataset = "lmdb";

@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "common/logging.h"
 #include "launcher/command_line.h"
+#include "launcher/data_service_args.h"
 #include "launcher/doctor.h"
 #include "launcher/job.h"
 #include "launcher/job_files.h"
@@ -62,6 +63,12 @@ ABSL_FLAG(int64_t, synthetic_samples, 0, "Data service --synthetic_samples (0: i
 ABSL_FLAG(int, synthetic_classes, 0, "Data service --synthetic_classes (0: its default).");
 ABSL_FLAG(int, data_threads, 0, "Data service --threads (0: its default).");
 ABSL_FLAG(int, data_prefetch, 0, "Data service --prefetch (0: its default).");
+ABSL_FLAG(std::string, data_service_args, "",
+          "More data service flags, split on spaces, each --name=value, e.g. "
+          "--data_service_args='--bad_files=fail --jpeg_decode=exact'. Passed after the data "
+          "service flags the launcher sets (--dataset, --threads, --data_seed, ...), so they "
+          "win; in the cluster modes they reach every node's data service (through the "
+          "trainers' --data_service_args). Must not set --socket, --job_id or --node_id.");
 ABSL_FLAG(absl::Duration, ready_timeout, absl::Seconds(60),
           "How long the data service may take to accept connections on its socket.");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(10),
@@ -154,6 +161,10 @@ absl::StatusOr<JobConfig> ConfigFromFlags(const ParsedCommandLine& command_line)
   config.data_service.threads = absl::GetFlag(FLAGS_data_threads);
   config.data_service.prefetch = absl::GetFlag(FLAGS_data_prefetch);
   config.data_service.data_seed = absl::GetFlag(FLAGS_seed);
+  absl::StatusOr<std::vector<std::string>> data_service_args =
+      ParseDataServiceArgs(absl::GetFlag(FLAGS_data_service_args));
+  if (!data_service_args.ok()) return data_service_args.status();
+  config.data_service.extra_args = std::move(*data_service_args);
 
   absl::StatusOr<std::string> trainer =
       ProgramFlag(absl::GetFlag(FLAGS_trainer), "trainer", "--trainer");

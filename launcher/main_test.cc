@@ -99,7 +99,7 @@ TEST_F(LauncherTest, HelpListsTheFlagsAndExitsZero) {
   EXPECT_THAT(Stdout(), HasSubstr("Usage: launcher [flags] -- [trainer flags]"));
   for (const char* flag : {"--np=1", "--trainer", "--data_service", "--mpirun=mpirun",
                            "--mpirun_args", "--seed=0", "--job_id", "--ready_timeout=1m",
-                           "--dry_run=false", "--data_threads=0"}) {
+                           "--dry_run=false", "--data_threads=0", "--data_service_args"}) {
     EXPECT_THAT(Stdout(), HasSubstr(flag));
   }
 }
@@ -122,6 +122,9 @@ TEST_F(LauncherTest, UsageErrorsExitTwoNamingTheFlag) {
       {{"--", "--seed=3"}, "conflicts with the launcher"},
       {{"--mpirun_args=-np 4"}, "--mpirun_args must not set the rank count"},
       {{"--data_threads=-1"}, "--data_threads must be >= 0"},
+      {{"--data_service_args=--bad_files fail"},
+       "--data_service_args: '--bad_files' is not a flag with a value"},
+      {{"--data_service_args=--socket=/tmp/x"}, "--data_service_args must not set --socket"},
   };
   for (const Case& c : cases) {
     EXPECT_EQ(Run(LauncherWithFakes(c.args)), ExitStatus::Exited(2)) << c.args[0];
@@ -153,6 +156,28 @@ TEST_F(LauncherTest, DryRunPrintsBothCommandsAndStartsNothing) {
                                                " --data_socket=", socket,
                                                " --seed=5 --epochs=2 '--model=small cnn'\n")));
   EXPECT_FALSE(Exists(out_ + "/data_service.pid"));
+}
+
+TEST_F(LauncherTest, DataServiceArgsFollowTheLaunchersDataServiceFlags) {
+  EXPECT_EQ(Run(LauncherWithFakes({"--dry_run", "--seed=5", "--dataset=synthetic",
+                                   "--data_threads=4",
+                                   "--data_service_args= --bad_files=fail  --threads=1 ",
+                                   "--", "--epochs=2"})),
+            ExitStatus::Exited(0))
+      << Stderr();
+  EXPECT_THAT(Stdout(), HasSubstr(absl::StrCat(
+                            Runfile("launcher/fake_data_service"), " --socket=/tmp/stoker.",
+                            job_id_, "/data.sock --job_id=", job_id_,
+                            " --node_id=0 --data_seed=5 --dataset=synthetic --threads=4 "
+                            "--bad_files=fail --threads=1\n")));
+  // In the cluster modes they travel in the trainers' --data_service_args.
+  EXPECT_EQ(Run(LauncherWithFakes({"--dry_run", "--hosts=gpu1:2", "--dataset=synthetic",
+                                   "--data_service_args=--jpeg_decode=exact", "--",
+                                   "--epochs=2"})),
+            ExitStatus::Exited(0))
+      << Stderr();
+  EXPECT_THAT(Stdout(),
+              HasSubstr(" '--data_service_args=--dataset=synthetic --jpeg_decode=exact' "));
 }
 
 TEST_F(LauncherTest, DryRunWithHostsPrintsMpirunDashH) {

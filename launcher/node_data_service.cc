@@ -8,12 +8,12 @@
 #include <cstring>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/mpi_status.h"
 #include "common/status_macros.h"
+#include "launcher/data_service_args.h"
 #include "launcher/job_files.h"
 #include "launcher/job_owner.h"
 #include "launcher/program_paths.h"
@@ -42,12 +42,6 @@ void CopyTruncated(absl::string_view text, char (&out)[N]) {
   const size_t n = std::min(text.size(), N - 1);
   std::memcpy(out, text.data(), n);
   out[n] = '\0';
-}
-
-absl::string_view FlagName(absl::string_view arg) {
-  if (arg.size() < 2 || arg[0] != '-') return "";
-  arg.remove_prefix(arg[1] == '-' ? 2 : 1);
-  return arg.substr(0, arg.find('='));
 }
 
 absl::StatusOr<JobIdentity> AgreeOnJob(const RankInfo& rank, MPI_Comm world,
@@ -146,20 +140,10 @@ absl::Status BarrierWithin(MPI_Comm node, absl::Duration timeout, int node_index
 absl::StatusOr<std::vector<std::string>> BuildNodeDataServiceArgv(
     const std::string& program, const std::string& socket, const std::string& job_id,
     int node_index, uint64_t seed, const std::vector<std::string>& args) {
-  bool args_set_seed = false;
-  for (const std::string& arg : args) {
-    if (!absl::StartsWith(arg, "-")) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--data_service_args: '", arg, "' is not a flag (give --name=value words)"));
-    }
-    const absl::string_view name = FlagName(arg);
-    if (name == "socket" || name == "job_id" || name == "node_id") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--data_service_args must not set --", name, " ('", arg,
-          "'): each node's local rank 0 sets it"));
-    }
-    if (name == "data_seed") args_set_seed = true;
-  }
+  RETURN_IF_ERROR(ValidateDataServiceArgs(args));
+  const bool args_set_seed = std::any_of(args.begin(), args.end(), [](const std::string& arg) {
+    return FlagNameOf(arg) == "data_seed";
+  });
   std::vector<std::string> argv = {
       program,
       absl::StrCat("--socket=", socket),

@@ -50,8 +50,9 @@ struct NodeDataServiceOptions {
   // Rank 0's value counts: every node's --data_seed (unless `args` sets --data_seed), so
   // that every node sees the same dataset.
   uint64_t seed = 0;
-  // More data service flags, passed verbatim (--dataset, --train_dir, --threads, ...). Must
-  // not set --socket, --job_id or --node_id.
+  // More data service flags, passed verbatim (--dataset, --train_dir, --threads, ...): the
+  // trainer's --data_service_args, parsed by ParseDataServiceArgs
+  // (launcher/data_service_args.h). Must not set --socket, --job_id or --node_id.
   std::vector<std::string> args;
   std::string socket_dir = "/tmp";
   std::string shm_dir = "/dev/shm";
@@ -64,7 +65,7 @@ struct NodeDataServiceOptions {
 
 // Returns `<program> --socket=S --job_id=J --node_id=N [--data_seed=SEED] args...`
 // (--data_seed only when `args` does not set it). InvalidArgument, naming
-// --data_service_args, when an arg is not a --flag or sets what the node decides.
+// --data_service_args, when `args` fails ValidateDataServiceArgs.
 absl::StatusOr<std::vector<std::string>> BuildNodeDataServiceArgv(
     const std::string& program, const std::string& socket, const std::string& job_id,
     int node_index, uint64_t seed, const std::vector<std::string>& args);

@@ -42,6 +42,10 @@ check "trainer out of range" "--batch_size=0" "$trainer" --batch_size=0
 check "trainer negative" "--keep_checkpoints=" "$trainer" --keep_checkpoints=-1
 check "trainer missing value" "--epochs: a value is required" "$trainer" --epochs
 check "trainer stray argument" "unexpected argument \"stray\"" "$trainer" stray
+check "trainer data service args not a flag" "--data_service_args: 'imagefolder' is not a flag" \
+  "$trainer" --data_service_args="--threads=1 imagefolder"
+check "trainer data service args set the socket" "--data_service_args must not set --socket" \
+  "$trainer" --data_service_args=--socket=/tmp/x
 
 # ---- trainer configuration files
 c=$(cfg unknown.cfg "epochs=2\nbogus_key=1\n")
@@ -80,6 +84,8 @@ fi
 check "launcher unknown flag" "--bogus" "$launcher" --bogus=1 -- --epochs=1
 check "launcher wrong type" "--np" "$launcher" --np=two
 check "launcher missing value" "--np" "$launcher" --np
+check "launcher data service args without a value" "--data_service_args: '--bad_files' is not a flag" \
+  "$launcher" --data_service_args="--bad_files fail" -- --epochs=1
 # A bad trainer flag after "--" reaches the trainer under mpirun: the job fails at once
 # naming it (the exit code is mpirun's, not necessarily 2).
 job="badflags-$$-$RANDOM"

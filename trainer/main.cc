@@ -4,12 +4,14 @@
 // stopped by signal N with a checkpoint.
 #include <cstdio>
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "launcher/data_service_args.h"
 #include "launcher/node_data_service.h"
 #include "launcher/rank_setup.h"
 #include "trainer/flags.h"
@@ -28,7 +30,7 @@
 // trainer/flags.cc.
 ABSL_FLAG(std::string, job_id, "", "Without --data_socket: the job id naming the node data services' sockets and segments; rank 0's value counts; empty: rank 0 makes one.");
 ABSL_FLAG(std::string, data_service, "", "Without --data_socket: the data_service program; default: next to the trainer, or ../data_service/data_service.");
-ABSL_FLAG(std::string, data_service_args, "", "Without --data_socket: more data service flags, split on spaces (e.g. \"--dataset=imagefolder --train_dir=/data/train\").");
+ABSL_FLAG(std::string, data_service_args, "", "Without --data_socket: more data service flags, split on spaces, each --name=value (e.g. \"--dataset=imagefolder --train_dir=/data/train\"); not --socket, --job_id or --node_id.");
 ABSL_FLAG(int, ranks_per_node, 0, "0: a node is a host (ranks sharing memory). N: ranks [kN, (k+1)N) form node k, each with its own data service (testing several nodes on one host).");
 
 namespace {
@@ -73,6 +75,13 @@ int main(int argc, char** argv) {
     return stoker::trainer::kExitOk;
   }
   stoker::trainer::TrainerOptions* options = &command_line->options;
+  absl::StatusOr<std::vector<std::string>> data_service_args =
+      stoker::launcher::ParseDataServiceArgs(absl::GetFlag(FLAGS_data_service_args));
+  if (!data_service_args.ok()) {
+    std::fprintf(stderr, "trainer: %s\nRun `trainer --help` for the flags.\n",
+                 std::string(data_service_args.status().message()).c_str());
+    return stoker::trainer::kExitUsage;
+  }
 
   stoker::launcher::RankSetupOptions rank_setup;
   rank_setup.ranks_per_node = absl::GetFlag(FLAGS_ranks_per_node);
@@ -97,7 +106,7 @@ int main(int argc, char** argv) {
     service_options.program = absl::GetFlag(FLAGS_data_service);
     service_options.job_id = absl::GetFlag(FLAGS_job_id);
     service_options.seed = options->seed;
-    service_options.args = absl::StrSplit(absl::GetFlag(FLAGS_data_service_args), ' ', absl::SkipEmpty());
+    service_options.args = *data_service_args;
     service_options.ready_timeout = options->data_timeout;
     auto started = stoker::launcher::NodeDataService::Start(rank, (*session)->world(), (*session)->node(), service_options);
     if (!started.ok()) {

@@ -38,6 +38,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/types/span.h"
 #include "common/status_macros.h"
+#include "data_service/image/jpeg_huffman.h"
 
 namespace stoker::data_service::image {
 namespace internal {
@@ -185,6 +186,7 @@ struct JpegDecodeJob {
   int keep_rows = 0;  // Decode()'s promise: rows stay valid for this many more rows
   bool fast_idct = false;
   bool fancy_upsampling = true;
+  internal::JpegHuffmanDecoder* huffman = nullptr;  // null: libjpeg's own
   std::vector<uint8_t>* rows;
   std::vector<uint8_t*>* row_pointers;
   std::vector<uint8_t>* rgb_row;
@@ -214,6 +216,7 @@ bool JpegDecodeGuarded(JpegState* j, JpegDecodeJob* job) {
     return true;
   }
   jpeg_start_decompress(cinfo);
+  if (job->huffman != nullptr) job->huffman->Install(cinfo);  // false: libjpeg's decodes
   // Note [Crop margin]: the fancy chroma upsampler treats both edges of the cropped rows
   // as the image's edges, which changes the pixels next to them. Cropping one iMCU wider
   // on each side (where the image has it) keeps every pixel of the region exactly as a
@@ -481,6 +484,7 @@ absl::StatusOr<ImageHeader> ImageDecoder::ReadHeader(absl::Span<const uint8_t> b
   dct_scaling_ = options.dct_scaling;
   fast_idct_ = options.fast_idct;
   fancy_upsampling_ = options.fancy_upsampling;
+  fast_huffman_ = options.fast_huffman;
   int64_t width = 0;
   int64_t height = 0;
   if (format == ImageFormat::kJpeg) {
@@ -597,6 +601,10 @@ absl::Status ImageDecoder::DecodeJpeg(ScaleFactor scale, const PixelRect& region
   job.keep_rows = keep_rows;
   job.fast_idct = fast_idct_;
   job.fancy_upsampling = fancy_upsampling_;
+  if (fast_huffman_) {
+    if (huffman_ == nullptr) huffman_ = std::make_unique<internal::JpegHuffmanDecoder>();
+    job.huffman = huffman_.get();
+  }
   job.rows = &rows_;
   job.row_pointers = &row_pointers_;
   job.rgb_row = &rgb_row_;

@@ -38,6 +38,9 @@ ABSL_FLAG(bool, fast_idct, stoker::data_service::image::TransformSpec().decode.f
 ABSL_FLAG(bool, fancy_upsampling,
           stoker::data_service::image::TransformSpec().decode.fancy_upsampling,
           "DecodeOptions::fancy_upsampling (default: the transforms' default)");
+ABSL_FLAG(bool, fast_huffman,
+          stoker::data_service::image::TransformSpec().decode.fast_huffman,
+          "DecodeOptions::fast_huffman: Stoker's Huffman decoder instead of libjpeg's");
 ABSL_FLAG(int, size, 224, "output size (RandomResizedCrop and CenterCrop)");
 ABSL_FLAG(int, resize, 256, "evaluation Resize() shorter side");
 ABSL_FLAG(std::string, dct_scales, "pow2",
@@ -133,6 +136,7 @@ int Run() {
   for (TransformSpec* spec : {&eval, &train}) {
     spec->decode.fast_idct = absl::GetFlag(FLAGS_fast_idct);
     spec->decode.fancy_upsampling = absl::GetFlag(FLAGS_fancy_upsampling);
+    spec->decode.fast_huffman = absl::GetFlag(FLAGS_fast_huffman);
   }
   TransformScratch scratch;
   std::vector<uint8_t> out(static_cast<size_t>(size) * size * 3);
@@ -165,9 +169,11 @@ int Run() {
     return decoder.Decode(trace.scale, trace.decoded, [](int, const uint8_t*) {});
   };
 
-  std::printf("files=%zu dct_scales=%s fast_idct=%d fancy_upsampling=%d output=%dx%d\n",
-              files.size(), scales.c_str(), eval.decode.fast_idct,
-              eval.decode.fancy_upsampling, size, size);
+  std::printf(
+      "files=%zu dct_scales=%s fast_idct=%d fancy_upsampling=%d fast_huffman=%d "
+      "output=%dx%d\n",
+      files.size(), scales.c_str(), eval.decode.fast_idct, eval.decode.fancy_upsampling,
+      eval.decode.fast_huffman, size, size);
   const struct {
     const char* name;
     std::function<absl::Status(int, size_t)> one;

@@ -6,6 +6,9 @@ of //data_service/image. Run by the tests inside TEST_TMPDIR:
   make_image_cases.py eval DIR      Resize(256) + CenterCrop(224) references
   make_image_cases.py train DIR     resized_crop (+ hflip) references for given params
   make_image_cases.py rrc DIR N     N draws of RandomResizedCrop's parameters per size
+  make_image_cases.py entropy DIR   JPEGs whose entropy-coded data covers every kind of
+                                    code: noise at several qualities, every subsampling,
+                                    optimised tables, restart markers, CMYK, progressive
 
 Each command writes DIR/manifest.txt, one case per line, whitespace-separated fields.
 Reference pixels are raw uint8 HWC RGB files (*.rgb).
@@ -304,6 +307,33 @@ def cmd_rrc(out, draws):
         f.write("\n".join(lines) + "\n")
 
 
+def cmd_entropy(out):
+    """name installs: whether Stoker's Huffman decoder takes the file (jpeg_huffman.h)."""
+    lines = []
+    rng = np.random.default_rng(7)
+    photo = natural_image(203, 157, seed=3)
+    noise = Image.fromarray(rng.integers(0, 256, size=(157, 203, 3), dtype=np.uint8))
+    cases = [
+        ("photo_q90_420.jpg", photo, dict(quality=90), 1),
+        ("photo_q100_444.jpg", photo, dict(quality=100, subsampling=0), 1),
+        ("photo_q50_422.jpg", photo, dict(quality=50, subsampling=1), 1),
+        ("photo_q75_optimised.jpg", photo, dict(quality=75, optimize=True), 1),
+        # Uniform noise at quality 100: the largest coefficients and the longest codes.
+        ("noise_q100_444.jpg", noise, dict(quality=100, subsampling=0), 1),
+        ("noise_q100_optimised.jpg", noise, dict(quality=100, optimize=True), 1),
+        ("noise_q95_420.jpg", noise, dict(quality=95), 1),
+        ("gray_noise_q98.jpg", noise.convert("L"), dict(quality=98), 1),
+        ("cmyk_noise_q90.jpg", noise.convert("CMYK"), dict(quality=90), 1),
+        ("restarts.jpg", photo, dict(quality=90, restart_marker_blocks=3), 0),
+        ("progressive.jpg", photo, dict(quality=90, progressive=True), 0),
+    ]
+    for name, image, options, installs in cases:
+        image.save(os.path.join(out, name), **options)
+        lines.append(f"{name} {installs}")
+    with open(os.path.join(out, "manifest.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
 def main(argv):
     if len(argv) < 3:
         sys.exit(__doc__)
@@ -317,6 +347,8 @@ def main(argv):
         cmd_eval(out)
     elif command == "train":
         cmd_train(out)
+    elif command == "entropy":
+        cmd_entropy(out)
     elif command == "rrc":
         cmd_rrc(out, int(argv[3]))
     else:

@@ -9,6 +9,9 @@ out="$1"; shift
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 nvidia-smi -L
+# The CPUs (cores, threads per core, NUMA): the data service's figures depend on them.
+lscpu > "$out/lscpu.txt" 2>&1
+grep -E "^(Model name|CPU\(s\)|Thread|Core|Socket|NUMA node)" "$out/lscpu.txt"
 for step in "$@"; do
   echo "=== $step ($(date +%T))"
   case "$step" in

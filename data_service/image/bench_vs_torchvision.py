@@ -70,7 +70,17 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dct_scales", default="pow2,all,none",
                         help="comma-separated transforms_benchmark --dct_scales values")
+    parser.add_argument("--compare_huffman", action="store_true",
+                        help="also run each --dct_scales value with libjpeg-turbo's Huffman "
+                             "decoder (--fast_huffman=false) instead of Stoker's")
     args = parser.parse_args()
+    # (label, transforms_benchmark flags) of each Stoker configuration.
+    configs = []
+    for scales in args.dct_scales.split(","):
+        configs.append((scales, [f"--dct_scales={scales}"]))
+        if args.compare_huffman:
+            configs.append((scales + "+libjpeg_huffman",
+                            [f"--dct_scales={scales}", "--fast_huffman=false"]))
 
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
@@ -91,28 +101,28 @@ def main():
             for name, tf in (("eval", eval_tf), ("train", train_tf)):
                 rate = torchvision_rate(blobs, tf, args.seconds)
                 best[("torchvision", name)] = max(best.get(("torchvision", name), 0), rate)
-            for scales in args.dct_scales.split(","):
+            for label, flags in configs:
                 out = subprocess.run(
                     [args.benchmark, f"--dir={directory}", f"--seconds={args.seconds}",
-                     f"--dct_scales={scales}", "--rounds=1"],
+                     "--rounds=1"] + flags,
                     check=True, capture_output=True, text=True).stdout
                 for m in re.finditer(r"^(\w+)\s+best images_per_s=\s*([\d.]+)", out, re.M):
-                    key = (f"stoker/{scales}", m.group(1))
+                    key = (f"stoker/{label}", m.group(1))
                     best[key] = max(best.get(key, 0), float(m.group(2)))
 
     print(f"{len(blobs)} JPEGs, {args.width}x{args.height}, quality {args.quality}; one thread; "
           f"images per CPU-second (per core), best of {args.rounds} rounds")
     print(f"{'pipeline':8s} {'torchvision+PIL':>16s}" +
-          "".join(f" {'stoker/' + s:>13s} {'ratio':>6s}" for s in args.dct_scales.split(",")))
+          "".join(f" {'stoker/' + label:>13s} {'ratio':>6s}" for label, _ in configs))
     for name in ("eval", "train"):
         tv = best[("torchvision", name)]
         line = f"{name:8s} {tv:16.1f}"
-        for scales in args.dct_scales.split(","):
-            rate = best[(f"stoker/{scales}", name)]
+        for label, _ in configs:
+            rate = best[(f"stoker/{label}", name)]
             line += f" {rate:13.1f} {rate / tv:6.2f}"
         print(line)
     print("stoker full-size decode only: " + ", ".join(
-        f"{best[(f'stoker/{s}', 'decode_full')]:.1f}" for s in args.dct_scales.split(",")) +
+        f"{best[(f'stoker/{label}', 'decode_full')]:.1f}" for label, _ in configs) +
         " images/s")
 
 

@@ -150,6 +150,16 @@ def phase_one_gpu_anchor(out):
     anchor_lines(out, p, "python", {"ranks": 1})
 
 
+def phase_profile(out):
+    """Where a ResNet-50 step's time goes, synthetic against JPEG (--profile_steps): the
+    JPEG run's extra time per step, if any, shows up in its phases."""
+    root = dataset(12000)
+    stoker_train(out, "profile_synthetic_resnet50_1gpu", 1, "resnet50",
+                 synthetic_steps=SYNTHETIC_STEPS, cores=CORES_1GPU, extra=["--profile_steps=40"])
+    stoker_train(out, "profile_jpeg_resnet50_1gpu", 1, "resnet50", root=root, cores=CORES_1GPU,
+                 extra=["--profile_steps=40"])
+
+
 def phase_two_gpu(out):
     root = dataset(24000)
     for model in ("resnet50", "resnet18"):
@@ -229,7 +239,7 @@ def phase_report(out):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--phase", required=True, choices=["data_service", "one_gpu", "one_gpu_anchor", "two_gpu", "report"])
+    ap.add_argument("--phase", required=True, choices=["data_service", "one_gpu", "one_gpu_anchor", "profile", "two_gpu", "report"])
     ap.add_argument("--out", required=True)
     ap.add_argument("--skip_anchor", action="store_true")
     ap.add_argument("--quick", action="store_true",
@@ -248,6 +258,8 @@ def main():
             phase_one_gpu(a.out, a.skip_anchor)
     elif a.phase == "one_gpu_anchor":
         phase_one_gpu_anchor(a.out)
+    elif a.phase == "profile":
+        phase_profile(a.out)
     elif a.phase == "two_gpu":
         phase_two_gpu(a.out)
     else:

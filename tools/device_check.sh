@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One whole check on the GPU host, from the repository root with bundle/ carried
 # (tools/bundle.sh): the GPU tests, then the benchmarks, logs and results under OUT.
-#   tools/device_check.sh OUT STEP...    STEP: checks, data_service, one_gpu, two_gpu, report
+#   tools/device_check.sh OUT STEP...    STEP: checks, data_service, one_gpu, one_gpu_anchor,
+#                                        profile, two_gpu, report
 # BENCH_ARGS (e.g. --quick) goes to every benchmark step.
 # Prints a short summary per step; the whole output of each is in OUT.
 set -uo pipefail

@@ -14,14 +14,6 @@
 namespace stoker::launcher {
 namespace {
 
-// Returns the name of the flag `arg` sets ("seed" for "--seed=3", "-seed" or "--seed"), or
-// an empty string when `arg` is not a flag.
-absl::string_view FlagName(absl::string_view arg) {
-  if (arg.size() < 2 || arg[0] != '-') return "";
-  arg.remove_prefix(arg[1] == '-' ? 2 : 1);
-  return arg.substr(0, arg.find('='));
-}
-
 bool IsShellSafe(char c) {
   return absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
          absl::string_view("@%+=:,./_-").find(c) != absl::string_view::npos;
@@ -163,7 +155,7 @@ absl::StatusOr<std::vector<std::string>> BuildTrainerArgv(const TrainerLaunch& l
   }
   const bool srun = launch.mode == LaunchMode::kSlurm;
   for (const std::string& arg : srun ? launch.srun_args : launch.mpirun_args) {
-    absl::string_view name = FlagName(arg);
+    absl::string_view name = FlagNameOf(arg);
     const bool sets_count =
         srun ? (name == "n" || name == "ntasks" || name == "N" || name == "nodes" ||
                 name == "ntasks-per-node")
@@ -183,7 +175,7 @@ absl::StatusOr<std::vector<std::string>> BuildTrainerArgv(const TrainerLaunch& l
     }
   }
   for (const std::string& arg : launch.trainer_args) {
-    absl::string_view name = FlagName(arg);
+    absl::string_view name = FlagNameOf(arg);
     const bool set_by_launcher =
         name == "seed" || (cluster ? (name == "job_id" || name == "data_service_args" ||
                                       (name == "data_service" && !launch.data_service.empty()))

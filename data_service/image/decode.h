@@ -59,7 +59,8 @@ enum class DctScaling {
 // integer IDCT (JDCT_IFAST) and upsampling by replication, which libjpeg-turbo fuses with
 // the colour conversion ("merged upsampling", SIMD) and which needs no crop margin
 // (Note [Crop margin] in decode.cc), cost less. Entropy decoding, which neither changes,
-// is about two thirds of a 57 KB 500x375 JPEG's decode, so the gain is bounded:
+// is about two thirds of a 57 KB 500x375 JPEG's decode (Stoker's own Huffman decoder,
+// jpeg_huffman.h, takes some of it off), so the gain is bounded:
 // transforms_benchmark, one thread of the H200 host's Xeon, ANCHORS-like 500x375
 // quality-90 JPEGs, CPU microseconds per image (median of 3 interleaved rounds):
 //   evaluation: accurate (ISLOW + fancy) 975, fast (IFAST + replication) 879;

@@ -17,7 +17,11 @@
 // Measured on the H200 host's Xeon, one thread, the ANCHORS JPEGs (bench_vs_torchvision.py
 // --compare_huffman, bench/results/2026-11-30-session3): evaluation transform 1,182 images/s
 // against 1,113 with libjpeg-turbo's decoder (+6%), training 1,393 against 1,238 (+12.5%).
-// The decode stays latency-bound: each code's length is known only after its lookup.
+// The decode stays latency-bound: each code's length is known only after its lookup, and
+// the bit buffer is shifted by it. Variable shifts take the CL register and several
+// micro-ops on x86-64 without BMI2 (shlx/shrx take any register, one micro-op), so the
+// decoder is compiled twice, for the x86-64 baseline and with BMI2, and Install() picks one
+// at run time (__builtin_cpu_supports), as resample.cc does for AVX2.
 // Entropy decoding is lossless: the coefficients, so the pixels, are libjpeg's exactly
 // (jpeg_huffman_test decodes both ways and compares). Corrupt data is reported with
 // libjpeg's own warnings; an undecodable code is always reported (libjpeg-turbo's fast path
@@ -32,6 +36,13 @@
 
 namespace stoker::data_service::image::internal {
 namespace {
+
+#define STOKER_INLINE __attribute__((always_inline)) inline
+#if defined(__x86_64__) && defined(__GNUC__)
+#define STOKER_HUFFMAN_BMI2 1
+#else
+#define STOKER_HUFFMAN_BMI2 0
+#endif
 
 constexpr int kLookupBits = 11;
 // A lookup entry: 0 if the next code is longer than kLookupBits (or invalid); otherwise
@@ -49,9 +60,9 @@ constexpr int kNaturalOrder[64 + 16] = {
     47, 55, 62, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63};
 
 // The value of `s` extra bits `v` (JPEG's EXTEND): 0..2^(s-1)-1 are the negatives.
-inline int Extend(int v, int s) { return v < (1 << (s - 1)) ? v - (1 << s) + 1 : v; }
+STOKER_INLINE int Extend(int v, int s) { return v < (1 << (s - 1)) ? v - (1 << s) + 1 : v; }
 
-inline bool HasByteFF(uint64_t v) {
+STOKER_INLINE bool HasByteFF(uint64_t v) {
   const uint64_t x = ~v;  // a 0xFF byte of v is a zero byte of x
   return ((x - 0x0101010101010101ull) & ~x & 0x8080808080808080ull) != 0;
 }
@@ -143,7 +154,7 @@ struct BitReader {
   const uint8_t* end = nullptr;
 
   // At least 57 bits (real or padding) are in the buffer afterwards.
-  inline void Refill() {
+  STOKER_INLINE void Refill() {
     if (end - next >= 8) {
       uint64_t v;
       std::memcpy(&v, next, 8);
@@ -189,13 +200,13 @@ struct BitReader {
     }
   }
 
-  inline uint32_t Peek(int n) const { return static_cast<uint32_t>(buffer >> (64 - n)); }
-  inline void Drop(int n) {
+  STOKER_INLINE uint32_t Peek(int n) const { return static_cast<uint32_t>(buffer >> (64 - n)); }
+  STOKER_INLINE void Drop(int n) {
     buffer <<= n;
     count -= n;
   }
   // n in 1..16.
-  inline int Get(int n) {
+  STOKER_INLINE int Get(int n) {
     const int v = static_cast<int>(buffer >> (64 - n));
     Drop(n);
     return v;
@@ -239,7 +250,7 @@ int DecodeLongCode(j_decompress_ptr cinfo, BitReader& r, const HuffmanLookup& t)
 }
 
 // One Huffman symbol; needs 16 bits in the reader.
-inline int DecodeSymbol(j_decompress_ptr cinfo, BitReader& r, const HuffmanLookup& t) {
+STOKER_INLINE int DecodeSymbol(j_decompress_ptr cinfo, BitReader& r, const HuffmanLookup& t) {
   const int32_t e = t.fast[r.Peek(kLookupBits)];
   if (e == 0) return DecodeLongCode(cinfo, r, t);
   r.Drop(e & 31);
@@ -248,7 +259,7 @@ inline int DecodeSymbol(j_decompress_ptr cinfo, BitReader& r, const HuffmanLooku
 
 // The 63 AC coefficients of a block into `block` (zeroed by the caller), or dropped when
 // `block` is null.
-inline void DecodeAc(j_decompress_ptr cinfo, BitReader& r, const HuffmanLookup& t,
+STOKER_INLINE void DecodeAc(j_decompress_ptr cinfo, BitReader& r, const HuffmanLookup& t,
                      JCOEF* block) {
   for (int k = 1; k < DCTSIZE2;) {
     if (r.count < 32) r.Refill();  // a coefficient takes at most 16 + 15 bits
@@ -286,7 +297,7 @@ void StartPass(j_decompress_ptr cinfo) {
   ERREXIT(cinfo, JERR_NOT_COMPILED);
 }
 
-boolean DecodeMcu(j_decompress_ptr cinfo, JBLOCKROW* mcu) {
+STOKER_INLINE boolean DecodeMcuBody(j_decompress_ptr cinfo, JBLOCKROW* mcu) {
   State& s = *reinterpret_cast<State*>(cinfo->entropy);
   if (s.pub.insufficient_data) return TRUE;  // the rest stays grey, as in libjpeg
   BitReader r = s.reader;  // a local copy stays in registers
@@ -308,6 +319,24 @@ boolean DecodeMcu(j_decompress_ptr cinfo, JBLOCKROW* mcu) {
   return TRUE;
 }
 
+// decode_mcu for the x86-64 baseline, and with BMI2 (Note [Replacing libjpeg's entropy
+// decoder]); the same code, inlined into each.
+boolean DecodeMcu(j_decompress_ptr cinfo, JBLOCKROW* mcu) { return DecodeMcuBody(cinfo, mcu); }
+
+#if STOKER_HUFFMAN_BMI2
+__attribute__((target("bmi2"))) boolean DecodeMcuBmi2(j_decompress_ptr cinfo, JBLOCKROW* mcu) {
+  return DecodeMcuBody(cinfo, mcu);
+}
+#endif
+
+bool CpuHasBmi2() {
+#if STOKER_HUFFMAN_BMI2
+  return __builtin_cpu_supports("bmi2");
+#else
+  return false;
+#endif
+}
+
 // The lookup for table `slot` of `tables`, derived again only if the image's table differs.
 const HuffmanLookup* Lookup(HuffmanLookup* tables, JHUFF_TBL* const* pointers, int slot,
                             bool ac) {
@@ -319,7 +348,8 @@ const HuffmanLookup* Lookup(HuffmanLookup* tables, JHUFF_TBL* const* pointers, i
 
 }  // namespace
 
-JpegHuffmanDecoder::JpegHuffmanDecoder() : state_(std::make_unique<State>()) {}
+JpegHuffmanDecoder::JpegHuffmanDecoder(bool allow_bmi2)
+    : state_(std::make_unique<State>()), bmi2_(allow_bmi2 && CpuHasBmi2()) {}
 JpegHuffmanDecoder::~JpegHuffmanDecoder() = default;
 
 bool JpegHuffmanDecoder::Install(j_decompress_ptr cinfo) {
@@ -348,7 +378,11 @@ bool JpegHuffmanDecoder::Install(j_decompress_ptr cinfo) {
   s.reader.next = cinfo->src->next_input_byte;
   s.reader.end = cinfo->src->next_input_byte + cinfo->src->bytes_in_buffer;
   s.pub.start_pass = StartPass;
+#if STOKER_HUFFMAN_BMI2
+  s.pub.decode_mcu = bmi2_ ? DecodeMcuBmi2 : DecodeMcu;
+#else
   s.pub.decode_mcu = DecodeMcu;
+#endif
   s.pub.insufficient_data = FALSE;
   cinfo->entropy = &s.pub;
   return true;

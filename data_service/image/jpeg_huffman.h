@@ -21,7 +21,9 @@ struct HuffmanLookup;
 // re-derives them only when an image's tables differ. Not thread-safe.
 class JpegHuffmanDecoder {
  public:
-  JpegHuffmanDecoder();
+  // allow_bmi2 = false keeps to the x86-64 baseline even where the CPU has BMI2 (tests
+  // compare both builds of the decoder).
+  explicit JpegHuffmanDecoder(bool allow_bmi2 = true);
   ~JpegHuffmanDecoder();
   JpegHuffmanDecoder(const JpegHuffmanDecoder&) = delete;
   JpegHuffmanDecoder& operator=(const JpegHuffmanDecoder&) = delete;
@@ -36,10 +38,14 @@ class JpegHuffmanDecoder {
   // JWRN_HUFF_BAD_CODE, JWRN_HIT_MARKER, JWRN_JPEG_EOF).
   bool Install(j_decompress_ptr cinfo);
 
+  // Whether Install() uses the build of the decoder compiled with BMI2.
+  bool uses_bmi2() const { return bmi2_; }
+
   struct State;  // jpeg_huffman.cc
 
  private:
   std::unique_ptr<State> state_;
+  bool bmi2_ = false;
 };
 
 }  // namespace stoker::data_service::image::internal

@@ -92,6 +92,49 @@ TEST(JpegHuffmanDecoderTest, TakesExactlyTheSingleScanHuffmanFilesWithoutRestart
   }
 }
 
+// A whole decode through the libjpeg API (RGB, or CMYK as stored), with `huffman` installed
+// when it is not null; the files are valid, so a libjpeg error ends the test.
+std::vector<uint8_t> DecodeWithLibjpeg(const std::vector<uint8_t>& bytes,
+                                       internal::JpegHuffmanDecoder* huffman) {
+  jpeg_decompress_struct cinfo;
+  jpeg_error_mgr err;
+  cinfo.err = jpeg_std_error(&err);
+  jpeg_create_decompress(&cinfo);
+  jpeg_mem_src(&cinfo, bytes.data(), bytes.size());
+  jpeg_read_header(&cinfo, TRUE);
+  if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
+    cinfo.out_color_space = JCS_CMYK;
+  } else {
+    cinfo.out_color_space = JCS_RGB;
+  }
+  jpeg_start_decompress(&cinfo);
+  if (huffman != nullptr) huffman->Install(&cinfo);
+  const size_t row_bytes = static_cast<size_t>(cinfo.output_width) * cinfo.output_components;
+  std::vector<uint8_t> out(row_bytes * cinfo.output_height);
+  while (cinfo.output_scanline < cinfo.output_height) {
+    JSAMPROW row = out.data() + cinfo.output_scanline * row_bytes;
+    jpeg_read_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_abort_decompress(&cinfo);
+  jpeg_destroy_decompress(&cinfo);
+  return out;
+}
+
+// Note [Replacing libjpeg's entropy decoder]: the baseline x86-64 build and the BMI2 one
+// (where this CPU has BMI2) both give libjpeg's pixels.
+TEST(JpegHuffmanDecoderTest, BothBuildsGiveLibjpegsPixels) {
+  ASSERT_FALSE(Cases().empty());
+  internal::JpegHuffmanDecoder baseline(/*allow_bmi2=*/false);
+  internal::JpegHuffmanDecoder best;
+  EXPECT_FALSE(baseline.uses_bmi2());
+  if (!best.uses_bmi2()) std::printf("this CPU has no BMI2: only the baseline build runs\n");
+  for (const EntropyCase& c : Cases()) {
+    const std::vector<uint8_t> libjpeg = DecodeWithLibjpeg(c.bytes, nullptr);
+    EXPECT_TRUE(DecodeWithLibjpeg(c.bytes, &baseline) == libjpeg) << c.name;
+    EXPECT_TRUE(DecodeWithLibjpeg(c.bytes, &best) == libjpeg) << c.name;
+  }
+}
+
 TEST(JpegHuffmanDecoderTest, GivesLibjpegsPixelsAtEveryScale) {
   ASSERT_FALSE(Cases().empty());
   for (const EntropyCase& c : Cases()) {

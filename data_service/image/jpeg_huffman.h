@@ -35,7 +35,9 @@ class JpegHuffmanDecoder {
   // first jpeg_read_scanlines() or jpeg_skip_scanlines(); this object must outlive the
   // decompression (until jpeg_abort_decompress or jpeg_destroy_decompress). Corrupt data
   // is reported through libjpeg's error manager, as libjpeg-turbo reports it (warnings
-  // JWRN_HUFF_BAD_CODE, JWRN_HIT_MARKER, JWRN_JPEG_EOF).
+  // JWRN_HUFF_BAD_CODE, JWRN_HIT_MARKER, JWRN_JPEG_EOF), with one difference: a file whose
+  // entropy-coded data is whole but which lacks the final EOI marker decodes, where
+  // libjpeg-turbo's decoder, reading ahead, warns of the missing bytes.
   bool Install(j_decompress_ptr cinfo);
 
   // Whether Install() uses the build of the decoder compiled with BMI2.

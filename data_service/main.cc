@@ -2,10 +2,12 @@
 // shared-memory rings until SIGTERM or SIGINT; then it removes its socket and every
 // segment it created and exits 0. Flag errors exit 2, other start-up failures exit 1.
 #include <signal.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -23,6 +25,10 @@
 ABSL_FLAG(std::string, socket, "", "Unix socket to listen on (created 0600; its directory must exist)");
 ABSL_FLAG(std::string, job_id, "", "job id; rings are /dev/shm/stoker.<job_id>.ring.<rank>");
 ABSL_FLAG(int32_t, node_id, 0, "this node's index, for log lines");
+ABSL_FLAG(std::string, owner_record, "",
+          "a file to remove on shutdown, after the rings and the socket: the job owner record "
+          "of the rank that started this service (launcher/node_data_service.h), so that "
+          "nothing is left when that rank dies first");
 ABSL_FLAG(std::string, dataset, "synthetic",
           "synthetic, imagefolder (a folder per class of image files) or packed (an index "
           "file plus shard files, made by pack_imagefolder)");
@@ -63,7 +69,7 @@ constexpr const char* kFlagNames[] = {
     "socket",    "job_id",          "node_id",          "dataset",           "train_dir",
     "val_dir",   "synthetic_samples", "synthetic_classes", "data_seed",       "threads",
     "prefetch",  "bad_files",       "max_bad_fraction", "max_image_pixels",  "eval_resize_ratio",
-    "jpeg_decode"};
+    "jpeg_decode", "owner_record"};
 
 // Only data_service's own flags; not the ones libraries register (--flagfile, ...).
 bool IsOurFlag(absl::string_view name) {
@@ -201,6 +207,11 @@ int Main(int argc, char** argv) {
     }
   }
   (*service)->Shutdown();
+  if (const std::string record = absl::GetFlag(FLAGS_owner_record); !record.empty()) {
+    if (unlink(record.c_str()) != 0 && errno != ENOENT) {
+      LogWarning("cannot remove the job owner record %s: %s", record, std::strerror(errno));
+    }
+  }
   return exit_code;
 }
 

@@ -23,8 +23,8 @@ namespace stoker::launcher {
 absl::StatusOr<std::vector<std::string>> ParseDataServiceArgs(absl::string_view value);
 
 // InvalidArgument, naming --data_service_args and the word at fault, when a word is not a
-// flag with a value (--name=value or -name=value) or sets --socket, --job_id or --node_id,
-// which the program that starts the data service decides.
+// flag with a value (--name=value or -name=value) or sets --socket, --job_id, --node_id or
+// --owner_record, which the program that starts the data service decides.
 absl::Status ValidateDataServiceArgs(absl::Span<const std::string> args);
 
 // The name of the flag that the word `arg` sets ("threads" for "--threads=2", "-threads"

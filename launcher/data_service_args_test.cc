@@ -50,7 +50,8 @@ TEST(DataServiceArgsTest, WordsThatAreNotFlagsWithValuesAreRefusedByName) {
 }
 
 TEST(DataServiceArgsTest, WhatTheStarterDecidesIsRefused) {
-  for (const char* value : {"--socket=/x", "--job_id=k", "-node_id=3", "--threads=2 --node_id=1"}) {
+  for (const char* value : {"--socket=/x", "--job_id=k", "-node_id=3", "--threads=2 --node_id=1",
+                            "--owner_record=/tmp/x"}) {
     absl::StatusOr<std::vector<std::string>> args = ParseDataServiceArgs(value);
     EXPECT_EQ(args.status().code(), absl::StatusCode::kInvalidArgument) << value;
     EXPECT_THAT(std::string(args.status().message()),

@@ -344,7 +344,7 @@ JobResult RunJob(const JobPlan& plan) {
   // and this job's record (removed last) lets a later launcher do the same for it.
   for (const StaleJob& stale : RemoveStaleJobs(plan.job_dir_parent, plan.shm_dir)) {
     for (const std::string& path : stale.removed) {
-      LogWarning("removed %s of the dead job %s (its launcher, pid %d, is gone)", path, stale.job_id,
+      LogWarning("removed %s of the dead job %s (its owner, pid %d, is gone)", path, stale.job_id,
                  stale.owner_pid);
     }
   }

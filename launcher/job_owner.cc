@@ -176,7 +176,7 @@ absl::StatusOr<JobOwnerRecord> JobOwnerRecord::Create(absl::string_view parent,
             " of another pid namespace (", path, "; remove it if no such job runs)"));
       case OwnerState::kGone:
         for (const std::string& removed : RemoveJobFiles(parent, shm_dir, job_id)) {
-          LogWarning("removed %s of the earlier job %s (its launcher, pid %d, is gone)", removed,
+          LogWarning("removed %s of the earlier job %s (its owner, pid %d, is gone)", removed,
                      job_id, owner->pid);
         }
         if (unlink(path.c_str()) != 0 && errno != ENOENT) {

@@ -65,17 +65,26 @@ absl::StatusOr<JobIdentity> AgreeOnJob(const RankInfo& rank, MPI_Comm world,
   return identity;
 }
 
-// Step 2, on local rank 0.
+// Step 2, on local rank 0. Sets *owner_record unless a live process (the job's launcher on
+// this machine) holds the job's record already (Note [Data service per node]).
 absl::StatusOr<ChildProcess> StartOnThisNode(const RankInfo& rank, const std::string& job_id,
                                              uint64_t seed, const std::string& socket_path,
-                                             const NodeDataServiceOptions& options) {
+                                             const NodeDataServiceOptions& options,
+                                             absl::optional<JobOwnerRecord>* owner_record) {
   RETURN_IF_ERROR(CheckNodeSocketPath(options.socket_dir, job_id, rank.node_index));
-  // What jobs of killed launchers left on this node (Note [Stale jobs] in launcher/job_owner.h).
+  // What dead jobs left on this node (Note [Stale jobs] in launcher/job_owner.h).
   for (const StaleJob& stale : RemoveStaleJobs(options.socket_dir, options.shm_dir)) {
     for (const std::string& path : stale.removed) {
-      LogWarning("node %d: removed %s of the dead job %s (its launcher, pid %d, is gone)",
+      LogWarning("node %d: removed %s of the dead job %s (its owner, pid %d, is gone)",
                  rank.node_index, path, stale.job_id, stale.owner_pid);
     }
+  }
+  absl::StatusOr<JobOwnerRecord> record =
+      JobOwnerRecord::Create(options.socket_dir, options.shm_dir, job_id);
+  if (record.ok()) {
+    *owner_record = std::move(*record);
+  } else if (record.status().code() != absl::StatusCode::kAlreadyExists) {
+    return record.status();
   }
   std::string program = options.program;
   if (program.empty()) {
@@ -94,6 +103,10 @@ absl::StatusOr<ChildProcess> StartOnThisNode(const RankInfo& rank, const std::st
   ASSIGN_OR_RETURN(std::vector<std::string> argv,
                    BuildNodeDataServiceArgv(program, socket_path, job_id, rank.node_index, seed,
                                             options.args));
+  // If this rank dies first, the service (told by PR_SET_PDEATHSIG) removes the record too.
+  if (owner_record->has_value()) {
+    argv.push_back(absl::StrCat("--owner_record=", (*owner_record)->path()));
+  }
   ChildSpec spec;
   spec.name = absl::StrCat("data service of node ", rank.node_index);
   spec.program = program;
@@ -168,8 +181,8 @@ absl::StatusOr<std::unique_ptr<NodeDataService>> NodeDataService::Start(
 
   NodeOutcome outcome;
   if (rank.local_rank == 0) {
-    absl::StatusOr<ChildProcess> child =
-        StartOnThisNode(rank, job_id, identity.seed, socket_path, options);
+    absl::StatusOr<ChildProcess> child = StartOnThisNode(
+        rank, job_id, identity.seed, socket_path, options, &service->owner_record_);
     if (child.ok()) {
       service->child_ = std::move(*child);
       outcome.ok = 1;
@@ -222,6 +235,7 @@ absl::Status NodeDataService::Stop() {
   const std::string name = child_->Describe();
   absl::StatusOr<ExitStatus> ended = child_->Terminate(shutdown_grace_);
   RemoveLeftovers();
+  owner_record_.reset();  // the job's files on this node are gone
   if (!ended.ok()) return ended.status();
   if (!ended->success()) {
     return absl::InternalError(

@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "absl/types/optional.h"
 #include "launcher/child_process.h"
+#include "launcher/job_owner.h"
 #include "launcher/rank_setup.h"
 
 namespace stoker::launcher {
@@ -39,6 +40,11 @@ namespace stoker::launcher {
 // on the node (no local rank reads from it any more), then SIGTERM, which it must answer
 // by exiting 0. The socket is a file of its own in /tmp, not in a job directory, so that
 // nothing is left even when local rank 0 dies.
+// When local rank 0 and its data service die together (both SIGKILLed, the node's OOM
+// killer), neither can clean up. So unless a live launcher owns the job on this machine,
+// local rank 0 holds the job's owner record (Note [Stale jobs] in launcher/job_owner.h)
+// from before it starts the service until the service and its files are gone; the next
+// job started on the node finds the record's owner gone and removes what is left.
 
 struct NodeDataServiceOptions {
   // The data_service program; empty: `data_service` next to this program, or
@@ -122,7 +128,9 @@ class NodeDataService {
   absl::Duration shutdown_grace_;
   absl::Duration stop_timeout_;
   bool stopped_ = false;
-  absl::optional<ChildProcess> child_;  // local rank 0 only
+  // Local rank 0 only. Declared before child_: destroyed after it, the record goes last.
+  absl::optional<JobOwnerRecord> owner_record_;
+  absl::optional<ChildProcess> child_;
 };
 
 }  // namespace stoker::launcher

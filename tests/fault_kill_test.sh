@@ -5,11 +5,15 @@
 #  2. kill -9 of trainer rank 1: mpirun ends the other ranks and names rank 1, the launcher
 #     stops the data service and exits non-zero;
 #  3. kill -9 of the data service under a bare mpirun: the ranks find it gone, local rank 0
-#     removes the segments it left, and mpirun exits non-zero.
+#     removes the segments it left, and mpirun exits non-zero;
+#  4. kill -9 of local rank 0 and its data service together under a bare mpirun: nobody is
+#     left to clean up, so the job's owner record (local rank 0's) stays with its files, and
+#     the next bare-mpirun job on the machine removes them, naming the dead job.
 # Bound: each job ends within 60 s of the kill; nothing of it is left (no process, no
-# /dev/shm segment, no socket or job directory). The kill of rank 0 and the stop of the data
-# service under a bare mpirun are in node_service_failure_test; the stall of a rank in
-# fault_stall_test; the kill of the launcher in fault_launcher_kill_test.
+# /dev/shm segment, no socket or job directory; in case 4 once the next job has run). The
+# kill of rank 0 alone and the stop of the data service under a bare mpirun are in
+# node_service_failure_test; the stall of a rank in fault_stall_test; the kill of the
+# launcher in fault_launcher_kill_test.
 set -euo pipefail
 root="${TEST_SRCDIR}/stoker"
 source "$root/tests/mpi_env.sh"
@@ -71,29 +75,62 @@ grep -q "process rank 1 with PID [0-9]* .*exited on signal 9" "$log" ||
 grep -q "job $job failed: mpirun (pid [0-9]*)" "$log" || { cat "$log"; echo "FAIL: the launcher did not report mpirun's failure"; exit 1; }
 assert_nothing_left "$job" "$service_pid" "${rank_pid[@]}"
 
+# start_bare_job NAME: a long 2-rank `mpirun trainer` job (no launcher: local rank 0 starts
+# the data service) in the background; sets job, log, launcher_pid (mpirun's), service_pid
+# and rank_pid once training is under way.
+start_bare_job() {
+  job="$1-$$-$RANDOM"
+  log="$out/$1.log"
+  timeout --signal=KILL 180 mpirun -np 2 "$root/trainer/trainer" --job_id="$job" \
+    --data_service="$root/data_service/data_service" \
+    --data_service_args="--dataset=synthetic --synthetic_samples=4096 --synthetic_classes=4 --threads=1" \
+    --model=small_cnn --num_classes=4 --image_size=32 --batch_size=16 --epochs=1000 \
+    --log_every=1 --loss_log="$log.loss" > "$log" 2>&1 &
+  launcher_pid=$!
+  for _ in $(seq 900); do
+    [[ -f "$log.loss" && $(wc -l < "$log.loss") -ge 2 ]] && break
+    kill -0 "$launcher_pid" 2>/dev/null || { cat "$log"; echo "FAIL: the job ended early"; exit 1; }
+    sleep 0.1
+  done
+  service_pid=$(grep -o 'node 0: data service (pid [0-9]*)' "$log" | grep -o '[0-9]*)' | tr -d ')')
+  rank_pid=()
+  for r in 0 1; do
+    rank_pid[r]=$(sed -n "s/.*rank $r of 2 (pid \([0-9]*\)): ring.*training split/\1/p" "$log" | head -n 1)
+  done
+  [[ -n "$service_pid" && -n "${rank_pid[0]}" && -n "${rank_pid[1]}" ]] ||
+    { kill -TERM "$launcher_pid"; cat "$log"; echo "FAIL: pids not found"; exit 1; }
+  echo "job $job: data service $service_pid, ranks ${rank_pid[*]}"
+  [[ -n "$(ls /dev/shm | grep -F "stoker.$job." || true)" ]] || { echo "FAIL: no segments while training"; exit 1; }
+}
+
 echo "== 3: kill -9 of the data service under a bare mpirun (local rank 0 started it)"
 # It cannot remove its segments and socket: local rank 0 does, and mpirun ends the job.
-job="bare-service-killed-$$-$RANDOM"
-log="$out/bare.log"
-timeout --signal=KILL 180 mpirun -np 2 "$root/trainer/trainer" --job_id="$job" \
-  --data_service="$root/data_service/data_service" \
-  --data_service_args="--dataset=synthetic --synthetic_samples=4096 --synthetic_classes=4 --threads=1" \
-  --model=small_cnn --num_classes=4 --image_size=32 --batch_size=16 --epochs=1000 \
-  --log_every=1 --loss_log="$log.loss" > "$log" 2>&1 &
-launcher_pid=$!
-for _ in $(seq 900); do
-  [[ -f "$log.loss" && $(wc -l < "$log.loss") -ge 2 ]] && break
-  kill -0 "$launcher_pid" 2>/dev/null || { cat "$log"; echo "FAIL: the job ended early"; exit 1; }
-  sleep 0.1
-done
-service_pid=$(grep -o 'node 0: data service (pid [0-9]*)' "$log" | grep -o '[0-9]*)' | tr -d ')')
-rank_pid=($(sed -n 's/.*rank [0-9] of 2 (pid \([0-9]*\)): ring.*training split/\1/p' "$log" | sort -u))
-[[ -n "$service_pid" && ${#rank_pid[@]} -eq 2 ]] || { kill -TERM "$launcher_pid"; cat "$log"; echo "FAIL: pids not found"; exit 1; }
-echo "job $job: data service $service_pid, ranks ${rank_pid[*]}"
-[[ -n "$(ls /dev/shm | grep -F "stoker.$job." || true)" ]] || { echo "FAIL: no segments while training"; exit 1; }
+start_bare_job bare-service-killed
+[[ -f "/tmp/stoker.$job.owner" ]] || { cat "$log"; echo "FAIL: local rank 0 holds no owner record"; exit 1; }
 kill -KILL "$service_pid"
 expect_failure 60
 grep -q "UNAVAILABLE: the data service at .* is gone" "$log" || { cat "$log"; echo "FAIL: no rank reported the data service gone"; exit 1; }
 grep -q "removed leftover /dev/shm/stoker.$job.ring.0" "$log" || { cat "$log"; echo "FAIL: local rank 0 did not remove the segments"; exit 1; }
 assert_nothing_left "$job" "$service_pid" "${rank_pid[@]}"
+
+echo "== 4: kill -9 of local rank 0 and its data service together under a bare mpirun"
+start_bare_job bare-owner-killed
+dead="$job" dead_log="$log" dead_owner="${rank_pid[0]}" dead_pids=("$service_pid" "${rank_pid[@]}")
+kill -KILL "${rank_pid[0]}" "$service_pid"
+expect_failure 60
+left=$(ls /dev/shm | grep -F "stoker.$dead." || true)
+[[ -n "$left" && -f "/tmp/stoker.$dead.owner" ]] ||
+  { cat "$dead_log"; echo "FAIL: expected the dead job's segments and owner record to stay, found: $left"; exit 1; }
+echo "left by the dead job: $left /tmp/stoker.$dead.owner"
+# The next bare job on the machine: its local rank 0 removes them before it starts.
+next="bare-next-$$-$RANDOM"
+timeout --signal=KILL 180 mpirun -np 2 "$root/trainer/trainer" --job_id="$next" \
+  --data_service="$root/data_service/data_service" \
+  --data_service_args="--dataset=synthetic --synthetic_samples=256 --synthetic_classes=4 --threads=1" \
+  --model=small_cnn --num_classes=4 --image_size=32 --batch_size=16 --epochs=1 \
+  > "$out/next.log" 2>&1 || { cat "$out/next.log"; echo "FAIL: the next job failed"; exit 1; }
+grep -q "node 0: removed /dev/shm/stoker.$dead.ring.0 of the dead job $dead (its owner, pid $dead_owner, is gone)" "$out/next.log" ||
+  { cat "$out/next.log"; echo "FAIL: the next job did not remove the dead job's segments"; exit 1; }
+assert_nothing_left "$dead" "${dead_pids[@]}"
+assert_nothing_left "$next"
 echo "PASS"

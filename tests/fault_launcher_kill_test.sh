@@ -77,7 +77,7 @@ launch "$next" "$out/next.log" 1
 code=0
 wait "$launcher_pid" || code=$?
 [[ "$code" -eq 0 ]] || { cat "$out/next.log"; echo "FAIL: the next job exited $code"; exit 1; }
-grep -q "removed /tmp/stoker.$dead.owner of the dead job $dead (its launcher, pid [0-9]*, is gone)" "$out/next.log" ||
+grep -q "removed /tmp/stoker.$dead.owner of the dead job $dead (its owner, pid [0-9]*, is gone)" "$out/next.log" ||
   { cat "$out/next.log"; echo "FAIL: the next job did not remove the dead job's files"; exit 1; }
 grep "of the dead job $dead" "$out/next.log"
 assert_nothing_left "$dead"

@@ -4,9 +4,14 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "common/logging.h"
 #include "common/mpi_status.h"
 #include "common/status_macros.h"
 
@@ -72,12 +77,24 @@ absl::StatusOr<std::unique_ptr<MpiSession>> MpiSession::Create(int* argc, char**
     MPI_Finalize();
     return info.status();
   }
-  return std::unique_ptr<MpiSession>(new MpiSession(*info, node_comm));
+  return std::unique_ptr<MpiSession>(new MpiSession(*info, node_comm, options.finalize_timeout));
 }
 
 MpiSession::~MpiSession() {
   MPI_Comm_free(&node_comm_);
+  // Note [Bounded MPI_Finalize].
+  absl::Notification finalized;
+  std::thread deadline([this, &finalized] {
+    if (finalized.WaitForNotificationWithTimeout(finalize_timeout_)) return;
+    LogError("MPI_Finalize did not return within %s: another rank stalled or died at the "
+             "end of the job; exiting 1 so that mpirun ends it",
+             absl::FormatDuration(finalize_timeout_));
+    std::fflush(stderr);
+    std::_Exit(1);
+  });
   MPI_Finalize();
+  finalized.Notify();
+  deadline.join();
 }
 
 void MpiSession::Abort(int exit_code) {

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace stoker::launcher {
 
@@ -32,7 +33,15 @@ struct RankSetupOptions {
   // N > 0: ranks [k*N, (k+1)*N) form node k, whatever host they run on (Note [Forced node
   // split]).
   int ranks_per_node = 0;
+  // How long MPI_Finalize may take (Note [Bounded MPI_Finalize]).
+  absl::Duration finalize_timeout = absl::Seconds(300);
 };
+
+// Note [Bounded MPI_Finalize]
+// MPI_Finalize waits for every rank of the job (Open MPI fences), so one rank that stalls or
+// hangs after the last collective keeps all the others in it for ever. Past
+// finalize_timeout the waiting rank logs that and exits 1; mpirun then ends the job,
+// the stalled rank included (checked by //tests:fault_finalize_stall_test).
 
 // Note [Forced node split]
 // With ranks_per_node = N the node split ignores the hardware and groups consecutive global
@@ -48,7 +57,7 @@ absl::StatusOr<RankInfo> ComputeRankInfo(MPI_Comm world, const RankSetupOptions&
                                          MPI_Comm* node_comm);
 
 // Owns MPI for the life of the process: MPI_Init_thread in Create(), MPI_Finalize in the
-// destructor. One per process. Every MPI call is made from the thread that created it
+// destructor, bounded by RankSetupOptions::finalize_timeout. One per process. Every MPI call is made from the thread that created it
 // (MPI_THREAD_FUNNELED is requested). Not thread-safe.
 class MpiSession {
  public:
@@ -71,9 +80,11 @@ class MpiSession {
   [[noreturn]] void Abort(int exit_code);
 
  private:
-  MpiSession(RankInfo info, MPI_Comm node_comm) : info_(info), node_comm_(node_comm) {}
+  MpiSession(RankInfo info, MPI_Comm node_comm, absl::Duration finalize_timeout)
+      : info_(info), node_comm_(node_comm), finalize_timeout_(finalize_timeout) {}
   RankInfo info_;
   MPI_Comm node_comm_;
+  absl::Duration finalize_timeout_;
 };
 
 // The GPU a rank trains on: one GPU per local rank, local rank i on GPU i. Returns -1 when

@@ -31,7 +31,7 @@ ABSL_FLAG(std::string, data_split, "train", "Which split to train on: train (wit
 ABSL_FLAG(bool, drop_last_batch, true, "Skip each epoch's short last batch, so that every step has one shape (cudnn.benchmark tunes once).");
 ABSL_FLAG(int, ring_slots, 4, "Batches in flight in this rank's shared-memory ring (>= 3).");
 ABSL_FLAG(int, data_timeout_s, 120, "Seconds to wait for a batch before failing.");
-ABSL_FLAG(int, collective_timeout_s, 300, "Seconds a collective (gradient allreduce, stop vote, broadcast) may take before the rank reports which collective stalled and which ranks of its node have not reached it, and aborts.");
+ABSL_FLAG(int, collective_timeout_s, 300, "Seconds a collective (gradient allreduce, stop vote, broadcast) may take before the rank reports which collective stalled and which ranks of its node have not reached it, and aborts. MPI_Finalize, which waits for every rank, has the same bound.");
 ABSL_FLAG(int, collective_abort_grace_s, 30, "Seconds after a collective timed out (and the communicators were aborted) before the rank exits whatever it is doing.");
 ABSL_FLAG(int, bucket_mb, 25, "Gradient bucket size in MiB.");
 

@@ -85,6 +85,9 @@ int main(int argc, char** argv) {
 
   stoker::launcher::RankSetupOptions rank_setup;
   rank_setup.ranks_per_node = absl::GetFlag(FLAGS_ranks_per_node);
+  // MPI_Finalize waits for every rank: bounded like a collective (Note [Bounded
+  // MPI_Finalize] in launcher/rank_setup.h).
+  rank_setup.finalize_timeout = options->collective_timeout;
   auto session = stoker::launcher::MpiSession::Create(&argc, &argv, rank_setup);
   if (!session.ok()) {
     stoker::LogError("MPI start-up failed: %s", session.status().message());

@@ -32,12 +32,7 @@ start_job() {
     --model=small_cnn --num_classes=4 --image_size=32 --batch_size=16 --epochs=1000 \
     --log_every=1 --loss_log="$log.loss" > "$log" 2>&1 &
   launcher_pid=$!
-  for _ in $(seq 900); do
-    [[ -f "$log.loss" && $(wc -l < "$log.loss") -ge 2 ]] && break
-    kill -0 "$launcher_pid" 2>/dev/null || { cat "$log"; echo "FAIL: the job ended early"; exit 1; }
-    sleep 0.1
-  done
-  [[ -f "$log.loss" && $(wc -l < "$log.loss") -ge 2 ]] || { kill -TERM "$launcher_pid"; cat "$log"; echo "FAIL: training did not start"; exit 1; }
+  await_training "$log" "$launcher_pid"
   service_pid=$(pgrep -f -- "data_service/data_service .*--job_id=$job" | head -n 1)
   rank_pid=()
   for r in 0 1; do
@@ -87,11 +82,7 @@ start_bare_job() {
     --model=small_cnn --num_classes=4 --image_size=32 --batch_size=16 --epochs=1000 \
     --log_every=1 --loss_log="$log.loss" > "$log" 2>&1 &
   launcher_pid=$!
-  for _ in $(seq 900); do
-    [[ -f "$log.loss" && $(wc -l < "$log.loss") -ge 2 ]] && break
-    kill -0 "$launcher_pid" 2>/dev/null || { cat "$log"; echo "FAIL: the job ended early"; exit 1; }
-    sleep 0.1
-  done
+  await_training "$log" "$launcher_pid"
   service_pid=$(grep -o 'node 0: data service (pid [0-9]*)' "$log" | grep -o '[0-9]*)' | tr -d ')')
   rank_pid=()
   for r in 0 1; do

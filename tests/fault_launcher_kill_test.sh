@@ -30,12 +30,7 @@ launch() {
 
 # under_way LOG: waits until rank 0 logged two steps; sets service_pid, mpirun_pid, rank_pids.
 under_way() {
-  for _ in $(seq 900); do
-    [[ -f "$1.loss" && $(wc -l < "$1.loss") -ge 2 ]] && break
-    kill -0 "$launcher_pid" 2>/dev/null || { cat "$1"; echo "FAIL: the job ended early"; exit 1; }
-    sleep 0.1
-  done
-  [[ -f "$1.loss" && $(wc -l < "$1.loss") -ge 2 ]] || { kill -TERM "$launcher_pid"; cat "$1"; echo "FAIL: training did not start"; exit 1; }
+  await_training "$1" "$launcher_pid"
   service_pid=$(pgrep -P "$launcher_pid" -f "data_service/data_service" | head -n 1)
   mpirun_pid=$(pgrep -P "$launcher_pid" | grep -vx "$service_pid" | head -n 1)
   rank_pids=$(sed -n 's/.*rank [0-9] of 2 (pid \([0-9]*\)): ring.*training split/\1/p' "$1" | sort -u | tr '\n' ' ')

@@ -1,6 +1,7 @@
 # Helpers shared by the cross-program tests (sourced): a private Open MPI session directory,
-# the check that a job left nothing behind, and the stalled-rank fault (SIGSTOP of a rank,
-# then the collective watchdogs' report).
+# a private mount namespace, the check that a job left nothing behind, waiting for a job's
+# training to start, a short two-rank launcher job, and the stalled-rank fault (SIGSTOP of a
+# rank, then the collective watchdogs' report).
 # assert_nothing_left JOB_ID [PID...]: no /dev/shm/stoker.JOB_ID.* segment, no
 # /tmp/stoker.JOB_ID (directory) or /tmp/stoker.JOB_ID.* (node sockets), no process whose
 # command line names the job, and none of the given pids alive.
@@ -36,6 +37,53 @@ private_mpi_session_dir() {
   export OMPI_MCA_orte_tmpdir_base="$STOKER_TEST_OMPI_DIR"
   export OMPI_MCA_btl_vader_backing_directory="$STOKER_TEST_OMPI_DIR"
   trap 'rm -rf "$STOKER_TEST_OMPI_DIR"' EXIT
+}
+
+# in_private_mount_namespace SCRIPT [ARGS...]: unless ARGS start with --inside, runs SCRIPT
+# again (exec) in a mount namespace of its own, as root or else as root of a user namespace,
+# with --inside first; mounts made there vanish with it and never reach the host. Fails when
+# neither is allowed.
+in_private_mount_namespace() {
+  local script="$1"; shift
+  [[ "${1:-}" == "--inside" ]] && return 0
+  if unshare -m --propagation private true 2>/dev/null; then
+    exec unshare -m --propagation private bash "$script" --inside "$@"
+  elif unshare -rm --propagation private true 2>/dev/null; then
+    exec unshare -rm --propagation private bash "$script" --inside "$@"
+  fi
+  echo "FAIL: no private mount namespace (unshare -m and unshare -rm are both refused)"
+  exit 1
+}
+
+# await_training LOG PID [TENTHS]: waits (at most TENTHS tenths of a second, 900 by default)
+# until LOG.loss, rank 0's --loss_log, has two steps. Fails, printing LOG, when PID (the job)
+# ends first or training does not start in time (then PID gets SIGTERM).
+await_training() {
+  local log="$1" pid="$2" tenths="${3:-900}"
+  for _ in $(seq "$tenths"); do
+    [[ -f "$log.loss" && $(wc -l < "$log.loss") -ge 2 ]] && return 0
+    kill -0 "$pid" 2>/dev/null || { cat "$log"; echo "FAIL: the job ended early"; exit 1; }
+    sleep 0.1
+  done
+  [[ -f "$log.loss" && $(wc -l < "$log.loss") -ge 2 ]] ||
+    { kill -TERM "$pid"; cat "$log"; echo "FAIL: training did not start"; exit 1; }
+}
+
+# run_small_job PREFIX NAME [TRAINER FLAGS...]: a two-rank launcher job (job id
+# PREFIX-NAME-..., the small CNN on 1024 synthetic samples, batch 32: 16 steps per epoch,
+# one epoch) with its output in $out/NAME.log; sets rc to its exit code and checks that it
+# left nothing behind.
+run_small_job() {
+  local job="$1-$2-$$-$RANDOM" name="$2"; shift 2
+  set +e
+  timeout 300 "$root/launcher/launcher" --np=2 --job_id="$job" \
+    --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
+    --dataset=synthetic --synthetic_samples=1024 --synthetic_classes=4 --data_threads=1 -- \
+    --model=small_cnn --num_classes=4 --image_size=32 --batch_size=32 --epochs=1 --lr=0.05 \
+    --log_every=4 "$@" > "$out/$name.log" 2>&1
+  rc=$?
+  set -e
+  assert_nothing_left "$job"
 }
 
 # stall_rank LOG LOSS_FILE MIN_STEPS NP RANK TIMEOUT_S -- COMMAND...: runs COMMAND (a job of

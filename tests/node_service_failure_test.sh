@@ -26,15 +26,7 @@ start_job() {
     --log_every=1 --data_timeout_s=60 --loss_log="$log.loss" > "$log" 2>&1 &
   mpirun_pid=$!
   # Under way once rank 0 has logged the loss of two steps.
-  for _ in $(seq 600); do
-    [[ -f "$log.loss" && $(wc -l < "$log.loss") -ge 2 ]] && break
-    kill -0 "$mpirun_pid" 2>/dev/null || { cat "$log"; echo "FAIL: the job ended early"; exit 1; }
-    sleep 0.1
-  done
-  if ! [[ -f "$log.loss" && $(wc -l < "$log.loss") -ge 2 ]]; then
-    kill -TERM "$mpirun_pid"
-    cat "$log"; echo "FAIL: training did not start"; exit 1
-  fi
+  await_training "$log" "$mpirun_pid" 600
   service_pid=$(grep -o 'node 0: data service (pid [0-9]*)' "$log" | grep -o '[0-9]*)' | tr -d ')')
   rank0_pid=$(ps -o ppid= -p "$service_pid" | tr -d ' ')
   echo "job $job: data service pid $service_pid, started by local rank 0 (pid $rank0_pid)"

@@ -13,19 +13,7 @@ private_mpi_session_dir
 out="${TEST_TMPDIR:-$(mktemp -d)}"
 
 # 1024 samples / 2 ranks / 32 = 16 steps per epoch.
-run() {  # run NAME [trainer flags...]; sets $rc
-  local name="$1"; shift
-  local job="corrupt-$name-$$-$RANDOM"
-  set +e
-  timeout 300 "$root/launcher/launcher" --np=2 --job_id="$job" \
-    --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
-    --dataset=synthetic --synthetic_samples=1024 --synthetic_classes=4 --data_threads=1 -- \
-    --model=small_cnn --num_classes=4 --image_size=32 --batch_size=32 --epochs=1 --lr=0.05 \
-    --log_every=4 "$@" > "$out/$name.log" 2>&1
-  rc=$?
-  set -e
-  assert_nothing_left "$job"
-}
+run() { run_small_job corrupt "$@"; }  # run NAME [trainer flags...]; sets $rc
 
 flip_byte() {  # flip_byte FILE DIVISOR: xor the byte at 1/DIVISOR of the file with 0x20
   "${STOKER_PYTHON:-python3}" - "$1" "$2" <<'PY'

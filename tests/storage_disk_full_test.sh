@@ -11,33 +11,11 @@ source "$root/tests/mpi_env.sh"
 source "$root/tests/job_checks.sh"
 out="${TEST_TMPDIR:-$(mktemp -d)}"
 
-if [[ "${1:-}" != "--inside" ]]; then
-  # Re-run this script in a mount namespace of its own: as root, or else as root of a
-  # user namespace. Mounts made there vanish with it and never reach the host.
-  if unshare -m --propagation private true 2>/dev/null; then
-    exec unshare -m --propagation private bash "$0" --inside
-  elif unshare -rm --propagation private true 2>/dev/null; then
-    exec unshare -rm --propagation private bash "$0" --inside
-  fi
-  echo "FAIL: no private mount namespace (unshare -m and unshare -rm are both refused)"
-  exit 1
-fi
+in_private_mount_namespace "$0" "$@"
 private_mpi_session_dir
 
 # 1024 samples / 2 ranks / 32 = 16 steps per epoch.
-run() {  # run NAME [trainer flags...]; sets $rc
-  local name="$1"; shift
-  local job="diskfull-$name-$$-$RANDOM"
-  set +e
-  timeout 300 "$root/launcher/launcher" --np=2 --job_id="$job" \
-    --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
-    --dataset=synthetic --synthetic_samples=1024 --synthetic_classes=4 --data_threads=1 -- \
-    --model=small_cnn --num_classes=4 --image_size=32 --batch_size=32 --epochs=1 --lr=0.05 \
-    --log_every=4 "$@" > "$out/$name.log" 2>&1
-  rc=$?
-  set -e
-  assert_nothing_left "$job"
-}
+run() { run_small_job diskfull "$@"; }  # run NAME [trainer flags...]; sets $rc
 
 run full --loss_log="$out/full.txt"
 [[ $rc -eq 0 ]] || { cat "$out/full.log"; echo "FAIL: the uninterrupted run exited $rc"; exit 1; }

@@ -11,15 +11,7 @@ source "$root/tests/mpi_env.sh"
 source "$root/tests/job_checks.sh"
 out="${TEST_TMPDIR:-$(mktemp -d)}"
 
-if [[ "${1:-}" != "--inside" ]]; then
-  if unshare -m --propagation private true 2>/dev/null; then
-    exec unshare -m --propagation private bash "$0" --inside
-  elif unshare -rm --propagation private true 2>/dev/null; then
-    exec unshare -rm --propagation private bash "$0" --inside
-  fi
-  echo "FAIL: no private mount namespace (unshare -m and unshare -rm are both refused)"
-  exit 1
-fi
+in_private_mount_namespace "$0" "$@"
 private_mpi_session_dir  # Open MPI's own shared memory goes to its session directory
 mount -t tmpfs -o size=8m stoker-test-shm /dev/shm
 

@@ -71,22 +71,21 @@ STOKER_INLINE bool HasByteFF(uint64_t v) {
 
 struct HuffmanLookup {
   bool valid = false;
-  bool ac = false;
   uint8_t bits[17] = {};     // the JHUFF_TBL it was derived from
   uint8_t huffval[256] = {};
   int32_t maxcode[18] = {};  // largest code of each length, -1 if none
   int32_t valoffset[18] = {};
   int32_t fast[1 << kLookupBits] = {};
 
-  bool Matches(const JHUFF_TBL& t, bool is_ac) const {
-    return valid && ac == is_ac && std::memcmp(bits, t.bits, sizeof(bits)) == 0 &&
+  // DC and AC tables are kept apart (State::dc_tables, ac_tables): the class is known.
+  bool Matches(const JHUFF_TBL& t) const {
+    return valid && std::memcmp(bits, t.bits, sizeof(bits)) == 0 &&
            std::memcmp(huffval, t.huffval, sizeof(huffval)) == 0;
   }
 
   // JPEG Annex C's canonical codes; false for a table libjpeg would refuse.
   bool Derive(const JHUFF_TBL& t, bool is_ac) {
     valid = false;
-    ac = is_ac;
     std::memcpy(bits, t.bits, sizeof(bits));
     std::memcpy(huffval, t.huffval, sizeof(huffval));
     int sizes[257];
@@ -342,7 +341,7 @@ const HuffmanLookup* Lookup(HuffmanLookup* tables, JHUFF_TBL* const* pointers, i
                             bool ac) {
   if (slot < 0 || slot >= NUM_HUFF_TBLS || pointers[slot] == nullptr) return nullptr;
   HuffmanLookup& t = tables[slot];
-  if (t.Matches(*pointers[slot], ac)) return &t;
+  if (t.Matches(*pointers[slot])) return &t;
   return t.Derive(*pointers[slot], ac) ? &t : nullptr;
 }
 

@@ -342,12 +342,7 @@ JobResult RunJob(const JobPlan& plan) {
   if (!signals.ok()) return Failure(signals.status(), 1);
   // Note [Stale jobs] in launcher/job_owner.h: what killed launchers left is removed first,
   // and this job's record (removed last) lets a later launcher do the same for it.
-  for (const StaleJob& stale : RemoveStaleJobs(plan.job_dir_parent, plan.shm_dir)) {
-    for (const std::string& path : stale.removed) {
-      LogWarning("removed %s of the dead job %s (its owner, pid %d, is gone)", path, stale.job_id,
-                 stale.owner_pid);
-    }
-  }
+  RemoveStaleJobsAndLog(plan.job_dir_parent, plan.shm_dir, "");
   absl::StatusOr<JobOwnerRecord> owner_record =
       JobOwnerRecord::Create(plan.job_dir_parent, plan.shm_dir, plan.job_id);
   if (!owner_record.ok()) return Failure(owner_record.status(), 1);

@@ -233,4 +233,14 @@ std::vector<StaleJob> RemoveStaleJobs(absl::string_view parent, absl::string_vie
   return stale;
 }
 
+void RemoveStaleJobsAndLog(absl::string_view parent, absl::string_view shm_dir,
+                           absl::string_view log_prefix) {
+  for (const StaleJob& stale : RemoveStaleJobs(parent, shm_dir)) {
+    for (const std::string& path : stale.removed) {
+      LogWarning("%sremoved %s of the dead job %s (its owner, pid %d, is gone)", log_prefix,
+                 path, stale.job_id, stale.owner_pid);
+    }
+  }
+}
+
 }  // namespace stoker::launcher

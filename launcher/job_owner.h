@@ -93,6 +93,11 @@ struct StaleJob {
 // then the record. Never fails: what cannot be read or removed is logged and skipped.
 std::vector<StaleJob> RemoveStaleJobs(absl::string_view parent, absl::string_view shm_dir);
 
+// RemoveStaleJobs, with a warning per removed path: "<log_prefix>removed PATH of the dead
+// job ID (its owner, pid P, is gone)".
+void RemoveStaleJobsAndLog(absl::string_view parent, absl::string_view shm_dir,
+                           absl::string_view log_prefix);
+
 }  // namespace stoker::launcher
 
 #endif  // STOKER_LAUNCHER_JOB_OWNER_H_

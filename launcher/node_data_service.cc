@@ -73,12 +73,8 @@ absl::StatusOr<ChildProcess> StartOnThisNode(const RankInfo& rank, const std::st
                                              absl::optional<JobOwnerRecord>* owner_record) {
   RETURN_IF_ERROR(CheckNodeSocketPath(options.socket_dir, job_id, rank.node_index));
   // What dead jobs left on this node (Note [Stale jobs] in launcher/job_owner.h).
-  for (const StaleJob& stale : RemoveStaleJobs(options.socket_dir, options.shm_dir)) {
-    for (const std::string& path : stale.removed) {
-      LogWarning("node %d: removed %s of the dead job %s (its owner, pid %d, is gone)",
-                 rank.node_index, path, stale.job_id, stale.owner_pid);
-    }
-  }
+  RemoveStaleJobsAndLog(options.socket_dir, options.shm_dir,
+                        absl::StrCat("node ", rank.node_index, ": "));
   absl::StatusOr<JobOwnerRecord> record =
       JobOwnerRecord::Create(options.socket_dir, options.shm_dir, job_id);
   if (record.ok()) {

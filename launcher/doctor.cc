@@ -39,7 +39,7 @@ namespace {
 //              validation ring or another job); else OK. WARN when statvfs fails.
 // memlock      NCCL and MPI over InfiniBand register memory against the locked-memory
 //              limit; pinning the rings does not (cudaHostRegister is not counted: Note
-//              [Pinning and the locked-memory limit] in trainer/cuda_batch_feeder.cc). OK
+//              [Pinning and the locked-memory limit] in trainer/input/cuda_batch_feeder.cc). OK
 //              when unlimited or when the process has CAP_IPC_LOCK (root); otherwise WARN
 //              (jobs within one node do not need it).
 

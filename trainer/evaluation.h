@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "trainer/communicator.h"
+#include "trainer/comm/communicator.h"
 
 namespace stoker::trainer {
 

@@ -15,7 +15,7 @@
 #include "launcher/node_data_service.h"
 #include "launcher/rank_setup.h"
 #include "trainer/flags.h"
-#include "trainer/mpi_communicator.h"
+#include "trainer/comm/mpi_communicator.h"
 #include "trainer/stop_signal.h"
 #include "trainer/train_loop.h"
 
@@ -23,7 +23,7 @@
 #include <cuda_runtime_api.h>
 
 #include "common/cuda_status.h"
-#include "trainer/nccl_communicator.h"
+#include "trainer/comm/nccl_communicator.h"
 #endif
 
 // The node data service flags (launcher/node_data_service.h); the run's flags are in

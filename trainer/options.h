@@ -36,7 +36,7 @@ struct TrainerOptions {
   absl::Duration data_timeout = absl::Seconds(120);
   // Every collective must complete within collective_timeout, or the rank reports the
   // stall and aborts; a rank whose abort has not ended it after collective_abort_grace exits
-  // (Note [Collective deadline] in trainer/collective_watchdog.h).
+  // (Note [Collective deadline] in trainer/comm/collective_watchdog.h).
   absl::Duration collective_timeout = absl::Seconds(300);
   absl::Duration collective_abort_grace = absl::Seconds(30);
   float mean[3] = {0.485f, 0.456f, 0.406f};

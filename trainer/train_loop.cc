@@ -25,24 +25,24 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "data_service/ring_client.h"
-#include "trainer/atomic_file.h"
-#include "trainer/batch_feeder.h"
-#include "trainer/checkpoint_file.h"
-#include "trainer/collective_watchdog.h"
+#include "trainer/checkpoint/atomic_file.h"
+#include "trainer/input/batch_feeder.h"
+#include "trainer/checkpoint/checkpoint_file.h"
+#include "trainer/comm/collective_watchdog.h"
 #include "trainer/evaluation.h"
-#include "trainer/fused_optimizer.h"
-#include "trainer/grad_buckets.h"
-#include "trainer/lr_schedule.h"
-#include "trainer/models.h"
+#include "trainer/optim/fused_optimizer.h"
+#include "trainer/comm/grad_buckets.h"
+#include "trainer/optim/lr_schedule.h"
+#include "trainer/nn/models.h"
 #include "trainer/nn/loss_scaler.h"
 #include "trainer/nn/state_dict.h"
-#include "trainer/node_progress_table.h"
-#include "trainer/progress.h"
-#include "trainer/step_profiler.h"
+#include "trainer/comm/node_progress_table.h"
+#include "trainer/report/progress.h"
+#include "trainer/report/step_profiler.h"
 #include "trainer/stop_signal.h"
-#include "trainer/tensorboard_writer.h"
+#include "trainer/report/tensorboard_writer.h"
 #include "trainer/train_step.h"
-#include "trainer/training_state.h"
+#include "trainer/checkpoint/training_state.h"
 
 #ifdef STOKER_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -50,7 +50,7 @@
 #include <cuda_runtime_api.h>
 
 #include "common/cuda_status.h"
-#include "trainer/cuda_batch_feeder.h"
+#include "trainer/input/cuda_batch_feeder.h"
 #endif
 
 namespace stoker::trainer {
@@ -1127,7 +1127,7 @@ int ExitCodeFor(const TrainingOutcome& outcome) {
 absl::StatusOr<TrainingOutcome> RunTraining(const TrainerOptions& options, const RankInfo& rank,
                                             Communicator& communicator, Communicator& host_communicator) {
   RETURN_IF_ERROR(ValidateOptions(options));
-  // Every collective gets a deadline (Note [Collective deadline] in trainer/collective_watchdog.h).
+  // Every collective gets a deadline (Note [Collective deadline] in trainer/comm/collective_watchdog.h).
   ASSIGN_OR_RETURN(CollectiveProgressTable progress_table,
                    ShareNodeProgressTable(host_communicator, NodePlace{rank.local_rank, rank.local_size, rank.node_index}));
   CollectiveWatchdogOptions watch;

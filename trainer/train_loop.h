@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "launcher/rank_setup.h"
-#include "trainer/communicator.h"
+#include "trainer/comm/communicator.h"
 #include "trainer/options.h"
 
 namespace stoker::trainer {

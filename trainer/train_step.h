@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "trainer/fused_optimizer.h"
-#include "trainer/grad_buckets.h"
-#include "trainer/image_classifier.h"
+#include "trainer/optim/fused_optimizer.h"
+#include "trainer/comm/grad_buckets.h"
+#include "trainer/nn/image_classifier.h"
 #include "trainer/nn/loss_scaler.h"
-#include "trainer/step_profiler.h"
+#include "trainer/report/step_profiler.h"
 
 namespace stoker::trainer {
 

@@ -10,7 +10,7 @@
 #include <torch/nn/utils/clip_grad.h>
 
 #include "gtest/gtest.h"
-#include "trainer/mpi_communicator.h"
+#include "trainer/comm/mpi_communicator.h"
 
 namespace stoker::trainer {
 namespace {

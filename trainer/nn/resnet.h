@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "trainer/image_classifier.h"
+#include "trainer/nn/image_classifier.h"
 
 namespace stoker::trainer {
 

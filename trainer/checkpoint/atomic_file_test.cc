@@ -1,0 +1,99 @@
+// Atomic replacement of files, whole-file reads and directory creation; a full disk (a
+// real ENOSPC from a small tmpfs) leaves the old file and no temporary.
+#include "trainer/checkpoint/atomic_file.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/test_tmpfs.h"
+#include "gtest/gtest.h"
+
+namespace stoker::trainer {
+namespace {
+
+std::string TestDir(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name);
+  EXPECT_TRUE(MakeDirectories(dir).ok());
+  return dir;
+}
+
+std::vector<std::string> Entries(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = opendir(dir.c_str());
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  closedir(d);
+  return names;
+}
+
+TEST(AtomicFileTest, WritesThenReplacesAndLeavesNoTemporary) {
+  const std::string dir = TestDir("atomic_write");
+  const std::string path = dir + "/weights.pt";
+  ASSERT_TRUE(WriteFileAtomically(path, "first").ok());
+  ASSERT_TRUE(WriteFileAtomically(path, std::string(100000, 'x')).ok());
+  auto read = ReadWholeFile(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, std::string(100000, 'x'));
+  EXPECT_EQ(Entries(dir), std::vector<std::string>{"weights.pt"});
+}
+
+TEST(AtomicFileTest, AFailedWriteNamesThePathAndLeavesNothing) {
+  const std::string dir = TestDir("atomic_fail");
+  const absl::Status status = WriteFileAtomically(dir + "/missing/sub/file", "data");
+  EXPECT_TRUE(absl::IsNotFound(status)) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), dir + "/missing/sub")) << status;
+  EXPECT_TRUE(Entries(dir).empty());
+}
+
+TEST(AtomicFileTest, ReadingAMissingFileIsNotFound) {
+  EXPECT_TRUE(absl::IsNotFound(ReadWholeFile("/nonexistent/stoker/file").status()));
+}
+
+TEST(AtomicFileTest, MakeDirectoriesCreatesParentsAndAcceptsExisting) {
+  const std::string dir = TestDir("mkdirs") + "/a/b/c";
+  ASSERT_TRUE(MakeDirectories(dir).ok());
+  ASSERT_TRUE(MakeDirectories(dir).ok());
+  struct stat st;
+  ASSERT_EQ(stat(dir.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  ASSERT_TRUE(WriteFileAtomically(dir + "/f", "x").ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(MakeDirectories(dir + "/f")));
+}
+
+TEST(AtomicFileTest, AFullDiskLeavesTheOldFileAndNoTemporaryAndSaysENOSPC) {
+  const std::string dir = TestDir("atomic_full");
+  // 64 KiB: the first file fits, a 100 KB replacement does not.
+  if (absl::Status mounted = MountPrivateTmpfs(dir, 64 << 10); !mounted.ok()) {
+    GTEST_SKIP() << "needs a small tmpfs: " << mounted;
+  }
+  const std::string path = dir + "/ckpt";
+  const std::string old_contents(20000, 'o');
+  ASSERT_TRUE(WriteFileAtomically(path, old_contents).ok());
+
+  const absl::Status status = WriteFileAtomically(path, std::string(100000, 'n'));
+  EXPECT_TRUE(absl::IsResourceExhausted(status)) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "cannot write " + path)) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "No space left on device")) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "ENOSPC")) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "nothing at " + path + " was replaced")) << status;
+  EXPECT_EQ(Entries(dir), std::vector<std::string>{"ckpt"});
+  auto read = ReadWholeFile(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, old_contents);
+
+  // The space of the removed temporary is free again.
+  ASSERT_TRUE(WriteFileAtomically(path, std::string(30000, 's')).ok());
+  EXPECT_EQ(ReadWholeFile(path)->size(), 30000u);
+}
+
+}  // namespace
+}  // namespace stoker::trainer

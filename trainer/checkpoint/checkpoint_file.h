@@ -1,0 +1,129 @@
+// Checkpoint files: a versioned, checksummed container of named values (integers, doubles,
+// strings, tensors as dtype + shape + bytes), and the directory of them a run keeps
+// (ckpt-<global step>.stoker, newest K kept, the newest valid one found for resuming).
+// What goes into a checkpoint is decided by trainer/checkpoint/training_state.h; this file only
+// stores and checks bytes, and needs no libtorch.
+//
+// Layout (little-endian):
+//   header, 32 bytes: magic "STOKERCK" | u32 format version | u32 CRC-32C of the payload |
+//                     u64 payload bytes | u32 entry count | u32 CRC-32C of the 28 bytes before
+//   payload: entries, each u32 name length | name | u8 kind | value, where value is
+//     int64 (kind 1) | double (2) | u64 length + bytes (3, string) |
+//     u8 dtype length + dtype ("float32", ...) + u32 rank + int64 dims + u64 length + bytes (4)
+// A short file is "truncated"; any flipped bit is a checksum mismatch.
+#ifndef STOKER_TRAINER_CHECKPOINT_CHECKPOINT_FILE_H_
+#define STOKER_TRAINER_CHECKPOINT_CHECKPOINT_FILE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/optional.h"
+
+namespace stoker::trainer {
+
+inline constexpr uint32_t kCheckpointFormatVersion = 1;
+
+// Builds a checkpoint's bytes in memory. Thread-compatible.
+//
+//   CheckpointWriter writer;
+//   writer.AddInt("epoch", 3);
+//   writer.AddTensor("model/fc.weight", "float32", {10, 64}, data, bytes);
+//   RETURN_IF_ERROR(WriteFileAtomically(path, std::move(writer).Finish()));
+class CheckpointWriter {
+ public:
+  CheckpointWriter();
+  void AddInt(absl::string_view name, int64_t value);
+  void AddDouble(absl::string_view name, double value);
+  void AddString(absl::string_view name, absl::string_view value);
+  void AddTensor(absl::string_view name, absl::string_view dtype, const std::vector<int64_t>& shape,
+                 const void* data, size_t bytes);
+  // The file's bytes: header (with the checksums) and payload.
+  std::string Finish() &&;
+
+ private:
+  void AddName(absl::string_view name, uint8_t kind);
+  std::string bytes_;  // header placeholder, then the payload
+  uint32_t entries_ = 0;
+};
+
+struct CheckpointTensor {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  absl::string_view data;  // into the reader's buffer
+};
+
+// A checked, parsed checkpoint. Move-only (views point into its buffer).
+class CheckpointReader {
+ public:
+  // Checks magic, version, length and checksums, then indexes the entries. DataLoss for a
+  // truncated or corrupt file, InvalidArgument for something that is not a checkpoint or
+  // has another format version; every message starts with `source`.
+  static absl::StatusOr<CheckpointReader> Parse(std::string bytes, const std::string& source);
+
+  CheckpointReader(CheckpointReader&&) = default;
+  CheckpointReader& operator=(CheckpointReader&&) = default;
+
+  // NotFound (naming the entry and the source) if absent, InvalidArgument if of another kind.
+  absl::StatusOr<int64_t> Int(absl::string_view name) const;
+  absl::StatusOr<double> Double(absl::string_view name) const;
+  absl::StatusOr<std::string> String(absl::string_view name) const;
+  absl::StatusOr<CheckpointTensor> Tensor(absl::string_view name) const;
+  bool Has(absl::string_view name) const;
+  // Names of the entries, sorted.
+  std::vector<std::string> Names() const;
+  const std::string& source() const { return source_; }
+  // The whole file, as read (to hand it to other ranks).
+  const std::string& bytes() const { return *bytes_; }
+  size_t size_bytes() const { return bytes_->size(); }
+
+ private:
+  struct Entry {
+    uint8_t kind = 0;
+    size_t offset = 0;  // of the value, in bytes_
+  };
+  CheckpointReader() = default;
+  absl::StatusOr<Entry> Find(absl::string_view name, uint8_t kind) const;
+
+  std::unique_ptr<std::string> bytes_;  // stable address for the views
+  std::string source_;
+  std::map<std::string, Entry, std::less<>> entries_;
+};
+
+// ---- The checkpoint directory ----
+
+// "ckpt-000000001234.stoker" for global step 1234.
+std::string CheckpointFileName(int64_t global_step);
+
+struct CheckpointFileInfo {
+  std::string path;
+  int64_t global_step = 0;
+};
+
+// The checkpoints in `directory`, oldest first (by global step). NotFound if the directory
+// does not exist.
+absl::StatusOr<std::vector<CheckpointFileInfo>> ListCheckpoints(const std::string& directory);
+
+// Deletes all but the newest `keep` checkpoints (keep 0: none deleted).
+absl::Status RemoveOldCheckpoints(const std::string& directory, int keep);
+
+// Deletes temporary files left by a writer that was killed mid-write. Returns how many.
+absl::StatusOr<int> RemoveStaleTemporaries(const std::string& directory);
+
+// The newest checkpoint in `directory` that parses and checks out, falling back past
+// invalid ones; each one skipped is described in `skipped` ("<path>: <why>"). nullopt if
+// there is none (or no directory).
+absl::StatusOr<absl::optional<CheckpointReader>> LoadNewestValidCheckpoint(
+    const std::string& directory, std::vector<std::string>* skipped);
+
+// Reads and checks one checkpoint file.
+absl::StatusOr<CheckpointReader> LoadCheckpoint(const std::string& path);
+
+}  // namespace stoker::trainer
+
+#endif  // STOKER_TRAINER_CHECKPOINT_CHECKPOINT_FILE_H_

@@ -1,0 +1,210 @@
+// Checkpoint files: round trip, refusal of truncated and corrupt files with a clear reason,
+// and the directory's retention and fall-back to the newest valid checkpoint, also when
+// the disk fills while a checkpoint is written (a real ENOSPC from a small tmpfs).
+#include "trainer/checkpoint/checkpoint_file.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "common/test_tmpfs.h"
+#include "trainer/checkpoint/atomic_file.h"
+
+namespace stoker::trainer {
+namespace {
+
+std::string TestDir(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name);
+  EXPECT_TRUE(MakeDirectories(dir).ok());
+  return dir;
+}
+
+std::string Sample(int64_t step) {
+  CheckpointWriter writer;
+  writer.AddInt("step", step);
+  writer.AddDouble("lr", 0.125);
+  writer.AddString("model", "resnet18");
+  const float values[6] = {1, 2, 3, 4, 5, 6.5f};
+  writer.AddTensor("model/fc.weight", "float32", {2, 3}, values, sizeof(values));
+  writer.AddTensor("scalar", "int64", {}, &step, sizeof(step));
+  return std::move(writer).Finish();
+}
+
+TEST(CheckpointFileTest, RoundTripsEveryKindOfEntry) {
+  auto reader = CheckpointReader::Parse(Sample(42), "mem");
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_EQ(*reader->Int("step"), 42);
+  EXPECT_EQ(*reader->Double("lr"), 0.125);
+  EXPECT_EQ(*reader->String("model"), "resnet18");
+  auto tensor = reader->Tensor("model/fc.weight");
+  ASSERT_TRUE(tensor.ok());
+  EXPECT_EQ(tensor->dtype, "float32");
+  EXPECT_EQ(tensor->shape, (std::vector<int64_t>{2, 3}));
+  ASSERT_EQ(tensor->data.size(), 24u);
+  float last = 0;  // the view is not 4-byte aligned: copy, not cast
+  std::memcpy(&last, tensor->data.data() + 5 * sizeof(float), sizeof(float));
+  EXPECT_EQ(last, 6.5f);
+  EXPECT_TRUE(reader->Tensor("scalar")->shape.empty());
+  EXPECT_EQ(reader->Names().size(), 5u);
+}
+
+TEST(CheckpointFileTest, MissingOrMistypedEntriesAreNamed) {
+  auto reader = CheckpointReader::Parse(Sample(1), "ckpt-a");
+  ASSERT_TRUE(reader.ok());
+  EXPECT_TRUE(absl::IsNotFound(reader->Int("epoch").status()));
+  EXPECT_TRUE(absl::StrContains(reader->Int("epoch").status().message(), "ckpt-a: no entry \"epoch\""));
+  EXPECT_TRUE(absl::IsInvalidArgument(reader->Int("lr").status()));
+}
+
+TEST(CheckpointFileTest, EveryTruncationIsRefusedAsTruncatedOrCorrupt) {
+  const std::string bytes = Sample(7);
+  for (size_t n = 0; n < bytes.size(); n += (n < 64 ? 1 : 13)) {
+    auto reader = CheckpointReader::Parse(bytes.substr(0, n), "cut");
+    ASSERT_FALSE(reader.ok()) << n;
+    EXPECT_TRUE(absl::IsDataLoss(reader.status())) << n << ": " << reader.status();
+  }
+  auto reader = CheckpointReader::Parse(bytes.substr(0, bytes.size() - 1), "cut");
+  EXPECT_TRUE(absl::StrContains(reader.status().message(), "truncated")) << reader.status();
+}
+
+TEST(CheckpointFileTest, EveryFlippedBitIsCaught) {
+  const std::string bytes = Sample(7);
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    std::string bad = bytes;
+    bad[i] ^= 0x10;
+    auto reader = CheckpointReader::Parse(bad, "flip");
+    EXPECT_FALSE(reader.ok()) << "byte " << i;
+  }
+}
+
+TEST(CheckpointFileTest, OtherFilesAndVersionsAreRefusedClearly) {
+  auto other = CheckpointReader::Parse(std::string(100, 'z'), "junk");
+  EXPECT_TRUE(absl::IsInvalidArgument(other.status()));
+  EXPECT_TRUE(absl::StrContains(other.status().message(), "not a Stoker checkpoint"));
+}
+
+TEST(CheckpointDirectoryTest, KeepsTheNewestAndFallsBackPastCorruptOnes) {
+  const std::string dir = TestDir("ckpt_dir");
+  for (int64_t step : {5, 10, 15, 20}) {
+    ASSERT_TRUE(WriteFileAtomically(absl::StrCat(dir, "/", CheckpointFileName(step)), Sample(step)).ok());
+  }
+  ASSERT_TRUE(RemoveOldCheckpoints(dir, 3).ok());
+  auto listed = ListCheckpoints(dir);
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 3u);
+  EXPECT_EQ((*listed)[0].global_step, 10);
+  EXPECT_EQ((*listed)[2].global_step, 20);
+
+  // Truncate the newest: the one before is used, and the reason is reported.
+  const std::string newest = absl::StrCat(dir, "/", CheckpointFileName(20));
+  const std::string bytes = Sample(20);
+  ASSERT_TRUE(WriteFileAtomically(newest, bytes.substr(0, bytes.size() / 2)).ok());
+  std::vector<std::string> skipped;
+  auto loaded = LoadNewestValidCheckpoint(dir, &skipped);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_TRUE(loaded->has_value());
+  EXPECT_EQ(*(*loaded)->Int("step"), 15);
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_TRUE(absl::StrContains(skipped[0], newest)) << skipped[0];
+  EXPECT_TRUE(absl::StrContains(skipped[0], "truncated")) << skipped[0];
+}
+
+TEST(CheckpointDirectoryTest, NoDirectoryOrNoCheckpointMeansNothingToResume) {
+  auto loaded = LoadNewestValidCheckpoint("/nonexistent/stoker/ckpt", nullptr);
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_FALSE(loaded->has_value());
+  const std::string dir = TestDir("ckpt_empty");
+  loaded = LoadNewestValidCheckpoint(dir, nullptr);
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_FALSE(loaded->has_value());
+}
+
+TEST(CheckpointDirectoryTest, StaleTemporariesAreRemoved) {
+  const std::string dir = TestDir("ckpt_stale");
+  ASSERT_TRUE(WriteFileAtomically(dir + "/.ckpt-000000000003.stoker.tmp-999", "partial").ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/" + CheckpointFileName(3), Sample(3)).ok());
+  auto removed = RemoveStaleTemporaries(dir);
+  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(*removed, 1);
+  EXPECT_EQ(ListCheckpoints(dir)->size(), 1u);
+}
+
+TEST(CheckpointDirectoryTest, ACorruptNewestCheckpointIsRefusedByNameAndTheOneBeforeIsUsed) {
+  const std::string dir = TestDir("ckpt_corrupt");
+  for (int64_t step : {4, 8}) {
+    ASSERT_TRUE(WriteFileAtomically(absl::StrCat(dir, "/", CheckpointFileName(step)), Sample(step)).ok());
+  }
+  // One flipped bit in the payload of the newest (bit rot, a bad copy).
+  const std::string newest = absl::StrCat(dir, "/", CheckpointFileName(8));
+  std::string bytes = Sample(8);
+  bytes[bytes.size() - 5] ^= 0x01;
+  ASSERT_TRUE(WriteFileAtomically(newest, bytes).ok());
+
+  const absl::StatusOr<CheckpointReader> direct = LoadCheckpoint(newest);
+  EXPECT_TRUE(absl::IsDataLoss(direct.status())) << direct.status();
+  EXPECT_TRUE(absl::StartsWith(direct.status().message(), newest + ": checksum mismatch")) << direct.status();
+
+  std::vector<std::string> skipped;
+  auto loaded = LoadNewestValidCheckpoint(dir, &skipped);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_TRUE(loaded->has_value());
+  EXPECT_EQ(*(*loaded)->Int("step"), 4);
+  EXPECT_EQ((*loaded)->source(), absl::StrCat(dir, "/", CheckpointFileName(4)));
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_TRUE(absl::StartsWith(skipped[0], newest + ": checksum mismatch")) << skipped[0];
+
+  // Nothing valid at all: nothing to resume, and every file is named.
+  const std::string older = absl::StrCat(dir, "/", CheckpointFileName(4));
+  ASSERT_TRUE(WriteFileAtomically(older, "STOKERCK").ok());
+  skipped.clear();
+  loaded = LoadNewestValidCheckpoint(dir, &skipped);
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_FALSE(loaded->has_value());
+  ASSERT_EQ(skipped.size(), 2u);
+  EXPECT_TRUE(absl::StartsWith(skipped[1], older + ": truncated")) << skipped[1];
+}
+
+// A checkpoint of about 40 KB with the step in it.
+std::string Large(int64_t step) {
+  CheckpointWriter writer;
+  writer.AddInt("step", step);
+  const std::vector<float> weights(10000, 0.5f);
+  writer.AddTensor("model/w", "float32", {10000}, weights.data(), weights.size() * sizeof(float));
+  return std::move(writer).Finish();
+}
+
+TEST(CheckpointDirectoryTest, ACheckpointThatDoesNotFitLeavesThePreviousOneLoadable) {
+  const std::string dir = TestDir("ckpt_full");
+  // Room for one checkpoint (40 KB) but not for the next one beside it.
+  if (absl::Status mounted = MountPrivateTmpfs(dir, 64 << 10); !mounted.ok()) {
+    GTEST_SKIP() << "needs a small tmpfs: " << mounted;
+  }
+  const std::string first = absl::StrCat(dir, "/", CheckpointFileName(10));
+  ASSERT_TRUE(WriteFileAtomically(first, Large(10)).ok());
+  const std::string second = absl::StrCat(dir, "/", CheckpointFileName(20));
+  const absl::Status full = WriteFileAtomically(second, Large(20));
+  ASSERT_TRUE(absl::IsResourceExhausted(full)) << full;
+  EXPECT_TRUE(absl::StrContains(full.message(), second)) << full;
+  EXPECT_TRUE(absl::StrContains(full.message(), "ENOSPC")) << full;
+
+  auto listed = ListCheckpoints(dir);
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].global_step, 10);
+  EXPECT_EQ(*RemoveStaleTemporaries(dir), 0);  // the writer removed its partial file
+  std::vector<std::string> skipped;
+  auto loaded = LoadNewestValidCheckpoint(dir, &skipped);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_TRUE(loaded->has_value());
+  EXPECT_EQ(*(*loaded)->Int("step"), 10);
+  EXPECT_EQ((*loaded)->Tensor("model/w")->data.size(), 40000u);
+  EXPECT_TRUE(skipped.empty());
+}
+
+}  // namespace
+}  // namespace stoker::trainer

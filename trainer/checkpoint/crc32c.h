@@ -1,0 +1,24 @@
+// CRC-32C (Castagnoli), the checksum of checkpoints and of TensorBoard's TFRecord framing,
+// with the SSE4.2 instruction where the CPU has it and a table-driven fallback.
+#ifndef STOKER_TRAINER_CHECKPOINT_CRC32C_H_
+#define STOKER_TRAINER_CHECKPOINT_CRC32C_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/strings/string_view.h"
+
+namespace stoker::trainer {
+
+// Extends `crc` (the CRC-32C of some prefix; 0 for none) by `size` bytes at `data`.
+// Thread-safe.
+uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t size);
+
+inline uint32_t Crc32c(absl::string_view data) { return Crc32cExtend(0, data.data(), data.size()); }
+
+// TFRecord's (and LevelDB's) masked form, for a CRC stored next to the data it covers.
+inline uint32_t MaskCrc32c(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
+
+}  // namespace stoker::trainer
+
+#endif  // STOKER_TRAINER_CHECKPOINT_CRC32C_H_

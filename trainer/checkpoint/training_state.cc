@@ -1,0 +1,219 @@
+#include "trainer/checkpoint/training_state.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/util/Exception.h>
+
+#include <cstring>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "trainer/nn/state_dict.h"
+
+namespace stoker::trainer {
+namespace {
+
+constexpr char kFormat[] = "stoker training checkpoint";
+
+absl::StatusOr<std::string> DtypeName(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: return std::string("float32");
+    case at::kDouble: return std::string("float64");
+    case at::kHalf: return std::string("float16");
+    case at::kBFloat16: return std::string("bfloat16");
+    case at::kLong: return std::string("int64");
+    case at::kInt: return std::string("int32");
+    case at::kByte: return std::string("uint8");
+    case at::kBool: return std::string("bool");
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint: unsupported dtype ", c10::toString(type)));
+  }
+}
+
+void AddTensor(CheckpointWriter& writer, const std::string& name, const at::Tensor& tensor,
+               const std::string& dtype) {
+  const at::Tensor host = tensor.detach().to(at::kCPU).contiguous();
+  writer.AddTensor(name, dtype, host.sizes().vec(), host.data_ptr(), host.nbytes());
+}
+
+absl::Status AddTensorChecked(CheckpointWriter& writer, const std::string& name, const at::Tensor& tensor) {
+  ASSIGN_OR_RETURN(std::string dtype, DtypeName(tensor.scalar_type()));
+  AddTensor(writer, name, tensor, dtype);
+  return absl::OkStatus();
+}
+
+// Copies the stored tensor `name` into `target` (any device, any memory format).
+absl::Status CopyInto(const CheckpointReader& checkpoint, const std::string& name, at::Tensor target) {
+  ASSIGN_OR_RETURN(CheckpointTensor stored, checkpoint.Tensor(name));
+  ASSIGN_OR_RETURN(std::string dtype, DtypeName(target.scalar_type()));
+  if (stored.dtype != dtype || stored.shape != target.sizes().vec()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        checkpoint.source(), ": ", name, " is ", stored.dtype, " [", absl::StrJoin(stored.shape, ", "),
+        "] in the checkpoint but ", dtype, " [", absl::StrJoin(target.sizes(), ", "), "] in this run"));
+  }
+  if (static_cast<size_t>(target.nbytes()) != stored.data.size()) {
+    return absl::DataLossError(absl::StrCat(checkpoint.source(), ": ", name, " has the wrong size"));
+  }
+  // Entries sit at any byte offset of the file: copy the bytes into an aligned tensor
+  // rather than view them as float (a misaligned float view is undefined behaviour).
+  at::Tensor host = at::empty(target.sizes(), at::TensorOptions().dtype(target.scalar_type()));
+  std::memcpy(host.data_ptr(), stored.data.data(), stored.data.size());
+  c10::NoGradGuard no_grad;
+  target.copy_(host);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> EncodeCheckpoint(const TrainingStateRefs& state, const RunPosition& position,
+                                             const RunGeometry& geometry) {
+  try {
+    CheckpointWriter writer;
+    writer.AddString("format", kFormat);
+    writer.AddString("geometry/model", geometry.model);
+    writer.AddInt("geometry/num_classes", geometry.num_classes);
+    writer.AddInt("geometry/image_size", geometry.image_size);
+    writer.AddInt("geometry/world_size", geometry.world_size);
+    writer.AddInt("geometry/batch_size", geometry.batch_size);
+    writer.AddInt("geometry/accumulate", geometry.accumulate);
+    writer.AddString("geometry/optimizer", geometry.optimizer);
+    writer.AddInt("geometry/seed", static_cast<int64_t>(geometry.seed));
+    writer.AddInt("position/epoch", position.epoch);
+    writer.AddInt("position/batches_done", position.batches_done);
+    writer.AddInt("position/global_step", position.global_step);
+
+    for (const auto& [name, tensor] : StateDictItems(*state.model)) {
+      RETURN_IF_ERROR(AddTensorChecked(writer, absl::StrCat("model/", name), tensor));
+    }
+    const auto optimizer_state = state.optimizer->StateTensors();
+    if (optimizer_state.size() != state.parameter_names.size()) {
+      return absl::InternalError("checkpoint: the optimizer and the parameter names disagree");
+    }
+    for (size_t i = 0; i < optimizer_state.size(); ++i) {
+      for (const auto& [what, tensor] : optimizer_state[i]) {
+        RETURN_IF_ERROR(AddTensorChecked(
+            writer, absl::StrCat("optimizer/", state.parameter_names[i], "/", what), tensor));
+      }
+    }
+    writer.AddInt("optimizer/steps_taken", state.optimizer->steps_taken());
+    const LossScaler::State scaler = state.scaler->state();
+    writer.AddDouble("scaler/scale", scaler.scale);
+    writer.AddInt("scaler/growth_tracker", scaler.growth_tracker);
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    {
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      AddTensor(writer, "rng/cpu", generator.get_state(), "uint8");
+    }
+    return std::move(writer).Finish();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("writing the checkpoint: libtorch: ", e.what_without_backtrace()));
+  }
+}
+
+absl::StatusOr<RunGeometry> CheckpointGeometry(const CheckpointReader& c) {
+  ASSIGN_OR_RETURN(std::string format, c.String("format"));
+  if (format != kFormat) {
+    return absl::InvalidArgumentError(absl::StrCat(c.source(), ": not a training checkpoint (", format, ")"));
+  }
+  RunGeometry g;
+  ASSIGN_OR_RETURN(g.model, c.String("geometry/model"));
+  ASSIGN_OR_RETURN(g.num_classes, c.Int("geometry/num_classes"));
+  ASSIGN_OR_RETURN(g.image_size, c.Int("geometry/image_size"));
+  ASSIGN_OR_RETURN(g.world_size, c.Int("geometry/world_size"));
+  ASSIGN_OR_RETURN(g.batch_size, c.Int("geometry/batch_size"));
+  ASSIGN_OR_RETURN(g.accumulate, c.Int("geometry/accumulate"));
+  ASSIGN_OR_RETURN(g.optimizer, c.String("geometry/optimizer"));
+  ASSIGN_OR_RETURN(int64_t seed, c.Int("geometry/seed"));
+  g.seed = static_cast<uint64_t>(seed);
+  return g;
+}
+
+absl::StatusOr<RunPosition> CheckpointPosition(const CheckpointReader& c) {
+  RunPosition p;
+  ASSIGN_OR_RETURN(p.epoch, c.Int("position/epoch"));
+  ASSIGN_OR_RETURN(p.batches_done, c.Int("position/batches_done"));
+  ASSIGN_OR_RETURN(p.global_step, c.Int("position/global_step"));
+  if (p.epoch < 0 || p.batches_done < 0 || p.global_step < 0) {
+    return absl::DataLossError(absl::StrCat(c.source(), ": negative position"));
+  }
+  return p;
+}
+
+absl::Status CheckResumable(const RunGeometry& saved, const RunPosition& position,
+                            const RunGeometry& current, const std::string& source) {
+  auto differs = [&](absl::string_view what, const auto& then, const auto& now) {
+    return absl::InvalidArgumentError(absl::StrCat(source, " was written with ", what, " ", then,
+                                                   "; this run has ", now, ": cannot resume from it"));
+  };
+  if (saved.model != current.model) return differs("--model", saved.model, current.model);
+  if (saved.num_classes != current.num_classes) {
+    return differs("--num_classes", saved.num_classes, current.num_classes);
+  }
+  if (saved.optimizer != current.optimizer) return differs("--optimizer", saved.optimizer, current.optimizer);
+  if (position.batches_done > 0) {
+    // Mid-epoch, the batches still to come depend on how the epoch was cut up.
+    auto mid = [&](absl::string_view what, int64_t then, int64_t now) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source, " stopped in the middle of epoch ", position.epoch + 1, " with ", what, " ", then,
+          "; this run has ", now, " (change it only at an epoch boundary)"));
+    };
+    if (saved.world_size != current.world_size) return mid("world size", saved.world_size, current.world_size);
+    if (saved.batch_size != current.batch_size) return mid("--batch_size", saved.batch_size, current.batch_size);
+    if (saved.accumulate != current.accumulate) return mid("--accumulate", saved.accumulate, current.accumulate);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RestoreModelState(const CheckpointReader& checkpoint, ImageClassifier& model) {
+  try {
+    for (const auto& [name, tensor] : StateDictItems(model)) {
+      RETURN_IF_ERROR(CopyInto(checkpoint, absl::StrCat("model/", name), tensor));
+    }
+    return absl::OkStatus();
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(checkpoint.source(), ": restoring the model: libtorch: ", e.what_without_backtrace()));
+  }
+}
+
+absl::Status RestoreTrainingState(const CheckpointReader& checkpoint, const TrainingStateRefs& state) {
+  RETURN_IF_ERROR(RestoreModelState(checkpoint, *state.model));
+  try {
+    const auto optimizer_state = state.optimizer->StateTensors();
+    if (optimizer_state.size() != state.parameter_names.size()) {
+      return absl::InternalError("resume: the optimizer and the parameter names disagree");
+    }
+    for (size_t i = 0; i < optimizer_state.size(); ++i) {
+      for (const auto& [what, tensor] : optimizer_state[i]) {
+        RETURN_IF_ERROR(
+            CopyInto(checkpoint, absl::StrCat("optimizer/", state.parameter_names[i], "/", what), tensor));
+      }
+    }
+    ASSIGN_OR_RETURN(int64_t steps_taken, checkpoint.Int("optimizer/steps_taken"));
+    state.optimizer->set_steps_taken(steps_taken);
+    LossScaler::State scaler;
+    ASSIGN_OR_RETURN(scaler.scale, checkpoint.Double("scaler/scale"));
+    ASSIGN_OR_RETURN(scaler.growth_tracker, checkpoint.Int("scaler/growth_tracker"));
+    // A checkpoint of a run without loss scaling holds {1, 0}: keep this run's initial scale.
+    if (state.scaler->enabled() && !(scaler.scale == 1.0 && scaler.growth_tracker == 0)) {
+      RETURN_IF_ERROR(state.scaler->Restore(scaler));
+    }
+    ASSIGN_OR_RETURN(CheckpointTensor rng, checkpoint.Tensor("rng/cpu"));
+    at::Tensor rng_state = at::empty({static_cast<int64_t>(rng.data.size())}, at::kByte);
+    std::memcpy(rng_state.data_ptr(), rng.data.data(), rng.data.size());
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    {
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      generator.set_state(rng_state);
+    }
+    return absl::OkStatus();
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(checkpoint.source(), ": restoring: libtorch: ", e.what_without_backtrace()));
+  }
+}
+
+}  // namespace stoker::trainer

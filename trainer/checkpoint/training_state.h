@@ -1,0 +1,75 @@
+// What a checkpoint holds and how a run is restored from it: the model's state dict
+// (parameters and buffers, Python's names), the optimizer's state per parameter, the loss
+// scaler's scale and growth tracker, the position in the run (epoch, batches of it done,
+// optimizer steps so far: the learning-rate schedule's position), the seeds and the CPU
+// generator, and the run's geometry (model, classes, world size, batch size, accumulation)
+// to refuse a resume that could not continue the same run. Stored with CheckpointWriter
+// (format version and checksum: trainer/checkpoint/checkpoint_file.h).
+#ifndef STOKER_TRAINER_CHECKPOINT_TRAINING_STATE_H_
+#define STOKER_TRAINER_CHECKPOINT_TRAINING_STATE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "trainer/checkpoint/checkpoint_file.h"
+#include "trainer/optim/fused_optimizer.h"
+#include "trainer/nn/image_classifier.h"
+#include "trainer/nn/loss_scaler.h"
+
+namespace stoker::trainer {
+
+// Where a run stands at a step boundary.
+struct RunPosition {
+  int64_t epoch = 0;         // the epoch to continue in (== epochs: training is over)
+  int64_t batches_done = 0;  // batches of that epoch consumed (trained, or the skipped short one)
+  int64_t global_step = 0;   // optimizer steps taken so far
+};
+
+// The run a checkpoint belongs to.
+struct RunGeometry {
+  std::string model;
+  int64_t num_classes = 0;
+  int64_t image_size = 0;
+  int64_t world_size = 0;
+  int64_t batch_size = 0;   // per rank and micro-batch
+  int64_t accumulate = 1;
+  std::string optimizer;    // sgd or adamw
+  uint64_t seed = 0;        // the base seed the data service sampled with
+};
+
+// Everything the caller keeps about the state being saved or restored. The optimizer's
+// state is matched to `parameter_names` (the optimizer's parameter order).
+struct TrainingStateRefs {
+  ImageClassifier* model = nullptr;
+  FusedOptimizer* optimizer = nullptr;
+  std::vector<std::string> parameter_names;
+  LossScaler* scaler = nullptr;
+};
+
+// The checkpoint's bytes. Copies device tensors to the host (syncs).
+absl::StatusOr<std::string> EncodeCheckpoint(const TrainingStateRefs& state, const RunPosition& position,
+                                             const RunGeometry& geometry);
+
+// The geometry and position a checkpoint records.
+absl::StatusOr<RunGeometry> CheckpointGeometry(const CheckpointReader& checkpoint);
+absl::StatusOr<RunPosition> CheckpointPosition(const CheckpointReader& checkpoint);
+
+// Whether this run can continue `saved`: the same model, classes and optimizer always;
+// mid-epoch also the same world size, batch size and accumulation (the data order depends
+// on them). InvalidArgument naming what differs.
+absl::Status CheckResumable(const RunGeometry& saved, const RunPosition& position,
+                            const RunGeometry& current, const std::string& source);
+
+// Copies the model's parameters and buffers from the checkpoint into `model` (same names,
+// shapes and dtypes required; InvalidArgument naming the tensor otherwise).
+absl::Status RestoreModelState(const CheckpointReader& checkpoint, ImageClassifier& model);
+
+// Copies the model, optimizer, scaler and CPU generator state into `state` (same names,
+// shapes and dtypes required; InvalidArgument naming the tensor otherwise).
+absl::Status RestoreTrainingState(const CheckpointReader& checkpoint, const TrainingStateRefs& state);
+
+}  // namespace stoker::trainer
+
+#endif  // STOKER_TRAINER_CHECKPOINT_TRAINING_STATE_H_

@@ -1,0 +1,134 @@
+// A checkpoint restores model, optimizer, scaler and generator state exactly, and a resume
+// that could not continue the same run is refused with the reason.
+#include "trainer/checkpoint/training_state.h"
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "trainer/nn/models.h"
+#include "trainer/nn/state_dict.h"
+
+namespace stoker::trainer {
+namespace {
+
+struct TrainedRun {
+  std::shared_ptr<ImageClassifier> model;
+  std::unique_ptr<FusedOptimizer> optimizer;
+  std::vector<std::string> names;
+  LossScaler scaler;
+  TrainingStateRefs refs() {
+    return TrainingStateRefs{model.get(), optimizer.get(), names, &scaler};
+  }
+};
+
+TrainedRun MakeRun(uint64_t seed, bool scaling) {
+  torch::manual_seed(seed);
+  std::shared_ptr<ImageClassifier> model = *MakeModel("small_cnn", 4);
+  std::vector<at::Tensor> params;
+  std::vector<std::string> names;
+  for (const auto& item : model->named_parameters()) {
+    names.push_back(item.key());
+    params.push_back(item.value());
+  }
+  OptimizerOptions options;
+  options.kind = "adamw";
+  options.learning_rate = 0.01;
+  LossScalerOptions scaler_options;
+  scaler_options.enabled = scaling;
+  scaler_options.init_scale = 1024;
+  return TrainedRun{model, std::move(*FusedOptimizer::Create(params, options)), names,
+             std::move(*LossScaler::Create(scaler_options))};
+}
+
+void TrainSteps(TrainedRun& run, int steps) {
+  for (int i = 0; i < steps; ++i) {
+    for (const at::Tensor& p : run.model->parameters()) p.mutable_grad() = at::Tensor();
+    at::Tensor x = at::randn({8, 3, 16, 16});
+    at::Tensor y = at::randint(0, 4, {8}, at::kLong);
+    run.scaler.Scale(at::cross_entropy_loss(run.model->forward(x), y)).backward();
+    std::vector<at::Tensor> grads;
+    for (const at::Tensor& p : run.model->parameters()) grads.push_back(p.grad());
+    ASSERT_TRUE(run.scaler.Unscale(grads).ok());
+    ASSERT_TRUE(run.scaler.Step([&] {
+      run.optimizer->Step();
+      return absl::OkStatus();
+    }).ok());
+    ASSERT_TRUE(run.scaler.Update().ok());
+  }
+}
+
+RunGeometry Geometry() {
+  RunGeometry g;
+  g.model = "small_cnn";
+  g.num_classes = 4;
+  g.image_size = 16;
+  g.world_size = 2;
+  g.batch_size = 8;
+  g.accumulate = 1;
+  g.optimizer = "adamw";
+  g.seed = 77;
+  return g;
+}
+
+TEST(TrainingStateTest, RestoredRunContinuesBitForBit) {
+  TrainedRun original = MakeRun(1, /*scaling=*/true);
+  TrainSteps(original, 3);
+  RunPosition position{2, 5, 3};
+  auto bytes = EncodeCheckpoint(original.refs(), position, Geometry());
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  auto checkpoint = CheckpointReader::Parse(*bytes, "mem");
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+
+  // The original continues for 2 steps, drawing its batches from the generator.
+  TrainSteps(original, 2);
+
+  TrainedRun restored = MakeRun(2, /*scaling=*/true);  // other weights, generator reseeded
+  ASSERT_TRUE(RestoreTrainingState(*checkpoint, restored.refs()).ok());
+  EXPECT_EQ(restored.optimizer->steps_taken(), 3);
+  auto got_position = CheckpointPosition(*checkpoint);
+  ASSERT_TRUE(got_position.ok());
+  EXPECT_EQ(got_position->batches_done, 5);
+  auto got_geometry = CheckpointGeometry(*checkpoint);
+  ASSERT_TRUE(got_geometry.ok());
+  EXPECT_EQ(got_geometry->seed, 77u);
+  // The same 2 steps from the restored state (the generator's too) end in the same bits.
+  TrainSteps(restored, 2);
+  EXPECT_EQ(restored.scaler.state().scale, original.scaler.state().scale);
+  const auto a = StateDictItems(*original.model), b = StateDictItems(*restored.model);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i].second, b[i].second)) << a[i].first;
+}
+
+TEST(TrainingStateTest, ResumeIsRefusedWhenTheRunCannotContinue) {
+  const RunGeometry saved = Geometry();
+  RunGeometry other = saved;
+  other.model = "resnet18";
+  EXPECT_TRUE(absl::StrContains(CheckResumable(saved, {1, 0, 10}, other, "ckpt").message(), "--model"));
+  other = saved;
+  other.world_size = 4;
+  EXPECT_TRUE(CheckResumable(saved, {1, 0, 10}, other, "ckpt").ok()) << "epoch boundary: allowed";
+  const absl::Status mid = CheckResumable(saved, {1, 3, 10}, other, "ckpt");
+  EXPECT_TRUE(absl::IsInvalidArgument(mid));
+  EXPECT_TRUE(absl::StrContains(mid.message(), "world size")) << mid;
+  other = saved;
+  other.num_classes = 1000;
+  EXPECT_TRUE(absl::StrContains(CheckResumable(saved, {1, 0, 10}, other, "ckpt").message(), "--num_classes"));
+}
+
+TEST(TrainingStateTest, ATensorOfAnotherShapeIsNamed) {
+  TrainedRun original = MakeRun(1, false);
+  auto bytes = EncodeCheckpoint(original.refs(), {0, 0, 0}, Geometry());
+  ASSERT_TRUE(bytes.ok());
+  auto checkpoint = CheckpointReader::Parse(*bytes, "ckpt-x");
+  torch::manual_seed(3);
+  std::shared_ptr<ImageClassifier> wider = *MakeModel("small_cnn", 7);
+  TrainedRun other = MakeRun(1, false);
+  other.model = wider;
+  const absl::Status status = RestoreTrainingState(*checkpoint, other.refs());
+  EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "model/fc.weight")) << status;
+}
+
+}  // namespace
+}  // namespace stoker::trainer

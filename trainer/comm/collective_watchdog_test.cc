@@ -1,0 +1,353 @@
+#include "trainer/comm/collective_watchdog.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace stoker::trainer {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// A communicator whose collectives the test drives through its ledger.
+class FakeCommunicator final : public Communicator {
+ public:
+  explicit FakeCommunicator(bool can_abort, const char* channel = "MPI")
+      : can_abort_(can_abort), ledger_(channel) {}
+  int rank() const override { return 0; }
+  int world_size() const override { return 2; }
+  absl::Status AllReduce(void*, size_t, ElementType, ReduceOp) override { return absl::OkStatus(); }
+  absl::Status Broadcast(void*, size_t, int) override { return absl::OkStatus(); }
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+  CollectiveLedger* ledger() override { return &ledger_; }
+  bool Abort() override {
+    ++aborts_;
+    return can_abort_;
+  }
+  int aborts() const { return aborts_.load(); }
+
+ private:
+  const bool can_abort_;
+  CollectiveLedger ledger_;
+  std::atomic<int> aborts_{0};
+};
+
+// What the injected exit function saw. Shared: the process deadline thread may call it
+// after the test is over.
+struct ExitRecord {
+  std::atomic<int> code{-1};
+  std::atomic<int64_t> at_ns{0};
+  absl::Notification exited;
+};
+
+CollectiveWatchdog::ExitFunction RecordExit(std::shared_ptr<ExitRecord> record) {
+  return [record](int code) {
+    if (record->code.exchange(code) != -1) return;
+    record->at_ns = MonotonicNanos();
+    record->exited.Notify();
+  };
+}
+
+CollectiveWatchdogOptions Short() {
+  CollectiveWatchdogOptions options;
+  options.timeout = absl::Milliseconds(200);
+  options.abort_grace = absl::Milliseconds(300);
+  options.poll_interval = absl::Milliseconds(10);
+  return options;
+}
+
+TEST(CollectiveWatchdogTest, AStuckMpiCollectiveEndsTheProcessAtOnce) {
+  FakeCommunicator mpi(/*can_abort=*/false);
+  auto record = std::make_shared<ExitRecord>();
+  auto watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{0, 2, 0, 0}, {&mpi}, nullptr,
+                                            RecordExit(record));
+  ASSERT_TRUE(watchdog.ok()) << watchdog.status();
+  const int64_t start = MonotonicNanos();
+  mpi.ledger()->Issue(CollectiveKind::kAllReduce);  // never completes
+  ASSERT_TRUE(record->exited.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(record->code.load(), 1);
+  EXPECT_GE(record->at_ns.load() - start, 200'000'000);
+  EXPECT_LT(record->at_ns.load() - start, 250'000'000 + 300'000'000);  // well before the grace
+  EXPECT_EQ(mpi.aborts(), 1);
+  EXPECT_TRUE((*watchdog)->fired());
+}
+
+TEST(CollectiveWatchdogTest, AnAbortedCommunicatorStillMeetsTheProcessDeadline) {
+  FakeCommunicator nccl(/*can_abort=*/true, "NCCL");
+  auto record = std::make_shared<ExitRecord>();
+  auto watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{0, 2, 0, 0}, {&nccl}, nullptr,
+                                            RecordExit(record));
+  ASSERT_TRUE(watchdog.ok()) << watchdog.status();
+  const int64_t start = MonotonicNanos();
+  nccl.ledger()->Issue(CollectiveKind::kAllReduce);
+  // The abort "did not end the process": the deadline thread does, after the grace.
+  ASSERT_TRUE(record->exited.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(nccl.aborts(), 1);
+  EXPECT_EQ(record->code.load(), 1);
+  EXPECT_GE(record->at_ns.load() - start, 500'000'000);  // timeout + grace
+}
+
+// A communicator whose Abort() hangs until released (an ncclCommAbort that never returns).
+class HangingAbortCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int world_size() const override { return 2; }
+  absl::Status AllReduce(void*, size_t, ElementType, ReduceOp) override { return absl::OkStatus(); }
+  absl::Status Broadcast(void*, size_t, int) override { return absl::OkStatus(); }
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+  CollectiveLedger* ledger() override { return &ledger_; }
+  bool Abort() override {
+    release_.WaitForNotification();
+    return true;
+  }
+  void Release() { release_.Notify(); }
+
+ private:
+  CollectiveLedger ledger_{"NCCL"};
+  absl::Notification release_;
+};
+
+TEST(CollectiveWatchdogTest, AnAbortThatHangsStillMeetsTheProcessDeadline) {
+  HangingAbortCommunicator nccl;
+  auto record = std::make_shared<ExitRecord>();
+  auto watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{0, 2, 0, 0}, {&nccl}, nullptr,
+                                            RecordExit(record));
+  ASSERT_TRUE(watchdog.ok()) << watchdog.status();
+  const int64_t start = MonotonicNanos();
+  nccl.ledger()->Issue(CollectiveKind::kAllReduce);
+  ASSERT_TRUE(record->exited.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(record->code.load(), 1);
+  EXPECT_GE(record->at_ns.load() - start, 500'000'000);  // timeout + grace
+  EXPECT_LT(record->at_ns.load() - start, 2'000'000'000);
+  nccl.Release();  // lets the watchdog thread finish, so that it can be joined
+}
+
+TEST(CollectiveWatchdogTest, AnIdleMpiCommunicatorDoesNotCutTheNcclAbortShort) {
+  FakeCommunicator nccl(/*can_abort=*/true, "NCCL");
+  FakeCommunicator mpi(/*can_abort=*/false, "MPI");
+  auto record = std::make_shared<ExitRecord>();
+  auto watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{0, 2, 0, 0}, {&nccl, &mpi}, nullptr,
+                                            RecordExit(record));
+  ASSERT_TRUE(watchdog.ok()) << watchdog.status();
+  const int64_t start = MonotonicNanos();
+  nccl.ledger()->Issue(CollectiveKind::kAllReduce);  // stuck on the device; MPI is idle
+  ASSERT_TRUE(record->exited.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(nccl.aborts(), 1);
+  EXPECT_EQ(mpi.aborts(), 1);
+  EXPECT_GE(record->at_ns.load() - start, 500'000'000);  // the grace, not at once
+}
+
+TEST(CollectiveWatchdogTest, ARankWhoseNodeIsCaughtUpLetsTheCulpritsNodeReportFirst) {
+  auto table = CollectiveProgressTable::Create(absl::StrCat("/stoker.watchdogtest-", getpid(), "-defer"), 2);
+  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_TRUE(table->Unlink().ok());
+  // Two local ranks of a 4-rank job, both waiting in #1: the hold-up is on the other node.
+  FakeCommunicator first(false), second(false);
+  auto first_exit = std::make_shared<ExitRecord>();
+  auto second_exit = std::make_shared<ExitRecord>();
+  auto first_watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{0, 4, 0, 0}, {&first}, &*table,
+                                                  RecordExit(first_exit));
+  auto second_watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{1, 4, 1, 0}, {&second}, &*table,
+                                                   RecordExit(second_exit));
+  ASSERT_TRUE(first_watchdog.ok() && second_watchdog.ok());
+  const int64_t start = MonotonicNanos();
+  first.ledger()->Issue(CollectiveKind::kAllReduce);
+  second.ledger()->Issue(CollectiveKind::kAllReduce);
+  ASSERT_TRUE(first_exit->exited.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_GE(first_exit->at_ns.load() - start, 3'200'000'000);  // timeout + the deferral
+  EXPECT_LT(first_exit->at_ns.load() - start, 5'000'000'000);
+}
+
+TEST(CollectiveWatchdogTest, ARankWithAStalledLocalPeerFiresAtTheTimeout) {
+  auto table = CollectiveProgressTable::Create(absl::StrCat("/stoker.watchdogtest-", getpid(), "-nodefer"), 2);
+  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_TRUE(table->Unlink().ok());
+  RankProgress& stopped = table->slot(1);
+  stopped.pid = getpid();
+  stopped.heartbeat_ns = MonotonicNanos() - 10'000'000'000;
+  stopped.rank = 1;
+  FakeCommunicator mpi(false);
+  auto record = std::make_shared<ExitRecord>();
+  auto watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{0, 4, 0, 0}, {&mpi}, &*table, RecordExit(record));
+  ASSERT_TRUE(watchdog.ok()) << watchdog.status();
+  const int64_t start = MonotonicNanos();
+  mpi.ledger()->Issue(CollectiveKind::kAllReduce);
+  ASSERT_TRUE(record->exited.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_LT(record->at_ns.load() - start, 1'000'000'000);
+}
+
+TEST(CollectiveWatchdogTest, CollectivesThatCompleteInTimeNeverFire) {
+  FakeCommunicator mpi(/*can_abort=*/false);
+  auto record = std::make_shared<ExitRecord>();
+  auto watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{0, 2, 0, 0}, {&mpi, &mpi}, nullptr,
+                                            RecordExit(record));
+  ASSERT_TRUE(watchdog.ok()) << watchdog.status();
+  for (int i = 0; i < 50; ++i) {
+    const uint64_t seq = mpi.ledger()->Issue(CollectiveKind::kAllReduce);
+    absl::SleepFor(absl::Milliseconds(10));
+    mpi.ledger()->Complete(seq);
+  }
+  // Time outside collectives is not watched.
+  EXPECT_FALSE(record->exited.WaitForNotificationWithTimeout(absl::Milliseconds(500)));
+  EXPECT_FALSE((*watchdog)->fired());
+  EXPECT_EQ(mpi.aborts(), 0);
+}
+
+TEST(CollectiveWatchdogTest, BadOptionsAreRejected) {
+  FakeCommunicator mpi(false);
+  CollectiveWatchdogOptions options = Short();
+  options.timeout = absl::ZeroDuration();
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      CollectiveWatchdog::Start(options, WatchedRank{}, {&mpi}, nullptr).status()));
+  options = Short();
+  options.abort_grace = absl::Seconds(-1);
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      CollectiveWatchdog::Start(options, WatchedRank{}, {&mpi}, nullptr).status()));
+}
+
+TEST(CollectiveWatchdogTest, TheDefaultPollIntervalFollowsTheTimeout) {
+  FakeCommunicator mpi(false);
+  CollectiveWatchdogOptions options;
+  options.timeout = absl::Seconds(300);
+  auto slow = CollectiveWatchdog::Start(options, WatchedRank{}, {&mpi}, nullptr);
+  ASSERT_TRUE(slow.ok());
+  EXPECT_EQ((*slow)->poll_interval(), absl::Seconds(1));
+  options.timeout = absl::Seconds(2);
+  auto fast = CollectiveWatchdog::Start(options, WatchedRank{}, {&mpi}, nullptr);
+  ASSERT_TRUE(fast.ok());
+  EXPECT_EQ((*fast)->poll_interval(), absl::Milliseconds(200));
+}
+
+TEST(CollectiveWatchdogTest, TheWatchdogPublishesItsRankProgressAndHeartbeat) {
+  auto table = CollectiveProgressTable::Create(absl::StrCat("/stoker.watchdogtest-", getpid(), "-pub"), 2);
+  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_TRUE(table->Unlink().ok());
+  FakeCommunicator mpi(false);
+  auto watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{5, 8, 1, 0}, {&mpi}, &*table);
+  ASSERT_TRUE(watchdog.ok()) << watchdog.status();
+  mpi.ledger()->Complete(mpi.ledger()->Issue(CollectiveKind::kBroadcast));
+  const RankProgress& slot = table->slot(1);
+  EXPECT_EQ(slot.rank.load(), 5);
+  EXPECT_EQ(slot.pid.load(), getpid());
+  EXPECT_EQ(slot.channels[0].completed.load(), 1u);
+  const int64_t first = slot.heartbeat_ns.load();
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_GT(slot.heartbeat_ns.load(), first);
+}
+
+TEST(CollectiveWatchdogTest, NodeProgressTellsStoppedGoneAndWaitingRanksApart) {
+  auto table = CollectiveProgressTable::Create(absl::StrCat("/stoker.watchdogtest-", getpid(), "-read"), 3);
+  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_TRUE(table->Unlink().ok());
+  const int64_t now = MonotonicNanos();
+  // Local rank 0: waiting in #58 for 2 s, beating.
+  RankProgress& waiting = table->slot(0);
+  waiting.pid = getpid();
+  waiting.heartbeat_ns = now;
+  waiting.channels[0].issued = 58;
+  waiting.channels[0].completed = 57;
+  waiting.channels[0].completed_kind = static_cast<uint32_t>(CollectiveKind::kAllReduce);
+  waiting.channels[0].issued_at_ns = now - 2'000'000'000;
+  waiting.rank = 0;
+  // Local rank 1: completed #57, no heartbeat for 10 s (stopped).
+  RankProgress& stopped = table->slot(1);
+  stopped.pid = getppid();
+  stopped.heartbeat_ns = now - 10'000'000'000;
+  stopped.channels[0].issued = 57;
+  stopped.channels[0].completed = 57;
+  stopped.rank = 1;
+  // Local rank 2: its process is gone.
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  waitpid(child, nullptr, 0);
+  RankProgress& gone = table->slot(2);
+  gone.pid = child;
+  gone.heartbeat_ns = now;
+  gone.channels[0].issued = 56;
+  gone.channels[0].completed = 56;
+  gone.rank = 2;
+
+  const std::vector<NodeRankState> rows = ReadNodeProgress(*table, 0, now, absl::Seconds(5));
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_FALSE(rows[0].stalled);
+  EXPECT_FALSE(rows[0].gone);
+  EXPECT_NEAR(rows[0].waiting_s, 2.0, 0.01);
+  EXPECT_EQ(rows[0].completed_kind, CollectiveKind::kAllReduce);
+  EXPECT_TRUE(rows[1].stalled);
+  EXPECT_FALSE(rows[1].gone);
+  EXPECT_NEAR(rows[1].heartbeat_age_s, 10.0, 0.01);
+  EXPECT_TRUE(rows[2].gone);
+  EXPECT_EQ(rows[2].completed, 56u);
+}
+
+StalledCollective ThreeRanksOnTwoNodes() {
+  StalledCollective stall;
+  stall.rank = 0;
+  stall.world_size = 5;
+  stall.node_index = 0;
+  stall.channel = "MPI";
+  stall.seq = 58;
+  stall.kind = CollectiveKind::kAllReduce;
+  stall.waited_s = 10.04;
+  stall.timeout = absl::Seconds(10);
+  NodeRankState waiting{0, 100, false, 0.1, false, 58, 57, CollectiveKind::kAllReduce, 10.0};
+  NodeRankState stopped{1, 101, false, 10.4, true, 57, 57, CollectiveKind::kAllReduce, 0};
+  NodeRankState also_waiting{2, 102, false, 0.2, false, 58, 57, CollectiveKind::kAllReduce, 9.9};
+  stall.node = {waiting, stopped, also_waiting};
+  return stall;
+}
+
+TEST(DescribeStalledCollectiveTest, NamesTheStalledRankAndTheLastCollectiveOfEachRank) {
+  const std::string text = DescribeStalledCollective(ThreeRanksOnTwoNodes());
+  EXPECT_THAT(text, HasSubstr("collective #58 (allreduce) on the MPI communicator has not "
+                              "completed after 10.0s (--collective_timeout_s=10)"));
+  EXPECT_THAT(text, HasSubstr("not reached by rank 1 (pid 101): stalled: no heartbeat for 10.4s (stopped or hung)"));
+  EXPECT_THAT(text, HasSubstr("Last collective each rank of node 0 completed: rank 0 #57 (allreduce), "
+                              "waiting in #58 for 10.0s; rank 1 #57 (allreduce), no heartbeat for "
+                              "10.4s; rank 2 #57 (allreduce), waiting in #58 for 9.9s"));
+  EXPECT_THAT(text, HasSubstr("2 of 5 ranks are on other nodes and not visible here"));
+  EXPECT_THAT(text, Not(HasSubstr("not reached by rank 0")));
+}
+
+TEST(DescribeStalledCollectiveTest, GoneRanksAndRanksElsewhereAreSaidSo) {
+  StalledCollective stall = ThreeRanksOnTwoNodes();
+  stall.node[1].stalled = false;
+  stall.node[1].gone = true;
+  EXPECT_THAT(DescribeStalledCollective(stall), HasSubstr("rank 1 (pid 101): gone: pid 101 no longer exists"));
+  stall.node[1].issued = 58;  // it reached #58 and died inside it
+  EXPECT_THAT(DescribeStalledCollective(stall),
+              HasSubstr("every rank of node 0 reached it; stuck inside it: rank 1 (pid 101): gone"));
+  stall.node[1].gone = false;  // alive and waiting in #58 like the others
+  stall.node[1].waiting_s = 10.0;
+  EXPECT_THAT(DescribeStalledCollective(stall),
+              HasSubstr("every rank of node 0 reached it, so the ranks holding it up are on other nodes. "));
+  stall.node[1].gone = true;
+  EXPECT_THAT(DescribeStalledCollective(stall), HasSubstr("rank 1 #57 (allreduce), inside #58, gone"));
+}
+
+TEST(DescribeStalledCollectiveTest, ARankWaitingInAnEarlierCollectiveIsSaidToBe) {
+  StalledCollective stall = ThreeRanksOnTwoNodes();
+  stall.node[1] = NodeRankState{1, 101, false, 0.1, false, 57, 56, CollectiveKind::kAllReduce, 10.0};
+  EXPECT_THAT(DescribeStalledCollective(stall),
+              HasSubstr("not reached by rank 1 (pid 101): waiting in the earlier #57 for 10.0s"));
+  stall.node[1].issued = 56;
+  EXPECT_THAT(DescribeStalledCollective(stall),
+              HasSubstr("not reached by rank 1 (pid 101): alive, busy outside collectives"));
+}
+
+TEST(DescribeStalledCollectiveTest, WithoutATableItSaysWhatItKnows) {
+  StalledCollective stall = ThreeRanksOnTwoNodes();
+  stall.node.clear();
+  EXPECT_THAT(DescribeStalledCollective(stall), HasSubstr("no progress table"));
+}
+
+}  // namespace
+}  // namespace stoker::trainer

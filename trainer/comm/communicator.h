@@ -1,0 +1,59 @@
+// Communicator: the interface through which ranks sum gradients and share state. The MPI
+// implementation serves the CPU path; the NCCL one (same interface) the GPU path.
+#ifndef STOKER_TRAINER_COMM_COMMUNICATOR_H_
+#define STOKER_TRAINER_COMM_COMMUNICATOR_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "trainer/comm/collective_ledger.h"
+
+namespace stoker::trainer {
+
+enum class ElementType { kFloat32, kFloat16, kBFloat16, kInt64, kUInt8 };
+enum class ReduceOp { kSum, kAverage };
+
+size_t ElementSize(ElementType type);
+
+// Collective operations over a fixed group of ranks. Every method but the accessors is
+// a collective: it must be called in the same order on every rank. Host communicators
+// (MPI) work on host memory and return when the operation is done. Device communicators
+// (NCCL) work on device memory: an operation is ordered after the work already enqueued
+// on the calling thread's current CUDA stream, runs on the communicator's own stream, and
+// Synchronize() makes the current stream wait for it (the host does not block).
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+
+  // Reduces `count` elements at `data` in place across all ranks (sum, or sum divided by
+  // the world size); every rank gets the same bits.
+  virtual absl::Status AllReduce(void* data, size_t count, ElementType type, ReduceOp op) = 0;
+
+  // Copies `bytes` bytes at `data` from rank `root` to every other rank.
+  virtual absl::Status Broadcast(void* data, size_t bytes, int root) = 0;
+
+  // Orders what follows (host code, or the current CUDA stream) after every operation
+  // issued so far.
+  virtual absl::Status Synchronize() = 0;
+
+  // For the collective watchdog (trainer/comm/collective_watchdog.h), which calls these from its
+  // own thread while collectives run; each is thread-safe.
+  //
+  // The record of this communicator's collectives; nullptr when it keeps none.
+  virtual CollectiveLedger* ledger() { return nullptr; }
+  // Device communicators: records in ledger() the operations whose work has finished since
+  // the last call. Host communicators complete each operation before returning.
+  virtual absl::Status PollCompletions() { return absl::OkStatus(); }
+  // Makes the operations in flight end with an error, and every later one fail. Returns
+  // false when the implementation cannot interrupt an operation in flight (a blocking MPI
+  // call): then only ending the process ends the wait.
+  virtual bool Abort() { return false; }
+};
+
+}  // namespace stoker::trainer
+
+#endif  // STOKER_TRAINER_COMM_COMMUNICATOR_H_

@@ -1,0 +1,87 @@
+// GradBuckets: owns the flat gradient buckets of a model and reduces them across ranks
+// while backward is still running. With more than one rank, each parameter's .grad is a
+// view into its bucket, so
+// backward accumulates straight into the memory the communicator reduces (no copy). An
+// autograd hook on each parameter's gradient accumulator counts down its bucket; a bucket
+// whose gradients are all in is reduced at once, in bucket order, as PyTorch's DDP does.
+// BucketPlan decides what goes together; this class does the reducing.
+#ifndef STOKER_TRAINER_COMM_GRAD_BUCKETS_H_
+#define STOKER_TRAINER_COMM_GRAD_BUCKETS_H_
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "trainer/comm/bucket_plan.h"
+#include "trainer/comm/communicator.h"
+
+namespace stoker::trainer {
+
+// Used by the training thread and by autograd's threads during backward (the hooks); the
+// training thread must not call it while a backward pass runs. `communicator` must
+// outlive this object and be usable from the thread that runs the hooks (on the CPU
+// that is the thread that calls backward()).
+//
+//   ASSIGN_OR_RETURN(auto buckets, GradBuckets::Create(params, names, 25 << 20, comm));
+//   buckets->ZeroGrad();
+//   buckets->BeginStep(/*reduce=*/true);
+//   loss.backward();
+//   RETURN_IF_ERROR(buckets->FinishStep());  // gradients are now the mean over ranks
+class GradBuckets {
+ public:
+  // `parameters` in registration order, all of one dtype and device; `names` for error
+  // messages. Replaces each parameter's .grad with a view into a bucket and hooks its
+  // gradient accumulator.
+  static absl::StatusOr<std::unique_ptr<GradBuckets>> Create(
+      std::vector<at::Tensor> parameters, std::vector<std::string> names, size_t bucket_bytes,
+      Communicator* communicator);
+  ~GradBuckets();
+  GradBuckets(const GradBuckets&) = delete;
+  GradBuckets& operator=(const GradBuckets&) = delete;
+
+  // Zeroes every bucket, and so every gradient, in place (the views stay attached). With
+  // one rank there are no buckets: the gradients are reset and autograd makes new ones.
+  void ZeroGrad();
+
+  // Arms the hooks for the next backward pass. With `reduce` false, gradients only
+  // accumulate locally (a micro-batch of gradient accumulation: no communication).
+  void BeginStep(bool reduce);
+
+  // After backward: checks that every bucket was reduced (else fails naming the
+  // parameters that got no gradient) and orders what follows after the reductions
+  // (Communicator::Synchronize). Afterwards each .grad holds the gradient of the mean
+  // loss over all ranks' batches. Must be called in the same order on every rank.
+  absl::Status FinishStep();
+
+  const std::vector<Bucket>& plan() const { return plan_; }
+  // Buckets reduced so far in this step (for tests of the overlap).
+  int buckets_launched() const { return next_to_launch_; }
+
+ private:
+  struct Hooks;
+  GradBuckets(std::vector<at::Tensor> parameters, std::vector<std::string> names,
+              std::vector<Bucket> plan, std::vector<at::Tensor> flat, Communicator* communicator);
+  void OnGradientReady(int parameter);
+  absl::Status Launch(int bucket);
+
+  std::vector<at::Tensor> parameters_;
+  std::vector<std::string> names_;
+  std::vector<Bucket> plan_;
+  std::vector<at::Tensor> flat_;           // one contiguous tensor per bucket
+  std::vector<int> bucket_of_;             // parameter -> bucket
+  std::vector<int> pending_;               // bucket -> gradients still to come this step
+  std::vector<char> ready_this_step_;      // parameter -> its gradient arrived
+  Communicator* communicator_;
+  bool reduce_ = true;
+  bool armed_ = false;
+  int next_to_launch_ = 0;
+  absl::Status hook_status_;               // first failure inside a hook
+  std::unique_ptr<Hooks> hooks_;           // declared last: unhooked first
+};
+
+}  // namespace stoker::trainer
+
+#endif  // STOKER_TRAINER_COMM_GRAD_BUCKETS_H_

@@ -1,0 +1,192 @@
+#include "trainer/comm/nccl_communicator.h"
+
+#include <c10/cuda/CUDAStream.h>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "common/cuda_status.h"
+#include "common/mpi_status.h"
+#include "common/status_macros.h"
+
+namespace stoker::trainer {
+namespace {
+
+absl::StatusOr<ncclDataType_t> NcclType(ElementType type) {
+  switch (type) {
+    case ElementType::kFloat32:
+      return ncclFloat32;
+    case ElementType::kFloat16:
+      return ncclFloat16;
+    case ElementType::kBFloat16:
+      return ncclBfloat16;
+    case ElementType::kInt64:
+      return ncclInt64;
+    case ElementType::kUInt8:
+      return ncclUint8;
+  }
+  return absl::InvalidArgumentError("unknown element type");
+}
+
+}  // namespace
+
+// Note [Comm stream]
+// Gradients are produced on the compute stream while backward runs. Reducing them on a
+// separate stream lets NCCL's kernels run beside backward's; the inbound event orders
+// each reduction after the gradients it reads, and the outbound event orders the
+// optimizer (on the compute stream) after the last reduction. The stream has the highest
+// priority so that a ready bucket is not queued behind backward's kernels.
+
+// Note [NCCL completion events]
+// NCCL operations return once enqueued; the host learns that one finished only from the
+// stream. After each operation an event is recorded on the communicator's stream, and
+// PollCompletions() (the watchdog's thread) completes in the ledger every operation whose
+// event has passed, so that a collective stuck on the device is seen as stuck even though
+// no host call is waiting in it. The events are reused.
+
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(MPI_Comm bootstrap,
+                                                                           int device) {
+  int rank = 0, size = 0;
+  RETURN_IF_MPI_ERROR(MPI_Comm_rank(bootstrap, &rank));
+  RETURN_IF_MPI_ERROR(MPI_Comm_size(bootstrap, &size));
+  ncclUniqueId id;
+  if (rank == 0) RETURN_IF_NCCL_ERROR(ncclGetUniqueId(&id));
+  RETURN_IF_MPI_ERROR(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, bootstrap));
+
+  RETURN_IF_CUDA_ERROR(cudaSetDevice(device));
+  int least = 0, greatest = 0;
+  RETURN_IF_CUDA_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  cudaStream_t stream;
+  RETURN_IF_CUDA_ERROR(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, greatest));
+  absl::Cleanup destroy_stream = [stream] { cudaStreamDestroy(stream); };
+  cudaEvent_t inbound, outbound;
+  RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(&inbound, cudaEventDisableTiming));
+  absl::Cleanup destroy_inbound = [inbound] { cudaEventDestroy(inbound); };
+  RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(&outbound, cudaEventDisableTiming));
+  absl::Cleanup destroy_outbound = [outbound] { cudaEventDestroy(outbound); };
+
+  ncclComm_t comm;
+  RETURN_IF_NCCL_ERROR(ncclCommInitRank(&comm, size, id, rank));
+  std::move(destroy_stream).Cancel();
+  std::move(destroy_inbound).Cancel();
+  std::move(destroy_outbound).Cancel();
+  return std::unique_ptr<NcclCommunicator>(
+      new NcclCommunicator(comm, stream, inbound, outbound, device, rank, size));
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (aborted_.exchange(true)) {
+    // The watchdog aborted the communicator already.
+  } else if (failed_) {
+    ncclCommAbort(comm_);
+  } else {
+    cudaStreamSynchronize(stream_);
+    ncclCommDestroy(comm_);
+  }
+  {
+    absl::MutexLock lock(&events_mu_);
+    for (auto& [seq, event] : in_flight_) cudaEventDestroy(event);
+    for (cudaEvent_t event : free_events_) cudaEventDestroy(event);
+    in_flight_.clear();
+    free_events_.clear();
+  }
+  cudaEventDestroy(outbound_);
+  cudaEventDestroy(inbound_);
+  cudaStreamDestroy(stream_);
+}
+
+absl::Status NcclCommunicator::WaitForCurrentStream() {
+  cudaStream_t current = c10::cuda::getCurrentCUDAStream().stream();
+  RETURN_IF_CUDA_ERROR(cudaEventRecord(inbound_, current));
+  RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(stream_, inbound_, 0));
+  return absl::OkStatus();
+}
+
+void NcclCommunicator::TrackCompletion(uint64_t seq, const absl::Status& enqueued) {
+  if (!enqueued.ok()) {
+    ledger_.Complete(seq);  // not waiting in it: the caller fails
+    return;
+  }
+  absl::MutexLock lock(&events_mu_);
+  // Completions seen now keep the ledger (and the node's progress table) current even if
+  // this rank stops before the watchdog's next poll.
+  while (!in_flight_.empty() && cudaEventQuery(in_flight_.front().second) == cudaSuccess) {
+    ledger_.Complete(in_flight_.front().first);
+    free_events_.push_back(in_flight_.front().second);
+    in_flight_.pop_front();
+  }
+  cudaEvent_t event = nullptr;
+  if (!free_events_.empty()) {
+    event = free_events_.back();
+    free_events_.pop_back();
+  } else if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) != cudaSuccess) {
+    return;  // not tracked: completed with the next tracked operation
+  }
+  if (cudaEventRecord(event, stream_) != cudaSuccess) {
+    free_events_.push_back(event);
+    return;
+  }
+  in_flight_.emplace_back(seq, event);
+}
+
+absl::Status NcclCommunicator::PollCompletions() {
+  absl::MutexLock lock(&events_mu_);
+  if (aborted_.load()) return absl::OkStatus();
+  if (!in_flight_.empty()) RETURN_IF_CUDA_ERROR(cudaSetDevice(device_));
+  while (!in_flight_.empty()) {
+    const cudaError_t state = cudaEventQuery(in_flight_.front().second);
+    if (state == cudaErrorNotReady) break;
+    RETURN_IF_ERROR(CudaStatus(state, "cudaEventQuery (NCCL completion)"));
+    ledger_.Complete(in_flight_.front().first);
+    free_events_.push_back(in_flight_.front().second);
+    in_flight_.pop_front();
+  }
+  return absl::OkStatus();
+}
+
+bool NcclCommunicator::Abort() {
+  absl::MutexLock lock(&comm_mu_);
+  if (!aborted_.exchange(true)) ncclCommAbort(comm_);
+  return true;
+}
+
+absl::Status NcclCommunicator::AllReduce(void* data, size_t count, ElementType type, ReduceOp op) {
+  ASSIGN_OR_RETURN(ncclDataType_t nccl_type, NcclType(type));
+  RETURN_IF_ERROR(WaitForCurrentStream());
+  absl::MutexLock lock(&comm_mu_);
+  if (aborted_.load()) return absl::AbortedError("the NCCL communicator was aborted (collective watchdog)");
+  const uint64_t seq = ledger_.Issue(CollectiveKind::kAllReduce);
+  absl::Status status = NcclStatus(
+      ncclAllReduce(data, data, count, nccl_type, op == ReduceOp::kAverage ? ncclAvg : ncclSum,
+                    comm_, stream_),
+      "ncclAllReduce");
+  failed_ |= !status.ok();
+  TrackCompletion(seq, status);
+  return status;
+}
+
+absl::Status NcclCommunicator::Broadcast(void* data, size_t bytes, int root) {
+  if (root < 0 || root >= world_size_) {
+    return absl::InvalidArgumentError(absl::StrCat("broadcast root ", root, " is not a rank"));
+  }
+  RETURN_IF_ERROR(WaitForCurrentStream());
+  {
+    absl::MutexLock lock(&comm_mu_);
+    if (aborted_.load()) return absl::AbortedError("the NCCL communicator was aborted (collective watchdog)");
+    const uint64_t seq = ledger_.Issue(CollectiveKind::kBroadcast);
+    absl::Status status =
+        NcclStatus(ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream_), "ncclBroadcast");
+    failed_ |= !status.ok();
+    TrackCompletion(seq, status);
+    if (!status.ok()) return status;
+  }
+  return Synchronize();
+}
+
+absl::Status NcclCommunicator::Synchronize() {
+  cudaStream_t current = c10::cuda::getCurrentCUDAStream().stream();
+  RETURN_IF_CUDA_ERROR(cudaEventRecord(outbound_, stream_));
+  RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(current, outbound_, 0));
+  return absl::OkStatus();
+}
+
+}  // namespace stoker::trainer

@@ -1,0 +1,83 @@
+// NcclCommunicator: the Communicator over NCCL, for buffers in device memory (the GPU
+// path). The unique id travels from rank 0 over MPI_Bcast.
+#ifndef STOKER_TRAINER_COMM_NCCL_COMMUNICATOR_H_
+#define STOKER_TRAINER_COMM_NCCL_COMMUNICATOR_H_
+
+#include <cuda_runtime_api.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "trainer/comm/communicator.h"
+
+namespace stoker::trainer {
+
+// Collectives run on the communicator's own high-priority stream (Note [Comm stream]).
+// Each operation first makes that stream wait for the work already enqueued on the
+// calling thread's current CUDA stream, so it sees the data written there; Synchronize()
+// makes the current stream wait for every operation issued so far. Nothing blocks the
+// host. Used by one thread at a time (the training thread, or autograd's device thread
+// during backward); ledger(), PollCompletions() and Abort() may be called from any thread
+// (the collective watchdog's). Each operation is recorded in the ledger (channel "NCCL")
+// when it is enqueued and completed once an event recorded after it on the stream has
+// passed (Note [NCCL completion events]).
+class NcclCommunicator final : public Communicator {
+ public:
+  // Collective over `bootstrap`'s ranks: rank 0 makes the unique id and broadcasts it.
+  // `device` must be the current CUDA device of the calling thread.
+  static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Create(MPI_Comm bootstrap, int device);
+  ~NcclCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  absl::Status AllReduce(void* data, size_t count, ElementType type, ReduceOp op) override;
+  absl::Status Broadcast(void* data, size_t bytes, int root) override;
+  absl::Status Synchronize() override;
+  CollectiveLedger* ledger() override { return &ledger_; }
+  absl::Status PollCompletions() override;
+  // ncclCommAbort: kernels in flight end, later calls fail. Returns true.
+  bool Abort() override;
+
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  NcclCommunicator(ncclComm_t comm, cudaStream_t stream, cudaEvent_t inbound,
+                   cudaEvent_t outbound, int device, int rank, int world_size)
+      : comm_(comm), stream_(stream), inbound_(inbound), outbound_(outbound),
+        device_(device), rank_(rank), world_size_(world_size) {}
+  // Makes stream_ wait for the current stream's work so far.
+  absl::Status WaitForCurrentStream();
+  // Records on stream_ the event that completes operation `seq` in the ledger; completes
+  // it at once when `enqueued` failed.
+  void TrackCompletion(uint64_t seq, const absl::Status& enqueued);
+
+  ncclComm_t comm_;
+  cudaStream_t stream_;
+  cudaEvent_t inbound_;   // recorded on the current stream, waited on by stream_
+  cudaEvent_t outbound_;  // recorded on stream_, waited on by the current stream
+  int device_;
+  int rank_;
+  int world_size_;
+  bool failed_ = false;   // a collective failed: abort rather than destroy
+  // Held while an operation is enqueued and while Abort() runs, so that no call reaches a
+  // communicator that ncclCommAbort freed.
+  absl::Mutex comm_mu_;
+  std::atomic<bool> aborted_{false};  // ncclCommAbort was called
+  CollectiveLedger ledger_{"NCCL"};
+  absl::Mutex events_mu_;
+  // Operations enqueued and not yet seen complete, oldest first, with their events.
+  std::deque<std::pair<uint64_t, cudaEvent_t>> in_flight_ ABSL_GUARDED_BY(events_mu_);
+  std::vector<cudaEvent_t> free_events_ ABSL_GUARDED_BY(events_mu_);
+};
+
+}  // namespace stoker::trainer
+
+#endif  // STOKER_TRAINER_COMM_NCCL_COMMUNICATOR_H_

@@ -1,0 +1,77 @@
+// Runs as 3 MPI ranks on one host (one node): the node's progress table is shared by every
+// rank and leaves no name behind; a rank that is late for a collective makes the others'
+// watchdogs fire, and not its own.
+#include "trainer/comm/node_progress_table.h"
+
+#include <mpi.h>
+#include <sys/stat.h>
+
+#include <memory>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "trainer/comm/collective_watchdog.h"
+#include "trainer/comm/mpi_communicator.h"
+
+namespace stoker::trainer {
+namespace {
+
+NodePlace OneNode() {
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return NodePlace{rank, size, 0};
+}
+
+TEST(NodeProgressTableTest, EveryLocalRankMapsTheSameTableAndNoNameIsLeft) {
+  auto control = MpiCommunicator::Create(MPI_COMM_WORLD);
+  ASSERT_TRUE(control.ok()) << control.status();
+  const NodePlace place = OneNode();
+  auto table = ShareNodeProgressTable(**control, place);
+  ASSERT_TRUE(table.ok()) << table.status();
+  struct stat info;
+  EXPECT_NE(stat(("/dev/shm" + table->name()).c_str(), &info), 0) << table->name() << " was left";
+  table->slot(place.local_rank).rank.store(100 + place.local_rank);
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int i = 0; i < place.local_size; ++i) EXPECT_EQ(table->slot(i).rank.load(), 100 + i);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(NodeProgressTableTest, TheRanksWaitingForALateRankFireAndItDoesNot) {
+  auto control = MpiCommunicator::Create(MPI_COMM_WORLD);
+  ASSERT_TRUE(control.ok()) << control.status();
+  const NodePlace place = OneNode();
+  auto table = ShareNodeProgressTable(**control, place);
+  ASSERT_TRUE(table.ok()) << table.status();
+
+  struct Exit {
+    std::atomic<int> code{-1};
+  };
+  auto exit = std::make_shared<Exit>();
+  CollectiveWatchdogOptions options;
+  options.timeout = absl::Milliseconds(700);
+  options.abort_grace = absl::ZeroDuration();
+  options.poll_interval = absl::Milliseconds(20);
+  auto watchdog = CollectiveWatchdog::Start(
+      options, WatchedRank{place.local_rank, place.local_size, place.local_rank, 0},
+      {control->get()}, &*table, [exit](int code) { exit->code = code; });
+  ASSERT_TRUE(watchdog.ok()) << watchdog.status();
+
+  if (place.local_rank == 1) absl::SleepFor(absl::Seconds(2));  // late for the allreduce
+  int64_t value = 1;
+  ASSERT_TRUE((*control)->AllReduce(&value, 1, ElementType::kInt64, ReduceOp::kSum).ok());
+  EXPECT_EQ(value, place.local_size);
+  if (place.local_rank == 1) {
+    EXPECT_FALSE((*watchdog)->fired());
+    EXPECT_EQ(exit->code.load(), -1);
+  } else {
+    EXPECT_TRUE((*watchdog)->fired());
+    EXPECT_EQ(exit->code.load(), 1);
+  }
+  watchdog->reset();
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+}  // namespace
+}  // namespace stoker::trainer

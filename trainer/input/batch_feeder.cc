@@ -1,0 +1,55 @@
+#include "trainer/input/batch_feeder.h"
+
+#include <ATen/ATen.h>
+
+#include "common/status_macros.h"
+
+namespace stoker::trainer {
+namespace {
+
+class CpuBatchFeeder final : public BatchFeeder {
+ public:
+  CpuBatchFeeder(BatchSource* source, const FeederOptions& options)
+      : source_(source), options_(options) {
+    mean_ = at::tensor({options.mean[0], options.mean[1], options.mean[2]}) * 255.0;
+    inv_std_ = 1.0 / (at::tensor({options.stddev[0], options.stddev[1], options.stddev[2]}) * 255.0);
+  }
+
+  absl::StatusOr<TrainingBatch> Next() override {
+    const absl::Time start = absl::Now();
+    ASSIGN_OR_RETURN(data_service::BatchView view, source_->Acquire(options_.timeout));
+    TrainingBatch batch;
+    batch.data_wait = absl::Now() - start;
+    batch.epoch = view.epoch;
+    batch.step = view.step;
+    batch.count = view.count;
+    if (view.sample_indices != nullptr) {
+      batch.sample_indices.assign(view.sample_indices, view.sample_indices + view.count);
+    }
+    const int64_t s = options_.image_size;
+    at::Tensor raw = at::from_blob(const_cast<uint8_t*>(view.images), {view.count, s, s, 3},
+                                   at::TensorOptions().dtype(at::kByte));
+    // NHWC in memory is channels_last for the [N, 3, H, W] view: no transpose copy.
+    batch.images = raw.to(at::kFloat).sub_(mean_).mul_(inv_std_).permute({0, 3, 1, 2}).to(options_.dtype);
+    batch.labels = at::from_blob(const_cast<int32_t*>(view.labels), {view.count},
+                                 at::TensorOptions().dtype(at::kInt))
+                       .to(at::kLong);
+    // Both tensors are copies now: the slot can go back.
+    RETURN_IF_ERROR(source_->Release(view));
+    return batch;
+  }
+
+ private:
+  BatchSource* source_;
+  FeederOptions options_;
+  at::Tensor mean_;
+  at::Tensor inv_std_;
+};
+
+}  // namespace
+
+std::unique_ptr<BatchFeeder> MakeCpuBatchFeeder(BatchSource* source, const FeederOptions& options) {
+  return std::make_unique<CpuBatchFeeder>(source, options);
+}
+
+}  // namespace stoker::trainer

@@ -1,0 +1,265 @@
+#include "trainer/input/cuda_batch_feeder.h"
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+
+#include <deque>
+#include <thread>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/cuda_status.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "trainer/input/normalize_kernel.h"
+
+namespace stoker::trainer {
+namespace {
+
+// Note [Slot release after copy]
+// A ring slot goes back to the data service only once the copy reading it has completed
+// (its event has fired): the producer rewrites a released slot at once, and a copy still
+// in flight would then read half-new bytes. The prefetch thread waits for that event, not
+// the training thread, so the wait costs the step nothing; the copy itself overlaps the
+// previous step's compute because it runs on its own stream.
+
+// Note [Pinning and the locked-memory limit]
+// cudaHostRegister does not count against RLIMIT_MEMLOCK: measured on an H200 (driver
+// 580, Linux 6.18) as an unprivileged user without CAP_IPC_LOCK under `ulimit -l 0`, it
+// registered 256 MiB of /dev/shm memory (and 1 GiB under a 64 KiB limit), and VmLck and
+// VmPin stayed 0. So a low `ulimit -l` needs neither an error nor a fallback here (it
+// does matter to InfiniBand registration by NCCL and MPI). A registration that fails for
+// another reason is the documented fallback: a warning that says what it costs, and
+// pageable copies (CudaFeederStats::pinned is false).
+
+// Page-locks a host range with cudaHostRegister for the life of the object.
+class PinnedHostRange {
+ public:
+  static absl::StatusOr<std::unique_ptr<PinnedHostRange>> Register(void* base, size_t bytes) {
+    RETURN_IF_CUDA_ERROR(cudaHostRegister(base, bytes, cudaHostRegisterDefault));
+    return std::unique_ptr<PinnedHostRange>(new PinnedHostRange(base));
+  }
+  ~PinnedHostRange() { cudaHostUnregister(base_); }
+
+ private:
+  explicit PinnedHostRange(void* base) : base_(base) {}
+  void* base_;
+};
+
+// A device staging buffer for one batch, with the events that order its reuse.
+struct Staging {
+  at::Tensor images;        // uint8 [batch * H * W * 3]
+  at::Tensor labels;        // int32 [batch]
+  cudaEvent_t copied = nullptr;    // on the copy stream, after the copy into it
+  cudaEvent_t consumed = nullptr;  // on the compute stream, after the normalise from it
+};
+
+struct Ready {
+  int buffer = -1;
+  int64_t epoch = 0;
+  int64_t step = 0;
+  int32_t count = 0;
+  std::vector<int64_t> sample_indices;
+};
+
+class CudaBatchFeeder final : public BatchFeeder {
+ public:
+  CudaBatchFeeder(BatchSource* source, const FeederOptions& options, int device,
+                  CudaFeederStats* stats)
+      : source_(source), options_(options), device_(device), stats_(stats) {}
+
+  ~CudaBatchFeeder() override {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    if (prefetch_thread_.joinable()) prefetch_thread_.join();
+    if (copy_stream_ != nullptr) cudaStreamSynchronize(copy_stream_);
+    for (Staging& s : staging_) {
+      if (s.copied) cudaEventDestroy(s.copied);
+      if (s.consumed) cudaEventDestroy(s.consumed);
+    }
+    if (copy_stream_ != nullptr) cudaStreamDestroy(copy_stream_);
+  }
+
+  absl::Status Start() {
+    RETURN_IF_CUDA_ERROR(cudaSetDevice(device_));
+    auto pinned = PinnedHostRange::Register(source_->memory_base(), source_->memory_bytes());
+    if (pinned.ok()) {
+      pinned_ = std::move(*pinned);
+    } else {
+      cudaGetLastError();  // clear the sticky-free error of the refused registration
+      // Note [Pinning and the locked-memory limit].
+      LogWarning(
+          "could not page-lock the data ring (%d MiB) with cudaHostRegister: %s. Training "
+          "goes on with pageable copies: each batch copy is synchronous (it no longer overlaps "
+          "compute) at about a quarter of the bandwidth. The locked-memory limit (ulimit -l) "
+          "is not the cause: the NVIDIA driver pins without RLIMIT_MEMLOCK. Look for host "
+          "memory that cannot be pinned (too little free RAM, a VM or WSL that refuses to "
+          "register shared memory).",
+          static_cast<int>(source_->memory_bytes() >> 20), pinned.status().message());
+    }
+    if (stats_ != nullptr) stats_->pinned = pinned_ != nullptr;
+    RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+    const int64_t s = options_.image_size;
+    const at::TensorOptions device_options = at::TensorOptions().device(at::kCUDA, device_);
+    for (int i = 0; i < kBuffers; ++i) {
+      Staging& staging = staging_[i];
+      staging.images = at::empty({options_.batch_size * s * s * 3}, device_options.dtype(at::kByte));
+      staging.labels = at::empty({options_.batch_size}, device_options.dtype(at::kInt));
+      RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(&staging.copied, cudaEventDisableTiming | cudaEventBlockingSync));
+      RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(&staging.consumed, cudaEventDisableTiming));
+      free_.push_back(i);
+    }
+    // The staging buffers were allocated on the current stream: let that work finish
+    // before the copy stream writes into them.
+    RETURN_IF_CUDA_ERROR(cudaDeviceSynchronize());
+    prefetch_thread_ = std::thread([this] { PrefetchLoop(); });
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<TrainingBatch> Next() override {
+    const absl::Time start = absl::Now();
+    Ready ready;
+    {
+      absl::MutexLock lock(&mu_);
+      auto has_batch = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return !ready_.empty() || !prefetch_status_.ok();
+      };
+      if (!mu_.AwaitWithTimeout(absl::Condition(&has_batch), options_.timeout)) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "no batch from the data service within ", absl::FormatDuration(options_.timeout)));
+      }
+      if (ready_.empty()) return prefetch_status_;
+      ready = std::move(ready_.front());
+      ready_.pop_front();
+    }
+    TrainingBatch batch;
+    batch.data_wait = absl::Now() - start;
+    batch.epoch = ready.epoch;
+    batch.step = ready.step;
+    batch.count = ready.count;
+    batch.sample_indices = std::move(ready.sample_indices);
+    Staging& staging = staging_[ready.buffer];
+    cudaStream_t compute = c10::cuda::getCurrentCUDAStream(device_).stream();
+    RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(compute, staging.copied, 0));
+    const int64_t s = options_.image_size;
+    batch.images = at::empty({ready.count, 3, s, s},
+                             at::TensorOptions().device(at::kCUDA, device_).dtype(options_.dtype),
+                             at::MemoryFormat::ChannelsLast);
+    ASSIGN_OR_RETURN(NormalizedType type, TypeOf(options_.dtype));
+    RETURN_IF_CUDA_ERROR(LaunchNormalizeU8(staging.images.data_ptr<uint8_t>(),
+                                           batch.images.data_ptr(), ready.count * s * s, type,
+                                           options_.mean, options_.stddev, compute));
+    batch.labels = staging.labels.narrow(0, 0, ready.count).to(at::kLong);
+    RETURN_IF_CUDA_ERROR(cudaEventRecord(staging.consumed, compute));
+    {
+      absl::MutexLock lock(&mu_);
+      free_.push_back(ready.buffer);
+    }
+    return batch;
+  }
+
+ private:
+  static constexpr int kBuffers = 2;
+
+  static absl::StatusOr<NormalizedType> TypeOf(at::ScalarType dtype) {
+    switch (dtype) {
+      case at::kFloat:
+        return NormalizedType::kFloat32;
+      case at::kHalf:
+        return NormalizedType::kFloat16;
+      case at::kBFloat16:
+        return NormalizedType::kBFloat16;
+      default:
+        return absl::InvalidArgumentError("input dtype must be float32, float16 or bfloat16");
+    }
+  }
+
+  // Owned by prefetch_thread_: the only user of source_ after Start().
+  void PrefetchLoop() {
+    absl::Status status = CudaStatus(cudaSetDevice(device_), "cudaSetDevice");
+    while (status.ok()) {
+      int buffer = -1;
+      {
+        absl::MutexLock lock(&mu_);
+        auto can_go = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || !free_.empty(); };
+        mu_.Await(absl::Condition(&can_go));
+        if (stopping_) return;
+        buffer = free_.front();
+        free_.pop_front();
+      }
+      status = CopyOne(buffer);
+    }
+    absl::MutexLock lock(&mu_);
+    prefetch_status_ = status;
+  }
+
+  absl::Status CopyOne(int buffer) {
+    // Wait in short slices so that the destructor is never held up for long.
+    absl::StatusOr<data_service::BatchView> view = absl::DeadlineExceededError("");
+    const absl::Time deadline = absl::Now() + options_.timeout;
+    while (true) {
+      view = source_->Acquire(absl::Milliseconds(100));
+      if (view.ok() || view.status().code() != absl::StatusCode::kDeadlineExceeded) break;
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return absl::CancelledError("feeder stopping");
+      if (absl::Now() > deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "no batch from the data service within ", absl::FormatDuration(options_.timeout)));
+      }
+    }
+    RETURN_IF_ERROR(view.status());
+    Staging& staging = staging_[buffer];
+    const size_t image_bytes =
+        static_cast<size_t>(view->count) * options_.image_size * options_.image_size * 3;
+    RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(copy_stream_, staging.consumed, 0));
+    RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(staging.images.data_ptr(), view->images, image_bytes,
+                                         cudaMemcpyHostToDevice, copy_stream_));
+    RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(staging.labels.data_ptr(), view->labels,
+                                         view->count * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                         copy_stream_));
+    RETURN_IF_CUDA_ERROR(cudaEventRecord(staging.copied, copy_stream_));
+    // See Note [Slot release after copy].
+    RETURN_IF_CUDA_ERROR(cudaEventSynchronize(staging.copied));
+    Ready ready{buffer, view->epoch, view->step, view->count, {}};
+    if (view->sample_indices != nullptr) {
+      ready.sample_indices.assign(view->sample_indices, view->sample_indices + view->count);
+    }
+    RETURN_IF_ERROR(source_->Release(*view));
+    absl::MutexLock lock(&mu_);
+    ready_.push_back(std::move(ready));
+    if (stats_ != nullptr) ++stats_->batches_copied;
+    return absl::OkStatus();
+  }
+
+  BatchSource* source_;
+  const FeederOptions options_;
+  const int device_;
+  CudaFeederStats* stats_;
+  std::unique_ptr<PinnedHostRange> pinned_;
+  cudaStream_t copy_stream_ = nullptr;
+  Staging staging_[kBuffers];
+
+  absl::Mutex mu_;
+  std::deque<int> free_ ABSL_GUARDED_BY(mu_);      // staging buffers the prefetcher may fill
+  std::deque<Ready> ready_ ABSL_GUARDED_BY(mu_);   // copied batches, in order
+  absl::Status prefetch_status_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread prefetch_thread_;  // declared last: joined first (in the destructor)
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<BatchFeeder>> MakeCudaBatchFeeder(BatchSource* source,
+                                                                 const FeederOptions& options,
+                                                                 int device,
+                                                                 CudaFeederStats* stats) {
+  auto feeder = std::make_unique<CudaBatchFeeder>(source, options, device, stats);
+  RETURN_IF_ERROR(feeder->Start());
+  return feeder;
+}
+
+}  // namespace stoker::trainer

@@ -1,0 +1,208 @@
+// GPU tests of the CUDA batch feeder (tag gpu): slots go back only after their copies
+// completed, copies overlap compute, and the fused normalisation is exact.
+#include "trainer/input/cuda_batch_feeder.h"
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <random>
+
+#include "gtest/gtest.h"
+
+namespace stoker::trainer {
+namespace {
+
+// A ring in host memory that behaves like the data service at its most hostile: the
+// moment a slot is released it is overwritten with poison, as a producer refilling it
+// at once would. A copy still reading the slot would then carry poison to the GPU.
+class PoisoningSource final : public BatchSource {
+ public:
+  // With `refill` false the slots are written once here and never poisoned: a source
+  // that costs nothing, for timing.
+  PoisoningSource(int slots, int batch, int image_size, int batches, bool refill = true)
+      : slot_bytes_(static_cast<size_t>(batch) * image_size * image_size * 3),
+        batch_(batch),
+        batches_(batches),
+        refill_(refill),
+        memory_(slots * (slot_bytes_ + batch * sizeof(int32_t)) + 4096) {
+    for (int i = 0; i < slots; ++i) free_.push_back(i);
+    if (!refill_) std::memset(memory_.data(), 7, memory_.size());
+  }
+
+  // The bytes batch `step` carries: a pure function of (step, offset).
+  static uint8_t Byte(int64_t step, size_t offset) {
+    return static_cast<uint8_t>((offset * 2654435761u + step * 97u) >> 13);
+  }
+
+  absl::StatusOr<data_service::BatchView> Acquire(absl::Duration) override {
+    if (next_ >= batches_) return absl::OutOfRangeError("no more batches");
+    if (free_.empty()) return absl::DeadlineExceededError("ring empty");
+    const int slot = free_.front();
+    free_.pop_front();
+    uint8_t* images = SlotImages(slot);
+    if (refill_) {
+      for (size_t i = 0; i < slot_bytes_; ++i) images[i] = Byte(next_, i);
+    }
+    int32_t* labels = SlotLabels(slot);
+    for (int i = 0; i < batch_; ++i) labels[i] = static_cast<int32_t>(next_ * 1000 + i);
+    data_service::BatchView view;
+    view.slot = slot;
+    view.epoch = 0;
+    view.step = next_++;
+    view.count = batch_;
+    view.images = images;
+    view.labels = labels;
+    return view;
+  }
+
+  absl::Status Release(const data_service::BatchView& batch) override {
+    if (refill_) std::memset(SlotImages(batch.slot), 0xAA, slot_bytes_);
+    free_.push_back(batch.slot);
+    return absl::OkStatus();
+  }
+
+  void* memory_base() const override { return const_cast<uint8_t*>(memory_.data()); }
+  size_t memory_bytes() const override { return memory_.size(); }
+
+ private:
+  uint8_t* SlotImages(int slot) { return memory_.data() + slot * (slot_bytes_ + batch_ * 4); }
+  int32_t* SlotLabels(int slot) { return reinterpret_cast<int32_t*>(SlotImages(slot) + slot_bytes_); }
+
+  size_t slot_bytes_;
+  int batch_;
+  int batches_;
+  bool refill_;
+  std::vector<uint8_t> memory_;
+  std::deque<int> free_;
+  int64_t next_ = 0;
+};
+
+bool HaveGpu() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+FeederOptions IdentityOptions(int batch, int image_size) {
+  FeederOptions options;
+  options.batch_size = batch;
+  options.image_size = image_size;
+  options.dtype = at::kFloat;
+  for (int c = 0; c < 3; ++c) {
+    options.mean[c] = 0.0f;       // (v / 255 - 0) / (1 / 255) == v: the bytes, as floats
+    options.stddev[c] = 1.0f / 255.0f;
+  }
+  options.timeout = absl::Seconds(30);
+  return options;
+}
+
+TEST(CudaBatchFeederTest, SlotIsNotReleasedBeforeItsCopyCompletes) {
+  if (!HaveGpu()) GTEST_SKIP() << "needs a GPU";
+  const int batch = 64, size = 224, batches = 24;
+  PoisoningSource source(/*slots=*/3, batch, size, batches);
+  CudaFeederStats stats;
+  auto feeder = MakeCudaBatchFeeder(&source, IdentityOptions(batch, size), 0, &stats);
+  ASSERT_TRUE(feeder.ok()) << feeder.status();
+  EXPECT_TRUE(stats.pinned);
+  for (int step = 0; step < batches; ++step) {
+    auto next = (*feeder)->Next();
+    ASSERT_TRUE(next.ok()) << next.status();
+    ASSERT_EQ(next->step, step);
+    // channels_last [N, 3, H, W] is NHWC in memory: permute back and compare bytes.
+    at::Tensor bytes = next->images.permute({0, 2, 3, 1}).contiguous().to(at::kByte).cpu();
+    const uint8_t* got = bytes.data_ptr<uint8_t>();
+    int64_t wrong = 0;
+    for (size_t i = 0; i < static_cast<size_t>(bytes.numel()); ++i) {
+      wrong += got[i] != PoisoningSource::Byte(step, i);
+    }
+    EXPECT_EQ(wrong, 0) << "batch " << step << " reached the GPU with " << wrong
+                        << " bytes overwritten after release";
+    at::Tensor labels = next->labels.cpu();
+    EXPECT_EQ(labels[batch - 1].item<int64_t>(), step * 1000 + batch - 1);
+  }
+}
+
+TEST(CudaBatchFeederTest, NormalisesToBf16ChannelsLast) {
+  if (!HaveGpu()) GTEST_SKIP() << "needs a GPU";
+  const int batch = 4, size = 32;
+  PoisoningSource source(3, batch, size, 1);
+  FeederOptions options = IdentityOptions(batch, size);
+  options.dtype = at::kBFloat16;
+  const float mean[3] = {0.485f, 0.456f, 0.406f}, stddev[3] = {0.229f, 0.224f, 0.225f};
+  std::copy(mean, mean + 3, options.mean);
+  std::copy(stddev, stddev + 3, options.stddev);
+  auto feeder = MakeCudaBatchFeeder(&source, options, 0);
+  ASSERT_TRUE(feeder.ok()) << feeder.status();
+  auto next = (*feeder)->Next();
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->images.scalar_type(), at::kBFloat16);
+  EXPECT_TRUE(next->images.is_contiguous(at::MemoryFormat::ChannelsLast));
+  at::Tensor raw = at::empty({batch, size, size, 3}, at::kByte);
+  for (int64_t i = 0; i < raw.numel(); ++i) raw.data_ptr<uint8_t>()[i] = PoisoningSource::Byte(0, i);
+  at::Tensor expected = raw.to(at::kFloat).div(255).sub(at::tensor({mean[0], mean[1], mean[2]}))
+                            .div(at::tensor({stddev[0], stddev[1], stddev[2]})).permute({0, 3, 1, 2});
+  at::Tensor got = next->images.to(at::kFloat).cpu();
+  EXPECT_LT((got - expected).abs().max().item<float>(), 0.02f);  // bf16 rounding of |x| <= 2.7
+}
+
+// Copy stream and compute stream run side by side: a training-like loop (take a batch,
+// compute) takes about as long as its computation alone, not computation plus copies.
+TEST(CudaBatchFeederTest, CopiesOverlapCompute) {
+  if (!HaveGpu()) GTEST_SKIP() << "needs a GPU";
+  const int batch = 256, size = 224, batches = 16;
+  at::Tensor a = at::randn({4096, 4096}, at::TensorOptions().device(at::kCUDA));
+  at::Tensor b = at::randn({4096, 4096}, at::TensorOptions().device(at::kCUDA));
+  auto compute = [&](int n) {
+    for (int i = 0; i < n; ++i) b = at::mm(a, b).mul_(1e-3);
+  };
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  auto time_ms = [&](auto&& body) {
+    cudaDeviceSynchronize();
+    cudaEventRecord(start, stream);
+    body();
+    cudaEventRecord(stop, stream);
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    return ms;
+  };
+  compute(3);  // warm-up
+
+  // Copies alone: the slots are filled once, so only copying and normalising are timed.
+  PoisoningSource copy_source(4, batch, size, batches, /*refill=*/false);
+  auto copy_feeder = MakeCudaBatchFeeder(&copy_source, IdentityOptions(batch, size), 0);
+  ASSERT_TRUE(copy_feeder.ok()) << copy_feeder.status();
+  ASSERT_TRUE((*copy_feeder)->Next().ok());  // the first copy starts the stream
+  const float copy_ms = time_ms([&] {
+    for (int i = 1; i < batches; ++i) ASSERT_TRUE((*copy_feeder)->Next().ok());
+  }) / (batches - 1);
+
+  // Compute per step sized to about one copy.
+  const float mm_ms = time_ms([&] { compute(4); }) / 4;
+  const int per_step = std::max(1, static_cast<int>(copy_ms / mm_ms + 0.5f));
+  const float compute_ms = time_ms([&] { compute(per_step * (batches - 1)); });
+
+  PoisoningSource both_source(4, batch, size, batches, /*refill=*/false);
+  auto both_feeder = MakeCudaBatchFeeder(&both_source, IdentityOptions(batch, size), 0);
+  ASSERT_TRUE(both_feeder.ok());
+  ASSERT_TRUE((*both_feeder)->Next().ok());
+  const float both_ms = time_ms([&] {
+    for (int i = 1; i < batches; ++i) {
+      ASSERT_TRUE((*both_feeder)->Next().ok());
+      compute(per_step);
+    }
+  });
+  const float serial_ms = compute_ms + copy_ms * (batches - 1);
+  std::printf("per batch: copy %.3f ms; %d step(s): compute %.2f ms, both %.2f ms, serial would be %.2f ms\n",
+              copy_ms, batches - 1, compute_ms, both_ms, serial_ms);
+  EXPECT_LT(both_ms, compute_ms + 0.5f * (serial_ms - compute_ms)) << "copies did not overlap compute";
+}
+
+}  // namespace
+}  // namespace stoker::trainer

@@ -1,0 +1,18 @@
+// ImageClassifier: what every model Stoker trains is. Float NCHW images (channels_last
+// layout or not) in, logits [N, classes] out.
+#ifndef STOKER_TRAINER_NN_IMAGE_CLASSIFIER_H_
+#define STOKER_TRAINER_NN_IMAGE_CLASSIFIER_H_
+
+#include <torch/nn/module.h>
+
+namespace stoker::trainer {
+
+class ImageClassifier : public torch::nn::Module {
+ public:
+  using torch::nn::Module::Module;
+  virtual torch::Tensor forward(torch::Tensor images) = 0;
+};
+
+}  // namespace stoker::trainer
+
+#endif  // STOKER_TRAINER_NN_IMAGE_CLASSIFIER_H_

@@ -1,0 +1,103 @@
+#include "trainer/optim/fused_optimizer.h"
+
+#include <ATen/ops/_foreach_add.h>
+#include <ATen/ops/_fused_adamw.h>
+#include <ATen/ops/_fused_sgd.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
+#include <c10/core/GradMode.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace stoker::trainer {
+
+absl::StatusOr<std::unique_ptr<FusedOptimizer>> FusedOptimizer::Create(
+    std::vector<at::Tensor> parameters, const OptimizerOptions& options) {
+  std::vector<ParameterGroup> groups(1);
+  groups[0].parameters = std::move(parameters);
+  groups[0].weight_decay = options.weight_decay;
+  return Create(std::move(groups), options);
+}
+
+absl::StatusOr<std::unique_ptr<FusedOptimizer>> FusedOptimizer::Create(
+    std::vector<ParameterGroup> groups, const OptimizerOptions& options) {
+  if (options.kind != "sgd" && options.kind != "adamw") {
+    return absl::InvalidArgumentError(absl::StrCat("--optimizer=", options.kind, ": use sgd or adamw"));
+  }
+  if (!(options.learning_rate > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("--lr=", options.learning_rate, ": must be > 0"));
+  }
+  for (const ParameterGroup& group : groups) {
+    if (group.weight_decay < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--weight_decay=", group.weight_decay, ": must be >= 0"));
+    }
+  }
+  if (options.momentum < 0 || options.momentum >= 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--momentum=", options.momentum, ": must be in [0, 1)"));
+  }
+  if (options.nesterov && options.momentum == 0) {
+    return absl::InvalidArgumentError("--nesterov needs --momentum > 0");
+  }
+  return std::unique_ptr<FusedOptimizer>(new FusedOptimizer(std::move(groups), options));
+}
+
+FusedOptimizer::FusedOptimizer(std::vector<ParameterGroup> groups, const OptimizerOptions& options)
+    : options_(options) {
+  for (ParameterGroup& given : groups) {
+    if (given.parameters.empty()) continue;
+    Group group;
+    group.parameters = std::move(given.parameters);
+    group.weight_decay = given.weight_decay;
+    for (const at::Tensor& p : group.parameters) {
+      if (options_.kind == "adamw") {
+        group.exp_avg.push_back(at::zeros_like(p));
+        group.exp_avg_sq.push_back(at::zeros_like(p));
+        group.steps.push_back(at::zeros({}, p.options().dtype(at::kFloat)));
+      } else if (options_.momentum > 0) {
+        group.momentum.push_back(at::zeros_like(p));
+      }
+    }
+    groups_.push_back(std::move(group));
+  }
+}
+
+void FusedOptimizer::Step() {
+  c10::NoGradGuard no_grad;
+  for (Group& group : groups_) {
+    std::vector<at::Tensor> grads;
+    grads.reserve(group.parameters.size());
+    for (const at::Tensor& p : group.parameters) grads.push_back(p.grad());
+    if (options_.kind == "adamw") {
+      // The kernel reads the step counts for bias correction; the caller advances them.
+      at::_foreach_add_(group.steps, 1);
+      at::_fused_adamw_(group.parameters, grads, group.exp_avg, group.exp_avg_sq,
+                        /*max_exp_avg_sqs=*/{}, group.steps, options_.learning_rate,
+                        options_.beta1, options_.beta2, group.weight_decay, options_.eps,
+                        /*amsgrad=*/false, /*maximize=*/false);
+    } else {
+      // With momentum, the first step sets each buffer to the gradient (torch.optim.SGD).
+      at::_fused_sgd_(group.parameters, grads, group.momentum, group.weight_decay,
+                      options_.momentum, options_.learning_rate, /*dampening=*/0.0,
+                      options_.nesterov, /*maximize=*/false, /*is_first_step=*/steps_taken_ == 0);
+    }
+  }
+  ++steps_taken_;
+}
+
+std::vector<std::vector<std::pair<std::string, at::Tensor>>> FusedOptimizer::StateTensors() const {
+  std::vector<std::vector<std::pair<std::string, at::Tensor>>> state;
+  for (const Group& group : groups_) {
+    for (size_t i = 0; i < group.parameters.size(); ++i) {
+      std::vector<std::pair<std::string, at::Tensor>> entry;
+      if (options_.kind == "adamw") {
+        entry = {{"exp_avg", group.exp_avg[i]}, {"exp_avg_sq", group.exp_avg_sq[i]}, {"step", group.steps[i]}};
+      } else if (options_.momentum > 0) {
+        entry = {{"momentum_buffer", group.momentum[i]}};
+      }
+      state.push_back(std::move(entry));
+    }
+  }
+  return state;
+}
+
+}  // namespace stoker::trainer

@@ -1,0 +1,87 @@
+// FusedOptimizer: SGD (momentum, Nesterov, weight decay) and AdamW where each step is one
+// multi-tensor kernel per parameter group, device and dtype (ATen's _fused_sgd_ and _fused_adamw_, what
+// torch.optim runs with fused=True) instead of several small kernels per parameter.
+#ifndef STOKER_TRAINER_OPTIM_FUSED_OPTIMIZER_H_
+#define STOKER_TRAINER_OPTIM_FUSED_OPTIMIZER_H_
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace stoker::trainer {
+
+struct OptimizerOptions {
+  std::string kind = "sgd";  // "sgd" or "adamw"
+  double learning_rate = 0.1;
+  double weight_decay = 0.0;
+  // SGD
+  double momentum = 0.9;
+  bool nesterov = false;
+  // AdamW
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+};
+
+// A set of parameters that share a weight decay (torch.optim's param_groups; e.g. biases and
+// normalisation parameters without decay).
+struct ParameterGroup {
+  std::vector<at::Tensor> parameters;
+  double weight_decay = 0.0;
+};
+
+// Updates the parameters from their .grad in place, with torch.optim.SGD's and
+// torch.optim.AdamW's semantics, one fused kernel per parameter group. State (momentum
+// buffers, moments, step counts) lives on the parameters' device; Step() only enqueues
+// work on the current stream. Owned by the training thread.
+class FusedOptimizer {
+ public:
+  // One group with options.weight_decay. InvalidArgument for an unknown kind or
+  // out-of-range hyper-parameters.
+  static absl::StatusOr<std::unique_ptr<FusedOptimizer>> Create(std::vector<at::Tensor> parameters,
+                                                                const OptimizerOptions& options);
+  // Several groups, each with its own weight decay (options.weight_decay is not used).
+  static absl::StatusOr<std::unique_ptr<FusedOptimizer>> Create(std::vector<ParameterGroup> groups,
+                                                                const OptimizerOptions& options);
+
+  void Step();
+
+  double learning_rate() const { return options_.learning_rate; }
+  void set_learning_rate(double learning_rate) { options_.learning_rate = learning_rate; }
+  const OptimizerOptions& options() const { return options_; }
+
+  // The state kept for each parameter, in the order of the groups and their parameters,
+  // under torch.optim's state_dict names: "momentum_buffer" (SGD with momentum), or
+  // "exp_avg", "exp_avg_sq", "step" (AdamW; step is a float32 scalar). The tensors alias
+  // the live state: a checkpoint reads them, a resume copies into them.
+  std::vector<std::vector<std::pair<std::string, at::Tensor>>> StateTensors() const;
+
+  // Optimizer steps taken (SGD's first step initialises the momentum buffers). A resume
+  // sets it with the restored state.
+  int64_t steps_taken() const { return steps_taken_; }
+  void set_steps_taken(int64_t steps) { steps_taken_ = steps; }
+
+ private:
+  struct Group {
+    std::vector<at::Tensor> parameters;
+    double weight_decay = 0;
+    std::vector<at::Tensor> momentum;    // SGD, when momentum > 0
+    std::vector<at::Tensor> exp_avg;     // AdamW first moments
+    std::vector<at::Tensor> exp_avg_sq;  // AdamW second moments
+    std::vector<at::Tensor> steps;       // AdamW step counts (float32 scalars on device)
+  };
+  FusedOptimizer(std::vector<ParameterGroup> groups, const OptimizerOptions& options);
+
+  OptimizerOptions options_;
+  std::vector<Group> groups_;
+  int64_t steps_taken_ = 0;
+};
+
+}  // namespace stoker::trainer
+
+#endif  // STOKER_TRAINER_OPTIM_FUSED_OPTIMIZER_H_

@@ -1,0 +1,72 @@
+// The host-clock profiler attributes each interval to the phase that ends it.
+#include "trainer/report/step_profiler.h"
+
+#include <chrono>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+
+namespace stoker::trainer {
+namespace {
+
+void Sleep(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+TEST(StepProfilerTest, IntervalsGoToThePhaseThatEndsThem) {
+  auto profiler = StepProfiler::Create(/*cuda=*/false, nullptr, 0);
+  ASSERT_TRUE(profiler.ok());
+  StepProfiler& p = **profiler;
+  for (int step = 0; step < 2; ++step) {
+    ASSERT_TRUE(p.StartStep().ok());
+    Sleep(20);
+    ASSERT_TRUE(p.Mark(StepPhase::kHostToDevice).ok());
+    Sleep(40);
+    ASSERT_TRUE(p.Mark(StepPhase::kForward).ok());
+    Sleep(60);
+    ASSERT_TRUE(p.Mark(StepPhase::kBackward).ok());
+    p.MoveHostSeconds(StepPhase::kBackward, StepPhase::kAllreduceWait, 0.02);
+    p.AddHostSeconds(StepPhase::kDataWait, 0.005);
+    ASSERT_TRUE(p.EndStep().ok());
+  }
+  EXPECT_EQ(p.steps(), 2);
+  EXPECT_NEAR(p.MeanSeconds(StepPhase::kHostToDevice), 0.020, 0.015);
+  EXPECT_NEAR(p.MeanSeconds(StepPhase::kForward), 0.040, 0.015);
+  EXPECT_NEAR(p.MeanSeconds(StepPhase::kBackward), 0.040, 0.015);
+  EXPECT_NEAR(p.MeanSeconds(StepPhase::kAllreduceWait), 0.020, 1e-9);
+  EXPECT_NEAR(p.MeanSeconds(StepPhase::kDataWait), 0.005, 1e-9);
+  EXPECT_EQ(p.MeanSeconds(StepPhase::kOptimizer), 0);
+  EXPECT_TRUE(absl::StrContains(p.Report(), "allreduce_wait")) << p.Report();
+}
+
+TEST(StepProfilerTest, MarksOutsideAStepAreIgnored) {
+  auto profiler = StepProfiler::Create(/*cuda=*/false, nullptr, 0);
+  ASSERT_TRUE((*profiler)->Mark(StepPhase::kForward).ok());
+  ASSERT_TRUE((*profiler)->EndStep().ok());
+  EXPECT_EQ((*profiler)->steps(), 0);
+}
+
+class SlowCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  absl::Status AllReduce(void*, size_t, ElementType, ReduceOp) override {
+    Sleep(10);
+    return absl::OkStatus();
+  }
+  absl::Status Broadcast(void*, size_t, int) override { return absl::OkStatus(); }
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+};
+
+TEST(TimedCommunicatorTest, AddsTheTimeSpentInCalls) {
+  SlowCommunicator slow;
+  TimedCommunicator timed(&slow);
+  float x = 0;
+  ASSERT_TRUE(timed.AllReduce(&x, 1, ElementType::kFloat32, ReduceOp::kSum).ok());
+  ASSERT_TRUE(timed.AllReduce(&x, 1, ElementType::kFloat32, ReduceOp::kSum).ok());
+  EXPECT_GE(timed.seconds(), 0.019);
+  timed.reset();
+  EXPECT_EQ(timed.seconds(), 0);
+}
+
+}  // namespace
+}  // namespace stoker::trainer

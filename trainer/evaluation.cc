@@ -1,11 +1,17 @@
 #include "trainer/evaluation.h"
 
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
 
 #include <algorithm>
 
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "common/torch_status.h"
+#include "trainer/stop_vote.h"
 
 namespace stoker::trainer {
 
@@ -57,6 +63,39 @@ absl::StatusOr<ValidationResult> ValidationTally::Reduce(Communicator& host_comm
     result.loss = loss.item<float>() / c[0];
   }
   return result;
+}
+
+absl::StatusOr<int> RunValidationPass(ImageClassifier& model, ValidationPass& pass, int64_t epoch,
+                                      const RunContext& context, Communicator& host, ValidationResult* result) {
+  const at::Device device = context.use_cuda ? at::Device(at::kCUDA, context.cuda_device) : at::Device(at::kCPU);
+  model.eval();
+  absl::Cleanup back_to_training = [&model] { model.train(); };
+  ValidationTally tally(device);
+  {
+    c10::InferenceMode inference;
+    for (int64_t s = 0; s < pass.batches; ++s) {
+      absl::StatusOr<TrainingBatch> batch = pass.feeder->Next();
+      if (batch.ok() && (batch->epoch != epoch || batch->step != s)) {
+        return absl::InternalError(absl::StrCat("the validation ring delivered epoch ", batch->epoch, " step ",
+                                                batch->step, ", expected ", epoch, " ", s));
+      }
+      ASSIGN_OR_RETURN(int stop, AgreeOnStop(host, batch.status()));
+      if (stop != 0) return stop;
+      if (batch->sample_indices.size() != static_cast<size_t>(batch->count)) {
+        return absl::InternalError("a validation batch came without its sample indices");
+      }
+      RETURN_IF_ERROR(TorchCall("validation forward", [&] {
+        at::Tensor logits = model.forward(batch->images);
+        tally.Add(logits, batch->labels,
+                  CountedInValidation(batch->sample_indices, s * pass.batch_size, context.rank.rank,
+                                      context.world_size()));
+      }));
+    }
+    if (at::autocast::is_autocast_enabled(at::kCUDA)) at::autocast::clear_cache();
+  }
+  pass.feeder.reset();
+  ASSIGN_OR_RETURN(*result, tally.Reduce(host));
+  return 0;
 }
 
 }  // namespace stoker::trainer

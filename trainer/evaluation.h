@@ -14,6 +14,9 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "trainer/comm/communicator.h"
+#include "trainer/nn/image_classifier.h"
+#include "trainer/run_context.h"
+#include "trainer/run_input.h"
 
 namespace stoker::trainer {
 
@@ -51,6 +54,14 @@ class ValidationTally {
   at::Tensor counts_;  // int64 [3]: samples, top-1 correct, top-k correct
   at::Tensor loss_;    // float64 [1]: summed loss
 };
+
+// One validation pass of `model` (eval mode, without autograd; under the caller's autocast
+// setting) over `pass`'s batches, each sample counted once, summed over all ranks through
+// `host`. The ranks vote at every batch (Note [Stopping together] in trainer/stop_vote.h):
+// returns the agreed stop signal, or 0 with `result` filled. The model is back in training
+// mode on return. Must be called in the same order on every rank.
+absl::StatusOr<int> RunValidationPass(ImageClassifier& model, ValidationPass& pass, int64_t epoch,
+                                      const RunContext& context, Communicator& host, ValidationResult* result);
 
 }  // namespace stoker::trainer
 

@@ -253,115 +253,94 @@ absl::StatusOr<std::vector<int>> ParseEpochList(const std::vector<std::string>& 
 
 absl::StatusOr<TrainerOptions> OptionsFromFlags() {
   TrainerOptions o;
-  o.data_socket = absl::GetFlag(FLAGS_data_socket);
-  o.model = absl::GetFlag(FLAGS_model);
-  o.num_classes = absl::GetFlag(FLAGS_num_classes);
-  o.image_size = absl::GetFlag(FLAGS_image_size);
-  o.batch_size = absl::GetFlag(FLAGS_batch_size);
   o.epochs = absl::GetFlag(FLAGS_epochs);
   o.seed = absl::GetFlag(FLAGS_seed);
+  o.model.name = absl::GetFlag(FLAGS_model);
+  o.model.num_classes = absl::GetFlag(FLAGS_num_classes);
+
+  InputOptions& input = o.input;
+  input.data_socket = absl::GetFlag(FLAGS_data_socket);
+  input.image_size = absl::GetFlag(FLAGS_image_size);
+  input.batch_size = absl::GetFlag(FLAGS_batch_size);
   const std::string split = absl::GetFlag(FLAGS_data_split);
   if (split != "train" && split != "val") {
     return absl::InvalidArgumentError(absl::StrCat("--data_split=", split, ": use train or val"));
   }
-  o.train_split = split == "train";
-  o.drop_last_batch = absl::GetFlag(FLAGS_drop_last_batch);
-  o.ring_slots = absl::GetFlag(FLAGS_ring_slots);
-  o.data_timeout = absl::Seconds(absl::GetFlag(FLAGS_data_timeout_s));
-  const int collective_timeout_s = absl::GetFlag(FLAGS_collective_timeout_s);
-  if (collective_timeout_s < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--collective_timeout_s=", collective_timeout_s, ": must be at least 1"));
-  }
-  o.collective_timeout = absl::Seconds(collective_timeout_s);
-  const int collective_abort_grace_s = absl::GetFlag(FLAGS_collective_abort_grace_s);
-  if (collective_abort_grace_s < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--collective_abort_grace_s=", collective_abort_grace_s, ": must be >= 0"));
-  }
-  o.collective_abort_grace = absl::Seconds(collective_abort_grace_s);
-  const int bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
-  if (bucket_mb < 1 || bucket_mb > 4096) {
-    return absl::InvalidArgumentError(absl::StrCat("--bucket_mb=", bucket_mb, ": must be in [1, 4096]"));
-  }
-  o.bucket_bytes = static_cast<size_t>(bucket_mb) << 20;
+  input.train_split = split == "train";
+  input.drop_last_batch = absl::GetFlag(FLAGS_drop_last_batch);
+  input.ring_slots = absl::GetFlag(FLAGS_ring_slots);
+  input.data_timeout = absl::Seconds(absl::GetFlag(FLAGS_data_timeout_s));
+  input.synthetic_steps = absl::GetFlag(FLAGS_synthetic_steps);
 
-  o.optimizer = absl::GetFlag(FLAGS_optimizer);
-  o.learning_rate = absl::GetFlag(FLAGS_lr);
-  o.momentum = absl::GetFlag(FLAGS_momentum);
-  o.nesterov = absl::GetFlag(FLAGS_nesterov);
-  o.weight_decay = absl::GetFlag(FLAGS_weight_decay);
-  o.no_decay_bn_bias = absl::GetFlag(FLAGS_no_decay_bn_bias);
-  o.adam_beta1 = absl::GetFlag(FLAGS_adam_beta1);
-  o.adam_beta2 = absl::GetFlag(FLAGS_adam_beta2);
-  o.adam_eps = absl::GetFlag(FLAGS_adam_eps);
-  const std::string schedule = absl::GetFlag(FLAGS_lr_schedule);
-  if (schedule == "constant") {
-    o.lr_schedule = LrSchedule::kConstant;
-  } else if (schedule == "cosine") {
-    o.lr_schedule = LrSchedule::kCosine;
-  } else if (schedule == "step") {
-    o.lr_schedule = LrSchedule::kStep;
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--lr_schedule=", schedule, ": use constant, cosine or step"));
-  }
-  o.warmup_epochs = absl::GetFlag(FLAGS_warmup_epochs);
-  ASSIGN_OR_RETURN(o.lr_step_epochs, ParseEpochList(absl::GetFlag(FLAGS_lr_step_epochs)));
-  o.lr_step_gamma = absl::GetFlag(FLAGS_lr_step_gamma);
-  o.lr_min = absl::GetFlag(FLAGS_lr_min);
-  o.label_smoothing = absl::GetFlag(FLAGS_label_smoothing);
-  o.clip_grad_norm = absl::GetFlag(FLAGS_clip_grad_norm);
-  o.accumulate = absl::GetFlag(FLAGS_accumulate);
+  CommOptions& comm = o.comm;
+  comm.collective_timeout = absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_s));
+  comm.collective_abort_grace = absl::Seconds(absl::GetFlag(FLAGS_collective_abort_grace_s));
+  comm.bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
 
-  o.val_every = absl::GetFlag(FLAGS_val_every);
-  o.val_batch_size = absl::GetFlag(FLAGS_val_batch_size);
+  OptimizerOptions& optimizer = o.optimizer;
+  ASSIGN_OR_RETURN(optimizer.kind, ParseOptimizerKind(absl::GetFlag(FLAGS_optimizer)));
+  optimizer.learning_rate = absl::GetFlag(FLAGS_lr);
+  optimizer.momentum = absl::GetFlag(FLAGS_momentum);
+  optimizer.nesterov = absl::GetFlag(FLAGS_nesterov);
+  optimizer.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  optimizer.no_decay_bn_bias = absl::GetFlag(FLAGS_no_decay_bn_bias);
+  optimizer.beta1 = absl::GetFlag(FLAGS_adam_beta1);
+  optimizer.beta2 = absl::GetFlag(FLAGS_adam_beta2);
+  optimizer.eps = absl::GetFlag(FLAGS_adam_eps);
 
-  o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
-  o.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
-  o.checkpoint_every_epochs = absl::GetFlag(FLAGS_checkpoint_every_epochs);
-  o.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
-  o.resume = absl::GetFlag(FLAGS_resume);
-  o.stop_after_steps = absl::GetFlag(FLAGS_stop_after_steps);
+  LrScheduleOptions& schedule = o.schedule;
+  ASSIGN_OR_RETURN(schedule.kind, ParseLrSchedule(absl::GetFlag(FLAGS_lr_schedule)));
+  schedule.warmup_epochs = absl::GetFlag(FLAGS_warmup_epochs);
+  ASSIGN_OR_RETURN(schedule.step_epochs, ParseEpochList(absl::GetFlag(FLAGS_lr_step_epochs)));
+  schedule.gamma = absl::GetFlag(FLAGS_lr_step_gamma);
+  schedule.lr_min = absl::GetFlag(FLAGS_lr_min);
 
-  o.log_every = absl::GetFlag(FLAGS_log_every);
-  o.progress = absl::GetFlag(FLAGS_progress);
-  o.metrics_out = absl::GetFlag(FLAGS_metrics_out);
-  o.metrics_jsonl = absl::GetFlag(FLAGS_metrics_jsonl);
-  o.tensorboard_dir = absl::GetFlag(FLAGS_tensorboard_dir);
-  o.loss_log = absl::GetFlag(FLAGS_loss_log);
-  o.export_path = absl::GetFlag(FLAGS_export);
-  o.final_params_out = absl::GetFlag(FLAGS_final_params_out);
-  o.sample_log = absl::GetFlag(FLAGS_sample_log);
-  o.profile_steps = absl::GetFlag(FLAGS_profile_steps);
+  o.step.label_smoothing = absl::GetFlag(FLAGS_label_smoothing);
+  o.step.clip_grad_norm = absl::GetFlag(FLAGS_clip_grad_norm);
+  o.step.accumulate = absl::GetFlag(FLAGS_accumulate);
 
-  o.device = absl::GetFlag(FLAGS_device);
-  const std::string precision = absl::GetFlag(FLAGS_precision);
-  if (precision == "bf16") {
-    o.precision = Precision::kBFloat16;
-  } else if (precision == "fp16") {
-    o.precision = Precision::kFloat16;
-  } else if (precision == "fp32") {
-    o.precision = Precision::kFloat32;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("--precision=", precision, ": use bf16, fp16 or fp32"));
-  }
-  o.channels_last = absl::GetFlag(FLAGS_channels_last);
-  o.cudnn_benchmark = absl::GetFlag(FLAGS_cudnn_benchmark);
-  o.deterministic = absl::GetFlag(FLAGS_deterministic);
-  o.init_scale = absl::GetFlag(FLAGS_init_scale);
-  o.growth_factor = absl::GetFlag(FLAGS_growth_factor);
-  o.backoff_factor = absl::GetFlag(FLAGS_backoff_factor);
-  o.growth_interval = absl::GetFlag(FLAGS_growth_interval);
-  o.cache_release_fraction = absl::GetFlag(FLAGS_cache_release_fraction);
+  o.validation.every = absl::GetFlag(FLAGS_val_every);
+  o.validation.batch_size = absl::GetFlag(FLAGS_val_batch_size);
 
-  o.synthetic_steps = absl::GetFlag(FLAGS_synthetic_steps);
-  o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
-  o.data_only = absl::GetFlag(FLAGS_data_only);
+  CheckpointOptions& checkpoint = o.checkpoint;
+  checkpoint.dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  checkpoint.every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
+  checkpoint.every_epochs = absl::GetFlag(FLAGS_checkpoint_every_epochs);
+  checkpoint.keep = absl::GetFlag(FLAGS_keep_checkpoints);
+  ASSIGN_OR_RETURN(checkpoint.resume, ResumeFrom::Parse(absl::GetFlag(FLAGS_resume)));
+  checkpoint.stop_after_steps = absl::GetFlag(FLAGS_stop_after_steps);
+
+  ReportOptions& report = o.report;
+  report.log_every = absl::GetFlag(FLAGS_log_every);
+  ASSIGN_OR_RETURN(report.progress, ParseProgressMode(absl::GetFlag(FLAGS_progress)));
+  report.metrics_out = absl::GetFlag(FLAGS_metrics_out);
+  report.metrics_jsonl = absl::GetFlag(FLAGS_metrics_jsonl);
+  report.tensorboard_dir = absl::GetFlag(FLAGS_tensorboard_dir);
+  report.loss_log = absl::GetFlag(FLAGS_loss_log);
+  report.export_path = absl::GetFlag(FLAGS_export);
+  report.final_params_out = absl::GetFlag(FLAGS_final_params_out);
+  report.sample_log = absl::GetFlag(FLAGS_sample_log);
+  report.profile_steps = absl::GetFlag(FLAGS_profile_steps);
+
+  DeviceOptions& device = o.device;
+  ASSIGN_OR_RETURN(device.device, ParseDeviceChoice(absl::GetFlag(FLAGS_device)));
+  ASSIGN_OR_RETURN(device.precision, ParsePrecision(absl::GetFlag(FLAGS_precision)));
+  device.channels_last = absl::GetFlag(FLAGS_channels_last);
+  device.cudnn_benchmark = absl::GetFlag(FLAGS_cudnn_benchmark);
+  device.deterministic = absl::GetFlag(FLAGS_deterministic);
+  device.cache_release_fraction = absl::GetFlag(FLAGS_cache_release_fraction);
+
+  o.scaler.init_scale = absl::GetFlag(FLAGS_init_scale);
+  o.scaler.growth_factor = absl::GetFlag(FLAGS_growth_factor);
+  o.scaler.backoff_factor = absl::GetFlag(FLAGS_backoff_factor);
+  o.scaler.growth_interval = absl::GetFlag(FLAGS_growth_interval);
+
+  o.benchmark.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  o.benchmark.data_only = absl::GetFlag(FLAGS_data_only);
   // Without --data_socket the node's local rank 0 starts the data service after MPI start-up
   // and sets it (launcher/node_data_service.h); check the rest now.
   TrainerOptions checked = o;
-  if (checked.data_socket.empty()) checked.data_socket = "(started by local rank 0)";
+  if (checked.input.data_socket.empty()) checked.input.data_socket = "(started by local rank 0)";
   RETURN_IF_ERROR(ValidateOptions(checked));
   return o;
 }

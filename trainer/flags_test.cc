@@ -33,11 +33,11 @@ TEST(TrainerFlagsTest, ParsesFlagsIntoOptions) {
                        "--nesterov", "--nochannels_last", "--optimizer=sgd", "--export=/tmp/m.pt"});
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->options.epochs, 7);
-  EXPECT_EQ(parsed->options.lr_schedule, LrSchedule::kStep);
-  EXPECT_EQ(parsed->options.lr_step_epochs, (std::vector<int>{2, 5}));
-  EXPECT_TRUE(parsed->options.nesterov);
-  EXPECT_FALSE(parsed->options.channels_last);
-  EXPECT_EQ(parsed->options.export_path, "/tmp/m.pt");
+  EXPECT_EQ(parsed->options.schedule.kind, LrSchedule::kStep);
+  EXPECT_EQ(parsed->options.schedule.step_epochs, (std::vector<int>{2, 5}));
+  EXPECT_TRUE(parsed->options.optimizer.nesterov);
+  EXPECT_FALSE(parsed->options.device.channels_last);
+  EXPECT_EQ(parsed->options.report.export_path, "/tmp/m.pt");
 }
 
 TEST(TrainerFlagsTest, EachMalformedValueNamesItsFlag) {
@@ -85,9 +85,9 @@ TEST(TrainerFlagsTest, ConfigFileSetsFlagsAndLaterFlagsOverrideIt) {
   auto parsed = Parse({"--epochs=3", absl::StrCat("--config=", config), "--lr=0.2"});
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->options.epochs, 12);  // the file overrides what came before it
-  EXPECT_DOUBLE_EQ(parsed->options.learning_rate, 0.2);  // and what comes after overrides it
-  EXPECT_TRUE(parsed->options.no_decay_bn_bias);
-  EXPECT_EQ(parsed->options.data_socket, "/s");
+  EXPECT_DOUBLE_EQ(parsed->options.optimizer.learning_rate, 0.2);  // and what comes after overrides it
+  EXPECT_TRUE(parsed->options.optimizer.no_decay_bn_bias);
+  EXPECT_EQ(parsed->options.input.data_socket, "/s");
 }
 
 TEST(TrainerFlagsTest, FlagfileIsTheSameAsConfig) {

@@ -38,13 +38,14 @@ namespace {
 // Binds this rank to GPU `local_rank` and creates its CUDA context there before any other
 // CUDA call, so that no rank ever opens a context on another rank's GPU. Returns whether
 // the rank trains on a GPU.
-absl::StatusOr<bool> BindDevice(const std::string& device, const stoker::launcher::RankInfo& rank) {
-  if (device == "cpu") return false;
+absl::StatusOr<bool> BindDevice(stoker::trainer::DeviceChoice device, const stoker::launcher::RankInfo& rank) {
+  using stoker::trainer::DeviceChoice;
+  if (device == DeviceChoice::kCpu) return false;
 #ifdef STOKER_WITH_CUDA
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
   if (count == 0) {
-    if (device == "cuda") return absl::FailedPreconditionError("--device=cuda but no GPU is visible");
+    if (device == DeviceChoice::kCuda) return absl::FailedPreconditionError("--device=cuda but no GPU is visible");
     return false;
   }
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
@@ -53,7 +54,7 @@ absl::StatusOr<bool> BindDevice(const std::string& device, const stoker::launche
   RETURN_IF_ERROR(stoker::CudaStatus(cudaFree(nullptr), "creating the CUDA context"));
   return true;
 #else
-  if (device == "cuda") return absl::FailedPreconditionError("--device=cuda but this build has no CUDA");
+  if (device == DeviceChoice::kCuda) return absl::FailedPreconditionError("--device=cuda but this build has no CUDA");
   (void)rank;
   return false;
 #endif
@@ -87,7 +88,7 @@ int main(int argc, char** argv) {
   rank_setup.ranks_per_node = absl::GetFlag(FLAGS_ranks_per_node);
   // MPI_Finalize waits for every rank: bounded like a collective (Note [Bounded
   // MPI_Finalize] in launcher/rank_setup.h).
-  rank_setup.finalize_timeout = options->collective_timeout;
+  rank_setup.finalize_timeout = options->comm.collective_timeout;
   auto session = stoker::launcher::MpiSession::Create(&argc, &argv, rank_setup);
   if (!session.ok()) {
     stoker::LogError("MPI start-up failed: %s", session.status().message());
@@ -104,20 +105,20 @@ int main(int argc, char** argv) {
   // No --data_socket: each node's local rank 0 runs the node's data service (Note [Data
   // service per node]). Started before any CUDA call, and stopped after training.
   std::unique_ptr<stoker::launcher::NodeDataService> node_data_service;
-  if (options->data_socket.empty() && options->synthetic_steps == 0) {
+  if (options->input.data_socket.empty() && options->input.synthetic_steps == 0) {
     stoker::launcher::NodeDataServiceOptions service_options;
     service_options.program = absl::GetFlag(FLAGS_data_service);
     service_options.job_id = absl::GetFlag(FLAGS_job_id);
     service_options.seed = options->seed;
     service_options.args = *data_service_args;
-    service_options.ready_timeout = options->data_timeout;
+    service_options.ready_timeout = options->input.data_timeout;
     auto started = stoker::launcher::NodeDataService::Start(rank, (*session)->world(), (*session)->node(), service_options);
     if (!started.ok()) {
       stoker::LogError("%s", started.status().ToString());
       (*session)->Abort(1);
     }
     node_data_service = std::move(*started);
-    options->data_socket = node_data_service->socket_path();
+    options->input.data_socket = node_data_service->socket_path();
   }
 
   absl::Status status;
@@ -130,12 +131,14 @@ int main(int argc, char** argv) {
     auto mpi = stoker::trainer::MpiCommunicator::Create((*session)->world());
     if (mpi.ok()) host = std::move(*mpi);
     status = mpi.status();
-    absl::StatusOr<bool> use_cuda = BindDevice(options->device, rank);
+    absl::StatusOr<bool> use_cuda = BindDevice(options->device.device, rank);
+    stoker::trainer::RunContext context;
+    context.rank = rank;
     if (status.ok()) status = use_cuda.status();
     if (status.ok() && *use_cuda) {
 #ifdef STOKER_WITH_CUDA
-      options->use_cuda = true;
-      options->cuda_device = rank.local_rank;
+      context.use_cuda = true;
+      context.cuda_device = rank.local_rank;
       auto nccl = stoker::trainer::NcclCommunicator::Create((*session)->world(), rank.local_rank);
       if (nccl.ok()) communicator = std::move(*nccl);
       status = nccl.status();
@@ -144,7 +147,7 @@ int main(int argc, char** argv) {
     stoker::trainer::Communicator* gradients = communicator != nullptr ? communicator.get() : host.get();
     if (status.ok()) {
       absl::StatusOr<stoker::trainer::TrainingOutcome> outcome =
-          stoker::trainer::RunTraining(*options, rank, *gradients, *host);
+          stoker::trainer::RunTraining(*options, context, *gradients, *host);
       status = outcome.status();
       if (outcome.ok()) exit_code = stoker::trainer::ExitCodeFor(*outcome);
     }

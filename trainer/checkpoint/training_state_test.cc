@@ -32,7 +32,7 @@ TrainedRun MakeRun(uint64_t seed, bool scaling) {
     params.push_back(item.value());
   }
   OptimizerOptions options;
-  options.kind = "adamw";
+  options.kind = OptimizerKind::kAdamW;
   options.learning_rate = 0.01;
   LossScalerOptions scaler_options;
   scaler_options.enabled = scaling;

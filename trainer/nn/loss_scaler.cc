@@ -30,22 +30,7 @@ struct GradGroup {
 
 absl::StatusOr<LossScaler> LossScaler::Create(const LossScalerOptions& options) {
   if (options.enabled) {
-    if (!std::isfinite(options.init_scale) || options.init_scale <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("loss scaler: init_scale must be finite and > 0, got ", options.init_scale));
-    }
-    if (!(options.growth_factor > 1.0)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("loss scaler: growth_factor must be > 1, got ", options.growth_factor));
-    }
-    if (!(options.backoff_factor > 0.0 && options.backoff_factor < 1.0)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "loss scaler: backoff_factor must be in (0, 1), got ", options.backoff_factor));
-    }
-    if (options.growth_interval < 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "loss scaler: growth_interval must be >= 1, got ", options.growth_interval));
-    }
+    if (absl::Status valid = options.Validate(); !valid.ok()) return valid;
   }
   return LossScaler(options);
 }

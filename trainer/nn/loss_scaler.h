@@ -12,18 +12,11 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "trainer/nn/loss_scaler_options.h"
 
 namespace stoker::trainer {
 
 // torch.amp.GradScaler's constructor arguments, with its defaults.
-struct LossScalerOptions {
-  double init_scale = 65536.0;  // 2**16
-  double growth_factor = 2.0;   // > 1
-  double backoff_factor = 0.5;  // in (0, 1)
-  int64_t growth_interval = 2000;
-  bool enabled = true;
-};
-
 // Scales the loss before backward, unscales the gradients after it while checking them for
 // inf/NaN, skips the optimizer step when one was found, and updates the scale:
 //   found inf/NaN: scale *= backoff_factor, growth_tracker = 0;

@@ -21,22 +21,11 @@ absl::StatusOr<std::unique_ptr<FusedOptimizer>> FusedOptimizer::Create(
 
 absl::StatusOr<std::unique_ptr<FusedOptimizer>> FusedOptimizer::Create(
     std::vector<ParameterGroup> groups, const OptimizerOptions& options) {
-  if (options.kind != "sgd" && options.kind != "adamw") {
-    return absl::InvalidArgumentError(absl::StrCat("--optimizer=", options.kind, ": use sgd or adamw"));
-  }
-  if (!(options.learning_rate > 0)) {
-    return absl::InvalidArgumentError(absl::StrCat("--lr=", options.learning_rate, ": must be > 0"));
-  }
+  if (absl::Status valid = options.Validate(); !valid.ok()) return valid;
   for (const ParameterGroup& group : groups) {
     if (group.weight_decay < 0) {
       return absl::InvalidArgumentError(absl::StrCat("--weight_decay=", group.weight_decay, ": must be >= 0"));
     }
-  }
-  if (options.momentum < 0 || options.momentum >= 1) {
-    return absl::InvalidArgumentError(absl::StrCat("--momentum=", options.momentum, ": must be in [0, 1)"));
-  }
-  if (options.nesterov && options.momentum == 0) {
-    return absl::InvalidArgumentError("--nesterov needs --momentum > 0");
   }
   return std::unique_ptr<FusedOptimizer>(new FusedOptimizer(std::move(groups), options));
 }
@@ -49,7 +38,7 @@ FusedOptimizer::FusedOptimizer(std::vector<ParameterGroup> groups, const Optimiz
     group.parameters = std::move(given.parameters);
     group.weight_decay = given.weight_decay;
     for (const at::Tensor& p : group.parameters) {
-      if (options_.kind == "adamw") {
+      if (options_.kind == OptimizerKind::kAdamW) {
         group.exp_avg.push_back(at::zeros_like(p));
         group.exp_avg_sq.push_back(at::zeros_like(p));
         group.steps.push_back(at::zeros({}, p.options().dtype(at::kFloat)));
@@ -67,7 +56,7 @@ void FusedOptimizer::Step() {
     std::vector<at::Tensor> grads;
     grads.reserve(group.parameters.size());
     for (const at::Tensor& p : group.parameters) grads.push_back(p.grad());
-    if (options_.kind == "adamw") {
+    if (options_.kind == OptimizerKind::kAdamW) {
       // The kernel reads the step counts for bias correction; the caller advances them.
       at::_foreach_add_(group.steps, 1);
       at::_fused_adamw_(group.parameters, grads, group.exp_avg, group.exp_avg_sq,
@@ -89,7 +78,7 @@ std::vector<std::vector<std::pair<std::string, at::Tensor>>> FusedOptimizer::Sta
   for (const Group& group : groups_) {
     for (size_t i = 0; i < group.parameters.size(); ++i) {
       std::vector<std::pair<std::string, at::Tensor>> entry;
-      if (options_.kind == "adamw") {
+      if (options_.kind == OptimizerKind::kAdamW) {
         entry = {{"exp_avg", group.exp_avg[i]}, {"exp_avg_sq", group.exp_avg_sq[i]}, {"step", group.steps[i]}};
       } else if (options_.momentum > 0) {
         entry = {{"momentum_buffer", group.momentum[i]}};

@@ -12,21 +12,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "trainer/optim/optim_options.h"
 
 namespace stoker::trainer {
-
-struct OptimizerOptions {
-  std::string kind = "sgd";  // "sgd" or "adamw"
-  double learning_rate = 0.1;
-  double weight_decay = 0.0;
-  // SGD
-  double momentum = 0.9;
-  bool nesterov = false;
-  // AdamW
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-};
 
 // A set of parameters that share a weight decay (torch.optim's param_groups; e.g. biases and
 // normalisation parameters without decay).

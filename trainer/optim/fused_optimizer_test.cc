@@ -42,7 +42,7 @@ void ExpectSame(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>&
 TEST(FusedOptimizerTest, SgdWithMomentumAndWeightDecayMatchesTorchOptim) {
   std::vector<at::Tensor> mine = MakeParameters(), reference = Clone(mine);
   OptimizerOptions options;
-  options.kind = "sgd";
+  options.kind = OptimizerKind::kSgd;
   options.learning_rate = 0.05;
   options.momentum = 0.9;
   options.weight_decay = 1e-3;
@@ -60,7 +60,7 @@ TEST(FusedOptimizerTest, SgdWithMomentumAndWeightDecayMatchesTorchOptim) {
 TEST(FusedOptimizerTest, AdamWMatchesTorchOptim) {
   std::vector<at::Tensor> mine = MakeParameters(), reference = Clone(mine);
   OptimizerOptions options;
-  options.kind = "adamw";
+  options.kind = OptimizerKind::kAdamW;
   options.learning_rate = 1e-2;
   options.weight_decay = 1e-2;
   auto fused = FusedOptimizer::Create(mine, options);
@@ -75,11 +75,9 @@ TEST(FusedOptimizerTest, AdamWMatchesTorchOptim) {
 }
 
 TEST(FusedOptimizerTest, BadHyperParametersNameTheFlag) {
+  EXPECT_NE(ParseOptimizerKind("lamb").status().message().find("--optimizer"), absl::string_view::npos);
   OptimizerOptions options;
-  options.kind = "lamb";
-  EXPECT_NE(FusedOptimizer::Create(MakeParameters(), options).status().message().find("--optimizer"),
-            absl::string_view::npos);
-  options.kind = "sgd";
+  options.kind = OptimizerKind::kSgd;
   options.momentum = 1.5;
   EXPECT_NE(FusedOptimizer::Create(MakeParameters(), options).status().message().find("--momentum"),
             absl::string_view::npos);
@@ -89,7 +87,7 @@ TEST(FusedOptimizerTest, BadHyperParametersNameTheFlag) {
 TEST(FusedOptimizerTest, ParameterGroupsTakeTheirOwnWeightDecayAsTorchOptimParamGroups) {
   std::vector<at::Tensor> mine = MakeParameters(), reference = Clone(mine);
   OptimizerOptions options;
-  options.kind = "sgd";
+  options.kind = OptimizerKind::kSgd;
   options.learning_rate = 0.05;
   options.momentum = 0.9;
   options.nesterov = true;
@@ -119,7 +117,7 @@ TEST(FusedOptimizerTest, ParameterGroupsTakeTheirOwnWeightDecayAsTorchOptimParam
 std::vector<at::Tensor> RunWithRestart(const std::string& kind, int steps, int restart_after) {
   std::vector<at::Tensor> params = MakeParameters(), unused = Clone(params);
   OptimizerOptions options;
-  options.kind = kind;
+  options.kind = *ParseOptimizerKind(kind);
   options.learning_rate = 0.01;
   options.weight_decay = 1e-3;
   auto optimizer = *FusedOptimizer::Create(params, options);
@@ -153,14 +151,14 @@ TEST(FusedOptimizerTest, RestoredStateContinuesBitForBit) {
 
 TEST(FusedOptimizerTest, StateHasTorchOptimsNames) {
   OptimizerOptions options;
-  options.kind = "adamw";
+  options.kind = OptimizerKind::kAdamW;
   auto adamw = *FusedOptimizer::Create(MakeParameters(), options);
   const auto state = adamw->StateTensors();
   ASSERT_EQ(state.size(), 3u);
   EXPECT_EQ(state[0][0].first, "exp_avg");
   EXPECT_EQ(state[0][1].first, "exp_avg_sq");
   EXPECT_EQ(state[0][2].first, "step");
-  options.kind = "sgd";
+  options.kind = OptimizerKind::kSgd;
   auto sgd = *FusedOptimizer::Create(MakeParameters(), options);
   EXPECT_EQ(sgd->StateTensors()[1][0].first, "momentum_buffer");
 }

@@ -13,12 +13,7 @@ absl::StatusOr<LearningRateSchedule> LearningRateSchedule::Create(const LrSchedu
         absl::StrCat("learning-rate schedule: an epoch has ", options.steps_per_epoch,
                      " optimizer steps (too few batches for --batch_size and --accumulate?)"));
   }
-  if (options.epochs < 1) return absl::InvalidArgumentError("learning-rate schedule: --epochs must be >= 1");
-  if (!(options.base_lr > 0)) return absl::InvalidArgumentError("learning-rate schedule: --lr must be > 0");
-  if (!(options.warmup_epochs >= 0) || options.warmup_epochs > options.epochs) {
-    return absl::InvalidArgumentError(absl::StrCat("--warmup_epochs=", options.warmup_epochs,
-                                                   ": must be in [0, --epochs]"));
-  }
+  if (absl::Status valid = options.Validate(); !valid.ok()) return valid;
   return LearningRateSchedule(options);
 }
 

@@ -8,20 +8,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "trainer/options.h"
+#include "trainer/optim/optim_options.h"
 
 namespace stoker::trainer {
-
-struct LrScheduleOptions {
-  LrSchedule kind = LrSchedule::kConstant;
-  double base_lr = 0.1;         // the peak, reached at the end of the warm-up
-  double lr_min = 0;            // cosine: the value at the last step
-  int64_t steps_per_epoch = 1;  // optimizer steps
-  int epochs = 1;
-  double warmup_epochs = 0;
-  std::vector<int> step_epochs;  // step: decay at the start of each of these epochs
-  double gamma = 0.1;            // step: the factor per decay
-};
 
 // Immutable; thread-safe.
 //

@@ -1,0 +1,26 @@
+#include "trainer/data_only.h"
+
+#include "common/status_macros.h"
+#include "trainer/device.h"
+
+namespace stoker::trainer {
+
+absl::Status FeedWithoutTraining(RunInput& input, RunReporter& reporter, const RunContext& context,
+                                 int64_t first_epoch, int epochs, int warmup_batches) {
+  int64_t batches = 0;
+  for (int64_t epoch = first_epoch; epoch < epochs; ++epoch) {
+    if (epoch + 1 < epochs) RETURN_IF_ERROR(input.PrefetchEpoch(epoch + 1));
+    for (int64_t b = 0; b < input.batches_per_epoch(); ++b, ++batches) {
+      if (batches == warmup_batches) {
+        RETURN_IF_ERROR(WaitForDevice(context));
+        reporter.StartMeasuring();
+      }
+      ASSIGN_OR_RETURN(TrainingBatch batch, input.feeder().Next());
+      reporter.AddBatch(epoch, b, batch.data_wait, {});
+      reporter.AddStep(static_cast<int64_t>(batch.count) * context.world_size(), at::Tensor(), false);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace stoker::trainer

@@ -1,0 +1,117 @@
+#include "trainer/device.h"
+
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <ATen/autocast_mode.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <thread>
+
+#include "absl/strings/str_format.h"
+#include "common/logging.h"
+#include "trainer/report/progress.h"
+
+#ifdef STOKER_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <cuda_runtime_api.h>
+
+#include "common/cuda_status.h"
+#endif
+
+namespace stoker::trainer {
+
+at::Device TrainingDevice(const RunContext& context) {
+  return context.use_cuda ? at::Device(at::kCUDA, context.cuda_device) : at::Device(at::kCPU);
+}
+
+void ConfigureDevice(const DeviceOptions& options, const RunContext& context) {
+  if (!context.use_cuda) {
+    // CPU ranks share the node's cores.
+    const int cores = std::max(1u, std::thread::hardware_concurrency());
+    at::set_num_threads(std::max(1, cores / std::max(1, context.rank.local_size)));
+  } else if (options.deterministic) {
+    // cuBLAS needs a fixed workspace configuration for deterministic results; it reads the
+    // variable when its first handle is made, after this.
+    setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+    at::globalContext().setBenchmarkCuDNN(false);
+    at::globalContext().setDeterministicCuDNN(true);
+    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
+  } else {
+    at::globalContext().setBenchmarkCuDNN(options.cudnn_benchmark);
+  }
+}
+
+at::ScalarType InputDtype(const DeviceOptions& options, const RunContext& context) {
+  if (!context.use_cuda || options.precision == Precision::kFloat32) return at::kFloat;
+  return options.precision == Precision::kBFloat16 ? at::kBFloat16 : at::kHalf;
+}
+
+bool UsesAutocast(const DeviceOptions& options, const RunContext& context) {
+  return context.use_cuda && options.precision != Precision::kFloat32;
+}
+
+void EnableAutocast(const DeviceOptions& options, const RunContext& context) {
+  if (!UsesAutocast(options, context)) return;
+  at::autocast::set_autocast_enabled(at::kCUDA, true);
+  at::autocast::set_autocast_dtype(at::kCUDA, InputDtype(options, context));
+}
+
+absl::Status WaitForDevice(const RunContext& context) {
+#ifdef STOKER_WITH_CUDA
+  if (context.use_cuda) return CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+#endif
+  (void)context;
+  return absl::OkStatus();
+}
+
+void ReportDeviceMemory(const DeviceOptions& options, const RunContext& context, bool log) {
+#ifdef STOKER_WITH_CUDA
+  if (!context.use_cuda) return;
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(context.cuda_device);
+  const auto aggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  const double gib = 1024.0 * 1024 * 1024;
+  const double allocated = stats.allocated_bytes[aggregate].current / gib;
+  const double reserved = stats.reserved_bytes[aggregate].current / gib;
+  const double peak = stats.allocated_bytes[aggregate].peak / gib;
+  size_t free_bytes = 0, total_bytes = 0;
+  cudaMemGetInfo(&free_bytes, &total_bytes);
+  if (log) {
+    LogInfo("rank %d GPU %d memory: allocated %.2f GiB, reserved %.2f GiB, peak %.2f GiB of %.1f GiB",
+            context.rank.rank, context.cuda_device, allocated, reserved, peak, total_bytes / gib);
+  }
+  if (reserved * gib > options.cache_release_fraction * total_bytes) {
+    LogWarning("reserved device memory passed %.0f%% of the GPU: releasing cached blocks",
+               options.cache_release_fraction * 100);
+    c10::cuda::CUDACachingAllocator::emptyCache();
+  }
+#else
+  (void)options, (void)context, (void)log;
+#endif
+}
+
+absl::StatusOr<std::unique_ptr<StepProfiler>> MakeStepProfiler(const RunContext& context) {
+  void* stream = nullptr;
+#ifdef STOKER_WITH_CUDA
+  if (context.use_cuda) stream = at::cuda::getCurrentCUDAStream(context.cuda_device).stream();
+#endif
+  return StepProfiler::Create(context.use_cuda, stream, context.cuda_device);
+}
+
+std::string MemoryText(const RunContext& context) {
+#ifdef STOKER_WITH_CUDA
+  if (context.use_cuda) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(context.cuda_device);
+    const auto aggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    const double gib = 1024.0 * 1024 * 1024;
+    return absl::StrFormat("GPU %.1f GiB (peak %.1f)", stats.allocated_bytes[aggregate].current / gib,
+                           stats.allocated_bytes[aggregate].peak / gib);
+  }
+#endif
+  (void)context;
+  const double rss = ResidentSetGiB();
+  return rss >= 0 ? absl::StrFormat("RSS %.2f GiB", rss) : "";
+}
+
+}  // namespace stoker::trainer

@@ -1,0 +1,25 @@
+#include "trainer/input/input_options.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace stoker::trainer {
+
+absl::Status InputOptions::Validate() const {
+  if (data_socket.empty() && synthetic_steps == 0) {
+    return absl::InvalidArgumentError(
+        "--data_socket is required (the launcher passes it), unless --synthetic_steps is set");
+  }
+  if (batch_size < 1) return absl::InvalidArgumentError(absl::StrCat("--batch_size=", batch_size, ": must be >= 1"));
+  if (image_size < 8) return absl::InvalidArgumentError(absl::StrCat("--image_size=", image_size, ": must be >= 8"));
+  if (ring_slots < 3) return absl::InvalidArgumentError(absl::StrCat("--ring_slots=", ring_slots, ": must be >= 3"));
+  if (data_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--data_timeout_s=", absl::ToInt64Seconds(data_timeout), ": must be >= 1"));
+  }
+  if (synthetic_steps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--synthetic_steps=", synthetic_steps, ": must be >= 0"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace stoker::trainer

@@ -1,0 +1,18 @@
+#include "trainer/input/make_feeder.h"
+
+#ifdef STOKER_WITH_CUDA
+#include "trainer/input/cuda_batch_feeder.h"
+#endif
+
+namespace stoker::trainer {
+
+absl::StatusOr<std::unique_ptr<BatchFeeder>> MakeBatchFeeder(BatchSource* source, const FeederOptions& options,
+                                                             at::Device device) {
+  if (device.is_cpu()) return MakeCpuBatchFeeder(source, options);
+#ifdef STOKER_WITH_CUDA
+  if (device.is_cuda()) return MakeCudaBatchFeeder(source, options, device.index());
+#endif
+  return absl::UnimplementedError("no batch feeder for this device in this build");
+}
+
+}  // namespace stoker::trainer

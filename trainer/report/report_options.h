@@ -1,0 +1,42 @@
+// What rank 0 reports about a run and where: progress lines, JSON lines, TensorBoard, the
+// summary, the per-batch logs tests read, the step profile and the exported weights. With
+// its check. Free of libtorch.
+#ifndef STOKER_TRAINER_REPORT_REPORT_OPTIONS_H_
+#define STOKER_TRAINER_REPORT_REPORT_OPTIONS_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace stoker::trainer {
+
+// auto: redraw the progress line in place when stderr is a terminal or the environment says
+// the job's output goes to one (STOKER_PROGRESS_IN_PLACE=1: under mpirun the ranks' stderr
+// is a pipe); in place; or one line each time.
+enum class ProgressMode { kAuto, kInPlace, kLines };
+
+absl::StatusOr<ProgressMode> ParseProgressMode(absl::string_view name);
+
+struct ReportOptions {
+  int log_every = 10;  // optimizer steps between progress lines
+  ProgressMode progress = ProgressMode::kAuto;
+  std::string metrics_out;       // JSON summary at the end
+  std::string metrics_jsonl;     // one JSON object per progress line, validation, stop and end
+  std::string tensorboard_dir;   // TensorBoard event file (scalars)
+  std::string loss_log;          // "epoch step loss" for every batch (syncs each step)
+  std::string export_path;       // the final state dict as torch.load reads it
+  std::string final_params_out;  // each rank: raw parameters to <path>.rank<r> (tests)
+  // Each rank writes "epoch step index..." (the dataset indices of the samples) for every
+  // trained batch to <path>.rank<r>: what tests check sampling and seeding with.
+  std::string sample_log;
+  int profile_steps = 0;  // time breakdown over this many steps after the warm-up
+
+  // InvalidArgument naming the flag at fault.
+  absl::Status Validate() const;
+};
+
+}  // namespace stoker::trainer
+
+#endif  // STOKER_TRAINER_REPORT_REPORT_OPTIONS_H_

@@ -1,0 +1,48 @@
+// ThroughputMeter: images per second and the share of time spent waiting for data, over a
+// stretch of wall time from which pauses (validation, checkpoints) are left out.
+#ifndef STOKER_TRAINER_REPORT_THROUGHPUT_METER_H_
+#define STOKER_TRAINER_REPORT_THROUGHPUT_METER_H_
+
+#include <chrono>
+#include <cstdint>
+
+#include "absl/time/time.h"
+
+namespace stoker::trainer {
+
+// Not thread-safe; owned by the training thread.
+//
+//   ThroughputMeter meter;           // starts now
+//   meter.AddDataWait(batch.data_wait);
+//   meter.AddImages(batch_size * world_size);
+//   meter.Exclude(validation_time);  // not training
+//   printf("%.1f img/s", meter.ImagesPerSecond());
+class ThroughputMeter {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  ThroughputMeter() : start_(Clock::now()) {}
+
+  // Starts again from zero at `now`.
+  void Restart(Clock::time_point now = Clock::now());
+  void AddImages(int64_t images) { images_ += images; }
+  void AddDataWait(absl::Duration wait) { data_wait_ += wait; }
+  // Leaves `paused` out of the measured time.
+  void Exclude(Clock::duration paused) { start_ += paused; }
+
+  int64_t images() const { return images_; }
+  // Wall time since the start, without the excluded pauses (at least 1 ns).
+  double Seconds(Clock::time_point now = Clock::now()) const;
+  double ImagesPerSecond(Clock::time_point now = Clock::now()) const { return images_ / Seconds(now); }
+  // Time waiting for data over the measured time; at most 1 when `capped`.
+  double DataWaitShare(Clock::time_point now = Clock::now(), bool capped = false) const;
+
+ private:
+  Clock::time_point start_;
+  int64_t images_ = 0;
+  absl::Duration data_wait_;
+};
+
+}  // namespace stoker::trainer
+
+#endif  // STOKER_TRAINER_REPORT_THROUGHPUT_METER_H_

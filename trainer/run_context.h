@@ -1,0 +1,22 @@
+// RunContext: the facts of the process a run trains in, decided by main() before training
+// starts (which rank it is, where its node is, whether it trains on a GPU), apart from what
+// the user asked for (TrainerOptions).
+#ifndef STOKER_TRAINER_RUN_CONTEXT_H_
+#define STOKER_TRAINER_RUN_CONTEXT_H_
+
+#include "launcher/rank_setup.h"
+
+namespace stoker::trainer {
+
+struct RunContext {
+  launcher::RankInfo rank;
+  bool use_cuda = false;  // this rank trains on GPU `cuda_device`; else on the CPU
+  int cuda_device = 0;
+
+  bool rank0() const { return rank.rank == 0; }
+  int world_size() const { return rank.world_size; }
+};
+
+}  // namespace stoker::trainer
+
+#endif  // STOKER_TRAINER_RUN_CONTEXT_H_

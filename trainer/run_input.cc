@@ -1,0 +1,178 @@
+#include "trainer/run_input.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "data_service/ring_client.h"
+#include "trainer/device.h"
+#include "trainer/input/make_feeder.h"
+#include "trainer/input/synthetic_feeder.h"
+
+namespace stoker::trainer {
+namespace {
+
+using data_service::BatchView;
+using data_service::EpochInfo;
+using data_service::RingClient;
+using data_service::RingRequest;
+
+FeederOptions FeederOptionsFor(const TrainerOptions& o, const RunContext& context) {
+  FeederOptions feeder;
+  feeder.batch_size = o.input.batch_size;
+  feeder.image_size = o.input.image_size;
+  feeder.dtype = InputDtype(o.device, context);
+  std::copy(o.input.mean, o.input.mean + 3, feeder.mean);
+  std::copy(o.input.stddev, o.input.stddev + 3, feeder.stddev);
+  feeder.timeout = o.input.data_timeout;
+  return feeder;
+}
+
+// A resumed run restarts the data service's epoch from its first batch: acquire and release
+// the batches the run had already consumed (the ring delivers in order, and the batches are
+// a pure function of seed, epoch and index, so the rest are the same batches).
+class SkippingBatchSource final : public BatchSource {
+ public:
+  SkippingBatchSource(std::unique_ptr<BatchSource> inner, int64_t epoch, int64_t skip)
+      : inner_(std::move(inner)), epoch_(epoch), skip_(skip) {}
+  absl::StatusOr<BatchView> Acquire(absl::Duration timeout) override {
+    while (true) {
+      ASSIGN_OR_RETURN(BatchView view, inner_->Acquire(timeout));
+      if (view.epoch != epoch_ || view.step >= skip_) return view;
+      RETURN_IF_ERROR(inner_->Release(view));
+    }
+  }
+  absl::Status Release(const BatchView& batch) override { return inner_->Release(batch); }
+  void* memory_base() const override { return inner_->memory_base(); }
+  size_t memory_bytes() const override { return inner_->memory_bytes(); }
+
+ private:
+  std::unique_ptr<BatchSource> inner_;
+  int64_t epoch_;
+  int64_t skip_;
+};
+
+class SyntheticInput final : public RunInput {
+ public:
+  SyntheticInput(const TrainerOptions& o, const RunContext& context, const InputStart& start)
+      : steps_(o.input.synthetic_steps),
+        feeder_(FeederOptionsFor(o, context), o.model.num_classes, TrainingDevice(context), steps_,
+                start.epoch * steps_ + start.batches_done) {}
+  int64_t batches_per_epoch() const override { return steps_; }
+  int64_t trained_per_epoch() const override { return steps_; }
+  BatchFeeder& feeder() override { return feeder_; }
+  absl::Status PrefetchEpoch(int64_t) override { return absl::OkStatus(); }
+  bool has_validation() const override { return false; }
+  absl::StatusOr<ValidationPass> StartValidation(int64_t) override {
+    return absl::FailedPreconditionError("synthetic input has no validation split");
+  }
+
+ private:
+  int64_t steps_;
+  SyntheticBatchFeeder feeder_;
+};
+
+// The node data service's rings. Members in dependency order: the feeder reads the source,
+// which reads the ring.
+class RingInput final : public RunInput {
+ public:
+  static absl::StatusOr<std::unique_ptr<RingInput>> Open(const TrainerOptions& o, const RunContext& context,
+                                                         const InputStart& start);
+  int64_t batches_per_epoch() const override { return batches_per_epoch_; }
+  int64_t trained_per_epoch() const override { return trained_per_epoch_; }
+  BatchFeeder& feeder() override { return *feeder_; }
+  absl::Status PrefetchEpoch(int64_t epoch) override { return ring_->StartEpoch(epoch, seed_).status(); }
+  bool has_validation() const override { return val_ring_ != nullptr; }
+  absl::StatusOr<ValidationPass> StartValidation(int64_t epoch) override;
+
+ private:
+  RingInput(FeederOptions feeder_options, at::Device device, uint64_t seed)
+      : feeder_options_(feeder_options), device_(device), seed_(seed) {}
+
+  FeederOptions feeder_options_;
+  at::Device device_;
+  uint64_t seed_;
+  int64_t batches_per_epoch_ = 0;
+  int64_t trained_per_epoch_ = 0;
+  std::unique_ptr<RingClient> ring_;
+  std::unique_ptr<RingClient> val_ring_;
+  std::unique_ptr<BatchSource> source_;
+  std::unique_ptr<BatchFeeder> feeder_;
+};
+
+absl::StatusOr<std::unique_ptr<RingInput>> RingInput::Open(const TrainerOptions& o, const RunContext& context,
+                                                           const InputStart& start) {
+  std::unique_ptr<RingInput> input(new RingInput(FeederOptionsFor(o, context), TrainingDevice(context), start.seed));
+  RingRequest request;
+  request.rank = context.rank.rank;
+  request.world_size = context.world_size();
+  request.batch_size = o.input.batch_size;
+  request.image_size = o.input.image_size;
+  request.slot_count = o.input.ring_slots;
+  request.train = o.input.train_split;
+  ASSIGN_OR_RETURN(input->ring_, RingClient::Connect(o.input.data_socket, request, o.input.data_timeout));
+  ASSIGN_OR_RETURN(EpochInfo first, input->ring_->StartEpoch(start.epoch, start.seed));
+  input->batches_per_epoch_ = first.batches;
+  const bool short_last = first.samples % o.input.batch_size != 0;
+  input->trained_per_epoch_ = first.batches - (o.input.drop_last_batch && short_last ? 1 : 0);
+  if (input->trained_per_epoch_ < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--batch_size=", o.input.batch_size, ": an epoch gives each rank ", first.samples,
+        " samples, not one full batch (use a smaller batch or --nodrop_last_batch)"));
+  }
+  if (o.validation.every > 0 && !o.benchmark.data_only && !o.input.train_split) {
+    // Training on the validation split (a benchmark's choice): validating on it too would
+    // only measure the training data again.
+    if (context.rank0()) LogInfo("--data_split=val: training on the validation split, so no validation");
+  } else if (o.validation.every > 0 && !o.benchmark.data_only) {
+    RingRequest val_request = request;
+    val_request.train = false;
+    val_request.batch_size = o.validation.batch_size > 0 ? o.validation.batch_size : o.input.batch_size;
+    absl::StatusOr<std::unique_ptr<RingClient>> val =
+        RingClient::Connect(o.input.data_socket, val_request, o.input.data_timeout);
+    // Every rank sees the same answer from its node's service (same datasets on every
+    // node), so every rank makes the same choice here.
+    if (val.ok()) {
+      input->val_ring_ = std::move(*val);
+    } else if (absl::StrContains(val.status().message(), "no validation split")) {
+      if (context.rank0()) {
+        LogWarning("the data service has no validation split: validation is off (launcher --val_dir; "
+                   "--val_every=0 silences this)");
+      }
+    } else {
+      return val.status();
+    }
+  }
+  input->source_ = std::make_unique<RingBatchSource>(input->ring_.get());
+  if (start.batches_done > 0) {
+    input->source_ = std::make_unique<SkippingBatchSource>(std::move(input->source_), start.epoch, start.batches_done);
+  }
+  ASSIGN_OR_RETURN(input->feeder_, MakeBatchFeeder(input->source_.get(), input->feeder_options_, input->device_));
+  return input;
+}
+
+absl::StatusOr<ValidationPass> RingInput::StartValidation(int64_t epoch) {
+  ASSIGN_OR_RETURN(EpochInfo info, val_ring_->StartEpoch(epoch, seed_));
+  ValidationPass pass;
+  pass.batches = info.batches;
+  pass.batch_size = val_ring_->request().batch_size;
+  pass.source = std::make_unique<RingBatchSource>(val_ring_.get());
+  FeederOptions options = feeder_options_;
+  options.batch_size = pass.batch_size;
+  ASSIGN_OR_RETURN(pass.feeder, MakeBatchFeeder(pass.source.get(), options, device_));
+  return pass;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RunInput>> OpenRunInput(const TrainerOptions& options, const RunContext& context,
+                                                       const InputStart& start) {
+  if (options.input.synthetic_steps > 0) return std::make_unique<SyntheticInput>(options, context, start);
+  ASSIGN_OR_RETURN(std::unique_ptr<RingInput> input, RingInput::Open(options, context, start));
+  return std::unique_ptr<RunInput>(std::move(input));
+}
+
+}  // namespace stoker::trainer

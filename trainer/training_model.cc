@@ -1,0 +1,102 @@
+#include "trainer/training_model.h"
+
+#include <c10/core/GradMode.h>
+#include <torch/random.h>
+
+#include <fstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+#include "common/status_macros.h"
+#include "trainer/device.h"
+#include "trainer/nn/models.h"
+
+namespace stoker::trainer {
+
+absl::StatusOr<std::unique_ptr<TrainingModel>> TrainingModel::Create(const TrainerOptions& o,
+                                                                     const RunContext& context,
+                                                                     Communicator& gradients) {
+  // Loss scaling guards fp16 gradients against underflow; bf16 and fp32 do not need it.
+  LossScalerOptions scaler_options = o.scaler;
+  scaler_options.enabled = context.use_cuda && o.device.precision == Precision::kFloat16;
+  ASSIGN_OR_RETURN(LossScaler scaler, LossScaler::Create(scaler_options));
+  std::unique_ptr<TrainingModel> t(new TrainingModel(std::move(scaler)));
+
+  torch::manual_seed(o.seed);
+  ASSIGN_OR_RETURN(t->model_, MakeModel(o.model.name, o.model.num_classes));
+  t->model_->to(TrainingDevice(context));
+  if (o.device.channels_last) {
+    c10::NoGradGuard no_grad;
+    for (at::Tensor& p : t->model_->parameters()) {
+      if (p.dim() == 4) p.set_data(p.contiguous(at::MemoryFormat::ChannelsLast));
+    }
+  }
+  std::vector<at::Tensor> parameters;  // registration order
+  std::vector<std::string> names;
+  for (const auto& item : t->model_->named_parameters()) {
+    names.push_back(item.key());
+    parameters.push_back(item.value());
+  }
+  Communicator* reducing = &gradients;
+  if (o.report.profile_steps > 0 && !context.use_cuda) {
+    t->timed_ = std::make_unique<TimedCommunicator>(&gradients);
+    reducing = t->timed_.get();
+  }
+  ASSIGN_OR_RETURN(t->buckets_, GradBuckets::Create(parameters, names, o.comm.bucket_bytes(), reducing));
+
+  // Biases and normalisation parameters (one dimension) without decay, if asked.
+  std::vector<ParameterGroup> groups(2);
+  groups[0].weight_decay = o.optimizer.weight_decay;
+  groups[1].weight_decay = o.optimizer.no_decay_bn_bias ? 0.0 : o.optimizer.weight_decay;
+  std::vector<std::string> not_decayed;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    const bool exempt = o.optimizer.no_decay_bn_bias && parameters[i].dim() <= 1;
+    groups[exempt ? 1 : 0].parameters.push_back(parameters[i]);
+    (exempt ? not_decayed : t->optimizer_names_).push_back(names[i]);
+  }
+  t->optimizer_names_.insert(t->optimizer_names_.end(), not_decayed.begin(), not_decayed.end());
+  ASSIGN_OR_RETURN(t->optimizer_, FusedOptimizer::Create(std::move(groups), o.optimizer));
+
+  TrainStepOptions step_options;
+  step_options.label_smoothing = o.step.label_smoothing;
+  step_options.clip_grad_norm = o.step.clip_grad_norm;
+  step_options.autocast = UsesAutocast(o.device, context);
+  t->step_ = std::make_unique<TrainStep>(*t->model_, *t->buckets_, *t->optimizer_, t->scaler_, std::move(parameters),
+                                         step_options);
+  return t;
+}
+
+RunGeometry GeometryOf(const TrainerOptions& o, int world_size, uint64_t seed) {
+  RunGeometry g;
+  g.model = o.model.name;
+  g.num_classes = o.model.num_classes;
+  g.image_size = o.input.image_size;
+  g.world_size = world_size;
+  g.batch_size = o.input.batch_size;
+  g.accumulate = o.step.accumulate;
+  g.optimizer = std::string(OptimizerKindName(o.optimizer.kind));
+  g.seed = seed;
+  return g;
+}
+
+absl::Status TrainingModel::BroadcastState(Communicator& communicator) {
+  c10::NoGradGuard no_grad;
+  for (at::Tensor& p : model_->parameters()) RETURN_IF_ERROR(communicator.Broadcast(p.data_ptr(), p.nbytes(), 0));
+  for (at::Tensor& b : model_->buffers()) RETURN_IF_ERROR(communicator.Broadcast(b.data_ptr(), b.nbytes(), 0));
+  return communicator.Synchronize();
+}
+
+absl::Status TrainingModel::WriteParameters(const std::string& path) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return absl::InvalidArgumentError(absl::StrCat("cannot write ", path));
+  for (const at::Tensor& p : model_->parameters()) {
+    at::Tensor host = p.detach().to(at::kCPU).contiguous();
+    out.write(static_cast<const char*>(host.data_ptr()), host.nbytes());
+  }
+  out.close();
+  if (!out) return absl::DataLossError(absl::StrCat("writing ", path, " failed"));
+  return absl::OkStatus();
+}
+
+}  // namespace stoker::trainer

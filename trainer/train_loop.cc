@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/types/optional.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/torch_status.h"
 #include "trainer/checkpoint/atomic_file.h"

@@ -1,13 +1,12 @@
 #include "trainer/training_model.h"
 
+#include <ATen/Context.h>
 #include <c10/core/GradMode.h>
-#include <torch/random.h>
 
 #include <fstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-
 #include "common/status_macros.h"
 #include "trainer/device.h"
 #include "trainer/nn/models.h"
@@ -23,7 +22,7 @@ absl::StatusOr<std::unique_ptr<TrainingModel>> TrainingModel::Create(const Train
   ASSIGN_OR_RETURN(LossScaler scaler, LossScaler::Create(scaler_options));
   std::unique_ptr<TrainingModel> t(new TrainingModel(std::move(scaler)));
 
-  torch::manual_seed(o.seed);
+  at::manual_seed(o.seed);
   ASSIGN_OR_RETURN(t->model_, MakeModel(o.model.name, o.model.num_classes));
   t->model_->to(TrainingDevice(context));
   if (o.device.channels_last) {

@@ -1,5 +1,6 @@
 #include "trainer/report/run_reporter.h"
 
+#include <ATen/ATen.h>
 #include <unistd.h>
 
 #include <algorithm>

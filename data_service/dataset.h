@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/seed_mix.h"
 #include "data_service/image/decode.h"
 #include "data_service/image/transforms.h"
 
@@ -95,13 +96,8 @@ class Dataset {
 // The seed of sample `index`'s randomness in an epoch: a SplitMix64 mix of (seed, epoch,
 // index), independent of which thread produces the sample or when.
 inline uint64_t AugmentationSeed(uint64_t seed, int64_t epoch, int64_t index) {
-  auto mix = [](uint64_t z) {
-    z += 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  };
-  return mix(mix(mix(seed) ^ static_cast<uint64_t>(epoch)) ^ static_cast<uint64_t>(index));
+  return SplitMix64Mix(SplitMix64Mix(SplitMix64Mix(seed) ^ static_cast<uint64_t>(epoch)) ^
+                       static_cast<uint64_t>(index));
 }
 
 }  // namespace stoker::data_service

@@ -3,31 +3,18 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/seed_mix.h"
 
 namespace stoker::data_service {
 namespace {
 
 constexpr int32_t kMaxClasses = 100000;
 
-// A small counter-based generator; integer-only so that the bytes are the same on every
-// machine and compiler.
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [lo, hi].
-  int Uniform(int lo, int hi) {
-    return lo + static_cast<int>(Next() % static_cast<uint64_t>(hi - lo + 1));
-  }
-
- private:
-  uint64_t state_;
-};
+// Uniform in [lo, hi] from SplitMix64 (integer-only, so that the bytes are the same on every
+// machine and compiler).
+int UniformInt(SplitMix64& rng, int lo, int hi) {
+  return lo + static_cast<int>(rng.Next() % static_cast<uint64_t>(hi - lo + 1));
+}
 
 // The class colour: hue k/K on the wheel, saturation 0.8, value 0.85, as 0..255 integers.
 void ClassColour(int32_t label, int32_t classes, int rgb[3]) {
@@ -87,8 +74,8 @@ absl::Status SyntheticDataset::Load(int64_t index, const SampleOptions& options,
   const int direction = label % 4;
   const int periods = 2 + (label / 4) % 3;  // stripe periods across the image
   const int half_period = std::max(1, size / (2 * periods));
-  const int phase = rng.Uniform(0, 2 * half_period - 1);
-  const int brightness = rng.Uniform(85, 115);  // percent
+  const int phase = UniformInt(rng, 0, 2 * half_period - 1);
+  const int brightness = UniformInt(rng, 85, 115);  // percent
   const int dx = kDirections[direction][0], dy = kDirections[direction][1];
   for (int y = 0; y < size; ++y) {
     for (int x = 0; x < size; ++x) {

@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "common/errno_status.h"
 #include "common/logging.h"
+#include "common/names.h"
 #include "data_service/batch_producer.h"
 
 namespace stoker::data_service {
@@ -72,26 +73,6 @@ absl::Status ClearStaleSocket(const std::string& path, const sockaddr_un& addres
 }
 
 }  // namespace
-
-absl::Status ValidateJobId(const std::string& job_id) {
-  if (job_id.empty() || job_id.size() > 64) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--job_id: must be 1 to 64 characters, got \"", job_id, "\""));
-  }
-  for (char c : job_id) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '.' || c == '_' || c == '-';
-    if (!ok) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--job_id: \"", job_id, "\" may contain only letters, digits, '.', '_' and '-'"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-std::string RingSegmentName(const std::string& job_id, int32_t rank, bool train) {
-  return absl::StrCat("/stoker.", job_id, ".ring.", rank, train ? "" : ".val");
-}
 
 // One client connection. The Serve thread owns everything but `send_mu`-guarded sends,
 // which the producer's error callback also makes.

@@ -23,10 +23,6 @@
 namespace stoker::launcher {
 namespace {
 
-bool IsJobIdChar(char c) {
-  return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
-}
-
 // Collects what nftw removes, bottom-up. nftw has no user pointer, hence the static;
 // Remove is not called from two threads at once (the class is not thread-safe).
 std::vector<std::string>* removed_entries = nullptr;
@@ -39,16 +35,6 @@ int RemoveEntry(const char* path, const struct stat*, int type, struct FTW* wher
 }
 
 }  // namespace
-
-absl::Status ValidateJobId(absl::string_view job_id) {
-  if (job_id.empty() || job_id.size() > kMaxJobIdLength ||
-      !std::all_of(job_id.begin(), job_id.end(), IsJobIdChar)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--job_id '", job_id, "' must be 1 to ", kMaxJobIdLength,
-        " characters of A-Z, a-z, 0-9, '_' and '-'"));
-  }
-  return absl::OkStatus();
-}
 
 std::string GenerateJobId() {
   char host[256] = {};

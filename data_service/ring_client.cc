@@ -2,7 +2,6 @@
 
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -13,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "common/errno_status.h"
 #include "common/unique_fd.h"
+#include "common/unix_socket.h"
 #include "data_service/control_protocol.h"
 #include "data_service/ring.h"
 #include "data_service/shm_segment.h"
@@ -27,21 +27,16 @@ constexpr absl::Duration kWaitSlice = absl::Milliseconds(100);
 constexpr absl::Duration kReplyTimeout = absl::Seconds(60);
 
 absl::StatusOr<UniqueFd> ConnectSocket(const std::string& path, absl::Time deadline) {
-  sockaddr_un address;
-  std::memset(&address, 0, sizeof(address));
-  address.sun_family = AF_UNIX;
-  if (path.empty() || path.size() >= sizeof(address.sun_path)) {
+  absl::StatusOr<sockaddr_un> address = UnixSocketAddress(path);
+  if (!address.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("data service socket path \"", path, "\" is empty or too long"));
+        absl::StrCat("data service socket: ", address.status().message()));
   }
-  std::memcpy(address.sun_path, path.data(), path.size());
   while (true) {
     UniqueFd fd(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
     if (!fd.valid()) return ErrnoToStatus(errno, "socket(AF_UNIX, SOCK_SEQPACKET)");
-    if (connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0) {
-      return fd;
-    }
-    const int error = errno;
+    const int error = ConnectUnixSocket(fd.get(), *address);
+    if (error == 0) return fd;
     // Not there yet (or its backlog is full): the service may still be starting.
     const bool retry = error == ENOENT || error == ECONNREFUSED || error == EAGAIN || error == EINTR;
     if (!retry) return ErrnoToStatus(error, absl::StrCat("connect to data service at ", path));

@@ -25,7 +25,7 @@
 #include "data_service/ring.h"
 #include "data_service/ring_client.h"
 #include "data_service/sampler.h"
-#include "data_service/shm_segment.h"
+#include "common/shm_segment.h"
 #include "data_service/worker_pool.h"
 
 namespace stoker::data_service {

@@ -15,7 +15,7 @@
 #include "common/unix_socket.h"
 #include "data_service/control_protocol.h"
 #include "data_service/ring.h"
-#include "data_service/shm_segment.h"
+#include "common/shm_segment.h"
 
 namespace stoker::data_service {
 namespace {

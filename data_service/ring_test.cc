@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "data_service/shm_segment.h"
+#include "common/shm_segment.h"
 #include "data_service/test_util.h"
 #include "gtest/gtest.h"
 

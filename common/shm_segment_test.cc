@@ -1,7 +1,7 @@
 // Tests of SharedMemorySegment: exclusive owner-only creation, mapping by name, unlink by
 // the owner only (at destruction, or early and once), and a /dev/shm too small for a
 // segment refused at creation (a real small tmpfs over /dev/shm) instead of a SIGBUS later.
-#include "data_service/shm_segment.h"
+#include "common/shm_segment.h"
 
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -10,19 +10,24 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/test_tmpfs.h"
-#include "data_service/test_util.h"
 #include "gtest/gtest.h"
 
-namespace stoker::data_service {
+namespace stoker {
 namespace {
 
+// Names unique to this run (Bazel's sandbox gives every test the same pid).
 std::string TestName(absl::string_view what) {
-  static const std::string* id = new std::string(test_util::UniqueId());
+  static const std::string* id = [] {
+    std::random_device device;
+    return new std::string(absl::StrFormat("%08x%08x", device(), device()));
+  }();
   return absl::StrCat("/stoker.shmtest.", *id, ".", what);
 }
 
@@ -178,4 +183,4 @@ TEST(SharedMemorySegmentTest, ASegmentThatDoesNotFitInDevShmIsRefusedWithTheSize
 }
 
 }  // namespace
-}  // namespace stoker::data_service
+}  // namespace stoker

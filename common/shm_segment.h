@@ -2,8 +2,8 @@
 // (shm_open + mmap). The creator owns the name and unlinks it on destruction (or earlier,
 // with Unlink()); an opener only maps it. Segments are created owner-only (0600) and exclusively (O_EXCL), so a
 // stale segment of a crashed job with the same name is reported, never reused.
-#ifndef STOKER_DATA_SERVICE_SHM_SEGMENT_H_
-#define STOKER_DATA_SERVICE_SHM_SEGMENT_H_
+#ifndef STOKER_COMMON_SHM_SEGMENT_H_
+#define STOKER_COMMON_SHM_SEGMENT_H_
 
 #include <cstddef>
 #include <string>
@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace stoker::data_service {
+namespace stoker {
 
 // One mapped shared-memory segment. Move-only; not thread-safe (the mapping itself may be
 // used from any thread while the owner is alive).
@@ -63,6 +63,6 @@ class SharedMemorySegment {
 // InvalidArgument unless `name` is a valid portable shm name as Create() requires.
 absl::Status ValidateSegmentName(absl::string_view name);
 
-}  // namespace stoker::data_service
+}  // namespace stoker
 
-#endif  // STOKER_DATA_SERVICE_SHM_SEGMENT_H_
+#endif  // STOKER_COMMON_SHM_SEGMENT_H_

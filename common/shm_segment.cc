@@ -1,4 +1,4 @@
-#include "data_service/shm_segment.h"
+#include "common/shm_segment.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -14,7 +14,7 @@
 #include "common/errno_status.h"
 #include "common/unique_fd.h"
 
-namespace stoker::data_service {
+namespace stoker {
 
 namespace {
 
@@ -145,4 +145,4 @@ void SharedMemorySegment::Reset() {
   name_.clear();
 }
 
-}  // namespace stoker::data_service
+}  // namespace stoker

@@ -24,6 +24,7 @@
 #include "absl/time/clock.h"
 #include "data_service/encoded_image.h"
 #include "data_service/image/transforms.h"
+#include "common/testing/python_runner.h"
 #include "data_service/test_util.h"
 #include "gtest/gtest.h"
 
@@ -82,9 +83,9 @@ TEST(ImageFolderDatasetTest, ListsClassesAndFilesInTorchvisionOrder) {
 
 TEST(ImageFolderDatasetTest, MatchesTorchvisionImageFolder) {
   const std::string root = MakeTree();
-  auto probe = test_util::RunPython("import torchvision");
+  auto probe = testing::RunPython("import torchvision");
   if (!probe.ok()) GTEST_SKIP() << "needs torchvision: " << probe.status().message();
-  auto output = test_util::RunPython(absl::StrCat(
+  auto output = testing::RunPython(absl::StrCat(
       "import torchvision\n"
       "d = torchvision.datasets.ImageFolder('",
       root,

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/testing/python_runner.h"
 #include "data_service/test_util.h"
 #include "gtest/gtest.h"
 
@@ -165,7 +166,7 @@ TEST(DistributedSamplerTest, MatchesPyTorchDistributedSampler) {
       " drop_last=drop)\n"
       "    s.set_epoch(epoch)\n"
       "    print(\"OUT\", \" \".join(str(i) for i in s))\n");
-  absl::StatusOr<std::string> output = test_util::RunPython(script);
+  absl::StatusOr<std::string> output = testing::RunPython(script);
   ASSERT_TRUE(output.ok()) << output.status().message();
   std::vector<std::string> lines;
   for (absl::string_view line : absl::StrSplit(*output, '\n')) {

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "trainer/nn/python_runner.h"
+#include "common/testing/python_runner.h"
 
 namespace stoker::trainer {
 namespace {

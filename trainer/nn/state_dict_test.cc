@@ -15,7 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
-#include "trainer/nn/python_runner.h"
+#include "common/testing/python_runner.h"
 
 namespace stoker::trainer {
 namespace {

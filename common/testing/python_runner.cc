@@ -1,5 +1,5 @@
 // Runs a Python program for tests through popen(3) under coreutils `timeout`.
-#include "trainer/nn/python_runner.h"
+#include "common/testing/python_runner.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +16,7 @@
 #include "absl/strings/str_replace.h"
 #include "common/errno_status.h"
 
-namespace stoker::trainer::testing {
+namespace stoker::testing {
 namespace {
 
 // Quotes `word` for /bin/sh.
@@ -90,4 +90,4 @@ absl::StatusOr<std::string> RunPython(absl::string_view script,
   return output;
 }
 
-}  // namespace stoker::trainer::testing
+}  // namespace stoker::testing

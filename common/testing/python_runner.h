@@ -1,7 +1,7 @@
 // Test support: runs a Python program under the interpreter named by $STOKER_PYTHON (falling
 // back to `python3`) and returns what it printed, so tests can compare Stoker with PyTorch.
-#ifndef STOKER_TRAINER_NN_PYTHON_RUNNER_H_
-#define STOKER_TRAINER_NN_PYTHON_RUNNER_H_
+#ifndef STOKER_COMMON_TESTING_PYTHON_RUNNER_H_
+#define STOKER_COMMON_TESTING_PYTHON_RUNNER_H_
 
 #include <string>
 #include <vector>
@@ -9,7 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace stoker::trainer::testing {
+namespace stoker::testing {
 
 // The interpreter tests use: $STOKER_PYTHON if set and not empty, else "python3".
 std::string PythonInterpreter();
@@ -22,6 +22,6 @@ absl::StatusOr<std::string> RunPython(absl::string_view script,
                                       const std::vector<std::string>& args = {},
                                       int timeout_s = 300);
 
-}  // namespace stoker::trainer::testing
+}  // namespace stoker::testing
 
-#endif  // STOKER_TRAINER_NN_PYTHON_RUNNER_H_
+#endif  // STOKER_COMMON_TESTING_PYTHON_RUNNER_H_

@@ -26,7 +26,7 @@
 #include "data_service/image_folder_dataset.h"
 #include "data_service/packed_dataset.h"
 #include "data_service/packed_writer.h"
-#include "data_service/ring.h"
+#include "data_service/ring/ring.h"
 #include "data_service/sampler.h"
 #include "data_service/synthetic_dataset.h"
 #include "data_service/test_util.h"

@@ -24,7 +24,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "data_service/packed_writer.h"
-#include "data_service/ring_client.h"
+#include "data_service/ring/ring_client.h"
 #include "data_service/sampler.h"
 #include "data_service/synthetic_dataset.h"
 #include "data_service/test_util.h"

@@ -19,7 +19,7 @@
 #include "common/names.h"
 #include "common/unique_fd.h"
 #include "data_service/bad_samples.h"
-#include "data_service/control_protocol.h"
+#include "data_service/ring/control_protocol.h"
 #include "data_service/dataset_config.h"
 #include "data_service/worker_pool.h"
 

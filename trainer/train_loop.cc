@@ -24,7 +24,7 @@
 #include "absl/types/optional.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "data_service/ring_client.h"
+#include "data_service/ring/ring_client.h"
 #include "trainer/atomic_file.h"
 #include "trainer/batch_feeder.h"
 #include "trainer/checkpoint_file.h"

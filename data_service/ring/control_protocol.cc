@@ -1,4 +1,4 @@
-#include "data_service/control_protocol.h"
+#include "data_service/ring/control_protocol.h"
 
 #include <poll.h>
 #include <sys/socket.h>

@@ -1,5 +1,6 @@
 // The control protocol between a RingClient (trainer) and the data service, over a Unix
-// SOCK_SEQPACKET socket: one fixed-size, trivially copyable ControlMessage per packet.
+// SOCK_SEQPACKET socket: one fixed-size, trivially copyable ControlMessage
+// (data_service/ring/wire_types.h) per packet.
 //
 //   client -> service   kRegister     RingRequest           -> kRegistered (segment, geometry)
 //   client -> service   kStartEpoch   epoch, seed           -> kEpochStarted (EpochInfo)
@@ -7,61 +8,19 @@
 //                                                            an asynchronous production error)
 // Every reply carries the request_id of its request. A malformed packet (wrong size,
 // magic, version, type, or unterminated text) is rejected without being interpreted.
-#ifndef STOKER_DATA_SERVICE_CONTROL_PROTOCOL_H_
-#define STOKER_DATA_SERVICE_CONTROL_PROTOCOL_H_
+#ifndef STOKER_DATA_SERVICE_RING_CONTROL_PROTOCOL_H_
+#define STOKER_DATA_SERVICE_RING_CONTROL_PROTOCOL_H_
 
 #include <cstddef>
 #include <cstdint>
-#include <type_traits>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "data_service/ring_client.h"
+#include "data_service/ring/wire_types.h"
 
 namespace stoker::data_service {
-
-inline constexpr uint32_t kControlMagic = 0x4c435453;  // "STCL", little-endian
-inline constexpr uint16_t kControlVersion = 1;
-inline constexpr size_t kControlTextBytes = 256;
-
-enum class MessageType : uint16_t {
-  kRegister = 1,
-  kRegistered = 2,
-  kStartEpoch = 3,
-  kEpochStarted = 4,
-  kError = 5,
-};
-
-// One packet. Fields not used by a type are zero.
-struct ControlMessage {
-  uint32_t magic;
-  uint16_t version;
-  uint16_t type;         // MessageType
-  uint32_t request_id;   // echoed by the reply; 0 in an asynchronous kError
-  int32_t status_code;   // kError: an absl::StatusCode
-  // kRegister (and echoed by kRegistered): the RingRequest.
-  int32_t rank;
-  int32_t world_size;
-  int32_t batch_size;
-  int32_t image_size;
-  int32_t slot_count;
-  uint8_t train;
-  uint8_t drop_last;
-  uint8_t reserved0[2];
-  // kStartEpoch: epoch, seed. kEpochStarted: epoch, samples, batches.
-  int64_t epoch;
-  uint64_t seed;
-  int64_t samples;
-  int64_t batches;
-  // kRegistered: the size of the ring segment named in `text`.
-  uint64_t ring_bytes;
-  // kRegistered: the shared-memory segment name. kError: the message. NUL-terminated.
-  char text[kControlTextBytes];
-};
-static_assert(std::is_trivially_copyable_v<ControlMessage>);
-static_assert(sizeof(ControlMessage) == 336, "ControlMessage is the wire format");
 
 // A zeroed message of `type` with magic and version set.
 ControlMessage NewMessage(MessageType type, uint32_t request_id);
@@ -91,4 +50,4 @@ absl::StatusOr<ControlMessage> ReceiveMessage(int fd, absl::Duration timeout);
 
 }  // namespace stoker::data_service
 
-#endif  // STOKER_DATA_SERVICE_CONTROL_PROTOCOL_H_
+#endif  // STOKER_DATA_SERVICE_RING_CONTROL_PROTOCOL_H_

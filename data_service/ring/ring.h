@@ -1,7 +1,7 @@
 // The batch ring in shared memory: a header, per-slot metadata and per-slot image areas,
 // written by one producer (the data service) and read by one consumer (a trainer rank).
-// This file defines the layout (the structs that live in shared memory) and the two ends.
-// Neither end owns memory: the mapping belongs to a SharedMemorySegment.
+// This file defines the layout (where the structs of data_service/ring/wire_types.h lie)
+// and the two ends. Neither end owns memory: the mapping belongs to a SharedMemorySegment.
 //
 // Memory layout (all offsets from the ring base, which is page-aligned):
 //   [0, 4096)                       RingHeader, then zeros
@@ -9,59 +9,24 @@
 //                                   then int32 labels[batch]
 //   image_offset + i * image_stride uint8 images of slot i: batch x S x S x 3 (NHWC, RGB);
 //                                   every slot starts on a 4096-byte boundary
-#ifndef STOKER_DATA_SERVICE_RING_H_
-#define STOKER_DATA_SERVICE_RING_H_
+#ifndef STOKER_DATA_SERVICE_RING_RING_H_
+#define STOKER_DATA_SERVICE_RING_RING_H_
 
 #include <cstddef>
 #include <cstdint>
-#include <type_traits>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "data_service/ring/wire_types.h"
 
 namespace stoker::data_service {
 
-inline constexpr uint64_t kRingMagic = 0x31474e49524b5453ULL;  // "STKRING1", little-endian
-inline constexpr uint32_t kRingVersion = 1;
 inline constexpr uint64_t kRingPageBytes = 4096;
 inline constexpr int32_t kMaxSlotCount = 1024;
 inline constexpr int32_t kMaxBatchSize = 1 << 16;
 inline constexpr int32_t kMaxImageSize = 8192;
-
-// Header at offset 0 of a ring. Written once by the producer before any consumer maps it.
-struct RingHeader {
-  uint64_t magic;
-  uint32_t version;
-  uint32_t header_bytes;  // sizeof(RingHeader)
-  int32_t slot_count;
-  int32_t batch_size;
-  int32_t image_size;
-  int32_t reserved0;
-  uint64_t slot_meta_offset;
-  uint64_t slot_meta_stride;
-  uint64_t image_offset;
-  uint64_t image_stride;
-  uint64_t total_bytes;
-  uint8_t reserved[56];
-};
-static_assert(std::is_trivially_copyable_v<RingHeader>);
-static_assert(sizeof(RingHeader) == 128, "RingHeader is part of the shared-memory ABI");
-
-// Metadata of one slot, followed in memory by sample_indices[batch] and labels[batch].
-// `state` is the slot's futex word (see Note [Ring slot states]); it is only accessed
-// atomically.
-struct RingSlotMeta {
-  uint32_t state;
-  int32_t count;     // samples in the batch, 1..batch_size
-  int64_t epoch;
-  int64_t step;      // batch index within the epoch
-  uint64_t position; // the ring position (0, 1, 2, ...) this slot was written for
-  uint8_t reserved[32];
-};
-static_assert(std::is_trivially_copyable_v<RingSlotMeta>);
-static_assert(sizeof(RingSlotMeta) == 64, "RingSlotMeta is part of the shared-memory ABI");
 
 // The shape a ring is made for.
 struct RingGeometry {
@@ -172,10 +137,7 @@ class RingConsumer {
 
 namespace internal {
 
-// Atomic access to a 32-bit word in shared memory, and futex waits on it. See
-// Note [Futex words in shared memory].
-uint32_t LoadAcquire(const uint32_t* word);
-void StoreRelease(uint32_t* word, uint32_t value);
+// Futex waits on a 32-bit word in shared memory. See Note [Futex words in shared memory].
 // Sleeps while *word == expected, at most `timeout`; may return early (wake, signal).
 void FutexWait(uint32_t* word, uint32_t expected, absl::Duration timeout);
 // Wakes every waiter on `word`, in any process.
@@ -186,4 +148,4 @@ bool WaitForWord(uint32_t* word, uint32_t target, absl::Duration timeout);
 }  // namespace internal
 }  // namespace stoker::data_service
 
-#endif  // STOKER_DATA_SERVICE_RING_H_
+#endif  // STOKER_DATA_SERVICE_RING_RING_H_

@@ -1,6 +1,6 @@
 // Tests of the control protocol: messages survive a SOCK_SEQPACKET socket, and packets of
 // the wrong size or with bad fields are rejected, not interpreted.
-#include "data_service/control_protocol.h"
+#include "data_service/ring/control_protocol.h"
 
 #include <sys/socket.h>
 

@@ -1,11 +1,10 @@
-#include "data_service/ring.h"
+#include "data_service/ring/ring.h"
 
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -13,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/shm_atomic.h"
 
 namespace stoker::data_service {
 
@@ -44,19 +44,10 @@ namespace stoker::data_service {
 //    stretch a wait (sem_timedwait measures CLOCK_REALTIME).
 // The futexes are shared (no FUTEX_PRIVATE_FLAG): the kernel keys them by the mapped
 // file and offset, so the two processes' different virtual addresses meet. The structs
-// stay trivially copyable: the words are plain uint32_t accessed through the GCC/Clang
-// __atomic builtins (what std::atomic_ref does in C++20).
+// stay trivially copyable: the words are plain uint32_t read and written through
+// common/shm_atomic.h (Note [Atomics in shared memory] there).
 
 namespace internal {
-
-static_assert(__atomic_always_lock_free(sizeof(uint32_t), 0),
-              "ring state words must be lock-free to work across processes");
-
-uint32_t LoadAcquire(const uint32_t* word) { return __atomic_load_n(word, __ATOMIC_ACQUIRE); }
-
-void StoreRelease(uint32_t* word, uint32_t value) {
-  __atomic_store_n(word, value, __ATOMIC_RELEASE);
-}
 
 void FutexWait(uint32_t* word, uint32_t expected, absl::Duration timeout) {
   if (timeout <= absl::ZeroDuration()) return;
@@ -154,7 +145,7 @@ absl::StatusOr<RingProducer> RingProducer::Initialize(void* base, size_t bytes,
   header.total_bytes = layout->total_bytes;
   std::memcpy(bytes_base, &header, sizeof(header));
   for (int32_t slot = 0; slot < geometry.slot_count; ++slot) {
-    internal::StoreRelease(&SlotMeta(bytes_base, *layout, slot)->state, FreeState(slot));
+    StoreRelease(&SlotMeta(bytes_base, *layout, slot)->state, FreeState(slot));
   }
   return RingProducer(bytes_base, *layout);
 }
@@ -201,7 +192,7 @@ absl::Status RingProducer::Publish(const WritableSlot& slot, int64_t epoch, int6
   meta->epoch = epoch;
   meta->step = step;
   meta->position = slot.position;
-  internal::StoreRelease(&meta->state, PublishedState(slot.position));
+  StoreRelease(&meta->state, PublishedState(slot.position));
   internal::FutexWakeAll(&meta->state);
   ++next_publish_;
   return absl::OkStatus();
@@ -276,7 +267,7 @@ absl::Status RingConsumer::Release(int32_t slot) {
         absl::StrCat("ring slot ", slot, " is not held (double release, or never acquired)"));
   }
   RingSlotMeta* meta = SlotMeta(base_, layout_, slot);
-  internal::StoreRelease(&meta->state, FreeState(held_[slot] + layout_.geometry.slot_count));
+  StoreRelease(&meta->state, FreeState(held_[slot] + layout_.geometry.slot_count));
   internal::FutexWakeAll(&meta->state);
   held_[slot] = kNotHeld;
   return absl::OkStatus();

@@ -1,6 +1,6 @@
 // Tests of the shared-memory batch ring: order, wrap-around, blocking with timeouts, and
 // a stress run with the consumer in another thread and in another process.
-#include "data_service/ring.h"
+#include "data_service/ring/ring.h"
 
 #include <sys/wait.h>
 #include <unistd.h>

@@ -1,8 +1,8 @@
 // The trainer's side of the data service: a control connection plus the mapped
 // shared-memory ring of one rank. This is data_service's public face
-// (//data_service:ring_client); the trainer links nothing else of data_service.
-#ifndef STOKER_DATA_SERVICE_RING_CLIENT_H_
-#define STOKER_DATA_SERVICE_RING_CLIENT_H_
+// (//data_service/ring:ring_client); the trainer links nothing else of data_service.
+#ifndef STOKER_DATA_SERVICE_RING_RING_CLIENT_H_
+#define STOKER_DATA_SERVICE_RING_RING_CLIENT_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -12,26 +12,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "data_service/ring/wire_types.h"
 
 namespace stoker::data_service {
-
-// What a trainer rank asks for when it registers with its node's data service.
-struct RingRequest {
-  int32_t rank = 0;        // global rank
-  int32_t world_size = 1;  // global number of ranks: the sampler splits the dataset by it
-  int32_t batch_size = 0;  // samples per batch for this rank
-  int32_t image_size = 0;  // square output size in pixels (height == width)
-  int32_t slot_count = 4;  // ring depth: batches that may be in flight
-  bool train = true;       // training split and augmentation, or validation split
-  bool drop_last = false;  // DistributedSampler's drop_last
-};
-
-// One epoch as the service will deliver it to this rank.
-struct EpochInfo {
-  int64_t epoch = 0;
-  int64_t samples = 0;  // samples this rank sees in the epoch (the sampler's num_samples)
-  int64_t batches = 0;  // ceil(samples / batch_size); only the last batch may be short
-};
 
 // A published batch, borrowed from the ring until Release(). uint8 NHWC, RGB.
 struct BatchView {
@@ -88,4 +71,4 @@ class RingClient {
 
 }  // namespace stoker::data_service
 
-#endif  // STOKER_DATA_SERVICE_RING_CLIENT_H_
+#endif  // STOKER_DATA_SERVICE_RING_RING_CLIENT_H_

@@ -1,4 +1,4 @@
-#include "data_service/ring_client.h"
+#include "data_service/ring/ring_client.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -11,11 +11,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/errno_status.h"
+#include "common/shm_segment.h"
 #include "common/unique_fd.h"
 #include "common/unix_socket.h"
-#include "data_service/control_protocol.h"
-#include "data_service/ring.h"
-#include "common/shm_segment.h"
+#include "data_service/ring/control_protocol.h"
+#include "data_service/ring/ring.h"
 
 namespace stoker::data_service {
 namespace {

@@ -15,8 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "gtest/gtest.h"
 #include "common/testing/python_runner.h"
+#include "gtest/gtest.h"
 
 namespace stoker::trainer {
 namespace {

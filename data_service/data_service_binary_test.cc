@@ -23,10 +23,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "data_service/packed_writer.h"
+#include "data_service/dataset/packed_writer.h"
+#include "data_service/dataset/sampler.h"
+#include "data_service/dataset/synthetic_dataset.h"
 #include "data_service/ring/ring_client.h"
-#include "data_service/sampler.h"
-#include "data_service/synthetic_dataset.h"
 #include "data_service/test_util.h"
 #include "gtest/gtest.h"
 

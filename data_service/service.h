@@ -18,9 +18,9 @@
 #include "absl/synchronization/mutex.h"
 #include "common/names.h"
 #include "common/unique_fd.h"
-#include "data_service/bad_samples.h"
+#include "data_service/dataset/bad_samples.h"
+#include "data_service/dataset/dataset_config.h"
 #include "data_service/ring/control_protocol.h"
-#include "data_service/dataset_config.h"
 #include "data_service/worker_pool.h"
 
 namespace stoker::data_service {

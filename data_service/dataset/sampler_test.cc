@@ -1,7 +1,7 @@
 // Tests of DistributedSampler: coverage per epoch across ranks, padding, drop_last, a new
 // order each epoch, and identical indices to PyTorch's own DistributedSampler (run
 // through $STOKER_PYTHON, falling back to python3; the test fails if torch is missing).
-#include "data_service/sampler.h"
+#include "data_service/dataset/sampler.h"
 
 #include <map>
 #include <set>

@@ -1,4 +1,4 @@
-#include "data_service/bad_samples.h"
+#include "data_service/dataset/bad_samples.h"
 
 #include <algorithm>
 

@@ -1,5 +1,5 @@
 // EvalResizeSize, and the bad-sample mark of Load() errors.
-#include "data_service/dataset.h"
+#include "data_service/dataset/dataset.h"
 
 #include <cmath>
 

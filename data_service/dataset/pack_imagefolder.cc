@@ -15,7 +15,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "data_service/packed_writer.h"
+#include "data_service/dataset/packed_writer.h"
 
 ABSL_FLAG(std::string, input, "", "the ImageFolder to pack: <input>/<class>/.../<image>");
 ABSL_FLAG(std::string, output, "",

@@ -1,4 +1,4 @@
-#include "data_service/packed_writer.h"
+#include "data_service/dataset/packed_writer.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -14,9 +14,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/errno_status.h"
-#include "data_service/encoded_image.h"
+#include "data_service/dataset/encoded_image.h"
+#include "data_service/dataset/image_folder_dataset.h"
 #include "data_service/image/decode.h"
-#include "data_service/image_folder_dataset.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "the packed format is little-endian and written as in memory");

@@ -2,8 +2,8 @@
 // torch.utils.data.DistributedSampler computes them (so a Stoker run and a PyTorch run
 // with the same seed visit samples in the same order), plus TorchRandperm, a libtorch-free
 // reproduction of torch.randperm on the CPU generator.
-#ifndef STOKER_DATA_SERVICE_SAMPLER_H_
-#define STOKER_DATA_SERVICE_SAMPLER_H_
+#ifndef STOKER_DATA_SERVICE_DATASET_SAMPLER_H_
+#define STOKER_DATA_SERVICE_DATASET_SAMPLER_H_
 
 #include <cstdint>
 #include <vector>
@@ -58,4 +58,4 @@ class DistributedSampler {
 
 }  // namespace stoker::data_service
 
-#endif  // STOKER_DATA_SERVICE_SAMPLER_H_
+#endif  // STOKER_DATA_SERVICE_DATASET_SAMPLER_H_

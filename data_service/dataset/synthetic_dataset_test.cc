@@ -1,7 +1,7 @@
 // Tests of SyntheticDataset: labels, determinism, per-sample variation, and that its
 // classes are separable (a nearest-mean classifier on the pixels gets them right), which
 // is what makes it learnable by a small CNN.
-#include "data_service/synthetic_dataset.h"
+#include "data_service/dataset/synthetic_dataset.h"
 
 #include <array>
 #include <cmath>

@@ -17,8 +17,8 @@
 // min_samples, so that the first few cannot trip it) were skipped, production fails with
 // DataLoss. With --bad_files=fail, the first unusable sample stops production with an
 // error naming its file.
-#ifndef STOKER_DATA_SERVICE_BAD_SAMPLES_H_
-#define STOKER_DATA_SERVICE_BAD_SAMPLES_H_
+#ifndef STOKER_DATA_SERVICE_DATASET_BAD_SAMPLES_H_
+#define STOKER_DATA_SERVICE_DATASET_BAD_SAMPLES_H_
 
 #include <atomic>
 #include <cstdint>
@@ -110,4 +110,4 @@ class BadSampleTracker {
 
 }  // namespace stoker::data_service
 
-#endif  // STOKER_DATA_SERVICE_BAD_SAMPLES_H_
+#endif  // STOKER_DATA_SERVICE_DATASET_BAD_SAMPLES_H_

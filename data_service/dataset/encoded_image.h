@@ -3,8 +3,8 @@
 // sample with //data_service/image (training: RandomResizedCrop + flip seeded by
 // (seed, epoch, index); evaluation: Resize + CenterCrop) written straight to its place in
 // a ring slot. The ImageFolder and packed datasets are both built on these.
-#ifndef STOKER_DATA_SERVICE_ENCODED_IMAGE_H_
-#define STOKER_DATA_SERVICE_ENCODED_IMAGE_H_
+#ifndef STOKER_DATA_SERVICE_DATASET_ENCODED_IMAGE_H_
+#define STOKER_DATA_SERVICE_DATASET_ENCODED_IMAGE_H_
 
 #include <cstdint>
 #include <string>
@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "data_service/dataset.h"
+#include "data_service/dataset/dataset.h"
 #include "data_service/image/transforms.h"
 
 namespace stoker::data_service {
@@ -50,4 +50,4 @@ absl::Status DecodeSample(absl::Span<const uint8_t> bytes, int64_t index,
 
 }  // namespace stoker::data_service
 
-#endif  // STOKER_DATA_SERVICE_ENCODED_IMAGE_H_
+#endif  // STOKER_DATA_SERVICE_DATASET_ENCODED_IMAGE_H_

@@ -1,4 +1,4 @@
-#include "data_service/encoded_image.h"
+#include "data_service/dataset/encoded_image.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

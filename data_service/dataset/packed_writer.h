@@ -2,8 +2,8 @@
 // to shard files and writes the index at the end; PackImageFolder packs an ImageFolder
 // with the same sample order and labels as ImageFolderDataset. The pack_imagefolder tool
 // is a thin main() over PackImageFolder.
-#ifndef STOKER_DATA_SERVICE_PACKED_WRITER_H_
-#define STOKER_DATA_SERVICE_PACKED_WRITER_H_
+#ifndef STOKER_DATA_SERVICE_DATASET_PACKED_WRITER_H_
+#define STOKER_DATA_SERVICE_DATASET_PACKED_WRITER_H_
 
 #include <cstdint>
 #include <functional>
@@ -16,7 +16,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/unique_fd.h"
-#include "data_service/packed_format.h"
+#include "data_service/dataset/packed_format.h"
 
 namespace stoker::data_service {
 
@@ -81,4 +81,4 @@ absl::StatusOr<PackStats> PackImageFolder(
 
 }  // namespace stoker::data_service
 
-#endif  // STOKER_DATA_SERVICE_PACKED_WRITER_H_
+#endif  // STOKER_DATA_SERVICE_DATASET_PACKED_WRITER_H_

@@ -1,7 +1,7 @@
 // Tests of encoded_image: reading files and shard ranges into a reused buffer, the
 // bad-sample mark on errors that concern the data (and not on option errors), the
 // training and evaluation transforms chosen from SampleOptions.
-#include "data_service/encoded_image.h"
+#include "data_service/dataset/encoded_image.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

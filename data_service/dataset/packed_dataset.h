@@ -2,8 +2,8 @@
 // checks the whole index and opens every shard once; loading a sample is one pread() of
 // its bytes from the open shard into the worker's scratch buffer, then the same decode
 // and transform as ImageFolderDataset.
-#ifndef STOKER_DATA_SERVICE_PACKED_DATASET_H_
-#define STOKER_DATA_SERVICE_PACKED_DATASET_H_
+#ifndef STOKER_DATA_SERVICE_DATASET_PACKED_DATASET_H_
+#define STOKER_DATA_SERVICE_DATASET_PACKED_DATASET_H_
 
 #include <cstdint>
 #include <memory>
@@ -13,8 +13,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/unique_fd.h"
-#include "data_service/dataset.h"
-#include "data_service/packed_format.h"
+#include "data_service/dataset/dataset.h"
+#include "data_service/dataset/packed_format.h"
 
 namespace stoker::data_service {
 
@@ -60,4 +60,4 @@ class PackedDataset : public Dataset {
 
 }  // namespace stoker::data_service
 
-#endif  // STOKER_DATA_SERVICE_PACKED_DATASET_H_
+#endif  // STOKER_DATA_SERVICE_DATASET_PACKED_DATASET_H_

@@ -27,8 +27,8 @@
 //
 // Sample order and labels are those of ImageFolderDataset on the packed folder, so a
 // packed dataset and its folder give identical batches.
-#ifndef STOKER_DATA_SERVICE_PACKED_FORMAT_H_
-#define STOKER_DATA_SERVICE_PACKED_FORMAT_H_
+#ifndef STOKER_DATA_SERVICE_DATASET_PACKED_FORMAT_H_
+#define STOKER_DATA_SERVICE_DATASET_PACKED_FORMAT_H_
 
 #include <cstdint>
 #include <type_traits>
@@ -82,4 +82,4 @@ static_assert(sizeof(PackedShardHeader) == 16, "PackedShardHeader is the on-disk
 
 }  // namespace stoker::data_service
 
-#endif  // STOKER_DATA_SERVICE_PACKED_FORMAT_H_
+#endif  // STOKER_DATA_SERVICE_DATASET_PACKED_FORMAT_H_

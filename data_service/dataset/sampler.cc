@@ -1,4 +1,4 @@
-#include "data_service/sampler.h"
+#include "data_service/dataset/sampler.h"
 
 #include <numeric>
 #include <random>

@@ -1,12 +1,12 @@
-#include "data_service/dataset_config.h"
+#include "data_service/dataset/dataset_config.h"
 
 #include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "data_service/image_folder_dataset.h"
-#include "data_service/packed_dataset.h"
-#include "data_service/synthetic_dataset.h"
+#include "data_service/dataset/image_folder_dataset.h"
+#include "data_service/dataset/packed_dataset.h"
+#include "data_service/dataset/synthetic_dataset.h"
 
 namespace stoker::data_service {
 namespace {

@@ -1,15 +1,15 @@
 // SyntheticDataset: a deterministic, file-free image classification dataset that a small
 // CNN can learn in a few dozen steps. Used by tests and benchmarks, and whenever the data
 // path must be exercised without a dataset on disk.
-#ifndef STOKER_DATA_SERVICE_SYNTHETIC_DATASET_H_
-#define STOKER_DATA_SERVICE_SYNTHETIC_DATASET_H_
+#ifndef STOKER_DATA_SERVICE_DATASET_SYNTHETIC_DATASET_H_
+#define STOKER_DATA_SERVICE_DATASET_SYNTHETIC_DATASET_H_
 
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "data_service/dataset.h"
+#include "data_service/dataset/dataset.h"
 
 namespace stoker::data_service {
 
@@ -46,4 +46,4 @@ class SyntheticDataset : public Dataset {
 
 }  // namespace stoker::data_service
 
-#endif  // STOKER_DATA_SERVICE_SYNTHETIC_DATASET_H_
+#endif  // STOKER_DATA_SERVICE_DATASET_SYNTHETIC_DATASET_H_

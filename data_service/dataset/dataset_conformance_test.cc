@@ -6,12 +6,12 @@
 #include <thread>
 #include <vector>
 
-#include "data_service/dataset.h"
-#include "data_service/dataset_config.h"
-#include "data_service/image_folder_dataset.h"
-#include "data_service/packed_dataset.h"
-#include "data_service/packed_writer.h"
-#include "data_service/synthetic_dataset.h"
+#include "data_service/dataset/dataset.h"
+#include "data_service/dataset/dataset_config.h"
+#include "data_service/dataset/image_folder_dataset.h"
+#include "data_service/dataset/packed_dataset.h"
+#include "data_service/dataset/packed_writer.h"
+#include "data_service/dataset/synthetic_dataset.h"
 #include "data_service/test_util.h"
 #include "gtest/gtest.h"
 

@@ -2,8 +2,8 @@
 // image of S x S written into a destination)", and the per-thread SampleScratch that
 // loading uses. Implementations: SyntheticDataset (no files), ImageFolderDataset
 // (torchvision's folder layout) and PackedDataset (an index plus large shard files).
-#ifndef STOKER_DATA_SERVICE_DATASET_H_
-#define STOKER_DATA_SERVICE_DATASET_H_
+#ifndef STOKER_DATA_SERVICE_DATASET_DATASET_H_
+#define STOKER_DATA_SERVICE_DATASET_DATASET_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -102,4 +102,4 @@ inline uint64_t AugmentationSeed(uint64_t seed, int64_t epoch, int64_t index) {
 
 }  // namespace stoker::data_service
 
-#endif  // STOKER_DATA_SERVICE_DATASET_H_
+#endif  // STOKER_DATA_SERVICE_DATASET_DATASET_H_

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "data_service/image_folder_dataset.h"
-#include "data_service/packed_dataset.h"
+#include "data_service/dataset/image_folder_dataset.h"
+#include "data_service/dataset/packed_dataset.h"
 #include "data_service/test_util.h"
 #include "gtest/gtest.h"
 
@@ -23,10 +23,10 @@ namespace fs = std::filesystem;
 
 std::string BinaryPath() {
   if (const char* srcdir = std::getenv("TEST_SRCDIR")) {
-    const std::string path = absl::StrCat(srcdir, "/stoker/data_service/pack_imagefolder");
+    const std::string path = absl::StrCat(srcdir, "/stoker/data_service/dataset/pack_imagefolder");
     if (access(path.c_str(), X_OK) == 0) return path;
   }
-  return "data_service/pack_imagefolder";
+  return "data_service/dataset/pack_imagefolder";
 }
 
 // Runs the tool; returns its exit status and, in `output`, what it printed.

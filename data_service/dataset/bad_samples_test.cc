@@ -1,6 +1,6 @@
 // Tests of the bad-sample policy: flag parsing and validation, each bad sample counted
 // once however often it is marked, and the skipped-fraction limit.
-#include "data_service/bad_samples.h"
+#include "data_service/dataset/bad_samples.h"
 
 #include <memory>
 #include <thread>

@@ -2,8 +2,8 @@
 // sub-folder of the root is a class (labels follow the sorted folder names); its image
 // files, found recursively and sorted, are that class's samples. A sample is loaded by
 // reading its file into the worker's scratch buffer and decoding it (encoded_image.h).
-#ifndef STOKER_DATA_SERVICE_IMAGE_FOLDER_DATASET_H_
-#define STOKER_DATA_SERVICE_IMAGE_FOLDER_DATASET_H_
+#ifndef STOKER_DATA_SERVICE_DATASET_IMAGE_FOLDER_DATASET_H_
+#define STOKER_DATA_SERVICE_DATASET_IMAGE_FOLDER_DATASET_H_
 
 #include <cstdint>
 #include <memory>
@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "data_service/dataset.h"
+#include "data_service/dataset/dataset.h"
 
 namespace stoker::data_service {
 
@@ -84,4 +84,4 @@ class ImageFolderDataset : public Dataset {
 
 }  // namespace stoker::data_service
 
-#endif  // STOKER_DATA_SERVICE_IMAGE_FOLDER_DATASET_H_
+#endif  // STOKER_DATA_SERVICE_DATASET_IMAGE_FOLDER_DATASET_H_

@@ -2,7 +2,7 @@
 // shards, bytes), PackImageFolder keeping ImageFolderDataset's order and labels, clear
 // errors for damaged or mismatched index and shard files, and a writer that leaves
 // nothing behind unless it finishes.
-#include "data_service/packed_dataset.h"
+#include "data_service/dataset/packed_dataset.h"
 
 #include <unistd.h>
 
@@ -13,10 +13,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "data_service/encoded_image.h"
-#include "data_service/image_folder_dataset.h"
-#include "data_service/packed_format.h"
-#include "data_service/packed_writer.h"
+#include "data_service/dataset/encoded_image.h"
+#include "data_service/dataset/image_folder_dataset.h"
+#include "data_service/dataset/packed_format.h"
+#include "data_service/dataset/packed_writer.h"
 #include "data_service/test_util.h"
 #include "gtest/gtest.h"
 

@@ -1,4 +1,4 @@
-#include "data_service/image_folder_dataset.h"
+#include "data_service/dataset/image_folder_dataset.h"
 
 #include <sys/stat.h>
 
@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
-#include "data_service/encoded_image.h"
+#include "data_service/dataset/encoded_image.h"
 
 namespace stoker::data_service {
 namespace {

@@ -1,14 +1,14 @@
 // OpenDatasets: the service's training and validation datasets, from its command-line
 // configuration (--dataset, --train_dir, --val_dir, --synthetic_*, --data_seed).
-#ifndef STOKER_DATA_SERVICE_DATASET_CONFIG_H_
-#define STOKER_DATA_SERVICE_DATASET_CONFIG_H_
+#ifndef STOKER_DATA_SERVICE_DATASET_DATASET_CONFIG_H_
+#define STOKER_DATA_SERVICE_DATASET_DATASET_CONFIG_H_
 
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "data_service/dataset.h"
+#include "data_service/dataset/dataset.h"
 
 namespace stoker::data_service {
 
@@ -37,4 +37,4 @@ absl::StatusOr<Datasets> OpenDatasets(const DatasetConfig& config);
 
 }  // namespace stoker::data_service
 
-#endif  // STOKER_DATA_SERVICE_DATASET_CONFIG_H_
+#endif  // STOKER_DATA_SERVICE_DATASET_DATASET_CONFIG_H_

@@ -1,4 +1,4 @@
-#include "data_service/packed_dataset.h"
+#include "data_service/dataset/packed_dataset.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -14,7 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/errno_status.h"
-#include "data_service/encoded_image.h"
+#include "data_service/dataset/encoded_image.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "the packed format is little-endian and read as in memory");

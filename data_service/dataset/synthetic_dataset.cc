@@ -1,4 +1,4 @@
-#include "data_service/synthetic_dataset.h"
+#include "data_service/dataset/synthetic_dataset.h"
 
 #include <algorithm>
 

@@ -4,7 +4,7 @@
 // every kind of unusable file giving a bad-sample error rather than a crash or a hang;
 // bad folder shapes (symlink loops, names that are not UTF-8, empty classes, an empty
 // dataset, files where class folders should be) and a dataset that vanishes mid-run.
-#include "data_service/image_folder_dataset.h"
+#include "data_service/dataset/image_folder_dataset.h"
 
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -22,9 +22,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
-#include "data_service/encoded_image.h"
-#include "data_service/image/transforms.h"
 #include "common/testing/python_runner.h"
+#include "data_service/dataset/encoded_image.h"
+#include "data_service/image/transforms.h"
 #include "data_service/test_util.h"
 #include "gtest/gtest.h"
 

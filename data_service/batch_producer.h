@@ -20,12 +20,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "data_service/bad_samples.h"
-#include "data_service/dataset.h"
-#include "data_service/ring.h"
-#include "data_service/ring_client.h"
-#include "data_service/sampler.h"
-#include "data_service/shm_segment.h"
+#include "common/shm_segment.h"
+#include "data_service/dataset/bad_samples.h"
+#include "data_service/dataset/dataset.h"
+#include "data_service/dataset/sampler.h"
+#include "data_service/ring/ring.h"
+#include "data_service/ring/wire_types.h"
 #include "data_service/worker_pool.h"
 
 namespace stoker::data_service {

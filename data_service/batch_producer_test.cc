@@ -18,17 +18,17 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "absl/strings/match.h"
-#include "data_service/bad_samples.h"
-#include "data_service/image_folder_dataset.h"
-#include "data_service/packed_dataset.h"
-#include "data_service/packed_writer.h"
-#include "data_service/ring.h"
-#include "data_service/sampler.h"
-#include "data_service/synthetic_dataset.h"
+#include "data_service/dataset/bad_samples.h"
+#include "data_service/dataset/image_folder_dataset.h"
+#include "data_service/dataset/packed_dataset.h"
+#include "data_service/dataset/packed_writer.h"
+#include "data_service/dataset/sampler.h"
+#include "data_service/dataset/synthetic_dataset.h"
+#include "data_service/ring/ring.h"
 #include "data_service/test_util.h"
 #include "gtest/gtest.h"
 

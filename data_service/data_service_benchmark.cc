@@ -30,8 +30,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
-#include "data_service/dataset_config.h"
-#include "data_service/ring_client.h"
+#include "data_service/dataset/dataset_config.h"
+#include "data_service/ring/ring_client.h"
 #include "data_service/service.h"
 #include "data_service/worker_pool.h"
 

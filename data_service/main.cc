@@ -17,8 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/logging.h"
-#include "data_service/bad_samples.h"
-#include "data_service/dataset_config.h"
+#include "data_service/dataset/bad_samples.h"
+#include "data_service/dataset/dataset_config.h"
 #include "data_service/image/decode.h"
 #include "data_service/service.h"
 

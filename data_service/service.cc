@@ -19,6 +19,8 @@
 #include "absl/time/clock.h"
 #include "common/errno_status.h"
 #include "common/logging.h"
+#include "common/names.h"
+#include "common/unix_socket.h"
 #include "data_service/batch_producer.h"
 
 namespace stoker::data_service {
@@ -32,20 +34,6 @@ absl::Status Prefixed(absl::string_view prefix, const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
 }
 
-absl::StatusOr<sockaddr_un> SocketAddress(const std::string& path) {
-  sockaddr_un address;
-  std::memset(&address, 0, sizeof(address));
-  address.sun_family = AF_UNIX;
-  if (path.empty()) return absl::InvalidArgumentError("--socket: a path is required");
-  if (path.size() >= sizeof(address.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat("--socket: path ", path, " is ", path.size(),
-                                                   " bytes; Unix sockets allow at most ",
-                                                   sizeof(address.sun_path) - 1));
-  }
-  std::memcpy(address.sun_path, path.data(), path.size());
-  return address;
-}
-
 // If `path` exists: an error when it is not a socket or a live service answers on it;
 // removed with a warning when it is the stale socket of a dead service.
 absl::Status ClearStaleSocket(const std::string& path, const sockaddr_un& address) {
@@ -57,12 +45,13 @@ absl::Status ClearStaleSocket(const std::string& path, const sockaddr_un& addres
   }
   UniqueFd probe(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   if (!probe.valid()) return ErrnoToStatus(errno, "socket(AF_UNIX)");
-  if (connect(probe.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0) {
+  const int error = ConnectUnixSocket(probe.get(), address);
+  if (error == 0) {
     return absl::AlreadyExistsError(
         absl::StrCat("--socket: another data_service is listening on ", path));
   }
-  if (errno != ECONNREFUSED) {
-    return ErrnoToStatus(errno, absl::StrCat("--socket: probe existing socket ", path));
+  if (error != ECONNREFUSED) {
+    return ErrnoToStatus(error, absl::StrCat("--socket: probe existing socket ", path));
   }
   LogWarning("removing the stale socket %s of a data_service that is gone", path);
   if (unlink(path.c_str()) != 0 && errno != ENOENT) {
@@ -72,26 +61,6 @@ absl::Status ClearStaleSocket(const std::string& path, const sockaddr_un& addres
 }
 
 }  // namespace
-
-absl::Status ValidateJobId(const std::string& job_id) {
-  if (job_id.empty() || job_id.size() > 64) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--job_id: must be 1 to 64 characters, got \"", job_id, "\""));
-  }
-  for (char c : job_id) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '.' || c == '_' || c == '-';
-    if (!ok) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--job_id: \"", job_id, "\" may contain only letters, digits, '.', '_' and '-'"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-std::string RingSegmentName(const std::string& job_id, int32_t rank, bool train) {
-  return absl::StrCat("/stoker.", job_id, ".ring.", rank, train ? "" : ".val");
-}
 
 // One client connection. The Serve thread owns everything but `send_mu`-guarded sends,
 // which the producer's error callback also makes.
@@ -135,18 +104,18 @@ absl::StatusOr<std::unique_ptr<DataService>> DataService::Start(const ServiceOpt
         "--max_image_pixels: must be positive, got ", options.max_image_pixels));
   }
   if (absl::Status s = options.bad_samples.Validate(); !s.ok()) return s;
-  absl::StatusOr<sockaddr_un> address = SocketAddress(options.socket_path);
-  if (!address.ok()) return address.status();
+  absl::StatusOr<sockaddr_un> address = UnixSocketAddress(options.socket_path);
+  if (!address.ok()) return Prefixed("--socket: ", address.status());
   if (absl::Status s = ClearStaleSocket(options.socket_path, *address); !s.ok()) return s;
 
   UniqueFd listener(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   if (!listener.valid()) return ErrnoToStatus(errno, "socket(AF_UNIX, SOCK_SEQPACKET)");
-  if (bind(listener.get(), reinterpret_cast<const sockaddr*>(&*address), sizeof(*address)) != 0) {
-    if (errno == ENOENT || errno == ENOTDIR) {
+  if (const int error = BindUnixSocket(listener.get(), *address); error != 0) {
+    if (error == ENOENT || error == ENOTDIR) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--socket: the directory of ", options.socket_path, " does not exist"));
     }
-    return Prefixed("--socket: ", ErrnoToStatus(errno, absl::StrCat("bind ", options.socket_path)));
+    return Prefixed("--socket: ", ErrnoToStatus(error, absl::StrCat("bind ", options.socket_path)));
   }
   auto remove_socket = absl::MakeCleanup([&] { unlink(options.socket_path.c_str()); });
   // Nobody can connect before listen(), so owner-only from the first connection on.

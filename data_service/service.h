@@ -16,17 +16,18 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/names.h"
 #include "common/unique_fd.h"
-#include "data_service/bad_samples.h"
-#include "data_service/control_protocol.h"
-#include "data_service/dataset_config.h"
+#include "data_service/dataset/bad_samples.h"
+#include "data_service/dataset/dataset_config.h"
+#include "data_service/ring/control_protocol.h"
 #include "data_service/worker_pool.h"
 
 namespace stoker::data_service {
 
 struct ServiceOptions {
   std::string socket_path;
-  std::string job_id;      // [A-Za-z0-9._-], 1..64 characters
+  std::string job_id;      // see ValidateJobId (common/names.h)
   int32_t node_id = 0;
   // Decode threads. 0: automatic, the cores less one per trainer rank registered on
   // this node (a rank's training and validation rings count once), at least one: the
@@ -51,13 +52,6 @@ struct ServiceStats {
   int32_t active_threads = 0;   // those that take work now
   BadSampleStats bad_samples;   // samples seen, replaced, distinct bad files
 };
-
-// InvalidArgument (naming --job_id) unless `job_id` is usable in segment names.
-absl::Status ValidateJobId(const std::string& job_id);
-
-// The shared-memory segment of a rank's ring: "/stoker.<job_id>.ring.<rank>" for the
-// training split, with ".val" appended for the validation split.
-std::string RingSegmentName(const std::string& job_id, int32_t rank, bool train);
 
 // The service. Thread-safe. Threads: one accepts connections, one per connection serves
 // its control messages (and owns its BatchProducer), plus the decode pool. Its resident

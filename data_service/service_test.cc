@@ -19,12 +19,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/unique_fd.h"
-#include "data_service/control_protocol.h"
-#include "data_service/image_folder_dataset.h"
-#include "data_service/ring.h"
-#include "data_service/ring_client.h"
-#include "data_service/sampler.h"
-#include "data_service/synthetic_dataset.h"
+#include "common/unix_socket.h"
+#include "data_service/dataset/image_folder_dataset.h"
+#include "data_service/dataset/sampler.h"
+#include "data_service/dataset/synthetic_dataset.h"
+#include "data_service/ring/control_protocol.h"
+#include "data_service/ring/ring.h"
+#include "data_service/ring/ring_client.h"
 #include "data_service/test_util.h"
 #include "gtest/gtest.h"
 
@@ -128,10 +129,9 @@ class ServiceTest : public ::testing::Test {
 
   UniqueFd RawConnection() {
     UniqueFd fd(socket(AF_UNIX, SOCK_SEQPACKET, 0));
-    sockaddr_un address{};
-    address.sun_family = AF_UNIX;
-    std::strncpy(address.sun_path, socket_.c_str(), sizeof(address.sun_path) - 1);
-    EXPECT_EQ(connect(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    absl::StatusOr<sockaddr_un> address = UnixSocketAddress(socket_);
+    EXPECT_TRUE(address.ok()) << address.status();
+    EXPECT_EQ(ConnectUnixSocket(fd.get(), *address), 0);
     return fd;
   }
 
@@ -586,10 +586,9 @@ TEST_F(ServiceTest, StartRefusesBadOptionsAndALiveSocket) {
 TEST_F(ServiceTest, AStaleSocketIsReplaced) {
   {
     UniqueFd fd(socket(AF_UNIX, SOCK_SEQPACKET, 0));
-    sockaddr_un address{};
-    address.sun_family = AF_UNIX;
-    std::strncpy(address.sun_path, socket_.c_str(), sizeof(address.sun_path) - 1);
-    ASSERT_EQ(bind(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    absl::StatusOr<sockaddr_un> address = UnixSocketAddress(socket_);
+    ASSERT_TRUE(address.ok()) << address.status();
+    ASSERT_EQ(BindUnixSocket(fd.get(), *address), 0);
   }  // closed without unlinking: a dead service's leftover
   StartService();
   EXPECT_NE(Connect(Request()), nullptr);

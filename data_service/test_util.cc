@@ -15,7 +15,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_replace.h"
 
 namespace stoker::data_service::test_util {
 
@@ -23,30 +22,6 @@ std::string UniqueId() {
   std::random_device device;
   const uint64_t value = (static_cast<uint64_t>(device()) << 32) | device();
   return absl::StrFormat("%016x", value);
-}
-
-std::string PythonInterpreter() {
-  const char* env = std::getenv("STOKER_PYTHON");
-  return (env != nullptr && *env != '\0') ? env : "python3";
-}
-
-absl::StatusOr<std::string> RunPython(const std::string& script) {
-  const std::string python = PythonInterpreter();
-  const std::string quoted = absl::StrReplaceAll(script, {{"'", "'\\''"}});
-  const std::string command = absl::StrCat("'", python, "' -c '", quoted, "' 2>&1");
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return absl::FailedPreconditionError("popen failed");
-  std::string output;
-  char buffer[4096];
-  size_t got;
-  while ((got = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, got);
-  const int status = pclose(pipe);
-  if (status != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "`", python, "` failed (exit status ", status,
-        "; set STOKER_PYTHON to an interpreter with torch installed). Its output:\n", output));
-  }
-  return output;
 }
 
 std::vector<uint8_t> JpegBytes(int width, int height, const std::vector<uint8_t>& rgb,

@@ -1,5 +1,5 @@
-// Test-only helpers shared by data_service's tests: running a Python snippet under
-// $STOKER_PYTHON (falling back to python3), and writing small JPEG and PNG files.
+// Test-only helpers shared by data_service's tests: unique names, and writing small JPEG
+// and PNG files. Python snippets run through common/testing/python_runner.h.
 #ifndef STOKER_DATA_SERVICE_TEST_UTIL_H_
 #define STOKER_DATA_SERVICE_TEST_UTIL_H_
 
@@ -14,13 +14,6 @@ namespace stoker::data_service::test_util {
 // 16 random hex digits, for names that must not collide between concurrent test runs
 // (the process id does not do: Bazel's sandbox gives every test the same pid).
 std::string UniqueId();
-
-// The interpreter tests use: $STOKER_PYTHON if set and non-empty, else "python3".
-std::string PythonInterpreter();
-
-// Runs `script` with PythonInterpreter() and returns its standard output and error.
-// FailedPrecondition (with the output) if the interpreter fails or exits non-zero.
-absl::StatusOr<std::string> RunPython(const std::string& script);
 
 // `rgb` (width x height x 3, tightly packed) encoded as a baseline 4:4:4 JPEG.
 std::vector<uint8_t> JpegBytes(int width, int height, const std::vector<uint8_t>& rgb,

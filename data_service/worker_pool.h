@@ -14,7 +14,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
-#include "data_service/dataset.h"
+#include "data_service/dataset/dataset.h"
 
 namespace stoker::data_service {
 

@@ -14,8 +14,8 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "data_service/control_protocol.h"
-#include "data_service/ring.h"
+#include "data_service/ring/control_protocol.h"
+#include "data_service/ring/ring.h"
 
 namespace stoker::data_service {
 namespace {

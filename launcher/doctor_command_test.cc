@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/testing/python_runner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/child_process.h"
@@ -188,18 +189,11 @@ TEST(DoctorCommandTest, BadFlagsAreUsageErrors) {
 }
 
 TEST(DoctorCommandTest, TorchCudaVersionConstantMatchesTheInstalledTorch) {
-  const char* python = std::getenv("STOKER_PYTHON");
-  const std::string command = absl::StrCat(
-      python != nullptr && *python != '\0' ? python : "python3",
-      " -c 'import torch; print(torch.__version__); print(torch.version.cuda)' 2>/dev/null");
-  FILE* pipe = popen(command.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string output;
-  char buffer[256];
-  while (fgets(buffer, sizeof(buffer), pipe) != nullptr) output += buffer;
-  if (pclose(pipe) != 0) GTEST_SKIP() << "no torch to compare with (set STOKER_PYTHON)";
-  std::vector<std::string> lines = absl::StrSplit(output, '\n', absl::SkipEmpty());
-  ASSERT_EQ(lines.size(), 2u) << output;
+  const absl::StatusOr<std::string> output = ::stoker::testing::RunPython(
+      "import torch; print(torch.__version__); print(torch.version.cuda)\n");
+  if (!output.ok()) GTEST_SKIP() << "no torch to compare with (set STOKER_PYTHON)";
+  std::vector<std::string> lines = absl::StrSplit(*output, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 2u) << *output;
   EXPECT_THAT(lines[0], StartsWith(kTorchVersion));
   // torch.version.cuda is "13.0"; kTorchCudaVersion counts 13000.
   EXPECT_EQ(lines[1], absl::StrCat(kTorchCudaVersion / 1000, ".", kTorchCudaVersion % 1000 / 10));

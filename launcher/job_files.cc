@@ -4,7 +4,6 @@
 #include <ftw.h>
 #include <sys/random.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,12 +18,20 @@
 #include "absl/time/clock.h"
 #include "common/errno_status.h"
 #include "common/logging.h"
+#include "common/unix_socket.h"
 
 namespace stoker::launcher {
 namespace {
 
-bool IsJobIdChar(char c) {
-  return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+// InvalidArgument unless the data service socket path `socket` fits a Unix socket address.
+absl::Status CheckSocketPathFits(const std::string& socket) {
+  if (socket.size() > kMaxUnixSocketPathBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("the data service socket path ", socket,
+                                                   " is too long for a Unix socket (",
+                                                   kMaxUnixSocketPathBytes,
+                                                   " bytes at most): use a shorter --job_id"));
+  }
+  return absl::OkStatus();
 }
 
 // Collects what nftw removes, bottom-up. nftw has no user pointer, hence the static;
@@ -39,16 +46,6 @@ int RemoveEntry(const char* path, const struct stat*, int type, struct FTW* wher
 }
 
 }  // namespace
-
-absl::Status ValidateJobId(absl::string_view job_id) {
-  if (job_id.empty() || job_id.size() > kMaxJobIdLength ||
-      !std::all_of(job_id.begin(), job_id.end(), IsJobIdChar)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--job_id '", job_id, "' must be 1 to ", kMaxJobIdLength,
-        " characters of A-Z, a-z, 0-9, '_' and '-'"));
-  }
-  return absl::OkStatus();
-}
 
 std::string GenerateJobId() {
   char host[256] = {};
@@ -74,14 +71,7 @@ std::string DataSocketPath(absl::string_view parent, absl::string_view job_id) {
 }
 
 absl::Status CheckDataSocketPath(absl::string_view parent, absl::string_view job_id) {
-  const std::string socket = DataSocketPath(parent, job_id);
-  if (socket.size() >= sizeof(sockaddr_un::sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat("the data service socket path ", socket,
-                                                   " is too long for a Unix socket (",
-                                                   sizeof(sockaddr_un::sun_path) - 1,
-                                                   " bytes at most): use a shorter --job_id"));
-  }
-  return absl::OkStatus();
+  return CheckSocketPathFits(DataSocketPath(parent, job_id));
 }
 
 absl::StatusOr<JobDirectory> JobDirectory::Create(absl::string_view parent,
@@ -146,14 +136,7 @@ std::string NodeSocketPath(absl::string_view parent, absl::string_view job_id, i
 
 absl::Status CheckNodeSocketPath(absl::string_view parent, absl::string_view job_id,
                                  int node_index) {
-  const std::string socket = NodeSocketPath(parent, job_id, node_index);
-  if (socket.size() >= sizeof(sockaddr_un::sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat("the data service socket path ", socket,
-                                                   " is too long for a Unix socket (",
-                                                   sizeof(sockaddr_un::sun_path) - 1,
-                                                   " bytes at most): use a shorter --job_id"));
-  }
-  return absl::OkStatus();
+  return CheckSocketPathFits(NodeSocketPath(parent, job_id, node_index));
 }
 
 std::vector<std::string> RemoveNodeSocketLeftovers(absl::string_view parent,

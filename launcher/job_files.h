@@ -10,15 +10,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/names.h"  // job ids: ValidateJobId, kMaxJobIdLength
 
 namespace stoker::launcher {
-
-// The longest job id: the socket path must fit sockaddr_un with room for the parent dir.
-inline constexpr size_t kMaxJobIdLength = 64;
-
-// OK when `job_id` is 1 to kMaxJobIdLength characters of [A-Za-z0-9_-]. No '.': the
-// segment names stoker.<job_id>.* must not match another job's (job "a" vs job "a.b").
-absl::Status ValidateJobId(absl::string_view job_id);
 
 // Returns a new job id, unique on this machine and very likely across machines:
 // <short hostname>-<pid>-<8 random hex digits>, e.g. "gpu07-4242-9f31c2aa".

@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/mpi_status.h"
+#include "common/names.h"
 #include "common/status_macros.h"
 #include "launcher/data_service_args.h"
 #include "launcher/job_files.h"
@@ -242,10 +243,10 @@ absl::Status NodeDataService::Stop() {
 
 void NodeDataService::RemoveLeftovers() {
   std::vector<std::string> paths = {socket_path_};
-  // The data service's ring names: stoker.<job_id>.ring.<rank>[.val] (data_service/service.cc).
+  // The data service's rings on this node, training and validation.
   for (int rank : node_ranks_) {
-    for (const char* suffix : {"", ".val"}) {
-      paths.push_back(absl::StrCat(shm_dir_, "/stoker.", job_id_, ".ring.", rank, suffix));
+    for (const bool train : {true, false}) {
+      paths.push_back(absl::StrCat(shm_dir_, RingSegmentName(job_id_, rank, train)));
     }
   }
   for (const std::string& path : paths) {

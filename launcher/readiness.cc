@@ -1,7 +1,6 @@
 #include "launcher/readiness.h"
 
 #include <sys/socket.h>
-#include <sys/un.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -10,17 +9,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/unique_fd.h"
+#include "common/unix_socket.h"
 
 namespace stoker::launcher {
 
 bool AcceptsConnections(const std::string& path, std::string* error) {
-  sockaddr_un address = {};
-  address.sun_family = AF_UNIX;
-  if (path.size() >= sizeof(address.sun_path)) {
-    *error = "path too long for a Unix socket";
+  absl::StatusOr<sockaddr_un> address = UnixSocketAddress(path);
+  if (!address.ok()) {
+    *error = std::string(address.status().message());
     return false;
   }
-  std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
   for (int type : {SOCK_SEQPACKET, SOCK_STREAM}) {
     UniqueFd fd(socket(AF_UNIX, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     if (!fd.valid()) {
@@ -29,11 +27,11 @@ bool AcceptsConnections(const std::string& path, std::string* error) {
     }
     int rc;
     do {
-      rc = connect(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address));
-    } while (rc != 0 && errno == EINTR);
+      rc = ConnectUnixSocket(fd.get(), *address);
+    } while (rc == EINTR);
     if (rc == 0) return true;
-    *error = std::strerror(errno);
-    if (errno != EPROTOTYPE) return false;  // the socket is there, of the other type
+    *error = std::strerror(rc);
+    if (rc != EPROTOTYPE) return false;  // the socket is there, of the other type
   }
   return false;
 }

@@ -45,8 +45,8 @@ absl_libs=$(pkg-config --libs absl_status absl_statusor absl_strings absl_str_fo
 image_libs="$(pkg-config --libs libpng libturbojpeg) -ljpeg"
 
 declare -A sources max_len
-sources[control_protocol]="fuzz/control_protocol_fuzzer.cc data_service/control_protocol.cc
-  data_service/ring.cc common/errno_status.cc"
+sources[control_protocol]="fuzz/control_protocol_fuzzer.cc data_service/ring/control_protocol.cc
+  data_service/ring/ring.cc common/errno_status.cc"
 max_len[control_protocol]=1024
 sources[image_decode]="fuzz/image_decode_fuzzer.cc data_service/image/decode.cc
   data_service/image/transforms.cc data_service/image/resample.cc

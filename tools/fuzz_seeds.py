@@ -9,7 +9,7 @@ import zlib
 
 from PIL import Image
 
-# data_service/control_protocol.h: ControlMessage, 336 bytes, little-endian.
+# data_service/ring/wire_types.h: ControlMessage, 336 bytes, little-endian.
 MESSAGE = struct.Struct("<IHHIiiiiiiBB2xqQqqQ256s")
 assert MESSAGE.size == 336
 MAGIC, VERSION = 0x4C435453, 1

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "data_service/ring_client.h"
+#include "data_service/ring/ring_client.h"
 #include "trainer/device.h"
 #include "trainer/input/make_feeder.h"
 #include "trainer/input/synthetic_feeder.h"

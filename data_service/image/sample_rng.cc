@@ -3,33 +3,22 @@
 
 #include <cstdint>
 
+#include "common/seed_mix.h"
+
 namespace stoker::data_service::image {
-namespace {
-
-constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
-
-// splitmix64's finaliser (Stafford's variant 13): a bijection on 64 bits with full
-// avalanche, so neighbouring counters and keys give unrelated outputs.
-uint64_t Mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
 
 SampleRng::SampleRng(const SampleKey& key) {
   // Each component goes through the mixer before the next is folded in, so (seed, epoch,
   // index) tuples that differ in any one field give unrelated stream keys.
-  uint64_t h = Mix64(key.seed + kGolden);
-  h = Mix64(h ^ (static_cast<uint64_t>(key.epoch) + 2 * kGolden));
-  h = Mix64(h ^ (static_cast<uint64_t>(key.index) + 3 * kGolden));
+  uint64_t h = SplitMix64Finalize(key.seed + kSplitMix64Gamma);
+  h = SplitMix64Finalize(h ^ (static_cast<uint64_t>(key.epoch) + 2 * kSplitMix64Gamma));
+  h = SplitMix64Finalize(h ^ (static_cast<uint64_t>(key.index) + 3 * kSplitMix64Gamma));
   stream_key_ = h;
 }
 
 uint64_t SampleRng::NextU64() {
   ++counter_;
-  return Mix64(stream_key_ + counter_ * kGolden);
+  return SplitMix64Finalize(stream_key_ + counter_ * kSplitMix64Gamma);
 }
 
 double SampleRng::NextDouble() {

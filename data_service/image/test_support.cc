@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/testing/python_runner.h"
 
 namespace stoker::data_service::image::testing {
 namespace {
@@ -40,7 +41,7 @@ std::string MakeTestDir(const std::string& name) {
 
 absl::Status RunPythonTool(const std::string& script, const std::vector<std::string>& args,
                            absl::Duration timeout) {
-  const std::string python = EnvOr("STOKER_PYTHON", "python3");
+  const std::string python = stoker::testing::PythonInterpreter();
   const std::string runfiles =
       absl::StrCat(EnvOr("TEST_SRCDIR", "."), "/", EnvOr("TEST_WORKSPACE", "stoker"));
   const std::string path =

@@ -23,6 +23,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -35,6 +36,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/names.h"
+#include "common/unix_socket.h"
 
 ABSL_FLAG(std::string, socket, "", "Unix socket to listen on");
 ABSL_FLAG(std::string, job_id, "", "job id");
@@ -77,8 +80,9 @@ int main(int argc, char** argv) {
   const std::vector<std::string> mode =
       absl::StrSplit(Env("STOKER_FAKE_DATA_SERVICE", "serve"), ':');
   const std::string socket_path = absl::GetFlag(FLAGS_socket);
-  const std::string segment = absl::StrCat(Env("STOKER_FAKE_SHM_DIR", "/dev/shm"), "/stoker.",
-                                           absl::GetFlag(FLAGS_job_id), ".ring.0");
+  const std::string segment =
+      absl::StrCat(Env("STOKER_FAKE_SHM_DIR", "/dev/shm"),
+                   stoker::RingSegmentName(absl::GetFlag(FLAGS_job_id), 0, /*train=*/true));
   if (!out.empty()) {
     std::ofstream(out + "/data_service.pid") << getpid() << "\n";
     std::ofstream args(out + "/data_service.args");
@@ -108,11 +112,11 @@ int main(int argc, char** argv) {
   int listen_fd = -1;
   if (mode[0] != "never_ready") {
     listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    sockaddr_un address = {};
-    address.sun_family = AF_UNIX;
-    std::strncpy(address.sun_path, socket_path.c_str(), sizeof(address.sun_path) - 1);
+    const absl::StatusOr<sockaddr_un> address = stoker::UnixSocketAddress(socket_path);
+    if (!address.ok()) Die(std::string(address.status().message()));
     // Ready only once listen() returns: a connect before that fails.
-    if (bind(listen_fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    if (const int error = stoker::BindUnixSocket(listen_fd, *address); error != 0) {
+      errno = error;
       Die("bind " + socket_path);
     }
     chmod(socket_path.c_str(), 0600);

@@ -9,8 +9,6 @@
 namespace stoker::trainer {
 namespace {
 
-using data_service::SharedMemorySegment;
-
 constexpr int kMaxLocalRanks = 4096;
 
 // `status` (from the shared-memory segment) with the table named in front, same code.
@@ -20,7 +18,7 @@ absl::Status AsTableError(const std::string& name, const absl::Status& status) {
 }
 
 absl::Status ValidateName(const std::string& name) {
-  if (absl::Status s = data_service::ValidateSegmentName(name); !s.ok()) {
+  if (absl::Status s = ValidateSegmentName(name); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("progress table: ", s.message()));
   }
   return absl::OkStatus();

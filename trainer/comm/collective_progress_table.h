@@ -15,7 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "data_service/shm_segment.h"
+#include "common/shm_segment.h"
 #include "trainer/comm/collective_ledger.h"
 
 namespace stoker::trainer {
@@ -45,7 +45,7 @@ struct ProgressTableHeader {
 };
 static_assert(sizeof(ProgressTableHeader) == 64, "ProgressTableHeader is a shared-memory layout");
 
-// The mapped table, held in a data_service::SharedMemorySegment. Move-only. Creator:
+// The mapped table, held in a SharedMemorySegment. Move-only. Creator:
 // Create() makes the segment (owner-only, 0600, O_EXCL) and, once every local rank has
 // opened it, Unlink() removes its name, so that nothing can be left in /dev/shm even when
 // ranks die later (the mapping lives on). Not thread-safe as an object; the slots
@@ -81,13 +81,13 @@ class CollectiveProgressTable {
   static size_t BytesFor(int local_size);
 
  private:
-  explicit CollectiveProgressTable(data_service::SharedMemorySegment segment)
+  explicit CollectiveProgressTable(SharedMemorySegment segment)
       : segment_(std::move(segment)) {}
   ProgressTableHeader* header() const {
     return static_cast<ProgressTableHeader*>(segment_.data());
   }
 
-  data_service::SharedMemorySegment segment_;
+  SharedMemorySegment segment_;
 };
 
 }  // namespace stoker::trainer

@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "data_service/ring_client.h"
+#include "data_service/ring/ring_client.h"
 
 namespace stoker::trainer {
 

@@ -15,8 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/testing/python_runner.h"
 #include "gtest/gtest.h"
-#include "trainer/nn/python_runner.h"
 
 namespace stoker::trainer {
 namespace {

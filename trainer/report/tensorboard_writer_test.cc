@@ -6,8 +6,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/testing/python_runner.h"
 #include "gtest/gtest.h"
-#include "trainer/nn/python_runner.h"
 
 namespace stoker::trainer {
 namespace {

@@ -1,0 +1,48 @@
+// Job ids and ring segment names.
+#include "common/names.h"
+
+#include <string>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+
+namespace stoker {
+namespace {
+
+TEST(NamesTest, JobIdsOfLettersDigitsUnderscoresAndDashesAreValid) {
+  EXPECT_TRUE(ValidateJobId("gpu07-4242-9f31c2aa").ok());
+  EXPECT_TRUE(ValidateJobId("run_1").ok());
+  EXPECT_TRUE(ValidateJobId("A").ok());
+  EXPECT_TRUE(ValidateJobId(std::string(kMaxJobIdLength, 'a')).ok());
+}
+
+TEST(NamesTest, JobIdsWithADotSlashOrSpaceAreRefused) {
+  for (const char* id : {"a.b", ".", "../x", "bad/job", "a b", "a\nb"}) {
+    const absl::Status status = ValidateJobId(id);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << id;
+    EXPECT_TRUE(absl::StrContains(status.message(), "--job_id")) << status;
+  }
+}
+
+TEST(NamesTest, EmptyAndOverlongJobIdsAreRefused) {
+  EXPECT_EQ(ValidateJobId("").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ValidateJobId(std::string(kMaxJobIdLength + 1, 'a')).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(NamesTest, RingSegmentNamesCarryJobRankAndSplit) {
+  EXPECT_EQ(RingSegmentName("job-1", 0, /*train=*/true), "/stoker.job-1.ring.0");
+  EXPECT_EQ(RingSegmentName("job-1", 12, /*train=*/false), "/stoker.job-1.ring.12.val");
+}
+
+TEST(NamesTest, NoJobsRingNameStartsWithAnotherJobsPrefix) {
+  // Why '.' is refused: job "a"'s names all start with "stoker.a.", which job "a.b"'s
+  // would too.
+  const std::string a = RingSegmentName("a", 0, true);
+  const std::string ab = RingSegmentName("a-b", 0, true);
+  EXPECT_NE(ab.rfind("/stoker.a.", 0), 0u);
+  EXPECT_EQ(a.rfind("/stoker.a.", 0), 0u);
+}
+
+}  // namespace
+}  // namespace stoker

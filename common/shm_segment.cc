@@ -1,0 +1,148 @@
+#include "common/shm_segment.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <utility>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "common/errno_status.h"
+#include "common/unique_fd.h"
+
+namespace stoker {
+
+namespace {
+
+// Note [A full /dev/shm]
+// tmpfs gives a segment its pages on first touch, so ftruncate() succeeds on a /dev/shm
+// that is too small and the producer would die of SIGBUS in the middle of a batch.
+// Create() reserves every page with posix_fallocate() instead: a ring that does not fit
+// fails there, when the ring is requested and before training starts, with the sizes
+// needed and free (a container's default /dev/shm is 64 MiB; docker run --shm-size).
+absl::Status NoRoomInDevShm(const std::string& name, size_t bytes) {
+  std::string free_text = "unknown";
+  struct statvfs fs;
+  if (statvfs("/dev/shm", &fs) == 0) {
+    free_text = absl::StrCat(static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize, " bytes free of ",
+                             static_cast<uint64_t>(fs.f_blocks) * fs.f_frsize);
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "shared-memory segment ", name, ": /dev/shm has no room for its ", bytes, " bytes (",
+      free_text, "); make the batch, the image size or the ring depth smaller, or /dev/shm "
+      "larger (mount -o remount,size=... /dev/shm; docker run --shm-size=...)"));
+}
+
+}  // namespace
+
+absl::Status ValidateSegmentName(absl::string_view name) {
+  if (name.size() < 2 || name.size() > 251 || name[0] != '/' ||
+      name.find('/', 1) != absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shared-memory segment name \"", name,
+        "\" must be \"/\" followed by 1 to 250 characters without \"/\""));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SharedMemorySegment> SharedMemorySegment::Create(const std::string& name,
+                                                                size_t bytes) {
+  if (absl::Status s = ValidateSegmentName(name); !s.ok()) return s;
+  if (bytes == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shared-memory segment ", name, ": size must be positive"));
+  }
+  UniqueFd fd(shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (!fd.valid()) {
+    const int error = errno;
+    if (error == EEXIST) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "shared-memory segment ", name, " already exists (another service of the same job, ",
+          "or a stale one: remove /dev/shm", name, ")"));
+    }
+    return ErrnoToStatus(error, absl::StrCat("shm_open(", name, ", O_CREAT|O_EXCL)"));
+  }
+  auto unlink_on_error = absl::MakeCleanup([&name] { shm_unlink(name.c_str()); });
+  // shm_open applies the umask; make sure the segment is owner-only whatever it was.
+  if (fchmod(fd.get(), 0600) != 0) {
+    return ErrnoToStatus(errno, absl::StrCat("fchmod(", name, ", 0600)"));
+  }
+  if (ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
+    return ErrnoToStatus(errno, absl::StrCat("ftruncate(", name, ", ", bytes, ")"));
+  }
+  // Note [A full /dev/shm].
+  if (int error = posix_fallocate(fd.get(), 0, static_cast<off_t>(bytes)); error != 0) {
+    if (error == ENOSPC) return NoRoomInDevShm(name, bytes);
+    return ErrnoToStatus(error, absl::StrCat("posix_fallocate(", name, ", ", bytes, ")"));
+  }
+  void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (data == MAP_FAILED) {
+    return ErrnoToStatus(errno, absl::StrCat("mmap(", name, ", ", bytes, " bytes)"));
+  }
+  std::move(unlink_on_error).Cancel();
+  return SharedMemorySegment(name, data, bytes, /*owns_name=*/true);
+}
+
+absl::StatusOr<SharedMemorySegment> SharedMemorySegment::Open(const std::string& name) {
+  if (absl::Status s = ValidateSegmentName(name); !s.ok()) return s;
+  UniqueFd fd(shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0));
+  if (!fd.valid()) return ErrnoToStatus(errno, absl::StrCat("shm_open(", name, ")"));
+  struct stat st;
+  if (fstat(fd.get(), &st) != 0) return ErrnoToStatus(errno, absl::StrCat("fstat(", name, ")"));
+  if (st.st_size <= 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("shared-memory segment ", name, " is empty"));
+  }
+  const size_t bytes = static_cast<size_t>(st.st_size);
+  void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (data == MAP_FAILED) {
+    return ErrnoToStatus(errno, absl::StrCat("mmap(", name, ", ", bytes, " bytes)"));
+  }
+  return SharedMemorySegment(name, data, bytes, /*owns_name=*/false);
+}
+
+SharedMemorySegment::SharedMemorySegment(SharedMemorySegment&& other) noexcept
+    : name_(std::move(other.name_)),
+      data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      owns_name_(std::exchange(other.owns_name_, false)) {}
+
+SharedMemorySegment& SharedMemorySegment::operator=(SharedMemorySegment&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    name_ = std::move(other.name_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    owns_name_ = std::exchange(other.owns_name_, false);
+  }
+  return *this;
+}
+
+SharedMemorySegment::~SharedMemorySegment() { Reset(); }
+
+absl::Status SharedMemorySegment::Unlink() {
+  if (!owns_name_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shared-memory segment ", name_, ": only its creator removes its name, once"));
+  }
+  owns_name_ = false;
+  if (shm_unlink(name_.c_str()) != 0) {
+    return ErrnoToStatus(errno, absl::StrCat("shm_unlink(", name_, ")"));
+  }
+  return absl::OkStatus();
+}
+
+void SharedMemorySegment::Reset() {
+  if (data_ != nullptr) munmap(data_, size_);
+  if (owns_name_) shm_unlink(name_.c_str());
+  data_ = nullptr;
+  size_ = 0;
+  owns_name_ = false;
+  name_.clear();
+}
+
+}  // namespace stoker

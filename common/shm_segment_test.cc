@@ -1,0 +1,186 @@
+// Tests of SharedMemorySegment: exclusive owner-only creation, mapping by name, unlink by
+// the owner only (at destruction, or early and once), and a /dev/shm too small for a
+// segment refused at creation (a real small tmpfs over /dev/shm) instead of a SIGBUS later.
+#include "common/shm_segment.h"
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/test_tmpfs.h"
+#include "gtest/gtest.h"
+
+namespace stoker {
+namespace {
+
+// Names unique to this run (Bazel's sandbox gives every test the same pid).
+std::string TestName(absl::string_view what) {
+  static const std::string* id = [] {
+    std::random_device device;
+    return new std::string(absl::StrFormat("%08x%08x", device(), device()));
+  }();
+  return absl::StrCat("/stoker.shmtest.", *id, ".", what);
+}
+
+bool Exists(const std::string& name) {
+  struct stat st;
+  return stat(("/dev/shm" + name).c_str(), &st) == 0;
+}
+
+TEST(SharedMemorySegmentTest, CreateMakesAnOwnerOnlySegmentAndUnlinksIt) {
+  const std::string name = TestName("create");
+  {
+    auto segment = SharedMemorySegment::Create(name, 10000);
+    ASSERT_TRUE(segment.ok()) << segment.status();
+    EXPECT_EQ(segment->size(), 10000u);
+    EXPECT_TRUE(segment->owns_name());
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(segment->data()) % 4096, 0u);
+    struct stat st;
+    ASSERT_EQ(stat(("/dev/shm" + name).c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+    EXPECT_EQ(st.st_size, 10000);
+    // Pages are reserved up front.
+    EXPECT_GE(st.st_blocks * 512, 10000);
+  }
+  EXPECT_FALSE(Exists(name));
+}
+
+TEST(SharedMemorySegmentTest, CreateRefusesAnExistingName) {
+  const std::string name = TestName("exists");
+  auto first = SharedMemorySegment::Create(name, 100);
+  ASSERT_TRUE(first.ok());
+  auto second = SharedMemorySegment::Create(name, 100);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_NE(second.status().message().find(name), std::string::npos);
+  // The failed attempt must not have unlinked the first owner's segment.
+  EXPECT_TRUE(Exists(name));
+}
+
+TEST(SharedMemorySegmentTest, OpenMapsTheSameBytesWithoutOwningTheName) {
+  const std::string name = TestName("open");
+  auto owner = SharedMemorySegment::Create(name, 8192);
+  ASSERT_TRUE(owner.ok());
+  std::memcpy(owner->data(), "hello", 6);
+  {
+    auto opened = SharedMemorySegment::Open(name);
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    EXPECT_FALSE(opened->owns_name());
+    EXPECT_EQ(opened->size(), 8192u);
+    EXPECT_STREQ(static_cast<const char*>(opened->data()), "hello");
+  }
+  EXPECT_TRUE(Exists(name));
+}
+
+TEST(SharedMemorySegmentTest, MoveTransfersOwnership) {
+  const std::string name = TestName("move");
+  auto created = SharedMemorySegment::Create(name, 100);
+  ASSERT_TRUE(created.ok());
+  SharedMemorySegment a = std::move(*created);
+  SharedMemorySegment b;
+  b = std::move(a);
+  EXPECT_EQ(a.data(), nullptr);
+  EXPECT_TRUE(b.owns_name());
+  EXPECT_TRUE(Exists(name));
+  b = SharedMemorySegment();
+  EXPECT_FALSE(Exists(name));
+}
+
+TEST(SharedMemorySegmentTest, UnlinkRemovesTheNameOnceAndKeepsTheMapping) {
+  const std::string name = TestName("unlink");
+  auto owner = SharedMemorySegment::Create(name, 4096);
+  ASSERT_TRUE(owner.ok()) << owner.status();
+  auto opened = SharedMemorySegment::Open(name);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  const absl::Status by_opener = opened->Unlink();
+  EXPECT_EQ(by_opener.code(), absl::StatusCode::kFailedPrecondition) << by_opener;
+  EXPECT_NE(by_opener.message().find(name), std::string::npos) << by_opener;
+  EXPECT_TRUE(Exists(name));
+
+  ASSERT_TRUE(owner->Unlink().ok());
+  EXPECT_FALSE(owner->owns_name());
+  EXPECT_FALSE(Exists(name));
+  EXPECT_EQ(owner->Unlink().code(), absl::StatusCode::kFailedPrecondition);
+  // Both mappings still share their bytes.
+  std::memcpy(owner->data(), "still", 6);
+  EXPECT_STREQ(static_cast<const char*>(opened->data()), "still");
+
+  // The name is free again: a new segment can take it, and the old owner's destruction
+  // must not remove the new one's name.
+  auto successor = SharedMemorySegment::Create(name, 4096);
+  ASSERT_TRUE(successor.ok()) << successor.status();
+  *owner = SharedMemorySegment();
+  EXPECT_TRUE(Exists(name));
+}
+
+TEST(SharedMemorySegmentTest, ErrorsAreClear) {
+  EXPECT_EQ(SharedMemorySegment::Open(TestName("missing")).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(SharedMemorySegment::Create("no-slash", 10).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SharedMemorySegment::Create("/a/b", 10).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SharedMemorySegment::Create(TestName("empty"), 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SharedMemorySegment::Create(TestName("huge"), size_t{1} << 50).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_FALSE(Exists(TestName("huge")));
+}
+
+// Runs in a child process (EXPECT_EXIT forks): the 4 MiB tmpfs over /dev/shm is private
+// to it. Exits 0 when every check holds, else prints what failed and exits 1.
+void CreateOnASmallDevShm() {
+  if (absl::Status mounted = MountPrivateTmpfs("/dev/shm", 4 << 20); !mounted.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(mounted.message()).c_str());
+    std::exit(77);
+  }
+  auto fail = [](const std::string& why) {
+    std::fprintf(stderr, "FAILED: %s\n", why.c_str());
+    std::exit(1);
+  };
+  // A first ring fits; the second one (8 MiB) does not fit beside it.
+  auto fits = SharedMemorySegment::Create("/stoker.small.ring.0", 3 << 20);
+  if (!fits.ok()) fail(absl::StrCat("a 3 MiB segment should fit: ", fits.status().ToString()));
+  auto too_big = SharedMemorySegment::Create("/stoker.small.ring.1", 8 << 20);
+  const std::string message(too_big.status().message());
+  if (too_big.status().code() != absl::StatusCode::kResourceExhausted) {
+    fail(absl::StrCat("want ResourceExhausted, got ", too_big.status().ToString()));
+  }
+  for (const std::string& part :
+       {std::string("/stoker.small.ring.1"), std::string("/dev/shm has no room for its 8388608 bytes"),
+        std::string("bytes free of 4194304"), std::string("--shm-size")}) {
+    if (!absl::StrContains(message, part)) fail(absl::StrCat("\"", part, "\" not in: ", message));
+  }
+  // The refused segment is gone and its pages are free again; the first is untouched.
+  if (Exists("/stoker.small.ring.1")) fail("the refused segment was left in /dev/shm");
+  std::memset(fits->data(), 0xab, fits->size());  // no SIGBUS: its pages were reserved
+  auto after = SharedMemorySegment::Create("/stoker.small.ring.2", 512 << 10);
+  if (!after.ok()) fail(absl::StrCat("the space was not released: ", after.status().ToString()));
+  std::fprintf(stderr, "refused clearly: %s\n", message.c_str());
+  std::exit(0);
+}
+
+// Whether a child process can mount a private tmpfs here (see common/test_tmpfs.h).
+bool CanMountPrivateTmpfs() {
+  const pid_t child = fork();
+  if (child == 0) _exit(MountPrivateTmpfs("/dev/shm", 1 << 20).ok() ? 0 : 77);
+  int status = 0;
+  return child > 0 && waitpid(child, &status, 0) == child && WIFEXITED(status) &&
+         WEXITSTATUS(status) == 0;
+}
+
+TEST(SharedMemorySegmentTest, ASegmentThatDoesNotFitInDevShmIsRefusedWithTheSizes) {
+  if (!CanMountPrivateTmpfs()) GTEST_SKIP() << "needs a private mount namespace for a small tmpfs";
+  EXPECT_EXIT(CreateOnASmallDevShm(), ::testing::ExitedWithCode(0), "refused clearly");
+}
+
+}  // namespace
+}  // namespace stoker

@@ -1,0 +1,88 @@
+// Runs the pack_imagefolder binary: it packs a folder into an index and shards that
+// PackedDataset reads with the ImageFolder's order and labels, and it exits non-zero with
+// a message for bad flags and a missing folder.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "data_service/dataset/image_folder_dataset.h"
+#include "data_service/dataset/packed_dataset.h"
+#include "data_service/test_util.h"
+#include "gtest/gtest.h"
+
+namespace stoker::data_service {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string BinaryPath() {
+  if (const char* srcdir = std::getenv("TEST_SRCDIR")) {
+    const std::string path = absl::StrCat(srcdir, "/stoker/data_service/dataset/pack_imagefolder");
+    if (access(path.c_str(), X_OK) == 0) return path;
+  }
+  return "data_service/dataset/pack_imagefolder";
+}
+
+// Runs the tool; returns its exit status and, in `output`, what it printed.
+int RunTool(const std::string& args, std::string* output) {
+  const std::string command = absl::StrCat("'", BinaryPath(), "' ", args, " 2>&1");
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return -1;
+  char buffer[4096];
+  size_t got;
+  output->clear();
+  while ((got = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output->append(buffer, got);
+  const int status = pclose(pipe);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(PackImagefolderTest, PacksAFolderThatReadsBackInTheSameOrder) {
+  const std::string root = test_util::TestDirectory("tool_source");
+  fs::remove_all(root);
+  for (int c = 0; c < 3; ++c) {
+    fs::create_directories(absl::StrCat(root, "/c", c));
+    for (int i = 0; i < 5; ++i) {
+      ASSERT_TRUE(test_util::WriteJpeg(absl::StrCat(root, "/c", c, "/", i, ".jpg"), 48, 32,
+                                       test_util::PhotoLikeImage(48, 32, c * 10 + i))
+                      .ok());
+    }
+  }
+  const std::string out = test_util::TestDirectory("tool_output");
+  fs::remove_all(out);
+  fs::create_directories(out);
+  std::string output;
+  ASSERT_EQ(RunTool(absl::StrCat("--input=", root, " --output=", out, "/train.stkpack --shard_bytes=4096"),
+                &output),
+            0)
+      << output;
+  EXPECT_NE(output.find("15 samples"), std::string::npos) << output;
+  auto folder = ImageFolderDataset::Open(root);
+  auto packed = PackedDataset::Open(out + "/train.stkpack");
+  ASSERT_TRUE(folder.ok());
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  EXPECT_GT((*packed)->shard_count(), 1);
+  ASSERT_EQ((*packed)->size(), 15);
+  for (int64_t i = 0; i < 15; ++i) {
+    EXPECT_EQ((*packed)->Label(i), (*folder)->Label(i));
+    EXPECT_EQ(root + "/" + std::string((*packed)->SampleName(i)), (*folder)->samples()[i].path);
+  }
+}
+
+TEST(PackImagefolderTest, FailsWithAMessageForBadFlagsOrInput) {
+  std::string output;
+  EXPECT_NE(RunTool("", &output), 0);
+  EXPECT_NE(output.find("--input"), std::string::npos) << output;
+  EXPECT_NE(RunTool("--input=/nonexistent/stoker --output=/tmp/x.stkpack", &output), 0);
+  EXPECT_NE(output.find("/nonexistent/stoker"), std::string::npos) << output;
+  EXPECT_NE(RunTool("--input=/tmp --output=/nonexistent/dir/x.stkpack --shard_bytes=1", &output), 0);
+  EXPECT_NE(output.find("--shard_bytes"), std::string::npos) << output;
+}
+
+}  // namespace
+}  // namespace stoker::data_service

@@ -1,0 +1,243 @@
+#include "data_service/dataset/packed_dataset.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/errno_status.h"
+#include "data_service/dataset/encoded_image.h"
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "the packed format is little-endian and read as in memory");
+
+namespace stoker::data_service {
+namespace {
+
+// Index files larger than this are refused (a billion samples stays well below it).
+constexpr uint64_t kMaxIndexBytes = uint64_t{64} << 30;
+
+absl::Status Corrupt(const std::string& path, absl::string_view what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("packed index ", path, ": ", what, " (not a packed dataset of version ",
+                   kPackedVersion, ", or damaged: pack it again with pack_imagefolder)"));
+}
+
+absl::Status ReadExactly(int fd, void* data, size_t bytes, uint64_t offset,
+                         const std::string& path) {
+  char* p = static_cast<char*>(data);
+  while (bytes > 0) {
+    const ssize_t got = pread(fd, p, bytes, static_cast<off_t>(offset));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoToStatus(errno, absl::StrCat("read ", path));
+    }
+    if (got == 0) return absl::DataLossError(absl::StrCat(path, " ended early"));
+    p += got;
+    bytes -= static_cast<size_t>(got);
+    offset += static_cast<uint64_t>(got);
+  }
+  return absl::OkStatus();
+}
+
+// Whether [offset, offset + count * size) lies in [0, limit).
+bool SectionFits(uint64_t offset, uint64_t count, uint64_t size, uint64_t limit) {
+  if (offset > limit) return false;
+  if (count > (limit - offset) / size) return false;
+  return true;
+}
+
+}  // namespace
+
+absl::string_view PackedDataset::SampleName(int64_t index) const {
+  const uint32_t offset = samples_[index].name;
+  uint32_t length = 0;
+  std::memcpy(&length, strings_.data() + offset, sizeof(length));
+  return absl::string_view(strings_.data() + offset + sizeof(length), length);
+}
+
+absl::StatusOr<std::unique_ptr<PackedDataset>> PackedDataset::Open(const std::string& index_path) {
+  UniqueFd fd(open(index_path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (!fd.valid()) {
+    if (errno == ENOENT) {
+      return absl::NotFoundError(absl::StrCat("packed index ", index_path, " does not exist"));
+    }
+    return ErrnoToStatus(errno, absl::StrCat("open packed index ", index_path));
+  }
+  struct stat st;
+  if (fstat(fd.get(), &st) != 0) return ErrnoToStatus(errno, absl::StrCat("fstat ", index_path));
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "packed index ", index_path, " is not a regular file (a packed dataset is named by "
+        "its index file, e.g. train.stkpack)"));
+  }
+  const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
+  PackedIndexHeader header;
+  if (file_bytes < sizeof(header)) return Corrupt(index_path, "shorter than its header");
+  if (file_bytes > kMaxIndexBytes) return Corrupt(index_path, "larger than 64 GiB");
+  if (absl::Status s = ReadExactly(fd.get(), &header, sizeof(header), 0, index_path); !s.ok()) {
+    return s;
+  }
+  if (std::memcmp(header.magic, kPackedIndexMagic, sizeof(header.magic)) != 0) {
+    return Corrupt(index_path, "bad magic");
+  }
+  if (header.version != kPackedVersion) {
+    return Corrupt(index_path, absl::StrCat("format version ", header.version));
+  }
+  if (header.header_bytes != sizeof(header)) return Corrupt(index_path, "bad header size");
+  if (header.file_bytes != file_bytes) {
+    return Corrupt(index_path, absl::StrCat("the file is ", file_bytes, " bytes but its header "
+                                            "says ", header.file_bytes, " (truncated?)"));
+  }
+  if (header.sample_count < 1 || header.class_count < 1 || header.shard_count < 1) {
+    return Corrupt(index_path, absl::StrCat("it has ", header.sample_count, " samples, ",
+                                            header.class_count, " classes, ",
+                                            header.shard_count, " shards"));
+  }
+  const uint64_t samples = static_cast<uint64_t>(header.sample_count);
+  const uint64_t shards = static_cast<uint64_t>(header.shard_count);
+  if (!SectionFits(header.samples_offset, samples, sizeof(PackedSample), file_bytes) ||
+      !SectionFits(header.shards_offset, shards, sizeof(PackedShard), file_bytes) ||
+      header.strings_offset > file_bytes ||
+      file_bytes - header.strings_offset > std::numeric_limits<uint32_t>::max()) {
+    return Corrupt(index_path, "a section lies outside the file");
+  }
+
+  auto dataset = std::unique_ptr<PackedDataset>(new PackedDataset());
+  dataset->index_path_ = index_path;
+  dataset->samples_.resize(samples);
+  std::vector<PackedShard> shard_entries(shards);
+  dataset->strings_.resize(file_bytes - header.strings_offset);
+  for (const auto& [data, bytes, offset] :
+       {std::tuple<void*, size_t, uint64_t>{dataset->samples_.data(),
+                                            samples * sizeof(PackedSample),
+                                            header.samples_offset},
+        {shard_entries.data(), shards * sizeof(PackedShard), header.shards_offset},
+        {dataset->strings_.data(), dataset->strings_.size(), header.strings_offset}}) {
+    if (absl::Status s = ReadExactly(fd.get(), data, bytes, offset, index_path); !s.ok()) {
+      return s;
+    }
+  }
+  fd.Reset();
+
+  // Strings: every reference must point at a whole string of the table.
+  const std::string& strings = dataset->strings_;
+  auto string_at = [&](uint32_t offset) -> absl::StatusOr<absl::string_view> {
+    uint32_t length = 0;
+    if (offset > strings.size() || strings.size() - offset < sizeof(length)) {
+      return Corrupt(index_path, absl::StrCat("string offset ", offset, " out of bounds"));
+    }
+    std::memcpy(&length, strings.data() + offset, sizeof(length));
+    if (length > strings.size() - offset - sizeof(length)) {
+      return Corrupt(index_path, absl::StrCat("string at ", offset, " runs past the table"));
+    }
+    return absl::string_view(strings.data() + offset + sizeof(length), length);
+  };
+  uint32_t offset = 0;
+  for (int32_t c = 0; c < header.class_count; ++c) {
+    absl::StatusOr<absl::string_view> name = string_at(offset);
+    if (!name.ok()) return name.status();
+    dataset->classes_.emplace_back(*name);
+    offset += static_cast<uint32_t>(sizeof(uint32_t) + name->size());
+  }
+
+  // Shards: plain file names beside the index, each the size the index records.
+  const std::filesystem::path directory = std::filesystem::path(index_path).parent_path();
+  for (uint64_t k = 0; k < shards; ++k) {
+    absl::StatusOr<absl::string_view> name = string_at(shard_entries[k].name);
+    if (!name.ok()) return name.status();
+    if (name->empty() || absl::StrContains(*name, '/') || *name == "." || *name == "..") {
+      return Corrupt(index_path, absl::StrCat("shard ", k, " has the bad file name \"", *name,
+                                              "\""));
+    }
+    Shard shard;
+    shard.path = (directory / std::string(*name)).string();
+    shard.fd = UniqueFd(open(shard.path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+    if (!shard.fd.valid()) {
+      if (errno == ENOENT) {
+        return absl::NotFoundError(absl::StrCat("shard ", shard.path, " of packed index ",
+                                                index_path, " does not exist"));
+      }
+      return ErrnoToStatus(errno, absl::StrCat("open shard ", shard.path));
+    }
+    struct stat shard_stat;
+    if (fstat(shard.fd.get(), &shard_stat) != 0) {
+      return ErrnoToStatus(errno, absl::StrCat("fstat ", shard.path));
+    }
+    if (!S_ISREG(shard_stat.st_mode) ||
+        static_cast<uint64_t>(shard_stat.st_size) != shard_entries[k].bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shard ", shard.path, " is ", shard_stat.st_size, " bytes but packed index ",
+          index_path, " expects ", shard_entries[k].bytes,
+          " (truncated, or from another packing: pack again)"));
+    }
+    PackedShardHeader shard_header;
+    if (shard_entries[k].bytes < sizeof(shard_header)) {
+      return Corrupt(index_path, absl::StrCat("shard ", shard.path, " is shorter than its header"));
+    }
+    if (absl::Status s = ReadExactly(shard.fd.get(), &shard_header, sizeof(shard_header), 0,
+                                     shard.path);
+        !s.ok()) {
+      return s;
+    }
+    if (std::memcmp(shard_header.magic, kPackedShardMagic, sizeof(shard_header.magic)) != 0 ||
+        shard_header.version != kPackedVersion || shard_header.shard != k) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          shard.path, " is not shard ", k, " of a version ", kPackedVersion,
+          " packed dataset (bad header)"));
+    }
+    dataset->shards_.push_back(std::move(shard));
+  }
+
+  // Samples: labels, shards and byte ranges in range.
+  for (uint64_t i = 0; i < samples; ++i) {
+    const PackedSample& sample = dataset->samples_[i];
+    if (sample.label < 0 || sample.label >= header.class_count) {
+      return Corrupt(index_path, absl::StrCat("sample ", i, " has label ", sample.label,
+                                              " of ", header.class_count, " classes"));
+    }
+    if (sample.shard >= shards) {
+      return Corrupt(index_path, absl::StrCat("sample ", i, " is in shard ", sample.shard,
+                                              " of ", shards));
+    }
+    const uint64_t shard_bytes = shard_entries[sample.shard].bytes;
+    if (sample.offset < sizeof(PackedShardHeader) || sample.offset > shard_bytes ||
+        sample.length > shard_bytes - sample.offset) {
+      return Corrupt(index_path, absl::StrCat("sample ", i, " lies outside its shard"));
+    }
+    if (absl::StatusOr<absl::string_view> name = string_at(sample.name); !name.ok()) {
+      return name.status();
+    }
+  }
+  return dataset;
+}
+
+std::string PackedDataset::Describe(int64_t index) const {
+  if (index < 0 || index >= size()) return absl::StrCat("sample ", index, " of ", index_path_);
+  const PackedSample& sample = samples_[index];
+  return absl::StrCat("sample ", index, " (", SampleName(index), " in ",
+                      shards_[sample.shard].path, " at byte ", sample.offset, ")");
+}
+
+absl::Status PackedDataset::Load(int64_t index, const SampleOptions& options,
+                                 SampleScratch& scratch, uint8_t* dst) const {
+  if (index < 0 || index >= size()) {
+    return absl::OutOfRangeError(absl::StrCat("sample ", index, " is outside 0..", size() - 1,
+                                              " of packed dataset ", index_path_));
+  }
+  const PackedSample& sample = samples_[index];
+  absl::StatusOr<absl::Span<const uint8_t>> bytes = ReadFileRange(
+      shards_[sample.shard].fd.get(), sample.offset, sample.length, &scratch.file_bytes);
+  if (!bytes.ok()) return bytes.status();
+  return DecodeSample(*bytes, index, options, scratch, dst);
+}
+
+}  // namespace stoker::data_service

@@ -1,0 +1,74 @@
+// The trainer's side of the data service: a control connection plus the mapped
+// shared-memory ring of one rank. This is data_service's public face
+// (//data_service/ring:ring_client); the trainer links nothing else of data_service.
+#ifndef STOKER_DATA_SERVICE_RING_RING_CLIENT_H_
+#define STOKER_DATA_SERVICE_RING_RING_CLIENT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "data_service/ring/wire_types.h"
+
+namespace stoker::data_service {
+
+// A published batch, borrowed from the ring until Release(). uint8 NHWC, RGB.
+struct BatchView {
+  int32_t slot = -1;
+  int64_t epoch = 0;
+  int64_t step = 0;   // batch index within the epoch, from 0
+  int32_t count = 0;  // samples in this batch (<= batch_size)
+  const uint8_t* images = nullptr;        // count * image_size * image_size * 3 bytes
+  const int32_t* labels = nullptr;        // count labels
+  const int64_t* sample_indices = nullptr;  // count dataset indices (for tests and resume)
+};
+
+// Owns the control connection to the data service and this rank's mapped ring.
+// Move-only. Not thread-safe: one thread (the trainer's main or prefetch thread) uses it.
+//
+//   ASSIGN_OR_RETURN(auto client, RingClient::Connect(socket, request, absl::Seconds(30)));
+//   ASSIGN_OR_RETURN(EpochInfo info, client->StartEpoch(epoch, seed));
+//   for (...) { ASSIGN_OR_RETURN(BatchView b, client->Acquire(timeout)); ...; client->Release(b); }
+class RingClient {
+ public:
+  // Connects to the service's Unix socket, registers `request`, and maps the ring the
+  // service created for this rank. Unavailable if the service is not there within
+  // `timeout`; InvalidArgument if it refuses the request (the message says why).
+  static absl::StatusOr<std::unique_ptr<RingClient>> Connect(const std::string& socket_path,
+                                                             const RingRequest& request,
+                                                             absl::Duration timeout);
+  ~RingClient();
+  RingClient(const RingClient&) = delete;
+  RingClient& operator=(const RingClient&) = delete;
+
+  // Asks the service to produce `epoch` with sampler seed `seed`. Epochs must be asked
+  // for in increasing order; the next one may be asked for before the current one has
+  // been consumed, so that its first batches are ready at the boundary.
+  absl::StatusOr<EpochInfo> StartEpoch(int64_t epoch, uint64_t seed);
+
+  // Waits for the next published batch, in (epoch, step) order. DeadlineExceeded after
+  // `timeout`; Unavailable if the service died (its message says so).
+  absl::StatusOr<BatchView> Acquire(absl::Duration timeout);
+
+  // Gives the batch's slot back to the producer. Call only once nothing reads the slot
+  // any more (on a GPU: after the copy from it has completed).
+  absl::Status Release(const BatchView& batch);
+
+  // The whole mapped ring (for cudaHostRegister) and the geometry it was made with.
+  void* ring_base() const;
+  size_t ring_bytes() const;
+  const RingRequest& request() const;
+
+ private:
+  struct State;
+  explicit RingClient(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace stoker::data_service
+
+#endif  // STOKER_DATA_SERVICE_RING_RING_CLIENT_H_

@@ -1,0 +1,121 @@
+// The wire format between a trainer rank's RingClient and the data service: the ring's
+// structs in shared memory (its header and per-slot metadata; the offsets they sit at are
+// RingLayout's, data_service/ring/ring.h), the control socket's one packet type
+// (data_service/ring/control_protocol.h), and the request and epoch records both ends
+// exchange through it. Both programs are built from this one header. Every struct that
+// crosses the process boundary is trivially copyable, has its size asserted, and is
+// versioned (RingHeader::version covers the slot metadata too; ControlMessage::version);
+// changing one means a new version number.
+#ifndef STOKER_DATA_SERVICE_RING_WIRE_TYPES_H_
+#define STOKER_DATA_SERVICE_RING_WIRE_TYPES_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace stoker::data_service {
+
+// ---- The ring, in shared memory ----
+
+inline constexpr uint64_t kRingMagic = 0x31474e49524b5453ULL;  // "STKRING1", little-endian
+inline constexpr uint32_t kRingVersion = 1;
+
+// Header at offset 0 of a ring. Written once by the producer before any consumer maps it.
+struct RingHeader {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t header_bytes;  // sizeof(RingHeader)
+  int32_t slot_count;
+  int32_t batch_size;
+  int32_t image_size;
+  int32_t reserved0;
+  uint64_t slot_meta_offset;
+  uint64_t slot_meta_stride;
+  uint64_t image_offset;
+  uint64_t image_stride;
+  uint64_t total_bytes;
+  uint8_t reserved[56];
+};
+static_assert(std::is_trivially_copyable_v<RingHeader>);
+static_assert(sizeof(RingHeader) == 128, "RingHeader is part of the shared-memory ABI");
+
+// Metadata of one slot, followed in memory by sample_indices[batch] and labels[batch].
+// `state` is the slot's futex word (see Note [Ring slot states] in ring.cc); it is only
+// accessed atomically, through common/shm_atomic.h.
+struct RingSlotMeta {
+  uint32_t state;
+  int32_t count;     // samples in the batch, 1..batch_size
+  int64_t epoch;
+  int64_t step;      // batch index within the epoch
+  uint64_t position; // the ring position (0, 1, 2, ...) this slot was written for
+  uint8_t reserved[32];
+};
+static_assert(std::is_trivially_copyable_v<RingSlotMeta>);
+static_assert(sizeof(RingSlotMeta) == 64, "RingSlotMeta is part of the shared-memory ABI");
+
+// ---- The control socket ----
+
+inline constexpr uint32_t kControlMagic = 0x4c435453;  // "STCL", little-endian
+inline constexpr uint16_t kControlVersion = 1;
+inline constexpr size_t kControlTextBytes = 256;
+
+enum class MessageType : uint16_t {
+  kRegister = 1,
+  kRegistered = 2,
+  kStartEpoch = 3,
+  kEpochStarted = 4,
+  kError = 5,
+};
+
+// One packet. Fields not used by a type are zero.
+struct ControlMessage {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t type;         // MessageType
+  uint32_t request_id;   // echoed by the reply; 0 in an asynchronous kError
+  int32_t status_code;   // kError: an absl::StatusCode
+  // kRegister (and echoed by kRegistered): the RingRequest.
+  int32_t rank;
+  int32_t world_size;
+  int32_t batch_size;
+  int32_t image_size;
+  int32_t slot_count;
+  uint8_t train;
+  uint8_t drop_last;
+  uint8_t reserved0[2];
+  // kStartEpoch: epoch, seed. kEpochStarted: epoch, samples, batches.
+  int64_t epoch;
+  uint64_t seed;
+  int64_t samples;
+  int64_t batches;
+  // kRegistered: the size of the ring segment named in `text`.
+  uint64_t ring_bytes;
+  // kRegistered: the shared-memory segment name. kError: the message. NUL-terminated.
+  char text[kControlTextBytes];
+};
+static_assert(std::is_trivially_copyable_v<ControlMessage>);
+static_assert(sizeof(ControlMessage) == 336, "ControlMessage is the wire format");
+
+// ---- What the client asks for and is told ----
+
+// What a trainer rank asks for when it registers with its node's data service.
+struct RingRequest {
+  int32_t rank = 0;        // global rank
+  int32_t world_size = 1;  // global number of ranks: the sampler splits the dataset by it
+  int32_t batch_size = 0;  // samples per batch for this rank
+  int32_t image_size = 0;  // square output size in pixels (height == width)
+  int32_t slot_count = 4;  // ring depth: batches that may be in flight
+  bool train = true;       // training split and augmentation, or validation split
+  bool drop_last = false;  // DistributedSampler's drop_last
+};
+
+// One epoch as the service will deliver it to this rank.
+struct EpochInfo {
+  int64_t epoch = 0;
+  int64_t samples = 0;  // samples this rank sees in the epoch (the sampler's num_samples)
+  int64_t batches = 0;  // ceil(samples / batch_size); only the last batch may be short
+};
+
+}  // namespace stoker::data_service
+
+#endif  // STOKER_DATA_SERVICE_RING_WIRE_TYPES_H_

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <utility>
+#include <tuple>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -347,17 +347,28 @@ Check MemlockCheck(const MachineFacts& facts) {
 
 namespace {
 
-// Doctor's flags, bound to `options`. They are not Abseil flags: --np and --mpirun are
-// also the launcher's, with other defaults.
-FlagSpec DoctorFlagSpec(DoctorOptions* options) {
+// Doctor's command line: its numbers as given (checked by ParseDoctorArgs) and --mpirun.
+struct DoctorArgs {
+  explicit DoctorArgs(const DoctorOptions& defaults)
+      : np(absl::StrCat(defaults.np)),
+        batch_size(absl::StrCat(defaults.batch_size)),
+        image_size(absl::StrCat(defaults.image_size)),
+        ring_slots(absl::StrCat(defaults.ring_slots)),
+        mpirun(defaults.mpirun) {}
+  std::string np, batch_size, image_size, ring_slots, mpirun;
+};
+
+// Doctor's flags, bound to `args`. They are not Abseil flags: --np and --mpirun are also
+// the launcher's, with other defaults.
+FlagSpec DoctorFlagSpec(DoctorArgs* args) {
   FlagSpec spec;
   spec.program = "launcher doctor";
   spec.local = {
-      IntFlag("np", &options->np, "Ranks on this node; 0: one per visible GPU (1 without GPUs)."),
-      IntFlag("batch_size", &options->batch_size, "Batch size per rank, for the ring size."),
-      IntFlag("image_size", &options->image_size, "Square image size, for the ring size."),
-      IntFlag("ring_slots", &options->ring_slots, "Ring slots per rank (the trainer's --ring_slots)."),
-      StringFlag("mpirun", &options->mpirun, "The mpirun program; a bare name is looked up on PATH."),
+      StringFlag("np", &args->np, "Ranks on this node; 0: one per visible GPU (1 without GPUs)."),
+      StringFlag("batch_size", &args->batch_size, "Batch size per rank, for the ring size."),
+      StringFlag("image_size", &args->image_size, "Square image size, for the ring size."),
+      StringFlag("ring_slots", &args->ring_slots, "Ring slots per rank (the trainer's --ring_slots)."),
+      StringFlag("mpirun", &args->mpirun, "The mpirun program; a bare name is looked up on PATH."),
   };
   spec.wording = FlagWording::kSentence;
   return spec;
@@ -367,26 +378,30 @@ FlagSpec DoctorFlagSpec(DoctorOptions* options) {
 
 absl::StatusOr<DoctorOptions> ParseDoctorArgs(absl::Span<const std::string> args) {
   DoctorOptions options;
-  absl::StatusOr<ParsedFlags> parsed = ParseFlags(args, DoctorFlagSpec(&options));
+  DoctorArgs given(options);
+  absl::StatusOr<ParsedFlags> parsed = ParseFlags(args, DoctorFlagSpec(&given));
   if (!parsed.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("doctor: ", parsed.status().message()));
   }
   options.help = parsed->help;
-  const std::pair<const char*, int> numbers[] = {{"np", options.np},
-                                                 {"batch_size", options.batch_size},
-                                                 {"image_size", options.image_size},
-                                                 {"ring_slots", options.ring_slots}};
-  for (const auto& [name, number] : numbers) {
-    if (parsed->given.count(name) > 0 && number < 1) {
+  options.mpirun = given.mpirun;
+  const std::tuple<const char*, const std::string*, int*> numbers[] = {
+      {"np", &given.np, &options.np},
+      {"batch_size", &given.batch_size, &options.batch_size},
+      {"image_size", &given.image_size, &options.image_size},
+      {"ring_slots", &given.ring_slots, &options.ring_slots}};
+  for (const auto& [name, text, number] : numbers) {
+    if (parsed->given.count(name) == 0) continue;
+    if (!absl::SimpleAtoi(*text, number) || *number < 1) {
       return absl::InvalidArgumentError(
-          absl::StrCat("doctor: --", name, "=", number, " must be a positive number"));
+          absl::StrCat("doctor: --", name, "=", *text, " must be a positive number"));
     }
   }
   return options;
 }
 
 std::string DoctorFlagsHelp() {
-  DoctorOptions defaults;
+  DoctorArgs defaults{DoctorOptions()};
   return FlagsHelp(DoctorFlagSpec(&defaults));
 }
 

@@ -24,11 +24,10 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/flags.h"
 #include "common/logging.h"
 #include "data_service/dataset/dataset_config.h"
 #include "data_service/ring/ring_client.h"
@@ -285,10 +284,11 @@ int Run() {
 }  // namespace stoker::data_service
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  stoker::ParseFlagsOrExit(
+      argc, argv,
+      stoker::FlagSpecOf("data_service_benchmark", "data_service/data_service_benchmark.cc"),
       "data_service_benchmark [--make_jpegs=N] --data=PATH [--dataset=imagefolder|packed] "
       "[--split=val|train] [--threads=N] [--seconds=S]: images/s one rank receives");
-  absl::ParseCommandLine(argc, argv);
   stoker::SetLogIdentity("data_service_benchmark");
   return stoker::data_service::Run();
 }

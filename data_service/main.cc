@@ -11,11 +11,8 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/reflection.h"
-#include "absl/flags/usage.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
+#include "common/flags.h"
 #include "common/logging.h"
 #include "data_service/dataset/bad_samples.h"
 #include "data_service/dataset/dataset_config.h"
@@ -65,63 +62,34 @@ namespace {
 
 constexpr int kFlagError = 2;
 
-constexpr const char* kFlagNames[] = {
-    "socket",    "job_id",          "node_id",          "dataset",           "train_dir",
-    "val_dir",   "synthetic_samples", "synthetic_classes", "data_seed",       "threads",
-    "prefetch",  "bad_files",       "max_bad_fraction", "max_image_pixels",  "eval_resize_ratio",
-    "jpeg_decode", "owner_record"};
-
-// Only data_service's own flags; not the ones libraries register (--flagfile, ...).
-bool IsOurFlag(absl::string_view name) {
-  for (const char* ours : kFlagNames) {
-    if (name == ours) return true;
-  }
-  return false;
-}
-
 [[noreturn]] void FlagError(absl::string_view message) {
   std::fprintf(stderr, "data_service: %.*s\nRun data_service --help for the flags.\n",
                static_cast<int>(message.size()), message.data());
   std::exit(kFlagError);
 }
 
-// Parses --name=value arguments with Abseil's flag registry, exiting 2 (not Abseil's 1) on
-// an unknown flag, a bad value or a positional argument.
+// Parses data_service's own flags (common/flags.h; not the ones libraries register),
+// exiting 2 (not Abseil's 1) on an unknown flag, a bad value or a positional argument.
 void ParseFlags(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "data_service --socket=PATH --job_id=ID [--node_id=N] "
-      "[--dataset=synthetic|imagefolder|packed] [--train_dir=DIR|INDEX] [--val_dir=DIR|INDEX] "
-      "[--synthetic_samples=N] [--synthetic_classes=K] [--data_seed=S] [--threads=N] "
-      "[--prefetch=N] [--bad_files=skip|fail] [--max_bad_fraction=F] [--max_image_pixels=N] "
-      "[--eval_resize_ratio=R] [--jpeg_decode=fast|exact]");
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (arg == "--help" || arg == "-help" || arg == "--helpfull") {
-      std::printf("%s\n", absl::ProgramUsageMessage().data());
-      for (const char* name : kFlagNames) {
-        absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-        std::printf("  --%s (default \"%s\"): %s\n", name, flag->DefaultValue().c_str(),
-                    flag->Help().c_str());
-      }
-      std::exit(0);
-    }
-    if (!absl::ConsumePrefix(&arg, "--") && !absl::ConsumePrefix(&arg, "-")) {
-      FlagError(absl::StrCat("unexpected argument \"", arg, "\" (flags are --name=value)"));
-    }
-    const size_t equals = arg.find('=');
-    if (equals == absl::string_view::npos) {
-      FlagError(absl::StrCat("--", arg, ": a value is required (--", arg, "=VALUE)"));
-    }
-    const absl::string_view name = arg.substr(0, equals);
-    const absl::string_view value = arg.substr(equals + 1);
-    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    if (flag == nullptr || !IsOurFlag(name)) {
-      FlagError(absl::StrCat("--", name, ": unknown flag"));
-    }
-    std::string error;
-    if (!flag->ParseFrom(value, &error)) {
-      FlagError(absl::StrCat("--", name, ": bad value \"", value, "\": ", error));
-    }
+  FlagSpec spec;
+  spec.program = "data_service";
+  spec.files = {"data_service/main.cc"};
+  spec.sections = {{"Flags",
+                    {"socket", "job_id", "node_id", "dataset", "train_dir", "val_dir",
+                     "synthetic_samples", "synthetic_classes", "data_seed", "threads", "prefetch",
+                     "bad_files", "max_bad_fraction", "max_image_pixels", "eval_resize_ratio",
+                     "jpeg_decode", "owner_record"}}};
+  absl::StatusOr<ParsedFlags> parsed = stoker::ParseFlags(absl::MakeConstSpan(argv + 1, argc - 1), spec);
+  if (!parsed.ok()) FlagError(parsed.status().message());
+  if (parsed->help) {
+    std::printf(
+        "data_service --socket=PATH --job_id=ID [--node_id=N] "
+        "[--dataset=synthetic|imagefolder|packed] [--train_dir=DIR|INDEX] [--val_dir=DIR|INDEX] "
+        "[--synthetic_samples=N] [--synthetic_classes=K] [--data_seed=S] [--threads=N] "
+        "[--prefetch=N] [--bad_files=skip|fail] [--max_bad_fraction=F] [--max_image_pixels=N] "
+        "[--eval_resize_ratio=R] [--jpeg_decode=fast|exact]\n%s",
+        FlagsHelp(spec).c_str());
+    std::exit(0);
   }
 }
 

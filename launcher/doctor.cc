@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <tuple>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -18,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/flags.h"
 #include "launcher/launch_command.h"
 #include "launcher/program_paths.h"
 
@@ -343,42 +345,64 @@ Check MemlockCheck(const MachineFacts& facts) {
 
 }  // namespace
 
+namespace {
+
+// Doctor's command line: its numbers as given (checked by ParseDoctorArgs) and --mpirun.
+struct DoctorArgs {
+  explicit DoctorArgs(const DoctorOptions& defaults)
+      : np(absl::StrCat(defaults.np)),
+        batch_size(absl::StrCat(defaults.batch_size)),
+        image_size(absl::StrCat(defaults.image_size)),
+        ring_slots(absl::StrCat(defaults.ring_slots)),
+        mpirun(defaults.mpirun) {}
+  std::string np, batch_size, image_size, ring_slots, mpirun;
+};
+
+// Doctor's flags, bound to `args`. They are not Abseil flags: --np and --mpirun are also
+// the launcher's, with other defaults.
+FlagSpec DoctorFlagSpec(DoctorArgs* args) {
+  FlagSpec spec;
+  spec.program = "launcher doctor";
+  spec.local = {
+      StringFlag("np", &args->np, "Ranks on this node; 0: one per visible GPU (1 without GPUs)."),
+      StringFlag("batch_size", &args->batch_size, "Batch size per rank, for the ring size."),
+      StringFlag("image_size", &args->image_size, "Square image size, for the ring size."),
+      StringFlag("ring_slots", &args->ring_slots, "Ring slots per rank (the trainer's --ring_slots)."),
+      StringFlag("mpirun", &args->mpirun, "The mpirun program; a bare name is looked up on PATH."),
+  };
+  spec.wording = FlagWording::kSentence;
+  return spec;
+}
+
+}  // namespace
+
 absl::StatusOr<DoctorOptions> ParseDoctorArgs(absl::Span<const std::string> args) {
   DoctorOptions options;
-  for (const std::string& arg : args) {
-    absl::string_view body = arg;
-    if (!absl::ConsumePrefix(&body, "--") && !absl::ConsumePrefix(&body, "-")) {
+  DoctorArgs given(options);
+  absl::StatusOr<ParsedFlags> parsed = ParseFlags(args, DoctorFlagSpec(&given));
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("doctor: ", parsed.status().message()));
+  }
+  options.help = parsed->help;
+  options.mpirun = given.mpirun;
+  const std::tuple<const char*, const std::string*, int*> numbers[] = {
+      {"np", &given.np, &options.np},
+      {"batch_size", &given.batch_size, &options.batch_size},
+      {"image_size", &given.image_size, &options.image_size},
+      {"ring_slots", &given.ring_slots, &options.ring_slots}};
+  for (const auto& [name, text, number] : numbers) {
+    if (parsed->given.count(name) == 0) continue;
+    if (!absl::SimpleAtoi(*text, number) || *number < 1) {
       return absl::InvalidArgumentError(
-          absl::StrCat("doctor: unexpected argument '", arg, "' (flags are --name=value)"));
+          absl::StrCat("doctor: --", name, "=", *text, " must be a positive number"));
     }
-    const size_t equals = body.find('=');
-    const absl::string_view name = body.substr(0, equals);
-    if (equals == absl::string_view::npos) {
-      return absl::InvalidArgumentError(absl::StrCat("doctor: --", name, " needs =VALUE"));
-    }
-    const absl::string_view value = body.substr(equals + 1);
-    if (name == "mpirun") {
-      options.mpirun = std::string(value);
-      continue;
-    }
-    int* field = name == "np"           ? &options.np
-                 : name == "batch_size" ? &options.batch_size
-                 : name == "image_size" ? &options.image_size
-                 : name == "ring_slots" ? &options.ring_slots
-                                        : nullptr;
-    if (field == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "doctor: unknown flag --", name,
-          " (it takes --np, --batch_size, --image_size, --ring_slots and --mpirun)"));
-    }
-    int number = 0;
-    if (!absl::SimpleAtoi(value, &number) || number < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("doctor: --", name, "=", value, " must be a positive number"));
-    }
-    *field = number;
   }
   return options;
+}
+
+std::string DoctorFlagsHelp() {
+  DoctorArgs defaults{DoctorOptions()};
+  return FlagsHelp(DoctorFlagSpec(&defaults));
 }
 
 int DoctorRanks(const DoctorOptions& options, int gpu_count) {

@@ -30,14 +30,18 @@ struct DoctorOptions {
   int image_size = 224;
   int ring_slots = 4;
   std::string mpirun = "mpirun";
+  bool help = false;  // --help was given: print DoctorFlagsHelp() and check nothing
 };
 
 // The ranks per node the checks assume: `options.np`, or one per visible GPU (1 if none).
 int DoctorRanks(const DoctorOptions& options, int gpu_count);
 
-// Parses the arguments after `doctor`. InvalidArgument naming the flag on an unknown flag
-// or a value that is not a positive number.
+// Parses the arguments after `doctor` (common/flags.h, --config files too). InvalidArgument
+// naming the flag on an unknown flag or a value that is not a positive number.
 absl::StatusOr<DoctorOptions> ParseDoctorArgs(absl::Span<const std::string> args);
+
+// Doctor's flags with their defaults and help, for `launcher doctor --help`.
+std::string DoctorFlagsHelp();
 
 // Bytes of one rank's ring: slots of batch_size images of image_size^2 * 3 bytes, plus a
 // label (4 bytes) and a sample index (8 bytes) per image.

@@ -16,8 +16,8 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "common/flags.h"
 #include "common/logging.h"
-#include "launcher/command_line.h"
 #include "launcher/data_service_args.h"
 #include "launcher/doctor.h"
 #include "launcher/job.h"
@@ -78,17 +78,26 @@ ABSL_FLAG(bool, dry_run, false, "Print the commands the job would run, then exit
 namespace stoker::launcher {
 namespace {
 
-constexpr char kFlagsFile[] = "launcher/main.cc";
 constexpr char kUsage[] =
     "Usage: launcher [flags] -- [trainer flags]\n"
     "       launcher doctor [--np=N] [--batch_size=B] [--image_size=S] [--ring_slots=K] "
     "[--mpirun=PROGRAM]\n";
-constexpr int kUsageExitCode = 2;
+
+// The launcher's own flags (this file's), in the launcher's wording; `--` ends them.
+FlagSpec LauncherFlagSpec() {
+  FlagSpec spec;
+  spec.program = "launcher";
+  spec.files = {"launcher/main.cc"};
+  spec.passed_on = true;
+  spec.positional_hint = "trainer flags go after '--'";
+  spec.wording = FlagWording::kSentence;
+  return spec;
+}
 
 int UsageError(absl::string_view message) {
   std::fprintf(stderr, "launcher: %s\n%sRun `launcher --help` for the flags.\n",
                std::string(message).c_str(), kUsage);
-  return kUsageExitCode;
+  return kExitUsage;
 }
 
 // The program given by `flag`, or the sibling of the launcher named `name`.
@@ -124,7 +133,7 @@ absl::StatusOr<std::vector<HostSlots>> ReadHostfile(const std::string& path) {
   return ParseHostfile(text.str(), path);
 }
 
-absl::StatusOr<JobConfig> ConfigFromFlags(const ParsedCommandLine& command_line) {
+absl::StatusOr<JobConfig> ConfigFromFlags(const ParsedFlags& command_line) {
   JobConfig config;
   config.job_id = absl::GetFlag(FLAGS_job_id);
   if (config.job_id.empty()) config.job_id = GenerateJobId();
@@ -227,6 +236,13 @@ absl::StatusOr<JobConfig> ConfigFromFlags(const ParsedCommandLine& command_line)
 int RunDoctor(const std::vector<std::string>& args) {
   absl::StatusOr<DoctorOptions> options = ParseDoctorArgs(args);
   if (!options.ok()) return UsageError(options.status().message());
+  if (options->help) {
+    std::printf("Usage: launcher doctor [flags]\n\nChecks this machine for what a Stoker job "
+                "needs, each check with a verdict and a fix; exits 1 when a check fails.\n\n"
+                "Flags:\n%s",
+                DoctorFlagsHelp().c_str());
+    return 0;
+  }
   const std::vector<Check> checks = Evaluate(GatherFacts(*options), *options);
   std::fputs(FormatReport(checks, *options).c_str(), stdout);
   return DoctorExitCode(checks);
@@ -237,15 +253,15 @@ int Main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "doctor") {
     return RunDoctor(std::vector<std::string>(argv + 2, argv + argc));
   }
-  absl::StatusOr<ParsedCommandLine> command_line =
-      ParseFlags(absl::MakeConstSpan(argv + 1, argc - 1), kFlagsFile);
+  const FlagSpec spec = LauncherFlagSpec();
+  absl::StatusOr<ParsedFlags> command_line = ParseFlags(absl::MakeConstSpan(argv + 1, argc - 1), spec);
   if (!command_line.ok()) return UsageError(command_line.status().message());
   if (command_line->help) {
     std::printf("%s\nRuns one Stoker training job: on this machine (the data service, then the "
                 "trainers under mpirun), on several hosts under mpirun (--hostfile, --hosts), or "
                 "under srun inside a Slurm allocation (each node's local rank 0 then starts the "
                 "node's data service). `launcher doctor` checks this machine.\n\nFlags:\n%s",
-                kUsage, FlagsHelp(kFlagsFile).c_str());
+                kUsage, FlagsHelp(spec).c_str());
     return 0;
   }
 

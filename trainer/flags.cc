@@ -1,22 +1,13 @@
 #include "trainer/flags.h"
 
-#include <sys/stat.h>
-
-#include <cerrno>
 #include <cstdint>
-#include <cstring>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/reflection.h"
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/strip.h"
+#include "common/flags.h"
 #include "common/status_macros.h"
 
 // Data and model.
@@ -98,17 +89,15 @@ ABSL_FLAG(bool, data_only, false, "Benchmark the input pipeline: fetch, copy and
 namespace stoker::trainer {
 namespace {
 
-constexpr char kFlagsFile[] = "trainer/flags.cc";
-constexpr char kMainFile[] = "trainer/main.cc";  // the node data service flags
-constexpr int kMaxConfigDepth = 8;
-
-struct Section {
-  const char* title;
-  std::vector<const char*> flags;
-};
-
-const std::vector<Section>& Sections() {
-  static const auto* sections = new std::vector<Section>{
+// The trainer's flags: those of this file and the node data service flags of
+// trainer/main.cc (the binary, so absent from tests of this library).
+FlagSpec TrainerFlagSpec() {
+  FlagSpec spec;
+  spec.program = "trainer";
+  spec.files = {"trainer/flags.cc", "trainer/main.cc"};
+  spec.flagfile_alias = true;
+  spec.positional_hint = "the trainer takes only --name=value flags";
+  spec.sections = {
       {"Data and model",
        {"data_socket", "model", "num_classes", "image_size", "batch_size", "epochs", "seed",
         "data_split", "drop_last_batch", "ring_slots", "data_timeout_s", "bucket_mb"}},
@@ -128,112 +117,10 @@ const std::vector<Section>& Sections() {
         "backoff_factor", "growth_interval", "cache_release_fraction"}},
       {"Benchmarking", {"synthetic_steps", "warmup_steps", "data_only"}},
       {"Fault handling", {"collective_timeout_s", "collective_abort_grace_s"}},
-      // Defined in trainer/main.cc (the binary), so absent from tests of this library.
       {"Node data service (without --data_socket)",
        {"job_id", "data_service", "data_service_args", "ranks_per_node"}},
   };
-  return *sections;
-}
-
-// The trainer flag called `name`, or nullptr (flags of linked libraries do not count).
-absl::CommandLineFlag* TrainerFlag(absl::string_view name) {
-  absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-  if (flag == nullptr) return nullptr;
-  if (!absl::EndsWith(flag->Filename(), kFlagsFile) && !absl::EndsWith(flag->Filename(), kMainFile)) {
-    return nullptr;
-  }
-  return flag;
-}
-
-absl::Status ParseArgs(const std::vector<std::string>& args, absl::string_view where, int depth,
-                       bool* help);
-
-// Reads a configuration file: one flag per line, `--name=value` or `name=value`. `where`
-// names the file and line that included this one ("" on the command line).
-absl::Status ApplyConfigFile(const std::string& path, int depth, bool* help, absl::string_view where) {
-  if (depth > kMaxConfigDepth) {
-    return absl::InvalidArgumentError(absl::StrCat(where, "--config=", path, ": configuration files nest deeper than ",
-                                                   kMaxConfigDepth, " (a cycle?)"));
-  }
-  // A directory opens as an empty stream: refuse it (and say why a file cannot be read).
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, "--config=", path, ": cannot read the file: ", std::strerror(errno)));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, "--config=", path, ": not a regular file", S_ISDIR(st.st_mode) ? " (a directory)" : ""));
-  }
-  std::ifstream in(path);
-  if (!in) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, "--config=", path, ": cannot read the file: ", std::strerror(errno)));
-  }
-  std::string line;
-  int number = 0;
-  while (std::getline(in, line)) {
-    ++number;
-    absl::string_view text = absl::StripAsciiWhitespace(line);
-    if (text.empty() || text[0] == '#') continue;
-    std::string arg(text);
-    if (!absl::StartsWith(arg, "-")) arg = absl::StrCat("--", arg);
-    RETURN_IF_ERROR(ParseArgs({arg}, absl::StrCat(path, " line ", number, ": "), depth, help));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ParseArgs(const std::vector<std::string>& args, absl::string_view where, int depth,
-                       bool* help) {
-  for (const std::string& raw : args) {
-    absl::string_view arg = raw;
-    if (arg == "--help" || arg == "-help" || arg == "--helpfull" || arg == "-h") {
-      *help = true;
-      continue;
-    }
-    if (!absl::ConsumePrefix(&arg, "--") && !absl::ConsumePrefix(&arg, "-")) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, "unexpected argument \"", arg, "\" (the trainer takes only --name=value flags)"));
-    }
-    const size_t equals = arg.find('=');
-    const absl::string_view name = arg.substr(0, equals);
-    const bool has_value = equals != absl::string_view::npos;
-    const absl::string_view value = has_value ? arg.substr(equals + 1) : absl::string_view();
-    if (name == "config" || name == "flagfile") {
-      if (!has_value || value.empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(where, "--", name, " needs a file: --", name, "=FILE"));
-      }
-      RETURN_IF_ERROR(ApplyConfigFile(std::string(value), depth + 1, help, where));
-      continue;
-    }
-    absl::CommandLineFlag* flag = TrainerFlag(name);
-    std::string error;
-    if (flag == nullptr && !has_value && absl::StartsWith(name, "no")) {
-      // --noname for a bool flag.
-      absl::CommandLineFlag* negated = TrainerFlag(name.substr(2));
-      if (negated != nullptr && negated->IsOfType<bool>()) {
-        negated->ParseFrom("false", &error);
-        continue;
-      }
-    }
-    if (flag == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, "--", name, ": unknown flag (run `trainer --help` for the flags)"));
-    }
-    if (!has_value) {
-      if (!flag->IsOfType<bool>()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, "--", name, ": a value is required (--", name, "=VALUE)"));
-      }
-      flag->ParseFrom("true", &error);
-      continue;
-    }
-    if (!flag->ParseFrom(value, &error)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, "--", name, "=", value, ": not a valid value (", error, ")"));
-    }
-  }
-  return absl::OkStatus();
+  return spec;
 }
 
 absl::StatusOr<std::vector<int>> ParseEpochList(const std::vector<std::string>& items) {
@@ -347,28 +234,17 @@ absl::StatusOr<TrainerOptions> OptionsFromFlags() {
 
 absl::StatusOr<TrainerCommandLine> ParseTrainerCommandLine(absl::Span<const char* const> args) {
   TrainerCommandLine result;
-  RETURN_IF_ERROR(ParseArgs(std::vector<std::string>(args.begin(), args.end()), "", 0, &result.help));
+  ASSIGN_OR_RETURN(const ParsedFlags parsed, ParseFlags(args, TrainerFlagSpec()));
+  result.help = parsed.help;
   if (result.help) return result;
   ASSIGN_OR_RETURN(result.options, OptionsFromFlags());
   return result;
 }
 
 std::string TrainerFlagsHelp() {
-  std::string out =
-      "Usage: trainer --name=value ... (one MPI rank; usually started by `launcher`)\n"
-      "\n"
-      "Flags may also come from a configuration file, one `name=value` (or `--name=value`)\n"
-      "per line, `#` starting a comment: --config=FILE (or Abseil's --flagfile=FILE). Flags\n"
-      "apply in order: those after --config override the file.\n";
-  for (const Section& section : Sections()) {
-    absl::StrAppend(&out, "\n", section.title, ":\n");
-    for (const char* name : section.flags) {
-      absl::CommandLineFlag* flag = TrainerFlag(name);
-      if (flag == nullptr) continue;
-      absl::StrAppendFormat(&out, "  --%s (default \"%s\")\n      %s\n", name, flag->DefaultValue(),
-                            flag->Help());
-    }
-  }
+  std::string out = absl::StrCat(
+      "Usage: trainer --name=value ... (one MPI rank; usually started by `launcher`)\n",
+      FlagsHelp(TrainerFlagSpec()));
   absl::StrAppend(&out,
                   "\nStopping: SIGINT, SIGTERM, SIGUSR1 or SIGUSR2 stops every rank after the same "
                   "step, with a\ncheckpoint when --checkpoint_dir is set (mpirun forwards SIGUSR1/2 at "

@@ -1,9 +1,9 @@
 // The trainer's command line: its Abseil flags (defined in flags.cc, every one with its
-// help), an optional configuration file of the same flags, and the strict parse that turns
-// them into TrainerOptions. Every mistake (an unknown flag, a value that does not parse, a
-// value out of range, an unreadable configuration file) comes back as InvalidArgument
-// naming the flag and, for a file, the line, so that main() can report it and exit with
-// kExitUsage before MPI starts. (absl::ParseCommandLine would exit with 1 on its own.)
+// help) and their mapping into TrainerOptions. Parsing is common/flags.h's strict layer:
+// every mistake (an unknown flag, a value that does not parse, a value out of range, an
+// unreadable configuration file) comes back as InvalidArgument naming the flag and, for a
+// file, the line, so that main() can report it and exit with kExitUsage before MPI starts.
+// (absl::ParseCommandLine would exit with 1 on its own.)
 //
 // A configuration file holds one flag per line, `--name=value` or `name=value`; blank
 // lines and lines starting with `#` are ignored. `--config=FILE` and `--flagfile=FILE`

@@ -11,10 +11,9 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/flags.h"
 #include "data_service/dataset/packed_writer.h"
 
 ABSL_FLAG(std::string, input, "", "the ImageFolder to pack: <input>/<class>/.../<image>");
@@ -27,14 +26,10 @@ namespace stoker::data_service {
 namespace {
 
 int Main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "pack_imagefolder --input=DIR --output=INDEX [--shard_bytes=N]: packs an ImageFolder "
-      "into an index file plus shard files for data_service --dataset=packed");
-  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
-  if (rest.size() > 1) {
-    std::fprintf(stderr, "pack_imagefolder: unexpected argument \"%s\"\n", rest[1]);
-    return 1;
-  }
+  ParseFlagsOrExit(argc, argv, FlagSpecOf("pack_imagefolder", "data_service/pack_imagefolder.cc"),
+                   "pack_imagefolder --input=DIR --output=INDEX [--shard_bytes=N]: packs an "
+                   "ImageFolder into an index file plus shard files for data_service "
+                   "--dataset=packed");
   const std::string input = absl::GetFlag(FLAGS_input);
   const std::string output = absl::GetFlag(FLAGS_output);
   if (input.empty() || output.empty()) {

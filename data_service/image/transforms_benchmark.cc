@@ -23,10 +23,10 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/flags.h"
 #include "data_service/image/decode.h"
 #include "data_service/image/transforms.h"
 
@@ -222,6 +222,10 @@ int Run() {
 }  // namespace stoker::data_service::image
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  stoker::ParseFlagsOrExit(
+      argc, argv,
+      stoker::FlagSpecOf("transforms_benchmark", "data_service/image/transforms_benchmark.cc"),
+      "transforms_benchmark --dir=DIR [--seconds=S] [--rounds=N]: decode and transform speed "
+      "per case");
   return stoker::data_service::image::Run();
 }

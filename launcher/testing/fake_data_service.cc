@@ -32,10 +32,10 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/flags.h"
 #include "common/names.h"
 #include "common/unix_socket.h"
 
@@ -75,7 +75,9 @@ int IntField(const std::vector<std::string>& fields, size_t index) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  stoker::ParseFlagsOrExit(
+      argc, argv, stoker::FlagSpecOf("fake_data_service", "launcher/testing/fake_data_service.cc"),
+      "fake_data_service --socket=PATH --job_id=ID ...: a stand-in for data_service");
   const std::string out = Env("STOKER_FAKE_OUT", "");
   const std::vector<std::string> mode =
       absl::StrSplit(Env("STOKER_FAKE_DATA_SERVICE", "serve"), ':');

@@ -8,15 +8,18 @@
 #include <cstdio>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/time/time.h"
+#include "common/flags.h"
 #include "launcher/rank_setup.h"
 
 ABSL_FLAG(int, stall_rank, 1, "the rank that stops itself before MPI_Finalize");
 ABSL_FLAG(int, finalize_timeout_s, 3, "RankSetupOptions::finalize_timeout");
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  stoker::ParseFlagsOrExit(
+      argc, argv, stoker::FlagSpecOf("finalize_stall", "launcher/testing/finalize_stall.cc"),
+      "finalize_stall [--stall_rank=R] [--finalize_timeout_s=S]: one rank stalls before "
+      "MPI_Finalize");
   stoker::launcher::RankSetupOptions options;
   options.finalize_timeout = absl::Seconds(absl::GetFlag(FLAGS_finalize_timeout_s));
   auto session = stoker::launcher::MpiSession::Create(&argc, &argv, options);

@@ -12,7 +12,7 @@
 #include <fstream>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
+#include "common/flags.h"
 #include "trainer/checkpoint/checkpoint_file.h"
 #include "trainer/nn/models.h"
 #include "trainer/checkpoint/training_state.h"
@@ -43,7 +43,10 @@ bool WriteRaw(const std::string& path, const at::Tensor& t) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  stoker::ParseFlagsOrExit(
+      argc, argv, stoker::FlagSpecOf("checkpoint_logits", "trainer/checkpoint_logits.cc"),
+      "checkpoint_logits --checkpoint=FILE --input_out=PATH --logits_out=PATH: the logits of "
+      "a checkpoint's model on a random batch");
   auto checkpoint = stoker::trainer::LoadCheckpoint(absl::GetFlag(FLAGS_checkpoint));
   if (!checkpoint.ok()) return Fail(std::string(checkpoint.status().message()));
   auto model = stoker::trainer::MakeModel(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_num_classes));

@@ -18,6 +18,17 @@ set -euo pipefail
 source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
 begin_job_test
 
+# find_rank_pids: sets rank_pid (rank r's pid is rank_pid[r]) from the pid records in $log;
+# fails, stopping the job, unless service_pid and both ranks' pids are known.
+find_rank_pids() {
+  rank_pid=()
+  for r in 0 1; do
+    rank_pid[r]=$(pid_records "$log" role=rank rank="$r" world_size=2 split=training | head -n 1)
+  done
+  [[ -n "$service_pid" && -n "${rank_pid[0]}" && -n "${rank_pid[1]}" ]] ||
+    { kill -TERM "$launcher_pid"; cat "$log"; echo "FAIL: pids not found"; exit 1; }
+}
+
 # start_job NAME: starts a long 2-rank job in the background; sets job, log, launcher_pid,
 # service_pid and rank_pids (rank r's pid is rank_pid[r]) once training is under way.
 start_job() {
@@ -31,12 +42,7 @@ start_job() {
   launcher_pid=$!
   await_training "$log" "$launcher_pid"
   service_pid=$(pgrep -f -- "data_service/data_service .*--job_id=$job" | head -n 1)
-  rank_pid=()
-  for r in 0 1; do
-    rank_pid[r]=$(pid_records "$log" role=rank rank="$r" world_size=2 split=training | head -n 1)
-  done
-  [[ -n "$service_pid" && -n "${rank_pid[0]}" && -n "${rank_pid[1]}" ]] ||
-    { kill -TERM "$launcher_pid"; cat "$log"; echo "FAIL: pids not found"; exit 1; }
+  find_rank_pids
   echo "job $job: launcher $launcher_pid, data service $service_pid, ranks ${rank_pid[*]}"
 }
 
@@ -81,12 +87,7 @@ start_bare_job() {
   launcher_pid=$!
   await_training "$log" "$launcher_pid"
   service_pid=$(pid_records "$log" role=data_service node=0 | head -n 1)
-  rank_pid=()
-  for r in 0 1; do
-    rank_pid[r]=$(pid_records "$log" role=rank rank="$r" world_size=2 split=training | head -n 1)
-  done
-  [[ -n "$service_pid" && -n "${rank_pid[0]}" && -n "${rank_pid[1]}" ]] ||
-    { kill -TERM "$launcher_pid"; cat "$log"; echo "FAIL: pids not found"; exit 1; }
+  find_rank_pids
   echo "job $job: data service $service_pid, ranks ${rank_pid[*]}"
   [[ -n "$(ls /dev/shm | grep -F "stoker.$job." || true)" ]] || { echo "FAIL: no segments while training"; exit 1; }
 }

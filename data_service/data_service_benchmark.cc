@@ -2,7 +2,7 @@
 // to one trainer rank. It starts the service in this process (or attaches to a running
 // one with --socket), registers one rank, and acquires and releases batches as fast as
 // they come, reporting images/s, images/s per decode thread and CPU time per image.
-// --make_jpegs writes a folder of photo-like JPEGs first (the target: 500x375
+// --make_jpegs writes a folder of photo-like JPEGs first (the throughput target's images: 500x375
 // quality-90 JPEGs, evaluation transform to 224, batch 256).
 //
 //   data_service_benchmark --make_jpegs=2000 --data=/tmp/jpegs --split=val --seconds=20

@@ -424,6 +424,9 @@ bool DataService::Handle(Connection* connection, const ControlMessage& message) 
               request.world_size, connection->peer_pid, connection->producer->segment_name(),
               request.slot_count, request.batch_size, request.image_size, request.image_size,
               request.train ? "training" : "validation");
+      // Machine-readable twin of the line above: scripts and tests read a rank's pid from it.
+      LogInfo("pid_record role=rank rank=%d world_size=%d split=%s pid=%d", request.rank,
+              request.world_size, request.train ? "training" : "validation", connection->peer_pid);
       LogInfo("memory: %s", MemoryReport());
       return connection->Send(reply).ok();
     }

@@ -1,8 +1,8 @@
 // libFuzzer target for the data service's control protocol: whatever bytes arrive as one
 // packet on the control socket, ReceiveMessage() either returns a validated message or an
 // error status, and a validated message's fields can be read back (text, ring request,
-// error status) and turned into a ring layout without any undefined behaviour. Built and
-// run by tools/fuzz.sh with clang -fsanitize=fuzzer,address,undefined.
+// error status) and turned into a ring layout without any undefined behaviour. Built as
+// //fuzz:control_protocol_fuzzer; tools/fuzz.sh runs it under libFuzzer with ASan and UBSan.
 #include <sys/socket.h>
 #include <unistd.h>
 

@@ -3,8 +3,8 @@
 // crop-resize into a sample buffer of exactly the output's size, as a decode thread runs
 // them (one TransformScratch reused across inputs), with a decompression-bomb limit.
 // Every input must either give a sample or an InvalidArgument status: never a crash, an
-// out-of-bounds access, undefined behaviour, or memory beyond the limit. Built and run by
-// tools/fuzz.sh with clang -fsanitize=fuzzer,address,undefined.
+// out-of-bounds access, undefined behaviour, or memory beyond the limit. Built as
+// //fuzz:image_decode_fuzzer; tools/fuzz.sh runs it under libFuzzer with ASan and UBSan.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>

@@ -123,6 +123,9 @@ absl::StatusOr<ChildProcess> StartOnThisNode(const RankInfo& rank, const std::st
   }
   LogInfo("node %d: data service (pid %d) ready on %s after %s", rank.node_index, child.pid(),
           socket_path, absl::FormatDuration(absl::Now() - start));
+  // Machine-readable twin of the line above: scripts and tests read the service's pid from it.
+  LogInfo("pid_record role=data_service node=%d pid=%d socket=%s", rank.node_index, child.pid(),
+          socket_path);
   return child;
 }
 

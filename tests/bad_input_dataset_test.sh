@@ -9,12 +9,8 @@
 #    message that says the folder is gone (not a flood of skipped samples, not a hang).
 # Every job leaves nothing behind.
 set -euo pipefail
-root="${TEST_SRCDIR}/stoker"
-source "$root/tests/mpi_env.sh"
-source "$root/tests/job_checks.sh"
-private_mpi_session_dir
-out="${TEST_TMPDIR:-$(mktemp -d)}"
-python=$(stoker_python)
+source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
+begin_job_test
 
 make_folder() {  # make_folder DIR IMAGES_PER_CLASS: classes a and b of small PNGs
   "$python" - "$1" "$2" <<'PY'

@@ -5,11 +5,8 @@
 # value, missing file, a directory or an unreadable file as the file, a key that is not
 # UTF-8, a file that includes itself.
 set -euo pipefail
-root="${TEST_SRCDIR}/stoker"
-source "$root/tests/mpi_env.sh"
-source "$root/tests/job_checks.sh"
-private_mpi_session_dir
-out="${TEST_TMPDIR:-$(mktemp -d)}"
+source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
+begin_job_test
 trainer="$root/trainer/trainer"
 launcher="$root/launcher/launcher"
 service="$root/data_service/data_service"

@@ -4,11 +4,8 @@
 # id that rank 0 makes. The job must train (the loss falls, the ranks end bit-identical),
 # exit 0, and leave no process, /dev/shm segment or /tmp/stoker.* file behind.
 set -euo pipefail
-root="${TEST_SRCDIR}/stoker"
-source "$root/tests/mpi_env.sh"
-source "$root/tests/job_checks.sh"
-private_mpi_session_dir
-out="${TEST_TMPDIR:-$(mktemp -d)}"
+source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
+begin_job_test
 
 # The data service is found next to the trainer (bazel-bin/data_service/data_service).
 timeout --signal=KILL 240 mpirun -np 2 "$root/trainer/trainer" \
@@ -18,7 +15,7 @@ timeout --signal=KILL 240 mpirun -np 2 "$root/trainer/trainer" \
 
 ready=$(grep -o 'node 0: data service (pid [0-9]*) ready on [^ ]*' "$out/log") ||
   { echo "FAIL: local rank 0 did not report its data service ready"; exit 1; }
-pid=$(sed 's/.*(pid \([0-9]*\)).*/\1/' <<< "$ready")
+pid=$(pid_records "$out/log" role=data_service node=0 | head -n 1)
 socket="${ready##* }"
 job=$(basename "$socket" .node0.sock); job="${job#stoker.}"
 echo "local rank 0 started the data service: pid $pid, socket $socket, job $job"

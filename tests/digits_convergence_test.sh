@@ -8,12 +8,8 @@
 # tools/plot_metrics.py draws the curves, and the exported small CNN state dict loads
 # (strict) into its PyTorch twin, which classifies the validation PNGs about as well.
 set -euo pipefail
-root="${TEST_SRCDIR}/stoker"
-source "$root/tests/mpi_env.sh"
-source "$root/tests/job_checks.sh"
-if declare -F private_mpi_session_dir >/dev/null; then private_mpi_session_dir; fi
-out="${TEST_TMPDIR:-$(mktemp -d)}"
-python="$(stoker_python)"
+source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
+begin_job_test
 job="digits-$$-$RANDOM"
 
 "$python" "$root/tools/make_digits.py" "$out/digits"

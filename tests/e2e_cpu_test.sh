@@ -3,14 +3,8 @@
 # mpirun. The loss must fall, the ranks must end with bit-identical parameters, and no
 # process, /dev/shm segment or socket of the job may be left.
 set -euo pipefail
-root="${TEST_SRCDIR}/stoker"
-source "$root/tests/mpi_env.sh"
-# A session directory and shared-memory files of this test's own (concurrent sandboxed
-# mpiruns can get the same Open MPI job id).
-ompi_dir=$(mktemp -d /tmp/stoker-test-ompi.XXXXXX)
-trap 'rm -rf "$ompi_dir"' EXIT
-export OMPI_MCA_orte_tmpdir_base="$ompi_dir" OMPI_MCA_btl_vader_backing_directory="$ompi_dir"
-out="${TEST_TMPDIR:-$(mktemp -d)}"
+source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
+begin_job_test
 job="e2e-$$-$RANDOM"
 
 "$root/launcher/launcher" --np=2 --job_id="$job" \

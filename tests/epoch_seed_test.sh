@@ -4,11 +4,8 @@
 # DistributedSampler's: epoch e's global order is torch.randperm(n) seeded with seed + e,
 # shared by the ranks (rank r takes positions r, r + W, ...), different in every epoch.
 set -euo pipefail
-root="${TEST_SRCDIR}/stoker"
-source "$root/tests/mpi_env.sh"
-source "$root/tests/job_checks.sh"
-private_mpi_session_dir
-out="${TEST_TMPDIR:-$(mktemp -d)}"
+source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
+begin_job_test
 job="seeds-$$-$RANDOM"
 samples=256  # 2 ranks x 8 batches of 16
 

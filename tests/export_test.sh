@@ -4,11 +4,8 @@
 # load_state_dict(strict=True), and gives the same logits (1e-5, fp32) as the trainer's
 # own model, restored from the run's final checkpoint, on the same batch.
 set -euo pipefail
-root="${TEST_SRCDIR}/stoker"
-source "$root/tests/mpi_env.sh"
-source "$root/tests/job_checks.sh"
-if declare -F private_mpi_session_dir >/dev/null; then private_mpi_session_dir; fi
-out="${TEST_TMPDIR:-$(mktemp -d)}"
+source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
+begin_job_test
 job="export-$$-$RANDOM"
 
 "$root/launcher/launcher" --np=2 --job_id="$job" \

@@ -5,11 +5,8 @@
 # exits 1, and mpirun ends the job, the stopped rank included. Bound: within 30 s; no
 # process left. Without the bound the job would wait for ever.
 set -euo pipefail
-root="${TEST_SRCDIR}/stoker"
-source "$root/tests/mpi_env.sh"
-source "$root/tests/job_checks.sh"
-private_mpi_session_dir
-out="${TEST_TMPDIR:-$(mktemp -d)}"
+source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
+begin_job_test
 program="$root/launcher/finalize_stall"
 
 start=$SECONDS

@@ -6,13 +6,10 @@
 # (ncclCommAbort) and ends; the job ends within 60 s with a non-zero code and nothing of
 # it is left.
 set -euo pipefail
-root="${TEST_SRCDIR}/stoker"
-source "$root/tests/mpi_env.sh"
-source "$root/tests/job_checks.sh"
-private_mpi_session_dir
+source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
+begin_job_test
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU" || true)
 if [[ "$gpus" -lt 2 ]]; then echo "SKIP: needs 2 GPUs (found ${gpus:-0})"; exit 0; fi
-out="${TEST_TMPDIR:-$(mktemp -d)}"
 job="gpustall-$$-$RANDOM"
 log="$out/gpu_stall.log"
 

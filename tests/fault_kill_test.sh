@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Processes killed mid-epoch under the launcher (issue 7, process faults):
+# Processes killed mid-epoch under the launcher (process faults):
 #  1. kill -9 of the data service: the launcher stops mpirun (whose ranks exit) and exits
 #     non-zero naming the data service;
 #  2. kill -9 of trainer rank 1: mpirun ends the other ranks and names rank 1, the launcher
@@ -15,11 +15,19 @@
 # node_service_failure_test; the stall of a rank in fault_stall_test; the kill of the
 # launcher in fault_launcher_kill_test.
 set -euo pipefail
-root="${TEST_SRCDIR}/stoker"
-source "$root/tests/mpi_env.sh"
-source "$root/tests/job_checks.sh"
-private_mpi_session_dir
-out="${TEST_TMPDIR:-$(mktemp -d)}"
+source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
+begin_job_test
+
+# find_rank_pids: sets rank_pid (rank r's pid is rank_pid[r]) from the pid records in $log;
+# fails, stopping the job, unless service_pid and both ranks' pids are known.
+find_rank_pids() {
+  rank_pid=()
+  for r in 0 1; do
+    rank_pid[r]=$(pid_records "$log" role=rank rank="$r" world_size=2 split=training | head -n 1)
+  done
+  [[ -n "$service_pid" && -n "${rank_pid[0]}" && -n "${rank_pid[1]}" ]] ||
+    { kill -TERM "$launcher_pid"; cat "$log"; echo "FAIL: pids not found"; exit 1; }
+}
 
 # start_job NAME: starts a long 2-rank job in the background; sets job, log, launcher_pid,
 # service_pid and rank_pids (rank r's pid is rank_pid[r]) once training is under way.
@@ -34,12 +42,7 @@ start_job() {
   launcher_pid=$!
   await_training "$log" "$launcher_pid"
   service_pid=$(pgrep -f -- "data_service/data_service .*--job_id=$job" | head -n 1)
-  rank_pid=()
-  for r in 0 1; do
-    rank_pid[r]=$(sed -n "s/.*rank $r of 2 (pid \([0-9]*\)): ring.*training split/\1/p" "$log" | head -n 1)
-  done
-  [[ -n "$service_pid" && -n "${rank_pid[0]}" && -n "${rank_pid[1]}" ]] ||
-    { kill -TERM "$launcher_pid"; cat "$log"; echo "FAIL: pids not found"; exit 1; }
+  find_rank_pids
   echo "job $job: launcher $launcher_pid, data service $service_pid, ranks ${rank_pid[*]}"
 }
 
@@ -83,13 +86,8 @@ start_bare_job() {
     --log_every=1 --loss_log="$log.loss" > "$log" 2>&1 &
   launcher_pid=$!
   await_training "$log" "$launcher_pid"
-  service_pid=$(grep -o 'node 0: data service (pid [0-9]*)' "$log" | grep -o '[0-9]*)' | tr -d ')')
-  rank_pid=()
-  for r in 0 1; do
-    rank_pid[r]=$(sed -n "s/.*rank $r of 2 (pid \([0-9]*\)): ring.*training split/\1/p" "$log" | head -n 1)
-  done
-  [[ -n "$service_pid" && -n "${rank_pid[0]}" && -n "${rank_pid[1]}" ]] ||
-    { kill -TERM "$launcher_pid"; cat "$log"; echo "FAIL: pids not found"; exit 1; }
+  service_pid=$(pid_records "$log" role=data_service node=0 | head -n 1)
+  find_rank_pids
   echo "job $job: data service $service_pid, ranks ${rank_pid[*]}"
   [[ -n "$(ls /dev/shm | grep -F "stoker.$job." || true)" ]] || { echo "FAIL: no segments while training"; exit 1; }
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# kill -9 of the launcher (issue 7, process faults):
+# kill -9 of the launcher (process faults):
 #  1. mid-epoch: its children die with it (PR_SET_PDEATHSIG): mpirun by SIGKILL and the ranks
 #     after it, the data service by SIGTERM, on which it removes its socket and segments.
 #     Bound: no process of the job is left 30 s after the kill. What the launcher itself
@@ -9,13 +9,10 @@
 #     service's segments stay too; a new job with the same job id removes them and starts.
 # Afterwards nothing of any of these jobs is left.
 set -euo pipefail
-root="${TEST_SRCDIR}/stoker"
-source "$root/tests/mpi_env.sh"
-source "$root/tests/job_checks.sh"
-private_mpi_session_dir
+source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
+begin_job_test
 launcher_pid=""
 trap 'if [[ -n "$launcher_pid" ]]; then kill -TERM "$launcher_pid" 2>/dev/null || true; fi; rm -rf "$STOKER_TEST_OMPI_DIR"' EXIT
-out="${TEST_TMPDIR:-$(mktemp -d)}"
 
 # launch JOB LOG EPOCHS: starts a 2-rank job in the background; sets launcher_pid (the
 # launcher itself, not a wrapper: the test kills it).
@@ -33,7 +30,7 @@ under_way() {
   await_training "$1" "$launcher_pid"
   service_pid=$(pgrep -P "$launcher_pid" -f "data_service/data_service" | head -n 1)
   mpirun_pid=$(pgrep -P "$launcher_pid" | grep -vx "$service_pid" | head -n 1)
-  rank_pids=$(sed -n 's/.*rank [0-9] of 2 (pid \([0-9]*\)): ring.*training split/\1/p' "$1" | sort -u | tr '\n' ' ')
+  rank_pids=$(pid_records "$1" role=rank world_size=2 split=training | sort -u | tr '\n' ' ')
   [[ -n "$service_pid" && -n "$mpirun_pid" && -n "$rank_pids" ]] || { kill -TERM "$launcher_pid"; cat "$1"; echo "FAIL: pids not found"; exit 1; }
   echo "launcher $launcher_pid, data service $service_pid, mpirun $mpirun_pid, ranks $rank_pids"
 }

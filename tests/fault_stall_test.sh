@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A stalled rank (issue 7, process faults): SIGSTOP of rank 1 of a 3-rank CPU job under the
+# A stalled rank (process faults): SIGSTOP of rank 1 of a 3-rank CPU job under the
 # launcher. The other ranks' collective watchdogs (--collective_timeout_s=10) see their
 # allreduce not complete, log which collective it is, that rank 1 has not reached it and
 # stopped beating (stalled), and the last collective each rank completed, and exit non-zero;
@@ -8,11 +8,8 @@
 # Then the same over two "nodes" (--ranks_per_node=2 under a bare mpirun): rank 2, on the
 # stopped rank 3's node, names it; the report says how many ranks are on other nodes.
 set -euo pipefail
-root="${TEST_SRCDIR}/stoker"
-source "$root/tests/mpi_env.sh"
-source "$root/tests/job_checks.sh"
-private_mpi_session_dir
-out="${TEST_TMPDIR:-$(mktemp -d)}"
+source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
+begin_job_test
 job="stall-$$-$RANDOM"
 log="$out/stall.log"
 
@@ -53,7 +50,7 @@ check_stall_report "$log" "\[trainer rank 2 .*collective watchdog: collective #[
 grep -q "2 of 4 ranks are on other nodes" <<< "$report" || { cat "$log"; echo "FAIL: the report does not say what it cannot see"; exit 1; }
 # The nodes' data services (children of the ranks 0 and 2, not of mpirun) get SIGTERM when
 # their rank dies and remove their segments on the way out: within 15 s of mpirun's exit.
-service_pids=$(grep -o 'node [01]: data service (pid [0-9]*)' "$log" | grep -o '[0-9]*)' | tr -d ')' | tr '\n' ' ')
+service_pids=$(pid_records "$log" role=data_service | tr '\n' ' ')
 for _ in $(seq 150); do
   alive=""
   for pid in $service_pids; do kill -0 "$pid" 2>/dev/null && alive="$alive $pid"; done

@@ -8,8 +8,7 @@
 # first holds. After all of that the service still serves its own user, and SIGTERM leaves
 # nothing behind.
 set -euo pipefail
-root="${TEST_SRCDIR}/stoker"
-source "$root/tests/job_checks.sh"
+source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
 python="$(stoker_python) -u"
 probe="$root/tests/isolation_probe.py"
 service_bin="$root/data_service/data_service"

@@ -5,11 +5,8 @@
 # while the jobs run); a third launch that reuses a running job's id is refused without
 # touching that job; both jobs train to the end, and nothing of either is left.
 set -euo pipefail
-root="${TEST_SRCDIR}/stoker"
-source "$root/tests/mpi_env.sh"
-source "$root/tests/job_checks.sh"
-private_mpi_session_dir
-out="${TEST_TMPDIR:-$(mktemp -d)}"
+source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
+begin_job_test
 
 run_job() {  # NAME [--job_id=ID]: a small job in the background, its log in $out/NAME.log
   local name="$1"; shift

@@ -1,7 +1,25 @@
-# Helpers shared by the cross-program tests (sourced): a private Open MPI session directory,
-# a private mount namespace, the check that a job left nothing behind, waiting for a job's
+# What the cross-program tests share (sourced): their set-up, a private mount namespace, the
+# check that a job left nothing behind, the pids of a job's processes, waiting for a job's
 # training to start, a short two-rank launcher job, and the stalled-rank fault (SIGSTOP of a
-# rank, then the collective watchdogs' report).
+# rank, then the collective watchdogs' report). A test starts with
+#
+#   set -euo pipefail
+#   source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
+#   begin_job_test
+#
+# Sourcing sets $root, the runfiles tree that holds the programs and scripts.
+root="${TEST_SRCDIR}/stoker"
+
+# begin_job_test: Open MPI's environment for tests (mpi_env.sh) with a session directory of
+# this test's own (private_mpi_session_dir, removed on exit); sets out (the test's scratch
+# folder) and python (the python with torch).
+begin_job_test() {
+  source "$root/tests/mpi_env.sh"
+  private_mpi_session_dir
+  out="${TEST_TMPDIR:-$(mktemp -d)}"
+  python="$(stoker_python)"
+}
+
 # assert_nothing_left JOB_ID [PID...]: no /dev/shm/stoker.JOB_ID.* segment, no
 # /tmp/stoker.JOB_ID (directory) or /tmp/stoker.JOB_ID.* (node sockets), no process whose
 # command line names the job, and none of the given pids alive.
@@ -26,19 +44,6 @@ stoker_python() {
   echo "${STOKER_PYTHON:-python3}"
 }
 
-# Gives this test's mpirun a session directory and shared-memory files of its own, removed
-# on exit. Open MPI names both after the job id, a hash of the host name and mpirun's pid;
-# tests that run at the same time in pid namespaces of their own (Bazel's sandbox) can get
-# the same pid and so share them: MPI_Init then fails ("getting local rank failed") or the
-# shared-memory transport crashes or hangs. Under /tmp, not TEST_TMPDIR: PMIx puts Unix
-# sockets in the session directory, whose paths must stay short.
-private_mpi_session_dir() {
-  STOKER_TEST_OMPI_DIR=$(mktemp -d /tmp/stoker-test-ompi.XXXXXX)
-  export OMPI_MCA_orte_tmpdir_base="$STOKER_TEST_OMPI_DIR"
-  export OMPI_MCA_btl_vader_backing_directory="$STOKER_TEST_OMPI_DIR"
-  trap 'rm -rf "$STOKER_TEST_OMPI_DIR"' EXIT
-}
-
 # in_private_mount_namespace SCRIPT [ARGS...]: unless ARGS start with --inside, runs SCRIPT
 # again (exec) in a mount namespace of its own, as root or else as root of a user namespace,
 # with --inside first; mounts made there vanish with it and never reach the host. Fails when
@@ -53,6 +58,33 @@ in_private_mount_namespace() {
   fi
   echo "FAIL: no private mount namespace (unshare -m and unshare -rm are both refused)"
   exit 1
+}
+
+# pid_records LOG KEY=VALUE...: the pids of LOG's pid records whose fields include every
+# KEY=VALUE given, one a line, in the order logged. A pid record is a log line whose message
+# is `pid_record` and then space-separated KEY=VALUE fields, pid= among them; the data
+# service writes one when a rank registers a ring (role=rank rank=R world_size=W
+# split=training|validation pid=P), and a rank that starts its node's data service writes
+# one once the service is ready (role=data_service node=N pid=P socket=PATH).
+pid_records() {
+  local log="$1"; shift
+  awk -v wanted="$*" '
+    {
+      at = index($0, "pid_record ")
+      if (at == 0) next
+      n = split(substr($0, at + 11), fields, " ")
+      split("", value)
+      for (i = 1; i <= n; i++) {
+        eq = index(fields[i], "=")
+        if (eq > 0) value[substr(fields[i], 1, eq - 1)] = substr(fields[i], eq + 1)
+      }
+      m = split(wanted, want, " ")
+      for (i = 1; i <= m; i++) {
+        eq = index(want[i], "=")
+        if (value[substr(want[i], 1, eq - 1)] != substr(want[i], eq + 1)) next
+      }
+      print value["pid"]
+    }' "$log"
 }
 
 # await_training LOG PID [TENTHS]: waits (at most TENTHS tenths of a second, 900 by default)
@@ -90,9 +122,9 @@ run_small_job() {
 # NP ranks, under the launcher or a bare mpirun, whose rank 0 writes --loss_log=LOSS_FILE and
 # whose watchdogs have --collective_timeout_s=TIMEOUT_S) in the background, its output in
 # LOG. Once LOSS_FILE has MIN_STEPS lines (training is under way; at most 120 s), it sends
-# SIGSTOP to rank RANK (its pid from the data service's line for that rank's ring) and waits
-# for COMMAND, which must exit non-zero, not before the collective timeout and within 60 s
-# of the SIGSTOP. Sets stalled_pid (the stopped rank's pid) and rank_pids (every rank's, one
+# SIGSTOP to rank RANK (its pid from the data service's pid record for that rank's training
+# ring) and waits for COMMAND, which must exit non-zero, not before the collective timeout
+# and within 60 s of the SIGSTOP. Sets stalled_pid (the stopped rank's pid) and rank_pids (every rank's, one
 # space after each). On failure prints LOG and a FAIL line and returns 1.
 stall_rank() {
   local log="$1" loss="$2" min_steps="$3" np="$4" rank="$5" timeout_s="$6"
@@ -110,8 +142,8 @@ stall_rank() {
     kill -TERM "$job_pid"; wait "$job_pid" || true
     cat "$log"; echo "FAIL: training did not start"; return 1
   fi
-  stalled_pid=$(sed -n "s/.*rank $rank of $np (pid \([0-9]*\)): ring.*training split/\1/p" "$log" | head -n 1)
-  rank_pids=$(sed -n "s/.*rank [0-9]* of $np (pid \([0-9]*\)): ring.*training split/\1/p" "$log" | sort -u | tr '\n' ' ')
+  stalled_pid=$(pid_records "$log" role=rank rank="$rank" world_size="$np" split=training | head -n 1)
+  rank_pids=$(pid_records "$log" role=rank world_size="$np" split=training | sort -u | tr '\n' ' ')
   if [[ -z "$stalled_pid" ]]; then
     kill -TERM "$job_pid"; wait "$job_pid" || true
     cat "$log"; echo "FAIL: no pid for rank $rank in the data service's log"; return 1

@@ -10,12 +10,8 @@
 #  - a malformed value exits 2 at once, naming --data_service_args, and starts nothing.
 # Every job leaves nothing behind.
 set -euo pipefail
-root="${TEST_SRCDIR}/stoker"
-source "$root/tests/mpi_env.sh"
-source "$root/tests/job_checks.sh"
-private_mpi_session_dir
-out="${TEST_TMPDIR:-$(mktemp -d)}"
-python=$(stoker_python)
+source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
+begin_job_test
 
 # Classes a and b, 12 samples each (a's last one corrupt): 6 full batches of 4, 3 per rank
 # with 2 ranks, so that every sample (the corrupt one too) is loaded.

@@ -4,11 +4,8 @@
 # --data_service_args=...`; the launcher starts no data service itself, the node's local
 # rank 0 does. The job must train, exit 0, and leave nothing behind.
 set -euo pipefail
-root="${TEST_SRCDIR}/stoker"
-source "$root/tests/mpi_env.sh"
-source "$root/tests/job_checks.sh"
-private_mpi_session_dir
-out="${TEST_TMPDIR:-$(mktemp -d)}"
+source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
+begin_job_test
 job="hosts-$$-$RANDOM"
 
 timeout --signal=KILL 240 "$root/launcher/launcher" --hosts=localhost:2 --job_id="$job" \

@@ -8,11 +8,8 @@
 #     the job ends with a non-zero code naming the data service.
 # Either way within a bounded time, and nothing of the job is left.
 set -euo pipefail
-root="${TEST_SRCDIR}/stoker"
-source "$root/tests/mpi_env.sh"
-source "$root/tests/job_checks.sh"
-private_mpi_session_dir
-out="${TEST_TMPDIR:-$(mktemp -d)}"
+source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
+begin_job_test
 
 # Starts a long job in the background; sets job, log, mpirun_pid, service_pid, rank0_pid
 # once training is under way.
@@ -27,7 +24,7 @@ start_job() {
   mpirun_pid=$!
   # Under way once rank 0 has logged the loss of two steps.
   await_training "$log" "$mpirun_pid" 600
-  service_pid=$(grep -o 'node 0: data service (pid [0-9]*)' "$log" | grep -o '[0-9]*)' | tr -d ')')
+  service_pid=$(pid_records "$log" role=data_service node=0 | head -n 1)
   rank0_pid=$(ps -o ppid= -p "$service_pid" | tr -d ' ')
   echo "job $job: data service pid $service_pid, started by local rank 0 (pid $rank0_pid)"
 }

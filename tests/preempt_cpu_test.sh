@@ -5,11 +5,8 @@
 # uninterrupted run. SIGUSR2 to mpirun (which forwards it to the ranks at once) does the
 # same without anything being killed: the job exits 140. Nothing is left behind.
 set -euo pipefail
-root="${TEST_SRCDIR}/stoker"
-source "$root/tests/mpi_env.sh"
-source "$root/tests/job_checks.sh"
-if declare -F private_mpi_session_dir >/dev/null; then private_mpi_session_dir; fi
-out="${TEST_TMPDIR:-$(mktemp -d)}"
+source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
+begin_job_test
 
 launch() {  # launch NAME JOB [trainer flags...]: starts the job in the background; $pid
   local name="$1" job="$2"; shift 2

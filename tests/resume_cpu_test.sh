@@ -6,11 +6,8 @@
 # trained batches, and with the newest checkpoint truncated (resume falls back to the one
 # before it). Every job leaves nothing behind.
 set -euo pipefail
-root="${TEST_SRCDIR}/stoker"
-source "$root/tests/mpi_env.sh"
-source "$root/tests/job_checks.sh"
-if declare -F private_mpi_session_dir >/dev/null; then private_mpi_session_dir; fi
-out="${TEST_TMPDIR:-$(mktemp -d)}"
+source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
+begin_job_test
 
 # 1500 samples / 2 ranks = 750 per rank: 23 batches of 32 and a short one (dropped), so
 # 12 optimizer steps of 2 micro-batches per epoch (the last one of 1).

@@ -7,7 +7,5 @@ set -uo pipefail
 np="$1"; shift
 binary="$1"; shift
 source "${TEST_SRCDIR}/stoker/tests/mpi_env.sh"
-ompi_dir=$(mktemp -d /tmp/stoker-test-ompi.XXXXXX)
-trap 'rm -rf "$ompi_dir"' EXIT
-export OMPI_MCA_orte_tmpdir_base="$ompi_dir" OMPI_MCA_btl_vader_backing_directory="$ompi_dir"
+private_mpi_session_dir
 timeout --signal=KILL 600 mpirun -np "$np" "$binary" "$@"

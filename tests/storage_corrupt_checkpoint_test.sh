@@ -6,11 +6,8 @@
 # damaged, --resume=auto fails naming the folder instead of silently starting afresh.
 # Every job leaves nothing behind.
 set -euo pipefail
-root="${TEST_SRCDIR}/stoker"
-source "$root/tests/mpi_env.sh"
-source "$root/tests/job_checks.sh"
-private_mpi_session_dir
-out="${TEST_TMPDIR:-$(mktemp -d)}"
+source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
+begin_job_test
 
 # 1024 samples / 2 ranks / 32 = 16 steps per epoch.
 run() { run_small_job corrupt "$@"; }  # run NAME [trainer flags...]; sets $rc

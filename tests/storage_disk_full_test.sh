@@ -6,13 +6,9 @@
 # previous checkpoint stays intact, and a rerun resumes from it with the uninterrupted
 # run's losses, bit for bit. The job leaves nothing behind.
 set -euo pipefail
-root="${TEST_SRCDIR}/stoker"
-source "$root/tests/mpi_env.sh"
-source "$root/tests/job_checks.sh"
-out="${TEST_TMPDIR:-$(mktemp -d)}"
-
+source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
 in_private_mount_namespace "$0" "$@"
-private_mpi_session_dir
+begin_job_test
 
 # 1024 samples / 2 ranks / 32 = 16 steps per epoch.
 run() { run_small_job diskfull "$@"; }  # run NAME [trainer flags...]; sets $rc

@@ -6,13 +6,9 @@
 # within a bounded time, with a message naming /dev/shm, the bytes needed and the bytes
 # free, and leaves no segment, process or socket behind.
 set -euo pipefail
-root="${TEST_SRCDIR}/stoker"
-source "$root/tests/mpi_env.sh"
-source "$root/tests/job_checks.sh"
-out="${TEST_TMPDIR:-$(mktemp -d)}"
-
+source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
 in_private_mount_namespace "$0" "$@"
-private_mpi_session_dir  # Open MPI's own shared memory goes to its session directory
+begin_job_test  # Open MPI's own shared memory goes to its session directory
 mount -t tmpfs -o size=8m stoker-test-shm /dev/shm
 
 job="smallshm-$$-$RANDOM"

@@ -5,11 +5,8 @@
 # from its own node's service, and the whole epoch is covered exactly once across the nodes,
 # in one order shared by all ranks.
 set -euo pipefail
-root="${TEST_SRCDIR}/stoker"
-source "$root/tests/mpi_env.sh"
-source "$root/tests/job_checks.sh"
-private_mpi_session_dir
-out="${TEST_TMPDIR:-$(mktemp -d)}"
+source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
+begin_job_test
 job="twonode-$$-$RANDOM"
 samples=512  # 4 ranks x 8 batches of 16: no padding, no short batch
 
@@ -25,7 +22,7 @@ for node in 0 1; do
   socket="/tmp/stoker.$job.node$node.sock"
   line=$(grep -o "node $node: data service (pid [0-9]*) ready on $socket" "$out/log") ||
     { echo "FAIL: node $node's local rank 0 did not start a data service on $socket"; exit 1; }
-  pids+=("$(sed 's/.*(pid \([0-9]*\)).*/\1/' <<< "$line")")
+  pids+=("$(pid_records "$out/log" role=data_service node="$node" | head -n 1)")
   grep -q "\[data_service node $node .*listening on $socket (job $job, node $node," "$out/log" ||
     { echo "FAIL: no data service with node id $node on $socket"; exit 1; }
 done

@@ -3,11 +3,8 @@
 # divide it: 3 ranks, 100 validation samples (DistributedSampler pads to 102), batches of 7
 # (each rank's last one short). The count comes from rank 0's metrics JSON lines.
 set -euo pipefail
-root="${TEST_SRCDIR}/stoker"
-source "$root/tests/mpi_env.sh"
-source "$root/tests/job_checks.sh"
-if declare -F private_mpi_session_dir >/dev/null; then private_mpi_session_dir; fi
-out="${TEST_TMPDIR:-$(mktemp -d)}"
+source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
+begin_job_test
 job="valcount-$$-$RANDOM"
 
 # The synthetic dataset's validation split is a tenth of --synthetic_samples.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Soak run (issue 7): trains the small CNN on the CPU with 2 ranks for many short epochs on a
+# Soak run: trains the small CNN on the CPU with 2 ranks for many short epochs on a
 # small generated ImageFolder (scikit-learn's digits, tools/make_digits.py, every other
 # training image re-encoded as JPEG so both decoders run), validating every epoch, while
 # tools/plot_soak.py samples every second the resident memory of the data service and of

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# A fuzz target over its seed corpus: seed_corpus_test.sh FUZZER CORPUS, CORPUS being
+# control_protocol or image_decode (the two corpora tools/fuzz_seeds.py writes). Every seed
+# must run through the target without a finding (the target aborts on one).
+set -euo pipefail
+fuzzer="$1" corpus="$2"
+root="${TEST_SRCDIR}/stoker"
+out="${TEST_TMPDIR:-$(mktemp -d)}"
+"${STOKER_PYTHON:-python3}" "$root/tools/fuzz_seeds.py" "$out/control_protocol" "$out/image_decode"
+seeds=$(ls "$out/$corpus" | wc -l)
+[[ "$seeds" -gt 0 ]] || { echo "FAIL: no seeds in $out/$corpus"; exit 1; }
+result=$("$fuzzer" "$out/$corpus") || { echo "FAIL: $fuzzer exited $? on the $corpus seeds"; exit 1; }
+echo "$result"
+[[ "$result" == "ran $seeds inputs" ]] || { echo "FAIL: expected to run $seeds inputs"; exit 1; }
+echo "PASS: $seeds $corpus seeds"

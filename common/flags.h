@@ -91,7 +91,7 @@ struct FlagSpec {
 };
 
 // A spec whose flags are the Abseil flags of one file, with the defaults above (the
-// tools: FlagSpecOf("pack_imagefolder", "data_service/pack_imagefolder.cc")).
+// tools: FlagSpecOf("pack_imagefolder", "data_service/dataset/pack_imagefolder.cc")).
 FlagSpec FlagSpecOf(absl::string_view program, absl::string_view file);
 
 struct ParsedFlags {

@@ -1,4 +1,4 @@
-"""A raw client of the data service's control socket (data_service/control_protocol.h),
+"""A raw client of the data service's control socket (data_service/ring/control_protocol.h),
 for tests/isolation_service_test.sh. Each subcommand connects to SOCKET, does one thing
 and exits 0 when the service answered as it must, else prints what went wrong and exits 1.
 

@@ -26,7 +26,7 @@ namespace stoker::data_service {
 namespace {
 
 int Main(int argc, char** argv) {
-  ParseFlagsOrExit(argc, argv, FlagSpecOf("pack_imagefolder", "data_service/pack_imagefolder.cc"),
+  ParseFlagsOrExit(argc, argv, FlagSpecOf("pack_imagefolder", "data_service/dataset/pack_imagefolder.cc"),
                    "pack_imagefolder --input=DIR --output=INDEX [--shard_bytes=N]: packs an "
                    "ImageFolder into an index file plus shard files for data_service "
                    "--dataset=packed");

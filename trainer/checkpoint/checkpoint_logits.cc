@@ -44,7 +44,7 @@ bool WriteRaw(const std::string& path, const at::Tensor& t) {
 
 int main(int argc, char** argv) {
   stoker::ParseFlagsOrExit(
-      argc, argv, stoker::FlagSpecOf("checkpoint_logits", "trainer/checkpoint_logits.cc"),
+      argc, argv, stoker::FlagSpecOf("checkpoint_logits", "trainer/checkpoint/checkpoint_logits.cc"),
       "checkpoint_logits --checkpoint=FILE --input_out=PATH --logits_out=PATH: the logits of "
       "a checkpoint's model on a random batch");
   auto checkpoint = stoker::trainer::LoadCheckpoint(absl::GetFlag(FLAGS_checkpoint));

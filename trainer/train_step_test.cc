@@ -9,7 +9,9 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/utils/clip_grad.h>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "trainer/comm/fake_communicator.h"
 #include "trainer/comm/mpi_communicator.h"
 
 namespace stoker::trainer {
@@ -170,6 +172,55 @@ TEST(TrainStepTest, LabelSmoothingIsPyTorchs) {
   ASSERT_TRUE(loss.ok());
   EXPECT_NEAR(loss->item<double>(), expected, 1e-5);
   ASSERT_TRUE(step.Finish(0.1).ok());
+}
+
+// A step over one rank of its own (the fake), for errors that need no peer.
+struct OneRankStep {
+  OneRankStep() : mine(MakeNet()), comm(FakeCommunicator::Group(1)) {
+    auto created = GradBuckets::Create(mine.parameters, mine.names, 1 << 20, comm[0].get());
+    EXPECT_TRUE(created.ok()) << created.status();
+    buckets = std::move(*created);
+    auto sgd = FusedOptimizer::Create(mine.parameters, OptimizerOptions());
+    EXPECT_TRUE(sgd.ok()) << sgd.status();
+    optimizer = std::move(*sgd);
+    LossScalerOptions no_scaling;
+    no_scaling.enabled = false;
+    scaler = std::make_unique<LossScaler>(*LossScaler::Create(no_scaling));
+    step = std::make_unique<TrainStep>(*mine.net, *buckets, *optimizer, *scaler, mine.parameters,
+                                       TrainStepOptions());
+  }
+  NetUnderTest mine;
+  std::vector<std::unique_ptr<FakeCommunicator>> comm;
+  std::unique_ptr<GradBuckets> buckets;
+  std::unique_ptr<FusedOptimizer> optimizer;
+  std::unique_ptr<LossScaler> scaler;
+  std::unique_ptr<TrainStep> step;
+};
+
+TEST(TrainStepTest, ALibtorchErrorInTheLossIsAStatusNamingTheStep) {
+  OneRankStep s;
+  const at::Tensor images = at::randn({4, 3, 8, 8});
+  const at::Tensor labels = at::full({4}, 7, at::kLong);  // the model has 5 classes
+  s.step->Begin(2);
+  absl::StatusOr<at::Tensor> loss = s.step->MicroBatch(images, labels);
+  ASSERT_FALSE(loss.ok());
+  EXPECT_TRUE(absl::IsInternal(loss.status())) << loss.status();
+  EXPECT_TRUE(absl::StartsWith(loss.status().message(),
+                               "train step: forward of micro-batch 1 of 2: libtorch: "))
+      << loss.status();
+}
+
+TEST(TrainStepTest, ALibtorchErrorInTheModelIsAStatusNamingTheStep) {
+  OneRankStep s;
+  const at::Tensor images = at::randn({4, 1, 8, 8});  // the model takes 3 channels
+  const at::Tensor labels = at::zeros({4}, at::kLong);
+  s.step->Begin(1);
+  absl::StatusOr<at::Tensor> loss = s.step->MicroBatch(images, labels);
+  ASSERT_FALSE(loss.ok());
+  EXPECT_TRUE(absl::IsInternal(loss.status())) << loss.status();
+  EXPECT_TRUE(absl::StartsWith(loss.status().message(),
+                               "train step: forward of micro-batch 1 of 1: libtorch: "))
+      << loss.status();
 }
 
 }  // namespace

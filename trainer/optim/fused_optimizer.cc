@@ -8,6 +8,7 @@
 #include <c10/core/GradMode.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/torch_status.h"
 
 namespace stoker::trainer {
 
@@ -38,7 +39,9 @@ absl::StatusOr<std::unique_ptr<FusedOptimizer>> FusedOptimizer::Create(
   if (options.nesterov && options.momentum == 0) {
     return absl::InvalidArgumentError("--nesterov needs --momentum > 0");
   }
-  return std::unique_ptr<FusedOptimizer>(new FusedOptimizer(std::move(groups), options));
+  return TorchCall("optimizer: allocating its state", [&] {
+    return std::unique_ptr<FusedOptimizer>(new FusedOptimizer(std::move(groups), options));
+  });
 }
 
 FusedOptimizer::FusedOptimizer(std::vector<ParameterGroup> groups, const OptimizerOptions& options)

@@ -7,8 +7,9 @@
 namespace stoker {
 
 absl::Status TorchErrorStatus(const std::exception& e, absl::string_view what) {
-  if (const auto* torch = dynamic_cast<const c10::Error*>(&e)) {
-    return absl::InternalError(absl::StrCat(what, ": libtorch: ", torch->what_without_backtrace()));
+  if (const auto* torch_error = dynamic_cast<const c10::Error*>(&e)) {
+    return absl::InternalError(
+        absl::StrCat(what, ": libtorch: ", torch_error->what_without_backtrace()));
   }
   return absl::InternalError(absl::StrCat(what, ": ", e.what()));
 }

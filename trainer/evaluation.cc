@@ -49,20 +49,22 @@ void ValidationTally::Add(const at::Tensor& logits, const at::Tensor& labels,
 }
 
 absl::StatusOr<ValidationResult> ValidationTally::Reduce(Communicator& host_communicator) {
-  at::Tensor counts = counts_.to(at::kCPU).contiguous();
-  at::Tensor loss = loss_.to(at::kCPU).to(at::kFloat).contiguous();
-  RETURN_IF_ERROR(host_communicator.AllReduce(counts.data_ptr(), 3, ElementType::kInt64, ReduceOp::kSum));
-  RETURN_IF_ERROR(host_communicator.AllReduce(loss.data_ptr(), 1, ElementType::kFloat32, ReduceOp::kSum));
-  RETURN_IF_ERROR(host_communicator.Synchronize());
-  const int64_t* c = counts.data_ptr<int64_t>();
-  ValidationResult result;
-  result.samples = c[0];
-  if (c[0] > 0) {
-    result.top1 = static_cast<double>(c[1]) / c[0];
-    result.top5 = static_cast<double>(c[2]) / c[0];
-    result.loss = loss.item<float>() / c[0];
-  }
-  return result;
+  return TorchCall("validation: reducing the tally", [&]() -> absl::StatusOr<ValidationResult> {
+    at::Tensor counts = counts_.to(at::kCPU).contiguous();
+    at::Tensor loss = loss_.to(at::kCPU).to(at::kFloat).contiguous();
+    RETURN_IF_ERROR(host_communicator.AllReduce(counts.data_ptr(), 3, ElementType::kInt64, ReduceOp::kSum));
+    RETURN_IF_ERROR(host_communicator.AllReduce(loss.data_ptr(), 1, ElementType::kFloat32, ReduceOp::kSum));
+    RETURN_IF_ERROR(host_communicator.Synchronize());
+    const int64_t* c = counts.data_ptr<int64_t>();
+    ValidationResult result;
+    result.samples = c[0];
+    if (c[0] > 0) {
+      result.top1 = static_cast<double>(c[1]) / c[0];
+      result.top5 = static_cast<double>(c[2]) / c[0];
+      result.loss = loss.item<float>() / c[0];
+    }
+    return result;
+  });
 }
 
 absl::StatusOr<int> RunValidationPass(ImageClassifier& model, ValidationPass& pass, int64_t epoch,

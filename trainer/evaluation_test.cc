@@ -6,6 +6,7 @@
 #include <set>
 
 #include "gtest/gtest.h"
+#include "trainer/comm/fake_communicator.h"
 
 namespace stoker::trainer {
 namespace {
@@ -41,15 +42,6 @@ TEST(CountedInValidationTest, EverySampleCountsOnceWhenTheWorldDoesNotDivideTheS
   }
 }
 
-class OneRank final : public Communicator {
- public:
-  int rank() const override { return 0; }
-  int world_size() const override { return 1; }
-  absl::Status AllReduce(void*, size_t, ElementType, ReduceOp) override { return absl::OkStatus(); }
-  absl::Status Broadcast(void*, size_t, int) override { return absl::OkStatus(); }
-  absl::Status Synchronize() override { return absl::OkStatus(); }
-};
-
 TEST(ValidationTallyTest, CountsTop1AndTop5OverCountedSamplesOnly) {
   ValidationTally tally(at::kCPU);
   // 7 classes. Sample 0: right at top-1. Sample 1: right at rank 3. Sample 2: right at
@@ -57,8 +49,8 @@ TEST(ValidationTallyTest, CountsTop1AndTop5OverCountedSamplesOnly) {
   at::Tensor logits = (7 - at::arange(7, at::kFloat)).repeat({4, 1});
   at::Tensor labels = at::tensor(std::vector<int64_t>{0, 2, 5, 6});
   tally.Add(logits, labels, {1, 1, 1, 0});
-  OneRank one;
-  auto result = tally.Reduce(one);
+  std::vector<std::unique_ptr<FakeCommunicator>> one = FakeCommunicator::Group(1);
+  auto result = tally.Reduce(*one[0]);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->samples, 3);
   EXPECT_DOUBLE_EQ(result->top1, 1.0 / 3);
@@ -72,8 +64,8 @@ TEST(ValidationTallyTest, FewerThanFiveClassesUseAllOfThem) {
   ValidationTally tally(at::kCPU);
   tally.Add(at::tensor(std::vector<float>{1, 2, 0, 3}).reshape({2, 2}),
             at::tensor(std::vector<int64_t>{0, 1}), {1, 1});
-  OneRank one;
-  auto result = tally.Reduce(one);
+  std::vector<std::unique_ptr<FakeCommunicator>> one = FakeCommunicator::Group(1);
+  auto result = tally.Reduce(*one[0]);
   ASSERT_TRUE(result.ok());
   EXPECT_DOUBLE_EQ(result->top1, 0.5);
   EXPECT_DOUBLE_EQ(result->top5, 1.0);

@@ -9,7 +9,9 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/utils/clip_grad.h>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "trainer/comm/fake_communicator.h"
 #include "trainer/comm/mpi_communicator.h"
 
 namespace stoker::trainer {
@@ -29,22 +31,17 @@ class Net final : public ImageClassifier {
   torch::nn::Linear fc_{nullptr};
 };
 
-// Counts the collectives that pass through it.
-class CountingCommunicator final : public Communicator {
+// Counts the collectives of a communicator from its ledger (TrainStep issues allreduces
+// only).
+class CollectiveCount {
  public:
-  explicit CountingCommunicator(Communicator* inner) : inner_(inner) {}
-  int rank() const override { return inner_->rank(); }
-  int world_size() const override { return inner_->world_size(); }
-  absl::Status AllReduce(void* data, size_t count, ElementType type, ReduceOp op) override {
-    ++allreduces;
-    return inner_->AllReduce(data, count, type, op);
-  }
-  absl::Status Broadcast(void* data, size_t bytes, int root) override { return inner_->Broadcast(data, bytes, root); }
-  absl::Status Synchronize() override { return inner_->Synchronize(); }
-  int allreduces = 0;
+  explicit CollectiveCount(Communicator& communicator)
+      : ledger_(*communicator.ledger()), before_(ledger_.Read().issued) {}
+  int allreduces() const { return static_cast<int>(ledger_.Read().issued - before_); }
 
  private:
-  Communicator* inner_;
+  CollectiveLedger& ledger_;
+  const uint64_t before_;
 };
 
 struct NetUnderTest {
@@ -68,7 +65,7 @@ TEST(TrainStepTest, AccumulatedMicroBatchesOverRanksGiveTheLargeBatchGradient) {
   auto mpi = MpiCommunicator::Create(MPI_COMM_WORLD);
   ASSERT_TRUE(mpi.ok()) << mpi.status();
   const int rank = (*mpi)->rank(), world = (*mpi)->world_size();
-  CountingCommunicator counting(mpi->get());
+  CollectiveCount counting(**mpi);
   constexpr int kMicro = 3, kBatch = 4;
 
   // The global batch, the same on every rank.
@@ -77,7 +74,7 @@ TEST(TrainStepTest, AccumulatedMicroBatchesOverRanksGiveTheLargeBatchGradient) {
   const at::Tensor labels = at::randint(0, 5, {world * kMicro * kBatch}, at::kLong);
 
   NetUnderTest mine = MakeNet();
-  auto buckets = GradBuckets::Create(mine.parameters, mine.names, /*bucket_bytes=*/1024, &counting);
+  auto buckets = GradBuckets::Create(mine.parameters, mine.names, /*bucket_bytes=*/1024, mpi->get());
   ASSERT_TRUE(buckets.ok()) << buckets.status();
   OptimizerOptions sgd;
   sgd.momentum = 0;
@@ -95,10 +92,10 @@ TEST(TrainStepTest, AccumulatedMicroBatchesOverRanksGiveTheLargeBatchGradient) {
     auto loss = step.MicroBatch(images.narrow(0, first, kBatch), labels.narrow(0, first, kBatch));
     ASSERT_TRUE(loss.ok()) << loss.status();
     if (k + 1 < kMicro) {
-      EXPECT_EQ(counting.allreduces, 0) << "micro-batch " << k << " communicated";
+      EXPECT_EQ(counting.allreduces(), 0) << "micro-batch " << k << " communicated";
     }
   }
-  EXPECT_EQ(counting.allreduces, static_cast<int>((*buckets)->plan().size()));
+  EXPECT_EQ(counting.allreduces(), static_cast<int>((*buckets)->plan().size()));
   std::vector<at::Tensor> accumulated;
   for (const at::Tensor& p : mine.parameters) accumulated.push_back(p.grad().clone());
   std::vector<at::Tensor> before;
@@ -175,6 +172,55 @@ TEST(TrainStepTest, LabelSmoothingIsPyTorchs) {
   ASSERT_TRUE(loss.ok());
   EXPECT_NEAR(loss->item<double>(), expected, 1e-5);
   ASSERT_TRUE(step.Finish(0.1).ok());
+}
+
+// A step over one rank of its own (the fake), for errors that need no peer.
+struct OneRankStep {
+  OneRankStep() : mine(MakeNet()), comm(FakeCommunicator::Group(1)) {
+    auto created = GradBuckets::Create(mine.parameters, mine.names, 1 << 20, comm[0].get());
+    EXPECT_TRUE(created.ok()) << created.status();
+    buckets = std::move(*created);
+    auto sgd = FusedOptimizer::Create(mine.parameters, OptimizerOptions());
+    EXPECT_TRUE(sgd.ok()) << sgd.status();
+    optimizer = std::move(*sgd);
+    LossScalerOptions no_scaling;
+    no_scaling.enabled = false;
+    scaler = std::make_unique<LossScaler>(*LossScaler::Create(no_scaling));
+    step = std::make_unique<TrainStep>(*mine.net, *buckets, *optimizer, *scaler, mine.parameters,
+                                       TrainStepOptions());
+  }
+  NetUnderTest mine;
+  std::vector<std::unique_ptr<FakeCommunicator>> comm;
+  std::unique_ptr<GradBuckets> buckets;
+  std::unique_ptr<FusedOptimizer> optimizer;
+  std::unique_ptr<LossScaler> scaler;
+  std::unique_ptr<TrainStep> step;
+};
+
+TEST(TrainStepTest, ALibtorchErrorInTheLossIsAStatusNamingTheStep) {
+  OneRankStep s;
+  const at::Tensor images = at::randn({4, 3, 8, 8});
+  const at::Tensor labels = at::full({4}, 7, at::kLong);  // the model has 5 classes
+  s.step->Begin(2);
+  absl::StatusOr<at::Tensor> loss = s.step->MicroBatch(images, labels);
+  ASSERT_FALSE(loss.ok());
+  EXPECT_TRUE(absl::IsInternal(loss.status())) << loss.status();
+  EXPECT_TRUE(absl::StartsWith(loss.status().message(),
+                               "train step: forward of micro-batch 1 of 2: libtorch: "))
+      << loss.status();
+}
+
+TEST(TrainStepTest, ALibtorchErrorInTheModelIsAStatusNamingTheStep) {
+  OneRankStep s;
+  const at::Tensor images = at::randn({4, 1, 8, 8});  // the model takes 3 channels
+  const at::Tensor labels = at::zeros({4}, at::kLong);
+  s.step->Begin(1);
+  absl::StatusOr<at::Tensor> loss = s.step->MicroBatch(images, labels);
+  ASSERT_FALSE(loss.ok());
+  EXPECT_TRUE(absl::IsInternal(loss.status())) << loss.status();
+  EXPECT_TRUE(absl::StartsWith(loss.status().message(),
+                               "train step: forward of micro-batch 1 of 1: libtorch: "))
+      << loss.status();
 }
 
 }  // namespace

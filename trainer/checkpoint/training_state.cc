@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <ATen/CPUGeneratorImpl.h>
-#include <c10/util/Exception.h>
 
 #include <cstring>
 #include <mutex>
@@ -11,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "common/torch_status.h"
 #include "trainer/nn/state_dict.h"
 
 namespace stoker::trainer {
@@ -70,7 +70,7 @@ absl::Status CopyInto(const CheckpointReader& checkpoint, const std::string& nam
 
 absl::StatusOr<std::string> EncodeCheckpoint(const TrainingStateRefs& state, const RunPosition& position,
                                              const RunGeometry& geometry) {
-  try {
+  return TorchCall("writing the checkpoint", [&]() -> absl::StatusOr<std::string> {
     CheckpointWriter writer;
     writer.AddString("format", kFormat);
     writer.AddString("geometry/model", geometry.model);
@@ -108,9 +108,7 @@ absl::StatusOr<std::string> EncodeCheckpoint(const TrainingStateRefs& state, con
       AddTensor(writer, "rng/cpu", generator.get_state(), "uint8");
     }
     return std::move(writer).Finish();
-  } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("writing the checkpoint: libtorch: ", e.what_without_backtrace()));
-  }
+  });
 }
 
 absl::StatusOr<RunGeometry> CheckpointGeometry(const CheckpointReader& c) {
@@ -168,20 +166,17 @@ absl::Status CheckResumable(const RunGeometry& saved, const RunPosition& positio
 }
 
 absl::Status RestoreModelState(const CheckpointReader& checkpoint, ImageClassifier& model) {
-  try {
+  return TorchCall(absl::StrCat(checkpoint.source(), ": restoring the model"), [&]() -> absl::Status {
     for (const auto& [name, tensor] : StateDictItems(model)) {
       RETURN_IF_ERROR(CopyInto(checkpoint, absl::StrCat("model/", name), tensor));
     }
     return absl::OkStatus();
-  } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(checkpoint.source(), ": restoring the model: libtorch: ", e.what_without_backtrace()));
-  }
+  });
 }
 
 absl::Status RestoreTrainingState(const CheckpointReader& checkpoint, const TrainingStateRefs& state) {
   RETURN_IF_ERROR(RestoreModelState(checkpoint, *state.model));
-  try {
+  return TorchCall(absl::StrCat(checkpoint.source(), ": restoring"), [&]() -> absl::Status {
     const auto optimizer_state = state.optimizer->StateTensors();
     if (optimizer_state.size() != state.parameter_names.size()) {
       return absl::InternalError("resume: the optimizer and the parameter names disagree");
@@ -210,10 +205,7 @@ absl::Status RestoreTrainingState(const CheckpointReader& checkpoint, const Trai
       generator.set_state(rng_state);
     }
     return absl::OkStatus();
-  } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(checkpoint.source(), ": restoring: libtorch: ", e.what_without_backtrace()));
-  }
+  });
 }
 
 }  // namespace stoker::trainer

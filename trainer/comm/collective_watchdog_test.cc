@@ -10,6 +10,7 @@
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "trainer/comm/fake_communicator.h"
 
 namespace stoker::trainer {
 namespace {
@@ -17,28 +18,14 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// A communicator whose collectives the test drives through its ledger.
-class FakeCommunicator final : public Communicator {
- public:
-  explicit FakeCommunicator(bool can_abort, const char* channel = "MPI")
-      : can_abort_(can_abort), ledger_(channel) {}
-  int rank() const override { return 0; }
-  int world_size() const override { return 2; }
-  absl::Status AllReduce(void*, size_t, ElementType, ReduceOp) override { return absl::OkStatus(); }
-  absl::Status Broadcast(void*, size_t, int) override { return absl::OkStatus(); }
-  absl::Status Synchronize() override { return absl::OkStatus(); }
-  CollectiveLedger* ledger() override { return &ledger_; }
-  bool Abort() override {
-    ++aborts_;
-    return can_abort_;
-  }
-  int aborts() const { return aborts_.load(); }
-
- private:
-  const bool can_abort_;
-  CollectiveLedger ledger_;
-  std::atomic<int> aborts_{0};
-};
+// A communicator whose collectives the test drives through its ledger: one fake rank
+// that stands in for an MPI communicator (Abort() cannot interrupt) or a NCCL one.
+std::unique_ptr<FakeCommunicator> Fake(bool can_abort, const char* channel = "MPI") {
+  FakeCommunicatorOptions options;
+  options.can_abort = can_abort;
+  options.channel = channel;
+  return std::move(FakeCommunicator::Group(1, options)[0]);
+}
 
 // What the injected exit function saw. Shared: the process deadline thread may call it
 // after the test is over.
@@ -65,7 +52,8 @@ CollectiveWatchdogOptions Short() {
 }
 
 TEST(CollectiveWatchdogTest, AStuckMpiCollectiveEndsTheProcessAtOnce) {
-  FakeCommunicator mpi(/*can_abort=*/false);
+  auto mpi_rank = Fake(/*can_abort=*/false);
+  FakeCommunicator& mpi = *mpi_rank;
   auto record = std::make_shared<ExitRecord>();
   auto watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{0, 2, 0, 0}, {&mpi}, nullptr,
                                             RecordExit(record));
@@ -81,7 +69,8 @@ TEST(CollectiveWatchdogTest, AStuckMpiCollectiveEndsTheProcessAtOnce) {
 }
 
 TEST(CollectiveWatchdogTest, AnAbortedCommunicatorStillMeetsTheProcessDeadline) {
-  FakeCommunicator nccl(/*can_abort=*/true, "NCCL");
+  auto nccl_rank = Fake(/*can_abort=*/true, "NCCL");
+  FakeCommunicator& nccl = *nccl_rank;
   auto record = std::make_shared<ExitRecord>();
   auto watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{0, 2, 0, 0}, {&nccl}, nullptr,
                                             RecordExit(record));
@@ -95,28 +84,12 @@ TEST(CollectiveWatchdogTest, AnAbortedCommunicatorStillMeetsTheProcessDeadline) 
   EXPECT_GE(record->at_ns.load() - start, 500'000'000);  // timeout + grace
 }
 
-// A communicator whose Abort() hangs until released (an ncclCommAbort that never returns).
-class HangingAbortCommunicator final : public Communicator {
- public:
-  int rank() const override { return 0; }
-  int world_size() const override { return 2; }
-  absl::Status AllReduce(void*, size_t, ElementType, ReduceOp) override { return absl::OkStatus(); }
-  absl::Status Broadcast(void*, size_t, int) override { return absl::OkStatus(); }
-  absl::Status Synchronize() override { return absl::OkStatus(); }
-  CollectiveLedger* ledger() override { return &ledger_; }
-  bool Abort() override {
-    release_.WaitForNotification();
-    return true;
-  }
-  void Release() { release_.Notify(); }
-
- private:
-  CollectiveLedger ledger_{"NCCL"};
-  absl::Notification release_;
-};
-
 TEST(CollectiveWatchdogTest, AnAbortThatHangsStillMeetsTheProcessDeadline) {
-  HangingAbortCommunicator nccl;
+  // A communicator whose Abort() hangs until released (an ncclCommAbort that never returns).
+  auto nccl_rank = Fake(/*can_abort=*/true, "NCCL");
+  FakeCommunicator& nccl = *nccl_rank;
+  absl::Notification release;
+  nccl.set_on_abort([&release] { release.WaitForNotification(); });
   auto record = std::make_shared<ExitRecord>();
   auto watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{0, 2, 0, 0}, {&nccl}, nullptr,
                                             RecordExit(record));
@@ -127,12 +100,14 @@ TEST(CollectiveWatchdogTest, AnAbortThatHangsStillMeetsTheProcessDeadline) {
   EXPECT_EQ(record->code.load(), 1);
   EXPECT_GE(record->at_ns.load() - start, 500'000'000);  // timeout + grace
   EXPECT_LT(record->at_ns.load() - start, 2'000'000'000);
-  nccl.Release();  // lets the watchdog thread finish, so that it can be joined
+  release.Notify();  // lets the watchdog thread finish, so that it can be joined
 }
 
 TEST(CollectiveWatchdogTest, AnIdleMpiCommunicatorDoesNotCutTheNcclAbortShort) {
-  FakeCommunicator nccl(/*can_abort=*/true, "NCCL");
-  FakeCommunicator mpi(/*can_abort=*/false, "MPI");
+  auto nccl_rank = Fake(/*can_abort=*/true, "NCCL");
+  auto mpi_rank = Fake(/*can_abort=*/false, "MPI");
+  FakeCommunicator& nccl = *nccl_rank;
+  FakeCommunicator& mpi = *mpi_rank;
   auto record = std::make_shared<ExitRecord>();
   auto watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{0, 2, 0, 0}, {&nccl, &mpi}, nullptr,
                                             RecordExit(record));
@@ -150,7 +125,8 @@ TEST(CollectiveWatchdogTest, ARankWhoseNodeIsCaughtUpLetsTheCulpritsNodeReportFi
   ASSERT_TRUE(table.ok()) << table.status();
   ASSERT_TRUE(table->Unlink().ok());
   // Two local ranks of a 4-rank job, both waiting in #1: the hold-up is on the other node.
-  FakeCommunicator first(false), second(false);
+  auto first_rank = Fake(false), second_rank = Fake(false);
+  FakeCommunicator &first = *first_rank, &second = *second_rank;
   auto first_exit = std::make_shared<ExitRecord>();
   auto second_exit = std::make_shared<ExitRecord>();
   auto first_watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{0, 4, 0, 0}, {&first}, &*table,
@@ -174,7 +150,8 @@ TEST(CollectiveWatchdogTest, ARankWithAStalledLocalPeerFiresAtTheTimeout) {
   stopped.pid = getpid();
   stopped.heartbeat_ns = MonotonicNanos() - 10'000'000'000;
   stopped.rank = 1;
-  FakeCommunicator mpi(false);
+  auto mpi_rank = Fake(false);
+  FakeCommunicator& mpi = *mpi_rank;
   auto record = std::make_shared<ExitRecord>();
   auto watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{0, 4, 0, 0}, {&mpi}, &*table, RecordExit(record));
   ASSERT_TRUE(watchdog.ok()) << watchdog.status();
@@ -185,7 +162,8 @@ TEST(CollectiveWatchdogTest, ARankWithAStalledLocalPeerFiresAtTheTimeout) {
 }
 
 TEST(CollectiveWatchdogTest, CollectivesThatCompleteInTimeNeverFire) {
-  FakeCommunicator mpi(/*can_abort=*/false);
+  auto mpi_rank = Fake(/*can_abort=*/false);
+  FakeCommunicator& mpi = *mpi_rank;
   auto record = std::make_shared<ExitRecord>();
   auto watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{0, 2, 0, 0}, {&mpi, &mpi}, nullptr,
                                             RecordExit(record));
@@ -202,7 +180,8 @@ TEST(CollectiveWatchdogTest, CollectivesThatCompleteInTimeNeverFire) {
 }
 
 TEST(CollectiveWatchdogTest, BadOptionsAreRejected) {
-  FakeCommunicator mpi(false);
+  auto mpi_rank = Fake(false);
+  FakeCommunicator& mpi = *mpi_rank;
   CollectiveWatchdogOptions options = Short();
   options.timeout = absl::ZeroDuration();
   EXPECT_TRUE(absl::IsInvalidArgument(
@@ -214,7 +193,8 @@ TEST(CollectiveWatchdogTest, BadOptionsAreRejected) {
 }
 
 TEST(CollectiveWatchdogTest, TheDefaultPollIntervalFollowsTheTimeout) {
-  FakeCommunicator mpi(false);
+  auto mpi_rank = Fake(false);
+  FakeCommunicator& mpi = *mpi_rank;
   CollectiveWatchdogOptions options;
   options.timeout = absl::Seconds(300);
   auto slow = CollectiveWatchdog::Start(options, WatchedRank{}, {&mpi}, nullptr);
@@ -230,7 +210,8 @@ TEST(CollectiveWatchdogTest, TheWatchdogPublishesItsRankProgressAndHeartbeat) {
   auto table = CollectiveProgressTable::Create(absl::StrCat("/stoker.watchdogtest-", getpid(), "-pub"), 2);
   ASSERT_TRUE(table.ok()) << table.status();
   ASSERT_TRUE(table->Unlink().ok());
-  FakeCommunicator mpi(false);
+  auto mpi_rank = Fake(false);
+  FakeCommunicator& mpi = *mpi_rank;
   auto watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{5, 8, 1, 0}, {&mpi}, &*table);
   ASSERT_TRUE(watchdog.ok()) << watchdog.status();
   mpi.ledger()->Complete(mpi.ledger()->Issue(CollectiveKind::kBroadcast));

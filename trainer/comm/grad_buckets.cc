@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "common/torch_status.h"
 
 namespace stoker::trainer {
 namespace {
@@ -57,55 +58,58 @@ struct GradBuckets::Hooks {
 absl::StatusOr<std::unique_ptr<GradBuckets>> GradBuckets::Create(
     std::vector<at::Tensor> parameters, std::vector<std::string> names, size_t bucket_bytes,
     Communicator* communicator) {
-  if (parameters.empty()) return absl::InvalidArgumentError("the model has no parameters");
-  if (names.size() != parameters.size()) {
-    return absl::InvalidArgumentError("one name per parameter is needed");
-  }
-  const at::TensorOptions options = parameters[0].options().requires_grad(false);
-  std::vector<int64_t> numels;
-  for (size_t i = 0; i < parameters.size(); ++i) {
-    if (parameters[i].scalar_type() != parameters[0].scalar_type() ||
-        parameters[i].device() != parameters[0].device()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("parameter ", names[i], " differs in dtype or device from ", names[0]));
+  return TorchCall("gradient buckets: creating the buckets",
+                   [&]() -> absl::StatusOr<std::unique_ptr<GradBuckets>> {
+    if (parameters.empty()) return absl::InvalidArgumentError("the model has no parameters");
+    if (names.size() != parameters.size()) {
+      return absl::InvalidArgumentError("one name per parameter is needed");
     }
-    if (!parameters[i].requires_grad()) {
-      return absl::InvalidArgumentError(absl::StrCat("parameter ", names[i], " does not require grad"));
+    const at::TensorOptions options = parameters[0].options().requires_grad(false);
+    std::vector<int64_t> numels;
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      if (parameters[i].scalar_type() != parameters[0].scalar_type() ||
+          parameters[i].device() != parameters[0].device()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("parameter ", names[i], " differs in dtype or device from ", names[0]));
+      }
+      if (!parameters[i].requires_grad()) {
+        return absl::InvalidArgumentError(absl::StrCat("parameter ", names[i], " does not require grad"));
+      }
+      numels.push_back(parameters[i].numel());
     }
-    numels.push_back(parameters[i].numel());
-  }
-  RETURN_IF_ERROR(ElementTypeOf(parameters[0]).status());
-  std::vector<Bucket> plan = PlanBuckets(numels, parameters[0].element_size(), bucket_bytes);
-  std::vector<at::Tensor> flat;
-  // Note [One rank keeps autograd's gradients]: with nothing to reduce, buckets would only
-  // cost a memset and an extra add kernel per parameter each step; autograd then simply
-  // hands each parameter the gradient tensor it computed.
-  const bool reduce = communicator->world_size() > 1;
-  for (const Bucket& bucket : reduce ? plan : std::vector<Bucket>()) {
-    at::Tensor storage = at::zeros({bucket.numel}, options);
-    for (const BucketSlot& slot : bucket.slots) {
-      at::Tensor& p = parameters[slot.parameter];
-      // A view with p's shape and strides (channels_last too): autograd accumulates into
-      // it in place, element for element.
-      at::Tensor slice = storage.narrow(0, slot.offset, slot.numel);
-      p.mutable_grad() = p.is_non_overlapping_and_dense() ? slice.as_strided(p.sizes(), p.strides())
-                                                          : slice.view(p.sizes());
+    RETURN_IF_ERROR(ElementTypeOf(parameters[0]).status());
+    std::vector<Bucket> plan = PlanBuckets(numels, parameters[0].element_size(), bucket_bytes);
+    std::vector<at::Tensor> flat;
+    // Note [One rank keeps autograd's gradients]: with nothing to reduce, buckets would only
+    // cost a memset and an extra add kernel per parameter each step; autograd then simply
+    // hands each parameter the gradient tensor it computed.
+    const bool reduce = communicator->world_size() > 1;
+    for (const Bucket& bucket : reduce ? plan : std::vector<Bucket>()) {
+      at::Tensor storage = at::zeros({bucket.numel}, options);
+      for (const BucketSlot& slot : bucket.slots) {
+        at::Tensor& p = parameters[slot.parameter];
+        // A view with p's shape and strides (channels_last too): autograd accumulates into
+        // it in place, element for element.
+        at::Tensor slice = storage.narrow(0, slot.offset, slot.numel);
+        p.mutable_grad() = p.is_non_overlapping_and_dense() ? slice.as_strided(p.sizes(), p.strides())
+                                                            : slice.view(p.sizes());
+      }
+      flat.push_back(std::move(storage));
     }
-    flat.push_back(std::move(storage));
-  }
-  std::unique_ptr<GradBuckets> buckets(new GradBuckets(
-      std::move(parameters), std::move(names), std::move(plan), std::move(flat), communicator));
-  buckets->hooks_ = std::make_unique<Hooks>();
-  GradBuckets* self = buckets.get();
-  for (size_t i = 0; i < self->parameters_.size(); ++i) {
-    std::shared_ptr<torch::autograd::Node> accumulator =
-        torch::autograd::impl::grad_accumulator(self->parameters_[i]);
-    const int parameter = static_cast<int>(i);
-    self->hooks_->keys.push_back(accumulator->add_post_hook(
-        std::make_unique<AccumulatedHook>([self, parameter] { self->OnGradientReady(parameter); })));
-    self->hooks_->accumulators.push_back(std::move(accumulator));
-  }
-  return buckets;
+    std::unique_ptr<GradBuckets> buckets(new GradBuckets(
+        std::move(parameters), std::move(names), std::move(plan), std::move(flat), communicator));
+    buckets->hooks_ = std::make_unique<Hooks>();
+    GradBuckets* self = buckets.get();
+    for (size_t i = 0; i < self->parameters_.size(); ++i) {
+      std::shared_ptr<torch::autograd::Node> accumulator =
+          torch::autograd::impl::grad_accumulator(self->parameters_[i]);
+      const int parameter = static_cast<int>(i);
+      self->hooks_->keys.push_back(accumulator->add_post_hook(
+          std::make_unique<AccumulatedHook>([self, parameter] { self->OnGradientReady(parameter); })));
+      self->hooks_->accumulators.push_back(std::move(accumulator));
+    }
+    return buckets;
+  });
 }
 
 GradBuckets::GradBuckets(std::vector<at::Tensor> parameters, std::vector<std::string> names,
@@ -165,7 +169,8 @@ void GradBuckets::OnGradientReady(int parameter) {
   // Launch in bucket order only, so that every rank issues the same collectives in the
   // same sequence whatever order its gradients arrive in.
   while (next_to_launch_ < static_cast<int>(plan_.size()) && pending_[next_to_launch_] == 0) {
-    hook_status_ = Launch(next_to_launch_);
+    hook_status_ = TorchCall(absl::StrCat("gradient buckets: reducing bucket ", next_to_launch_),
+                             [&] { return Launch(next_to_launch_); });
     if (!hook_status_.ok()) return;
     ++next_to_launch_;
   }

@@ -2,9 +2,9 @@
 
 #include <c10/cuda/CUDAStream.h>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/cuda_status.h"
+#include "common/cuda_stream.h"
 #include "common/mpi_status.h"
 #include "common/status_macros.h"
 
@@ -55,22 +55,14 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(MPI_C
   RETURN_IF_CUDA_ERROR(cudaSetDevice(device));
   int least = 0, greatest = 0;
   RETURN_IF_CUDA_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  cudaStream_t stream;
-  RETURN_IF_CUDA_ERROR(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, greatest));
-  absl::Cleanup destroy_stream = [stream] { cudaStreamDestroy(stream); };
-  cudaEvent_t inbound, outbound;
-  RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(&inbound, cudaEventDisableTiming));
-  absl::Cleanup destroy_inbound = [inbound] { cudaEventDestroy(inbound); };
-  RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(&outbound, cudaEventDisableTiming));
-  absl::Cleanup destroy_outbound = [outbound] { cudaEventDestroy(outbound); };
+  ASSIGN_OR_RETURN(CudaStream stream, CudaStream::Create(device, cudaStreamNonBlocking, greatest));
+  ASSIGN_OR_RETURN(CudaEvent inbound, CudaEvent::Create(cudaEventDisableTiming));
+  ASSIGN_OR_RETURN(CudaEvent outbound, CudaEvent::Create(cudaEventDisableTiming));
 
   ncclComm_t comm;
   RETURN_IF_NCCL_ERROR(ncclCommInitRank(&comm, size, id, rank));
-  std::move(destroy_stream).Cancel();
-  std::move(destroy_inbound).Cancel();
-  std::move(destroy_outbound).Cancel();
-  return std::unique_ptr<NcclCommunicator>(
-      new NcclCommunicator(comm, stream, inbound, outbound, device, rank, size));
+  return std::unique_ptr<NcclCommunicator>(new NcclCommunicator(
+      std::move(stream), std::move(inbound), std::move(outbound), comm, device, rank, size));
 }
 
 NcclCommunicator::~NcclCommunicator() {
@@ -79,25 +71,19 @@ NcclCommunicator::~NcclCommunicator() {
   } else if (failed_) {
     ncclCommAbort(comm_);
   } else {
-    cudaStreamSynchronize(stream_);
+    cudaStreamSynchronize(stream_.get());
     ncclCommDestroy(comm_);
   }
-  {
-    absl::MutexLock lock(&events_mu_);
-    for (auto& [seq, event] : in_flight_) cudaEventDestroy(event);
-    for (cudaEvent_t event : free_events_) cudaEventDestroy(event);
-    in_flight_.clear();
-    free_events_.clear();
-  }
-  cudaEventDestroy(outbound_);
-  cudaEventDestroy(inbound_);
-  cudaStreamDestroy(stream_);
+  absl::MutexLock lock(&events_mu_);
+  in_flight_.clear();
+  free_events_.clear();
+  // Then the members: outbound_, inbound_ and last stream_.
 }
 
 absl::Status NcclCommunicator::WaitForCurrentStream() {
   cudaStream_t current = c10::cuda::getCurrentCUDAStream().stream();
-  RETURN_IF_CUDA_ERROR(cudaEventRecord(inbound_, current));
-  RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(stream_, inbound_, 0));
+  RETURN_IF_CUDA_ERROR(cudaEventRecord(inbound_.get(), current));
+  RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(stream_.get(), inbound_.get(), 0));
   return absl::OkStatus();
 }
 
@@ -109,23 +95,25 @@ void NcclCommunicator::TrackCompletion(uint64_t seq, const absl::Status& enqueue
   absl::MutexLock lock(&events_mu_);
   // Completions seen now keep the ledger (and the node's progress table) current even if
   // this rank stops before the watchdog's next poll.
-  while (!in_flight_.empty() && cudaEventQuery(in_flight_.front().second) == cudaSuccess) {
+  while (!in_flight_.empty() && cudaEventQuery(in_flight_.front().second.get()) == cudaSuccess) {
     ledger_.Complete(in_flight_.front().first);
-    free_events_.push_back(in_flight_.front().second);
+    free_events_.push_back(std::move(in_flight_.front().second));
     in_flight_.pop_front();
   }
-  cudaEvent_t event = nullptr;
+  CudaEvent event;
   if (!free_events_.empty()) {
-    event = free_events_.back();
+    event = std::move(free_events_.back());
     free_events_.pop_back();
-  } else if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) != cudaSuccess) {
+  } else if (absl::StatusOr<CudaEvent> created = CudaEvent::Create(cudaEventDisableTiming); created.ok()) {
+    event = std::move(*created);
+  } else {
     return;  // not tracked: completed with the next tracked operation
   }
-  if (cudaEventRecord(event, stream_) != cudaSuccess) {
-    free_events_.push_back(event);
+  if (cudaEventRecord(event.get(), stream_.get()) != cudaSuccess) {
+    free_events_.push_back(std::move(event));
     return;
   }
-  in_flight_.emplace_back(seq, event);
+  in_flight_.emplace_back(seq, std::move(event));
 }
 
 absl::Status NcclCommunicator::PollCompletions() {
@@ -133,11 +121,11 @@ absl::Status NcclCommunicator::PollCompletions() {
   if (aborted_.load()) return absl::OkStatus();
   if (!in_flight_.empty()) RETURN_IF_CUDA_ERROR(cudaSetDevice(device_));
   while (!in_flight_.empty()) {
-    const cudaError_t state = cudaEventQuery(in_flight_.front().second);
+    const cudaError_t state = cudaEventQuery(in_flight_.front().second.get());
     if (state == cudaErrorNotReady) break;
     RETURN_IF_ERROR(CudaStatus(state, "cudaEventQuery (NCCL completion)"));
     ledger_.Complete(in_flight_.front().first);
-    free_events_.push_back(in_flight_.front().second);
+    free_events_.push_back(std::move(in_flight_.front().second));
     in_flight_.pop_front();
   }
   return absl::OkStatus();
@@ -157,7 +145,7 @@ absl::Status NcclCommunicator::AllReduce(void* data, size_t count, ElementType t
   const uint64_t seq = ledger_.Issue(CollectiveKind::kAllReduce);
   absl::Status status = NcclStatus(
       ncclAllReduce(data, data, count, nccl_type, op == ReduceOp::kAverage ? ncclAvg : ncclSum,
-                    comm_, stream_),
+                    comm_, stream_.get()),
       "ncclAllReduce");
   failed_ |= !status.ok();
   TrackCompletion(seq, status);
@@ -174,7 +162,7 @@ absl::Status NcclCommunicator::Broadcast(void* data, size_t bytes, int root) {
     if (aborted_.load()) return absl::AbortedError("the NCCL communicator was aborted (collective watchdog)");
     const uint64_t seq = ledger_.Issue(CollectiveKind::kBroadcast);
     absl::Status status =
-        NcclStatus(ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream_), "ncclBroadcast");
+        NcclStatus(ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream_.get()), "ncclBroadcast");
     failed_ |= !status.ok();
     TrackCompletion(seq, status);
     if (!status.ok()) return status;
@@ -184,8 +172,8 @@ absl::Status NcclCommunicator::Broadcast(void* data, size_t bytes, int root) {
 
 absl::Status NcclCommunicator::Synchronize() {
   cudaStream_t current = c10::cuda::getCurrentCUDAStream().stream();
-  RETURN_IF_CUDA_ERROR(cudaEventRecord(outbound_, stream_));
-  RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(current, outbound_, 0));
+  RETURN_IF_CUDA_ERROR(cudaEventRecord(outbound_.get(), stream_.get()));
+  RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(current, outbound_.get(), 0));
   return absl::OkStatus();
 }
 

@@ -16,6 +16,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/cuda_stream.h"
 #include "trainer/comm/communicator.h"
 
 namespace stoker::trainer {
@@ -46,23 +47,25 @@ class NcclCommunicator final : public Communicator {
   // ncclCommAbort: kernels in flight end, later calls fail. Returns true.
   bool Abort() override;
 
-  cudaStream_t stream() const { return stream_; }
+  cudaStream_t stream() const { return stream_.get(); }
 
  private:
-  NcclCommunicator(ncclComm_t comm, cudaStream_t stream, cudaEvent_t inbound,
-                   cudaEvent_t outbound, int device, int rank, int world_size)
-      : comm_(comm), stream_(stream), inbound_(inbound), outbound_(outbound),
-        device_(device), rank_(rank), world_size_(world_size) {}
+  NcclCommunicator(CudaStream stream, CudaEvent inbound, CudaEvent outbound, ncclComm_t comm,
+                   int device, int rank, int world_size)
+      : stream_(std::move(stream)), inbound_(std::move(inbound)), outbound_(std::move(outbound)),
+        comm_(comm), device_(device), rank_(rank), world_size_(world_size) {}
   // Makes stream_ wait for the current stream's work so far.
   absl::Status WaitForCurrentStream();
   // Records on stream_ the event that completes operation `seq` in the ledger; completes
   // it at once when `enqueued` failed.
   void TrackCompletion(uint64_t seq, const absl::Status& enqueued);
 
+  // In dependency order: the stream, the events recorded on it, the NCCL communicator
+  // that enqueues on it (destroyed or aborted first, by the destructor's body).
+  CudaStream stream_;
+  CudaEvent inbound_;   // recorded on the current stream, waited on by stream_
+  CudaEvent outbound_;  // recorded on stream_, waited on by the current stream
   ncclComm_t comm_;
-  cudaStream_t stream_;
-  cudaEvent_t inbound_;   // recorded on the current stream, waited on by stream_
-  cudaEvent_t outbound_;  // recorded on stream_, waited on by the current stream
   int device_;
   int rank_;
   int world_size_;
@@ -74,8 +77,8 @@ class NcclCommunicator final : public Communicator {
   CollectiveLedger ledger_{"NCCL"};
   absl::Mutex events_mu_;
   // Operations enqueued and not yet seen complete, oldest first, with their events.
-  std::deque<std::pair<uint64_t, cudaEvent_t>> in_flight_ ABSL_GUARDED_BY(events_mu_);
-  std::vector<cudaEvent_t> free_events_ ABSL_GUARDED_BY(events_mu_);
+  std::deque<std::pair<uint64_t, CudaEvent>> in_flight_ ABSL_GUARDED_BY(events_mu_);
+  std::vector<CudaEvent> free_events_ ABSL_GUARDED_BY(events_mu_);
 };
 
 }  // namespace stoker::trainer

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "common/status_macros.h"
+#include "common/torch_status.h"
 
 namespace stoker::trainer {
 namespace {
@@ -26,14 +27,16 @@ class CpuBatchFeeder final : public BatchFeeder {
     if (view.sample_indices != nullptr) {
       batch.sample_indices.assign(view.sample_indices, view.sample_indices + view.count);
     }
-    const int64_t s = options_.image_size;
-    at::Tensor raw = at::from_blob(const_cast<uint8_t*>(view.images), {view.count, s, s, 3},
-                                   at::TensorOptions().dtype(at::kByte));
-    // NHWC in memory is channels_last for the [N, 3, H, W] view: no transpose copy.
-    batch.images = raw.to(at::kFloat).sub_(mean_).mul_(inv_std_).permute({0, 3, 1, 2}).to(options_.dtype);
-    batch.labels = at::from_blob(const_cast<int32_t*>(view.labels), {view.count},
-                                 at::TensorOptions().dtype(at::kInt))
-                       .to(at::kLong);
+    RETURN_IF_ERROR(TorchCall("CPU feeder: normalising a batch", [&] {
+      const int64_t s = options_.image_size;
+      at::Tensor raw = at::from_blob(const_cast<uint8_t*>(view.images), {view.count, s, s, 3},
+                                     at::TensorOptions().dtype(at::kByte));
+      // NHWC in memory is channels_last for the [N, 3, H, W] view: no transpose copy.
+      batch.images = raw.to(at::kFloat).sub_(mean_).mul_(inv_std_).permute({0, 3, 1, 2}).to(options_.dtype);
+      batch.labels = at::from_blob(const_cast<int32_t*>(view.labels), {view.count},
+                                   at::TensorOptions().dtype(at::kInt))
+                         .to(at::kLong);
+    }));
     // Both tensors are copies now: the slot can go back.
     RETURN_IF_ERROR(source_->Release(view));
     return batch;

@@ -11,8 +11,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/cuda_status.h"
+#include "common/cuda_stream.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "common/torch_status.h"
 #include "trainer/input/normalize_kernel.h"
 
 namespace stoker::trainer {
@@ -52,8 +54,8 @@ class PinnedHostRange {
 struct Staging {
   at::Tensor images;        // uint8 [batch * H * W * 3]
   at::Tensor labels;        // int32 [batch]
-  cudaEvent_t copied = nullptr;    // on the copy stream, after the copy into it
-  cudaEvent_t consumed = nullptr;  // on the compute stream, after the normalise from it
+  CudaEvent copied;    // on the copy stream, after the copy into it
+  CudaEvent consumed;  // on the compute stream, after the normalise from it
 };
 
 struct Ready {
@@ -76,12 +78,9 @@ class CudaBatchFeeder final : public BatchFeeder {
       stopping_ = true;
     }
     if (prefetch_thread_.joinable()) prefetch_thread_.join();
-    if (copy_stream_ != nullptr) cudaStreamSynchronize(copy_stream_);
-    for (Staging& s : staging_) {
-      if (s.copied) cudaEventDestroy(s.copied);
-      if (s.consumed) cudaEventDestroy(s.consumed);
-    }
-    if (copy_stream_ != nullptr) cudaStreamDestroy(copy_stream_);
+    if (copy_stream_.get() != nullptr) cudaStreamSynchronize(copy_stream_.get());
+    // The members go in reverse order: the staging buffers and their events, the copy
+    // stream, the pinned range.
   }
 
   absl::Status Start() {
@@ -102,15 +101,17 @@ class CudaBatchFeeder final : public BatchFeeder {
           static_cast<int>(source_->memory_bytes() >> 20), pinned.status().message());
     }
     if (stats_ != nullptr) stats_->pinned = pinned_ != nullptr;
-    RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+    ASSIGN_OR_RETURN(copy_stream_, CudaStream::Create(device_, cudaStreamNonBlocking));
     const int64_t s = options_.image_size;
     const at::TensorOptions device_options = at::TensorOptions().device(at::kCUDA, device_);
     for (int i = 0; i < kBuffers; ++i) {
       Staging& staging = staging_[i];
-      staging.images = at::empty({options_.batch_size * s * s * 3}, device_options.dtype(at::kByte));
-      staging.labels = at::empty({options_.batch_size}, device_options.dtype(at::kInt));
-      RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(&staging.copied, cudaEventDisableTiming | cudaEventBlockingSync));
-      RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(&staging.consumed, cudaEventDisableTiming));
+      RETURN_IF_ERROR(TorchCall("CUDA feeder: allocating the staging buffers", [&] {
+        staging.images = at::empty({options_.batch_size * s * s * 3}, device_options.dtype(at::kByte));
+        staging.labels = at::empty({options_.batch_size}, device_options.dtype(at::kInt));
+      }));
+      ASSIGN_OR_RETURN(staging.copied, CudaEvent::Create(cudaEventDisableTiming | cudaEventBlockingSync));
+      ASSIGN_OR_RETURN(staging.consumed, CudaEvent::Create(cudaEventDisableTiming));
       free_.push_back(i);
     }
     // The staging buffers were allocated on the current stream: let that work finish
@@ -143,18 +144,21 @@ class CudaBatchFeeder final : public BatchFeeder {
     batch.count = ready.count;
     batch.sample_indices = std::move(ready.sample_indices);
     Staging& staging = staging_[ready.buffer];
-    cudaStream_t compute = c10::cuda::getCurrentCUDAStream(device_).stream();
-    RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(compute, staging.copied, 0));
-    const int64_t s = options_.image_size;
-    batch.images = at::empty({ready.count, 3, s, s},
-                             at::TensorOptions().device(at::kCUDA, device_).dtype(options_.dtype),
-                             at::MemoryFormat::ChannelsLast);
-    ASSIGN_OR_RETURN(NormalizedType type, TypeOf(options_.dtype));
-    RETURN_IF_CUDA_ERROR(LaunchNormalizeU8(staging.images.data_ptr<uint8_t>(),
-                                           batch.images.data_ptr(), ready.count * s * s, type,
-                                           options_.mean, options_.stddev, compute));
-    batch.labels = staging.labels.narrow(0, 0, ready.count).to(at::kLong);
-    RETURN_IF_CUDA_ERROR(cudaEventRecord(staging.consumed, compute));
+    RETURN_IF_ERROR(TorchCall("CUDA feeder: normalising a batch", [&]() -> absl::Status {
+      cudaStream_t compute = c10::cuda::getCurrentCUDAStream(device_).stream();
+      RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(compute, staging.copied.get(), 0));
+      const int64_t s = options_.image_size;
+      batch.images = at::empty({ready.count, 3, s, s},
+                               at::TensorOptions().device(at::kCUDA, device_).dtype(options_.dtype),
+                               at::MemoryFormat::ChannelsLast);
+      ASSIGN_OR_RETURN(NormalizedType type, TypeOf(options_.dtype));
+      RETURN_IF_CUDA_ERROR(LaunchNormalizeU8(staging.images.data_ptr<uint8_t>(),
+                                             batch.images.data_ptr(), ready.count * s * s, type,
+                                             options_.mean, options_.stddev, compute));
+      batch.labels = staging.labels.narrow(0, 0, ready.count).to(at::kLong);
+      RETURN_IF_CUDA_ERROR(cudaEventRecord(staging.consumed.get(), compute));
+      return absl::OkStatus();
+    }));
     {
       absl::MutexLock lock(&mu_);
       free_.push_back(ready.buffer);
@@ -215,15 +219,15 @@ class CudaBatchFeeder final : public BatchFeeder {
     Staging& staging = staging_[buffer];
     const size_t image_bytes =
         static_cast<size_t>(view->count) * options_.image_size * options_.image_size * 3;
-    RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(copy_stream_, staging.consumed, 0));
+    RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(copy_stream_.get(), staging.consumed.get(), 0));
     RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(staging.images.data_ptr(), view->images, image_bytes,
-                                         cudaMemcpyHostToDevice, copy_stream_));
+                                         cudaMemcpyHostToDevice, copy_stream_.get()));
     RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(staging.labels.data_ptr(), view->labels,
                                          view->count * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                         copy_stream_));
-    RETURN_IF_CUDA_ERROR(cudaEventRecord(staging.copied, copy_stream_));
+                                         copy_stream_.get()));
+    RETURN_IF_CUDA_ERROR(cudaEventRecord(staging.copied.get(), copy_stream_.get()));
     // See Note [Slot release after copy].
-    RETURN_IF_CUDA_ERROR(cudaEventSynchronize(staging.copied));
+    RETURN_IF_CUDA_ERROR(cudaEventSynchronize(staging.copied.get()));
     Ready ready{buffer, view->epoch, view->step, view->count, {}};
     if (view->sample_indices != nullptr) {
       ready.sample_indices.assign(view->sample_indices, view->sample_indices + view->count);
@@ -240,8 +244,8 @@ class CudaBatchFeeder final : public BatchFeeder {
   const int device_;
   CudaFeederStats* stats_;
   std::unique_ptr<PinnedHostRange> pinned_;
-  cudaStream_t copy_stream_ = nullptr;
-  Staging staging_[kBuffers];
+  CudaStream copy_stream_;     // created in Start()
+  Staging staging_[kBuffers];  // their events are recorded on copy_stream_ and the compute stream
 
   absl::Mutex mu_;
   std::deque<int> free_ ABSL_GUARDED_BY(mu_);      // staging buffers the prefetcher may fill

@@ -4,20 +4,16 @@
 #include <ATen/ops/_amp_foreach_non_finite_check_and_unscale.h>
 #include <ATen/ops/_amp_update_scale.h>
 #include <ATen/ops/full.h>
-#include <c10/util/Exception.h>
 
 #include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/torch_status.h"
 
 namespace stoker::trainer {
 namespace {
-
-absl::Status LibtorchError(absl::string_view where, const c10::Error& e) {
-  return absl::InternalError(
-      absl::StrCat("LossScaler::", where, ": libtorch failed: ", e.what_without_backtrace()));
-}
 
 // Gradients that one _amp_foreach_non_finite_check_and_unscale_ call takes.
 struct GradGroup {
@@ -61,7 +57,7 @@ absl::Status LossScaler::Unscale(std::vector<at::Tensor>& grads) {
   if (stage_ == Stage::kStepped) {
     return absl::FailedPreconditionError("LossScaler::Unscale after Step; call Update first");
   }
-  try {
+  RETURN_IF_ERROR(TorchCall("LossScaler::Unscale", [&]() -> absl::Status {
     // Group first, so that a refused gradient leaves every gradient unchanged.
     std::vector<GradGroup> groups;
     for (size_t i = 0; i < grads.size(); ++i) {
@@ -109,9 +105,8 @@ absl::Status LossScaler::Unscale(std::vector<at::Tensor>& grads) {
       at::Tensor flag = entry.second.first.to(scale_.device(), /*non_blocking=*/true);
       found_inf_ = found_inf_.defined() ? found_inf_.add(flag) : flag;
     }
-  } catch (const c10::Error& e) {
-    return LibtorchError("Unscale", e);
-  }
+    return absl::OkStatus();
+  }));
   stage_ = Stage::kUnscaled;
   return absl::OkStatus();
 }
@@ -132,11 +127,7 @@ absl::Status LossScaler::Step(absl::FunctionRef<absl::Status()> optimizer_step) 
     return absl::FailedPreconditionError(
         "LossScaler::Step: no inf checks were recorded (Unscale saw no defined gradient)");
   }
-  try {
-    step_skipped_ = found_inf_.item<float>() != 0.0f;
-  } catch (const c10::Error& e) {
-    return LibtorchError("Step", e);
-  }
+  RETURN_IF_ERROR(TorchCall("LossScaler::Step", [&] { step_skipped_ = found_inf_.item<float>() != 0.0f; }));
   if (!step_skipped_) {
     absl::Status status = optimizer_step();
     if (!status.ok()) return status;
@@ -151,12 +142,10 @@ absl::Status LossScaler::Update() {
     return absl::FailedPreconditionError(
         "LossScaler::Update: no inf checks were recorded (call Unscale with the gradients)");
   }
-  try {
+  RETURN_IF_ERROR(TorchCall("LossScaler::Update", [&] {
     at::_amp_update_scale_(scale_, growth_tracker_, found_inf_, options_.growth_factor,
                            options_.backoff_factor, options_.growth_interval);
-  } catch (const c10::Error& e) {
-    return LibtorchError("Update", e);
-  }
+  }));
   found_inf_ = at::Tensor();
   stage_ = Stage::kReady;
   return absl::OkStatus();
@@ -180,15 +169,11 @@ absl::Status LossScaler::Restore(const State& state) {
         "loss scaler state: growth_tracker must be in [0, 2^31), got ", state.growth_tracker));
   }
   initial_ = state;
-  if (scale_.defined()) {
-    try {
-      scale_.fill_(state.scale);
-      growth_tracker_.fill_(state.growth_tracker);
-    } catch (const c10::Error& e) {
-      return LibtorchError("Restore", e);
-    }
-  }
-  return absl::OkStatus();
+  if (!scale_.defined()) return absl::OkStatus();
+  return TorchCall("LossScaler::Restore", [&] {
+    scale_.fill_(state.scale);
+    growth_tracker_.fill_(state.growth_tracker);
+  });
 }
 
 }  // namespace stoker::trainer

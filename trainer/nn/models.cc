@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/torch_status.h"
 #include "trainer/nn/resnet.h"
 
 namespace stoker::trainer {
@@ -51,11 +52,14 @@ absl::StatusOr<std::shared_ptr<ImageClassifier>> MakeModel(const std::string& na
   if (num_classes < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--num_classes must be >= 1, got ", num_classes));
   }
-  if (name == "small_cnn") return std::make_shared<SmallCnn>(num_classes);
-  if (name == "resnet18") return MakeResNet18(num_classes);
-  if (name == "resnet50") return MakeResNet50(num_classes);
-  return absl::InvalidArgumentError(absl::StrCat("--model: unknown model '", name,
-                                                 "'; known: ", absl::StrJoin(ModelNames(), ", ")));
+  using Model = absl::StatusOr<std::shared_ptr<ImageClassifier>>;
+  return TorchCall(absl::StrCat("building model ", name), [&]() -> Model {
+    if (name == "small_cnn") return std::make_shared<SmallCnn>(num_classes);
+    if (name == "resnet18") return MakeResNet18(num_classes);
+    if (name == "resnet50") return MakeResNet50(num_classes);
+    return absl::InvalidArgumentError(absl::StrCat("--model: unknown model '", name,
+                                                   "'; known: ", absl::StrJoin(ModelNames(), ", ")));
+  });
 }
 
 }  // namespace stoker::trainer

@@ -3,13 +3,13 @@
 
 #include <ATen/core/Dict.h>
 #include <ATen/core/ivalue.h>
-#include <c10/util/Exception.h>
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/csrc/jit/serialization/pickler_helper.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/torch_status.h"
 
 namespace stoker::trainer {
 namespace {
@@ -41,7 +41,7 @@ std::vector<std::pair<std::string, torch::Tensor>> StateDictItems(const torch::n
 // writes plain dicts; tensors go in as torch.save writes them (_rebuild_tensor_v2 over
 // storages "data/<key>"), which the weights-only unpickler accepts.
 absl::StatusOr<std::string> PickleStateDict(const torch::nn::Module& module) {
-  try {
+  return TorchCall("PickleStateDict", [&]() -> absl::StatusOr<std::string> {
     c10::impl::GenericDict dict(c10::StringType::get(), c10::TensorType::get());
     for (const auto& [name, tensor] : StateDictItems(module)) {
       dict.insert(name, tensor.detach().to(at::kCPU));
@@ -71,10 +71,7 @@ absl::StatusOr<std::string> PickleStateDict(const torch::nn::Module& module) {
     writer.writeRecord("byteorder", kByteOrder, sizeof(kByteOrder) - 1);
     writer.writeEndOfFile();
     return container;
-  } catch (const c10::Error& e) {
-    return absl::InternalError(
-        absl::StrCat("PickleStateDict: libtorch failed: ", e.what_without_backtrace()));
-  }
+  });
 }
 
 }  // namespace stoker::trainer

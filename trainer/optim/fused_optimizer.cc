@@ -8,6 +8,7 @@
 #include <c10/core/GradMode.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/torch_status.h"
 
 namespace stoker::trainer {
 
@@ -27,7 +28,9 @@ absl::StatusOr<std::unique_ptr<FusedOptimizer>> FusedOptimizer::Create(
       return absl::InvalidArgumentError(absl::StrCat("--weight_decay=", group.weight_decay, ": must be >= 0"));
     }
   }
-  return std::unique_ptr<FusedOptimizer>(new FusedOptimizer(std::move(groups), options));
+  return TorchCall("optimizer: allocating its state", [&] {
+    return std::unique_ptr<FusedOptimizer>(new FusedOptimizer(std::move(groups), options));
+  });
 }
 
 FusedOptimizer::FusedOptimizer(std::vector<ParameterGroup> groups, const OptimizerOptions& options)

@@ -1,5 +1,7 @@
 #include "trainer/report/step_profiler.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
@@ -8,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include "common/cuda_status.h"
+#include "common/cuda_stream.h"
 #endif
 
 namespace stoker::trainer {
@@ -20,6 +23,14 @@ double Since(Clock::time_point start) {
 }
 
 }  // namespace
+
+#ifdef STOKER_WITH_CUDA
+struct StepProfiler::DeviceEvents {
+  std::vector<CudaEvent> events;  // timing events; [0] is the step's start
+};
+#else
+struct StepProfiler::DeviceEvents {};
+#endif
 
 const char* StepPhaseName(StepPhase phase) {
   switch (phase) {
@@ -40,11 +51,10 @@ absl::StatusOr<std::unique_ptr<StepProfiler>> StepProfiler::Create(bool cuda, vo
   return std::unique_ptr<StepProfiler>(new StepProfiler(cuda, cuda_stream, device));
 }
 
-StepProfiler::~StepProfiler() {
-#ifdef STOKER_WITH_CUDA
-  for (void* e : events_) cudaEventDestroy(static_cast<cudaEvent_t>(e));
-#endif
-}
+StepProfiler::StepProfiler(bool cuda, void* stream, int device)
+    : cuda_(cuda), stream_(stream), device_(device), events_(std::make_unique<DeviceEvents>()) {}
+
+StepProfiler::~StepProfiler() = default;
 
 absl::Status StepProfiler::Record() {
   const size_t index = marked_.size();  // the event for this point (index 0: StartStep)
@@ -53,13 +63,12 @@ absl::Status StepProfiler::Record() {
     return absl::OkStatus();
   }
 #ifdef STOKER_WITH_CUDA
-  if (index >= events_.size()) {
-    cudaEvent_t event;
-    RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&event), "cudaEventCreate (profiler)"));
-    events_.push_back(event);
+  std::vector<CudaEvent>& events = events_->events;
+  if (index >= events.size()) {
+    ASSIGN_OR_RETURN(CudaEvent event, CudaEvent::Create(cudaEventDefault));
+    events.push_back(std::move(event));
   }
-  RETURN_IF_ERROR(CudaStatus(cudaEventRecord(static_cast<cudaEvent_t>(events_[index]),
-                                             static_cast<cudaStream_t>(stream_)),
+  RETURN_IF_ERROR(CudaStatus(cudaEventRecord(events[index].get(), static_cast<cudaStream_t>(stream_)),
                              "cudaEventRecord (profiler)"));
 #endif
   return absl::OkStatus();
@@ -103,12 +112,12 @@ absl::Status StepProfiler::EndStep() {
     }
   } else {
 #ifdef STOKER_WITH_CUDA
-    RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(static_cast<cudaEvent_t>(events_[marked_.size() - 1])),
+    const std::vector<CudaEvent>& events = events_->events;
+    RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(events[marked_.size() - 1].get()),
                                "cudaEventSynchronize (profiler)"));
     for (size_t i = 1; i < marked_.size(); ++i) {
       float ms = 0;
-      RETURN_IF_ERROR(CudaStatus(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(events_[i - 1]),
-                                                      static_cast<cudaEvent_t>(events_[i])),
+      RETURN_IF_ERROR(CudaStatus(cudaEventElapsedTime(&ms, events[i - 1].get(), events[i].get()),
                                  "cudaEventElapsedTime (profiler)"));
       step[static_cast<int>(marked_[i])] += ms / 1000.0;
     }

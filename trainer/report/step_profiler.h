@@ -58,13 +58,16 @@ class StepProfiler {
   bool on_gpu() const { return cuda_; }
 
  private:
-  StepProfiler(bool cuda, void* stream, int device) : cuda_(cuda), stream_(stream), device_(device) {}
+  // The CUDA events of a profiler on a GPU, one per point of a step (reused each step);
+  // defined in step_profiler.cc, where CUDA is known (empty in a build without CUDA).
+  struct DeviceEvents;
+  StepProfiler(bool cuda, void* stream, int device);
   absl::Status Record();
 
   bool cuda_;
-  void* stream_;
+  void* stream_;  // cudaStream_t
   int device_;
-  std::vector<void*> events_;         // cudaEvent_t pool
+  std::unique_ptr<DeviceEvents> events_;
   std::vector<StepPhase> marked_;     // phase of the interval ending at each event/time
   std::vector<std::chrono::steady_clock::time_point> times_;
   std::array<double, kStepPhaseCount> totals_{};  // seconds over all steps

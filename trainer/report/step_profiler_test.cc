@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "trainer/comm/fake_communicator.h"
 
 namespace stoker::trainer {
 namespace {
@@ -45,21 +46,10 @@ TEST(StepProfilerTest, MarksOutsideAStepAreIgnored) {
   EXPECT_EQ((*profiler)->steps(), 0);
 }
 
-class SlowCommunicator final : public Communicator {
- public:
-  int rank() const override { return 0; }
-  int world_size() const override { return 1; }
-  absl::Status AllReduce(void*, size_t, ElementType, ReduceOp) override {
-    Sleep(10);
-    return absl::OkStatus();
-  }
-  absl::Status Broadcast(void*, size_t, int) override { return absl::OkStatus(); }
-  absl::Status Synchronize() override { return absl::OkStatus(); }
-};
-
 TEST(TimedCommunicatorTest, AddsTheTimeSpentInCalls) {
-  SlowCommunicator slow;
-  TimedCommunicator timed(&slow);
+  std::vector<std::unique_ptr<FakeCommunicator>> slow = FakeCommunicator::Group(1);
+  slow[0]->set_latency(absl::Milliseconds(10));
+  TimedCommunicator timed(slow[0].get());
   float x = 0;
   ASSERT_TRUE(timed.AllReduce(&x, 1, ElementType::kFloat32, ReduceOp::kSum).ok());
   ASSERT_TRUE(timed.AllReduce(&x, 1, ElementType::kFloat32, ReduceOp::kSum).ok());

@@ -29,7 +29,7 @@ T LoadAcquire(const T* word) {
 
 // Writes `value` to `*word` with release ordering.
 template <typename T>
-void StoreRelease(T* word, T value) {
+void StoreRelease(T* word, typename std::remove_cv<T>::type value) {
   static_assert(kIsSharedMemoryAtomic<T>, "a lock-free integer: see Note [Atomics in shared memory]");
   __atomic_store_n(word, value, __ATOMIC_RELEASE);
 }

@@ -59,7 +59,7 @@ runfiles_test() {  # runfiles_test SCRIPT
 check() {  # check NAME COMMAND...: runs it (a program or a function below) with its output in OUT/NAME.log
   local name="$1"; shift
   echo "=== $name"
-  if timeout --signal=KILL 300 bash -c "$(declare -f precision_run precision_compare two_gpu_training runfiles_test); \"\$@\"" \
+  if timeout --signal=KILL 300 bash -c "$(declare -f precision_run precision_compare two_gpu_training runfiles_test ran_unskipped); \"\$@\"" \
       check "$@" >"$out/$name.log" 2>&1; then
     echo "PASS $name"; passed=$((passed + 1))
   else
@@ -73,6 +73,11 @@ nvidia-smi -L
 
 check cuda_batch_feeder "$stoker" cuda_batch_feeder_test
 grep -E "copies .* ms" "$out/cuda_batch_feeder.log" || true
+# A gtest that skips is not a pass: ran_unskipped LOG fails when LOG has a skipped test.
+ran_unskipped() { ! grep -q "SKIPPED" "$1"; }
+check cuda_stream_owners "$stoker" cuda_stream_test
+check cuda_stream_owners_ran ran_unskipped "$out/cuda_stream_owners.log"
+grep -E "^\[ device \]|tests? ran|PASSED" "$out/cuda_stream_owners.log" || true
 
 check precision_fp32 precision_run fp32
 check precision_bf16 precision_run bf16
@@ -82,11 +87,13 @@ cat "$out/precision_tracks_fp32.log"
 
 if (( gpus >= 2 )); then
   check nccl_allreduce mpirun -np 2 "$stoker" nccl_communicator_test_ranks
+  check nccl_conformance mpirun -np 2 "$stoker" nccl_communicator_conformance_test_ranks
   check two_gpu_params_identical two_gpu_training
   check stalled_rank_ends_job runfiles_test fault_gpu_stall_test.sh
   grep -E "collective watchdog|exited with code|nothing of job" "$out/stalled_rank_ends_job.log" | head -n 4
 else
   skip nccl_allreduce "needs 2 GPUs"
+  skip nccl_conformance "needs 2 GPUs"
   skip two_gpu_params_identical "needs 2 GPUs"
   skip stalled_rank_ends_job "needs 2 GPUs"
 fi

@@ -67,11 +67,11 @@ void CollectiveLedger::MirrorTo(ChannelProgress* mirror) {
 void CollectiveLedger::Publish() {
   if (mirror_ == nullptr) return;
   // Kinds and times first, counters last: a reader that sees a counter sees its kind.
-  mirror_->issued_kind.store(static_cast<uint32_t>(issued_kind_), std::memory_order_relaxed);
-  mirror_->issued_at_ns.store(issued_at_ns_, std::memory_order_relaxed);
-  mirror_->completed_kind.store(static_cast<uint32_t>(completed_kind_), std::memory_order_relaxed);
-  mirror_->issued.store(issued_, std::memory_order_release);
-  mirror_->completed.store(completed_, std::memory_order_release);
+  StoreRelease(&mirror_->issued_kind, static_cast<uint32_t>(issued_kind_));
+  StoreRelease(&mirror_->issued_at_ns, issued_at_ns_);
+  StoreRelease(&mirror_->completed_kind, static_cast<uint32_t>(completed_kind_));
+  StoreRelease(&mirror_->issued, issued_);
+  StoreRelease(&mirror_->completed, completed_);
 }
 
 }  // namespace stoker::trainer

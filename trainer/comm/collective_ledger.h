@@ -7,14 +7,15 @@
 #ifndef STOKER_TRAINER_COMM_COLLECTIVE_LEDGER_H_
 #define STOKER_TRAINER_COMM_COLLECTIVE_LEDGER_H_
 
-#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <string>
+#include <type_traits>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/shm_atomic.h"
 
 namespace stoker::trainer {
 
@@ -25,19 +26,17 @@ enum class CollectiveKind : uint32_t { kNone = 0, kAllReduce = 1, kBroadcast = 2
 const char* CollectiveKindName(CollectiveKind kind);
 
 // One communicator's progress as plain counters. Lives in process memory or in a slot of
-// the node's progress table (shared memory: every member is a lock-free atomic, so another
-// process may read it at any time). Written by one process only.
+// the node's progress table (shared memory, so another process may read it at any time):
+// every member is read and written only with LoadAcquire/StoreRelease (Note [Atomics in
+// shared memory] in common/shm_atomic.h). Written by one process only.
 struct ChannelProgress {
-  std::atomic<uint64_t> issued{0};          // sequence number of the last operation issued
-  std::atomic<uint64_t> completed{0};       // of the last one completed (every earlier one too)
-  std::atomic<uint32_t> issued_kind{0};     // CollectiveKind of `issued`
-  std::atomic<uint32_t> completed_kind{0};  // CollectiveKind of `completed`
-  std::atomic<int64_t> issued_at_ns{0};     // MonotonicNanos() when `issued` was issued
+  uint64_t issued = 0;          // sequence number of the last operation issued
+  uint64_t completed = 0;       // of the last one completed (every earlier one too)
+  uint32_t issued_kind = 0;     // CollectiveKind of `issued`
+  uint32_t completed_kind = 0;  // CollectiveKind of `completed`
+  int64_t issued_at_ns = 0;     // MonotonicNanos() when `issued` was issued
 };
-static_assert(std::atomic<uint64_t>::is_always_lock_free &&
-                  std::atomic<int64_t>::is_always_lock_free &&
-                  std::atomic<uint32_t>::is_always_lock_free,
-              "ChannelProgress is shared between processes: its atomics must be lock-free");
+static_assert(std::is_trivially_copyable_v<ChannelProgress>, "ChannelProgress is a shared-memory layout");
 static_assert(sizeof(ChannelProgress) == 32, "ChannelProgress is part of a shared-memory layout");
 
 // CLOCK_MONOTONIC in nanoseconds: one clock for every process of a machine.

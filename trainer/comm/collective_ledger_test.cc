@@ -59,16 +59,16 @@ TEST(CollectiveLedgerTest, MirrorCarriesTheCountersIntoTheSlot) {
   ledger.Complete(ledger.Issue(CollectiveKind::kBroadcast));
   ChannelProgress mirror;
   ledger.MirrorTo(&mirror);  // what happened before shows at once
-  EXPECT_EQ(mirror.completed.load(), 1u);
+  EXPECT_EQ(LoadAcquire(&mirror.completed), 1u);
   ledger.Issue(CollectiveKind::kAllReduce);
-  EXPECT_EQ(mirror.issued.load(), 2u);
-  EXPECT_EQ(mirror.completed.load(), 1u);
-  EXPECT_EQ(static_cast<CollectiveKind>(mirror.issued_kind.load()), CollectiveKind::kAllReduce);
-  EXPECT_EQ(static_cast<CollectiveKind>(mirror.completed_kind.load()), CollectiveKind::kBroadcast);
-  EXPECT_GT(mirror.issued_at_ns.load(), 0);
+  EXPECT_EQ(LoadAcquire(&mirror.issued), 2u);
+  EXPECT_EQ(LoadAcquire(&mirror.completed), 1u);
+  EXPECT_EQ(static_cast<CollectiveKind>(LoadAcquire(&mirror.issued_kind)), CollectiveKind::kAllReduce);
+  EXPECT_EQ(static_cast<CollectiveKind>(LoadAcquire(&mirror.completed_kind)), CollectiveKind::kBroadcast);
+  EXPECT_GT(LoadAcquire(&mirror.issued_at_ns), 0);
   ledger.MirrorTo(nullptr);
   ledger.Complete(2);
-  EXPECT_EQ(mirror.completed.load(), 1u);  // no longer mirrored
+  EXPECT_EQ(LoadAcquire(&mirror.completed), 1u);  // no longer mirrored
 }
 
 TEST(CollectiveKindTest, KindsHaveNames) {

@@ -61,8 +61,7 @@ absl::StatusOr<CollectiveProgressTable> CollectiveProgressTable::Create(const st
   auto* header = new (data) ProgressTableHeader();
   header->local_size = local_size;
   header->version = ProgressTableHeader::kVersion;
-  std::atomic_thread_fence(std::memory_order_release);
-  header->magic = ProgressTableHeader::kMagic;
+  StoreRelease(&header->magic, ProgressTableHeader::kMagic);
   return CollectiveProgressTable(*std::move(segment));
 }
 
@@ -80,13 +79,12 @@ absl::StatusOr<CollectiveProgressTable> CollectiveProgressTable::Open(const std:
   }
   CollectiveProgressTable table(*std::move(segment));
   const ProgressTableHeader* header = table.header();
-  if (header->magic != ProgressTableHeader::kMagic ||
+  if (LoadAcquire(&header->magic) != ProgressTableHeader::kMagic ||
       header->version != ProgressTableHeader::kVersion || header->local_size != local_size) {
     return absl::FailedPreconditionError(absl::StrCat(
         "/dev/shm", name, " is not a version ", ProgressTableHeader::kVersion,
         " progress table for ", local_size, " ranks"));
   }
-  std::atomic_thread_fence(std::memory_order_acquire);
   return table;
 }
 

@@ -7,7 +7,7 @@
 #ifndef STOKER_TRAINER_COMM_COLLECTIVE_PROGRESS_TABLE_H_
 #define STOKER_TRAINER_COMM_COLLECTIVE_PROGRESS_TABLE_H_
 
-#include <atomic>
+#include <type_traits>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -23,15 +23,17 @@ namespace stoker::trainer {
 // Communicators a rank can publish: gradients and control (the same one on the CPU).
 inline constexpr int kMaxProgressChannels = 2;
 
-// One local rank's entry. In shared memory: written by that rank only, read by all.
+// One local rank's entry. In shared memory: written by that rank only, read by all, every
+// field with LoadAcquire/StoreRelease (Note [Atomics in shared memory]).
 struct RankProgress {
-  std::atomic<int32_t> rank{-1};  // global rank; -1 until the rank joined
-  std::atomic<int32_t> pid{0};
-  std::atomic<int64_t> heartbeat_ns{0};  // MonotonicNanos() of the rank's last heartbeat
+  int32_t rank = -1;  // global rank; -1 until the rank joined
+  int32_t pid = 0;
+  int64_t heartbeat_ns = 0;  // MonotonicNanos() of the rank's last heartbeat
   ChannelProgress channels[kMaxProgressChannels];
   char reserved[48] = {};
 };
-static_assert(sizeof(RankProgress) == 128, "RankProgress is a shared-memory layout");
+static_assert(sizeof(RankProgress) == 128 && std::is_trivially_copyable_v<RankProgress>,
+              "RankProgress is a shared-memory layout");
 
 // The table's first bytes.
 struct ProgressTableHeader {
@@ -49,7 +51,7 @@ static_assert(sizeof(ProgressTableHeader) == 64, "ProgressTableHeader is a share
 // Create() makes the segment (owner-only, 0600, O_EXCL) and, once every local rank has
 // opened it, Unlink() removes its name, so that nothing can be left in /dev/shm even when
 // ranks die later (the mapping lives on). Not thread-safe as an object; the slots
-// themselves are shared atomics (see RankProgress).
+// themselves are read and written atomically (see RankProgress).
 //
 //   local rank 0: ASSIGN_OR_RETURN(auto table, CollectiveProgressTable::Create(name, n));
 //   others:       ASSIGN_OR_RETURN(auto table, CollectiveProgressTable::Open(name, n));

@@ -31,8 +31,8 @@ TEST(CollectiveProgressTableTest, CreatedTableIsOwnerOnlyAndHasEmptySlots) {
   EXPECT_EQ(info.st_mode & 0777, 0600);
   EXPECT_EQ(table->local_size(), 3);
   for (int i = 0; i < 3; ++i) {
-    EXPECT_EQ(table->slot(i).rank.load(), -1);
-    EXPECT_EQ(table->slot(i).channels[0].completed.load(), 0u);
+    EXPECT_EQ(LoadAcquire(&table->slot(i).rank), -1);
+    EXPECT_EQ(LoadAcquire(&table->slot(i).channels[0].completed), 0u);
   }
 }
 
@@ -67,17 +67,17 @@ TEST(CollectiveProgressTableTest, AnotherProcessSeesTheSlotsItsPeersWrite) {
   if (child == 0) {
     auto mine = CollectiveProgressTable::Open(name, 2);
     if (!mine.ok()) _exit(2);
-    mine->slot(1).pid.store(getpid());
-    mine->slot(1).channels[1].completed.store(41);
-    mine->slot(1).rank.store(7);
+    StoreRelease(&mine->slot(1).pid, getpid());
+    StoreRelease(&mine->slot(1).channels[1].completed, 41);
+    StoreRelease(&mine->slot(1).rank, 7);
     _exit(0);
   }
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  EXPECT_EQ(table->slot(1).rank.load(), 7);
-  EXPECT_EQ(table->slot(1).pid.load(), child);
-  EXPECT_EQ(table->slot(1).channels[1].completed.load(), 41u);
+  EXPECT_EQ(LoadAcquire(&table->slot(1).rank), 7);
+  EXPECT_EQ(LoadAcquire(&table->slot(1).pid), child);
+  EXPECT_EQ(LoadAcquire(&table->slot(1).channels[1].completed), 41u);
 }
 
 TEST(CollectiveProgressTableTest, OpenRejectsAnotherRankCount) {
@@ -101,8 +101,8 @@ TEST(CollectiveProgressTableTest, UnlinkRemovesTheNameAndKeepsTheMapping) {
   ASSERT_TRUE(table->Unlink().ok());
   EXPECT_FALSE(NameExists(name));
   EXPECT_TRUE(absl::IsFailedPrecondition(table->Unlink()));  // once
-  table->slot(0).heartbeat_ns.store(123);
-  EXPECT_EQ(opened->slot(0).heartbeat_ns.load(), 123);
+  StoreRelease(&table->slot(0).heartbeat_ns, 123);
+  EXPECT_EQ(LoadAcquire(&opened->slot(0).heartbeat_ns), 123);
 }
 
 TEST(CollectiveProgressTableTest, TheCreatorRemovesTheNameWhenItGoes) {

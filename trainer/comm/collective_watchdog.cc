@@ -113,21 +113,21 @@ std::vector<NodeRankState> ReadNodeProgress(const CollectiveProgressTable& table
   for (int i = 0; i < table.local_size(); ++i) {
     const RankProgress& slot = table.slot(i);
     NodeRankState state;
-    state.rank = slot.rank.load(std::memory_order_acquire);
-    state.pid = slot.pid.load(std::memory_order_acquire);
+    state.rank = LoadAcquire(&slot.rank);
+    state.pid = LoadAcquire(&slot.pid);
     if (state.rank >= 0) {
-      const int64_t beat = slot.heartbeat_ns.load(std::memory_order_acquire);
+      const int64_t beat = LoadAcquire(&slot.heartbeat_ns);
       state.heartbeat_age_s = (now_ns - beat) / 1e9;
       state.stalled = now_ns - beat > absl::ToInt64Nanoseconds(stall_after);
       state.gone = state.pid > 0 && kill(state.pid, 0) != 0 && errno == ESRCH;
       const ChannelProgress& progress = slot.channels[channel];
-      state.completed = progress.completed.load(std::memory_order_acquire);
-      state.issued = progress.issued.load(std::memory_order_acquire);
-      state.completed_kind = static_cast<CollectiveKind>(progress.completed_kind.load(std::memory_order_relaxed));
+      state.completed = LoadAcquire(&progress.completed);
+      state.issued = LoadAcquire(&progress.issued);
+      state.completed_kind = static_cast<CollectiveKind>(LoadAcquire(&progress.completed_kind));
       if (state.issued > state.completed) {
         // The oldest pending one's start is known only for the last issued; with one
         // pending (host collectives) they are the same.
-        state.waiting_s = (now_ns - progress.issued_at_ns.load(std::memory_order_relaxed)) / 1e9;
+        state.waiting_s = (now_ns - LoadAcquire(&progress.issued_at_ns)) / 1e9;
       }
     }
     rows.push_back(state);
@@ -179,10 +179,10 @@ CollectiveWatchdog::CollectiveWatchdog(const CollectiveWatchdogOptions& options,
                          : std::clamp(options.timeout / 10, absl::Milliseconds(10), absl::Seconds(1))) {
   if (table_ != nullptr) {
     RankProgress& slot = table_->slot(place_.local_rank);
-    slot.pid.store(getpid(), std::memory_order_release);
-    slot.heartbeat_ns.store(MonotonicNanos(), std::memory_order_release);
+    StoreRelease(&slot.pid, getpid());
+    StoreRelease(&slot.heartbeat_ns, MonotonicNanos());
     for (size_t i = 0; i < watched_.size(); ++i) watched_[i]->ledger()->MirrorTo(&slot.channels[i]);
-    slot.rank.store(place_.rank, std::memory_order_release);
+    StoreRelease(&slot.rank, place_.rank);
   }
   watchdog_thread_ = std::thread([this] { Run(); });
 }
@@ -209,7 +209,7 @@ void CollectiveWatchdog::Run() {
 
 void CollectiveWatchdog::Beat() {
   if (table_ == nullptr) return;
-  table_->slot(place_.local_rank).heartbeat_ns.store(MonotonicNanos(), std::memory_order_release);
+  StoreRelease(&table_->slot(place_.local_rank).heartbeat_ns, MonotonicNanos());
 }
 
 // Note [Culprit's node reports first]

@@ -216,12 +216,12 @@ TEST(CollectiveWatchdogTest, TheWatchdogPublishesItsRankProgressAndHeartbeat) {
   ASSERT_TRUE(watchdog.ok()) << watchdog.status();
   mpi.ledger()->Complete(mpi.ledger()->Issue(CollectiveKind::kBroadcast));
   const RankProgress& slot = table->slot(1);
-  EXPECT_EQ(slot.rank.load(), 5);
-  EXPECT_EQ(slot.pid.load(), getpid());
-  EXPECT_EQ(slot.channels[0].completed.load(), 1u);
-  const int64_t first = slot.heartbeat_ns.load();
+  EXPECT_EQ(LoadAcquire(&slot.rank), 5);
+  EXPECT_EQ(LoadAcquire(&slot.pid), getpid());
+  EXPECT_EQ(LoadAcquire(&slot.channels[0].completed), 1u);
+  const int64_t first = LoadAcquire(&slot.heartbeat_ns);
   absl::SleepFor(absl::Milliseconds(100));
-  EXPECT_GT(slot.heartbeat_ns.load(), first);
+  EXPECT_GT(LoadAcquire(&slot.heartbeat_ns), first);
 }
 
 TEST(CollectiveWatchdogTest, NodeProgressTellsStoppedGoneAndWaitingRanksApart) {

@@ -32,9 +32,9 @@ TEST(NodeProgressTableTest, EveryLocalRankMapsTheSameTableAndNoNameIsLeft) {
   ASSERT_TRUE(table.ok()) << table.status();
   struct stat info;
   EXPECT_NE(stat(("/dev/shm" + table->name()).c_str(), &info), 0) << table->name() << " was left";
-  table->slot(place.local_rank).rank.store(100 + place.local_rank);
+  StoreRelease(&table->slot(place.local_rank).rank, 100 + place.local_rank);
   MPI_Barrier(MPI_COMM_WORLD);
-  for (int i = 0; i < place.local_size; ++i) EXPECT_EQ(table->slot(i).rank.load(), 100 + i);
+  for (int i = 0; i < place.local_size; ++i) EXPECT_EQ(LoadAcquire(&table->slot(i).rank), 100 + i);
   MPI_Barrier(MPI_COMM_WORLD);
 }
 

@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -17,17 +19,27 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// A communicator whose collectives the test drives through its ledger.
-class FakeCommunicator final : public Communicator {
+// Rank 0 of 2 whose collectives do nothing: the test drives them through its ledger.
+// Subclasses say what Abort() does.
+class LedgerDrivenCommunicator : public Communicator {
  public:
-  explicit FakeCommunicator(bool can_abort, const char* channel = "MPI")
-      : can_abort_(can_abort), ledger_(channel) {}
+  explicit LedgerDrivenCommunicator(const char* channel) : ledger_(channel) {}
   int rank() const override { return 0; }
   int world_size() const override { return 2; }
   absl::Status AllReduce(void*, size_t, ElementType, ReduceOp) override { return absl::OkStatus(); }
   absl::Status Broadcast(void*, size_t, int) override { return absl::OkStatus(); }
   absl::Status Synchronize() override { return absl::OkStatus(); }
   CollectiveLedger* ledger() override { return &ledger_; }
+
+ private:
+  CollectiveLedger ledger_;
+};
+
+// Counts its aborts; Abort() reports success only if `can_abort`.
+class FakeCommunicator final : public LedgerDrivenCommunicator {
+ public:
+  explicit FakeCommunicator(bool can_abort, const char* channel = "MPI")
+      : LedgerDrivenCommunicator(channel), can_abort_(can_abort) {}
   bool Abort() override {
     ++aborts_;
     return can_abort_;
@@ -36,7 +48,6 @@ class FakeCommunicator final : public Communicator {
 
  private:
   const bool can_abort_;
-  CollectiveLedger ledger_;
   std::atomic<int> aborts_{0};
 };
 
@@ -64,11 +75,18 @@ CollectiveWatchdogOptions Short() {
   return options;
 }
 
+// A watchdog with Short() options over `watched` on rank 0 of 2, without a progress table,
+// that ends the process through `record`.
+absl::StatusOr<std::unique_ptr<CollectiveWatchdog>> WatchRankZeroOfTwo(
+    std::vector<Communicator*> watched, std::shared_ptr<ExitRecord> record) {
+  return CollectiveWatchdog::Start(Short(), WatchedRank{0, 2, 0, 0}, std::move(watched), nullptr,
+                                   RecordExit(std::move(record)));
+}
+
 TEST(CollectiveWatchdogTest, AStuckMpiCollectiveEndsTheProcessAtOnce) {
   FakeCommunicator mpi(/*can_abort=*/false);
   auto record = std::make_shared<ExitRecord>();
-  auto watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{0, 2, 0, 0}, {&mpi}, nullptr,
-                                            RecordExit(record));
+  auto watchdog = WatchRankZeroOfTwo({&mpi}, record);
   ASSERT_TRUE(watchdog.ok()) << watchdog.status();
   const int64_t start = MonotonicNanos();
   mpi.ledger()->Issue(CollectiveKind::kAllReduce);  // never completes
@@ -83,8 +101,7 @@ TEST(CollectiveWatchdogTest, AStuckMpiCollectiveEndsTheProcessAtOnce) {
 TEST(CollectiveWatchdogTest, AnAbortedCommunicatorStillMeetsTheProcessDeadline) {
   FakeCommunicator nccl(/*can_abort=*/true, "NCCL");
   auto record = std::make_shared<ExitRecord>();
-  auto watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{0, 2, 0, 0}, {&nccl}, nullptr,
-                                            RecordExit(record));
+  auto watchdog = WatchRankZeroOfTwo({&nccl}, record);
   ASSERT_TRUE(watchdog.ok()) << watchdog.status();
   const int64_t start = MonotonicNanos();
   nccl.ledger()->Issue(CollectiveKind::kAllReduce);
@@ -96,14 +113,9 @@ TEST(CollectiveWatchdogTest, AnAbortedCommunicatorStillMeetsTheProcessDeadline) 
 }
 
 // A communicator whose Abort() hangs until released (an ncclCommAbort that never returns).
-class HangingAbortCommunicator final : public Communicator {
+class HangingAbortCommunicator final : public LedgerDrivenCommunicator {
  public:
-  int rank() const override { return 0; }
-  int world_size() const override { return 2; }
-  absl::Status AllReduce(void*, size_t, ElementType, ReduceOp) override { return absl::OkStatus(); }
-  absl::Status Broadcast(void*, size_t, int) override { return absl::OkStatus(); }
-  absl::Status Synchronize() override { return absl::OkStatus(); }
-  CollectiveLedger* ledger() override { return &ledger_; }
+  HangingAbortCommunicator() : LedgerDrivenCommunicator("NCCL") {}
   bool Abort() override {
     release_.WaitForNotification();
     return true;
@@ -111,15 +123,13 @@ class HangingAbortCommunicator final : public Communicator {
   void Release() { release_.Notify(); }
 
  private:
-  CollectiveLedger ledger_{"NCCL"};
   absl::Notification release_;
 };
 
 TEST(CollectiveWatchdogTest, AnAbortThatHangsStillMeetsTheProcessDeadline) {
   HangingAbortCommunicator nccl;
   auto record = std::make_shared<ExitRecord>();
-  auto watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{0, 2, 0, 0}, {&nccl}, nullptr,
-                                            RecordExit(record));
+  auto watchdog = WatchRankZeroOfTwo({&nccl}, record);
   ASSERT_TRUE(watchdog.ok()) << watchdog.status();
   const int64_t start = MonotonicNanos();
   nccl.ledger()->Issue(CollectiveKind::kAllReduce);
@@ -134,8 +144,7 @@ TEST(CollectiveWatchdogTest, AnIdleMpiCommunicatorDoesNotCutTheNcclAbortShort) {
   FakeCommunicator nccl(/*can_abort=*/true, "NCCL");
   FakeCommunicator mpi(/*can_abort=*/false, "MPI");
   auto record = std::make_shared<ExitRecord>();
-  auto watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{0, 2, 0, 0}, {&nccl, &mpi}, nullptr,
-                                            RecordExit(record));
+  auto watchdog = WatchRankZeroOfTwo({&nccl, &mpi}, record);
   ASSERT_TRUE(watchdog.ok()) << watchdog.status();
   const int64_t start = MonotonicNanos();
   nccl.ledger()->Issue(CollectiveKind::kAllReduce);  // stuck on the device; MPI is idle
@@ -187,8 +196,7 @@ TEST(CollectiveWatchdogTest, ARankWithAStalledLocalPeerFiresAtTheTimeout) {
 TEST(CollectiveWatchdogTest, CollectivesThatCompleteInTimeNeverFire) {
   FakeCommunicator mpi(/*can_abort=*/false);
   auto record = std::make_shared<ExitRecord>();
-  auto watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{0, 2, 0, 0}, {&mpi, &mpi}, nullptr,
-                                            RecordExit(record));
+  auto watchdog = WatchRankZeroOfTwo({&mpi, &mpi}, record);
   ASSERT_TRUE(watchdog.ok()) << watchdog.status();
   for (int i = 0; i < 50; ++i) {
     const uint64_t seq = mpi.ledger()->Issue(CollectiveKind::kAllReduce);

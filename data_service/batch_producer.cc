@@ -48,6 +48,18 @@ absl::Status CheckShmRoom(const std::string& name, uint64_t bytes) {
 
 }  // namespace
 
+absl::Status CheckImageOptions(double eval_resize_ratio, int64_t max_image_pixels) {
+  if (!(eval_resize_ratio >= 1.0 && eval_resize_ratio <= 8.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--eval_resize_ratio: must be in [1, 8], got ", eval_resize_ratio));
+  }
+  if (max_image_pixels < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_image_pixels: must be positive, got ", max_image_pixels));
+  }
+  return absl::OkStatus();
+}
+
 struct BatchProducer::InFlightBatch {
   WritableSlot slot;
   int64_t epoch = 0;
@@ -78,13 +90,9 @@ absl::StatusOr<std::unique_ptr<BatchProducer>> BatchProducer::Create(
   sampler_options.drop_last = request.drop_last;
   absl::StatusOr<DistributedSampler> sampler = DistributedSampler::Create(sampler_options);
   if (!sampler.ok()) return sampler.status();
-  if (!(options.eval_resize_ratio >= 1.0 && options.eval_resize_ratio <= 8.0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--eval_resize_ratio: must be in [1, 8], got ", options.eval_resize_ratio));
-  }
-  if (options.max_image_pixels < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--max_image_pixels: must be positive, got ", options.max_image_pixels));
+  if (absl::Status s = CheckImageOptions(options.eval_resize_ratio, options.max_image_pixels);
+      !s.ok()) {
+    return s;
   }
   if (options.bad_samples != nullptr) {
     if (absl::Status s = options.bad_samples->options().Validate(); !s.ok()) return s;

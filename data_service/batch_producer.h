@@ -46,6 +46,10 @@ struct BatchProducerOptions {
   BadSampleTracker* bad_samples = nullptr;
 };
 
+// InvalidArgument, naming the flag, unless `eval_resize_ratio` is in [1, 8] and
+// `max_image_pixels` is positive (BatchProducerOptions' and ServiceOptions' fields).
+absl::Status CheckImageOptions(double eval_resize_ratio, int64_t max_image_pixels);
+
 // Produces one rank's batches into its ring. QueueEpoch() is thread-safe; production runs
 // on a member thread ("production thread"), its samples on the shared pool. Batches are
 // bit-identical whatever the pool size: each sample is a pure function of (dataset,

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -64,6 +65,25 @@ struct Received {
   std::vector<int64_t> indices;
   std::vector<int32_t> labels;
   std::vector<uint8_t> images;
+};
+
+// The errors a producer reports, from whichever thread reports them. Thread-safe.
+class ReportedErrors {
+ public:
+  BatchProducer::ErrorCallback Callback() {
+    return [this](const absl::Status& s) {
+      absl::MutexLock lock(&mu_);
+      errors_.push_back(s);
+    };
+  }
+  std::vector<absl::Status> errors() {
+    absl::MutexLock lock(&mu_);
+    return errors_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<absl::Status> errors_ ABSL_GUARDED_BY(mu_);
 };
 
 // Reads `batches` batches from the ring of `producer`.
@@ -253,13 +273,9 @@ class FailingDataset : public Dataset {
 
 TEST(BatchProducerTest, AFailingSampleStopsProductionAndIsReportedByName) {
   WorkerPool pool(2);
-  absl::Mutex mu;
-  std::vector<absl::Status> errors;
+  ReportedErrors reported;
   auto dataset = std::make_shared<FailingDataset>(Synthetic(30), 17);
-  auto producer = Make(dataset, &pool, Request(), SegmentName(), [&](const absl::Status& s) {
-    absl::MutexLock lock(&mu);
-    errors.push_back(s);
-  });
+  auto producer = Make(dataset, &pool, Request(), SegmentName(), reported.Callback());
   ASSERT_NE(producer, nullptr);
   ASSERT_TRUE(producer->QueueEpoch(0, 3).ok());
   auto segment = SharedMemorySegment::Open(producer->segment_name());
@@ -273,7 +289,7 @@ TEST(BatchProducerTest, AFailingSampleStopsProductionAndIsReportedByName) {
     for (int i = 0; i < slot->count; ++i) EXPECT_NE(slot->sample_indices[i], 17);
     ASSERT_TRUE(consumer->Release(slot->slot).ok());
   }
-  absl::MutexLock lock(&mu);
+  const std::vector<absl::Status> errors = reported.errors();
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_EQ(errors[0].code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(errors[0].message().find("sample 17"), std::string::npos) << errors[0];
@@ -553,16 +569,10 @@ TEST(BatchProducerTest, WithBadFilesFailTheFirstUnusableSampleStopsProductionNam
   options.policy = BadFilePolicy::kFail;
   BadSampleTracker bad(options, dataset->size(), nullptr);
   WorkerPool pool(2);
-  absl::Mutex mu;
-  std::vector<absl::Status> errors;
+  ReportedErrors reported;
   RingRequest request = JpegRequest(false);
   request.batch_size = 1;
-  auto producer = Make(dataset, &pool, request, SegmentName(),
-                       [&](const absl::Status& s) {
-                         absl::MutexLock lock(&mu);
-                         errors.push_back(s);
-                       },
-                       &bad);
+  auto producer = Make(dataset, &pool, request, SegmentName(), reported.Callback(), &bad);
   ASSERT_NE(producer, nullptr);
   ASSERT_TRUE(producer->QueueEpoch(0, 1).ok());
   auto segment = SharedMemorySegment::Open(producer->segment_name());
@@ -576,7 +586,7 @@ TEST(BatchProducerTest, WithBadFilesFailTheFirstUnusableSampleStopsProductionNam
     ASSERT_TRUE(consumer->Release(slot->slot).ok());
   }
   EXPECT_EQ(delivered, (std::vector<int64_t>{0, 1}));  // validation order; index 2 is bad
-  absl::MutexLock lock(&mu);
+  const std::vector<absl::Status> errors = reported.errors();
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_EQ(errors[0].code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(errors[0].message().find("class0/img2.jpg"), std::string::npos) << errors[0];
@@ -591,14 +601,8 @@ TEST(BatchProducerTest, TooManyBadFilesStopProductionWithACount) {
   options.min_samples = 8;
   BadSampleTracker bad(options, dataset->size(), nullptr);
   WorkerPool pool(2);
-  absl::Mutex mu;
-  std::vector<absl::Status> errors;
-  auto producer = Make(dataset, &pool, JpegRequest(), SegmentName(),
-                       [&](const absl::Status& s) {
-                         absl::MutexLock lock(&mu);
-                         errors.push_back(s);
-                       },
-                       &bad);
+  ReportedErrors reported;
+  auto producer = Make(dataset, &pool, JpegRequest(), SegmentName(), reported.Callback(), &bad);
   ASSERT_NE(producer, nullptr);
   ASSERT_TRUE(producer->QueueEpoch(0, 1).ok());
   auto segment = SharedMemorySegment::Open(producer->segment_name());
@@ -606,7 +610,7 @@ TEST(BatchProducerTest, TooManyBadFilesStopProductionWithACount) {
   ASSERT_TRUE(consumer.ok());
   EXPECT_EQ(consumer->Acquire(absl::Seconds(2)).status().code(),
             absl::StatusCode::kDeadlineExceeded);
-  absl::MutexLock lock(&mu);
+  const std::vector<absl::Status> errors = reported.errors();
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_EQ(errors[0].code(), absl::StatusCode::kDataLoss) << errors[0];
   EXPECT_NE(errors[0].message().find("--max_bad_fraction"), std::string::npos) << errors[0];

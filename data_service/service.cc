@@ -95,13 +95,9 @@ absl::StatusOr<std::unique_ptr<DataService>> DataService::Start(const ServiceOpt
     return absl::InvalidArgumentError(
         absl::StrCat("--prefetch: must be at least 1, got ", options.prefetch));
   }
-  if (!(options.eval_resize_ratio >= 1.0 && options.eval_resize_ratio <= 8.0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--eval_resize_ratio: must be in [1, 8], got ", options.eval_resize_ratio));
-  }
-  if (options.max_image_pixels < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--max_image_pixels: must be positive, got ", options.max_image_pixels));
+  if (absl::Status s = CheckImageOptions(options.eval_resize_ratio, options.max_image_pixels);
+      !s.ok()) {
+    return s;
   }
   if (absl::Status s = options.bad_samples.Validate(); !s.ok()) return s;
   absl::StatusOr<sockaddr_un> address = UnixSocketAddress(options.socket_path);

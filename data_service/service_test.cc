@@ -121,6 +121,13 @@ class ServiceTest : public ::testing::Test {
     return request;
   }
 
+  // Request(rank, world) for the validation split.
+  RingRequest ValidationRequest(int rank = 0, int world = 1) {
+    RingRequest request = Request(rank, world);
+    request.train = false;
+    return request;
+  }
+
   std::unique_ptr<RingClient> Connect(const RingRequest& request) {
     auto client = RingClient::Connect(socket_, request, absl::Seconds(10));
     EXPECT_TRUE(client.ok()) << client.status();
@@ -190,9 +197,7 @@ TEST_F(ServiceTest, ClientReceivesEveryBatchOfTwoQueuedEpochs) {
 TEST_F(ServiceTest, ValidationRingsGetTheirOwnSegment) {
   StartService();
   auto train = Connect(Request());
-  RingRequest request = Request();
-  request.train = false;
-  auto val = Connect(request);
+  auto val = Connect(ValidationRequest());
   ASSERT_NE(train, nullptr);
   ASSERT_NE(val, nullptr);
   EXPECT_TRUE(SegmentExists(RingSegmentName(job_, 0, false)));
@@ -371,9 +376,7 @@ TEST_F(ServiceTest, StatsReportRingsScratchAndReplacedSamples) {
   EXPECT_EQ(stats.decode_threads, 2);
   EXPECT_EQ(stats.active_threads, 2);
   auto train = Connect(Request());
-  RingRequest val_request = Request();
-  val_request.train = false;
-  auto val = Connect(val_request);
+  auto val = Connect(ValidationRequest());
   ASSERT_NE(train, nullptr);
   ASSERT_NE(val, nullptr);
   stats = service_->stats();
@@ -410,9 +413,7 @@ TEST_F(ServiceTest, AutomaticThreadsLeaveACorePerLocalRank) {
     clients.push_back(Connect(Request(rank, 3)));
     ASSERT_NE(clients.back(), nullptr);
   }
-  RingRequest val = Request(0, 3);
-  val.train = false;
-  clients.push_back(Connect(val));  // rank 0 again: still three ranks
+  clients.push_back(Connect(ValidationRequest(0, 3)));  // rank 0 again: still three ranks
   stats = service_->stats();
   EXPECT_EQ(stats.local_ranks, 3);
   EXPECT_EQ(stats.active_threads, std::max(1, cores - 3));
@@ -472,9 +473,7 @@ TEST_F(ServiceTest, ResidentMemoryStaysFlatOverEpochs) {
 
 TEST_F(ServiceTest, NoValidationSplitMeansValidationRingsAreRefused) {
   StartService({Synthetic(100), nullptr});
-  RingRequest request = Request();
-  request.train = false;
-  auto refused = RingClient::Connect(socket_, request, absl::Seconds(10));
+  auto refused = RingClient::Connect(socket_, ValidationRequest(), absl::Seconds(10));
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("--val_dir"), std::string::npos);
 }

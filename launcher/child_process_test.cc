@@ -38,6 +38,28 @@ pid_t ReadPid(const std::string& path) {
   return pid;
 }
 
+// Forks a middle process that spawns `spec`, reports the child's pid and waits to be killed.
+// Sets `middle` and `child` to the two pids.
+void SpawnThroughMiddleProcess(const ChildSpec& spec, pid_t* middle, pid_t* child) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  *middle = fork();
+  ASSERT_GE(*middle, 0);
+  if (*middle == 0) {
+    close(fds[0]);
+    absl::StatusOr<ChildProcess> spawned = ChildProcess::Spawn(spec);
+    const pid_t pid = spawned.ok() ? spawned->pid() : -1;
+    if (write(fds[1], &pid, sizeof(pid)) != sizeof(pid)) _exit(1);
+    pause();
+    _exit(0);
+  }
+  close(fds[1]);
+  *child = -1;
+  ASSERT_EQ(read(fds[0], child, sizeof(*child)), static_cast<ssize_t>(sizeof(*child)));
+  close(fds[0]);
+  ASSERT_GT(*child, 0);
+}
+
 TEST(ExitStatusTest, DescribesCodesAndSignalsLikeAShell) {
   EXPECT_EQ(ExitStatus::Exited(3).ToString(), "exited with code 3");
   EXPECT_EQ(ExitStatus::Exited(3).ShellCode(), 3);
@@ -203,23 +225,9 @@ TEST(ChildProcessTest, MovedOwnerKeepsTheChild) {
 TEST(ChildProcessTest, NothingOutlivesAKilledParent) {
   // A middle process spawns a child, reports its pid and is SIGKILLed, as a launcher killed
   // with `kill -9` would be. PR_SET_PDEATHSIG must take the child down with it.
-  int fds[2];
-  ASSERT_EQ(pipe(fds), 0);
-  const pid_t middle = fork();
-  ASSERT_GE(middle, 0);
-  if (middle == 0) {
-    close(fds[0]);
-    absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell("sleep 1000"));
-    const pid_t pid = child.ok() ? child->pid() : -1;
-    if (write(fds[1], &pid, sizeof(pid)) != sizeof(pid)) _exit(1);
-    pause();
-    _exit(0);
-  }
-  close(fds[1]);
+  pid_t middle = -1;
   pid_t orphan = -1;
-  ASSERT_EQ(read(fds[0], &orphan, sizeof(orphan)), static_cast<ssize_t>(sizeof(orphan)));
-  close(fds[0]);
-  ASSERT_GT(orphan, 0);
+  ASSERT_NO_FATAL_FAILURE(SpawnThroughMiddleProcess(Shell("sleep 1000"), &middle, &orphan));
   ASSERT_TRUE(IsProcessAlive(orphan));
   kill(middle, SIGKILL);
   waitpid(middle, nullptr, 0);
@@ -230,27 +238,13 @@ TEST(ChildProcessTest, ParentDeathSignalCanBeSigtermForChildrenThatCleanUp) {
   // As NothingOutlivesAKilledParent, but the child asked for SIGTERM and traps it, the way
   // the data service removes its socket and segments when the rank that started it dies.
   const std::string out = MakeTempDir("pdeathsig");
-  int fds[2];
-  ASSERT_EQ(pipe(fds), 0);
-  const pid_t middle = fork();
-  ASSERT_GE(middle, 0);
-  if (middle == 0) {
-    close(fds[0]);
-    ChildSpec spec = Shell(absl::StrCat("trap 'echo cleaned > ", out,
-                                        "/term; exit 0' TERM; echo $$ > ", out,
-                                        "/ready; while :; do sleep 0.05; done"));
-    spec.parent_death_signal = SIGTERM;
-    absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(spec);
-    const pid_t pid = child.ok() ? child->pid() : -1;
-    if (write(fds[1], &pid, sizeof(pid)) != sizeof(pid)) _exit(1);
-    pause();
-    _exit(0);
-  }
-  close(fds[1]);
+  ChildSpec spec = Shell(absl::StrCat("trap 'echo cleaned > ", out,
+                                      "/term; exit 0' TERM; echo $$ > ", out,
+                                      "/ready; while :; do sleep 0.05; done"));
+  spec.parent_death_signal = SIGTERM;
+  pid_t middle = -1;
   pid_t orphan = -1;
-  ASSERT_EQ(read(fds[0], &orphan, sizeof(orphan)), static_cast<ssize_t>(sizeof(orphan)));
-  close(fds[0]);
-  ASSERT_GT(orphan, 0);
+  ASSERT_NO_FATAL_FAILURE(SpawnThroughMiddleProcess(spec, &middle, &orphan));
   ASSERT_TRUE(WaitForFile(out + "/ready", absl::Seconds(10)));
   kill(middle, SIGKILL);
   waitpid(middle, nullptr, 0);

@@ -29,12 +29,9 @@ namespace {
 
 using ::stoker::launcher::testing::MakeTempDir;
 using ::stoker::launcher::testing::ReadFileOrEmpty;
+using ::stoker::launcher::testing::Runfile;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
-
-std::string Runfile(const std::string& path) {
-  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/", std::getenv("TEST_WORKSPACE"), "/", path);
-}
 
 struct DoctorRun {
   ExitStatus status = ExitStatus::Lost();

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "absl/types/span.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "launcher/job_files.h"
@@ -82,6 +83,11 @@ class JobRun {
   JobResult AwaitDataService();
   // Stops every child still running; a second signal meanwhile means SIGKILL at once.
   void StopAll();
+  // Waits for the first of `children` to exit and returns it. When the wait fails or a
+  // termination signal comes first, stops every child, sets `*result` to the job's result
+  // and returns nullptr; `stopping` names the children in the log line of a signal.
+  ChildProcess* AwaitFirstExit(absl::Span<ChildProcess* const> children,
+                               absl::string_view stopping, JobResult* result);
   JobResult AfterDataServiceExited();
   JobResult AfterMpirunExited();
   // Step 3 of the cluster modes: mpirun or srun is the only child.
@@ -101,6 +107,25 @@ void JobRun::StopAll() {
   if (running.empty()) return;
   absl::Status stopped = TerminateAll(running, plan_.shutdown_grace, signals_.wake_fd());
   if (!stopped.ok()) LogError("%s", stopped.ToString());
+}
+
+ChildProcess* JobRun::AwaitFirstExit(absl::Span<ChildProcess* const> children,
+                                     absl::string_view stopping, JobResult* result) {
+  absl::StatusOr<WaitResult> first =
+      WaitForFirstExit(children, absl::InfiniteDuration(), signals_.wake_fd());
+  if (!first.ok()) {
+    StopAll();
+    *result = Failure(first.status(), 1);
+    return nullptr;
+  }
+  if (first->event == WaitResult::Event::kWoken) {
+    const int signal = *signals_.Take();
+    LogWarning("caught %s: stopping %s", DescribeSignal(signal), stopping);
+    StopAll();
+    *result = Interrupted(signal);
+    return nullptr;
+  }
+  return first->child;
 }
 
 JobResult JobRun::AwaitDataService() {
@@ -179,18 +204,8 @@ JobResult JobRun::SuperviseTrainersAlone() {
   if (!trainers.ok()) return Failure(trainers.status(), 1);
   mpirun_ = std::move(*trainers);
   ChildProcess* children[] = {&*mpirun_};
-  absl::StatusOr<WaitResult> first =
-      WaitForFirstExit(children, absl::InfiniteDuration(), signals_.wake_fd());
-  if (!first.ok()) {
-    StopAll();
-    return Failure(first.status(), 1);
-  }
-  if (first->event == WaitResult::Event::kWoken) {
-    const int signal = *signals_.Take();
-    LogWarning("caught %s: stopping %s", DescribeSignal(signal), mpirun_->Describe());
-    StopAll();
-    return Interrupted(signal);
-  }
+  JobResult stopped;
+  if (AwaitFirstExit(children, mpirun_->Describe(), &stopped) == nullptr) return stopped;
   const ExitStatus status = *mpirun_->exit_status();
   if (!status.success()) {
     return Failure(absl::UnavailableError(absl::StrCat(mpirun_->Describe(), " ", status.ToString())),
@@ -222,20 +237,11 @@ JobResult JobRun::Supervise() {
   mpirun_ = std::move(*mpirun);
 
   ChildProcess* children[] = {&*data_service_, &*mpirun_};
-  absl::StatusOr<WaitResult> first =
-      WaitForFirstExit(children, absl::InfiniteDuration(), signals_.wake_fd());
-  if (!first.ok()) {
-    StopAll();
-    return Failure(first.status(), 1);
-  }
-  if (first->event == WaitResult::Event::kWoken) {
-    const int signal = *signals_.Take();
-    LogWarning("caught %s: stopping %s and %s", DescribeSignal(signal), mpirun_->Describe(),
-               data_service_->Describe());
-    StopAll();
-    return Interrupted(signal);
-  }
-  return first->child == &*data_service_ ? AfterDataServiceExited() : AfterMpirunExited();
+  JobResult stopped;
+  ChildProcess* exited = AwaitFirstExit(
+      children, absl::StrCat(mpirun_->Describe(), " and ", data_service_->Describe()), &stopped);
+  if (exited == nullptr) return stopped;
+  return exited == &*data_service_ ? AfterDataServiceExited() : AfterMpirunExited();
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -32,6 +33,25 @@ absl::Status CheckSocketPathFits(const std::string& socket) {
                                                    " bytes at most): use a shorter --job_id"));
   }
   return absl::OkStatus();
+}
+
+// Unlinks the entries of `dir`, open on the directory `dir_path`, whose names satisfy
+// `matches`, and returns their paths, sorted. An entry already gone is skipped; any other
+// that cannot be removed is logged and kept.
+std::vector<std::string> UnlinkMatchingEntries(
+    DIR* dir, absl::string_view dir_path, absl::FunctionRef<bool(absl::string_view)> matches) {
+  std::vector<std::string> removed;
+  while (dirent* entry = readdir(dir)) {
+    if (!matches(entry->d_name)) continue;
+    std::string path = absl::StrCat(dir_path, "/", entry->d_name);
+    if (unlink(path.c_str()) == 0) {
+      removed.push_back(std::move(path));
+    } else if (errno != ENOENT) {
+      LogWarning("cannot remove %s: %s", path, std::strerror(errno));
+    }
+  }
+  std::sort(removed.begin(), removed.end());
+  return removed;
 }
 
 // Collects what nftw removes, bottom-up. nftw has no user pointer, hence the static;
@@ -141,51 +161,31 @@ absl::Status CheckNodeSocketPath(absl::string_view parent, absl::string_view job
 
 std::vector<std::string> RemoveNodeSocketLeftovers(absl::string_view parent,
                                                    absl::string_view job_id) {
-  std::vector<std::string> removed;
   const std::string prefix = absl::StrCat("stoker.", job_id, ".node");
   DIR* dir = opendir(std::string(parent).c_str());
-  if (dir == nullptr) return removed;
-  while (dirent* entry = readdir(dir)) {
-    absl::string_view name = entry->d_name;
-    if (!absl::StartsWith(name, prefix) || !absl::EndsWith(name, ".sock")) continue;
+  if (dir == nullptr) return {};
+  std::vector<std::string> removed = UnlinkMatchingEntries(dir, parent, [&prefix](absl::string_view name) {
+    if (!absl::StartsWith(name, prefix) || !absl::EndsWith(name, ".sock")) return false;
     absl::string_view index = name.substr(prefix.size(), name.size() - prefix.size() - 5);
-    if (index.empty() || !std::all_of(index.begin(), index.end(), [](char c) {
-          return absl::ascii_isdigit(static_cast<unsigned char>(c));
-        })) {
-      continue;
-    }
-    std::string path = absl::StrCat(parent, "/", name);
-    if (unlink(path.c_str()) == 0) {
-      removed.push_back(std::move(path));
-    } else if (errno != ENOENT) {
-      LogWarning("cannot remove %s: %s", path, std::strerror(errno));
-    }
-  }
+    return !index.empty() && std::all_of(index.begin(), index.end(), [](char c) {
+      return absl::ascii_isdigit(static_cast<unsigned char>(c));
+    });
+  });
   closedir(dir);
-  std::sort(removed.begin(), removed.end());
   return removed;
 }
 
 std::vector<std::string> RemoveSharedMemoryLeftovers(absl::string_view shm_dir,
                                                      absl::string_view job_id) {
-  std::vector<std::string> removed;
   const std::string prefix = absl::StrCat("stoker.", job_id, ".");
   DIR* dir = opendir(std::string(shm_dir).c_str());
   if (dir == nullptr) {
     LogWarning("cannot list %s for leftover segments: %s", shm_dir, std::strerror(errno));
-    return removed;
+    return {};
   }
-  while (dirent* entry = readdir(dir)) {
-    if (!absl::StartsWith(entry->d_name, prefix)) continue;
-    std::string path = absl::StrCat(shm_dir, "/", entry->d_name);
-    if (unlink(path.c_str()) == 0) {
-      removed.push_back(std::move(path));
-    } else if (errno != ENOENT) {
-      LogWarning("cannot remove %s: %s", path, std::strerror(errno));
-    }
-  }
+  std::vector<std::string> removed = UnlinkMatchingEntries(
+      dir, shm_dir, [&prefix](absl::string_view name) { return absl::StartsWith(name, prefix); });
   closedir(dir);
-  std::sort(removed.begin(), removed.end());
   return removed;
 }
 

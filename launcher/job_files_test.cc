@@ -16,6 +16,7 @@ namespace {
 
 using ::stoker::launcher::testing::ListEntries;
 using ::stoker::launcher::testing::MakeTempDir;
+using ::stoker::launcher::testing::PathExists;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -27,11 +28,6 @@ const char kParent[] = "/tmp";
 std::string UniqueId(const std::string& tag) {
   static const std::string* const run = new std::string(GenerateJobId());
   return absl::StrCat(*run, "-", tag);
-}
-
-bool Exists(const std::string& path) {
-  struct stat info;
-  return lstat(path.c_str(), &info) == 0;
 }
 
 TEST(JobIdTest, AcceptsPlainIdsAndRejectsDotsSlashesAndLongIds) {
@@ -70,7 +66,7 @@ TEST(JobDirectoryTest, IsCreatedOwnerOnlyAndRemovedWithItsContents) {
   std::vector<std::string> leftovers = dir->Remove();
   EXPECT_THAT(leftovers, ::testing::UnorderedElementsAre(path + "/data.sock", path + "/sub",
                                                          path + "/sub/file"));
-  EXPECT_FALSE(Exists(path));
+  EXPECT_FALSE(PathExists(path));
   EXPECT_THAT(dir->Remove(), IsEmpty());  // a second Remove does nothing
 }
 
@@ -80,9 +76,9 @@ TEST(JobDirectoryTest, DestructorRemovesIt) {
     absl::StatusOr<JobDirectory> dir = JobDirectory::Create(kParent, UniqueId("job2"));
     ASSERT_TRUE(dir.ok()) << dir.status();
     JobDirectory moved = std::move(*dir);
-    EXPECT_TRUE(Exists(path));
+    EXPECT_TRUE(PathExists(path));
   }
-  EXPECT_FALSE(Exists(path));
+  EXPECT_FALSE(PathExists(path));
 }
 
 TEST(JobDirectoryTest, RefusesAnExistingDirectory) {
@@ -92,7 +88,7 @@ TEST(JobDirectoryTest, RefusesAnExistingDirectory) {
   absl::StatusOr<JobDirectory> dir = JobDirectory::Create(kParent, id);
   EXPECT_EQ(dir.status().code(), absl::StatusCode::kAlreadyExists);
   EXPECT_THAT(std::string(dir.status().message()), HasSubstr("--job_id " + id));
-  EXPECT_TRUE(Exists(path));  // not ours: left alone
+  EXPECT_TRUE(PathExists(path));  // not ours: left alone
   rmdir(path.c_str());
 }
 

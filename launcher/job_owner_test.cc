@@ -16,14 +16,10 @@
 namespace stoker::launcher {
 namespace {
 
+using ::stoker::launcher::testing::PathExists;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
-
-bool Exists(const std::string& path) {
-  struct stat info;
-  return lstat(path.c_str(), &info) == 0;
-}
 
 void Touch(const std::string& path) { std::ofstream(path) << "x"; }
 
@@ -104,9 +100,9 @@ TEST(JobOwnerRecordTest, TheRecordIsOwnerOnlyAndGoesWithTheObject) {
     EXPECT_EQ(info.st_mode & 0777, 0600);
     EXPECT_EQ(ProcessIdentity::FromText(testing::ReadFileOrEmpty(path))->pid, getpid());
     JobOwnerRecord moved = std::move(*record);
-    EXPECT_TRUE(Exists(path));
+    EXPECT_TRUE(PathExists(path));
   }
-  EXPECT_FALSE(Exists(path));
+  EXPECT_FALSE(PathExists(path));
 }
 
 TEST(JobOwnerRecordTest, ARunningJobKeepsItsId) {
@@ -125,9 +121,9 @@ TEST(JobOwnerRecordTest, TheIdOfADeadJobIsTakenOverAndItsFilesRemoved) {
   LeaveJobFiles(dir, shm, "job1");
   absl::StatusOr<JobOwnerRecord> record = JobOwnerRecord::Create(dir, shm, "job1");
   ASSERT_TRUE(record.ok()) << record.status();
-  EXPECT_FALSE(Exists(absl::StrCat(dir, "/stoker.job1")));
-  EXPECT_FALSE(Exists(absl::StrCat(dir, "/stoker.job1.node0.sock")));
-  EXPECT_FALSE(Exists(absl::StrCat(shm, "/stoker.job1.ring.0")));
+  EXPECT_FALSE(PathExists(absl::StrCat(dir, "/stoker.job1")));
+  EXPECT_FALSE(PathExists(absl::StrCat(dir, "/stoker.job1.node0.sock")));
+  EXPECT_FALSE(PathExists(absl::StrCat(shm, "/stoker.job1.ring.0")));
   EXPECT_EQ(ProcessIdentity::FromText(testing::ReadFileOrEmpty(record->path()))->pid, getpid());
 }
 
@@ -162,9 +158,9 @@ TEST(RemoveStaleJobsTest, OnlyJobsWhoseOwnerIsGoneAreRemoved) {
                           absl::StrCat(dir, "/stoker.dead-job.node0.sock"),
                           absl::StrCat(shm, "/stoker.dead-job.ring.0"),
                           absl::StrCat(dir, "/stoker.dead-job.owner")));
-  EXPECT_TRUE(Exists(absl::StrCat(dir, "/stoker.live-job/data.sock")));
-  EXPECT_TRUE(Exists(absl::StrCat(shm, "/stoker.live-job.ring.0")));
-  EXPECT_TRUE(Exists(absl::StrCat(shm, "/stoker.other-namespace.ring.0")));
+  EXPECT_TRUE(PathExists(absl::StrCat(dir, "/stoker.live-job/data.sock")));
+  EXPECT_TRUE(PathExists(absl::StrCat(shm, "/stoker.live-job.ring.0")));
+  EXPECT_TRUE(PathExists(absl::StrCat(shm, "/stoker.other-namespace.ring.0")));
   EXPECT_THAT(RemoveStaleJobs(dir, shm), IsEmpty());
 }
 

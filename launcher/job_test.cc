@@ -29,17 +29,15 @@ namespace {
 using ::stoker::launcher::testing::IsProcessAlive;
 using ::stoker::launcher::testing::ListEntries;
 using ::stoker::launcher::testing::MakeTempDir;
+using ::stoker::launcher::testing::PathExists;
 using ::stoker::launcher::testing::ReadFileOrEmpty;
 using ::stoker::launcher::testing::ReadPidFiles;
+using ::stoker::launcher::testing::Runfile;
 using ::stoker::launcher::testing::WaitForFile;
 using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
-
-std::string Runfile(const std::string& path) {
-  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/", std::getenv("TEST_WORKSPACE"), "/", path);
-}
 
 std::string SearchPath() {
   const char* path = std::getenv("PATH");
@@ -48,11 +46,6 @@ std::string SearchPath() {
 
 std::vector<std::string> Lines(const std::string& path) {
   return absl::StrSplit(ReadFileOrEmpty(path), '\n', absl::SkipEmpty());
-}
-
-bool Exists(const std::string& path) {
-  struct stat info;
-  return lstat(path.c_str(), &info) == 0;
 }
 
 // Runs jobs made of the fakes in launcher/testing/: fake_data_service, fake_mpirun.sh and
@@ -84,7 +77,7 @@ class JobTest : public ::testing::Test {
     // No process of the job is left, and neither are its files.
     for (pid_t pid : ReadPidFiles(out_)) EXPECT_FALSE(IsProcessAlive(pid)) << "pid " << pid;
     EXPECT_EQ(waitpid(-1, nullptr, WNOHANG), -1) << "a child of the test is left";
-    EXPECT_FALSE(Exists(JobDirectoryPath("/tmp", config_.job_id)));
+    EXPECT_FALSE(PathExists(JobDirectoryPath("/tmp", config_.job_id)));
     EXPECT_THAT(ListEntries("/dev/shm", absl::StrCat("stoker.", config_.job_id, ".")), IsEmpty());
   }
 
@@ -141,7 +134,7 @@ TEST_F(JobTest, AStreamSocketCountsAsReadyToo) {
   SetEnv("STOKER_FAKE_SOCKET_TYPE", "stream");
   JobResult result = Run();
   EXPECT_EQ(result.exit_code, 0) << result.status;
-  EXPECT_TRUE(Exists(out_ + "/trainer.1.pid"));
+  EXPECT_TRUE(PathExists(out_ + "/trainer.1.pid"));
 }
 
 TEST_F(JobTest, NvlsStaysOffWhateverTheEnvironmentSays) {
@@ -166,7 +159,7 @@ TEST_F(JobTest, DataServiceExitingBeforeReadyFailsWithItsCodeAndNoTrainerStarts)
   const pid_t data_service = PidFrom("data_service.pid");
   EXPECT_THAT(std::string(result.status.message()),
               HasSubstr(absl::StrCat("data service (pid ", data_service, ") exited with code 7")));
-  EXPECT_FALSE(Exists(out_ + "/mpirun.pid"));
+  EXPECT_FALSE(PathExists(out_ + "/mpirun.pid"));
 }
 
 TEST_F(JobTest, DataServiceNeverReadyTimesOut) {
@@ -177,7 +170,7 @@ TEST_F(JobTest, DataServiceNeverReadyTimesOut) {
   EXPECT_EQ(result.status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(std::string(result.status.message()), HasSubstr("--ready_timeout"));
   EXPECT_LT(elapsed_, absl::Seconds(5));
-  EXPECT_FALSE(Exists(out_ + "/mpirun.pid"));
+  EXPECT_FALSE(PathExists(out_ + "/mpirun.pid"));
 }
 
 TEST_F(JobTest, DataServiceDyingDuringTrainingStopsMpirunAndNamesIt) {
@@ -191,7 +184,7 @@ TEST_F(JobTest, DataServiceDyingDuringTrainingStopsMpirunAndNamesIt) {
                                      ") exited with code 9 while the trainers were running")));
   EXPECT_LT(elapsed_, absl::Seconds(10));
   // The trainers and their sleeping children had started; TearDown checks they are gone.
-  EXPECT_TRUE(Exists(out_ + "/trainer.1.sleep.pid"));
+  EXPECT_TRUE(PathExists(out_ + "/trainer.1.sleep.pid"));
 }
 
 TEST_F(JobTest, DataServiceKilledBySignalReportsTheSignal) {
@@ -249,8 +242,8 @@ TEST_F(JobTest, ExistingJobDirectoryIsRefusedAndLeftAlone) {
   JobResult result = Run();
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_EQ(result.status.code(), absl::StatusCode::kAlreadyExists);
-  EXPECT_TRUE(Exists(dir));
-  EXPECT_FALSE(Exists(out_ + "/data_service.pid"));
+  EXPECT_TRUE(PathExists(dir));
+  EXPECT_FALSE(PathExists(out_ + "/data_service.pid"));
   rmdir(dir.c_str());
 }
 
@@ -389,7 +382,7 @@ TEST_F(ClusterJobTest, SrunAloneStartsTheRanksWithJobIdAndDatasetOptions) {
   JobResult result = Run();
   EXPECT_TRUE(result.status.ok()) << result.status;
   EXPECT_EQ(result.exit_code, 0);
-  EXPECT_FALSE(Exists(out_ + "/data_service.pid"));
+  EXPECT_FALSE(PathExists(out_ + "/data_service.pid"));
   EXPECT_THAT(Lines(out_ + "/srun.args"),
               ElementsAre("--nodes=1", "--ntasks=2", "--ntasks-per-node=2", "--kill-on-bad-exit=1",
                           "--export=ALL", Runfile("launcher/testing/fake_trainer.sh"),
@@ -405,7 +398,7 @@ TEST_F(ClusterJobTest, NodeSocketsLeftOnThisMachineAreRemoved) {
   { std::ofstream(leftover) << "x"; }
   JobResult result = Run();
   EXPECT_EQ(result.exit_code, 0) << result.status;
-  EXPECT_FALSE(Exists(leftover));
+  EXPECT_FALSE(PathExists(leftover));
 }
 
 TEST_F(ClusterJobTest, FailingRankFailsTheJobWithItsCode) {

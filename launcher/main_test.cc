@@ -26,21 +26,14 @@ namespace {
 using ::stoker::launcher::testing::IsProcessAlive;
 using ::stoker::launcher::testing::ListEntries;
 using ::stoker::launcher::testing::MakeTempDir;
+using ::stoker::launcher::testing::PathExists;
 using ::stoker::launcher::testing::ReadFileOrEmpty;
 using ::stoker::launcher::testing::ReadPidFiles;
+using ::stoker::launcher::testing::Runfile;
 using ::stoker::launcher::testing::WaitForFile;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
-
-std::string Runfile(const std::string& path) {
-  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/", std::getenv("TEST_WORKSPACE"), "/", path);
-}
-
-bool Exists(const std::string& path) {
-  struct stat info;
-  return lstat(path.c_str(), &info) == 0;
-}
 
 class LauncherTest : public ::testing::Test {
  protected:
@@ -51,7 +44,7 @@ class LauncherTest : public ::testing::Test {
 
   void TearDown() override {
     for (pid_t pid : ReadPidFiles(out_)) EXPECT_FALSE(IsProcessAlive(pid)) << "pid " << pid;
-    EXPECT_FALSE(Exists("/tmp/stoker." + job_id_));
+    EXPECT_FALSE(PathExists("/tmp/stoker." + job_id_));
     EXPECT_THAT(ListEntries("/dev/shm", absl::StrCat("stoker.", job_id_, ".")), IsEmpty());
   }
 
@@ -130,7 +123,7 @@ TEST_F(LauncherTest, UsageErrorsExitTwoNamingTheFlag) {
     EXPECT_EQ(Run(LauncherWithFakes(c.args)), ExitStatus::Exited(2)) << c.args[0];
     EXPECT_THAT(Stderr(), HasSubstr(c.message)) << c.args[0];
   }
-  EXPECT_FALSE(Exists(out_ + "/data_service.pid"));
+  EXPECT_FALSE(PathExists(out_ + "/data_service.pid"));
 }
 
 TEST_F(LauncherTest, DryRunPrintsBothCommandsAndStartsNothing) {
@@ -155,7 +148,7 @@ TEST_F(LauncherTest, DryRunPrintsBothCommandsAndStartsNothing) {
   EXPECT_THAT(Stdout(), HasSubstr(absl::StrCat(" ", Runfile("launcher/testing/fake_trainer.sh"),
                                                " --data_socket=", socket,
                                                " --seed=5 --epochs=2 '--model=small cnn'\n")));
-  EXPECT_FALSE(Exists(out_ + "/data_service.pid"));
+  EXPECT_FALSE(PathExists(out_ + "/data_service.pid"));
 }
 
 TEST_F(LauncherTest, DataServiceArgsFollowTheLaunchersDataServiceFlags) {
@@ -280,7 +273,7 @@ TEST_F(LauncherTest, RunsAJobToTheEnd) {
       << Stderr();
   EXPECT_THAT(Stderr(), HasSubstr("running: NCCL_NVLS_ENABLE=0 "));
   EXPECT_THAT(Stderr(), HasSubstr("job " + job_id_ + " finished"));
-  EXPECT_TRUE(Exists(out_ + "/trainer.1.pid"));
+  EXPECT_TRUE(PathExists(out_ + "/trainer.1.pid"));
 }
 
 TEST_F(LauncherTest, GeneratesAJobIdWhenNoneIsGiven) {

@@ -5,7 +5,6 @@
 #include "launcher/node_data_service.h"
 
 #include <mpi.h>
-#include <sys/stat.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -25,18 +24,11 @@ namespace stoker::launcher {
 namespace {
 
 using ::stoker::launcher::testing::IsProcessAlive;
+using ::stoker::launcher::testing::PathExists;
+using ::stoker::launcher::testing::Runfile;
 using ::stoker::launcher::testing::WaitForProcessExit;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-std::string Runfile(const std::string& path) {
-  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/", std::getenv("TEST_WORKSPACE"), "/", path);
-}
-
-bool Exists(const std::string& path) {
-  struct stat info;
-  return lstat(path.c_str(), &info) == 0;
-}
 
 // Every rank's `value`, in rank order.
 template <typename T>
@@ -100,7 +92,7 @@ TEST_F(NodeDataServiceTest, EachNodeRunsItsOwnServiceUnderRankZerosJobIdAndSeed)
   const pid_t pid = node_service.pid();
   ASSERT_TRUE(node_service.Stop().ok());
   MPI_Barrier(MPI_COMM_WORLD);
-  EXPECT_FALSE(Exists(node_service.socket_path()));
+  EXPECT_FALSE(PathExists(node_service.socket_path()));
   if (pid > 0) EXPECT_FALSE(IsProcessAlive(pid));
   EXPECT_EQ(node_service.Stop().code(), absl::StatusCode::kFailedPrecondition);
 }
@@ -117,7 +109,7 @@ TEST_F(NodeDataServiceTest, DestructorWithoutStopEndsTheService) {
   }
   if (pid > 0) EXPECT_TRUE(WaitForProcessExit(pid, absl::Seconds(5)));
   MPI_Barrier(MPI_COMM_WORLD);
-  EXPECT_FALSE(Exists(socket));
+  EXPECT_FALSE(PathExists(socket));
 }
 
 TEST_F(NodeDataServiceTest, StopGivesUpOnALocalRankThatDoesNotComeAndStillEndsTheService) {

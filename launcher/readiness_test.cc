@@ -2,7 +2,6 @@
 
 #include <string>
 
-#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/child_process.h"
@@ -13,11 +12,8 @@ namespace stoker::launcher {
 namespace {
 
 using ::stoker::launcher::testing::MakeTempDir;
+using ::stoker::launcher::testing::Runfile;
 using ::testing::HasSubstr;
-
-std::string Runfile(const std::string& path) {
-  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/", std::getenv("TEST_WORKSPACE"), "/", path);
-}
 
 // The fake data service (launcher/testing/fake_data_service.cc) in `behaviour`, on a fresh
 // socket in /tmp (TEST_TMPDIR may be too long for a socket path).

@@ -19,30 +19,10 @@
 namespace stoker::data_service::image {
 namespace {
 
-using ::stoker::data_service::image::testing::MakeTestDir;
+using ::stoker::data_service::image::testing::ImageCaseDir;
+using ::stoker::data_service::image::testing::LoadFileOrFail;
 using ::stoker::data_service::image::testing::MaxAbsDiff;
-using ::stoker::data_service::image::testing::ReadFileBytes;
 using ::stoker::data_service::image::testing::ReadTable;
-using ::stoker::data_service::image::testing::RunPythonTool;
-
-// Generates the Python cases once per test binary.
-const std::string& CaseDir(const std::string& command) {
-  static auto* dirs = new std::map<std::string, std::string>();
-  auto it = dirs->find(command);
-  if (it == dirs->end()) {
-    const std::string dir = MakeTestDir(command);
-    const absl::Status status = RunPythonTool("make_image_cases.py", {command, dir});
-    EXPECT_TRUE(status.ok()) << status;
-    it = dirs->emplace(command, dir).first;
-  }
-  return it->second;
-}
-
-std::vector<uint8_t> Load(const std::string& path) {
-  auto bytes = ReadFileBytes(path);
-  EXPECT_TRUE(bytes.ok()) << bytes.status();
-  return bytes.ok() ? *bytes : std::vector<uint8_t>();
-}
 
 TEST(DetectImageFormatTest, LooksAtTheBytesOnly) {
   const std::vector<uint8_t> jpeg = {0xff, 0xd8, 0xff, 0xe0, 0, 0};
@@ -70,8 +50,8 @@ TEST(ChooseScaleTest, PicksTheSmallestFactorThatStillCoversTheTarget) {
 }
 
 TEST(ImageDecoderTest, OffersTheScalesTheOptionsAllow) {
-  const std::vector<uint8_t> jpeg = Load(CaseDir("bad") + "/good.jpg");
-  const std::vector<uint8_t> png = Load(CaseDir("bad") + "/good.png");
+  const std::vector<uint8_t> jpeg = LoadFileOrFail(ImageCaseDir("bad") + "/good.jpg");
+  const std::vector<uint8_t> png = LoadFileOrFail(ImageCaseDir("bad") + "/good.png");
   ImageDecoder decoder;
   auto offered = [&](const std::vector<uint8_t>& bytes, DctScaling scaling) {
     DecodeOptions options;
@@ -92,7 +72,7 @@ TEST(ImageDecoderTest, OffersTheScalesTheOptionsAllow) {
 }
 
 TEST(ImageDecoderTest, DecodesEveryKindOfImageLikePillowConvertRgb) {
-  const std::string& dir = CaseDir("formats");
+  const std::string& dir = ImageCaseDir("formats");
   auto table = ReadTable(dir + "/manifest.txt");
   ASSERT_TRUE(table.ok()) << table.status();
   ASSERT_GE(table->size(), 19u);
@@ -100,8 +80,8 @@ TEST(ImageDecoderTest, DecodesEveryKindOfImageLikePillowConvertRgb) {
     const std::string& name = row[0];
     const std::string& kind = row[1];
     SCOPED_TRACE(name);
-    const std::vector<uint8_t> bytes = Load(dir + "/" + name);
-    const std::vector<uint8_t> expected = Load(dir + "/" + name + ".rgb");
+    const std::vector<uint8_t> bytes = LoadFileOrFail(dir + "/" + name);
+    const std::vector<uint8_t> expected = LoadFileOrFail(dir + "/" + name + ".rgb");
     auto image = DecodeImage(bytes);
     ASSERT_TRUE(image.ok()) << image.status();
     ASSERT_EQ(image->rgb.size(), expected.size())
@@ -157,7 +137,7 @@ TEST(ImageDecoderTest, YcckJpegDecodesLikeTurboJpegCmykThroughPillowsFormula) {
 }
 
 TEST(ImageDecoderTest, EveryBadFileIsAClearInvalidArgument) {
-  const std::string& dir = CaseDir("bad");
+  const std::string& dir = ImageCaseDir("bad");
   auto table = ReadTable(dir + "/manifest.txt");
   ASSERT_TRUE(table.ok()) << table.status();
   // Besides the empty file, which has no manifest field issue.
@@ -181,7 +161,7 @@ TEST(ImageDecoderTest, EveryBadFileIsAClearInvalidArgument) {
   for (const auto& row : *table) {
     const std::string& name = row[0];
     SCOPED_TRACE(name);
-    const std::vector<uint8_t> bytes = Load(dir + "/" + name);
+    const std::vector<uint8_t> bytes = LoadFileOrFail(dir + "/" + name);
     auto image = DecodeImage(bytes);
     ASSERT_FALSE(image.ok());
     EXPECT_EQ(image.status().code(), absl::StatusCode::kInvalidArgument) << image.status();
@@ -194,7 +174,7 @@ TEST(ImageDecoderTest, EveryBadFileIsAClearInvalidArgument) {
 // Note [JPEG warnings]: stray bytes before the EOI marker or between header segments
 // leave the pixels intact and are tolerated.
 TEST(ImageDecoderTest, StrayBytesOutsideTheImageDataAreTolerated) {
-  const std::vector<uint8_t> good = Load(CaseDir("bad") + "/good.jpg");
+  const std::vector<uint8_t> good = LoadFileOrFail(ImageCaseDir("bad") + "/good.jpg");
   auto reference = DecodeImage(good);
   ASSERT_TRUE(reference.ok()) << reference.status();
   ASSERT_GE(good.size(), 4u);
@@ -216,7 +196,7 @@ TEST(ImageDecoderTest, StrayBytesOutsideTheImageDataAreTolerated) {
 }
 
 TEST(ImageDecoderTest, PixelLimitIsCheckedFromTheHeader) {
-  const std::vector<uint8_t> bytes = Load(CaseDir("bad") + "/good.jpg");  // 160 x 120
+  const std::vector<uint8_t> bytes = LoadFileOrFail(ImageCaseDir("bad") + "/good.jpg");  // 160 x 120
   DecodeOptions options;
   options.max_pixels = 160 * 120;
   EXPECT_TRUE(DecodeImage(bytes, options).ok());
@@ -290,11 +270,11 @@ INSTANTIATE_TEST_SUITE_P(Reconstruction, RegionDecodeTest, ::testing::Values(fal
 
 TEST_P(RegionDecodeTest, RegionDecodeEqualsTheSameRegionOfAFullDecode) {
   const bool fast = GetParam();
-  const std::string& dir = CaseDir("formats");
+  const std::string& dir = ImageCaseDir("formats");
   std::vector<std::pair<std::string, std::vector<uint8_t>>> cases;
   for (const char* name : {"rgb420.jpg", "rgb422.jpg", "rgb444.jpg", "progressive.jpg",
                            "gray.jpg", "cmyk.jpg", "odd.jpg", "rgb.png", "interlaced.png"}) {
-    cases.emplace_back(name, Load(dir + "/" + name));
+    cases.emplace_back(name, LoadFileOrFail(dir + "/" + name));
   }
   cases.emplace_back("turbojpeg 4:4:0", EncodeJpeg(83, 61, TJSAMP_440));
   cases.emplace_back("turbojpeg 4:1:1", EncodeJpeg(83, 61, TJSAMP_411));
@@ -340,12 +320,12 @@ TEST_P(RegionDecodeTest, RegionDecodeEqualsTheSameRegionOfAFullDecode) {
 
 // Decode(..., keep_rows): every row handed over is still intact keep_rows rows later.
 TEST(ImageDecoderTest, KeptRowsStayValidForTheRowsPromised) {
-  const std::string& dir = CaseDir("formats");
+  const std::string& dir = ImageCaseDir("formats");
   ImageDecoder decoder;
   for (const char* name : {"rgb420.jpg", "progressive.jpg", "cmyk.jpg", "rgb.png",
                            "interlaced.png"}) {
     SCOPED_TRACE(name);
-    const std::vector<uint8_t> bytes = Load(dir + "/" + name);
+    const std::vector<uint8_t> bytes = LoadFileOrFail(dir + "/" + name);
     auto header = decoder.ReadHeader(bytes, DecodeOptions{});
     ASSERT_TRUE(header.ok()) << header.status();
     std::vector<uint8_t> full;
@@ -380,9 +360,9 @@ TEST(ImageDecoderTest, KeptRowsStayValidForTheRowsPromised) {
 }
 
 TEST(ImageDecoderTest, StaysUsableAfterErrors) {
-  const std::string& bad = CaseDir("bad");
-  const std::vector<uint8_t> good_jpeg = Load(bad + "/good.jpg");
-  const std::vector<uint8_t> good_png = Load(bad + "/good.png");
+  const std::string& bad = ImageCaseDir("bad");
+  const std::vector<uint8_t> good_jpeg = LoadFileOrFail(bad + "/good.jpg");
+  const std::vector<uint8_t> good_png = LoadFileOrFail(bad + "/good.png");
   auto fresh_jpeg = DecodeImage(good_jpeg);
   auto fresh_png = DecodeImage(good_png);
   ASSERT_TRUE(fresh_jpeg.ok() && fresh_png.ok());
@@ -391,7 +371,7 @@ TEST(ImageDecoderTest, StaysUsableAfterErrors) {
   for (const char* name : {"truncated.jpg", "corrupt_huffman.jpg", "truncated.png",
                            "bad_crc.png", "bomb.jpg", "corrupt_scan.jpg"}) {
     SCOPED_TRACE(name);
-    const std::vector<uint8_t> bytes = Load(bad + "/" + name);
+    const std::vector<uint8_t> bytes = LoadFileOrFail(bad + "/" + name);
     auto header = decoder.ReadHeader(bytes, DecodeOptions());
     if (header.ok()) {
       EXPECT_FALSE(decoder.Decode(ScaleFactor{1, 1},
@@ -440,12 +420,12 @@ TEST(ImageDecoderTest, EachImageIsDecodedWithItsOwnTables) {
 
 // A small deterministic fuzz run: mutated JPEGs and PNGs must decode or fail cleanly.
 TEST(ImageDecoderTest, MutatedFilesNeverCrash) {
-  const std::string& bad = CaseDir("bad");
+  const std::string& bad = ImageCaseDir("bad");
   std::mt19937 gen(5);
   int failures = 0;
   int successes = 0;
   for (const char* name : {"good.jpg", "good.png"}) {
-    const std::vector<uint8_t> good = Load(bad + "/" + name);
+    const std::vector<uint8_t> good = LoadFileOrFail(bad + "/" + name);
     for (int trial = 0; trial < 400; ++trial) {
       std::vector<uint8_t> bytes = good;
       const int kind = trial % 4;

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <map>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -20,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/testing/python_runner.h"
+#include "gtest/gtest.h"
 
 namespace stoker::data_service::image::testing {
 namespace {
@@ -87,11 +89,32 @@ absl::Status RunPythonTool(const std::string& script, const std::vector<std::str
   return absl::OkStatus();
 }
 
+const std::string& ImageCaseDir(const std::string& command,
+                                const std::vector<std::string>& extra) {
+  static auto* dirs = new std::map<std::string, std::string>();
+  auto it = dirs->find(command);
+  if (it == dirs->end()) {
+    const std::string dir = MakeTestDir(command);
+    std::vector<std::string> args = {command, dir};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const absl::Status status = RunPythonTool("make_image_cases.py", args);
+    EXPECT_TRUE(status.ok()) << status;
+    it = dirs->emplace(command, dir).first;
+  }
+  return it->second;
+}
+
 absl::StatusOr<std::vector<uint8_t>> ReadFileBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(in),
                               std::istreambuf_iterator<char>());
+}
+
+std::vector<uint8_t> LoadFileOrFail(const std::string& path) {
+  auto bytes = ReadFileBytes(path);
+  EXPECT_TRUE(bytes.ok()) << bytes.status();
+  return bytes.ok() ? *bytes : std::vector<uint8_t>();
 }
 
 absl::StatusOr<std::vector<std::vector<std::string>>> ReadTable(const std::string& path) {

@@ -24,7 +24,16 @@ std::string MakeTestDir(const std::string& name);
 absl::Status RunPythonTool(const std::string& script, const std::vector<std::string>& args,
                            absl::Duration timeout = absl::Minutes(4));
 
+// The directory that `make_image_cases.py <command> <dir> <extra...>` wrote its cases into.
+// Runs the generator the first time `command` is asked for in this test binary; a failure
+// to run it is a test failure. Not thread-safe.
+const std::string& ImageCaseDir(const std::string& command,
+                                const std::vector<std::string>& extra = {});
+
 absl::StatusOr<std::vector<uint8_t>> ReadFileBytes(const std::string& path);
+
+// The bytes of the file at `path`; empty, and a test failure, when it cannot be read.
+std::vector<uint8_t> LoadFileOrFail(const std::string& path);
 
 // Whitespace-separated fields of each non-empty line of a text file.
 absl::StatusOr<std::vector<std::vector<std::string>>> ReadTable(const std::string& path);

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,36 +20,13 @@
 namespace stoker::data_service::image {
 namespace {
 
-using ::stoker::data_service::image::testing::MakeTestDir;
+using ::stoker::data_service::image::testing::ImageCaseDir;
+using ::stoker::data_service::image::testing::LoadFileOrFail;
 using ::stoker::data_service::image::testing::MaxAbsDiff;
 using ::stoker::data_service::image::testing::Psnr;
-using ::stoker::data_service::image::testing::ReadFileBytes;
 using ::stoker::data_service::image::testing::ReadTable;
-using ::stoker::data_service::image::testing::RunPythonTool;
 
 constexpr int kRrcDraws = 20000;
-
-// Runs the Python generator once per command and test binary.
-const std::string& CaseDir(const std::string& command,
-                           const std::vector<std::string>& extra = {}) {
-  static auto* dirs = new std::map<std::string, std::string>();
-  auto it = dirs->find(command);
-  if (it == dirs->end()) {
-    const std::string dir = MakeTestDir(command);
-    std::vector<std::string> args = {command, dir};
-    args.insert(args.end(), extra.begin(), extra.end());
-    const absl::Status status = RunPythonTool("make_image_cases.py", args);
-    EXPECT_TRUE(status.ok()) << status;
-    it = dirs->emplace(command, dir).first;
-  }
-  return it->second;
-}
-
-std::vector<uint8_t> Load(const std::string& path) {
-  auto bytes = ReadFileBytes(path);
-  EXPECT_TRUE(bytes.ok()) << bytes.status();
-  return bytes.ok() ? *bytes : std::vector<uint8_t>();
-}
 
 int ToInt(const std::string& s) {
   int v = 0;
@@ -131,7 +107,7 @@ bool CloseToPillow(const std::vector<uint8_t>& out, const std::vector<uint8_t>& 
 // within one level (Note [Pillow pass order]); JPEGs, decoded with DCT-domain downscaling
 // that Pillow does not do, at >= 30 dB PSNR.
 TEST(DecodeAndTransformTest, EvalMatchesTorchvisionResizeCenterCrop) {
-  const std::string& dir = CaseDir("eval");
+  const std::string& dir = ImageCaseDir("eval");
   auto table = ReadTable(dir + "/manifest.txt");
   ASSERT_TRUE(table.ok()) << table.status();
   ASSERT_GE(table->size(), 20u);
@@ -141,8 +117,8 @@ TEST(DecodeAndTransformTest, EvalMatchesTorchvisionResizeCenterCrop) {
   for (const auto& row : *table) {
     const std::string& name = row[0];
     SCOPED_TRACE(name);
-    const std::vector<uint8_t> bytes = Load(dir + "/" + name);
-    const std::vector<uint8_t> expected = Load(dir + "/" + name + ".rgb");
+    const std::vector<uint8_t> bytes = LoadFileOrFail(dir + "/" + name);
+    const std::vector<uint8_t> expected = LoadFileOrFail(dir + "/" + name + ".rgb");
     ASSERT_EQ(expected.size(), out.size());
     // Every JPEG scale choice must hold the bar, the default's and all of them.
     if (!EndsWith(name, ".png")) {
@@ -201,7 +177,7 @@ TEST(DecodeAndTransformTest, EvalMatchesTorchvisionResizeCenterCrop) {
 // RandomResizedCrop's resize of a given crop, and the flip, against torchvision's
 // F.resized_crop + F.horizontal_flip: within one level on PNG, >= 30 dB on JPEG.
 TEST(DecodeAndTransformTest, TrainMatchesTorchvisionResizedCropAndFlip) {
-  const std::string& dir = CaseDir("train");
+  const std::string& dir = ImageCaseDir("train");
   auto table = ReadTable(dir + "/manifest.txt");
   ASSERT_TRUE(table.ok()) << table.status();
   ASSERT_GE(table->size(), 40u);
@@ -219,8 +195,8 @@ TEST(DecodeAndTransformTest, TrainMatchesTorchvisionResizedCropAndFlip) {
     params.flip = row[6] == "1";
     SCOPED_TRACE(absl::StrCat(name, " crop ", row[4], "x", row[5], " at (", row[3], ",",
                               row[2], ") flip ", row[6]));
-    const std::vector<uint8_t> bytes = Load(dir + "/" + name);
-    const std::vector<uint8_t> expected = Load(dir + "/" + row[1]);
+    const std::vector<uint8_t> bytes = LoadFileOrFail(dir + "/" + name);
+    const std::vector<uint8_t> expected = LoadFileOrFail(dir + "/" + row[1]);
     TransformTrace trace;
     const absl::Status status =
         DecodeAndTransformWithParams(bytes, spec, params, scratch, out.data(), &trace);
@@ -303,7 +279,7 @@ double KsStatistic(std::vector<double> a, std::vector<double> b) {
 // Kolmogorov-Smirnov distance of the area and log-ratio distributions must stay below
 // the critical value for p = 1e-4, 2.23 * sqrt(2 / n) = 0.0223.
 TEST(SampleTrainParamsTest, BoxDistributionMatchesTorchvision) {
-  const std::string& dir = CaseDir("rrc", {std::to_string(kRrcDraws)});
+  const std::string& dir = ImageCaseDir("rrc", {std::to_string(kRrcDraws)});
   auto table = ReadTable(dir + "/manifest.txt");
   ASSERT_TRUE(table.ok()) << table.status();
   ASSERT_GE(table->size(), 5u);
@@ -372,8 +348,8 @@ TEST(SampleTrainParamsTest, BoxDistributionMatchesTorchvision) {
 // Determinism, errors, memory.
 
 TEST(DecodeAndTransformTest, SameKeyGivesIdenticalOutputAndOtherKeysDiffer) {
-  const std::string& dir = CaseDir("eval");
-  const std::vector<uint8_t> bytes = Load(dir + "/eval_500x375.jpg");
+  const std::string& dir = ImageCaseDir("eval");
+  const std::vector<uint8_t> bytes = LoadFileOrFail(dir + "/eval_500x375.jpg");
   const TransformSpec spec = TransformSpec::Train(224);
   TransformScratch scratch_a, scratch_b;
   std::vector<uint8_t> a(224 * 224 * 3), b(224 * 224 * 3), other(224 * 224 * 3);
@@ -398,19 +374,19 @@ TEST(DecodeAndTransformTest, SameKeyGivesIdenticalOutputAndOtherKeysDiffer) {
 }
 
 TEST(DecodeAndTransformTest, BadInputsAreInvalidArgument) {
-  const std::string& bad = CaseDir("bad");
+  const std::string& bad = ImageCaseDir("bad");
   TransformScratch scratch;
   std::vector<uint8_t> out(224 * 224 * 3);
   for (const TransformSpec& spec : {TransformSpec::Eval(256, 224), TransformSpec::Train(224)}) {
     for (const char* name : {"empty.jpg", "text.jpg", "truncated.jpg", "corrupt_scan.jpg",
                              "bomb.jpg", "bomb.png", "truncated.png"}) {
       SCOPED_TRACE(name);
-      const absl::Status status = DecodeAndTransform(Load(bad + "/" + name), spec,
+      const absl::Status status = DecodeAndTransform(LoadFileOrFail(bad + "/" + name), spec,
                                                      SampleKey{1, 0, 0}, scratch, out.data());
       EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
     }
   }
-  const std::vector<uint8_t> good = Load(bad + "/good.jpg");  // 160 x 120
+  const std::vector<uint8_t> good = LoadFileOrFail(bad + "/good.jpg");  // 160 x 120
   TrainParams outside;
   outside.crop = CropBox{100, 100, 30, 61};
   EXPECT_EQ(DecodeAndTransformWithParams(good, TransformSpec::Train(224), outside, scratch,
@@ -472,11 +448,11 @@ TEST(DecodeAndTransformTest, TinyAndExtremeImagesGiveTheirColour) {
 }
 
 TEST(TransformScratchTest, StopsGrowingOnceWarm) {
-  const std::string& dir = CaseDir("eval");
+  const std::string& dir = ImageCaseDir("eval");
   auto table = ReadTable(dir + "/manifest.txt");
   ASSERT_TRUE(table.ok());
   std::vector<std::vector<uint8_t>> files;
-  for (const auto& row : *table) files.push_back(Load(dir + "/" + row[0]));
+  for (const auto& row : *table) files.push_back(LoadFileOrFail(dir + "/" + row[0]));
   TransformScratch scratch;
   std::vector<uint8_t> out(224 * 224 * 3);
   size_t warm = 0;

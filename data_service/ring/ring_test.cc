@@ -63,6 +63,36 @@ std::string Check(const RingLayout& layout, const ReadableSlot& slot, uint64_t p
 
 int CountFor(uint64_t position, int batch) { return 1 + static_cast<int>(position % batch); }
 
+// Fills `slot` with `count` samples and publishes it under the epoch and step that Check
+// expects of its position.
+absl::Status FillAndPublish(RingProducer& producer, const WritableSlot& slot, int count) {
+  Fill(producer.layout(), slot, count);
+  return producer.Publish(slot, slot.position / 10, slot.position % 10, count);
+}
+
+// Claims the next slot without waiting, then fills and publishes it with `count` samples.
+absl::StatusOr<WritableSlot> PublishNext(RingProducer& producer, int count) {
+  auto slot = producer.Claim(absl::ZeroDuration());
+  if (!slot.ok()) return slot.status();
+  if (absl::Status published = FillAndPublish(producer, *slot, count); !published.ok()) {
+    return published;
+  }
+  return slot;
+}
+
+// Acquires the next batch without waiting; an error unless it is the intact batch at
+// `position` with `count` samples.
+absl::StatusOr<ReadableSlot> AcquireIntact(RingConsumer& consumer, uint64_t position,
+                                           int count) {
+  auto slot = consumer.Acquire(absl::ZeroDuration());
+  if (!slot.ok()) return slot.status();
+  if (std::string problem = Check(consumer.layout(), *slot, position, count);
+      !problem.empty()) {
+    return absl::DataLossError(problem);
+  }
+  return slot;
+}
+
 class RingTest : public ::testing::Test {
  protected:
   void MakeRing(RingGeometry geometry) {
@@ -119,15 +149,12 @@ TEST_F(RingTest, OneProducerAndOneConsumerPassBatchesInOrder) {
   RingProducer producer = Producer();
   RingConsumer consumer = Consumer();
   for (uint64_t p = 0; p < 3; ++p) {
-    auto slot = producer.Claim(absl::ZeroDuration());
+    auto slot = PublishNext(producer, CountFor(p, 3));
     ASSERT_TRUE(slot.ok()) << slot.status();
-    Fill(producer.layout(), *slot, CountFor(p, 3));
-    ASSERT_TRUE(producer.Publish(*slot, p / 10, p % 10, CountFor(p, 3)).ok());
   }
   for (uint64_t p = 0; p < 3; ++p) {
-    auto slot = consumer.Acquire(absl::ZeroDuration());
+    auto slot = AcquireIntact(consumer, p, CountFor(p, 3));
     ASSERT_TRUE(slot.ok()) << slot.status();
-    EXPECT_EQ(Check(consumer.layout(), *slot, p, CountFor(p, 3)), "");
     EXPECT_EQ(slot->slot, static_cast<int32_t>(p));
     EXPECT_TRUE(consumer.Release(slot->slot).ok());
   }
@@ -138,14 +165,11 @@ TEST_F(RingTest, WrapsAroundManyTimes) {
   RingProducer producer = Producer();
   RingConsumer consumer = Consumer();
   for (uint64_t p = 0; p < 100; ++p) {
-    auto w = producer.Claim(absl::ZeroDuration());
+    auto w = PublishNext(producer, CountFor(p, 2));
     ASSERT_TRUE(w.ok()) << w.status();
     EXPECT_EQ(w->slot, static_cast<int32_t>(p % 3));
-    Fill(producer.layout(), *w, CountFor(p, 2));
-    ASSERT_TRUE(producer.Publish(*w, p / 10, p % 10, CountFor(p, 2)).ok());
-    auto r = consumer.Acquire(absl::ZeroDuration());
+    auto r = AcquireIntact(consumer, p, CountFor(p, 2));
     ASSERT_TRUE(r.ok()) << r.status();
-    ASSERT_EQ(Check(consumer.layout(), *r, p, CountFor(p, 2)), "");
     ASSERT_TRUE(consumer.Release(r->slot).ok());
   }
 }
@@ -155,15 +179,12 @@ TEST_F(RingTest, SingleSlotRingAlternates) {
   RingProducer producer = Producer();
   RingConsumer consumer = Consumer();
   for (uint64_t p = 0; p < 10; ++p) {
-    auto w = producer.Claim(absl::ZeroDuration());
+    auto w = PublishNext(producer, 1);
     ASSERT_TRUE(w.ok()) << w.status();
-    Fill(producer.layout(), *w, 1);
-    ASSERT_TRUE(producer.Publish(*w, p / 10, p % 10, 1).ok());
     EXPECT_EQ(producer.Claim(absl::ZeroDuration()).status().code(),
               absl::StatusCode::kDeadlineExceeded);
-    auto r = consumer.Acquire(absl::ZeroDuration());
+    auto r = AcquireIntact(consumer, p, 1);
     ASSERT_TRUE(r.ok()) << r.status();
-    ASSERT_EQ(Check(consumer.layout(), *r, p, 1), "");
     EXPECT_EQ(consumer.Acquire(absl::ZeroDuration()).status().code(),
               absl::StatusCode::kFailedPrecondition);
     ASSERT_TRUE(consumer.Release(r->slot).ok());
@@ -175,10 +196,7 @@ TEST_F(RingTest, FullRingBlocksProducerUntilTimeout) {
   RingProducer producer = Producer();
   RingConsumer consumer = Consumer();
   for (uint64_t p = 0; p < 2; ++p) {
-    auto w = producer.Claim(absl::ZeroDuration());
-    ASSERT_TRUE(w.ok());
-    Fill(producer.layout(), *w, 1);
-    ASSERT_TRUE(producer.Publish(*w, 0, p, 1).ok());
+    ASSERT_TRUE(PublishNext(producer, 1).ok());
   }
   const absl::Time start = absl::Now();
   auto blocked = producer.Claim(absl::Milliseconds(200));
@@ -199,10 +217,7 @@ TEST_F(RingTest, ReleaseWakesABlockedProducer) {
   MakeRing({1, 1, 2});
   RingProducer producer = Producer();
   RingConsumer consumer = Consumer();
-  auto w = producer.Claim(absl::ZeroDuration());
-  ASSERT_TRUE(w.ok());
-  Fill(producer.layout(), *w, 1);
-  ASSERT_TRUE(producer.Publish(*w, 0, 0, 1).ok());
+  ASSERT_TRUE(PublishNext(producer, 1).ok());
   auto r = consumer.Acquire(absl::ZeroDuration());
   ASSERT_TRUE(r.ok());
   std::thread releaser([&] {
@@ -229,8 +244,7 @@ TEST_F(RingTest, EmptyRingBlocksConsumerUntilDeadlineExceeded) {
   ASSERT_TRUE(w.ok());
   EXPECT_EQ(consumer.Acquire(absl::Milliseconds(20)).status().code(),
             absl::StatusCode::kDeadlineExceeded);
-  Fill(producer.layout(), *w, 1);
-  ASSERT_TRUE(producer.Publish(*w, 0, 0, 1).ok());
+  ASSERT_TRUE(FillAndPublish(producer, *w, 1).ok());
   EXPECT_TRUE(consumer.Acquire(absl::ZeroDuration()).ok());
 }
 
@@ -239,10 +253,7 @@ TEST_F(RingTest, SlotsMayBeReleasedOutOfOrder) {
   RingProducer producer = Producer();
   RingConsumer consumer = Consumer();
   for (uint64_t p = 0; p < 3; ++p) {
-    auto w = producer.Claim(absl::ZeroDuration());
-    ASSERT_TRUE(w.ok());
-    Fill(producer.layout(), *w, 1);
-    ASSERT_TRUE(producer.Publish(*w, 0, p, 1).ok());
+    ASSERT_TRUE(PublishNext(producer, 1).ok());
   }
   auto a = consumer.Acquire(absl::ZeroDuration());
   auto b = consumer.Acquire(absl::ZeroDuration());
@@ -261,10 +272,7 @@ TEST_F(RingTest, DoubleReleaseIsAnError) {
   MakeRing({2, 1, 2});
   RingProducer producer = Producer();
   RingConsumer consumer = Consumer();
-  auto w = producer.Claim(absl::ZeroDuration());
-  ASSERT_TRUE(w.ok());
-  Fill(producer.layout(), *w, 1);
-  ASSERT_TRUE(producer.Publish(*w, 0, 0, 1).ok());
+  ASSERT_TRUE(PublishNext(producer, 1).ok());
   auto r = consumer.Acquire(absl::ZeroDuration());
   ASSERT_TRUE(r.ok());
   ASSERT_TRUE(consumer.Release(r->slot).ok());

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -82,6 +83,15 @@ std::string MakeTempDir(absl::string_view tag) {
   std::string pattern = absl::StrCat(root != nullptr ? root : "/tmp", "/", tag, ".XXXXXX");
   if (mkdtemp(pattern.data()) == nullptr) return "";
   return pattern;
+}
+
+bool PathExists(absl::string_view path) {
+  struct stat info;
+  return lstat(std::string(path).c_str(), &info) == 0;
+}
+
+std::string Runfile(absl::string_view path) {
+  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/", std::getenv("TEST_WORKSPACE"), "/", path);
 }
 
 }  // namespace stoker::launcher::testing

@@ -1,5 +1,5 @@
 // Test helpers that look at processes and files from the outside: whether a pid still runs,
-// the pids that fakes wrote to files, waiting for a file to appear.
+// the pids that fakes wrote to files, waiting for a file to appear, where runfiles lie.
 #ifndef STOKER_LAUNCHER_TESTING_PROCESS_PROBE_H_
 #define STOKER_LAUNCHER_TESTING_PROCESS_PROBE_H_
 
@@ -33,6 +33,12 @@ std::vector<std::string> ListEntries(absl::string_view dir, absl::string_view pr
 
 // Creates a fresh directory under TEST_TMPDIR (or /tmp) and returns its path.
 std::string MakeTempDir(absl::string_view tag);
+
+// True if anything (a file, directory, socket or dangling link) is at `path`.
+bool PathExists(absl::string_view path);
+
+// The absolute path of the runfile at `path`, relative to the workspace root.
+std::string Runfile(absl::string_view path);
 
 }  // namespace stoker::launcher::testing
 

@@ -29,6 +29,13 @@ struct Net : torch::nn::Module {
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
 };
 
+// Sets the parameters of `to` to those of `from`.
+void CopyParameters(Net& from, Net& to) {
+  torch::NoGradGuard no_grad;
+  auto a = from.parameters(), b = to.parameters();
+  for (size_t i = 0; i < a.size(); ++i) b[i].copy_(a[i]);
+}
+
 std::pair<std::vector<at::Tensor>, std::vector<std::string>> Parameters(Net& net) {
   std::vector<at::Tensor> params;
   std::vector<std::string> names;
@@ -48,11 +55,7 @@ TEST(GradBucketsTest, BucketedMpiAverageEqualsUnionGradient) {
   torch::manual_seed(7);
   Net net;
   Net reference;
-  {
-    torch::NoGradGuard no_grad;
-    auto a = net.parameters(), b = reference.parameters();
-    for (size_t i = 0; i < a.size(); ++i) b[i].copy_(a[i]);
-  }
+  CopyParameters(net, reference);
   const int per_rank = 6;
   at::Tensor images = at::randn({per_rank * world, 3, 8, 8});
   at::Tensor labels = at::randint(0, 5, {per_rank * world}, at::kLong);
@@ -116,11 +119,7 @@ TEST(GradBucketsTest, OneRankKeepsAutogradGradientsAndAccumulates) {
   torch::manual_seed(5);
   Net net;
   Net reference;
-  {
-    torch::NoGradGuard no_grad;
-    auto a = net.parameters(), b = reference.parameters();
-    for (size_t i = 0; i < a.size(); ++i) b[i].copy_(a[i]);
-  }
+  CopyParameters(net, reference);
   auto [params, names] = Parameters(net);
   auto buckets = GradBuckets::Create(params, names, 2048, comm->get());
   ASSERT_TRUE(buckets.ok());

@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 #include <torch/optim/adamw.h>
+#include <torch/optim/optimizer.h>
 #include <torch/optim/sgd.h>
 
 #include "gtest/gtest.h"
@@ -39,6 +40,19 @@ void ExpectSame(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>&
   }
 }
 
+// Takes five steps of `fused` over `mine` and of `torch_optimizer` over `reference`, with
+// the same gradients, and expects the same parameters.
+void ExpectSameAfterFiveSteps(std::vector<at::Tensor>& mine, FusedOptimizer& fused,
+                              std::vector<at::Tensor>& reference,
+                              torch::optim::Optimizer& torch_optimizer) {
+  for (int step = 0; step < 5; ++step) {
+    SetGradients(mine, reference, step);
+    fused.Step();
+    torch_optimizer.step();
+  }
+  ExpectSame(mine, reference);
+}
+
 TEST(FusedOptimizerTest, SgdWithMomentumAndWeightDecayMatchesTorchOptim) {
   std::vector<at::Tensor> mine = MakeParameters(), reference = Clone(mine);
   OptimizerOptions options;
@@ -49,12 +63,7 @@ TEST(FusedOptimizerTest, SgdWithMomentumAndWeightDecayMatchesTorchOptim) {
   auto fused = FusedOptimizer::Create(mine, options);
   ASSERT_TRUE(fused.ok()) << fused.status();
   torch::optim::SGD sgd(reference, torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-3));
-  for (int step = 0; step < 5; ++step) {
-    SetGradients(mine, reference, step);
-    (*fused)->Step();
-    sgd.step();
-  }
-  ExpectSame(mine, reference);
+  ExpectSameAfterFiveSteps(mine, **fused, reference, sgd);
 }
 
 TEST(FusedOptimizerTest, AdamWMatchesTorchOptim) {
@@ -66,12 +75,7 @@ TEST(FusedOptimizerTest, AdamWMatchesTorchOptim) {
   auto fused = FusedOptimizer::Create(mine, options);
   ASSERT_TRUE(fused.ok()) << fused.status();
   torch::optim::AdamW adamw(reference, torch::optim::AdamWOptions(1e-2).weight_decay(1e-2));
-  for (int step = 0; step < 5; ++step) {
-    SetGradients(mine, reference, step);
-    (*fused)->Step();
-    adamw.step();
-  }
-  ExpectSame(mine, reference);
+  ExpectSameAfterFiveSteps(mine, **fused, reference, adamw);
 }
 
 TEST(FusedOptimizerTest, BadHyperParametersNameTheFlag) {

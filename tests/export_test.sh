@@ -16,7 +16,7 @@ job="export-$$-$RANDOM"
 assert_nothing_left "$job"
 [[ -f "$out/resnet18.pt" ]] || { echo "FAIL: no exported weights"; exit 1; }
 checkpoint=$(ls "$out"/ckpt/ckpt-*.stoker | tail -n 1)
-"$root/trainer/checkpoint_logits" --checkpoint="$checkpoint" --model=resnet18 --num_classes=10 \
+"$root/trainer/checkpoint/checkpoint_logits" --checkpoint="$checkpoint" --model=resnet18 --num_classes=10 \
   --image_size=32 --batch=4 --input_out="$out/x.f32" --logits_out="$out/y.f32"
 
 "$(stoker_python)" - "$out/resnet18.pt" "$out/x.f32" "$out/y.f32" <<'PY'

@@ -336,9 +336,11 @@ absl::StatusOr<TrainingOutcome> Trainer::Finish() {
   }
   RunSummary summary;
   if (context_.rank0() && trains && !o_.report.export_path.empty()) {
+    const Clock::time_point start = Clock::now();
     ASSIGN_OR_RETURN(std::string weights, PickleStateDict(trained_->model()));
     absl::Status written = WriteFileAtomically(o_.report.export_path, weights);
     if (!written.ok()) return absl::Status(written.code(), absl::StrCat("--export: ", written.message()));
+    reporter_->ExcludeSince(start);  // writing the weights is not training
     summary.exported = o_.report.export_path;
   }
   summary.global_step = global_step_;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/torch_status.h"
+#include "trainer/device.h"
 #include "trainer/stop_vote.h"
 
 namespace stoker::trainer {
@@ -69,10 +70,9 @@ absl::StatusOr<ValidationResult> ValidationTally::Reduce(Communicator& host_comm
 
 absl::StatusOr<int> RunValidationPass(ImageClassifier& model, ValidationPass& pass, int64_t epoch,
                                       const RunContext& context, Communicator& host, ValidationResult* result) {
-  const at::Device device = context.use_cuda ? at::Device(at::kCUDA, context.cuda_device) : at::Device(at::kCPU);
   model.eval();
   absl::Cleanup back_to_training = [&model] { model.train(); };
-  ValidationTally tally(device);
+  ValidationTally tally(TrainingDevice(context));
   {
     c10::InferenceMode inference;
     for (int64_t s = 0; s < pass.batches; ++s) {

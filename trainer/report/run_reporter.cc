@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <initializer_list>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -24,6 +26,13 @@ bool ProgressInPlace(ProgressMode mode) {
   if (mode != ProgressMode::kAuto) return mode == ProgressMode::kInPlace;
   const char* env = std::getenv("STOKER_PROGRESS_IN_PLACE");
   return isatty(STDERR_FILENO) != 0 || (env != nullptr && std::string(env) == "1");
+}
+
+// Writes each (tag, value) of `scalars`, in order, at `step`.
+absl::Status AddScalars(TensorBoardWriter& writer,
+                        std::initializer_list<std::pair<absl::string_view, double>> scalars, int64_t step) {
+  for (const auto& [tag, value] : scalars) RETURN_IF_ERROR(writer.AddScalar(tag, value, step));
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -145,10 +154,12 @@ absl::Status RunReporter::Progress(const TrainProgress& p) {
     RETURN_IF_ERROR(jsonl_->Write(record));
   }
   if (tensorboard_ != nullptr) {
-    RETURN_IF_ERROR(tensorboard_->AddScalar("train/loss", p.loss, p.global_step));
-    RETURN_IF_ERROR(tensorboard_->AddScalar("train/lr", p.learning_rate, p.global_step));
-    RETURN_IF_ERROR(tensorboard_->AddScalar("train/images_per_second", images_per_second, p.global_step));
-    RETURN_IF_ERROR(tensorboard_->AddScalar("train/data_wait_share", data_wait, p.global_step));
+    RETURN_IF_ERROR(AddScalars(*tensorboard_,
+                               {{"train/loss", p.loss},
+                                {"train/lr", p.learning_rate},
+                                {"train/images_per_second", images_per_second},
+                                {"train/data_wait_share", data_wait}},
+                               p.global_step));
     if (has_norm) RETURN_IF_ERROR(tensorboard_->AddScalar("train/grad_norm", p.grad_norm, p.global_step));
   }
   return absl::OkStatus();
@@ -190,9 +201,8 @@ absl::Status RunReporter::Validation(int64_t epoch, int64_t global_step, const V
                                       .Add("time", UnixSeconds())));
   }
   if (tensorboard_ != nullptr) {
-    RETURN_IF_ERROR(tensorboard_->AddScalar("val/top1", scores.top1, global_step));
-    RETURN_IF_ERROR(tensorboard_->AddScalar("val/top5", scores.top5, global_step));
-    RETURN_IF_ERROR(tensorboard_->AddScalar("val/loss", scores.loss, global_step));
+    RETURN_IF_ERROR(AddScalars(
+        *tensorboard_, {{"val/top1", scores.top1}, {"val/top5", scores.top5}, {"val/loss", scores.loss}}, global_step));
   }
   return absl::OkStatus();
 }

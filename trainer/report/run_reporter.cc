@@ -28,6 +28,15 @@ bool ProgressInPlace(ProgressMode mode) {
   return isatty(STDERR_FILENO) != 0 || (env != nullptr && std::string(env) == "1");
 }
 
+// Adds the fields that end the "train" and "end" records, in this order.
+JsonObject& AddRatesAndTime(JsonObject& record, double images_per_second, double data_wait_share,
+                            double elapsed_s) {
+  return record.Add("images_per_second", images_per_second)
+      .Add("data_wait_share", data_wait_share)
+      .Add("elapsed_s", elapsed_s)
+      .Add("time", UnixSeconds());
+}
+
 // Writes each (tag, value) of `scalars`, in order, at `step`.
 absl::Status AddScalars(TensorBoardWriter& writer,
                         std::initializer_list<std::pair<absl::string_view, double>> scalars, int64_t step) {
@@ -145,11 +154,8 @@ absl::Status RunReporter::Progress(const TrainProgress& p) {
         .Add("steps_per_epoch", p.batches_per_epoch)
         .Add("global_step", p.global_step)
         .Add("loss", p.loss)
-        .Add("lr", p.learning_rate)
-        .Add("images_per_second", images_per_second)
-        .Add("data_wait_share", data_wait)
-        .Add("elapsed_s", Seconds(now - run_start_))
-        .Add("time", UnixSeconds());
+        .Add("lr", p.learning_rate);
+    AddRatesAndTime(record, images_per_second, data_wait, Seconds(now - run_start_));
     if (has_norm) record.Add("grad_norm", p.grad_norm);
     RETURN_IF_ERROR(jsonl_->Write(record));
   }
@@ -250,11 +256,8 @@ absl::Status RunReporter::Finished(const RunSummary& s) {
     JsonObject record;
     record.Add("type", "end")
         .Add("epochs", run_.epochs)
-        .Add("global_step", s.global_step)
-        .Add("images_per_second", images_per_second)
-        .Add("data_wait_share", data_wait_share)
-        .Add("elapsed_s", Seconds(now - run_start_))
-        .Add("time", UnixSeconds());
+        .Add("global_step", s.global_step);
+    AddRatesAndTime(record, images_per_second, data_wait_share, Seconds(now - run_start_));
     if (last_val_.has_value()) {
       record.Add("val_top1", last_val_->top1).Add("val_top5", last_val_->top5).Add("best_top1", best_top1_);
     }

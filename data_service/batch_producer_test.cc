@@ -51,13 +51,7 @@ std::shared_ptr<const Dataset> Synthetic(int64_t samples = 53) {
 }
 
 RingRequest Request(int rank = 0, int world = 1) {
-  RingRequest request;
-  request.rank = rank;
-  request.world_size = world;
-  request.batch_size = 4;
-  request.image_size = 8;
-  request.slot_count = 3;
-  return request;
+  return test_util::TrainRequest(rank, world, /*batch_size=*/4, /*image_size=*/8);
 }
 
 struct Received {

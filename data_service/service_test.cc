@@ -112,13 +112,7 @@ class ServiceTest : public ::testing::Test {
   }
 
   RingRequest Request(int rank = 0, int world = 1) {
-    RingRequest request;
-    request.rank = rank;
-    request.world_size = world;
-    request.batch_size = 8;
-    request.image_size = 16;
-    request.slot_count = 3;
-    return request;
+    return test_util::TrainRequest(rank, world, /*batch_size=*/8, /*image_size=*/16);
   }
 
   // Request(rank, world) for the validation split.

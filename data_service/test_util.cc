@@ -138,6 +138,16 @@ absl::StatusOr<std::vector<std::string>> WriteBadImageFiles(const std::string& d
   return names;
 }
 
+RingRequest TrainRequest(int rank, int world, int batch_size, int image_size) {
+  RingRequest request;
+  request.rank = rank;
+  request.world_size = world;
+  request.batch_size = batch_size;
+  request.image_size = image_size;
+  request.slot_count = 3;
+  return request;
+}
+
 std::string TestDirectory(const std::string& name) {
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name);

@@ -1,5 +1,5 @@
-// Test-only helpers shared by data_service's tests: unique names, and writing small JPEG
-// and PNG files. Python snippets run through common/testing/python_runner.h.
+// Test-only helpers shared by data_service's tests: unique names, ring requests, and
+// writing small JPEG and PNG files. Python snippets run through common/testing/python_runner.h.
 #ifndef STOKER_DATA_SERVICE_TEST_UTIL_H_
 #define STOKER_DATA_SERVICE_TEST_UTIL_H_
 
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "data_service/ring/wire_types.h"
 
 namespace stoker::data_service::test_util {
 
@@ -45,6 +46,10 @@ absl::Status WriteFileBytes(const std::string& path, const std::vector<uint8_t>&
 //   bomb.jpg       a real JPEG whose header claims 30000 x 30000 pixels
 // Returns their file names in that order.
 absl::StatusOr<std::vector<std::string>> WriteBadImageFiles(const std::string& dir);
+
+// A request of `rank` of `world` for training batches of `batch_size` images of
+// `image_size` x `image_size` pixels, through a ring of 3 slots.
+RingRequest TrainRequest(int rank, int world, int batch_size, int image_size);
 
 // A directory for the test's files: $TEST_TMPDIR (Bazel) or /tmp, plus `name`, created.
 std::string TestDirectory(const std::string& name);

@@ -21,23 +21,21 @@
 #include "gtest/gtest.h"
 #include "launcher/job_files.h"
 #include "launcher/program_paths.h"
+#include "launcher/testing/job_leftovers.h"
 #include "launcher/testing/process_probe.h"
 
 namespace stoker::launcher {
 namespace {
 
-using ::stoker::launcher::testing::IsProcessAlive;
-using ::stoker::launcher::testing::ListEntries;
+using ::stoker::launcher::testing::ExpectNothingLeftOfJob;
 using ::stoker::launcher::testing::MakeTempDir;
 using ::stoker::launcher::testing::PathExists;
 using ::stoker::launcher::testing::ReadFileOrEmpty;
-using ::stoker::launcher::testing::ReadPidFiles;
 using ::stoker::launcher::testing::Runfile;
 using ::stoker::launcher::testing::WaitForFile;
 using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using ::testing::IsEmpty;
 
 std::string SearchPath() {
   const char* path = std::getenv("PATH");
@@ -75,10 +73,8 @@ class JobTest : public ::testing::Test {
 
   void TearDown() override {
     // No process of the job is left, and neither are its files.
-    for (pid_t pid : ReadPidFiles(out_)) EXPECT_FALSE(IsProcessAlive(pid)) << "pid " << pid;
+    ExpectNothingLeftOfJob(out_, config_.job_id);
     EXPECT_EQ(waitpid(-1, nullptr, WNOHANG), -1) << "a child of the test is left";
-    EXPECT_FALSE(PathExists(JobDirectoryPath("/tmp", config_.job_id)));
-    EXPECT_THAT(ListEntries("/dev/shm", absl::StrCat("stoker.", config_.job_id, ".")), IsEmpty());
   }
 
   void SetEnv(const std::string& name, const std::string& value) {

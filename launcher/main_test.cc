@@ -18,13 +18,13 @@
 #include "launcher/child_process.h"
 #include "launcher/job_files.h"
 #include "launcher/launch_command.h"
+#include "launcher/testing/job_leftovers.h"
 #include "launcher/testing/process_probe.h"
 
 namespace stoker::launcher {
 namespace {
 
-using ::stoker::launcher::testing::IsProcessAlive;
-using ::stoker::launcher::testing::ListEntries;
+using ::stoker::launcher::testing::ExpectNothingLeftOfJob;
 using ::stoker::launcher::testing::MakeTempDir;
 using ::stoker::launcher::testing::PathExists;
 using ::stoker::launcher::testing::ReadFileOrEmpty;
@@ -32,7 +32,6 @@ using ::stoker::launcher::testing::ReadPidFiles;
 using ::stoker::launcher::testing::Runfile;
 using ::stoker::launcher::testing::WaitForFile;
 using ::testing::HasSubstr;
-using ::testing::IsEmpty;
 using ::testing::Not;
 
 class LauncherTest : public ::testing::Test {
@@ -43,9 +42,7 @@ class LauncherTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    for (pid_t pid : ReadPidFiles(out_)) EXPECT_FALSE(IsProcessAlive(pid)) << "pid " << pid;
-    EXPECT_FALSE(PathExists("/tmp/stoker." + job_id_));
-    EXPECT_THAT(ListEntries("/dev/shm", absl::StrCat("stoker.", job_id_, ".")), IsEmpty());
+    ExpectNothingLeftOfJob(out_, job_id_);
   }
 
   // The launcher with the fakes and this test's job id, then `args`.

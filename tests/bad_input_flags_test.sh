@@ -31,6 +31,14 @@ cfg() {  # cfg NAME CONTENT: a configuration file
   echo "$out/$1"
 }
 
+# check_config WHAT NAME CONTENT TEXT: check WHAT on the trainer given the file cfg NAME
+# CONTENT; the expected text is the file's path followed by TEXT.
+check_config() {
+  local c
+  c=$(cfg "$2" "$3")
+  check "$1" "$c$4" "$trainer" --config="$c"
+}
+
 # ---- trainer flags
 check "trainer unknown flag" "--no_such_flag: unknown flag" "$trainer" --no_such_flag=1
 check "trainer wrong type" "--epochs=ten" "$trainer" --epochs=ten
@@ -45,18 +53,13 @@ check "trainer data service args set the socket" "--data_service_args must not s
   "$trainer" --data_service_args=--socket=/tmp/x
 
 # ---- trainer configuration files
-c=$(cfg unknown.cfg "epochs=2\nbogus_key=1\n")
-check "config unknown key" "$c line 2: --bogus_key" "$trainer" --config="$c"
-c=$(cfg type.cfg "# comment\n\nlr=fast\n")
-check "config wrong type" "$c line 3: --lr=fast" "$trainer" --config="$c"
+check_config "config unknown key" unknown.cfg "epochs=2\nbogus_key=1\n" " line 2: --bogus_key"
+check_config "config wrong type" type.cfg "# comment\n\nlr=fast\n" " line 3: --lr=fast"
 c=$(cfg range.cfg "batch_size=-8\n")
 check "config out of range" "--batch_size=-8" "$trainer" --config="$c"
-c=$(cfg empty_value.cfg "epochs=\n")
-check "config empty value" "$c line 1: --epochs" "$trainer" --config="$c"
-c=$(cfg latin1.cfg "caf\xe9=1\n")
-check "config key not UTF-8" "$c line 1: --caf" "$trainer" --config="$c"
-c=$(cfg binary.cfg "\x7fELF\x02\x01\x01\n")
-check "config binary file" "$c line 1: " "$trainer" --config="$c"
+check_config "config empty value" empty_value.cfg "epochs=\n" " line 1: --epochs"
+check_config "config key not UTF-8" latin1.cfg "caf\xe9=1\n" " line 1: --caf"
+check_config "config binary file" binary.cfg "\x7fELF\x02\x01\x01\n" " line 1: "
 check "config missing file" "--config=$out/missing.cfg: cannot read the file: No such file or directory" \
   "$trainer" --config="$out/missing.cfg"
 mkdir -p "$out/cfgdir"

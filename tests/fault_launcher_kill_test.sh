@@ -25,6 +25,19 @@ launch() {
   launcher_pid=$!
 }
 
+# clean_up_after JOB LOG WHAT DEAD PATTERN MISSING: runs JOB (one epoch, logging to LOG),
+# which must succeed ("FAIL: WHAT exited ..."), and log a line matching PATTERN ("FAIL:
+# MISSING"); prints its lines about the dead job DEAD.
+clean_up_after() {
+  local job="$1" log="$2" what="$3" dead="$4" pattern="$5" missing="$6"
+  launch "$job" "$log" 1
+  local code=0
+  wait "$launcher_pid" || code=$?
+  [[ "$code" -eq 0 ]] || { cat "$log"; echo "FAIL: $what exited $code"; exit 1; }
+  grep -q "$pattern" "$log" || { cat "$log"; echo "FAIL: $missing"; exit 1; }
+  grep "of the dead job $dead" "$log"
+}
+
 # under_way LOG: waits until rank 0 logged two steps; sets service_pid, mpirun_pid, rank_pids.
 under_way() {
   await_training "$1" "$launcher_pid"
@@ -65,13 +78,9 @@ leftover_procs=$(pgrep -af -- "$dead" | grep -v pgrep || true)
 echo "left by the killed launcher: $(ls -d /tmp/stoker."$dead"* | tr '\n' ' ')"
 
 next="after-kill-$$-$RANDOM"
-launch "$next" "$out/next.log" 1
-code=0
-wait "$launcher_pid" || code=$?
-[[ "$code" -eq 0 ]] || { cat "$out/next.log"; echo "FAIL: the next job exited $code"; exit 1; }
-grep -q "removed /tmp/stoker.$dead.owner of the dead job $dead (its owner, pid [0-9]*, is gone)" "$out/next.log" ||
-  { cat "$out/next.log"; echo "FAIL: the next job did not remove the dead job's files"; exit 1; }
-grep "of the dead job $dead" "$out/next.log"
+clean_up_after "$next" "$out/next.log" "the next job" "$dead" \
+  "removed /tmp/stoker.$dead.owner of the dead job $dead (its owner, pid [0-9]*, is gone)" \
+  "the next job did not remove the dead job's files"
 assert_nothing_left "$dead"
 assert_nothing_left "$next"
 [[ ! -e "/tmp/stoker.$dead.owner" && ! -e "/tmp/stoker.$next.owner" ]] || { echo "FAIL: owner records left"; exit 1; }
@@ -87,13 +96,9 @@ all_gone 30 "$service_pid" "$mpirun_pid" $rank_pids
 segments=$(ls /dev/shm | grep -F "stoker.$job." || true)
 [[ -n "$segments" ]] || { echo "FAIL: expected the killed data service's segments to be left"; exit 1; }
 echo "left: $segments"
-launch "$job" "$out/again.log" 1
-code=0
-wait "$launcher_pid" || code=$?
-[[ "$code" -eq 0 ]] || { cat "$out/again.log"; echo "FAIL: the job with the same id exited $code"; exit 1; }
-grep -q "removed /dev/shm/stoker.$job.ring.0 of the dead job $job" "$out/again.log" ||
-  { cat "$out/again.log"; echo "FAIL: the stale segments were not removed with a log line"; exit 1; }
-grep "of the dead job $job" "$out/again.log"
+clean_up_after "$job" "$out/again.log" "the job with the same id" "$job" \
+  "removed /dev/shm/stoker.$job.ring.0 of the dead job $job" \
+  "the stale segments were not removed with a log line"
 assert_nothing_left "$job"
 [[ ! -e "/tmp/stoker.$job.owner" ]] || { echo "FAIL: owner record left"; exit 1; }
 echo "PASS"

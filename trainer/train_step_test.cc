@@ -61,6 +61,28 @@ NetUnderTest MakeNet() {
   return s;
 }
 
+// A TrainStep over `communicator` with the default optimizer and no loss scaling.
+struct StepUnderTest {
+  explicit StepUnderTest(Communicator* communicator, const TrainStepOptions& options = TrainStepOptions())
+      : mine(MakeNet()) {
+    auto created = GradBuckets::Create(mine.parameters, mine.names, 1 << 20, communicator);
+    EXPECT_TRUE(created.ok()) << created.status();
+    buckets = std::move(*created);
+    auto sgd = FusedOptimizer::Create(mine.parameters, OptimizerOptions());
+    EXPECT_TRUE(sgd.ok()) << sgd.status();
+    optimizer = std::move(*sgd);
+    LossScalerOptions no_scaling;
+    no_scaling.enabled = false;
+    scaler = std::make_unique<LossScaler>(*LossScaler::Create(no_scaling));
+    step = std::make_unique<TrainStep>(*mine.net, *buckets, *optimizer, *scaler, mine.parameters, options);
+  }
+  NetUnderTest mine;
+  std::unique_ptr<GradBuckets> buckets;
+  std::unique_ptr<FusedOptimizer> optimizer;
+  std::unique_ptr<LossScaler> scaler;
+  std::unique_ptr<TrainStep> step;
+};
+
 TEST(TrainStepTest, AccumulatedMicroBatchesOverRanksGiveTheLargeBatchGradient) {
   auto mpi = MpiCommunicator::Create(MPI_COMM_WORLD);
   ASSERT_TRUE(mpi.ok()) << mpi.status();
@@ -117,15 +139,9 @@ TEST(TrainStepTest, AccumulatedMicroBatchesOverRanksGiveTheLargeBatchGradient) {
 TEST(TrainStepTest, FinishBeforeEveryMicroBatchIsAnError) {
   auto mpi = MpiCommunicator::Create(MPI_COMM_WORLD);
   ASSERT_TRUE(mpi.ok());
-  NetUnderTest mine = MakeNet();
-  auto buckets = GradBuckets::Create(mine.parameters, mine.names, 1 << 20, mpi->get());
-  auto optimizer = FusedOptimizer::Create(mine.parameters, OptimizerOptions());
-  LossScalerOptions no_scaling;
-  no_scaling.enabled = false;
-  auto scaler = LossScaler::Create(no_scaling);
-  TrainStep step(*mine.net, **buckets, **optimizer, *scaler, mine.parameters, TrainStepOptions());
-  step.Begin(2);
-  EXPECT_TRUE(absl::IsFailedPrecondition(step.Finish(0.1)));
+  StepUnderTest s(mpi->get());
+  s.step->Begin(2);
+  EXPECT_TRUE(absl::IsFailedPrecondition(s.step->Finish(0.1)));
 }
 
 TEST(ClipGradNormTest, MatchesTorchClipGradNorm) {
@@ -150,51 +166,32 @@ TEST(ClipGradNormTest, MatchesTorchClipGradNorm) {
 TEST(TrainStepTest, LabelSmoothingIsPyTorchs) {
   auto mpi = MpiCommunicator::Create(MPI_COMM_WORLD);
   ASSERT_TRUE(mpi.ok());
-  NetUnderTest mine = MakeNet();
-  auto buckets = GradBuckets::Create(mine.parameters, mine.names, 1 << 20, mpi->get());
-  auto optimizer = FusedOptimizer::Create(mine.parameters, OptimizerOptions());
-  LossScalerOptions no_scaling;
-  no_scaling.enabled = false;
-  auto scaler = LossScaler::Create(no_scaling);
   TrainStepOptions options;
   options.label_smoothing = 0.2;
-  TrainStep step(*mine.net, **buckets, **optimizer, *scaler, mine.parameters, options);
+  StepUnderTest s(mpi->get(), options);
   at::manual_seed(9);
   const at::Tensor x = at::randn({6, 3, 8, 8});
   const at::Tensor y = at::randint(0, 5, {6}, at::kLong);
   // By definition: (1 - eps) * NLL + eps * mean over classes of -log p.
-  const at::Tensor logp = at::log_softmax(mine.net->forward(x).detach(), 1);
+  const at::Tensor logp = at::log_softmax(s.mine.net->forward(x).detach(), 1);
   const at::Tensor nll = -logp.gather(1, y.unsqueeze(1)).squeeze(1);
   const at::Tensor uniform = -logp.mean(1);
   const double expected = (0.8 * nll + 0.2 * uniform).mean().item<double>();
-  step.Begin(1);
-  auto loss = step.MicroBatch(x, y);
+  s.step->Begin(1);
+  auto loss = s.step->MicroBatch(x, y);
   ASSERT_TRUE(loss.ok());
   EXPECT_NEAR(loss->item<double>(), expected, 1e-5);
-  ASSERT_TRUE(step.Finish(0.1).ok());
+  ASSERT_TRUE(s.step->Finish(0.1).ok());
 }
 
+// The communicator of OneRankStep, a base so that it outlives the step.
+struct OneRank {
+  std::vector<std::unique_ptr<FakeCommunicator>> comm = FakeCommunicator::Group(1);
+};
+
 // A step over one rank of its own (the fake), for errors that need no peer.
-struct OneRankStep {
-  OneRankStep() : mine(MakeNet()), comm(FakeCommunicator::Group(1)) {
-    auto created = GradBuckets::Create(mine.parameters, mine.names, 1 << 20, comm[0].get());
-    EXPECT_TRUE(created.ok()) << created.status();
-    buckets = std::move(*created);
-    auto sgd = FusedOptimizer::Create(mine.parameters, OptimizerOptions());
-    EXPECT_TRUE(sgd.ok()) << sgd.status();
-    optimizer = std::move(*sgd);
-    LossScalerOptions no_scaling;
-    no_scaling.enabled = false;
-    scaler = std::make_unique<LossScaler>(*LossScaler::Create(no_scaling));
-    step = std::make_unique<TrainStep>(*mine.net, *buckets, *optimizer, *scaler, mine.parameters,
-                                       TrainStepOptions());
-  }
-  NetUnderTest mine;
-  std::vector<std::unique_ptr<FakeCommunicator>> comm;
-  std::unique_ptr<GradBuckets> buckets;
-  std::unique_ptr<FusedOptimizer> optimizer;
-  std::unique_ptr<LossScaler> scaler;
-  std::unique_ptr<TrainStep> step;
+struct OneRankStep : OneRank, StepUnderTest {
+  OneRankStep() : StepUnderTest(comm[0].get()) {}
 };
 
 TEST(TrainStepTest, ALibtorchErrorInTheLossIsAStatusNamingTheStep) {

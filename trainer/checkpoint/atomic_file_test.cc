@@ -5,24 +5,16 @@
 #include <dirent.h>
 #include <sys/stat.h>
 
-#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
 #include "common/test_tmpfs.h"
 #include "gtest/gtest.h"
+#include "trainer/checkpoint/test_dir.h"
 
 namespace stoker::trainer {
 namespace {
-
-std::string TestDir(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name);
-  EXPECT_TRUE(MakeDirectories(dir).ok());
-  return dir;
-}
 
 std::vector<std::string> Entries(const std::string& dir) {
   std::vector<std::string> names;

@@ -3,7 +3,6 @@
 // the disk fills while a checkpoint is written (a real ENOSPC from a small tmpfs).
 #include "trainer/checkpoint/checkpoint_file.h"
 
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -13,16 +12,10 @@
 #include "gtest/gtest.h"
 #include "common/test_tmpfs.h"
 #include "trainer/checkpoint/atomic_file.h"
+#include "trainer/checkpoint/test_dir.h"
 
 namespace stoker::trainer {
 namespace {
-
-std::string TestDir(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name);
-  EXPECT_TRUE(MakeDirectories(dir).ok());
-  return dir;
-}
 
 std::string Sample(int64_t step) {
   CheckpointWriter writer;

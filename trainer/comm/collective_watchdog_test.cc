@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -51,12 +53,19 @@ CollectiveWatchdogOptions Short() {
   return options;
 }
 
+// A watchdog with Short() options over `watched` for rank 0 of 2, without a node table,
+// whose exits go to `record`.
+absl::StatusOr<std::unique_ptr<CollectiveWatchdog>> Watch(std::vector<Communicator*> watched,
+                                                          std::shared_ptr<ExitRecord> record) {
+  return CollectiveWatchdog::Start(Short(), WatchedRank{0, 2, 0, 0}, std::move(watched), nullptr,
+                                   RecordExit(std::move(record)));
+}
+
 TEST(CollectiveWatchdogTest, AStuckMpiCollectiveEndsTheProcessAtOnce) {
   auto mpi_rank = Fake(/*can_abort=*/false);
   FakeCommunicator& mpi = *mpi_rank;
   auto record = std::make_shared<ExitRecord>();
-  auto watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{0, 2, 0, 0}, {&mpi}, nullptr,
-                                            RecordExit(record));
+  auto watchdog = Watch({&mpi}, record);
   ASSERT_TRUE(watchdog.ok()) << watchdog.status();
   const int64_t start = MonotonicNanos();
   mpi.ledger()->Issue(CollectiveKind::kAllReduce);  // never completes
@@ -72,8 +81,7 @@ TEST(CollectiveWatchdogTest, AnAbortedCommunicatorStillMeetsTheProcessDeadline) 
   auto nccl_rank = Fake(/*can_abort=*/true, "NCCL");
   FakeCommunicator& nccl = *nccl_rank;
   auto record = std::make_shared<ExitRecord>();
-  auto watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{0, 2, 0, 0}, {&nccl}, nullptr,
-                                            RecordExit(record));
+  auto watchdog = Watch({&nccl}, record);
   ASSERT_TRUE(watchdog.ok()) << watchdog.status();
   const int64_t start = MonotonicNanos();
   nccl.ledger()->Issue(CollectiveKind::kAllReduce);
@@ -91,8 +99,7 @@ TEST(CollectiveWatchdogTest, AnAbortThatHangsStillMeetsTheProcessDeadline) {
   absl::Notification release;
   nccl.set_on_abort([&release] { release.WaitForNotification(); });
   auto record = std::make_shared<ExitRecord>();
-  auto watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{0, 2, 0, 0}, {&nccl}, nullptr,
-                                            RecordExit(record));
+  auto watchdog = Watch({&nccl}, record);
   ASSERT_TRUE(watchdog.ok()) << watchdog.status();
   const int64_t start = MonotonicNanos();
   nccl.ledger()->Issue(CollectiveKind::kAllReduce);
@@ -109,8 +116,7 @@ TEST(CollectiveWatchdogTest, AnIdleMpiCommunicatorDoesNotCutTheNcclAbortShort) {
   FakeCommunicator& nccl = *nccl_rank;
   FakeCommunicator& mpi = *mpi_rank;
   auto record = std::make_shared<ExitRecord>();
-  auto watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{0, 2, 0, 0}, {&nccl, &mpi}, nullptr,
-                                            RecordExit(record));
+  auto watchdog = Watch({&nccl, &mpi}, record);
   ASSERT_TRUE(watchdog.ok()) << watchdog.status();
   const int64_t start = MonotonicNanos();
   nccl.ledger()->Issue(CollectiveKind::kAllReduce);  // stuck on the device; MPI is idle
@@ -165,8 +171,7 @@ TEST(CollectiveWatchdogTest, CollectivesThatCompleteInTimeNeverFire) {
   auto mpi_rank = Fake(/*can_abort=*/false);
   FakeCommunicator& mpi = *mpi_rank;
   auto record = std::make_shared<ExitRecord>();
-  auto watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{0, 2, 0, 0}, {&mpi, &mpi}, nullptr,
-                                            RecordExit(record));
+  auto watchdog = Watch({&mpi, &mpi}, record);
   ASSERT_TRUE(watchdog.ok()) << watchdog.status();
   for (int i = 0; i < 50; ++i) {
     const uint64_t seq = mpi.ledger()->Issue(CollectiveKind::kAllReduce);

@@ -33,6 +33,22 @@ nn::Conv2d Conv1x1(int64_t in_planes, int64_t out_planes, int64_t stride) {
 class ResidualBlock : public nn::Module {
  public:
   virtual torch::Tensor forward(torch::Tensor x) = 0;
+
+ protected:
+  // Registers a non-empty `downsample` as the block's last child; call it at the end of
+  // the constructor (Note [Construction order]).
+  void RegisterDownsample(nn::Sequential downsample) {
+    if (!downsample.is_empty()) downsample_ = register_module("downsample", downsample);
+  }
+
+  // relu(out + x), x through the downsample where there is one: how every block ends.
+  torch::Tensor AddShortcut(torch::Tensor out, const torch::Tensor& x) {
+    out += downsample_.is_empty() ? x : downsample_->forward(x);
+    return out.relu_();
+  }
+
+ private:
+  nn::Sequential downsample_{nullptr};
 };
 
 // Note [Construction order]: torchvision builds a layer's downsample before the block that
@@ -51,14 +67,13 @@ class BasicBlock final : public ResidualBlock {
         bn1_(register_module("bn1", nn::BatchNorm2d(planes))),
         conv2_(register_module("conv2", Conv3x3(planes, planes, 1))),
         bn2_(register_module("bn2", nn::BatchNorm2d(planes))) {
-    if (!downsample.is_empty()) downsample_ = register_module("downsample", downsample);
+    RegisterDownsample(std::move(downsample));
   }
 
   torch::Tensor forward(torch::Tensor x) override {
     torch::Tensor out = bn1_->forward(conv1_->forward(x)).relu_();
     out = bn2_->forward(conv2_->forward(out));
-    out += downsample_.is_empty() ? x : downsample_->forward(x);
-    return out.relu_();
+    return AddShortcut(out, x);
   }
 
  private:
@@ -66,7 +81,6 @@ class BasicBlock final : public ResidualBlock {
   nn::BatchNorm2d bn1_;
   nn::Conv2d conv2_;
   nn::BatchNorm2d bn2_;
-  nn::Sequential downsample_{nullptr};
 };
 
 // torchvision.models.resnet.Bottleneck (expansion 4, stride on conv2: ResNet v1.5).
@@ -81,15 +95,14 @@ class Bottleneck final : public ResidualBlock {
         bn2_(register_module("bn2", nn::BatchNorm2d(planes))),
         conv3_(register_module("conv3", Conv1x1(planes, planes * kExpansion, 1))),
         bn3_(register_module("bn3", nn::BatchNorm2d(planes * kExpansion))) {
-    if (!downsample.is_empty()) downsample_ = register_module("downsample", downsample);
+    RegisterDownsample(std::move(downsample));
   }
 
   torch::Tensor forward(torch::Tensor x) override {
     torch::Tensor out = bn1_->forward(conv1_->forward(x)).relu_();
     out = bn2_->forward(conv2_->forward(out)).relu_();
     out = bn3_->forward(conv3_->forward(out));
-    out += downsample_.is_empty() ? x : downsample_->forward(x);
-    return out.relu_();
+    return AddShortcut(out, x);
   }
 
  private:
@@ -99,7 +112,6 @@ class Bottleneck final : public ResidualBlock {
   nn::BatchNorm2d bn2_;
   nn::Conv2d conv3_;
   nn::BatchNorm2d bn3_;
-  nn::Sequential downsample_{nullptr};
 };
 
 // torchvision.models.resnet.ResNet with groups=1, width_per_group=64, no dilation.

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <initializer_list>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -24,6 +26,22 @@ bool ProgressInPlace(ProgressMode mode) {
   if (mode != ProgressMode::kAuto) return mode == ProgressMode::kInPlace;
   const char* env = std::getenv("STOKER_PROGRESS_IN_PLACE");
   return isatty(STDERR_FILENO) != 0 || (env != nullptr && std::string(env) == "1");
+}
+
+// Adds the fields that end the "train" and "end" records, in this order.
+JsonObject& AddRatesAndTime(JsonObject& record, double images_per_second, double data_wait_share,
+                            double elapsed_s) {
+  return record.Add("images_per_second", images_per_second)
+      .Add("data_wait_share", data_wait_share)
+      .Add("elapsed_s", elapsed_s)
+      .Add("time", UnixSeconds());
+}
+
+// Writes each (tag, value) of `scalars`, in order, at `step`.
+absl::Status AddScalars(TensorBoardWriter& writer,
+                        std::initializer_list<std::pair<absl::string_view, double>> scalars, int64_t step) {
+  for (const auto& [tag, value] : scalars) RETURN_IF_ERROR(writer.AddScalar(tag, value, step));
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -136,19 +154,18 @@ absl::Status RunReporter::Progress(const TrainProgress& p) {
         .Add("steps_per_epoch", p.batches_per_epoch)
         .Add("global_step", p.global_step)
         .Add("loss", p.loss)
-        .Add("lr", p.learning_rate)
-        .Add("images_per_second", images_per_second)
-        .Add("data_wait_share", data_wait)
-        .Add("elapsed_s", Seconds(now - run_start_))
-        .Add("time", UnixSeconds());
+        .Add("lr", p.learning_rate);
+    AddRatesAndTime(record, images_per_second, data_wait, Seconds(now - run_start_));
     if (has_norm) record.Add("grad_norm", p.grad_norm);
     RETURN_IF_ERROR(jsonl_->Write(record));
   }
   if (tensorboard_ != nullptr) {
-    RETURN_IF_ERROR(tensorboard_->AddScalar("train/loss", p.loss, p.global_step));
-    RETURN_IF_ERROR(tensorboard_->AddScalar("train/lr", p.learning_rate, p.global_step));
-    RETURN_IF_ERROR(tensorboard_->AddScalar("train/images_per_second", images_per_second, p.global_step));
-    RETURN_IF_ERROR(tensorboard_->AddScalar("train/data_wait_share", data_wait, p.global_step));
+    RETURN_IF_ERROR(AddScalars(*tensorboard_,
+                               {{"train/loss", p.loss},
+                                {"train/lr", p.learning_rate},
+                                {"train/images_per_second", images_per_second},
+                                {"train/data_wait_share", data_wait}},
+                               p.global_step));
     if (has_norm) RETURN_IF_ERROR(tensorboard_->AddScalar("train/grad_norm", p.grad_norm, p.global_step));
   }
   return absl::OkStatus();
@@ -190,9 +207,8 @@ absl::Status RunReporter::Validation(int64_t epoch, int64_t global_step, const V
                                       .Add("time", UnixSeconds())));
   }
   if (tensorboard_ != nullptr) {
-    RETURN_IF_ERROR(tensorboard_->AddScalar("val/top1", scores.top1, global_step));
-    RETURN_IF_ERROR(tensorboard_->AddScalar("val/top5", scores.top5, global_step));
-    RETURN_IF_ERROR(tensorboard_->AddScalar("val/loss", scores.loss, global_step));
+    RETURN_IF_ERROR(AddScalars(
+        *tensorboard_, {{"val/top1", scores.top1}, {"val/top5", scores.top5}, {"val/loss", scores.loss}}, global_step));
   }
   return absl::OkStatus();
 }
@@ -240,11 +256,8 @@ absl::Status RunReporter::Finished(const RunSummary& s) {
     JsonObject record;
     record.Add("type", "end")
         .Add("epochs", run_.epochs)
-        .Add("global_step", s.global_step)
-        .Add("images_per_second", images_per_second)
-        .Add("data_wait_share", data_wait_share)
-        .Add("elapsed_s", Seconds(now - run_start_))
-        .Add("time", UnixSeconds());
+        .Add("global_step", s.global_step);
+    AddRatesAndTime(record, images_per_second, data_wait_share, Seconds(now - run_start_));
     if (last_val_.has_value()) {
       record.Add("val_top1", last_val_->top1).Add("val_top5", last_val_->top5).Add("best_top1", best_top1_);
     }

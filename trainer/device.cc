@@ -15,6 +15,7 @@
 #ifdef STOKER_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
 #include "common/cuda_status.h"
@@ -97,6 +98,17 @@ absl::StatusOr<std::unique_ptr<StepProfiler>> MakeStepProfiler(const RunContext&
   if (context.use_cuda) stream = at::cuda::getCurrentCUDAStream(context.cuda_device).stream();
 #endif
   return StepProfiler::Create(context.use_cuda, stream, context.cuda_device);
+}
+
+void SetDeviceProfilerRange(const RunContext& context, bool on) {
+#ifdef STOKER_WITH_CUDA
+  if (!context.use_cuda) return;
+  const absl::Status status =
+      on ? CudaStatus(cudaProfilerStart(), "cudaProfilerStart") : CudaStatus(cudaProfilerStop(), "cudaProfilerStop");
+  if (!status.ok()) LogWarning("the profiled steps are not marked for a CUDA profiler: %s", status.message());
+#else
+  (void)context, (void)on;
+#endif
 }
 
 std::string MemoryText(const RunContext& context) {

@@ -44,6 +44,12 @@ void ReportDeviceMemory(const DeviceOptions& options, const RunContext& context,
 // with host clocks on the CPU.
 absl::StatusOr<std::unique_ptr<StepProfiler>> MakeStepProfiler(const RunContext& context);
 
+// Starts (`on`) or stops the range of the run that an attached CUDA profiler records
+// (cudaProfilerStart/Stop; `ncu --profile-from-start off` then measures only the profiled
+// steps). Without a profiler it does nothing; a refusal is logged, not fatal: the range
+// is a help for profiling, not part of training. No-op on the CPU.
+void SetDeviceProfilerRange(const RunContext& context, bool on);
+
 // For the progress line: the GPU's current and peak allocation, or the process's resident set.
 std::string MemoryText(const RunContext& context);
 

@@ -170,6 +170,7 @@ absl::StatusOr<Stopped> Trainer::TrainEpoch(int64_t epoch) {
     if (steps_this_run_ >= first_profiled && steps_this_run_ < first_profiled + o_.report.profile_steps) {
       if (profiler_ == nullptr) {
         ASSIGN_OR_RETURN(profiler_, MakeStepProfiler(context_));
+        SetDeviceProfilerRange(context_, true);
       }
       profiler = profiler_.get();
       RETURN_IF_ERROR(profiler->StartStep());
@@ -193,6 +194,7 @@ absl::StatusOr<Stopped> Trainer::TrainEpoch(int64_t epoch) {
                                   trained_->allreduce_seconds() - allreduce_before);
       }
       RETURN_IF_ERROR(profiler->EndStep());
+      if (steps_this_run_ + 1 == first_profiled + o_.report.profile_steps) SetDeviceProfilerRange(context_, false);
     }
     b += group;
     RETURN_IF_ERROR(AfterOptimizerStep(epoch, b, group, loss_sum));

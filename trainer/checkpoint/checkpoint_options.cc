@@ -17,18 +17,6 @@ absl::StatusOr<ResumeFrom> ResumeFrom::Parse(absl::string_view flag_value) {
   return from;
 }
 
-std::string ResumeFrom::ToString() const {
-  switch (mode) {
-    case Mode::kNone:
-      return "none";
-    case Mode::kFile:
-      return file;
-    case Mode::kAuto:
-      break;
-  }
-  return "auto";
-}
-
 absl::Status CheckpointOptions::Validate() const {
   if (every_steps < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--checkpoint_every_steps=", every_steps, ": must be >= 0"));

@@ -19,7 +19,6 @@ struct ResumeFrom {
 
   // "auto", "none" or a path; InvalidArgument for an empty value.
   static absl::StatusOr<ResumeFrom> Parse(absl::string_view flag_value);
-  std::string ToString() const;
 };
 
 struct CheckpointOptions {

@@ -110,9 +110,6 @@ class RunReporter {
   // Rank 0: the summary line(s), the "end" JSON line and --metrics_out.
   absl::Status Finished(const RunSummary& summary);
 
-  // The measured throughput (after the warm-up), over all ranks.
-  double measured_images_per_second() const { return measured_.ImagesPerSecond(); }
-
  private:
   RunReporter(const ReportOptions& options, int rank, const RunDescription& run)
       : options_(options), rank_(rank), run_(run) {}

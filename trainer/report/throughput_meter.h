@@ -30,7 +30,6 @@ class ThroughputMeter {
   // Leaves `paused` out of the measured time.
   void Exclude(Clock::duration paused) { start_ += paused; }
 
-  int64_t images() const { return images_; }
   // Wall time since the start, without the excluded pauses (at least 1 ns).
   double Seconds(Clock::time_point now = Clock::now()) const;
   double ImagesPerSecond(Clock::time_point now = Clock::now()) const { return images_ / Seconds(now); }

@@ -4,6 +4,7 @@
 Runs from the bundle (tools/bundle.sh) on a host with torch, torchvision and 1 or 2 GPUs:
     python3 bundle/bin/bench_gpu.py --phase data_service --out OUT   # the data service alone
     python3 bundle/bin/bench_gpu.py --phase one_gpu --out OUT
+    python3 bundle/bin/bench_gpu.py --phase step --out OUT       # the step against torch.compile
     python3 bundle/bin/bench_gpu.py --phase two_gpu --out OUT
     python3 bundle/bin/bench_gpu.py --phase report --out OUT   # ratios, JSON, PNG chart
 Each phase appends JSON lines to OUT/bench.jsonl. One-GPU phases are pinned to 16 cores
@@ -88,7 +89,10 @@ def stoker_train(out, name, ranks, model, root=None, synthetic_steps=0, data_onl
     p = run(cmd, cores=cores)
     if p.returncode == 0 and os.path.exists(metrics):
         m = json.load(open(metrics))
-        record(out, who="stoker", what=name, ranks=ranks, model=model, **{k: m[k] for k in ("images_per_second", "data_wait_share", "measured_steps")})
+        peak = re.findall(r"peak ([0-9.]+) GiB of", p.stdout)
+        record(out, who="stoker", what=name, ranks=ranks, model=model,
+               peak_gib=float(peak[-1]) if peak else None,
+               **{k: m[k] for k in ("images_per_second", "data_wait_share", "measured_steps")})
     else:
         record(out, who="stoker", what=name, ranks=ranks, model=model, error=p.returncode)
 
@@ -150,6 +154,60 @@ def phase_one_gpu_anchor(out):
     anchor_lines(out, p, "python", {"ranks": 1})
 
 
+def phase_step(out, models=("resnet50", "resnet18")):
+    """The training step against torch.compile: Stoker synthetic with the fused blocks (the
+    default) and without (--nofused_blocks), Stoker from JPEG, the data service alone, and
+    ../shared/bench/anchor_peers.py (eager and torch.compile; DALI where installed) in the
+    same call."""
+    root = dataset(12000)
+    for model in models:
+        stoker_train(out, f"synthetic_{model}_1gpu", 1, model, synthetic_steps=SYNTHETIC_STEPS, cores=CORES_1GPU)
+        stoker_train(out, f"synthetic_plain_{model}_1gpu", 1, model, synthetic_steps=SYNTHETIC_STEPS,
+                     cores=CORES_1GPU, extra=["--nofused_blocks"])
+        stoker_train(out, f"jpeg_{model}_1gpu", 1, model, root=root, cores=CORES_1GPU)
+    stoker_train(out, "data_only_1gpu", 1, "resnet18", root=root, data_only=True, cores=CORES_1GPU)
+    p = run([sys.executable, os.path.join(ANCHORS, "anchor_peers.py"), "--root", root,
+             "--archs", ",".join(models)], env={"CUDA_VISIBLE_DEVICES": "0"}, cores=CORES_1GPU, timeout=700)
+    anchor_lines(out, p, "python", {"ranks": 1})
+
+
+def report_step(out, rows):
+    """The step targets, from one call's rows (phase_step)."""
+    def stoker(what, key="images_per_second"):
+        for r in rows[::-1]:
+            if r.get("who") == "stoker" and r.get("what") == what and r.get(key) is not None:
+                return r[key]
+    def peer(what, arch, variant):
+        for r in rows[::-1]:
+            if r.get("who") == "python" and r.get("what") == what and r.get("arch") == arch and r.get("variant") == variant:
+                return r.get("img_s")
+    def ratio(a, b):
+        return a / b if a and b else None
+    lines = []
+    def show(name, value, goal=None):
+        verdict = "    " if goal is None else "n/a " if value is None else "MET " if value >= goal else "MISS"
+        lines.append({"target": name, "ratio": None if value is None else round(value, 3), "goal": goal})
+        print(f"{verdict} {name}: {'not measured' if value is None else round(value, 3)}" + (f" (goal {goal})" if goal else ""))
+    for model in ("resnet50", "resnet18"):
+        s, plain = stoker(f"synthetic_{model}_1gpu"), stoker(f"synthetic_plain_{model}_1gpu")
+        j = stoker(f"jpeg_{model}_1gpu")
+        compiled = peer("synth", model, "bf16_cl_compile")
+        eager = peer("synth", model, "bf16_cl_eager")
+        print(f"{model}: Stoker synthetic {s}, plain {plain}, JPEG {j}; torch.compile {compiled}, eager {eager}")
+        show(f"{model} synthetic / torch.compile synthetic", ratio(s, compiled), 1.05)
+        show(f"{model} synthetic / PyTorch eager synthetic", ratio(s, eager))
+        show(f"{model} synthetic, fused blocks / plain path", ratio(s, plain))
+        show(f"{model} plain path / PyTorch eager synthetic", ratio(plain, eager))
+        show(f"{model} from JPEG / own synthetic", ratio(j, s), 0.97 if model == "resnet50" else None)
+        dali = peer("train_jpeg", model, "dali_bf16_cl_compile")
+        show(f"{model} from JPEG / DALI + torch.compile (this call)", ratio(j, dali), 1.25 if model == "resnet50" else None)
+        m, mp = stoker(f"synthetic_{model}_1gpu", "peak_gib"), stoker(f"synthetic_plain_{model}_1gpu", "peak_gib")
+        print(f"     {model} peak device memory: fused {m} GiB, plain {mp} GiB")
+        show(f"{model} peak memory, fused / plain", ratio(m, mp))
+    print(f"     data service alone into the trainer (data-only, ResNet-18 geometry): {stoker('data_only_1gpu')} images/s")
+    return lines
+
+
 def phase_profile(out):
     """Where a ResNet-50 step's time goes, synthetic against JPEG (--profile_steps): the
     JPEG run's extra time per step, if any, shows up in its phases."""
@@ -183,6 +241,11 @@ def phase_report(out):
         for r in rows[::-1]:
             if r.get("who") == "python" and all(r.get(k) == v for k, v in match.items()):
                 return r.get("img_s") or r.get("img_s_total")
+    if any(r.get("what", "").startswith("synthetic_plain_") for r in rows):
+        steps = report_step(out, rows)
+        json.dump({"stoker": {r["what"]: r.get("images_per_second") for r in rows if r.get("who") == "stoker"},
+                   "python": [r for r in rows if r.get("who") == "python"], "step_targets": steps},
+                  open(os.path.join(out, "summary_step.json"), "w"), indent=1)
     s50, j50 = stoker("synthetic_resnet50_1gpu"), stoker("jpeg_resnet50_1gpu")
     s18, j18 = stoker("synthetic_resnet18_1gpu"), stoker("jpeg_resnet18_1gpu")
     j50_2, j18_2 = stoker("jpeg_resnet50_2gpu"), stoker("jpeg_resnet18_2gpu")
@@ -239,7 +302,7 @@ def phase_report(out):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--phase", required=True, choices=["data_service", "one_gpu", "one_gpu_anchor", "profile", "two_gpu", "report"])
+    ap.add_argument("--phase", required=True, choices=["data_service", "one_gpu", "one_gpu_anchor", "step", "profile", "two_gpu", "report"])
     ap.add_argument("--out", required=True)
     ap.add_argument("--skip_anchor", action="store_true")
     ap.add_argument("--quick", action="store_true",
@@ -258,6 +321,8 @@ def main():
             phase_one_gpu(a.out, a.skip_anchor)
     elif a.phase == "one_gpu_anchor":
         phase_one_gpu_anchor(a.out)
+    elif a.phase == "step":
+        phase_step(a.out, ("resnet18",) if a.quick else ("resnet50", "resnet18"))
     elif a.phase == "profile":
         phase_profile(a.out)
     elif a.phase == "two_gpu":

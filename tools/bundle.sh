@@ -13,7 +13,7 @@ out="${1:-bundle}"
 STOKER_SETUP_QUIET=1 tools/setup.sh
 
 programs=(//launcher:launcher //trainer:trainer //data_service:data_service //data_service/dataset:pack_imagefolder //data_service:data_service_benchmark //data_service/image:transforms_benchmark)
-gpu_tests=(//trainer/input:cuda_batch_feeder_test //common:cuda_stream_test //trainer/comm:nccl_communicator_test_ranks
+gpu_tests=(//trainer/input:cuda_batch_feeder_test //common:cuda_stream_test //trainer/nn:fused_blocks_gpu_test //trainer/comm:nccl_communicator_test_ranks
   //trainer/comm:nccl_communicator_conformance_test_ranks)
 bazel build "${programs[@]}" "${gpu_tests[@]}"
 bin="$(bazel info bazel-bin 2>/dev/null)"
@@ -24,7 +24,7 @@ for target in "${programs[@]}" "${gpu_tests[@]}"; do
   path="${target#//}"; path="${path/://}"
   cp -L "$bin/$path" "$out/bin/"
 done
-cp tools/gpu_checks.sh tools/bench_gpu.py tools/loader_bench.py tools/kernel_breakdown.py tests/mpi_env.sh \
+cp tools/gpu_checks.sh tools/bench_gpu.py tools/loader_bench.py tools/kernel_breakdown.py tools/profile_peer.py tools/profile_gpu.sh tests/mpi_env.sh \
   data_service/image/bench_vs_torchvision.py "$out/bin/"
 mkdir -p "$out/bin/testdata_tools" "$out/bin/tests"
 cp tests/fault_gpu_stall_test.sh tests/job_checks.sh tests/mpi_env.sh "$out/bin/tests/"

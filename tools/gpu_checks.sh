@@ -12,27 +12,53 @@ export out stoker bundle
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 passed=0; failed=0; skipped=0
 
-# Losses in bf16 and fp16 (with loss scaling) track fp32 over the first steps: same
-# weights, same batch, one GPU.
-precision_run() {
-  "$stoker" trainer --device=cuda --synthetic_steps=30 --warmup_steps=0 --model=resnet18 \
-    --num_classes=100 --image_size=128 --batch_size=64 --lr=0.02 --seed=5 \
-    --precision="$1" --loss_log="$out/loss_$1.txt" --log_every=30
+# Losses over the first 30 steps of a run on varied batches (the data service's synthetic
+# dataset, one GPU): bf16 and fp16 with the fused blocks, and bf16 without them, against
+# the plain fp32 path (same weights, same batches).
+precision_run() {  # precision_run NAME PRECISION [TRAINER FLAGS...]
+  local name="$1" precision="$2"; shift 2
+  "$stoker" launcher --np=1 --dataset=synthetic --synthetic_samples=1920 --synthetic_classes=100 --seed=5 -- --model=resnet18 --num_classes=100 --image_size=128 \
+    --batch_size=64 --epochs=1 --lr=0.005 --precision="$precision" \
+    --loss_log="$out/loss_$name.txt" --log_every=30 "$@"
 }
 precision_compare() {
   python3 - "$out" <<'PY'
 import sys
 out = sys.argv[1]
 def losses(p): return [float(l.split()[2]) for l in open(f"{out}/loss_{p}.txt")]
-ref = losses("fp32")
-for p in ("bf16", "fp16"):
+ref = losses("fp32_plain")
+failures = []
+for p in ("bf16_fused", "fp16_fused", "bf16_plain"):
     got = losses(p)
-    worst = max(abs(a - b) / max(abs(b), 1e-3) for a, b in zip(got[:20], ref[:20]))
-    print(f"{p}: first 5 {['%.4f' % x for x in got[:5]]}, fp32 {['%.4f' % x for x in ref[:5]]}, worst relative gap over 20 steps {worst:.3f}")
-    assert len(got) == len(ref) == 30, "missing steps"
-    assert worst < 0.05, f"{p} loss left fp32's by {worst:.3f}"
-    assert got[-1] < got[0], f"{p} loss did not fall"
+    gaps = [abs(a - b) / max(abs(b), 1e-3) for a, b in zip(got, ref)]
+    print(f"{p}: first 5 {['%.4f' % x for x in got[:5]]}, last {got[-1]:.4f}; fp32 plain first 5 "
+          f"{['%.4f' % x for x in ref[:5]]}, last {ref[-1]:.4f}; worst relative gap over {len(got)} "
+          f"steps {max(gaps):.3f} (at step {gaps.index(max(gaps)) + 1})")
+    if len(got) != 30 or len(ref) != 30: failures.append(f"{p}: missing steps")
+    if max(gaps) >= 0.05: failures.append(f"{p} loss left fp32's by {max(gaps):.3f}")
+    if sum(got[-5:]) >= sum(got[:5]): failures.append(f"{p} loss did not fall")
+assert not failures, "; ".join(failures)
 PY
+}
+# Stopped after 20 steps and resumed, a deterministic run with the fused blocks gives the
+# uninterrupted run's losses bit for bit.
+resume_run() {  # resume_run NAME [FLAGS...]
+  local name="$1"; shift
+  "$stoker" launcher --np=1 --dataset=synthetic --synthetic_samples=1280 --synthetic_classes=10 --seed=9 -- --model=resnet18 --num_classes=10 --image_size=64 \
+    --batch_size=64 --epochs=2 --deterministic --log_every=20 "$@"
+}
+resume_bitwise() {
+  rm -rf "$out/resume_ckpt" "$out"/loss_resume_*.txt
+  resume_run whole --loss_log="$out/loss_resume_whole.txt" || return 1
+  resume_run first --loss_log="$out/loss_resume_first.txt" --checkpoint_dir="$out/resume_ckpt" \
+    --stop_after_steps=20
+  local rc=$?
+  (( rc == 75 )) || { echo "the stopped run exited $rc, expected 75"; return 1; }
+  resume_run rest --loss_log="$out/loss_resume_rest.txt" --checkpoint_dir="$out/resume_ckpt" \
+    --resume=auto &&
+  cat "$out/loss_resume_first.txt" "$out/loss_resume_rest.txt" > "$out/loss_resume_joined.txt" &&
+  echo "steps: $(wc -l < "$out/loss_resume_whole.txt") whole, $(wc -l < "$out/loss_resume_joined.txt") stopped + resumed" &&
+  cmp "$out/loss_resume_whole.txt" "$out/loss_resume_joined.txt" && echo "losses identical bit for bit"
 }
 # After training on 2 GPUs the parameters are bit-identical on both ranks.
 two_gpu_training() {
@@ -59,7 +85,7 @@ runfiles_test() {  # runfiles_test SCRIPT
 check() {  # check NAME COMMAND...: runs it (a program or a function below) with its output in OUT/NAME.log
   local name="$1"; shift
   echo "=== $name"
-  if timeout --signal=KILL 300 bash -c "$(declare -f precision_run precision_compare two_gpu_training runfiles_test ran_unskipped); \"\$@\"" \
+  if timeout --signal=KILL 300 bash -c "$(declare -f precision_run precision_compare resume_run resume_bitwise two_gpu_training runfiles_test ran_unskipped); \"\$@\"" \
       check "$@" >"$out/$name.log" 2>&1; then
     echo "PASS $name"; passed=$((passed + 1))
   else
@@ -79,11 +105,17 @@ check cuda_stream_owners "$stoker" cuda_stream_test
 check cuda_stream_owners_ran ran_unskipped "$out/cuda_stream_owners.log"
 grep -E "^\[ device \]|tests? ran|PASSED" "$out/cuda_stream_owners.log" || true
 
-check precision_fp32 precision_run fp32
-check precision_bf16 precision_run bf16
-check precision_fp16 precision_run fp16
+check fused_blocks "$stoker" fused_blocks_gpu_test
+check fused_blocks_ran ran_unskipped "$out/fused_blocks.log"
+grep -E "^\[ fused \]|tests? ran|PASSED|FAILED" "$out/fused_blocks.log" || true
+check precision_fp32_plain precision_run fp32_plain fp32 --nofused_blocks
+check precision_bf16_fused precision_run bf16_fused bf16
+check precision_fp16_fused precision_run fp16_fused fp16
+check precision_bf16_plain precision_run bf16_plain bf16 --nofused_blocks
 check precision_tracks_fp32 precision_compare
 cat "$out/precision_tracks_fp32.log"
+check resume_bitwise resume_bitwise
+grep -E "^steps|identical|differ" "$out/resume_bitwise.log" || true
 
 if (( gpus >= 2 )); then
   check nccl_allreduce mpirun -np 2 "$stoker" nccl_communicator_test_ranks

@@ -14,9 +14,12 @@ the sum is GPU busy time, not the step's wall time (launch gaps are not in it).
 """
 import argparse, collections, csv, json, re, sys
 
-# First match wins: batch norm before convolution (cuDNN names both).
+# First match wins: batch norm before convolution (cuDNN names both). Stoker's fused
+# batch-norm kernels (trainer/nn/fused_kernels.cu) count as batch norm.
 CLASSES = [
-    ("batch_norm", r"batch_?norm|bn_fw|bn_bw|welford|_bn_|batchnorm"),
+    ("batch_norm", r"batch_?norm|bn_fw|bn_bw|welford|_bn_|batchnorm|"
+                   r"statisticskernel|statisticsfinalize|fixedstatistics|applykernel|backwardreduce|"
+                   r"backwardfinalize|backwardapply"),
     ("convolution_gemm", r"conv|xmma|gemm|cutlass|implicit|dgrad|wgrad|fprop|sm90_|cudnn|nhwckrsc"),
     ("loss", r"nll_loss|softmax|cross_entropy"),
     ("optimizer", r"adam|fused_sgd|multi_tensor|foreach"),
@@ -44,7 +47,8 @@ def read_kernels(path):
         k = kernels.setdefault(row["ID"], {"name": row["Kernel Name"]})
         value = float(row["Metric Value"].replace(",", "")) if row["Metric Value"] else 0.0
         unit = row.get("Metric Unit", "")
-        scale = {"nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1.0,
+        scale = {"ns": 1e-9, "nsecond": 1e-9, "us": 1e-6, "usecond": 1e-6, "ms": 1e-3,
+                 "msecond": 1e-3, "s": 1.0, "second": 1.0,
                  "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}.get(unit, 1.0)
         k[row["Metric Name"]] = value * scale
     return kernels

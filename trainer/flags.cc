@@ -73,6 +73,7 @@ ABSL_FLAG(int, profile_steps, 0, "Measure a time breakdown per step (data wait, 
 ABSL_FLAG(std::string, device, "auto", "auto (a GPU per local rank when there are GPUs), cuda or cpu.");
 ABSL_FLAG(std::string, precision, "bf16", "Autocast precision on the GPU: bf16, fp16 (with loss scaling) or fp32 (AMP off).");
 ABSL_FLAG(bool, channels_last, true, "Keep conv weights and inputs in channels_last layout.");
+ABSL_FLAG(bool, fused_blocks, true, "Run batch norm with its ReLU (and residual add) and max pooling as fused CUDA kernels, forward and backward (channels_last on a GPU; false: the libtorch ops they replace).");
 ABSL_FLAG(bool, cudnn_benchmark, true, "Let cuDNN time its kernels for the (fixed) input shape.");
 ABSL_FLAG(bool, deterministic, false, "GPU: deterministic cuDNN and ATen algorithms (slower; turns --cudnn_benchmark off), so that a run and its resumed continuation give the same bits on the same GPUs. The CPU path is always deterministic.");
 ABSL_FLAG(double, init_scale, 65536.0, "fp16 loss scaler: initial scale.");
@@ -113,7 +114,7 @@ FlagSpec TrainerFlagSpec() {
        {"log_every", "progress", "metrics_out", "metrics_jsonl", "tensorboard_dir", "loss_log", "export",
         "final_params_out", "sample_log", "profile_steps"}},
       {"Device and precision",
-       {"device", "precision", "channels_last", "cudnn_benchmark", "deterministic", "init_scale", "growth_factor",
+       {"device", "precision", "channels_last", "fused_blocks", "cudnn_benchmark", "deterministic", "init_scale", "growth_factor",
         "backoff_factor", "growth_interval", "cache_release_fraction"}},
       {"Benchmarking", {"synthetic_steps", "warmup_steps", "data_only"}},
       {"Fault handling", {"collective_timeout_s", "collective_abort_grace_s"}},
@@ -144,6 +145,7 @@ absl::StatusOr<TrainerOptions> OptionsFromFlags() {
   o.seed = absl::GetFlag(FLAGS_seed);
   o.model.name = absl::GetFlag(FLAGS_model);
   o.model.num_classes = absl::GetFlag(FLAGS_num_classes);
+  o.model.fused_blocks = absl::GetFlag(FLAGS_fused_blocks);
 
   InputOptions& input = o.input;
   input.data_socket = absl::GetFlag(FLAGS_data_socket);

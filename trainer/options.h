@@ -26,6 +26,7 @@ namespace stoker::trainer {
 struct ModelOptions {
   std::string name = "small_cnn";
   int num_classes = 10;
+  bool fused_blocks = true;  // Note [Fused blocks] (trainer/nn/fused_blocks.h)
 
   absl::Status Validate() const;
 };

@@ -48,15 +48,15 @@ class SmallCnn final : public ImageClassifier {
 std::vector<std::string> ModelNames() { return {"small_cnn", "resnet18", "resnet50"}; }
 
 absl::StatusOr<std::shared_ptr<ImageClassifier>> MakeModel(const std::string& name,
-                                                           int num_classes) {
+                                                           int num_classes, bool fused_blocks) {
   if (num_classes < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--num_classes must be >= 1, got ", num_classes));
   }
   using Model = absl::StatusOr<std::shared_ptr<ImageClassifier>>;
   return TorchCall(absl::StrCat("building model ", name), [&]() -> Model {
     if (name == "small_cnn") return std::make_shared<SmallCnn>(num_classes);
-    if (name == "resnet18") return MakeResNet18(num_classes);
-    if (name == "resnet50") return MakeResNet50(num_classes);
+    if (name == "resnet18") return MakeResNet18(num_classes, fused_blocks);
+    if (name == "resnet50") return MakeResNet50(num_classes, fused_blocks);
     return absl::InvalidArgumentError(absl::StrCat("--model: unknown model '", name,
                                                    "'; known: ", absl::StrJoin(ModelNames(), ", ")));
   });

@@ -17,9 +17,11 @@ namespace stoker::trainer {
 std::vector<std::string> ModelNames();
 
 // Builds the named model with freshly initialised weights (from torch's global generator;
-// seed it first for reproducible weights). InvalidArgument for an unknown name.
+// seed it first for reproducible weights), with or without the fused blocks
+// (trainer/nn/fused_blocks.h). InvalidArgument for an unknown name.
 absl::StatusOr<std::shared_ptr<ImageClassifier>> MakeModel(const std::string& name,
-                                                           int num_classes);
+                                                           int num_classes,
+                                                           bool fused_blocks = true);
 
 }  // namespace stoker::trainer
 

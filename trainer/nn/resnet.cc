@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "trainer/nn/fused_blocks.h"
+
 namespace stoker::trainer {
 namespace {
 
@@ -32,6 +34,7 @@ nn::Conv2d Conv1x1(int64_t in_planes, int64_t out_planes, int64_t stride) {
 // shape when they differ.
 class ResidualBlock : public nn::Module {
  public:
+  explicit ResidualBlock(bool fused) : fused_(fused) {}
   virtual torch::Tensor forward(torch::Tensor x) = 0;
 
  protected:
@@ -41,13 +44,18 @@ class ResidualBlock : public nn::Module {
     if (!downsample.is_empty()) downsample_ = register_module("downsample", downsample);
   }
 
-  // relu(out + x), x through the downsample where there is one: how every block ends.
-  torch::Tensor AddShortcut(torch::Tensor out, const torch::Tensor& x) {
-    out += downsample_.is_empty() ? x : downsample_->forward(x);
-    return out.relu_();
+  // relu(bn(out) + x), x through the downsample where there is one: how every block ends.
+  torch::Tensor AddShortcut(nn::BatchNorm2d& bn, const torch::Tensor& out, const torch::Tensor& x) {
+    return BatchNormReLU(*bn, out, downsample_.is_empty() ? x : downsample_->forward(x), fused_);
+  }
+
+  // relu(bn(x)).
+  torch::Tensor NormReLU(nn::BatchNorm2d& bn, const torch::Tensor& x) {
+    return BatchNormReLU(*bn, x, /*residual=*/{}, fused_);
   }
 
  private:
+  const bool fused_;  // Note [Fused blocks]
   nn::Sequential downsample_{nullptr};
 };
 
@@ -62,8 +70,10 @@ class BasicBlock final : public ResidualBlock {
  public:
   static constexpr int64_t kExpansion = 1;
 
-  BasicBlock(int64_t in_planes, int64_t planes, int64_t stride, nn::Sequential downsample)
-      : conv1_(register_module("conv1", Conv3x3(in_planes, planes, stride))),
+  BasicBlock(int64_t in_planes, int64_t planes, int64_t stride, nn::Sequential downsample,
+             bool fused)
+      : ResidualBlock(fused),
+        conv1_(register_module("conv1", Conv3x3(in_planes, planes, stride))),
         bn1_(register_module("bn1", nn::BatchNorm2d(planes))),
         conv2_(register_module("conv2", Conv3x3(planes, planes, 1))),
         bn2_(register_module("bn2", nn::BatchNorm2d(planes))) {
@@ -71,9 +81,8 @@ class BasicBlock final : public ResidualBlock {
   }
 
   torch::Tensor forward(torch::Tensor x) override {
-    torch::Tensor out = bn1_->forward(conv1_->forward(x)).relu_();
-    out = bn2_->forward(conv2_->forward(out));
-    return AddShortcut(out, x);
+    torch::Tensor out = NormReLU(bn1_, conv1_->forward(x));
+    return AddShortcut(bn2_, conv2_->forward(out), x);
   }
 
  private:
@@ -88,8 +97,10 @@ class Bottleneck final : public ResidualBlock {
  public:
   static constexpr int64_t kExpansion = 4;
 
-  Bottleneck(int64_t in_planes, int64_t planes, int64_t stride, nn::Sequential downsample)
-      : conv1_(register_module("conv1", Conv1x1(in_planes, planes, 1))),
+  Bottleneck(int64_t in_planes, int64_t planes, int64_t stride, nn::Sequential downsample,
+             bool fused)
+      : ResidualBlock(fused),
+        conv1_(register_module("conv1", Conv1x1(in_planes, planes, 1))),
         bn1_(register_module("bn1", nn::BatchNorm2d(planes))),
         conv2_(register_module("conv2", Conv3x3(planes, planes, stride))),
         bn2_(register_module("bn2", nn::BatchNorm2d(planes))),
@@ -99,10 +110,9 @@ class Bottleneck final : public ResidualBlock {
   }
 
   torch::Tensor forward(torch::Tensor x) override {
-    torch::Tensor out = bn1_->forward(conv1_->forward(x)).relu_();
-    out = bn2_->forward(conv2_->forward(out)).relu_();
-    out = bn3_->forward(conv3_->forward(out));
-    return AddShortcut(out, x);
+    torch::Tensor out = NormReLU(bn1_, conv1_->forward(x));
+    out = NormReLU(bn2_, conv2_->forward(out));
+    return AddShortcut(bn3_, conv3_->forward(out), x);
   }
 
  private:
@@ -118,8 +128,9 @@ class Bottleneck final : public ResidualBlock {
 template <typename Block>
 class ResNet final : public ImageClassifier {
  public:
-  ResNet(const std::vector<int64_t>& blocks_per_layer, int num_classes)
-      : conv1_(register_module(
+  ResNet(const std::vector<int64_t>& blocks_per_layer, int num_classes, bool fused)
+      : fused_(fused),
+        conv1_(register_module(
             "conv1", nn::Conv2d(nn::Conv2dOptions(3, 64, 7).stride(2).padding(3).bias(false)))),
         bn1_(register_module("bn1", nn::BatchNorm2d(64))) {
     const int64_t planes[] = {64, 128, 256, 512};
@@ -140,8 +151,8 @@ class ResNet final : public ImageClassifier {
   }
 
   torch::Tensor forward(torch::Tensor x) override {
-    x = bn1_->forward(conv1_->forward(x)).relu_();
-    x = F::max_pool2d(x, F::MaxPool2dFuncOptions(3).stride(2).padding(1));
+    x = BatchNormReLU(*bn1_, conv1_->forward(x), /*residual=*/{}, fused_);
+    x = MaxPool2d(x, /*kernel=*/3, /*stride=*/2, /*padding=*/1, fused_);
     for (const auto& layer : layers_) {
       for (const std::shared_ptr<ResidualBlock>& block : layer) x = block->forward(x);
     }
@@ -161,16 +172,18 @@ class ResNet final : public ImageClassifier {
       downsample = nn::Sequential(Conv1x1(in_planes_, out_planes, stride),
                                   nn::BatchNorm2d(out_planes));
     }
-    typed.push_back(std::make_shared<Block>(in_planes_, planes, stride, downsample));
+    typed.push_back(std::make_shared<Block>(in_planes_, planes, stride, downsample, fused_));
     in_planes_ = out_planes;
     for (int64_t i = 1; i < blocks; ++i) {
-      typed.push_back(std::make_shared<Block>(in_planes_, planes, 1, nn::Sequential(nullptr)));
+      typed.push_back(
+          std::make_shared<Block>(in_planes_, planes, 1, nn::Sequential(nullptr), fused_));
     }
     for (const auto& block : typed) layer->push_back(block);
     register_module("layer" + name, layer);
     layers_.push_back(std::move(typed));
   }
 
+  const bool fused_;  // Note [Fused blocks]
   int64_t in_planes_ = 64;
   nn::Conv2d conv1_;
   nn::BatchNorm2d bn1_;
@@ -180,12 +193,14 @@ class ResNet final : public ImageClassifier {
 
 }  // namespace
 
-std::shared_ptr<ImageClassifier> MakeResNet18(int num_classes) {
-  return std::make_shared<ResNet<BasicBlock>>(std::vector<int64_t>{2, 2, 2, 2}, num_classes);
+std::shared_ptr<ImageClassifier> MakeResNet18(int num_classes, bool fused_blocks) {
+  return std::make_shared<ResNet<BasicBlock>>(std::vector<int64_t>{2, 2, 2, 2}, num_classes,
+                                              fused_blocks);
 }
 
-std::shared_ptr<ImageClassifier> MakeResNet50(int num_classes) {
-  return std::make_shared<ResNet<Bottleneck>>(std::vector<int64_t>{3, 4, 6, 3}, num_classes);
+std::shared_ptr<ImageClassifier> MakeResNet50(int num_classes, bool fused_blocks) {
+  return std::make_shared<ResNet<Bottleneck>>(std::vector<int64_t>{3, 4, 6, 3}, num_classes,
+                                              fused_blocks);
 }
 
 }  // namespace stoker::trainer

@@ -19,10 +19,12 @@ namespace stoker::trainer {
 // and initialised in torchvision's order, so after the same torch.manual_seed the weights
 // equal torchvision's bit for bit. Input: float images [N, 3, H, W] (contiguous or
 // channels_last, under autocast or not); output: logits [N, num_classes].
-// Precondition: num_classes >= 1 (MakeModel checks it). Thread-compatible, like any
-// torch::nn::Module.
-std::shared_ptr<ImageClassifier> MakeResNet18(int num_classes);
-std::shared_ptr<ImageClassifier> MakeResNet50(int num_classes);
+// With `fused_blocks`, batch norm + ReLU, batch norm + add + ReLU and the stem's max pool
+// are the fused blocks of fused_blocks.h (same results within rounding on the GPU; the
+// same ops on the CPU). Precondition: num_classes >= 1 (MakeModel checks it).
+// Thread-compatible, like any torch::nn::Module.
+std::shared_ptr<ImageClassifier> MakeResNet18(int num_classes, bool fused_blocks = true);
+std::shared_ptr<ImageClassifier> MakeResNet50(int num_classes, bool fused_blocks = true);
 
 }  // namespace stoker::trainer
 

@@ -26,7 +26,7 @@ namespace {
 
 struct Arch {
   const char* name;  // torchvision.models.<name>
-  std::shared_ptr<ImageClassifier> (*make)(int num_classes);
+  std::shared_ptr<ImageClassifier> (*make)(int num_classes, bool fused_blocks);
 };
 
 const Arch kArchs[] = {{"resnet18", &MakeResNet18}, {"resnet50", &MakeResNet50}};
@@ -84,7 +84,7 @@ for arch in sys.argv[1:]:
 
   std::vector<std::string> actual;
   for (const Arch& arch : kArchs) {
-    for (const auto& [name, tensor] : StateDictItems(*arch.make(1000))) {
+    for (const auto& [name, tensor] : StateDictItems(*arch.make(1000, /*fused_blocks=*/true))) {
       actual.push_back(absl::StrCat(arch.name, " ", name, " ", Shape(tensor)));
     }
   }
@@ -102,7 +102,7 @@ TEST(ResNetTest, SameSeedGivesTorchvisionWeightsBitForBit) {
   for (const Arch& arch : kArchs) {
     torch::manual_seed(kSeed);
     const std::string path = TempPath(absl::StrCat(arch.name, "_seeded.pt"));
-    WriteStateDict(*arch.make(kClasses), path);
+    WriteStateDict(*arch.make(kClasses, /*fused_blocks=*/true), path);
     args.insert(args.end(), {arch.name, path});
   }
   absl::StatusOr<std::string> printed = testing::RunPython(R"py(
@@ -134,7 +134,7 @@ TEST(ResNetTest, TorchvisionGivesTheSameLogitsForTheExportedWeights) {
                                    std::to_string(kClasses)};
   std::vector<torch::Tensor> ours;  // per arch: eval logits, train logits
   for (const Arch& arch : kArchs) {
-    const std::shared_ptr<ImageClassifier> model = arch.make(kClasses);
+    const std::shared_ptr<ImageClassifier> model = arch.make(kClasses, /*fused_blocks=*/true);
     {
       torch::NoGradGuard no_grad;
       for (auto& [name, tensor] : StateDictItems(*model)) {
@@ -199,7 +199,7 @@ TEST(ResNetTest, ChannelsLastInputGivesTheSameLogits) {
   torch::manual_seed(5);
   for (const Arch& arch : kArchs) {
     SCOPED_TRACE(arch.name);
-    const std::shared_ptr<ImageClassifier> model = arch.make(10);
+    const std::shared_ptr<ImageClassifier> model = arch.make(10, /*fused_blocks=*/true);
     model->eval();
     torch::NoGradGuard no_grad;
     const torch::Tensor input = torch::randn({2, 3, 64, 64});

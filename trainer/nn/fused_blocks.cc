@@ -157,8 +157,8 @@ class BatchNormAddReLUFunction : public torch::autograd::Function<BatchNormAddRe
                                const torch::Tensor& bias, const torch::Tensor& running_mean,
                                const torch::Tensor& running_var, double momentum, double eps,
                                bool training) {
-    return BatchNormReLUForward(ctx, x, residual, weight, bias, running_mean, running_var,
-                                momentum, eps, training);
+    return BatchNormReLUForward(ctx, x, residual, weight, bias, running_mean, running_var, momentum,
+                                eps, training);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -240,9 +240,9 @@ bool FusedBatchNormApplies(const torch::nn::BatchNorm2dImpl& bn, const torch::Te
   // One value per channel cannot be normalised by batch statistics; the composition says so.
   if (bn.is_training() && x.size(0) * x.size(2) * x.size(3) < 2) return false;
   if (x.numel() == 0) return false;
-  if (residual.defined() && (!IsChannelsLast(residual) || residual.sizes() != x.sizes() ||
-                             residual.scalar_type() != x.scalar_type() ||
-                             residual.device() != x.device())) {
+  if (residual.defined() &&
+      (!IsChannelsLast(residual) || residual.sizes() != x.sizes() ||
+       residual.scalar_type() != x.scalar_type() || residual.device() != x.device())) {
     return false;
   }
   return true;

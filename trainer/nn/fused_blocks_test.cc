@@ -48,7 +48,7 @@ struct Result {
 };
 
 Result RunBlock(nn::BatchNorm2d bn, const torch::Tensor& x, const torch::Tensor& residual,
-           const torch::Tensor& dy, bool fused) {
+                const torch::Tensor& dy, bool fused) {
   torch::Tensor xg = x.detach().clone().requires_grad_();
   torch::Tensor rg;
   if (residual.defined()) rg = residual.detach().clone().requires_grad_();
@@ -90,7 +90,8 @@ Result RunReference(nn::BatchNorm2d bn, const torch::Tensor& x, const torch::Ten
 }
 
 [[maybe_unused]] double RelativeError(const torch::Tensor& got, const torch::Tensor& want) {
-  const torch::Tensor g = got.to(torch::kCPU, torch::kDouble), w = want.to(torch::kCPU, torch::kDouble);
+  const torch::Tensor g = got.to(torch::kCPU, torch::kDouble),
+                      w = want.to(torch::kCPU, torch::kDouble);
   if (!torch::isfinite(g).all().item<bool>()) return INFINITY;
   return (g - w).norm().item<double>() / std::max(w.norm().item<double>(), 1e-30);
 }
@@ -132,7 +133,8 @@ TEST(FusedBlocksCpuTest, MaxPoolIsTheCompositionOnTheCpu) {
   torch::manual_seed(2);
   const torch::Tensor x = torch::randn({2, 5, 11, 8}).contiguous(at::MemoryFormat::ChannelsLast);
   EXPECT_FALSE(FusedMaxPoolApplies(x, 3));
-  EXPECT_TRUE(torch::equal(MaxPool2d(x, 3, 2, 1, true), torch::max_pool2d(x, {3, 3}, {2, 2}, {1, 1})));
+  EXPECT_TRUE(
+      torch::equal(MaxPool2d(x, 3, 2, 1, true), torch::max_pool2d(x, {3, 3}, {2, 2}, {1, 1})));
 }
 
 #ifdef STOKER_GPU_TEST
@@ -169,9 +171,9 @@ TEST_F(FusedBlocksGpuTest, BatchNormReLUMatchesTheCompositionAcrossShapesAndDtyp
   torch::manual_seed(3);
   const torch::Device gpu(torch::kCUDA);
   // Channels not a multiple of 8 (the scalar path), batch 1, one pixel, large spatial sizes.
-  const std::vector<Shape> shapes = {{2, 3, 5, 7},   {1, 64, 56, 56}, {4, 100, 9, 9},
+  const std::vector<Shape> shapes = {{2, 3, 5, 7},     {1, 64, 56, 56}, {4, 100, 9, 9},
                                      {8, 256, 14, 14}, {2, 2048, 7, 7}, {2, 64, 112, 112},
-                                     {5, 24, 1, 1},  {3, 16, 2, 1}};
+                                     {5, 24, 1, 1},    {3, 16, 2, 1}};
   int cases = 0;
   for (const Shape& s : shapes) {
     for (torch::Dtype dtype : {torch::kFloat, torch::kHalf, torch::kBFloat16}) {
@@ -193,7 +195,8 @@ TEST_F(FusedBlocksGpuTest, BatchNormReLUMatchesTheCompositionAcrossShapesAndDtyp
           nn::BatchNorm2d fused_bn = CopyOf(master, gpu, torch::kFloat);
           ASSERT_TRUE(FusedBatchNormApplies(*fused_bn, x, residual)) << name;
           const Result fused = RunBlock(fused_bn, x, residual, dy, true);
-          const Result composed = RunBlock(CopyOf(master, gpu, torch::kFloat), x, residual, dy, false);
+          const Result composed =
+              RunBlock(CopyOf(master, gpu, torch::kFloat), x, residual, dy, false);
           const torch::Tensor fused_kept = fused.y > 0, composed_kept = composed.y > 0;
           const Result reference =
               RunReference(CopyOf(master, gpu, torch::kDouble), x, residual, dy, fused_kept);
@@ -215,7 +218,8 @@ TEST_F(FusedBlocksGpuTest, BatchNormReLUMatchesTheCompositionAcrossShapesAndDtyp
                 << composed_error;
           };
           expect_close("output", fused.y, composed.y, reference.y, composed_reference.y, dtype);
-          expect_close("input gradient", fused.dx, composed.dx, reference.dx, composed_reference.dx, dtype);
+          expect_close("input gradient", fused.dx, composed.dx, reference.dx, composed_reference.dx,
+                       dtype);
           if (with_residual) {
             expect_close("residual gradient", fused.dresidual, composed.dresidual,
                          reference.dresidual, composed_reference.dresidual, dtype);
@@ -223,7 +227,8 @@ TEST_F(FusedBlocksGpuTest, BatchNormReLUMatchesTheCompositionAcrossShapesAndDtyp
           // Parameter gradients and statistics are fp32 sums over the batch.
           expect_close("weight gradient", fused.dweight, composed.dweight, reference.dweight,
                        composed_reference.dweight, dtype);
-          expect_close("bias gradient", fused.dbias, composed.dbias, reference.dbias, composed_reference.dbias, dtype);
+          expect_close("bias gradient", fused.dbias, composed.dbias, reference.dbias,
+                       composed_reference.dbias, dtype);
           expect_close("running mean", fused.running_mean, composed.running_mean,
                        reference.running_mean, composed_reference.running_mean, torch::kFloat);
           expect_close("running var", fused.running_var, composed.running_var,
@@ -246,8 +251,8 @@ TEST_F(FusedBlocksGpuTest, MaxPoolMatchesTorchMaxPool) {
     int kernel, stride, padding;
   };
   const std::vector<Case> cases = {{{2, 64, 112, 112}, 3, 2, 1}, {{1, 3, 7, 9}, 3, 2, 1},
-                                   {{3, 100, 15, 15}, 3, 2, 1}, {{2, 16, 8, 8}, 2, 2, 0},
-                                   {{1, 8, 1, 1}, 3, 2, 1},     {{4, 40, 10, 6}, 3, 1, 1}};
+                                   {{3, 100, 15, 15}, 3, 2, 1},  {{2, 16, 8, 8}, 2, 2, 0},
+                                   {{1, 8, 1, 1}, 3, 2, 1},      {{4, 40, 10, 6}, 3, 1, 1}};
   int compared = 0;
   for (const Case& c : cases) {
     for (torch::Dtype dtype : {torch::kFloat, torch::kHalf, torch::kBFloat16}) {
@@ -258,8 +263,8 @@ TEST_F(FusedBlocksGpuTest, MaxPoolMatchesTorchMaxPool) {
       ASSERT_TRUE(FusedMaxPoolApplies(x, c.kernel)) << name;
       torch::Tensor xf = x.clone().requires_grad_(), xc = x.clone().requires_grad_();
       torch::Tensor yf = MaxPool2d(xf, c.kernel, c.stride, c.padding, true);
-      torch::Tensor yc = torch::max_pool2d(xc, {c.kernel, c.kernel}, {c.stride, c.stride},
-                                           {c.padding, c.padding});
+      torch::Tensor yc =
+          torch::max_pool2d(xc, {c.kernel, c.kernel}, {c.stride, c.stride}, {c.padding, c.padding});
       ASSERT_EQ(yf.sizes(), yc.sizes()) << name;
       EXPECT_TRUE(torch::equal(yf, yc)) << name << ": the maxima differ";
       const torch::Tensor dy = torch::randn_like(yc);
@@ -267,7 +272,8 @@ TEST_F(FusedBlocksGpuTest, MaxPoolMatchesTorchMaxPool) {
       yc.backward(dy);
       // The same elements receive gradient; sums of up to four terms may round differently.
       EXPECT_TRUE(torch::equal(xf.grad() != 0, xc.grad() != 0)) << name;
-      EXPECT_LE(RelativeError(xf.grad(), xc.grad().to(torch::kDouble)), Tolerance(dtype, 0)) << name;
+      EXPECT_LE(RelativeError(xf.grad(), xc.grad().to(torch::kDouble)), Tolerance(dtype, 0))
+          << name;
       ++compared;
     }
   }

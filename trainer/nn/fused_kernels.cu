@@ -17,9 +17,13 @@ __device__ __forceinline__ float ToFloat(__nv_bfloat16 v) { return __bfloat162fl
 template <typename T>
 __device__ __forceinline__ T FromFloat(float v);
 template <>
-__device__ __forceinline__ float FromFloat<float>(float v) { return v; }
+__device__ __forceinline__ float FromFloat<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ __half FromFloat<__half>(float v) { return __float2half_rn(v); }
+__device__ __forceinline__ __half FromFloat<__half>(float v) {
+  return __float2half_rn(v);
+}
 template <>
 __device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
@@ -77,7 +81,8 @@ Plan MakePlan(ChannelRows s, int vec) {
   p.channel_tiles = (vectors + p.tx - 1) / p.tx;
   const int64_t row_groups = (s.rows + p.ty - 1) / p.ty;
   const int64_t wanted = (kTargetBlocks + p.channel_tiles - 1) / p.channel_tiles;
-  p.row_blocks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({wanted, row_groups, kMaxRowBlocks})));
+  p.row_blocks = static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>({wanted, row_groups, kMaxRowBlocks})));
   return p;
 }
 
@@ -204,7 +209,8 @@ __global__ void StatisticsFinalizeKernel(const float* __restrict__ part_mean,
         m2b[u] = in ? part_m2[static_cast<int64_t>(b) * channels + c] : 0.f;
       }
 #pragma unroll
-      for (int u = 0; u < kFinalizeUnroll; ++u) MergeWelford<1>(n, mean, m2, nb[u], &mb[u], &m2b[u]);
+      for (int u = 0; u < kFinalizeUnroll; ++u)
+        MergeWelford<1>(n, mean, m2, nb[u], &mb[u], &m2b[u]);
     }
   }
   s_n[lane][tx] = n;
@@ -227,8 +233,8 @@ __global__ void StatisticsFinalizeKernel(const float* __restrict__ part_mean,
 }
 
 __global__ void FixedStatisticsKernel(const float* running_mean, const float* running_var,
-                                      float eps, const float* weight, int channels,
-                                      float* mean_out, float* invstd_out, float* scale_out) {
+                                      float eps, const float* weight, int channels, float* mean_out,
+                                      float* invstd_out, float* scale_out) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= channels) return;
   const float invstd = rsqrtf(running_var[c] + eps);
@@ -571,7 +577,8 @@ cudaError_t Dispatch(ElementType type, int vec, F&& f) {
 dim3 ElementwiseGrid(ChannelRows s, const Plan& p) {
   const int64_t row_groups = (s.rows + p.ty - 1) / p.ty;
   const int64_t per_thread = 4;
-  const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((row_groups + per_thread - 1) / per_thread, 65535));
+  const int64_t blocks =
+      std::max<int64_t>(1, std::min<int64_t>((row_groups + per_thread - 1) / per_thread, 65535));
   return dim3(p.channel_tiles, static_cast<unsigned>(blocks));
 }
 
@@ -584,16 +591,16 @@ int64_t BatchNormScratchFloats(ChannelRows shape) {
   int64_t most = 0;
   for (int vec : {1, 4, 8}) {
     const Plan p = MakePlan(shape, vec);
-    most = std::max<int64_t>(most, 2 * static_cast<int64_t>(p.row_blocks) * shape.channels + p.row_blocks);
+    most = std::max<int64_t>(
+        most, 2 * static_cast<int64_t>(p.row_blocks) * shape.channels + p.row_blocks);
   }
   return most + 3 * static_cast<int64_t>(shape.channels);
 }
 
-cudaError_t LaunchBatchNormStatistics(const void* x, ElementType type, ChannelRows shape,
-                                      float eps, float momentum, const float* weight,
-                                      float* running_mean, float* running_var, float* mean,
-                                      float* invstd, float* scale, float* scratch,
-                                      cudaStream_t stream) {
+cudaError_t LaunchBatchNormStatistics(const void* x, ElementType type, ChannelRows shape, float eps,
+                                      float momentum, const float* weight, float* running_mean,
+                                      float* running_var, float* mean, float* invstd, float* scale,
+                                      float* scratch, cudaStream_t stream) {
   const Plan p = MakePlan(shape, VectorWidth(type, shape.channels, {x}));
   const Scratch s = Carve(scratch, shape, p);
   cudaError_t e = Dispatch(type, p.vec, [&](auto t, auto v) {
@@ -606,8 +613,8 @@ cudaError_t LaunchBatchNormStatistics(const void* x, ElementType type, ChannelRo
   });
   if (e != cudaSuccess) return e;
   StatisticsFinalizeKernel<<<FinalizeBlocks(shape), dim3(32, kFinalizeLanes), 0, stream>>>(
-      s.first, s.second, s.count, p.row_blocks, shape.channels, eps, momentum, weight,
-      running_mean, running_var, mean, invstd, scale);
+      s.first, s.second, s.count, p.row_blocks, shape.channels, eps, momentum, weight, running_mean,
+      running_var, mean, invstd, scale);
   return cudaGetLastError();
 }
 
@@ -632,24 +639,27 @@ cudaError_t LaunchBatchNormApply(const void* x, const void* residual, void* y, E
     const T* z = static_cast<const T*>(residual);
     T* out = static_cast<T*>(y);
     if (residual != nullptr && relu) {
-      ApplyKernel<T, V, true, true><<<grid, block, 0, stream>>>(in, z, out, shape.rows, shape.channels, mean, scale, bias);
+      ApplyKernel<T, V, true, true>
+          <<<grid, block, 0, stream>>>(in, z, out, shape.rows, shape.channels, mean, scale, bias);
     } else if (residual != nullptr) {
-      ApplyKernel<T, V, true, false><<<grid, block, 0, stream>>>(in, z, out, shape.rows, shape.channels, mean, scale, bias);
+      ApplyKernel<T, V, true, false>
+          <<<grid, block, 0, stream>>>(in, z, out, shape.rows, shape.channels, mean, scale, bias);
     } else if (relu) {
-      ApplyKernel<T, V, false, true><<<grid, block, 0, stream>>>(in, z, out, shape.rows, shape.channels, mean, scale, bias);
+      ApplyKernel<T, V, false, true>
+          <<<grid, block, 0, stream>>>(in, z, out, shape.rows, shape.channels, mean, scale, bias);
     } else {
-      ApplyKernel<T, V, false, false><<<grid, block, 0, stream>>>(in, z, out, shape.rows, shape.channels, mean, scale, bias);
+      ApplyKernel<T, V, false, false>
+          <<<grid, block, 0, stream>>>(in, z, out, shape.rows, shape.channels, mean, scale, bias);
     }
     return cudaGetLastError();
   });
 }
 
-cudaError_t LaunchBatchNormBackward(const void* dy, const void* y, const void* x,
-                                    ElementType type, ChannelRows shape, const float* mean,
-                                    const float* invstd, const float* weight, bool relu,
-                                    bool batch_statistics, void* x_grad, void* residual_grad,
-                                    float* weight_grad, float* bias_grad, float* scratch,
-                                    cudaStream_t stream) {
+cudaError_t LaunchBatchNormBackward(const void* dy, const void* y, const void* x, ElementType type,
+                                    ChannelRows shape, const float* mean, const float* invstd,
+                                    const float* weight, bool relu, bool batch_statistics,
+                                    void* x_grad, void* residual_grad, float* weight_grad,
+                                    float* bias_grad, float* scratch, cudaStream_t stream) {
   const Plan p =
       MakePlan(shape, VectorWidth(type, shape.channels, {dy, y, x, x_grad, residual_grad}));
   const Scratch s = Carve(scratch, shape, p);
@@ -664,20 +674,24 @@ cudaError_t LaunchBatchNormBackward(const void* dy, const void* y, const void* x
     const int64_t rows = shape.rows;
     const int c = shape.channels;
     if (relu && rg != nullptr) {
-      BackwardReduceKernel<T, V, true, true><<<grid, block, shared, stream>>>(d, out, in, rows, c, mean, rg, s.first, s.second);
+      BackwardReduceKernel<T, V, true, true>
+          <<<grid, block, shared, stream>>>(d, out, in, rows, c, mean, rg, s.first, s.second);
     } else if (relu) {
-      BackwardReduceKernel<T, V, true, false><<<grid, block, shared, stream>>>(d, out, in, rows, c, mean, rg, s.first, s.second);
+      BackwardReduceKernel<T, V, true, false>
+          <<<grid, block, shared, stream>>>(d, out, in, rows, c, mean, rg, s.first, s.second);
     } else if (rg != nullptr) {
-      BackwardReduceKernel<T, V, false, true><<<grid, block, shared, stream>>>(d, out, in, rows, c, mean, rg, s.first, s.second);
+      BackwardReduceKernel<T, V, false, true>
+          <<<grid, block, shared, stream>>>(d, out, in, rows, c, mean, rg, s.first, s.second);
     } else {
-      BackwardReduceKernel<T, V, false, false><<<grid, block, shared, stream>>>(d, out, in, rows, c, mean, rg, s.first, s.second);
+      BackwardReduceKernel<T, V, false, false>
+          <<<grid, block, shared, stream>>>(d, out, in, rows, c, mean, rg, s.first, s.second);
     }
     return cudaGetLastError();
   });
   if (e != cudaSuccess) return e;
   BackwardFinalizeKernel<<<FinalizeBlocks(shape), dim3(32, kFinalizeLanes), 0, stream>>>(
-      s.first, s.second, p.row_blocks, shape.channels, static_cast<float>(shape.rows), mean,
-      invstd, weight, batch_statistics, weight_grad, bias_grad, s.coefficients);
+      s.first, s.second, p.row_blocks, shape.channels, static_cast<float>(shape.rows), mean, invstd,
+      weight, batch_statistics, weight_grad, bias_grad, s.coefficients);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
   if (x_grad == nullptr) return cudaSuccess;
   return Dispatch(type, p.vec, [&](auto t, auto v) {
@@ -690,11 +704,14 @@ cudaError_t LaunchBatchNormBackward(const void* dy, const void* y, const void* x
     const int64_t rows = shape.rows;
     const int c = shape.channels;
     if (rg != nullptr) {
-      BackwardApplyKernel<T, V, false, true><<<grid, block, 0, stream>>>(d, out, rg, in, rows, c, s.coefficients, dx);
+      BackwardApplyKernel<T, V, false, true>
+          <<<grid, block, 0, stream>>>(d, out, rg, in, rows, c, s.coefficients, dx);
     } else if (relu) {
-      BackwardApplyKernel<T, V, true, false><<<grid, block, 0, stream>>>(d, out, rg, in, rows, c, s.coefficients, dx);
+      BackwardApplyKernel<T, V, true, false>
+          <<<grid, block, 0, stream>>>(d, out, rg, in, rows, c, s.coefficients, dx);
     } else {
-      BackwardApplyKernel<T, V, false, false><<<grid, block, 0, stream>>>(d, out, rg, in, rows, c, s.coefficients, dx);
+      BackwardApplyKernel<T, V, false, false>
+          <<<grid, block, 0, stream>>>(d, out, rg, in, rows, c, s.coefficients, dx);
     }
     return cudaGetLastError();
   });
@@ -705,11 +722,12 @@ cudaError_t LaunchMaxPoolForward(const void* x, ElementType type, const PoolGeom
   // The argmax of V channels is one V-byte access, aligned where y's V-element one is.
   const int vec = VectorWidth(type, g.channels, {x, y, argmax});
   const int64_t total = g.batch * g.out_height * g.out_width * (g.channels / vec);
-  const int blocks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((total + 255) / 256, 132 * 32)));
+  const int blocks =
+      static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((total + 255) / 256, 132 * 32)));
   return Dispatch(type, vec, [&](auto t, auto v) {
     using T = decltype(t);
-    MaxPoolForwardKernel<T, decltype(v)::value><<<blocks, 256, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<T*>(y), argmax, g);
+    MaxPoolForwardKernel<T, decltype(v)::value>
+        <<<blocks, 256, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), argmax, g);
     return cudaGetLastError();
   });
 }
@@ -718,11 +736,12 @@ cudaError_t LaunchMaxPoolBackward(const void* dy, const uint8_t* argmax, Element
                                   const PoolGeometry& g, void* dx, cudaStream_t stream) {
   const int vec = VectorWidth(type, g.channels, {dy, dx, argmax});
   const int64_t total = g.batch * g.height * g.width * (g.channels / vec);
-  const int blocks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((total + 255) / 256, 132 * 32)));
+  const int blocks =
+      static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((total + 255) / 256, 132 * 32)));
   return Dispatch(type, vec, [&](auto t, auto v) {
     using T = decltype(t);
-    MaxPoolBackwardKernel<T, decltype(v)::value><<<blocks, 256, 0, stream>>>(
-        static_cast<const T*>(dy), argmax, static_cast<T*>(dx), g);
+    MaxPoolBackwardKernel<T, decltype(v)::value>
+        <<<blocks, 256, 0, stream>>>(static_cast<const T*>(dy), argmax, static_cast<T*>(dx), g);
     return cudaGetLastError();
   });
 }

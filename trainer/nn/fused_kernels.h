@@ -27,11 +27,10 @@ int64_t BatchNormScratchFloats(ChannelRows shape);
 // blocks): mean and invstd = 1 / sqrt(biased variance + eps); the running statistics, where
 // given, move towards the batch's by `momentum` (unbiased variance, as torch.nn.BatchNorm2d);
 // scale = weight * invstd for LaunchBatchNormApply. Precondition: shape.rows >= 2.
-cudaError_t LaunchBatchNormStatistics(const void* x, ElementType type, ChannelRows shape,
-                                      float eps, float momentum, const float* weight,
-                                      float* running_mean, float* running_var, float* mean,
-                                      float* invstd, float* scale, float* scratch,
-                                      cudaStream_t stream);
+cudaError_t LaunchBatchNormStatistics(const void* x, ElementType type, ChannelRows shape, float eps,
+                                      float momentum, const float* weight, float* running_mean,
+                                      float* running_var, float* mean, float* invstd, float* scale,
+                                      float* scratch, cudaStream_t stream);
 
 // The same outputs from fixed (running) statistics, for evaluation.
 cudaError_t LaunchBatchNormFixedStatistics(const float* running_mean, const float* running_var,
@@ -53,12 +52,11 @@ cudaError_t LaunchBatchNormApply(const void* x, const void* residual, void* y, E
 // be null). With batch_statistics, x_grad includes the path through mean and variance
 // (training); without, the statistics are constants (evaluation). Two passes over the
 // activation: one reduces (and writes residual_grad), one writes x_grad.
-cudaError_t LaunchBatchNormBackward(const void* dy, const void* y, const void* x,
-                                    ElementType type, ChannelRows shape, const float* mean,
-                                    const float* invstd, const float* weight, bool relu,
-                                    bool batch_statistics, void* x_grad, void* residual_grad,
-                                    float* weight_grad, float* bias_grad, float* scratch,
-                                    cudaStream_t stream);
+cudaError_t LaunchBatchNormBackward(const void* dy, const void* y, const void* x, ElementType type,
+                                    ChannelRows shape, const float* mean, const float* invstd,
+                                    const float* weight, bool relu, bool batch_statistics,
+                                    void* x_grad, void* residual_grad, float* weight_grad,
+                                    float* bias_grad, float* scratch, cudaStream_t stream);
 
 // A max-pooling geometry on NHWC tensors (dilation 1, floor mode); kernel * kernel <= 255.
 struct PoolGeometry {

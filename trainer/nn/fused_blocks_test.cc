@@ -47,22 +47,29 @@ struct Result {
   torch::Tensor y, dx, dresidual, dweight, dbias, running_mean, running_var, batches;
 };
 
+// The result after backward: `x` and `residual` (may be undefined) are the leaves.
+Result Collect(const nn::BatchNorm2dImpl& bn, const torch::Tensor& y, const torch::Tensor& x,
+               const torch::Tensor& residual) {
+  Result r;
+  r.y = y;
+  r.dx = x.grad();
+  if (residual.defined()) r.dresidual = residual.grad();
+  r.dweight = bn.weight.grad();
+  r.dbias = bn.bias.grad();
+  r.running_mean = bn.running_mean.detach().clone();
+  r.running_var = bn.running_var.detach().clone();
+  r.batches = bn.num_batches_tracked.detach().clone();
+  return r;
+}
+
 Result RunBlock(nn::BatchNorm2d bn, const torch::Tensor& x, const torch::Tensor& residual,
                 const torch::Tensor& dy, bool fused) {
   torch::Tensor xg = x.detach().clone().requires_grad_();
   torch::Tensor rg;
   if (residual.defined()) rg = residual.detach().clone().requires_grad_();
-  Result r;
-  r.y = BatchNormReLU(*bn, xg, rg, fused);
-  r.y.backward(dy);
-  r.dx = xg.grad();
-  if (rg.defined()) r.dresidual = rg.grad();
-  r.dweight = bn->weight.grad();
-  r.dbias = bn->bias.grad();
-  r.running_mean = bn->running_mean.detach().clone();
-  r.running_var = bn->running_var.detach().clone();
-  r.batches = bn->num_batches_tracked.detach().clone();
-  return r;
+  const torch::Tensor y = BatchNormReLU(*bn, xg, rg, fused);
+  y.backward(dy);
+  return Collect(*bn, y, xg, rg);
 }
 
 // The fp64 reference for a result whose ReLU kept the outputs `kept` (y > 0): output
@@ -76,17 +83,8 @@ Result RunReference(nn::BatchNorm2d bn, const torch::Tensor& x, const torch::Ten
   if (residual.defined()) rg = residual.detach().to(torch::kDouble).requires_grad_();
   torch::Tensor out = bn->forward(xg);
   if (rg.defined()) out = out + rg;
-  Result r;
-  r.y = torch::relu(out).detach();
   out.backward(dy.to(torch::kDouble) * kept.to(torch::kDouble));
-  r.dx = xg.grad();
-  if (rg.defined()) r.dresidual = rg.grad();
-  r.dweight = bn->weight.grad();
-  r.dbias = bn->bias.grad();
-  r.running_mean = bn->running_mean.detach().clone();
-  r.running_var = bn->running_var.detach().clone();
-  r.batches = bn->num_batches_tracked.detach().clone();
-  return r;
+  return Collect(*bn, torch::relu(out).detach(), xg, rg);
 }
 
 [[maybe_unused]] double RelativeError(const torch::Tensor& got, const torch::Tensor& want) {

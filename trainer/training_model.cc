@@ -23,7 +23,7 @@ absl::StatusOr<std::unique_ptr<TrainingModel>> TrainingModel::Create(const Train
   std::unique_ptr<TrainingModel> t(new TrainingModel(std::move(scaler)));
 
   at::manual_seed(o.seed);
-  ASSIGN_OR_RETURN(t->model_, MakeModel(o.model.name, o.model.num_classes));
+  ASSIGN_OR_RETURN(t->model_, MakeModel(o.model.name, o.model.num_classes, o.input.image_size));
   t->model_->to(TrainingDevice(context));
   if (o.device.channels_last) {
     c10::NoGradGuard no_grad;

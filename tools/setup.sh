@@ -21,6 +21,7 @@ PIP_PACKAGES=(
   "torch==2.11.0"
   "torchvision==0.26.0"
   numpy pillow
+  safetensors          # --init_weights reads safetensors files; its tests write them
   tensorboard scikit-learn matplotlib  # trainer tests: event files, the digits dataset, plots
 )
 

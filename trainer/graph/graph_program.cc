@@ -322,10 +322,7 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(const json& gr
         has_generator = true;
       }
     }
-    if (handle->hasTag(at::Tag::nondeterministic_seeded) && !has_generator && !is_dropout) {
-      return refuse_node("a random operator without a generator argument: its draws could not be seeded per step, so "
-                         "resuming would not reproduce them");
-    }
+    const bool unseeded = handle->hasTag(at::Tag::nondeterministic_seeded) && !has_generator && !is_dropout;
     for (const auto& [input, unused] : inputs) {
       if (!schema.argumentIndexWithName(input).has_value()) {
         return refuse_node(absl::StrCat("argument '", input, "' is not in the operator's schema ", c10::toString(schema),
@@ -443,6 +440,18 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(const json& gr
                                         ", which Stoker does not convert (symbolic floats or bools, custom objects, operators)"));
       }
       call->args.push_back(std::move(arg));
+    }
+
+    // Attention is random only through its dropout_p; with none it is deterministic.
+    if (unseeded) {
+      const std::optional<int> p = schema.argumentIndexWithName("dropout_p");
+      const bool no_dropout = op_name.name == "aten::scaled_dot_product_attention" && p.has_value() &&
+                              call->args[*p].kind == Arg::Kind::kConstant && call->args[*p].constant.isDouble() &&
+                              call->args[*p].constant.toDouble() == 0.0;
+      if (!no_dropout) {
+        return refuse_node("a random operator without a generator argument: its draws could not be seeded per step, "
+                           "so resuming would not reproduce them");
+      }
     }
 
     // Returns.

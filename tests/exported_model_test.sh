@@ -6,7 +6,8 @@
 # (strict) into the module, which classifies the validation images about as well. A
 # shorter run stopped after a mid-epoch step and resumed from its checkpoint has the
 # uninterrupted run's losses bit for bit (the dropout masks too: they are drawn per
-# (seed, rank, step)). Every job leaves nothing behind.
+# (seed, rank, step)). A truncated archive is refused at load, naming the file and why.
+# Every job leaves nothing behind.
 set -euo pipefail
 source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
 begin_job_test
@@ -52,6 +53,23 @@ train() {  # train NAME [trainer flags...]; sets $rc
   set -e
   assert_nothing_left "$job"
 }
+
+# A damaged archive is refused at load on every rank, before any step, and the job ends.
+head -c 100000 "$out/digits_net.pt2" > "$out/damaged.pt2"
+job="exported-damaged-$$-$RANDOM"
+set +e
+"$root/launcher/launcher" --np=2 --job_id="$job" \
+  --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
+  --dataset=imagefolder --train_dir="$out/digits/train" --val_dir="$out/digits/val" --data_threads=1 -- \
+  --model="$out/damaged.pt2" --num_classes=10 --image_size=32 > "$out/damaged.log" 2>&1
+rc=$?
+set -e
+assert_nothing_left "$job"
+[[ $rc -ne 0 ]] || { cat "$out/damaged.log"; echo "FAIL: a damaged archive trained"; exit 1; }
+grep -q "damaged.pt2: not a readable torch.export archive (truncated" "$out/damaged.log" ||
+  { cat "$out/damaged.log"; echo "FAIL: the refusal does not say why"; exit 1; }
+! grep -q "epoch 1" "$out/damaged.log" || { echo "FAIL: training started"; exit 1; }
+echo "a damaged archive: exit $rc, refused by name"
 
 train converge --epochs=30 --val_every=3 --log_every=11 --metrics_jsonl="$out/metrics.jsonl" \
   --export="$out/digits_net_trained.pt"

@@ -3,7 +3,8 @@
 # (with dropout before its head), exported by tools/export_model.py, trained by 2 CPU ranks
 # under mpirun on scikit-learn's digits with digits_convergence_test.sh's recipe, reaches
 # that test's band (>= 95% top-1 on the validation split), and its exported weights load
-# (strict) into the module, which classifies the validation images about as well. A
+# (strict) into the module, which classifies the validation images about as well, and
+# start a fine-tuning run (--init_weights) that stays in the band. A
 # shorter run stopped after a mid-epoch step and resumed from its checkpoint has the
 # uninterrupted run's losses bit for bit (the dropout masks too: they are drawn per
 # (seed, rank, step)). A truncated archive is refused at load, naming the file and why.
@@ -109,6 +110,20 @@ for label_dir in sorted(glob.glob(os.path.join(out, "digits", "val", "*"))):
         total += 1
 print(f"the exported weights in PyTorch: {correct}/{total} validation images right")
 assert correct / total >= final["top1"] - 0.03, (correct, total, final["top1"])
+PY
+
+# Fine-tuning from those weights (--init_weights, torch.save's format): one epoch at a small
+# rate stays in the band.
+train finetune --epochs=1 --lr=0.002 --warmup_epochs=0 --val_every=1 \
+  --init_weights="$out/digits_net_trained.pt" --metrics_jsonl="$out/finetune.jsonl"
+[[ $rc -eq 0 ]] || { cat "$out/finetune.log"; echo "FAIL: fine-tuning exited $rc"; exit 1; }
+"$python" - "$out" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+top1 = lambda name: [r for r in map(json.loads, open(os.path.join(out, name))) if r["type"] == "val"][-1]["top1"]
+trained, tuned = top1("metrics.jsonl"), top1("finetune.jsonl")
+print(f"fine-tuned for an epoch from the trained weights: top-1 {100 * tuned:.1f}% (trained: {100 * trained:.1f}%)")
+assert tuned >= trained - 0.03, (tuned, trained)
 PY
 
 # 1437 / 2 ranks = 719 per rank: 22 full batches and a short one per epoch; stop in epoch 2.

@@ -39,7 +39,8 @@ using Stopped = absl::optional<TrainingOutcome>;  // a run that ends early, or n
 // function of (run seed, rank, step) alone, so a resumed run draws the masks that the
 // uninterrupted run drew, and ranks draw different ones.
 uint64_t RandomOpSeed(uint64_t seed, int rank, int64_t step) {
-  return SplitMix64Mix(SplitMix64Mix(SplitMix64Mix(seed) ^ static_cast<uint64_t>(rank)) ^ static_cast<uint64_t>(step));
+  const uint64_t seed_and_rank = SplitMix64Mix(SplitMix64Mix(seed) ^ static_cast<uint64_t>(rank));
+  return SplitMix64Mix(seed_and_rank ^ static_cast<uint64_t>(step));
 }
 
 // One rank's run. Members are declared in dependency order; the destructor releases them

@@ -27,7 +27,8 @@ absl::StatusOr<std::unique_ptr<TrainingModel>> TrainingModel::Create(const Train
   ASSIGN_OR_RETURN(t->model_, MakeModel(o.model.name, o.model.num_classes, o.input.image_size));
   if (!o.model.init_weights.empty()) {
     ASSIGN_OR_RETURN(auto state, ReadStateDictFile(o.model.init_weights));
-    RETURN_IF_ERROR(LoadStateDict(state, *t->model_, absl::StrCat("--init_weights=", o.model.init_weights)));
+    RETURN_IF_ERROR(LoadStateDict(state, *t->model_,
+                                  absl::StrCat("--init_weights=", o.model.init_weights)));
   }
   t->model_->to(TrainingDevice(context));
   if (o.device.channels_last) {

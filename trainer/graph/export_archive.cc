@@ -54,39 +54,46 @@ absl::StatusOr<at::Tensor> ReadTensor(Reader& reader, const std::string& path,
     return Refuse(path, absl::StrCat(where, ": malformed entry in the weights config"));
   }
   if (entry.value("use_pickle", false)) {
-    return Refuse(path, absl::StrCat(where, " is a pickled tensor subclass; only plain tensors load"));
+    return Refuse(path,
+                  absl::StrCat(where, " is a pickled tensor subclass; only plain tensors load"));
   }
   const json& meta = entry["tensor_meta"];
   ASSIGN_OR_RETURN(at::ScalarType dtype, ScalarTypeOf(meta.value("dtype", 0), where));
   ASSIGN_OR_RETURN(std::vector<int64_t> sizes, StaticInts(meta["sizes"], where));
   ASSIGN_OR_RETURN(std::vector<int64_t> strides, StaticInts(meta["strides"], where));
-  ASSIGN_OR_RETURN(std::vector<int64_t> offset, StaticInts(json::array({meta["storage_offset"]}), where));
-  ASSIGN_OR_RETURN(std::string bytes,
-                   ReadRecord(reader, path, absl::StrCat(folder, entry["path_name"].get<std::string>())));
-  return TorchCall(absl::StrCat("--model=", path, ": ", where), [&]() -> absl::StatusOr<at::Tensor> {
-    const int64_t item = static_cast<int64_t>(c10::elementSize(dtype));
-    int64_t needed = sizes.empty() ? 1 : 0;  // elements the view reaches, +1
-    bool empty = false;
-    for (size_t d = 0; d < sizes.size(); ++d) {
-      if (sizes[d] == 0) empty = true;
-      needed += (sizes[d] - 1) * strides[d];
-    }
-    if (!sizes.empty()) needed += 1;
-    needed += offset[0];
-    if (empty) return at::empty(sizes, at::TensorOptions().dtype(dtype));
-    if (static_cast<int64_t>(bytes.size()) < needed * item || bytes.size() % item != 0) {
-      return Refuse(path, absl::StrCat(where, ": ", bytes.size(), " bytes stored, the tensor needs ",
-                                       needed * item));
-    }
-    const at::Tensor flat =
-        at::from_blob(bytes.data(), {static_cast<int64_t>(bytes.size()) / item}, at::TensorOptions().dtype(dtype));
-    return flat.as_strided(sizes, strides, offset[0]).contiguous().clone();
-  });
+  ASSIGN_OR_RETURN(std::vector<int64_t> offset,
+                   StaticInts(json::array({meta["storage_offset"]}), where));
+  ASSIGN_OR_RETURN(
+      std::string bytes,
+      ReadRecord(reader, path, absl::StrCat(folder, entry["path_name"].get<std::string>())));
+  return TorchCall(
+      absl::StrCat("--model=", path, ": ", where), [&]() -> absl::StatusOr<at::Tensor> {
+        const int64_t item = static_cast<int64_t>(c10::elementSize(dtype));
+        int64_t needed = sizes.empty() ? 1 : 0;  // elements the view reaches, +1
+        bool empty = false;
+        for (size_t d = 0; d < sizes.size(); ++d) {
+          if (sizes[d] == 0) empty = true;
+          needed += (sizes[d] - 1) * strides[d];
+        }
+        if (!sizes.empty()) needed += 1;
+        needed += offset[0];
+        if (empty) return at::empty(sizes, at::TensorOptions().dtype(dtype));
+        if (static_cast<int64_t>(bytes.size()) < needed * item || bytes.size() % item != 0) {
+          return Refuse(path, absl::StrCat(where, ": ", bytes.size(),
+                                           " bytes stored, the tensor needs ", needed * item));
+        }
+        const at::Tensor flat =
+            at::from_blob(bytes.data(), {static_cast<int64_t>(bytes.size()) / item},
+                          at::TensorOptions().dtype(dtype));
+        return flat.as_strided(sizes, strides, offset[0]).contiguous().clone();
+      });
 }
 
 absl::StatusOr<std::vector<ArchiveWeight>> ReadWeights(Reader& reader, const std::string& path,
                                                        const std::string& model) {
-  ASSIGN_OR_RETURN(json config, ReadJson(reader, path, absl::StrCat("data/weights/", model, "_weights_config.json")));
+  ASSIGN_OR_RETURN(
+      json config,
+      ReadJson(reader, path, absl::StrCat("data/weights/", model, "_weights_config.json")));
   if (!config.contains("config") || !config["config"].is_object()) {
     return Refuse(path, absl::StrCat("data/weights/", model, "_weights_config.json has no config"));
   }
@@ -109,7 +116,8 @@ absl::StatusOr<std::vector<ArchiveWeight>> ReadConstants(Reader& reader, const s
   ASSIGN_OR_RETURN(json config, ReadJson(reader, path, name));
   if (!config.contains("config") || !config["config"].is_object()) return constants;
   for (const auto& [constant, entry] : config["config"].items()) {
-    ASSIGN_OR_RETURN(at::Tensor value, ReadTensor(reader, path, "data/constants/", constant, entry));
+    ASSIGN_OR_RETURN(at::Tensor value,
+                     ReadTensor(reader, path, "data/constants/", constant, entry));
     constants.push_back(ArchiveWeight{constant, std::move(value), false, false});
   }
   return constants;
@@ -127,9 +135,11 @@ absl::StatusOr<json> ReadProgram(Reader& reader, const std::string& path, const 
                                      ": export the model again with torch ", kExportTorchRelease));
   }
   *torch_version = version;
-  const int major = program.contains("schema_version") ? program["schema_version"].value("major", -1) : -1;
+  const int major =
+      program.contains("schema_version") ? program["schema_version"].value("major", -1) : -1;
   if (major != kSchemaMajor) {
-    return Refuse(path, absl::StrCat(name, ": export schema version ", major, ", Stoker reads ", kSchemaMajor));
+    return Refuse(path, absl::StrCat(name, ": export schema version ", major, ", Stoker reads ",
+                                     kSchemaMajor));
   }
   if (!program.contains("graph_module") || !program["graph_module"].is_object()) {
     return Refuse(path, absl::StrCat(name, " has no graph_module"));
@@ -149,24 +159,29 @@ absl::StatusOr<ExportArchive> ReadExportArchive(const std::string& path) {
   std::unique_ptr<Reader> reader;
   absl::Status opened = TorchCall("opening", [&] { reader = std::make_unique<Reader>(path); });
   if (!opened.ok()) {
-    return Refuse(path, absl::StrCat("not a readable torch.export archive (truncated, or not a zip file "
-                                     "that torch.export.save wrote): ", opened.message()));
+    return Refuse(path,
+                  absl::StrCat("not a readable torch.export archive (truncated, or not a zip file "
+                               "that torch.export.save wrote): ",
+                               opened.message()));
   }
   ExportArchive archive;
   archive.path = path;
   if (!reader->hasRecord("archive_format")) {
-    return Refuse(path, "a zip file but not a torch.export archive (no archive_format record; a "
-                        "torch.save checkpoint or TorchScript file?)");
+    return Refuse(path,
+                  "a zip file but not a torch.export archive (no archive_format record; a "
+                  "torch.save checkpoint or TorchScript file?)");
   }
   ASSIGN_OR_RETURN(std::string format, ReadRecord(*reader, path, "archive_format"));
   if (format != "pt2") {
-    return Refuse(path, absl::StrCat("archive_format is '", format, "', not a torch.export archive ('pt2')"));
+    return Refuse(
+        path, absl::StrCat("archive_format is '", format, "', not a torch.export archive ('pt2')"));
   }
   if (reader->hasRecord("archive_version")) {
     ASSIGN_OR_RETURN(std::string version, ReadRecord(*reader, path, "archive_version"));
     if (version != "0") {
-      return Refuse(path, absl::StrCat("archive_version ", version, "; Stoker reads version 0 (torch ",
-                                       kExportTorchRelease, ")"));
+      return Refuse(path,
+                    absl::StrCat("archive_version ", version, "; Stoker reads version 0 (torch ",
+                                 kExportTorchRelease, ")"));
     }
   }
   std::string train_model;
@@ -183,8 +198,9 @@ absl::StatusOr<ExportArchive> ReadExportArchive(const std::string& path) {
   if (!constants.empty()) {
     std::vector<std::string> names;
     for (const ArchiveWeight& c : constants) names.push_back(c.name);
-    return Refuse(path, absl::StrCat("the program has tensor constants (", absl::StrJoin(names, ", "),
-                                     "); register them as buffers of the module to train it"));
+    return Refuse(path,
+                  absl::StrCat("the program has tensor constants (", absl::StrJoin(names, ", "),
+                               "); register them as buffers of the module to train it"));
   }
   if (train_model == "train" && reader->hasRecord("models/eval.json")) {
     std::string eval_version;

@@ -32,8 +32,8 @@ struct ArchiveWeight {
 
 struct ExportArchive {
   std::string path;
-  std::string torch_version;         // of the program that wrote it ("2.11.0+cu130")
-  nlohmann::json train;              // the training program's "graph_module"
+  std::string torch_version;           // of the program that wrote it ("2.11.0+cu130")
+  nlohmann::json train;                // the training program's "graph_module"
   std::optional<nlohmann::json> eval;  // the evaluation program's, when the archive has one
   // The training program's weights: parameters in their order, then buffers in theirs.
   std::vector<ArchiveWeight> weights;

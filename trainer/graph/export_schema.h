@@ -28,7 +28,8 @@ absl::StatusOr<at::Layout> LayoutOf(int code, absl::string_view where);
 absl::StatusOr<c10::Device> DeviceOf(const nlohmann::json& device, absl::string_view where);
 // A list of schema.SymInt that are all plain integers ({"as_int": 3}); InvalidArgument when
 // one is symbolic.
-absl::StatusOr<std::vector<int64_t>> StaticInts(const nlohmann::json& sym_ints, absl::string_view where);
+absl::StatusOr<std::vector<int64_t>> StaticInts(const nlohmann::json& sym_ints,
+                                                absl::string_view where);
 
 }  // namespace stoker::trainer
 

@@ -18,8 +18,9 @@ namespace {
 
 // The submodule of `root` that owns the tensor named `name` ("layer1.0.bn1.weight" ->
 // layer1/0/bn1), made empty where missing, and the tensor's own name ("weight").
-std::pair<torch::nn::Module*, std::string> Owner(torch::nn::Module& root, const std::string& name,
-                                                 std::map<std::string, std::shared_ptr<torch::nn::Module>>& made) {
+std::pair<torch::nn::Module*, std::string> Owner(
+    torch::nn::Module& root, const std::string& name,
+    std::map<std::string, std::shared_ptr<torch::nn::Module>>& made) {
   std::vector<std::string> parts = absl::StrSplit(name, '.');
   torch::nn::Module* owner = &root;
   std::string prefix;
@@ -42,31 +43,34 @@ absl::StatusOr<std::shared_ptr<GraphModel>> GraphModel::Load(const std::string& 
                                                              const GraphModelOptions& options) {
   ASSIGN_OR_RETURN(ExportArchive archive, ReadExportArchive(path));
   std::set<std::string> non_persistent;
-  for (const nlohmann::json& spec : archive.train["signature"].value("input_specs", nlohmann::json::array())) {
+  for (const nlohmann::json& spec :
+       archive.train["signature"].value("input_specs", nlohmann::json::array())) {
     if (spec.contains("buffer") && !spec["buffer"].value("persistent", true)) {
       non_persistent.insert(spec["buffer"].value("buffer_name", ""));
     }
   }
   std::shared_ptr<GraphModel> model(new GraphModel());
   GraphState state;
-  absl::Status registered = TorchCall(absl::StrCat("--model=", path, ": registering the weights"), [&]() -> absl::Status {
-    std::map<std::string, std::shared_ptr<torch::nn::Module>> made;
-    for (const ArchiveWeight& w : archive.weights) {
-      if (non_persistent.count(w.name) > 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--model=", path, ": buffer ", w.name,
-            " is not persistent (not in the state dict); Stoker keeps a model's state in its state dict: register it "
-            "with persistent=True"));
-      }
-      auto [owner, leaf] = Owner(*model, w.name, made);
-      if (w.is_parameter) {
-        state.parameters[w.name] = owner->register_parameter(leaf, w.value, w.requires_grad);
-      } else {
-        state.buffers[w.name] = owner->register_buffer(leaf, w.value);
-      }
-    }
-    return absl::OkStatus();
-  });
+  absl::Status registered =
+      TorchCall(absl::StrCat("--model=", path, ": registering the weights"), [&]() -> absl::Status {
+        std::map<std::string, std::shared_ptr<torch::nn::Module>> made;
+        for (const ArchiveWeight& w : archive.weights) {
+          if (non_persistent.count(w.name) > 0) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("--model=", path, ": buffer ", w.name,
+                             " is not persistent (not in the state dict); Stoker keeps a model's "
+                             "state in its state dict: register it "
+                             "with persistent=True"));
+          }
+          auto [owner, leaf] = Owner(*model, w.name, made);
+          if (w.is_parameter) {
+            state.parameters[w.name] = owner->register_parameter(leaf, w.value, w.requires_grad);
+          } else {
+            state.buffers[w.name] = owner->register_buffer(leaf, w.value);
+          }
+        }
+        return absl::OkStatus();
+      });
   RETURN_IF_ERROR(registered);
 
   GraphProgramOptions train_options;
@@ -103,8 +107,9 @@ at::Generator& GraphModel::GeneratorFor(const c10::Device& device) {
   const std::string key = device.str();
   auto it = generators_.find(key);
   if (it == generators_.end()) {
-    at::Generator generator = device.is_cuda() ? at::detail::getCUDAHooks().getNewGenerator(device.index())
-                                               : at::make_generator<at::CPUGeneratorImpl>(seed_);
+    at::Generator generator = device.is_cuda()
+                                  ? at::detail::getCUDAHooks().getNewGenerator(device.index())
+                                  : at::make_generator<at::CPUGeneratorImpl>(seed_);
     generator.set_current_seed(seed_);
     it = generators_.emplace(key, std::move(generator)).first;
   }

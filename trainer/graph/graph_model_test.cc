@@ -26,9 +26,13 @@
 namespace stoker::trainer {
 namespace {
 
-std::string TempPath(absl::string_view name) { return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name); }
+std::string TempPath(absl::string_view name) {
+  return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
+}
 
-std::string ExportTool() { return absl::StrCat(std::getenv("TEST_SRCDIR"), "/stoker/tools/export_model.py"); }
+std::string ExportTool() {
+  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/stoker/tools/export_model.py");
+}
 
 // The {name: tensor} dict that Python's torch.save wrote at `path`.
 std::map<std::string, at::Tensor> ReadTensors(const std::string& path) {
@@ -112,12 +116,15 @@ TEST_P(TorchvisionExportTest, TrainsAsInPyTorchAndExportsWeightsTorchvisionLoads
   const std::string archive = TempPath(absl::StrCat(c.arch, ".pt2"));
   const std::string reference = TempPath(absl::StrCat(c.arch, "_reference.pt"));
   absl::StatusOr<std::string> exported = testing::RunPython(
-      kExportAndReference, {ExportTool(), c.arch, std::to_string(c.image_size), std::to_string(kClasses),
-                            std::to_string(kBatch), c.kwargs, archive, reference}, /*timeout_s=*/600);
+      kExportAndReference,
+      {ExportTool(), c.arch, std::to_string(c.image_size), std::to_string(kClasses),
+       std::to_string(kBatch), c.kwargs, archive, reference},
+      /*timeout_s=*/600);
   ASSERT_TRUE(exported.ok()) << exported.status();
   std::cerr << *exported;
 
-  absl::StatusOr<std::shared_ptr<GraphModel>> loaded = GraphModel::Load(archive, {kClasses, c.image_size});
+  absl::StatusOr<std::shared_ptr<GraphModel>> loaded =
+      GraphModel::Load(archive, {kClasses, c.image_size});
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   GraphModel& model = **loaded;
   EXPECT_TRUE(model.has_eval_program());
@@ -128,7 +135,8 @@ TEST_P(TorchvisionExportTest, TrainsAsInPyTorchAndExportsWeightsTorchvisionLoads
   at::Tensor loss = at::cross_entropy_loss(model.forward(ref["x"]), ref["y"]);
   loss.backward();
   const double loss_error = RelativeToMax(loss.detach(), ref["loss"]);
-  EXPECT_LE(loss_error, 1e-6) << "loss " << loss.item<double>() << " vs " << ref["loss"].item<double>();
+  EXPECT_LE(loss_error, 1e-6) << "loss " << loss.item<double>() << " vs "
+                              << ref["loss"].item<double>();
   double worst_grad = 0;
   int parameters = 0;
   for (const auto& item : model.named_parameters()) {
@@ -148,9 +156,9 @@ TEST_P(TorchvisionExportTest, TrainsAsInPyTorchAndExportsWeightsTorchvisionLoads
     EXPECT_LE(e, 1e-6);
     worst_buffer = std::max(worst_buffer, e);
   }
-  std::cerr << c.arch << ": loss " << loss.item<double>() << " (relative error " << loss_error << "), "
-            << parameters << " gradients (worst " << worst_grad << " of their max), buffers worst " << worst_buffer
-            << "\n";
+  std::cerr << c.arch << ": loss " << loss.item<double>() << " (relative error " << loss_error
+            << "), " << parameters << " gradients (worst " << worst_grad
+            << " of their max), buffers worst " << worst_buffer << "\n";
 
   // Three steps of plain SGD (the first with the gradients above), then evaluation logits
   // and the exported weights.
@@ -180,14 +188,16 @@ TEST_P(TorchvisionExportTest, TrainsAsInPyTorchAndExportsWeightsTorchvisionLoads
     WriteFile(logits_path, std::string(bytes.begin(), bytes.end()));
   }
   absl::StatusOr<std::string> compared = testing::RunPython(
-      kCompareExported, {c.arch, std::to_string(kClasses), c.kwargs, weights_path, reference, logits_path});
+      kCompareExported,
+      {c.arch, std::to_string(kClasses), c.kwargs, weights_path, reference, logits_path});
   ASSERT_TRUE(compared.ok()) << compared.status();
   std::vector<std::string> fields = absl::StrSplit(*compared, ' ', absl::SkipWhitespace());
   ASSERT_EQ(fields.size(), 2u) << *compared;
   const double diff = std::strtod(fields[0].c_str(), nullptr);
   const double scale = std::strtod(fields[1].c_str(), nullptr);
   EXPECT_LE(diff, 1e-5 * std::max(1.0, scale)) << "largest |logit| " << scale;
-  std::cerr << c.arch << ": after 3 steps, torchvision's logits from the exported weights differ by " << diff
+  std::cerr << c.arch
+            << ": after 3 steps, torchvision's logits from the exported weights differ by " << diff
             << " (largest |logit| " << scale << ")\n";
 }
 
@@ -195,7 +205,8 @@ INSTANTIATE_TEST_SUITE_P(
     Torchvision, TorchvisionExportTest,
     ::testing::Values(Case{"resnet18", 32, "{}"}, Case{"resnet50", 32, "{}"},
                       Case{"mobilenet_v3_small", 32, R"({"dropout": 0.0})"},
-                      Case{"efficientnet_b0", 32, R"({"dropout": 0.0, "stochastic_depth_prob": 0.0})"},
+                      Case{"efficientnet_b0", 32,
+                           R"({"dropout": 0.0, "stochastic_depth_prob": 0.0})"},
                       Case{"convnext_tiny", 32, R"({"stochastic_depth_prob": 0.0})"},
                       Case{"vit_b_16", 32, R"({"image_size": 32})"}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.arch); });

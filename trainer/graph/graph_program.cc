@@ -1,9 +1,9 @@
 #include "trainer/graph/graph_program.h"
 
 #include <ATen/ATen.h>
+#include <ATen/ScalarOps.h>
 #include <ATen/core/List.h>
 #include <ATen/core/enum_tag.h>
-#include <ATen/ScalarOps.h>
 #include <c10/core/GradMode.h>
 
 #include <optional>
@@ -31,12 +31,20 @@ using nlohmann::json;
 // the evaluation program beside it, and Stoker then runs that one.
 
 struct GraphProgram::Arg {
-  enum class Kind { kConstant, kSlot, kTensorList, kOptionalTensorList, kIntList, kDevice, kGenerator };
+  enum class Kind {
+    kConstant,
+    kSlot,
+    kTensorList,
+    kOptionalTensorList,
+    kIntList,
+    kDevice,
+    kGenerator
+  };
   Kind kind = Kind::kConstant;
   c10::IValue constant;
   int slot = -1;
-  std::vector<int> slots;      // lists; -1 where the element is None or a constant
-  std::vector<int64_t> ints;   // kIntList: the constant elements
+  std::vector<int> slots;     // lists; -1 where the element is None or a constant
+  std::vector<int64_t> ints;  // kIntList: the constant elements
 };
 
 struct GraphProgram::Call {
@@ -47,7 +55,7 @@ struct GraphProgram::Call {
   // Per returned value, the slots it goes to: one, or one per element of a Tensor[] return.
   std::vector<std::vector<int>> outputs;
   std::vector<bool> list_output;
-  std::string sym_op;  // kSymSize: "size", "numel", "stride"; kSymArith: "mul", "add", ...
+  std::string sym_op;     // kSymSize: "size", "numel", "stride"; kSymArith: "mul", "add", ...
   bool in_place = false;  // kDropout: dropout_
 };
 
@@ -89,10 +97,12 @@ std::vector<std::string> GraphProgram::operators() const {
   return {names.begin(), names.end()};
 }
 
-absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(const json& graph_module, const GraphState& state,
-                                                                  const GraphProgramOptions& options) {
+absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(
+    const json& graph_module, const GraphState& state, const GraphProgramOptions& options) {
   const std::string& where = options.where;
-  auto refuse = [&](absl::string_view why) { return absl::InvalidArgumentError(absl::StrCat(where, ": ", why)); };
+  auto refuse = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", why));
+  };
   if (!graph_module.contains("graph") || !graph_module.contains("signature")) {
     return refuse("the program has no graph or signature");
   }
@@ -118,23 +128,29 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(const json& gr
     const json& body = spec[kind];
     if (kind == "parameter" || kind == "buffer") {
       const std::string arg = body["arg"].value("name", "");
-      const std::string name = body.value(kind == "parameter" ? "parameter_name" : "buffer_name", "");
+      const std::string name =
+          body.value(kind == "parameter" ? "parameter_name" : "buffer_name", "");
       const auto& bound = kind == "parameter" ? state.parameters : state.buffers;
       auto it = bound.find(name);
-      if (it == bound.end()) return refuse(absl::StrCat("the program reads ", kind, " ", name, ", which the archive's weights lack"));
+      if (it == bound.end())
+        return refuse(absl::StrCat("the program reads ", kind, " ", name,
+                                   ", which the archive's weights lack"));
       const int s = slot(arg);
       program->values_[s] = it->second;
       program->persistent_[s] = true;
       if (kind == "buffer") buffer_slots.insert(s);
     } else if (kind == "user_input") {
       if (!input_name.empty() || KindOf(body["arg"]) != "as_tensor") {
-        return refuse("the program's input is not one NCHW image batch (it takes more than one input, or a non-tensor one)");
+        return refuse(
+            "the program's input is not one NCHW image batch (it takes more than one input, or a "
+            "non-tensor one)");
       }
       input_name = body["arg"]["as_tensor"].value("name", "");
     } else {
-      return refuse(absl::StrCat("the program has an input of kind '", kind,
-                                 "' (constants, custom objects or effect tokens); Stoker runs programs whose inputs are "
-                                 "parameters, buffers and one image batch"));
+      return refuse(absl::StrCat(
+          "the program has an input of kind '", kind,
+          "' (constants, custom objects or effect tokens); Stoker runs programs whose inputs are "
+          "parameters, buffers and one image batch"));
     }
   }
   if (input_name.empty()) return refuse("the program has no image input");
@@ -142,43 +158,52 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(const json& gr
 
   const json& tensor_values = graph.value("tensor_values", json::object());
   {
-    if (!tensor_values.contains(input_name)) return refuse(absl::StrCat("input ", input_name, " has no tensor metadata"));
+    if (!tensor_values.contains(input_name))
+      return refuse(absl::StrCat("input ", input_name, " has no tensor metadata"));
     const json& meta = tensor_values[input_name];
     const json& sizes = meta["sizes"];
     if (!sizes.is_array() || sizes.size() != 4) {
-      return refuse(absl::StrCat("input ", input_name, " is not one NCHW image batch: it has ", sizes.size(), " dimensions, not 4"));
+      return refuse(absl::StrCat("input ", input_name, " is not one NCHW image batch: it has ",
+                                 sizes.size(), " dimensions, not 4"));
     }
-    ASSIGN_OR_RETURN(at::ScalarType dtype, ScalarTypeOf(meta.value("dtype", 0), absl::StrCat(where, ": input ", input_name)));
+    ASSIGN_OR_RETURN(
+        at::ScalarType dtype,
+        ScalarTypeOf(meta.value("dtype", 0), absl::StrCat(where, ": input ", input_name)));
     if (!at::isFloatingType(dtype)) {
-      return refuse(absl::StrCat("input ", input_name, " is not one NCHW image batch: its dtype is ", c10::toString(dtype), ", not a float type"));
+      return refuse(absl::StrCat("input ", input_name,
+                                 " is not one NCHW image batch: its dtype is ",
+                                 c10::toString(dtype), ", not a float type"));
     }
     if (sizes[0].contains("as_int")) {
-      return refuse(absl::StrCat("input ", input_name, " has a static batch size of ", sizes[0]["as_int"].dump(),
-                                 ", but the data service feeds batches of other sizes (the last of an epoch, validation): "
-                                 "export with a dynamic batch dimension, dynamic_shapes={\"", input_name,
-                                 "\": {0: torch.export.Dim(\"batch\")}} (tools/export_model.py does)"));
+      return refuse(absl::StrCat(
+          "input ", input_name, " has a static batch size of ", sizes[0]["as_int"].dump(),
+          ", but the data service feeds batches of other sizes (the last of an epoch, validation): "
+          "export with a dynamic batch dimension, dynamic_shapes={\"",
+          input_name, "\": {0: torch.export.Dim(\"batch\")}} (tools/export_model.py does)"));
     }
     for (int d = 1; d < 4; ++d) {
       if (!sizes[d].contains("as_int")) {
-        return refuse(absl::StrCat("input ", input_name, ": dimension ", d, " is dynamic (",
-                                   sizes[d].value("as_expr", json::object()).value("expr_str", "?"),
-                                   "), but the data service feeds images of one fixed size and 3 channels; "
-                                   "make only the batch dimension dynamic"));
+        return refuse(
+            absl::StrCat("input ", input_name, ": dimension ", d, " is dynamic (",
+                         sizes[d].value("as_expr", json::object()).value("expr_str", "?"),
+                         "), but the data service feeds images of one fixed size and 3 channels; "
+                         "make only the batch dimension dynamic"));
       }
     }
     program->channels_ = sizes[1]["as_int"].get<int>();
     const int height = sizes[2]["as_int"].get<int>();
     const int width = sizes[3]["as_int"].get<int>();
     if (program->channels_ != 3) {
-      return refuse(absl::StrCat("input ", input_name, " is not one NCHW image batch: it has ", program->channels_,
-                                 " channels, the data service feeds 3 (RGB)"));
+      return refuse(absl::StrCat("input ", input_name, " is not one NCHW image batch: it has ",
+                                 program->channels_, " channels, the data service feeds 3 (RGB)"));
     }
     if (height != width) {
-      return refuse(absl::StrCat("input ", input_name, " is ", height, "x", width, "; the data service feeds square images"));
+      return refuse(absl::StrCat("input ", input_name, " is ", height, "x", width,
+                                 "; the data service feeds square images"));
     }
     if (options.image_size > 0 && height != options.image_size) {
-      return refuse(absl::StrCat("the program was exported for ", height, "x", height, " images, but --image_size=",
-                                 options.image_size));
+      return refuse(absl::StrCat("the program was exported for ", height, "x", height,
+                                 " images, but --image_size=", options.image_size));
     }
     program->image_size_ = height;
   }
@@ -190,34 +215,41 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(const json& gr
     const json& body = spec[kind];
     if (kind == "user_output") {
       if (!output_name.empty() || KindOf(body["arg"]) != "as_tensor") {
-        return refuse("the program's output is not one logits tensor (it returns several values, or a non-tensor)");
+        return refuse(
+            "the program's output is not one logits tensor (it returns several values, or a "
+            "non-tensor)");
       }
       output_name = body["arg"]["as_tensor"].value("name", "");
     } else if (kind == "buffer_mutation") {
       const std::string name = body.value("buffer_name", "");
       auto it = state.buffers.find(name);
-      if (it == state.buffers.end()) return refuse(absl::StrCat("the program updates buffer ", name, ", which the archive lacks"));
+      if (it == state.buffers.end())
+        return refuse(
+            absl::StrCat("the program updates buffer ", name, ", which the archive lacks"));
       if (!options.eval_from_training) {
         program->buffer_mutations_.emplace_back(slot(body["arg"].value("name", "")), it->second);
       }
     } else {
-      return refuse(absl::StrCat("the program has an output of kind '", kind,
-                                 "' (a loss, gradients, or a mutated input or parameter); Stoker runs programs that "
-                                 "return logits and at most update buffers"));
+      return refuse(absl::StrCat(
+          "the program has an output of kind '", kind,
+          "' (a loss, gradients, or a mutated input or parameter); Stoker runs programs that "
+          "return logits and at most update buffers"));
     }
   }
-  if (output_name.empty()) return refuse("the program's output is not one logits tensor (it returns none)");
+  if (output_name.empty())
+    return refuse("the program's output is not one logits tensor (it returns none)");
   {
     const json& meta = tensor_values.value(output_name, json::object());
     const json& sizes = meta.value("sizes", json::array());
     if (sizes.size() != 2 || !sizes[1].contains("as_int") || sizes[0].contains("as_int")) {
-      return refuse(absl::StrCat("the program's output ", output_name,
-                                 " is not one logits tensor of shape [batch, classes] (its shape is ", sizes.dump(), ")"));
+      return refuse(absl::StrCat(
+          "the program's output ", output_name,
+          " is not one logits tensor of shape [batch, classes] (its shape is ", sizes.dump(), ")"));
     }
     program->num_classes_ = sizes[1]["as_int"].get<int>();
     if (options.num_classes > 0 && program->num_classes_ != options.num_classes) {
-      return refuse(absl::StrCat("the program's logits have ", program->num_classes_, " classes, but --num_classes=",
-                                 options.num_classes));
+      return refuse(absl::StrCat("the program's logits have ", program->num_classes_,
+                                 " classes, but --num_classes=", options.num_classes));
     }
   }
 
@@ -226,25 +258,31 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(const json& gr
     const std::string target = node.value("target", "");
     const std::string name = node.value("name", target);
     auto refuse_node = [&](absl::string_view why) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": node ", name, " (", target, "): ", why));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": node ", name, " (", target, "): ", why));
     };
     std::unordered_map<std::string, const json*> inputs;
     for (const json& input : ListField(node, "inputs")) {
       if (KindOf(input["arg"]) == "as_graph") {
-        return refuse_node("takes a subgraph: data-dependent control flow or a higher-order operator, which Stoker does not run; "
-                           "express the branch with tensor ops (torch.where) or make it static");
+        return refuse_node(
+            "takes a subgraph: data-dependent control flow or a higher-order operator, which "
+            "Stoker does not run; "
+            "express the branch with tensor ops (torch.where) or make it static");
       }
       inputs[input.value("name", "")] = &input["arg"];
     }
     if (absl::StartsWith(target, "torch.ops.higher_order.")) {
-      return refuse_node("a higher-order operator (control flow such as cond, while_loop or map, or a wrapped subgraph), "
-                         "which Stoker does not run");
+      return refuse_node(
+          "a higher-order operator (control flow such as cond, while_loop or map, or a wrapped "
+          "subgraph), "
+          "which Stoker does not run");
     }
     const json& outputs = node.value("outputs", json::array());
     auto output_slot = [&](const json& output) -> int {
       const std::string kind = KindOf(output);
       if (kind == "as_tensor") return slot(output["as_tensor"].value("name", ""));
-      if (kind == "as_sym_int" && output["as_sym_int"].contains("as_name")) return slot(output["as_sym_int"]["as_name"]);
+      if (kind == "as_sym_int" && output["as_sym_int"].contains("as_name"))
+        return slot(output["as_sym_int"]["as_name"]);
       return -1;
     };
     // A symbolic int or a constant int argument.
@@ -270,14 +308,18 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(const json& gr
     if (absl::StartsWith(target, kOperatorPrefix)) {
       const std::string op(absl::string_view(target).substr(kOperatorPrefix.size()));
       static const std::set<std::string> kArith = {"mul", "add", "sub", "floordiv", "mod"};
-      if (kArith.count(op) == 0 || !inputs.count("a") || !inputs.count("b") || outputs.size() != 1) {
-        return refuse_node(absl::StrCat("Python operator ", op, " on symbolic sizes is not one Stoker runs (mul, add, sub, floordiv, mod)"));
+      if (kArith.count(op) == 0 || !inputs.count("a") || !inputs.count("b") ||
+          outputs.size() != 1) {
+        return refuse_node(absl::StrCat(
+            "Python operator ", op,
+            " on symbolic sizes is not one Stoker runs (mul, add, sub, floordiv, mod)"));
       }
       call->kind = Call::Kind::kSymArith;
       call->sym_op = op;
       for (const char* operand : {"a", "b"}) {
         Arg arg;
-        if (!int_arg(*inputs[operand], &arg)) return refuse_node("an operand is not an integer size");
+        if (!int_arg(*inputs[operand], &arg))
+          return refuse_node("an operand is not an integer size");
         call->args.push_back(std::move(arg));
       }
       call->outputs.push_back({output_slot(outputs[0])});
@@ -286,10 +328,13 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(const json& gr
       continue;
     }
     if (!absl::StartsWith(target, kAtenPrefix)) {
-      return refuse_node("not an ATen operator (a custom or library op); Stoker runs graphs of torch.ops.aten operators only");
+      return refuse_node(
+          "not an ATen operator (a custom or library op); Stoker runs graphs of torch.ops.aten "
+          "operators only");
     }
     const c10::OperatorName op_name = AtenName(target);
-    if (op_name.name == "aten::sym_size" || op_name.name == "aten::sym_numel" || op_name.name == "aten::sym_stride") {
+    if (op_name.name == "aten::sym_size" || op_name.name == "aten::sym_numel" ||
+        op_name.name == "aten::sym_stride") {
       call->kind = Call::Kind::kSymSize;
       call->sym_op = op_name.name.substr(std::string("aten::sym_").size());
       if (!inputs.count("self") || KindOf(*inputs["self"]) != "as_tensor" || outputs.size() != 1) {
@@ -301,7 +346,8 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(const json& gr
       call->args.push_back(std::move(self));
       if (call->sym_op != "numel") {
         Arg dim;
-        if (!inputs.count("dim") || !int_arg(*inputs["dim"], &dim)) return refuse_node("malformed size query");
+        if (!inputs.count("dim") || !int_arg(*inputs["dim"], &dim))
+          return refuse_node("malformed size query");
         call->args.push_back(std::move(dim));
       }
       call->outputs.push_back({output_slot(outputs[0])});
@@ -311,21 +357,25 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(const json& gr
     }
     std::optional<c10::OperatorHandle> handle = c10::Dispatcher::singleton().findSchema(op_name);
     if (!handle.has_value()) {
-      return refuse_node("no such ATen operator in this libtorch (exported by another torch version?)");
+      return refuse_node(
+          "no such ATen operator in this libtorch (exported by another torch version?)");
     }
     const c10::FunctionSchema& schema = handle->schema();
     const bool is_dropout = op_name.name == "aten::dropout" || op_name.name == "aten::dropout_";
     bool has_generator = false;
     for (const c10::Argument& a : schema.arguments()) {
       if (a.type()->kind() == c10::TypeKind::OptionalType &&
-          a.type()->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::GeneratorType) {
+          a.type()->castRaw<c10::OptionalType>()->getElementType()->kind() ==
+              c10::TypeKind::GeneratorType) {
         has_generator = true;
       }
     }
-    const bool unseeded = handle->hasTag(at::Tag::nondeterministic_seeded) && !has_generator && !is_dropout;
+    const bool unseeded =
+        handle->hasTag(at::Tag::nondeterministic_seeded) && !has_generator && !is_dropout;
     for (const auto& [input, unused] : inputs) {
       if (!schema.argumentIndexWithName(input).has_value()) {
-        return refuse_node(absl::StrCat("argument '", input, "' is not in the operator's schema ", c10::toString(schema),
+        return refuse_node(absl::StrCat("argument '", input, "' is not in the operator's schema ",
+                                        c10::toString(schema),
                                         " (exported by another torch version?)"));
       }
     }
@@ -335,7 +385,8 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(const json& gr
       Arg arg;
       const c10::TypePtr& type = formal.type();
       c10::TypePtr element = type;
-      if (type->kind() == c10::TypeKind::OptionalType) element = type->castRaw<c10::OptionalType>()->getElementType();
+      if (type->kind() == c10::TypeKind::OptionalType)
+        element = type->castRaw<c10::OptionalType>()->getElementType();
       if (element->kind() == c10::TypeKind::GeneratorType) {
         arg.kind = Arg::Kind::kGenerator;
         call->args.push_back(std::move(arg));
@@ -344,17 +395,20 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(const json& gr
       auto found = inputs.find(formal.name());
       if (found == inputs.end()) {
         if (!formal.default_value().has_value()) {
-          return refuse_node(absl::StrCat("argument '", formal.name(), "' is missing and has no default"));
+          return refuse_node(
+              absl::StrCat("argument '", formal.name(), "' is missing and has no default"));
         }
         arg.constant = *formal.default_value();
-        if (element->kind() == c10::TypeKind::DeviceObjType && !arg.constant.isNone()) arg.kind = Arg::Kind::kDevice;
+        if (element->kind() == c10::TypeKind::DeviceObjType && !arg.constant.isNone())
+          arg.kind = Arg::Kind::kDevice;
         call->args.push_back(std::move(arg));
         continue;
       }
       const json& value = *found->second;
       const std::string kind = KindOf(value);
       const json& body = value[kind];
-      const std::string what = absl::StrCat(where, ": node ", name, " (", target, "): argument ", formal.name());
+      const std::string what =
+          absl::StrCat(where, ": node ", name, " (", target, "): argument ", formal.name());
       if (kind == "as_none") {
         arg.constant = c10::IValue();
       } else if (kind == "as_tensor") {
@@ -371,7 +425,8 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(const json& gr
           if (kind == "as_tensors") {
             arg.slots.push_back(slot(t.value("name", "")));
           } else {
-            arg.slots.push_back(t.contains("as_tensor") ? slot(t["as_tensor"].value("name", "")) : -1);
+            arg.slots.push_back(t.contains("as_tensor") ? slot(t["as_tensor"].value("name", ""))
+                                                        : -1);
           }
         }
       } else if (kind == "as_int" || kind == "as_float" || kind == "as_bool") {
@@ -408,7 +463,8 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(const json& gr
       } else if (kind == "as_strings") {
         arg.constant = body.get<std::vector<std::string>>();
       } else if (kind == "as_sym_int") {
-        if (!int_arg(value, &arg)) return absl::InvalidArgumentError(absl::StrCat(what, ": malformed symbolic int"));
+        if (!int_arg(value, &arg))
+          return absl::InvalidArgumentError(absl::StrCat(what, ": malformed symbolic int"));
       } else if (kind == "as_sym_ints") {
         arg.kind = Arg::Kind::kIntList;
         for (const json& s : body) {
@@ -437,7 +493,8 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(const json& gr
         arg.constant = c10::complex<double>(body.value("real", 0.0), body.value("imag", 0.0));
       } else {
         return refuse_node(absl::StrCat("argument ", formal.name(), " is of kind ", kind,
-                                        ", which Stoker does not convert (symbolic floats or bools, custom objects, operators)"));
+                                        ", which Stoker does not convert (symbolic floats or "
+                                        "bools, custom objects, operators)"));
       }
       call->args.push_back(std::move(arg));
     }
@@ -445,19 +502,23 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(const json& gr
     // Attention is random only through its dropout_p; with none it is deterministic.
     if (unseeded) {
       const std::optional<int> p = schema.argumentIndexWithName("dropout_p");
-      const bool no_dropout = op_name.name == "aten::scaled_dot_product_attention" && p.has_value() &&
-                              call->args[*p].kind == Arg::Kind::kConstant && call->args[*p].constant.isDouble() &&
+      const bool no_dropout = op_name.name == "aten::scaled_dot_product_attention" &&
+                              p.has_value() && call->args[*p].kind == Arg::Kind::kConstant &&
+                              call->args[*p].constant.isDouble() &&
                               call->args[*p].constant.toDouble() == 0.0;
       if (!no_dropout) {
-        return refuse_node("a random operator without a generator argument: its draws could not be seeded per step, "
-                           "so resuming would not reproduce them");
+        return refuse_node(
+            "a random operator without a generator argument: its draws could not be seeded per "
+            "step, "
+            "so resuming would not reproduce them");
       }
     }
 
     // Returns.
     const size_t returns = schema.returns().size();
     if (outputs.size() != returns) {
-      return refuse_node(absl::StrCat("the node has ", outputs.size(), " outputs, the operator returns ", returns));
+      return refuse_node(absl::StrCat("the node has ", outputs.size(),
+                                      " outputs, the operator returns ", returns));
     }
     for (size_t r = 0; r < returns; ++r) {
       const json& output = outputs[r];
@@ -474,9 +535,10 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(const json& gr
 
     // Note [Evaluation from the training program].
     if (options.eval_from_training) {
-      const bool mutates_buffer = !schema.arguments().empty() && schema.arguments()[0].alias_info() != nullptr &&
-                                  schema.arguments()[0].alias_info()->isWrite() &&
-                                  call->args[0].kind == Arg::Kind::kSlot && buffer_slots.count(call->args[0].slot) > 0;
+      const bool mutates_buffer =
+          !schema.arguments().empty() && schema.arguments()[0].alias_info() != nullptr &&
+          schema.arguments()[0].alias_info()->isWrite() && call->args[0].kind == Arg::Kind::kSlot &&
+          buffer_slots.count(call->args[0].slot) > 0;
       if (mutates_buffer) {
         call->kind = Call::Kind::kAlias;
       } else if (op_name.name == "aten::batch_norm") {
@@ -496,7 +558,8 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(const json& gr
     program->calls_.push_back(std::move(call));
   }
 
-  if (!slot_of.count(output_name)) return refuse(absl::StrCat("output ", output_name, " is never computed"));
+  if (!slot_of.count(output_name))
+    return refuse(absl::StrCat("output ", output_name, " is never computed"));
   program->output_slot_ = slot_of[output_name];
   return program;
 }
@@ -524,7 +587,8 @@ c10::IValue GraphProgram::Resolve(const Arg& arg, const c10::Device& device) con
     case Arg::Kind::kOptionalTensorList: {
       c10::List<std::optional<at::Tensor>> list;
       list.reserve(arg.slots.size());
-      for (int s : arg.slots) list.push_back(s < 0 ? std::nullopt : std::optional<at::Tensor>(values_[s].toTensor()));
+      for (int s : arg.slots)
+        list.push_back(s < 0 ? std::nullopt : std::optional<at::Tensor>(values_[s].toTensor()));
       return list;
     }
     case Arg::Kind::kIntList: {
@@ -567,7 +631,8 @@ at::Tensor GraphProgram::Run(const at::Tensor& images, at::Generator* generator)
           const std::vector<int>& slots = call->outputs[r];
           if (call->list_output[r]) {
             c10::List<at::Tensor> list = stack[r].toTensorList();
-            for (size_t i = 0; i < slots.size() && i < list.size(); ++i) values_[slots[i]] = list.get(i);
+            for (size_t i = 0; i < slots.size() && i < list.size(); ++i)
+              values_[slots[i]] = list.get(i);
           } else if (slots[0] >= 0) {
             values_[slots[0]] = std::move(stack[r]);
           }

@@ -79,8 +79,8 @@ class GraphProgram {
 
   c10::IValue Resolve(const Arg& arg, const c10::Device& device) const;
 
-  std::vector<c10::IValue> values_;    // one slot per named graph value
-  std::vector<bool> persistent_;       // slot holds a parameter or buffer
+  std::vector<c10::IValue> values_;  // one slot per named graph value
+  std::vector<bool> persistent_;     // slot holds a parameter or buffer
   std::vector<std::unique_ptr<Call>> calls_;
   int input_slot_ = -1;
   int output_slot_ = -1;

@@ -22,7 +22,9 @@
 namespace stoker::trainer {
 namespace {
 
-std::string TempPath(absl::string_view name) { return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name); }
+std::string TempPath(absl::string_view name) {
+  return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
+}
 
 std::map<std::string, at::Tensor> ReadTensors(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -103,7 +105,8 @@ class GraphRandomTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     absl::StatusOr<std::string> made = testing::RunPython(
-        kMakeModels, {std::getenv("TEST_TMPDIR"), absl::StrCat(std::getenv("TEST_SRCDIR"), "/stoker/tools/export_model.py")});
+        kMakeModels, {std::getenv("TEST_TMPDIR"),
+                      absl::StrCat(std::getenv("TEST_SRCDIR"), "/stoker/tools/export_model.py")});
     ASSERT_TRUE(made.ok()) << made.status();
   }
 
@@ -128,7 +131,8 @@ TEST_F(GraphRandomTest, TrainingDrawsAsPyTorchDoesAfterTheSameSeed) {
     for (int seed : {11, 12}) {
       std::shared_ptr<GraphModel> model = Load(archive);
       ASSERT_NE(model, nullptr);
-      EXPECT_TRUE(at::allclose(TrainLogits(*model, ref["x"], seed), ref[absl::StrCat(archive, " train", seed)], 1e-6, 1e-6))
+      EXPECT_TRUE(at::allclose(TrainLogits(*model, ref["x"], seed),
+                               ref[absl::StrCat(archive, " train", seed)], 1e-6, 1e-6))
           << "seed " << seed;
     }
   }
@@ -162,9 +166,11 @@ TEST_F(GraphRandomTest, EvaluationUsesRunningStatisticsWithoutDropoutAndLeavesBu
     model->eval();
     torch::NoGradGuard no_grad;
     const at::Tensor logits = model->forward(ref["x"]);
-    EXPECT_TRUE(at::allclose(logits, ref["eval"], 1e-6, 1e-6)) << (logits - ref["eval"]).abs().max();
+    EXPECT_TRUE(at::allclose(logits, ref["eval"], 1e-6, 1e-6))
+        << (logits - ref["eval"]).abs().max();
     for (const auto& item : model->named_buffers()) {
-      EXPECT_TRUE(at::equal(item.value(), before[item.key()])) << item.key() << " changed in evaluation";
+      EXPECT_TRUE(at::equal(item.value(), before[item.key()]))
+          << item.key() << " changed in evaluation";
     }
   }
 }

@@ -18,7 +18,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string Archive(absl::string_view name) { return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name, ".pt2"); }
+std::string Archive(absl::string_view name) {
+  return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name, ".pt2");
+}
 
 constexpr char kMakeArchives[] = R"py(
 import os, sys, zipfile, torch
@@ -105,7 +107,8 @@ print("made")
 class GraphRefusalTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    absl::StatusOr<std::string> made = testing::RunPython(kMakeArchives, {std::getenv("TEST_TMPDIR")});
+    absl::StatusOr<std::string> made =
+        testing::RunPython(kMakeArchives, {std::getenv("TEST_TMPDIR")});
     ASSERT_TRUE(made.ok()) << made.status();
   }
 
@@ -115,7 +118,8 @@ class GraphRefusalTest : public ::testing::Test {
     EXPECT_FALSE(loaded.ok()) << name << " loaded";
     if (loaded.ok()) return "";
     EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument) << loaded.status();
-    EXPECT_THAT(std::string(loaded.status().message()), HasSubstr(Archive(name))) << "the message names the file";
+    EXPECT_THAT(std::string(loaded.status().message()), HasSubstr(Archive(name)))
+        << "the message names the file";
     return std::string(loaded.status().message());
   }
 };
@@ -136,7 +140,8 @@ TEST_F(GraphRefusalTest, TruncatedFileIsRefused) {
 }
 
 TEST_F(GraphRefusalTest, FileThatIsNoZipIsRefused) {
-  EXPECT_THAT(Refusal("not_zip"), HasSubstr("not a readable torch.export archive (truncated, or not a zip file"));
+  EXPECT_THAT(Refusal("not_zip"),
+              HasSubstr("not a readable torch.export archive (truncated, or not a zip file"));
 }
 
 TEST_F(GraphRefusalTest, TorchSaveFileIsNotAnExportArchive) {
@@ -144,8 +149,10 @@ TEST_F(GraphRefusalTest, TorchSaveFileIsNotAnExportArchive) {
 }
 
 TEST_F(GraphRefusalTest, ArchiveOfAnotherTorchReleaseIsRefused) {
-  EXPECT_THAT(Refusal("other_torch"),
-              HasSubstr("exported by torch 2.9.1+cpu; Stoker runs graphs of torch 2.11: export the model again"));
+  EXPECT_THAT(
+      Refusal("other_torch"),
+      HasSubstr(
+          "exported by torch 2.9.1+cpu; Stoker runs graphs of torch 2.11: export the model again"));
 }
 
 TEST_F(GraphRefusalTest, CustomOperatorIsRefusedByNodeAndOp) {
@@ -160,9 +167,11 @@ TEST_F(GraphRefusalTest, ControlFlowIsRefusedByNodeAndOp) {
 }
 
 TEST_F(GraphRefusalTest, RandomOpWithoutGeneratorIsRefused) {
-  EXPECT_THAT(Refusal("alpha_dropout"),
-              HasSubstr("node alpha_dropout (torch.ops.aten.alpha_dropout.default): a random operator without a "
-                        "generator argument"));
+  EXPECT_THAT(
+      Refusal("alpha_dropout"),
+      HasSubstr(
+          "node alpha_dropout (torch.ops.aten.alpha_dropout.default): a random operator without a "
+          "generator argument"));
 }
 
 TEST_F(GraphRefusalTest, DynamicImageSizeIsRefused) {
@@ -180,7 +189,8 @@ TEST_F(GraphRefusalTest, TwoInputsAreNotOneImageBatch) {
 }
 
 TEST_F(GraphRefusalTest, FlatInputIsNotAnImageBatch) {
-  EXPECT_THAT(Refusal("flat_input", {10, 0}), HasSubstr("input x is not one NCHW image batch: it has 2 dimensions"));
+  EXPECT_THAT(Refusal("flat_input", {10, 0}),
+              HasSubstr("input x is not one NCHW image batch: it has 2 dimensions"));
 }
 
 TEST_F(GraphRefusalTest, TupleOutputIsNotOneLogitsTensor) {
@@ -188,11 +198,13 @@ TEST_F(GraphRefusalTest, TupleOutputIsNotOneLogitsTensor) {
 }
 
 TEST_F(GraphRefusalTest, OtherClassCountIsRefused) {
-  EXPECT_THAT(Refusal("good", {5, 16}), HasSubstr("the program's logits have 10 classes, but --num_classes=5"));
+  EXPECT_THAT(Refusal("good", {5, 16}),
+              HasSubstr("the program's logits have 10 classes, but --num_classes=5"));
 }
 
 TEST_F(GraphRefusalTest, OtherImageSizeIsRefused) {
-  EXPECT_THAT(Refusal("good", {10, 32}), HasSubstr("exported for 16x16 images, but --image_size=32"));
+  EXPECT_THAT(Refusal("good", {10, 32}),
+              HasSubstr("exported for 16x16 images, but --image_size=32"));
 }
 
 }  // namespace

@@ -55,7 +55,8 @@ absl::StatusOr<std::shared_ptr<ImageClassifier>> MakeModel(const std::string& na
     return absl::InvalidArgumentError(absl::StrCat("--num_classes must be >= 1, got ", num_classes));
   }
   if (absl::EndsWith(name, kExportedModelSuffix)) {
-    absl::StatusOr<std::shared_ptr<GraphModel>> graph = GraphModel::Load(name, {num_classes, image_size});
+    absl::StatusOr<std::shared_ptr<GraphModel>> graph =
+        GraphModel::Load(name, {num_classes, image_size});
     if (!graph.ok()) return graph.status();
     return std::shared_ptr<ImageClassifier>(*std::move(graph));
   }

@@ -20,34 +20,50 @@ namespace stoker::trainer {
 namespace {
 
 absl::StatusOr<at::ScalarType> SafetensorsDtype(const std::string& name) {
-  static const std::map<std::string, at::ScalarType> kTypes = {
-      {"F64", at::kDouble}, {"F32", at::kFloat},  {"F16", at::kHalf},   {"BF16", at::kBFloat16},
-      {"I64", at::kLong},   {"I32", at::kInt},    {"I16", at::kShort},  {"I8", at::kChar},
-      {"U8", at::kByte},    {"BOOL", at::kBool},  {"U16", at::kUInt16}, {"U32", at::kUInt32},
-      {"U64", at::kUInt64}, {"F8_E4M3", at::kFloat8_e4m3fn}, {"F8_E5M2", at::kFloat8_e5m2}};
+  static const std::map<std::string, at::ScalarType> kTypes = {{"F64", at::kDouble},
+                                                               {"F32", at::kFloat},
+                                                               {"F16", at::kHalf},
+                                                               {"BF16", at::kBFloat16},
+                                                               {"I64", at::kLong},
+                                                               {"I32", at::kInt},
+                                                               {"I16", at::kShort},
+                                                               {"I8", at::kChar},
+                                                               {"U8", at::kByte},
+                                                               {"BOOL", at::kBool},
+                                                               {"U16", at::kUInt16},
+                                                               {"U32", at::kUInt32},
+                                                               {"U64", at::kUInt64},
+                                                               {"F8_E4M3", at::kFloat8_e4m3fn},
+                                                               {"F8_E5M2", at::kFloat8_e5m2}};
   auto it = kTypes.find(name);
-  if (it == kTypes.end()) return absl::InvalidArgumentError(absl::StrCat("unknown safetensors dtype ", name));
+  if (it == kTypes.end())
+    return absl::InvalidArgumentError(absl::StrCat("unknown safetensors dtype ", name));
   return it->second;
 }
 
 // The safetensors layout: an 8-byte little-endian header length, the JSON header
 // {name: {dtype, shape, data_offsets}}, then the data the offsets point into.
-absl::StatusOr<std::map<std::string, at::Tensor>> ParseSafetensors(const std::string& path, const std::vector<char>& bytes) {
+absl::StatusOr<std::map<std::string, at::Tensor>> ParseSafetensors(const std::string& path,
+                                                                   const std::vector<char>& bytes) {
   auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat("--init_weights=", path, ": safetensors file: ", why));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--init_weights=", path, ": safetensors file: ", why));
   };
   uint64_t header_size = 0;
   std::memcpy(&header_size, bytes.data(), sizeof(header_size));
-  if (header_size > bytes.size() - 8) return bad("the header runs past the end of the file (truncated?)");
-  const nlohmann::json header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + header_size,
-                                                      /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (header_size > bytes.size() - 8)
+    return bad("the header runs past the end of the file (truncated?)");
+  const nlohmann::json header =
+      nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + header_size,
+                            /*cb=*/nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object()) return bad("the header is not a JSON object");
   const char* data = bytes.data() + 8 + header_size;
   const uint64_t data_size = bytes.size() - 8 - header_size;
   std::map<std::string, at::Tensor> state;
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") continue;
-    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets")) {
+    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
+        !entry.contains("data_offsets")) {
       return bad(absl::StrCat(name, ": malformed entry"));
     }
     absl::StatusOr<at::ScalarType> dtype = SafetensorsDtype(entry["dtype"].get<std::string>());
@@ -70,34 +86,37 @@ absl::StatusOr<std::map<std::string, at::Tensor>> ParseSafetensors(const std::st
 
 absl::StatusOr<std::map<std::string, at::Tensor>> ReadStateDictFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat("--init_weights=", path, ": cannot open the file"));
+  if (!in)
+    return absl::InvalidArgumentError(
+        absl::StrCat("--init_weights=", path, ": cannot open the file"));
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (bytes.size() >= 4 && std::memcmp(bytes.data(), "PK\x03\x04", 4) == 0) {
-    return TorchCall(absl::StrCat("--init_weights=", path, ": reading torch.save's format"),
-                     [&]() -> absl::StatusOr<std::map<std::string, at::Tensor>> {
-                       const c10::IValue loaded = torch::pickle_load(bytes);
-                       if (!loaded.isGenericDict()) {
-                         return absl::InvalidArgumentError(
-                             absl::StrCat("--init_weights=", path, ": holds a ", loaded.tagKind(), ", not a state dict"));
-                       }
-                       std::map<std::string, at::Tensor> state;
-                       for (const auto& item : loaded.toGenericDict()) {
-                         if (!item.key().isString() || !item.value().isTensor()) {
-                           return absl::InvalidArgumentError(absl::StrCat(
-                               "--init_weights=", path, ": not a state dict (an entry is not name -> tensor)"));
-                         }
-                         state[item.key().toStringRef()] = item.value().toTensor();
-                       }
-                       return state;
-                     });
+    return TorchCall(
+        absl::StrCat("--init_weights=", path, ": reading torch.save's format"),
+        [&]() -> absl::StatusOr<std::map<std::string, at::Tensor>> {
+          const c10::IValue loaded = torch::pickle_load(bytes);
+          if (!loaded.isGenericDict()) {
+            return absl::InvalidArgumentError(absl::StrCat("--init_weights=", path, ": holds a ",
+                                                           loaded.tagKind(), ", not a state dict"));
+          }
+          std::map<std::string, at::Tensor> state;
+          for (const auto& item : loaded.toGenericDict()) {
+            if (!item.key().isString() || !item.value().isTensor()) {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "--init_weights=", path, ": not a state dict (an entry is not name -> tensor)"));
+            }
+            state[item.key().toStringRef()] = item.value().toTensor();
+          }
+          return state;
+        });
   }
   if (bytes.size() >= 10 && bytes[8] == '{') return ParseSafetensors(path, bytes);
   return absl::InvalidArgumentError(absl::StrCat(
       "--init_weights=", path, ": neither torch.save's zip format nor a safetensors file"));
 }
 
-absl::Status LoadStateDict(const std::map<std::string, at::Tensor>& state, torch::nn::Module& module,
-                           const std::string& source) {
+absl::Status LoadStateDict(const std::map<std::string, at::Tensor>& state,
+                           torch::nn::Module& module, const std::string& source) {
   std::vector<std::pair<std::string, torch::Tensor>> items = StateDictItems(module);
   std::vector<std::string> missing, unexpected, mismatched;
   std::map<std::string, bool> known;
@@ -116,9 +135,12 @@ absl::Status LoadStateDict(const std::map<std::string, at::Tensor>& state, torch
   }
   if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
     std::string message = absl::StrCat(source, ": the state dict does not fit the model:");
-    if (!missing.empty()) absl::StrAppend(&message, " missing keys ", absl::StrJoin(missing, ", "), ";");
-    if (!unexpected.empty()) absl::StrAppend(&message, " unexpected keys ", absl::StrJoin(unexpected, ", "), ";");
-    if (!mismatched.empty()) absl::StrAppend(&message, " other shapes ", absl::StrJoin(mismatched, ", "), ";");
+    if (!missing.empty())
+      absl::StrAppend(&message, " missing keys ", absl::StrJoin(missing, ", "), ";");
+    if (!unexpected.empty())
+      absl::StrAppend(&message, " unexpected keys ", absl::StrJoin(unexpected, ", "), ";");
+    if (!mismatched.empty())
+      absl::StrAppend(&message, " other shapes ", absl::StrJoin(mismatched, ", "), ";");
     message.pop_back();
     return absl::InvalidArgumentError(message);
   }

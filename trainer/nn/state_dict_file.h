@@ -24,8 +24,8 @@ absl::StatusOr<std::map<std::string, at::Tensor>> ReadStateDictFile(const std::s
 // dtypes as torch's copy_ does. As load_state_dict(strict=True): InvalidArgument naming the
 // missing and unexpected keys, or a key whose shape differs; the module is left unchanged
 // when it fails. Not thread-safe with a running forward.
-absl::Status LoadStateDict(const std::map<std::string, at::Tensor>& state, torch::nn::Module& module,
-                           const std::string& source);
+absl::Status LoadStateDict(const std::map<std::string, at::Tensor>& state,
+                           torch::nn::Module& module, const std::string& source);
 
 }  // namespace stoker::trainer
 

@@ -23,7 +23,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string TempPath(absl::string_view name) { return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name); }
+std::string TempPath(absl::string_view name) {
+  return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
+}
 
 // From the model's own state dict: the same values plus 1 (num_batches_tracked plus 3),
 // written both ways, and three that do not fit.
@@ -53,7 +55,8 @@ class StateDictFileTest : public ::testing::Test {
     torch::manual_seed(kSeed);
     const std::string source = TempPath("source.pt");
     std::ofstream(source, std::ios::binary) << *PickleStateDict(**MakeModel("small_cnn", 4));
-    absl::StatusOr<std::string> written = testing::RunPython(kWriteStateDicts, {source, std::getenv("TEST_TMPDIR")});
+    absl::StatusOr<std::string> written =
+        testing::RunPython(kWriteStateDicts, {source, std::getenv("TEST_TMPDIR")});
     ASSERT_TRUE(written.ok()) << written.status();
   }
 
@@ -79,7 +82,8 @@ TEST_F(StateDictFileTest, TorchSaveAndSafetensorsFilesLoadEveryTensor) {
     SCOPED_TRACE(file);
     ASSERT_TRUE(Load(file).ok()) << Load(file);
     for (const auto& [name, tensor] : StateDictItems(*model_)) {
-      const at::Tensor expected = before[name] + (absl::EndsWith(name, "num_batches_tracked") ? 3 : 1);
+      const at::Tensor expected =
+          before[name] + (absl::EndsWith(name, "num_batches_tracked") ? 3 : 1);
       EXPECT_TRUE(at::equal(tensor, expected)) << name;
     }
   }

@@ -209,6 +209,13 @@ def stoker_system_deps():
         package = "libjpeg62-turbo-dev",
         linkopts = ["-ljpeg"],
     )
+    # Header-only: the trainer reads torch.export archives' JSON with it.
+    debian_library(
+        name = "nlohmann_json",
+        target = "nlohmann_json",
+        header = "nlohmann/json.hpp",
+        package = "nlohmann-json3-dev",
+    )
     debian_library(
         name = "libpng",
         target = "libpng",

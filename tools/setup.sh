@@ -14,12 +14,14 @@ APT_PACKAGES=(
   libabsl-dev          # 20220623: flags, status, strings, time, synchronization
   libgtest-dev
   libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev
+  nlohmann-json3-dev   # JSON of torch.export archives (models brought from Python)
 )
 # torch is pinned to the GPU hosts' version so that binaries built here run there.
 PIP_PACKAGES=(
   "torch==2.11.0"
   "torchvision==0.26.0"
   numpy pillow
+  safetensors          # --init_weights reads safetensors files; its tests write them
   tensorboard scikit-learn matplotlib  # trainer tests: event files, the digits dataset, plots
 )
 

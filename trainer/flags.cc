@@ -12,7 +12,8 @@
 
 // Data and model.
 ABSL_FLAG(std::string, data_socket, "", "Unix socket of this node's data service (the launcher passes it). Empty (and no --synthetic_steps): each node's local rank 0 starts the node's data service itself (see the node data service flags).");
-ABSL_FLAG(std::string, model, "small_cnn", "Model: small_cnn, resnet18 or resnet50 (torchvision's).");
+ABSL_FLAG(std::string, model, "small_cnn", "Model: small_cnn, resnet18 or resnet50 (torchvision's), or the path of a torch.export archive (model.pt2, from tools/export_model.py or torch.export.save) to train a model brought from Python.");
+ABSL_FLAG(std::string, init_weights, "", "If set, a state dict (torch.save's format or safetensors) that the model starts from instead of its own initialisation, loaded as load_state_dict(strict=True) does; a resumed checkpoint still wins.");
 ABSL_FLAG(int, num_classes, 10, "Number of classes of the dataset.");
 ABSL_FLAG(int, image_size, 32, "Square image size in pixels fed to the model.");
 ABSL_FLAG(int, batch_size, 32, "Batch size per rank (per micro-batch with --accumulate).");
@@ -100,7 +101,7 @@ FlagSpec TrainerFlagSpec() {
   spec.positional_hint = "the trainer takes only --name=value flags";
   spec.sections = {
       {"Data and model",
-       {"data_socket", "model", "num_classes", "image_size", "batch_size", "epochs", "seed",
+       {"data_socket", "model", "init_weights", "num_classes", "image_size", "batch_size", "epochs", "seed",
         "data_split", "drop_last_batch", "ring_slots", "data_timeout_s", "bucket_mb"}},
       {"Optimizer and schedule",
        {"optimizer", "lr", "momentum", "nesterov", "weight_decay", "no_decay_bn_bias",
@@ -146,6 +147,7 @@ absl::StatusOr<TrainerOptions> OptionsFromFlags() {
   o.model.name = absl::GetFlag(FLAGS_model);
   o.model.num_classes = absl::GetFlag(FLAGS_num_classes);
   o.model.fused_blocks = absl::GetFlag(FLAGS_fused_blocks);
+  o.model.init_weights = absl::GetFlag(FLAGS_init_weights);
 
   InputOptions& input = o.input;
   input.data_socket = absl::GetFlag(FLAGS_data_socket);

@@ -30,7 +30,8 @@ std::string TempFile(const std::string& name, const std::string& contents) {
 TEST(TrainerFlagsTest, ParsesFlagsIntoOptions) {
   absl::FlagSaver saver;
   auto parsed = Parse({"--data_socket=/s", "--epochs=7", "--lr_schedule=step", "--lr_step_epochs=2,5",
-                       "--nesterov", "--nochannels_last", "--optimizer=sgd", "--export=/tmp/m.pt"});
+                       "--nesterov", "--nochannels_last", "--optimizer=sgd", "--export=/tmp/m.pt",
+                       "--model=/models/net.pt2", "--init_weights=/tmp/w.safetensors"});
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->options.epochs, 7);
   EXPECT_EQ(parsed->options.schedule.kind, LrSchedule::kStep);
@@ -38,6 +39,8 @@ TEST(TrainerFlagsTest, ParsesFlagsIntoOptions) {
   EXPECT_TRUE(parsed->options.optimizer.nesterov);
   EXPECT_FALSE(parsed->options.device.channels_last);
   EXPECT_EQ(parsed->options.report.export_path, "/tmp/m.pt");
+  EXPECT_EQ(parsed->options.model.name, "/models/net.pt2");
+  EXPECT_EQ(parsed->options.model.init_weights, "/tmp/w.safetensors");
 }
 
 TEST(TrainerFlagsTest, EachMalformedValueNamesItsFlag) {

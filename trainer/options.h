@@ -24,9 +24,10 @@ namespace stoker::trainer {
 
 // The model to build (trainer/nn/models.h) and its output.
 struct ModelOptions {
-  std::string name = "small_cnn";
+  std::string name = "small_cnn";  // or a torch.export archive's path ("m.pt2")
   int num_classes = 10;
   bool fused_blocks = true;  // Note [Fused blocks] (trainer/nn/fused_blocks.h)
+  std::string init_weights;  // a state dict to start from; empty: the model's initialisation
 
   absl::Status Validate() const;
 };

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/types/optional.h"
 #include "common/logging.h"
+#include "common/seed_mix.h"
 #include "common/status_macros.h"
 #include "common/torch_status.h"
 #include "trainer/checkpoint/atomic_file.h"
@@ -33,6 +34,14 @@ using Clock = std::chrono::steady_clock;
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 using Stopped = absl::optional<TrainingOutcome>;  // a run that ends early, or none
+
+// The seed of the model's random ops (dropout) in optimizer step `step` of rank `rank`: a
+// function of (run seed, rank, step) alone, so a resumed run draws the masks that the
+// uninterrupted run drew, and ranks draw different ones.
+uint64_t RandomOpSeed(uint64_t seed, int rank, int64_t step) {
+  const uint64_t seed_and_rank = SplitMix64Mix(SplitMix64Mix(seed) ^ static_cast<uint64_t>(rank));
+  return SplitMix64Mix(seed_and_rank ^ static_cast<uint64_t>(step));
+}
 
 // One rank's run. Members are declared in dependency order; the destructor releases them
 // in reverse (the input before the model it feeds).
@@ -177,6 +186,7 @@ absl::StatusOr<Stopped> Trainer::TrainEpoch(int64_t epoch) {
     }
     const double allreduce_before = trained_->allreduce_seconds();
 
+    trained_->model().SetRandomSeed(RandomOpSeed(seed_, context_.rank.rank, global_step_));
     step.Begin(group);
     at::Tensor loss_sum;
     for (int i = 0; i < group; ++i) {

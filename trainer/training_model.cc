@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "trainer/device.h"
 #include "trainer/nn/models.h"
+#include "trainer/nn/state_dict_file.h"
 
 namespace stoker::trainer {
 
@@ -23,7 +24,13 @@ absl::StatusOr<std::unique_ptr<TrainingModel>> TrainingModel::Create(const Train
   std::unique_ptr<TrainingModel> t(new TrainingModel(std::move(scaler)));
 
   at::manual_seed(o.seed);
-  ASSIGN_OR_RETURN(t->model_, MakeModel(o.model.name, o.model.num_classes, o.model.fused_blocks));
+  ASSIGN_OR_RETURN(t->model_, MakeModel(o.model.name, o.model.num_classes, o.input.image_size,
+                                        o.model.fused_blocks));
+  if (!o.model.init_weights.empty()) {
+    ASSIGN_OR_RETURN(auto state, ReadStateDictFile(o.model.init_weights));
+    RETURN_IF_ERROR(LoadStateDict(state, *t->model_,
+                                  absl::StrCat("--init_weights=", o.model.init_weights)));
+  }
   t->model_->to(TrainingDevice(context));
   if (o.device.channels_last) {
     c10::NoGradGuard no_grad;

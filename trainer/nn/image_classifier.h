@@ -5,12 +5,19 @@
 
 #include <torch/nn/module.h>
 
+#include <cstdint>
+
 namespace stoker::trainer {
 
 class ImageClassifier : public torch::nn::Module {
  public:
   using torch::nn::Module::Module;
   virtual torch::Tensor forward(torch::Tensor images) = 0;
+
+  // Seeds the model's random ops (dropout) for the forward passes that follow; the
+  // training loop calls it before each optimizer step with a seed of (run seed, rank,
+  // step). Models without random ops ignore it.
+  virtual void SetRandomSeed(uint64_t seed) { (void)seed; }
 };
 
 }  // namespace stoker::trainer

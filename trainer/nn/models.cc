@@ -6,9 +6,11 @@
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/functional/pooling.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/torch_status.h"
+#include "trainer/graph/graph_model.h"
 #include "trainer/nn/resnet.h"
 
 namespace stoker::trainer {
@@ -48,9 +50,16 @@ class SmallCnn final : public ImageClassifier {
 std::vector<std::string> ModelNames() { return {"small_cnn", "resnet18", "resnet50"}; }
 
 absl::StatusOr<std::shared_ptr<ImageClassifier>> MakeModel(const std::string& name,
-                                                           int num_classes, bool fused_blocks) {
+                                                           int num_classes, int image_size,
+                                                           bool fused_blocks) {
   if (num_classes < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--num_classes must be >= 1, got ", num_classes));
+  }
+  if (absl::EndsWith(name, kExportedModelSuffix)) {
+    absl::StatusOr<std::shared_ptr<GraphModel>> graph =
+        GraphModel::Load(name, {num_classes, image_size});
+    if (!graph.ok()) return graph.status();
+    return std::shared_ptr<ImageClassifier>(*std::move(graph));
   }
   using Model = absl::StatusOr<std::shared_ptr<ImageClassifier>>;
   return TorchCall(absl::StrCat("building model ", name), [&]() -> Model {

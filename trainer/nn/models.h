@@ -1,6 +1,7 @@
 // The image classifiers Stoker trains, chosen by name: "small_cnn" (a few seconds an
 // epoch on a CPU; the demo and the CPU tests), "resnet18" and "resnet50" (torchvision's
-// architectures and parameter names).
+// architectures and parameter names), or the path of a torch.export archive ("m.pt2": a
+// model brought from Python, trainer/graph/graph_model.h).
 #ifndef STOKER_TRAINER_NN_MODELS_H_
 #define STOKER_TRAINER_NN_MODELS_H_
 
@@ -13,14 +14,20 @@
 
 namespace stoker::trainer {
 
-// The names MakeModel accepts.
+// The names of the built-in models MakeModel accepts.
 std::vector<std::string> ModelNames();
 
+// A name ending so is a torch.export archive to load.
+inline constexpr char kExportedModelSuffix[] = ".pt2";
+
 // Builds the named model with freshly initialised weights (from torch's global generator;
-// seed it first for reproducible weights), with or without the fused blocks
-// (trainer/nn/fused_blocks.h). InvalidArgument for an unknown name.
+// seed it first for reproducible weights), or loads the exported model at that path with
+// the archive's weights, checking it against `num_classes` and `image_size` (0: any).
+// Built-in ResNets use the fused blocks (trainer/nn/fused_blocks.h) unless `fused_blocks`
+// is false. InvalidArgument for an unknown name or an archive Stoker refuses (the message
+// says why).
 absl::StatusOr<std::shared_ptr<ImageClassifier>> MakeModel(const std::string& name,
-                                                           int num_classes,
+                                                           int num_classes, int image_size = 0,
                                                            bool fused_blocks = true);
 
 }  // namespace stoker::trainer

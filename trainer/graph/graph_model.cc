@@ -1,0 +1,119 @@
+#include "trainer/graph/graph_model.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+
+#include <mutex>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+#include "common/torch_status.h"
+#include "trainer/graph/export_archive.h"
+
+namespace stoker::trainer {
+namespace {
+
+// The submodule of `root` that owns the tensor named `name` ("layer1.0.bn1.weight" ->
+// layer1/0/bn1), made empty where missing, and the tensor's own name ("weight").
+std::pair<torch::nn::Module*, std::string> Owner(
+    torch::nn::Module& root, const std::string& name,
+    std::map<std::string, std::shared_ptr<torch::nn::Module>>& made) {
+  std::vector<std::string> parts = absl::StrSplit(name, '.');
+  torch::nn::Module* owner = &root;
+  std::string prefix;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    prefix = prefix.empty() ? parts[i] : absl::StrCat(prefix, ".", parts[i]);
+    auto it = made.find(prefix);
+    if (it == made.end()) {
+      auto child = std::make_shared<torch::nn::Module>();
+      owner->register_module(parts[i], child);
+      it = made.emplace(prefix, std::move(child)).first;
+    }
+    owner = it->second.get();
+  }
+  return {owner, parts.back()};
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<GraphModel>> GraphModel::Load(const std::string& path,
+                                                             const GraphModelOptions& options) {
+  ASSIGN_OR_RETURN(ExportArchive archive, ReadExportArchive(path));
+  std::set<std::string> non_persistent;
+  for (const nlohmann::json& spec :
+       archive.train["signature"].value("input_specs", nlohmann::json::array())) {
+    if (spec.contains("buffer") && !spec["buffer"].value("persistent", true)) {
+      non_persistent.insert(spec["buffer"].value("buffer_name", ""));
+    }
+  }
+  std::shared_ptr<GraphModel> model(new GraphModel());
+  GraphState state;
+  absl::Status registered =
+      TorchCall(absl::StrCat("--model=", path, ": registering the weights"), [&]() -> absl::Status {
+        std::map<std::string, std::shared_ptr<torch::nn::Module>> made;
+        for (const ArchiveWeight& w : archive.weights) {
+          if (non_persistent.count(w.name) > 0) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("--model=", path, ": buffer ", w.name,
+                             " is not persistent (not in the state dict); Stoker keeps a model's "
+                             "state in its state dict: register it "
+                             "with persistent=True"));
+          }
+          auto [owner, leaf] = Owner(*model, w.name, made);
+          if (w.is_parameter) {
+            state.parameters[w.name] = owner->register_parameter(leaf, w.value, w.requires_grad);
+          } else {
+            state.buffers[w.name] = owner->register_buffer(leaf, w.value);
+          }
+        }
+        return absl::OkStatus();
+      });
+  RETURN_IF_ERROR(registered);
+
+  GraphProgramOptions train_options;
+  train_options.where = absl::StrCat("--model=", path, " (training program)");
+  train_options.num_classes = options.num_classes;
+  train_options.image_size = options.image_size;
+  ASSIGN_OR_RETURN(model->train_, GraphProgram::Build(archive.train, state, train_options));
+  GraphProgramOptions eval_options = train_options;
+  model->has_eval_program_ = archive.eval.has_value();
+  if (archive.eval.has_value()) {
+    eval_options.where = absl::StrCat("--model=", path, " (evaluation program)");
+    ASSIGN_OR_RETURN(model->eval_, GraphProgram::Build(*archive.eval, state, eval_options));
+  } else {
+    eval_options.eval_from_training = true;
+    ASSIGN_OR_RETURN(model->eval_, GraphProgram::Build(archive.train, state, eval_options));
+  }
+  return model;
+}
+
+torch::Tensor GraphModel::forward(torch::Tensor images) {
+  GraphProgram& program = is_training() ? *train_ : *eval_;
+  return program.Run(images, &GeneratorFor(images.device()));
+}
+
+void GraphModel::SetRandomSeed(uint64_t seed) {
+  seed_ = seed;
+  for (auto& [device, generator] : generators_) {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_current_seed(seed);
+  }
+}
+
+at::Generator& GraphModel::GeneratorFor(const c10::Device& device) {
+  const std::string key = device.str();
+  auto it = generators_.find(key);
+  if (it == generators_.end()) {
+    at::Generator generator = device.is_cuda()
+                                  ? at::detail::getCUDAHooks().getNewGenerator(device.index())
+                                  : at::make_generator<at::CPUGeneratorImpl>(seed_);
+    generator.set_current_seed(seed_);
+    it = generators_.emplace(key, std::move(generator)).first;
+  }
+  return it->second;
+}
+
+}  // namespace stoker::trainer

@@ -1,0 +1,68 @@
+// GraphModel: an image classifier written in Python and exported with torch.export, run
+// by the trainer op by op (trainer/graph/graph_program.h). Its parameters and buffers are
+// registered in the module under their state-dict names ("layer1.0.bn1.weight", in
+// submodules "layer1" -> "0" -> "bn1"), so buckets, the optimizer, checkpoints, resume,
+// validation and --export treat it as any built-in model, and the exported weights load
+// into the user's Python class with load_state_dict(strict=True).
+#ifndef STOKER_TRAINER_GRAPH_GRAPH_MODEL_H_
+#define STOKER_TRAINER_GRAPH_GRAPH_MODEL_H_
+
+#include <ATen/core/Generator.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "trainer/graph/graph_program.h"
+#include "trainer/nn/image_classifier.h"
+
+namespace stoker::trainer {
+
+struct GraphModelOptions {
+  int num_classes = 0;  // the logits width the program must have; 0: the program's
+  int image_size = 0;   // the image side the program must take; 0: the program's
+};
+
+// train() runs the training program, eval() the evaluation program (or the training
+// program as Note [Evaluation from the training program] says). Thread-compatible.
+//
+//   ASSIGN_OR_RETURN(std::shared_ptr<GraphModel> model, GraphModel::Load("m.pt2", {10, 32}));
+//   at::Tensor logits = model->forward(images);
+class GraphModel final : public ImageClassifier {
+ public:
+  // Reads and checks the archive (trainer/graph/export_archive.h) and builds both programs
+  // with the archive's weights. InvalidArgument with the refusal's reason (the file, or the
+  // node, its operator and why).
+  static absl::StatusOr<std::shared_ptr<GraphModel>> Load(const std::string& path,
+                                                          const GraphModelOptions& options);
+
+  torch::Tensor forward(torch::Tensor images) override;
+
+  // Random ops (dropout, stochastic depth) of the following forward passes draw from
+  // generators seeded with `seed`. The training loop calls it before each optimizer step
+  // with a seed mixed from (run seed, rank, step), so a resumed run draws the same masks.
+  void SetRandomSeed(uint64_t seed) override;
+
+  int num_classes() const { return train_->num_classes(); }
+  int image_size() const { return train_->image_size(); }
+  bool has_eval_program() const { return has_eval_program_; }
+  const GraphProgram& train_program() const { return *train_; }
+
+ private:
+  GraphModel() = default;
+
+  // The generator of `device`, made on first use and seeded with seed_.
+  at::Generator& GeneratorFor(const c10::Device& device);
+
+  std::unique_ptr<GraphProgram> train_;
+  std::unique_ptr<GraphProgram> eval_;
+  bool has_eval_program_ = false;
+  uint64_t seed_ = 0;
+  std::map<std::string, at::Generator> generators_;  // by device ("cpu", "cuda:0")
+};
+
+}  // namespace stoker::trainer
+
+#endif  // STOKER_TRAINER_GRAPH_GRAPH_MODEL_H_

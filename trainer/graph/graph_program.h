@@ -1,0 +1,95 @@
+// GraphProgram: one torch.export program (its serialised graph_module) turned, once at
+// load, into a list of calls that run op by op through c10::Dispatcher, so that autograd,
+// autocast and every ATen kernel apply as in eager PyTorch. No Python runs.
+#ifndef STOKER_TRAINER_GRAPH_GRAPH_PROGRAM_H_
+#define STOKER_TRAINER_GRAPH_GRAPH_PROGRAM_H_
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/ivalue.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+namespace stoker::trainer {
+
+// What a program's inputs are bound to, by state-dict name. The tensors are the model's own
+// (same TensorImpl), so moving the model (`to`, `set_data`) moves what the program reads.
+struct GraphState {
+  std::map<std::string, at::Tensor> parameters;
+  std::map<std::string, at::Tensor> buffers;
+};
+
+struct GraphProgramOptions {
+  // Where errors point: "--model=m.pt2 (train program)".
+  std::string where;
+  // Logits width the output must have; 0 takes the program's.
+  int num_classes = 0;
+  // Image side the input must have; 0 takes the program's.
+  int image_size = 0;
+  // Run a training program as the evaluation one (a plain torch.export.save archive has no
+  // other): Note [Evaluation from the training program].
+  bool eval_from_training = false;
+};
+
+// Built once, run many times. Thread-compatible: one Run at a time.
+//
+//   ASSIGN_OR_RETURN(auto program, GraphProgram::Build(graph_module, state, options));
+//   at::Tensor logits = program->Run(images, &generator);  // throws c10::Error
+class GraphProgram {
+ public:
+  // Checks and converts `graph_module` (the "graph_module" of models/<name>.json). The
+  // refusals, each InvalidArgument "<where>: node <name> (<op>): <reason>" or
+  // "<where>: <what> ...": an operator outside ATen (custom or Python ops), a higher-order
+  // operator (control flow: cond, while_loop, map, ...), a random op without a generator
+  // argument, an argument kind the runner does not convert, an input that is not one NCHW
+  // image batch (with 3 channels, a dynamic batch dimension and static height and width),
+  // an output that is not one [batch, classes] logits tensor, and a parameter or buffer
+  // that `state` lacks.
+  static absl::StatusOr<std::unique_ptr<GraphProgram>> Build(const nlohmann::json& graph_module,
+                                                             const GraphState& state,
+                                                             const GraphProgramOptions& options);
+
+  // Runs the program on `images` ([N, 3, H, W] float, any memory format) and returns the
+  // logits. Random ops draw from `generator` (of the images' device); device arguments
+  // of the graph are the images' device. Buffer mutations are applied to the bound
+  // buffers. Throws c10::Error (callers wrap it in TorchCall) on a kernel failure or an
+  // image batch of the wrong shape.
+  at::Tensor Run(const at::Tensor& images, at::Generator* generator);
+
+  ~GraphProgram();
+  GraphProgram(const GraphProgram&) = delete;
+  GraphProgram& operator=(const GraphProgram&) = delete;
+
+  int num_classes() const { return num_classes_; }
+  int image_size() const { return image_size_; }
+  // The distinct operators the program calls ("aten::conv2d", ...), for reports.
+  std::vector<std::string> operators() const;
+
+ private:
+  struct Arg;
+  struct Call;
+  GraphProgram();
+
+  c10::IValue Resolve(const Arg& arg, const c10::Device& device) const;
+
+  std::vector<c10::IValue> values_;  // one slot per named graph value
+  std::vector<bool> persistent_;     // slot holds a parameter or buffer
+  std::vector<std::unique_ptr<Call>> calls_;
+  int input_slot_ = -1;
+  int output_slot_ = -1;
+  std::vector<std::pair<int, at::Tensor>> buffer_mutations_;  // slot -> buffer it updates
+  int num_classes_ = 0;
+  int image_size_ = 0;
+  int channels_ = 3;
+};
+
+}  // namespace stoker::trainer
+
+#endif  // STOKER_TRAINER_GRAPH_GRAPH_PROGRAM_H_

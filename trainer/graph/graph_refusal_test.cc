@@ -1,0 +1,211 @@
+// Tests that GraphModel::Load refuses, with a message naming the file, the node, the
+// operator and the reason, every archive the trainer could not train: files that are not
+// torch.export archives of this torch release, operators outside ATen, control flow,
+// random ops it could not seed, shapes the data service cannot feed, inputs and outputs
+// that are not one image batch and one logits tensor. The archives are made by torch.export
+// in $STOKER_PYTHON.
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/testing/python_runner.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "trainer/graph/graph_model.h"
+
+namespace stoker::trainer {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Archive(absl::string_view name) {
+  return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name, ".pt2");
+}
+
+constexpr char kMakeArchives[] = R"py(
+import os, sys, zipfile, torch
+from torch.export import Dim
+out = sys.argv[1]
+batch = Dim("batch")
+x = torch.randn(2, 3, 16, 16)
+
+class Net(torch.nn.Module):
+    def __init__(self, classes=10):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3)
+        self.fc = torch.nn.Linear(8, classes)
+    def head(self, y):
+        return self.fc(y.mean((2, 3)))
+    def forward(self, x):
+        return self.head(self.conv(x))
+
+@torch.library.custom_op("stoker_test::twice", mutates_args=())
+def twice(t: torch.Tensor) -> torch.Tensor:
+    return t * 2
+
+@twice.register_fake
+def _(t):
+    return torch.empty_like(t)
+
+class CustomOp(Net):
+    def forward(self, x):
+        return self.head(twice(self.conv(x)))
+
+class Branch(Net):
+    def forward(self, x):
+        y = self.conv(x)
+        y = torch.cond(y.sum() > 0, lambda t: t * 2, lambda t: t - 1, (y,))
+        return self.head(y)
+
+class AlphaDropout(Net):
+    def forward(self, x):
+        return self.head(torch.nn.functional.alpha_dropout(self.conv(x), 0.2, training=True))
+
+class TwoInputs(Net):
+    def forward(self, x, bias):
+        return self.head(self.conv(x)) + bias
+
+class Flat(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(48, 10)
+    def forward(self, x):
+        return self.fc(x)
+
+class Pair(Net):
+    def forward(self, x):
+        y = self.conv(x).mean((2, 3))
+        return self.fc(y), y
+
+def save(name, module, args, dynamic_shapes):
+    torch.export.save(torch.export.export(module, args, dynamic_shapes=dynamic_shapes), f"{out}/{name}.pt2")
+
+save("good", Net(), (x,), ({0: batch},))
+save("custom_op", CustomOp(), (x,), ({0: batch},))
+save("control_flow", Branch(), (x,), ({0: batch},))
+save("alpha_dropout", AlphaDropout(), (x,), ({0: batch},))
+save("dynamic_height", Net(), (x,), ({0: batch, 2: Dim("height", min=8, max=64)},))
+save("static_batch", Net(), (x,), None)
+save("two_inputs", TwoInputs(), (x, torch.randn(2, 10)), ({0: batch}, {0: batch}))
+save("flat_input", Flat(), (torch.randn(2, 48),), ({0: batch},))
+save("pair_output", Pair(), (x,), ({0: batch},))
+
+good = open(f"{out}/good.pt2", "rb").read()
+open(f"{out}/truncated.pt2", "wb").write(good[: len(good) // 2])
+open(f"{out}/not_zip.pt2", "wb").write(b"these bytes are no zip file at all" * 10)
+torch.save(Net().state_dict(), f"{out}/state_dict.pt2")
+# The same archive as written by another torch release.
+with zipfile.ZipFile(f"{out}/good.pt2") as src, zipfile.ZipFile(f"{out}/other_torch.pt2", "w", zipfile.ZIP_STORED) as dst:
+    for info in src.infolist():
+        data = src.read(info.filename)
+        if info.filename.endswith("models/model.json"):
+            data = data.replace(torch.__version__.encode(), b"2.9.1+cpu")
+        dst.writestr(info.filename, data)
+print("made")
+)py";
+
+class GraphRefusalTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    absl::StatusOr<std::string> made =
+        testing::RunPython(kMakeArchives, {std::getenv("TEST_TMPDIR")});
+    ASSERT_TRUE(made.ok()) << made.status();
+  }
+
+  // The message of Load's refusal of archive `name`.
+  static std::string Refusal(absl::string_view name, GraphModelOptions options = {10, 16}) {
+    absl::StatusOr<std::shared_ptr<GraphModel>> loaded = GraphModel::Load(Archive(name), options);
+    EXPECT_FALSE(loaded.ok()) << name << " loaded";
+    if (loaded.ok()) return "";
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument) << loaded.status();
+    EXPECT_THAT(std::string(loaded.status().message()), HasSubstr(Archive(name)))
+        << "the message names the file";
+    return std::string(loaded.status().message());
+  }
+};
+
+TEST_F(GraphRefusalTest, AGoodArchiveLoads) {
+  absl::StatusOr<std::shared_ptr<GraphModel>> loaded = GraphModel::Load(Archive("good"), {10, 16});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_FALSE((*loaded)->has_eval_program());
+  EXPECT_EQ((*loaded)->num_classes(), 10);
+}
+
+TEST_F(GraphRefusalTest, MissingFileIsRefused) {
+  EXPECT_THAT(Refusal("no_such_file"), HasSubstr("cannot open the file"));
+}
+
+TEST_F(GraphRefusalTest, TruncatedFileIsRefused) {
+  EXPECT_THAT(Refusal("truncated"), HasSubstr("not a readable torch.export archive (truncated"));
+}
+
+TEST_F(GraphRefusalTest, FileThatIsNoZipIsRefused) {
+  EXPECT_THAT(Refusal("not_zip"),
+              HasSubstr("not a readable torch.export archive (truncated, or not a zip file"));
+}
+
+TEST_F(GraphRefusalTest, TorchSaveFileIsNotAnExportArchive) {
+  EXPECT_THAT(Refusal("state_dict"), HasSubstr("a zip file but not a torch.export archive"));
+}
+
+TEST_F(GraphRefusalTest, ArchiveOfAnotherTorchReleaseIsRefused) {
+  EXPECT_THAT(
+      Refusal("other_torch"),
+      HasSubstr(
+          "exported by torch 2.9.1+cpu; Stoker runs graphs of torch 2.11: export the model again"));
+}
+
+TEST_F(GraphRefusalTest, CustomOperatorIsRefusedByNodeAndOp) {
+  EXPECT_THAT(Refusal("custom_op"),
+              HasSubstr("node twice (torch.ops.stoker_test.twice.default): not an ATen operator"));
+}
+
+TEST_F(GraphRefusalTest, ControlFlowIsRefusedByNodeAndOp) {
+  const std::string message = Refusal("control_flow");
+  EXPECT_THAT(message, HasSubstr("node cond (torch.ops.higher_order.cond)"));
+  EXPECT_THAT(message, HasSubstr("control flow"));
+}
+
+TEST_F(GraphRefusalTest, RandomOpWithoutGeneratorIsRefused) {
+  EXPECT_THAT(
+      Refusal("alpha_dropout"),
+      HasSubstr(
+          "node alpha_dropout (torch.ops.aten.alpha_dropout.default): a random operator without a "
+          "generator argument"));
+}
+
+TEST_F(GraphRefusalTest, DynamicImageSizeIsRefused) {
+  EXPECT_THAT(Refusal("dynamic_height"), HasSubstr("input x: dimension 2 is dynamic"));
+}
+
+TEST_F(GraphRefusalTest, StaticBatchSizeIsRefused) {
+  const std::string message = Refusal("static_batch");
+  EXPECT_THAT(message, HasSubstr("input x has a static batch size of 2"));
+  EXPECT_THAT(message, HasSubstr("torch.export.Dim(\"batch\")"));
+}
+
+TEST_F(GraphRefusalTest, TwoInputsAreNotOneImageBatch) {
+  EXPECT_THAT(Refusal("two_inputs"), HasSubstr("the program's input is not one NCHW image batch"));
+}
+
+TEST_F(GraphRefusalTest, FlatInputIsNotAnImageBatch) {
+  EXPECT_THAT(Refusal("flat_input", {10, 0}),
+              HasSubstr("input x is not one NCHW image batch: it has 2 dimensions"));
+}
+
+TEST_F(GraphRefusalTest, TupleOutputIsNotOneLogitsTensor) {
+  EXPECT_THAT(Refusal("pair_output"), HasSubstr("the program's output is not one logits tensor"));
+}
+
+TEST_F(GraphRefusalTest, OtherClassCountIsRefused) {
+  EXPECT_THAT(Refusal("good", {5, 16}),
+              HasSubstr("the program's logits have 10 classes, but --num_classes=5"));
+}
+
+TEST_F(GraphRefusalTest, OtherImageSizeIsRefused) {
+  EXPECT_THAT(Refusal("good", {10, 32}),
+              HasSubstr("exported for 16x16 images, but --image_size=32"));
+}
+
+}  // namespace
+}  // namespace stoker::trainer

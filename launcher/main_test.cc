@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "launcher/child_process.h"
 #include "launcher/job_files.h"
+#include "launcher/job_owner.h"
 #include "launcher/launch_command.h"
 #include "launcher/testing/job_leftovers.h"
 #include "launcher/testing/process_probe.h"
@@ -327,6 +328,10 @@ TEST_F(LauncherTest, KillingTheLauncherTakesItsChildrenDown) {
   for (pid_t pid : ReadPidFiles(out_)) kill(pid, SIGKILL);
   for (pid_t pid : ReadPidFiles(out_)) testing::WaitForProcessExit(pid, absl::Seconds(5));
   RemoveSharedMemoryLeftovers("/dev/shm", job_id_);
+  // The owner record stays for the next launcher to judge (Note [Stale jobs]).
+  const std::string owner_record = JobOwnerPath("/tmp", job_id_);
+  EXPECT_TRUE(PathExists(owner_record));
+  unlink(owner_record.c_str());
   const std::string job_dir = JobDirectoryPath("/tmp", job_id_);
   unlink((job_dir + "/data.sock").c_str());
   rmdir(job_dir.c_str());

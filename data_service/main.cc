@@ -16,6 +16,7 @@
 #include "common/exit_codes.h"
 #include "common/flags.h"
 #include "common/logging.h"
+#include "common/shm_segment.h"
 #include "data_service/dataset/bad_samples.h"
 #include "data_service/dataset/dataset_config.h"
 #include "data_service/image/decode.h"
@@ -141,6 +142,13 @@ int Main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  // Note [Truncated shared memory] in common/shm_segment.h.
+  if (absl::Status guarded = InstallTruncatedSharedMemoryGuard(
+          kExitFailure, absl::StrCat("data_service node ", absl::GetFlag(FLAGS_node_id)));
+      !guarded.ok()) {
+    return ReportFailure(guarded);
+  }
 
   DatasetConfig config;
   config.kind = absl::GetFlag(FLAGS_dataset);

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/exit_codes.h"
 #include "common/logging.h"
+#include "common/shm_segment.h"
 #include "common/status_macros.h"
 #include "launcher/data_service_args.h"
 #include "launcher/node_data_service.h"
@@ -102,6 +103,13 @@ int main(int argc, char** argv) {
   // SIGINT/SIGTERM stop every rank at the same step boundary, with a checkpoint.
   if (absl::Status installed = stoker::trainer::InstallStopSignalHandlers(); !installed.ok()) {
     (*session)->Abort(stoker::ReportFailure(installed));
+  }
+  // A ring truncated under this rank ends it naming the segment (Note [Truncated shared
+  // memory] in common/shm_segment.h), not with a bare SIGBUS.
+  if (absl::Status guarded = stoker::InstallTruncatedSharedMemoryGuard(
+          stoker::kExitFailure, absl::StrCat("trainer rank ", rank.rank));
+      !guarded.ok()) {
+    (*session)->Abort(stoker::ReportFailure(guarded));
   }
 
   // No --data_socket: each node's local rank 0 runs the node's data service (Note [Data

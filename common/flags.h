@@ -34,11 +34,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/exit_codes.h"
 
 namespace stoker {
-
-// The exit code of a usage error (a bad flag), for every program.
-inline constexpr int kExitUsage = 2;
 
 // A flag bound to a variable for one parse, for a subcommand whose flag names clash with
 // the program's Abseil flags (`launcher doctor --np`). Made by IntFlag and StringFlag.

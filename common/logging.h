@@ -3,9 +3,10 @@
 #ifndef STOKER_COMMON_LOGGING_H_
 #define STOKER_COMMON_LOGGING_H_
 
-#include "absl/strings/string_view.h"
+#include <string>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
 
 namespace stoker {
 
@@ -17,6 +18,14 @@ void SetLogIdentity(absl::string_view identity);
 
 // Writes one line atomically (a single write(2)). Thread-safe.
 void LogLine(LogLevel level, absl::string_view message);
+
+// `text` (a file name, say) made safe to put in a log line, so that no name can forge a
+// line or garble the terminal: valid UTF-8 other than control characters (C0, DEL, C1)
+// stays as it is;
+// a backslash becomes "\\", a newline "\n", a tab "\t", a carriage return "\r", and every
+// other control character or byte that is not part of valid UTF-8 "\xHH". Text without
+// those comes back unchanged. For messages only: open files by their raw bytes.
+std::string EscapeForLog(absl::string_view text);
 
 template <typename... Args>
 void LogInfo(const absl::FormatSpec<Args...>& format, const Args&... args) {

@@ -6,7 +6,13 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <cstdint>
+#include <cstring>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
@@ -17,6 +23,84 @@
 namespace stoker {
 
 namespace {
+
+// Note [Truncated shared memory]: the live mappings, readable from a signal handler. A
+// slot is free while `begin` is 0; its name is written before `begin` is published.
+struct RegisteredMapping {
+  std::atomic<uintptr_t> begin{0};
+  std::atomic<size_t> size{0};
+  char name[256] = {};
+};
+constexpr int kMaxMappings = 256;
+RegisteredMapping g_mappings[kMaxMappings];
+std::atomic<int> g_guard_exit_code{1};
+char g_guard_who[128] = "shared memory";
+
+void RegisterMapping(const void* data, size_t size, const std::string& name) {
+  for (RegisteredMapping& slot : g_mappings) {
+    uintptr_t expected = 0;
+    // Claim with a marker (1 is never a mapping's address), fill in, then publish.
+    if (!slot.begin.compare_exchange_strong(expected, 1)) continue;
+    const size_t n = std::min(name.size(), sizeof(slot.name) - 1);
+    std::memcpy(slot.name, name.data(), n);
+    slot.name[n] = '\0';
+    slot.size.store(size);
+    slot.begin.store(reinterpret_cast<uintptr_t>(data));
+    return;
+  }
+  // More live mappings than slots: this one goes unguarded (SIGBUS stays the default).
+}
+
+void UnregisterMapping(const void* data) {
+  for (RegisteredMapping& slot : g_mappings) {
+    if (slot.begin.load() == reinterpret_cast<uintptr_t>(data)) {
+      slot.size.store(0);
+      slot.begin.store(0);
+      return;
+    }
+  }
+}
+
+// Async-signal-safe pieces of the guard's line.
+void WriteText(const char* text) {
+  ssize_t ignored = write(STDERR_FILENO, text, strlen(text));
+  (void)ignored;
+}
+void WriteNumber(uint64_t value) {
+  char digits[24];
+  int n = 0;
+  do {
+    digits[sizeof(digits) - 1 - n++] = static_cast<char>('0' + value % 10);
+    value /= 10;
+  } while (value != 0 && n < static_cast<int>(sizeof(digits)));
+  ssize_t ignored = write(STDERR_FILENO, digits + sizeof(digits) - n, static_cast<size_t>(n));
+  (void)ignored;
+}
+
+void OnSigbus(int signal, siginfo_t* info, void*) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(info->si_addr);
+  for (const RegisteredMapping& slot : g_mappings) {
+    const uintptr_t begin = slot.begin.load();
+    const size_t size = slot.size.load();
+    if (begin <= 1 || address < begin || address >= begin + size) continue;
+    const int code = g_guard_exit_code.load();
+    WriteText("[");
+    WriteText(g_guard_who);
+    WriteText("] E failure (exit ");
+    WriteNumber(static_cast<uint64_t>(code));
+    WriteText("): shared memory truncated: ");
+    WriteText(slot.name);
+    WriteText(" was mapped with ");
+    WriteNumber(size);
+    WriteText(" bytes, but byte ");
+    WriteNumber(address - begin);
+    WriteText(" is past the end of the segment now (another process truncated or resized it)\n");
+    _exit(code);
+  }
+  // Not ours: the default action (on return, for a fault; raised again, for a kill).
+  ::signal(signal, SIG_DFL);
+  raise(signal);
+}
 
 // Note [A full /dev/shm]
 // tmpfs gives a segment its pages on first touch, so ftruncate() succeeds on a /dev/shm
@@ -84,6 +168,7 @@ absl::StatusOr<SharedMemorySegment> SharedMemorySegment::Create(const std::strin
     return ErrnoToStatus(errno, absl::StrCat("mmap(", name, ", ", bytes, " bytes)"));
   }
   std::move(unlink_on_error).Cancel();
+  RegisterMapping(data, bytes, name);  // Note [Truncated shared memory]
   return SharedMemorySegment(name, data, bytes, /*owns_name=*/true);
 }
 
@@ -102,6 +187,7 @@ absl::StatusOr<SharedMemorySegment> SharedMemorySegment::Open(const std::string&
   if (data == MAP_FAILED) {
     return ErrnoToStatus(errno, absl::StrCat("mmap(", name, ", ", bytes, " bytes)"));
   }
+  RegisterMapping(data, bytes, name);  // Note [Truncated shared memory]
   return SharedMemorySegment(name, data, bytes, /*owns_name=*/false);
 }
 
@@ -136,8 +222,24 @@ absl::Status SharedMemorySegment::Unlink() {
   return absl::OkStatus();
 }
 
+absl::Status InstallTruncatedSharedMemoryGuard(int exit_code, absl::string_view who) {
+  g_guard_exit_code.store(exit_code);
+  const size_t n = std::min(who.size(), sizeof(g_guard_who) - 1);
+  std::memcpy(g_guard_who, who.data(), n);
+  g_guard_who[n] = '\0';
+  struct sigaction action = {};
+  action.sa_sigaction = OnSigbus;
+  action.sa_flags = SA_SIGINFO;
+  sigemptyset(&action.sa_mask);
+  if (sigaction(SIGBUS, &action, nullptr) != 0) return ErrnoToStatus(errno, "sigaction(SIGBUS)");
+  return absl::OkStatus();
+}
+
 void SharedMemorySegment::Reset() {
-  if (data_ != nullptr) munmap(data_, size_);
+  if (data_ != nullptr) {
+    UnregisterMapping(data_);
+    munmap(data_, size_);
+  }
   if (owns_name_) shm_unlink(name_.c_str());
   data_ = nullptr;
   size_ = 0;

@@ -63,6 +63,20 @@ class SharedMemorySegment {
 // InvalidArgument unless `name` is a valid portable shm name as Create() requires.
 absl::Status ValidateSegmentName(absl::string_view name);
 
+// Note [Truncated shared memory]
+// A segment is a file: if another process truncates or shrinks it after we mapped it,
+// touching a page past its new end raises SIGBUS, which would kill the process with no
+// word of why (ring slots, their labels and images, are read from such pages). Every
+// SharedMemorySegment registers its mapping while it lives; with the guard installed, a
+// SIGBUS whose address lies in a registered mapping writes one error line naming the
+// segment, its mapped size and the offset touched ("shared memory truncated: ...") and
+// exits with `exit_code` at once (only async-signal-safe calls). Any other SIGBUS is left
+// to the default action.
+
+// Installs the guard for the whole process (SIGBUS handler); its line starts with
+// "[<who>] " (the log identity, "trainer rank 3"). Call from main().
+absl::Status InstallTruncatedSharedMemoryGuard(int exit_code, absl::string_view who);
+
 }  // namespace stoker
 
 #endif  // STOKER_COMMON_SHM_SEGMENT_H_

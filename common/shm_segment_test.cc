@@ -3,6 +3,9 @@
 // segment refused at creation (a real small tmpfs over /dev/shm) instead of a SIGBUS later.
 #include "common/shm_segment.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +19,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "common/test_tmpfs.h"
 #include "gtest/gtest.h"
 
@@ -119,6 +123,39 @@ TEST(SharedMemorySegmentTest, UnlinkRemovesTheNameOnceAndKeepsTheMapping) {
   ASSERT_TRUE(successor.ok()) << successor.status();
   *owner = SharedMemorySegment();
   EXPECT_TRUE(Exists(name));
+}
+
+TEST(SharedMemorySegmentTest, ATruncatedSegmentEndsTheProcessNamingItInsteadOfASigbus) {
+  const std::string name = TestName("truncated");
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  auto created = SharedMemorySegment::Create(name, 4 * page);
+  ASSERT_TRUE(created.ok()) << created.status();
+  auto opened = SharedMemorySegment::Open(name);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  volatile const uint8_t* last_page = static_cast<const uint8_t*>(opened->data()) + 3 * page;
+  const auto truncate_and_read = [&] {
+    if (!InstallTruncatedSharedMemoryGuard(1, "trainer rank 0").ok()) _exit(3);
+    // Another process shrinks the segment to one page.
+    const int fd = shm_open(name.c_str(), O_RDWR, 0);
+    if (fd < 0 || ftruncate(fd, static_cast<off_t>(page)) != 0) _exit(4);
+    close(fd);
+    std::printf("%d\n", last_page[0]);  // SIGBUS
+    _exit(0);
+  };
+  const absl::Time start = absl::Now();
+  EXPECT_EXIT(truncate_and_read(), ::testing::ExitedWithCode(1),
+              absl::StrCat("\\[trainer rank 0\\] E failure \\(exit 1\\): shared memory truncated: ",
+                           name, " was mapped with ", 4 * page, " bytes, but byte ", 3 * page,
+                           " is past the end of the segment now"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  // A SIGBUS elsewhere keeps its default action.
+  EXPECT_EXIT(
+      {
+        if (!InstallTruncatedSharedMemoryGuard(1, "test").ok()) _exit(3);
+        raise(SIGBUS);
+        _exit(0);
+      },
+      ::testing::KilledBySignal(SIGBUS), "");
 }
 
 TEST(SharedMemorySegmentTest, ErrorsAreClear) {

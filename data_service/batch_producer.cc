@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/exit_codes.h"
 #include "common/logging.h"
 
 namespace stoker::data_service {
@@ -293,7 +294,9 @@ void BatchProducer::ProductionLoop() {
         status = producer_.Publish(batch->slot, batch->epoch, batch->step, batch->count);
       }
       if (!status.ok()) {
-        LogError("%s", status.message());
+        // The job's first error line, often: it names the cause (common/exit_codes.h).
+        LogError("%s (exit %d): %s", ExitCause(ExitCodeOf(status)), ExitCodeOf(status),
+                 StatusText(status));
         {
           absl::MutexLock lock(&mu_);
           failure_ = status;

@@ -1,6 +1,7 @@
 // data_service: one per node. Serves uint8 NHWC batches to the node's trainer ranks through
 // shared-memory rings until SIGTERM or SIGINT; then it removes its socket and every
-// segment it created and exits 0. Flag errors exit 2, other start-up failures exit 1.
+// segment it created and exits 0. Exit codes are the table of common/exit_codes.h: 2 for a
+// bad flag or dataset folder, 65 for bad data (the bad-file cap), 1 for other failures.
 #include <signal.h>
 #include <unistd.h>
 
@@ -12,8 +13,10 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "common/exit_codes.h"
 #include "common/flags.h"
 #include "common/logging.h"
+#include "common/shm_segment.h"
 #include "data_service/dataset/bad_samples.h"
 #include "data_service/dataset/dataset_config.h"
 #include "data_service/image/decode.h"
@@ -54,13 +57,19 @@ ABSL_FLAG(int64_t, max_image_pixels, stoker::data_service::image::kDefaultMaxPix
 ABSL_FLAG(std::string, jpeg_decode, "fast",
           "JPEG reconstruction: fast (integer IDCT, plain chroma upsampling: ~10% faster, ~43 dB "
           "from Pillow's pixels on 500x375 photos) or exact (Pillow's pixels)");
+ABSL_FLAG(std::string, follow_links, "yes",
+          "imagefolder: yes = follow symlinks whose target is outside the dataset folder, "
+          "naming them in a warning; no = refuse the folder at start, naming the link");
+ABSL_FLAG(int32_t, scan_timeout_s, 600,
+          "imagefolder: listing a folder at start fails after this many seconds (a hung or "
+          "very slow file system), naming the folder and how far it got");
 ABSL_FLAG(double, eval_resize_ratio, 256.0 / 224.0,
           "validation transform: Resize(round(image_size x this)) then CenterCrop(image_size)");
 
 namespace stoker::data_service {
 namespace {
 
-constexpr int kFlagError = 2;
+constexpr int kFlagError = kExitUsage;
 
 [[noreturn]] void FlagError(absl::string_view message) {
   std::fprintf(stderr, "data_service: %.*s\nRun data_service --help for the flags.\n",
@@ -78,7 +87,7 @@ void ParseFlags(int argc, char** argv) {
                     {"socket", "job_id", "node_id", "dataset", "train_dir", "val_dir",
                      "synthetic_samples", "synthetic_classes", "data_seed", "threads", "prefetch",
                      "bad_files", "max_bad_fraction", "max_image_pixels", "eval_resize_ratio",
-                     "jpeg_decode", "owner_record"}}};
+                     "jpeg_decode", "follow_links", "scan_timeout_s", "owner_record"}}};
   absl::StatusOr<ParsedFlags> parsed = stoker::ParseFlags(absl::MakeConstSpan(argv + 1, argc - 1), spec);
   if (!parsed.ok()) FlagError(parsed.status().message());
   if (parsed->help) {
@@ -87,7 +96,8 @@ void ParseFlags(int argc, char** argv) {
         "[--dataset=synthetic|imagefolder|packed] [--train_dir=DIR|INDEX] [--val_dir=DIR|INDEX] "
         "[--synthetic_samples=N] [--synthetic_classes=K] [--data_seed=S] [--threads=N] "
         "[--prefetch=N] [--bad_files=skip|fail] [--max_bad_fraction=F] [--max_image_pixels=N] "
-        "[--eval_resize_ratio=R] [--jpeg_decode=fast|exact]\n%s",
+        "[--eval_resize_ratio=R] [--jpeg_decode=fast|exact] [--follow_links=yes|no] "
+        "[--scan_timeout_s=N]\n%s",
         FlagsHelp(spec).c_str());
     std::exit(0);
   }
@@ -118,6 +128,11 @@ int Main(int argc, char** argv) {
   if (jpeg_decode != "fast" && jpeg_decode != "exact") {
     FlagError(absl::StrCat("--jpeg_decode=", jpeg_decode, ": must be fast or exact"));
   }
+  const std::string follow_links = absl::GetFlag(FLAGS_follow_links);
+  if (follow_links != "yes" && follow_links != "no") {
+    FlagError(absl::StrCat("--follow_links=", follow_links, ": must be yes or no"));
+  }
+  if (absl::GetFlag(FLAGS_scan_timeout_s) < 1) FlagError("--scan_timeout_s: must be positive");
   SetLogIdentity(absl::StrCat("data_service node ", absl::GetFlag(FLAGS_node_id)));
 
   // Block the termination signals in every thread; the main thread takes them with
@@ -128,6 +143,13 @@ int Main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  // Note [Truncated shared memory] in common/shm_segment.h.
+  if (absl::Status guarded = InstallTruncatedSharedMemoryGuard(
+          kExitFailure, absl::StrCat("data_service node ", absl::GetFlag(FLAGS_node_id)));
+      !guarded.ok()) {
+    return ReportFailure(guarded);
+  }
+
   DatasetConfig config;
   config.kind = absl::GetFlag(FLAGS_dataset);
   config.train_dir = absl::GetFlag(FLAGS_train_dir);
@@ -135,12 +157,13 @@ int Main(int argc, char** argv) {
   config.synthetic_samples = absl::GetFlag(FLAGS_synthetic_samples);
   config.synthetic_classes = absl::GetFlag(FLAGS_synthetic_classes);
   config.data_seed = absl::GetFlag(FLAGS_data_seed);
+  config.image_folder.follow_links_outside_root = follow_links == "yes";
+  config.image_folder.scan_timeout = absl::Seconds(absl::GetFlag(FLAGS_scan_timeout_s));
   absl::StatusOr<Datasets> datasets = OpenDatasets(config);
   if (!datasets.ok()) {
-    LogError("%s", datasets.status().message());
-    return absl::IsInvalidArgument(datasets.status()) || absl::IsNotFound(datasets.status())
-               ? kFlagError
-               : 1;
+    const bool usage =
+        absl::IsInvalidArgument(datasets.status()) || absl::IsNotFound(datasets.status());
+    return ReportFailure(usage ? WithExitCode(datasets.status(), kFlagError) : datasets.status());
   }
 
   ServiceOptions options;
@@ -156,8 +179,8 @@ int Main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<DataService>> service =
       DataService::Start(options, std::move(*datasets));
   if (!service.ok()) {
-    LogError("%s", service.status().message());
-    return absl::IsInvalidArgument(service.status()) ? kFlagError : 1;
+    const bool usage = absl::IsInvalidArgument(service.status());
+    return ReportFailure(usage ? WithExitCode(service.status(), kFlagError) : service.status());
   }
 
   int exit_code = 0;
@@ -169,8 +192,8 @@ int Main(int argc, char** argv) {
       break;
     }
     if (absl::Status health = (*service)->health(); !health.ok()) {
-      LogError("cannot serve any more: %s", health.message());
-      exit_code = 1;
+      exit_code = ReportFailure(
+          absl::Status(health.code(), absl::StrCat("cannot serve any more: ", health.message())));
       break;
     }
   }

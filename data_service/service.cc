@@ -386,6 +386,16 @@ bool DataService::Handle(Connection* connection, const ControlMessage& message) 
                                              id))
             .ok();
       }
+      if (request.num_classes > 0 && dataset->num_classes() > request.num_classes) {
+        const absl::Status refused = absl::OutOfRangeError(absl::StrCat(
+            "the ", request.train ? "training" : "validation", " dataset has ",
+            dataset->num_classes(), " classes but the trainer has --num_classes=",
+            request.num_classes, ": labels ", request.num_classes, "..", dataset->num_classes() - 1,
+            " would be out of range; pass --num_classes=", dataset->num_classes()));
+        LogWarning("refusing the ring request of rank %d (pid %d): %s", request.rank,
+                   connection->peer_pid, refused.message());
+        return connection->Send(ErrorMessage(refused, id)).ok();
+      }
       BatchProducerOptions producer_options;
       producer_options.segment_name = RingSegmentName(options_.job_id, request.rank, request.train);
       producer_options.request = request;

@@ -229,6 +229,74 @@ TEST_F(ServiceTest, BadRequestsAreRefusedWithInvalidArgument) {
   EXPECT_NE(Connect(Request()), nullptr);
 }
 
+TEST_F(ServiceTest, ADatasetWithMoreClassesThanTheTrainersIsRefusedNamingBothCounts) {
+  StartService();  // synthetic: 10 classes
+  RingRequest request = Request();
+  request.num_classes = 4;
+  const absl::Time start = absl::Now();
+  auto refused = RingClient::Connect(socket_, request, absl::Seconds(10));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kOutOfRange) << refused.status();
+  EXPECT_NE(refused.status().message().find(
+                "the training dataset has 10 classes but the trainer has --num_classes=4"),
+            std::string::npos)
+      << refused.status();
+  EXPECT_FALSE(SegmentExists(RingSegmentName(job_, 0, true)));
+
+  // As many classes as the trainer's, or fewer, is fine.
+  for (int32_t classes : {10, 12}) {
+    request.num_classes = classes;
+    auto client = Connect(request);
+    ASSERT_NE(client, nullptr);
+    ASSERT_TRUE(client->StartEpoch(0, 1).ok());
+    auto batch = client->Acquire(absl::Seconds(20));
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    ASSERT_TRUE(client->Release(*batch).ok());
+    client.reset();
+    EXPECT_TRUE(Eventually([&] { return !SegmentExists(RingSegmentName(job_, 0, true)); }));
+  }
+}
+
+// Says it has 4 classes, but labels its samples 0..9 (a broken dataset, or a corrupted ring).
+class MislabelledDataset : public Dataset {
+ public:
+  explicit MislabelledDataset(std::shared_ptr<const Dataset> base) : base_(std::move(base)) {}
+  int64_t size() const override { return base_->size(); }
+  int32_t num_classes() const override { return 4; }
+  int32_t Label(int64_t index) const override { return base_->Label(index); }
+  absl::Status Load(int64_t index, const SampleOptions& options, SampleScratch& scratch,
+                    uint8_t* dst) const override {
+    return base_->Load(index, options, scratch, dst);
+  }
+  std::string Describe(int64_t index) const override { return base_->Describe(index); }
+
+ private:
+  std::shared_ptr<const Dataset> base_;
+};
+
+TEST_F(ServiceTest, ALabelOutsideNumClassesInASlotFailsTheClient) {
+  StartService({std::make_shared<MislabelledDataset>(Synthetic(100)), nullptr});
+  RingRequest request = Request();
+  request.num_classes = 4;
+  auto client = Connect(request);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->StartEpoch(0, 1).ok());
+  absl::Status failed;
+  for (int step = 0; step < 13 && failed.ok(); ++step) {
+    auto batch = client->Acquire(absl::Seconds(20));
+    failed = batch.status();
+    if (batch.ok()) {
+      ASSERT_TRUE(client->Release(*batch).ok());
+    }
+  }
+  EXPECT_EQ(failed.code(), absl::StatusCode::kOutOfRange) << failed;
+  EXPECT_NE(failed.message().find("rank 0: ring slot "), std::string::npos) << failed;
+  EXPECT_NE(failed.message().find("labels must be in [0, 4) (--num_classes)"), std::string::npos)
+      << failed;
+  // Fatal for the ring: the next call says the same.
+  EXPECT_EQ(client->Acquire(absl::Seconds(1)).status().code(), absl::StatusCode::kOutOfRange);
+}
+
 TEST_F(ServiceTest, ARankCanHoldOnlyOneRing) {
   StartService();
   auto first = Connect(Request());

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/types/span.h"
+#include "common/exit_codes.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "launcher/job_files.h"
@@ -39,12 +40,15 @@ constexpr absl::Duration kStrayKillTimeout = absl::Seconds(5);
 //    exits first, or --ready_timeout passes, the job fails and mpirun never starts.
 // 3. Start mpirun, then wait for the first of {data service, mpirun} to exit:
 //    - data service first: it failed, whatever its code (it only exits on SIGTERM); stop
-//      mpirun, exit with the data service's code (1 if it exited 0);
-//    - mpirun failed: stop the data service, exit with mpirun's code;
+//      mpirun, exit with the code Note [Exit code of a job] gives it (kExitPeerLost unless
+//      the service named a cause of its own);
+//    - mpirun failed: stop the data service, exit with mpirun's code (the same Note);
 //    - mpirun succeeded: SIGTERM the data service, which must exit 0; exit 0.
 //    The data service is listed first, so when both have exited by the time we look, the
 //    data service is taken as the cause: trainers fail when their data source dies.
 // 4. A caught SIGINT/SIGTERM/SIGHUP at any point stops both children; exit 128 + signal.
+//    The ranks first get the chance to stop with a checkpoint (Note [Stopping with a
+//    checkpoint]).
 // "Stop" is TerminateAll: SIGTERM to the process group, SIGKILL after --shutdown_grace.
 // 5. Always, once no child runs: kill what is left of their descendants (Note [Stray
 //    children]), remove /dev/shm/stoker.<job_id>.* and the job directory,
@@ -54,10 +58,53 @@ constexpr absl::Duration kStrayKillTimeout = absl::Seconds(5);
 // srun alone, and step 5 also removes this machine's node sockets
 // /tmp/stoker.<job_id>.node*.sock, in case this machine was one of the nodes.
 
-// The exit code that reports a child's failure: never 0.
-int FailureCode(const ExitStatus& status) {
+// Note [Exit code of a job]
+// The job exits with the code of the table in common/exit_codes.h that names its first
+// failure. mpirun passes on the code of its first failing rank, which already is such a
+// code (MPI_Abort's), so it is kept, with one exception: a rank (or mpirun) killed by a
+// signal that the ranks do not stop on (SIGKILL by the OOM killer, SIGSEGV) is a lost
+// peer (kExitPeerLost), not a resumable stop. The data service exits only on SIGTERM, so
+// its death is a lost peer too, unless it exited with a code of its own that names a cause
+// (bad flag or dataset folder, bad data).
+
+// Whether `code` is 128 + a signal on which every rank stops at a step boundary
+// (trainer/stop_signal.h), i.e. a resumable stop.
+bool IsStopSignalCode(int code) {
+  for (int signal : {SIGINT, SIGTERM, SIGUSR1, SIGUSR2}) {
+    if (code == ExitCodeForSignal(signal)) return true;
+  }
+  return false;
+}
+
+// Note [Stopping with a checkpoint]
+// A scheduler's warning (Slurm's --signal=B:TERM@120, scancel) reaches the launcher, and the
+// job should end with a checkpoint at a step boundary before anything is killed. SIGTERM
+// to mpirun does not give that: mpirun SIGKILLs its ranks about a second after forwarding
+// it, whatever they are doing. So the launcher first sends SIGUSR2 to mpirun or srun, which
+// forward it to every rank at once and do nothing else; every rank notes it, the ranks
+// agree at the next step boundary to stop (the stop vote, trainer/stop_vote.h), rank 0
+// writes a checkpoint and they exit 140. The launcher waits up to --stop_grace for that,
+// with the data service still serving, and only then stops whatever still runs as before.
+// A second signal meanwhile stops everything at once. The job's code stays 128 + the
+// signal the launcher got (143 for SIGTERM): resumable.
+constexpr int kStopAtStepBoundarySignal = SIGUSR2;
+
+// The job's code for mpirun's or srun's failure `status` (Note [Exit code of a job]).
+int TrainersFailureCode(const ExitStatus& status) {
   const int code = status.ShellCode();
-  return code == 0 ? 1 : code;
+  if (code == 0) return kExitFailure;
+  if (status.signaled() || (code > 128 && !IsStopSignalCode(code))) return kExitPeerLost;
+  return code;
+}
+
+// The job's code for the data service's exit `status` (Note [Exit code of a job]).
+int DataServiceFailureCode(const ExitStatus& status) {
+  if (status.exited()) {
+    for (int cause : {kExitUsage, kExitBadData, kExitCheckpointIo, kExitTimeout}) {
+      if (status.exit_code() == cause) return cause;
+    }
+  }
+  return kExitPeerLost;
 }
 
 JobResult Failure(absl::Status status, int exit_code) {
@@ -83,6 +130,9 @@ class JobRun {
   JobResult AwaitDataService();
   // Stops every child still running; a second signal meanwhile means SIGKILL at once.
   void StopAll();
+  // Note [Stopping with a checkpoint]: asks the ranks to stop at a step boundary and waits
+  // up to --stop_grace for mpirun (or srun) to exit, or for another signal.
+  void StopRanksAtStepBoundary(int signal);
   // Waits for the first of `children` to exit and returns it. When the wait fails or a
   // termination signal comes first, stops every child, sets `*result` to the job's result
   // and returns nullptr; `stopping` names the children in the log line of a signal.
@@ -120,12 +170,49 @@ ChildProcess* JobRun::AwaitFirstExit(absl::Span<ChildProcess* const> children,
   }
   if (first->event == WaitResult::Event::kWoken) {
     const int signal = *signals_.Take();
+    StopRanksAtStepBoundary(signal);
     LogWarning("caught %s: stopping %s", DescribeSignal(signal), stopping);
     StopAll();
     *result = Interrupted(signal);
     return nullptr;
   }
   return first->child;
+}
+
+void JobRun::StopRanksAtStepBoundary(int signal) {
+  if (!mpirun_.has_value() || mpirun_->has_exited() || plan_.stop_grace <= absl::ZeroDuration()) {
+    return;
+  }
+  LogWarning(
+      "caught %s: asking the ranks to stop at the next step boundary with a checkpoint "
+      "(%s to %s); waiting up to --stop_grace=%s",
+      DescribeSignal(signal), DescribeSignal(kStopAtStepBoundarySignal), mpirun_->Describe(),
+      absl::FormatDuration(plan_.stop_grace));
+  if (absl::Status sent = mpirun_->SignalGroup(kStopAtStepBoundarySignal); !sent.ok()) {
+    LogError("%s", sent.ToString());
+    return;
+  }
+  const absl::Time start = absl::Now();
+  ChildProcess* trainers = &*mpirun_;
+  absl::StatusOr<WaitResult> waited =
+      WaitForFirstExit({&trainers, 1}, plan_.stop_grace, signals_.wake_fd());
+  if (!waited.ok()) {
+    LogError("%s", waited.status().ToString());
+    return;
+  }
+  switch (waited->event) {
+    case WaitResult::Event::kExited:
+      LogInfo("the ranks stopped after %s: %s %s", absl::FormatDuration(absl::Now() - start),
+              mpirun_->Describe(), mpirun_->exit_status()->ToString());
+      break;
+    case WaitResult::Event::kWoken:
+      LogWarning("caught %s as well: stopping at once", DescribeSignal(*signals_.Take()));
+      break;
+    case WaitResult::Event::kTimedOut:
+      LogWarning("the ranks did not stop within --stop_grace=%s",
+                 absl::FormatDuration(plan_.stop_grace));
+      break;
+  }
 }
 
 JobResult JobRun::AwaitDataService() {
@@ -140,23 +227,22 @@ JobResult JobRun::AwaitDataService() {
     }
     const absl::Time now = absl::Now();
     if (now >= deadline) {
-      return Failure(absl::DeadlineExceededError(absl::StrCat(
-                         data_service->Describe(), " did not accept connections on ",
-                         plan_.socket_path, " within --ready_timeout=",
-                         absl::FormatDuration(plan_.ready_timeout), " (last error: ",
-                         last_error, ")")),
-                     1);
+      return Failure(
+          absl::DeadlineExceededError(absl::StrCat(
+              data_service->Describe(), " did not accept connections on ", plan_.socket_path,
+              " within --ready_timeout=", absl::FormatDuration(plan_.ready_timeout),
+              " (last error: ", last_error, ")")),
+          kExitTimeout);
     }
     absl::StatusOr<WaitResult> waited = WaitForFirstExit(
         {&data_service, 1}, std::min(kReadyProbeInterval, deadline - now), signals_.wake_fd());
     if (!waited.ok()) return Failure(waited.status(), 1);
     switch (waited->event) {
       case WaitResult::Event::kExited:
-        return Failure(
-            absl::UnavailableError(absl::StrCat(
-                data_service->Describe(), " ", data_service->exit_status()->ToString(),
-                " before it accepted connections on ", plan_.socket_path)),
-            FailureCode(*data_service->exit_status()));
+        return Failure(absl::UnavailableError(absl::StrCat(
+                           data_service->Describe(), " ", data_service->exit_status()->ToString(),
+                           " before it accepted connections on ", plan_.socket_path)),
+                       DataServiceFailureCode(*data_service->exit_status()));
       case WaitResult::Event::kWoken:
         return Interrupted(*signals_.Take());
       case WaitResult::Event::kTimedOut:
@@ -167,32 +253,33 @@ JobResult JobRun::AwaitDataService() {
 
 JobResult JobRun::AfterDataServiceExited() {
   const ExitStatus status = *data_service_->exit_status();
-  LogError("%s %s while the trainers were running; stopping %s", data_service_->Describe(),
-           status.ToString(), mpirun_->Describe());
+  const int code = DataServiceFailureCode(status);
+  LogError("%s (exit %d): %s %s while the trainers were running; stopping %s", ExitCause(code),
+           code, data_service_->Describe(), status.ToString(), mpirun_->Describe());
   StopAll();
-  return Failure(absl::UnavailableError(absl::StrCat(data_service_->Describe(), " ",
-                                                     status.ToString(),
-                                                     " while the trainers were running")),
-                 FailureCode(status));
+  return Failure(
+      absl::UnavailableError(absl::StrCat(data_service_->Describe(), " ", status.ToString(),
+                                          " while the trainers were running")),
+      code);
 }
 
 JobResult JobRun::AfterMpirunExited() {
   const ExitStatus trainers = *mpirun_->exit_status();
   if (!trainers.success()) {
     StopAll();
-    return Failure(absl::UnavailableError(
-                       absl::StrCat(mpirun_->Describe(), " ", trainers.ToString())),
-                   FailureCode(trainers));
+    return Failure(
+        absl::UnavailableError(absl::StrCat(mpirun_->Describe(), " ", trainers.ToString())),
+        TrainersFailureCode(trainers));
   }
   LogInfo("trainers finished; stopping %s", data_service_->Describe());
   StopAll();
   if (absl::optional<int> signal = signals_.Take()) return Interrupted(*signal);
   const ExitStatus status = *data_service_->exit_status();
   if (!status.success()) {
-    return Failure(absl::InternalError(absl::StrCat(data_service_->Describe(), " ",
-                                                    status.ToString(),
-                                                    " after SIGTERM (it should exit 0)")),
-                   FailureCode(status));
+    return Failure(
+        absl::InternalError(absl::StrCat(data_service_->Describe(), " ", status.ToString(),
+                                         " after SIGTERM (it should exit 0)")),
+        status.ShellCode());
   }
   return JobResult{};
 }
@@ -208,8 +295,9 @@ JobResult JobRun::SuperviseTrainersAlone() {
   if (AwaitFirstExit(children, mpirun_->Describe(), &stopped) == nullptr) return stopped;
   const ExitStatus status = *mpirun_->exit_status();
   if (!status.success()) {
-    return Failure(absl::UnavailableError(absl::StrCat(mpirun_->Describe(), " ", status.ToString())),
-                   FailureCode(status));
+    return Failure(
+        absl::UnavailableError(absl::StrCat(mpirun_->Describe(), " ", status.ToString())),
+        TrainersFailureCode(status));
   }
   return JobResult{};
 }
@@ -252,6 +340,10 @@ absl::StatusOr<JobPlan> PlanJob(const JobConfig& config) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--ready_timeout must be > 0 (got ", absl::FormatDuration(config.ready_timeout), ")"));
   }
+  if (config.stop_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("--stop_grace must be >= 0 (got ",
+                                                   absl::FormatDuration(config.stop_grace), ")"));
+  }
   if (config.shutdown_grace < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--shutdown_grace must be >= 0 (got ", absl::FormatDuration(config.shutdown_grace), ")"));
@@ -271,6 +363,7 @@ absl::StatusOr<JobPlan> PlanJob(const JobConfig& config) {
   plan.shm_dir = config.shm_dir;
   plan.ready_timeout = config.ready_timeout;
   plan.shutdown_grace = config.shutdown_grace;
+  plan.stop_grace = config.stop_grace;
   const bool local = plan.mode == LaunchMode::kLocal;
 
   // NVLS stays off whatever the config says: drop other settings, then set it last.

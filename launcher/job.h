@@ -39,6 +39,10 @@ struct JobConfig {
   std::string search_path;  // the PATH used to find programs given by bare name
   absl::Duration ready_timeout = absl::Seconds(60);   // --ready_timeout
   absl::Duration shutdown_grace = absl::Seconds(10);  // SIGTERM to SIGKILL (--shutdown_grace)
+  // How long the ranks may take to stop at a step boundary with a checkpoint after a
+  // SIGINT/SIGTERM/SIGHUP to the launcher, before they are stopped (--stop_grace; Note
+  // [Stopping with a checkpoint] in job.cc). Zero: stop them at once.
+  absl::Duration stop_grace = absl::Seconds(90);
 };
 
 // What RunJob executes: the command lines in full, and where the job's files go.
@@ -52,6 +56,7 @@ struct JobPlan {
   ChildSpec trainers;                      // mpirun or srun
   absl::Duration ready_timeout;
   absl::Duration shutdown_grace;
+  absl::Duration stop_grace;
 };
 
 // Validates `config` and turns it into the commands to run. InvalidArgument or NotFound,
@@ -62,8 +67,10 @@ absl::StatusOr<JobPlan> PlanJob(const JobConfig& config);
 // each exactly as RunJob runs it.
 std::string FormatPlan(const JobPlan& plan);
 
-// How a job ended. `exit_code` is what the launcher exits with: 0 on success, else the first
-// failure's code (its exit code, 128 + signal, or 1 when the launcher itself failed).
+// How a job ended. `exit_code` is what the launcher exits with, from the table of
+// common/exit_codes.h: 0 on success, else the first failure's code (Note [Exit code of a
+// job] in job.cc: a rank's code as mpirun passes it on, kExitPeerLost for a process that
+// died, kExitTimeout for --ready_timeout, 128 + signal, or 1 when the launcher failed).
 struct JobResult {
   absl::Status status;  // OK, or what failed, naming the process and its pid
   int exit_code = 0;
@@ -72,8 +79,11 @@ struct JobResult {
 // Runs `plan` to the end (Note [Job lifecycle]). Exit codes: 0 on success; the first
 // failure's code; 128 + signal when a SIGINT/SIGTERM/SIGHUP stopped the job (143 for
 // SIGTERM, e.g. a Slurm time limit or scancel). Catches SIGINT, SIGTERM and SIGHUP while
-// it runs (so at most one RunJob at a time per process): the first one stops the job with
-// exit code 128 + signal; a second one during the grace period SIGKILLs at once. Must be
+// it runs (so at most one RunJob at a time per process): the first one asks the ranks to
+// stop at a step boundary with a checkpoint and waits up to stop_grace for them (Note
+// [Stopping with a checkpoint] in job.cc), then stops the job with exit code 128 + signal;
+// a second one meanwhile stops everything at once, and one during the shutdown grace
+// SIGKILLs at once. Must be
 // called from a thread that outlives the job (the children's parent-death signal is tied
 // to it). Returns only when both children are reaped and the job's files are removed.
 // First removes what jobs of killed launchers left on this machine, and holds this job's

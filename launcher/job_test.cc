@@ -1,4 +1,5 @@
 #include "launcher/job.h"
+#include "common/exit_codes.h"
 
 #include <signal.h>
 #include <sys/stat.h>
@@ -147,10 +148,10 @@ TEST_F(JobTest, LeftoversOfTheDataServiceAreRemoved) {
   // TearDown checks that the socket, the directory and the segment are gone.
 }
 
-TEST_F(JobTest, DataServiceExitingBeforeReadyFailsWithItsCodeAndNoTrainerStarts) {
+TEST_F(JobTest, DataServiceExitingBeforeReadyIsAPeerLostAndNoTrainerStarts) {
   SetEnv("STOKER_FAKE_DATA_SERVICE", "exit_before_ready:7");
   JobResult result = Run();
-  EXPECT_EQ(result.exit_code, 7);
+  EXPECT_EQ(result.exit_code, kExitPeerLost);
   EXPECT_EQ(result.status.code(), absl::StatusCode::kUnavailable);
   const pid_t data_service = PidFrom("data_service.pid");
   EXPECT_THAT(std::string(result.status.message()),
@@ -158,11 +159,18 @@ TEST_F(JobTest, DataServiceExitingBeforeReadyFailsWithItsCodeAndNoTrainerStarts)
   EXPECT_FALSE(PathExists(out_ + "/mpirun.pid"));
 }
 
+TEST_F(JobTest, DataServiceRefusingItsFlagsFailsTheJobAsABadFlag) {
+  SetEnv("STOKER_FAKE_DATA_SERVICE", "exit_before_ready:2");
+  JobResult result = Run();
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  EXPECT_FALSE(PathExists(out_ + "/mpirun.pid"));
+}
+
 TEST_F(JobTest, DataServiceNeverReadyTimesOut) {
   SetEnv("STOKER_FAKE_DATA_SERVICE", "never_ready");
   config_.ready_timeout = absl::Milliseconds(500);
   JobResult result = Run();
-  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_EQ(result.exit_code, kExitTimeout);
   EXPECT_EQ(result.status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(std::string(result.status.message()), HasSubstr("--ready_timeout"));
   EXPECT_LT(elapsed_, absl::Seconds(5));
@@ -173,7 +181,7 @@ TEST_F(JobTest, DataServiceDyingDuringTrainingStopsMpirunAndNamesIt) {
   SetEnv("STOKER_FAKE_DATA_SERVICE", "exit_after_ready:9:300");
   SetEnv("STOKER_FAKE_TRAINER_SLEEP", "1000");
   JobResult result = Run();
-  EXPECT_EQ(result.exit_code, 9);
+  EXPECT_EQ(result.exit_code, kExitPeerLost);
   const pid_t data_service = PidFrom("data_service.pid");
   EXPECT_THAT(std::string(result.status.message()),
               HasSubstr(absl::StrCat("data service (pid ", data_service,
@@ -187,7 +195,7 @@ TEST_F(JobTest, DataServiceKilledBySignalReportsTheSignal) {
   SetEnv("STOKER_FAKE_DATA_SERVICE", "crash_after_ready:300");
   SetEnv("STOKER_FAKE_TRAINER_SLEEP", "1000");
   JobResult result = Run();
-  EXPECT_EQ(result.exit_code, 128 + SIGSEGV);
+  EXPECT_EQ(result.exit_code, kExitPeerLost);
   EXPECT_THAT(std::string(result.status.message()),
               HasSubstr("killed by signal 11 (SIGSEGV) while the trainers were running"));
 }
@@ -229,6 +237,42 @@ TEST_F(JobTest, SigtermStopsTheJobAndExitsWith143) {
   EXPECT_EQ(result.exit_code, 128 + SIGTERM);
   EXPECT_EQ(result.status.code(), absl::StatusCode::kCancelled);
   EXPECT_THAT(std::string(result.status.message()), HasSubstr("SIGTERM"));
+  EXPECT_LT(elapsed_, absl::Seconds(10));
+}
+
+TEST_F(JobTest, SigtermLetsTheRanksStopWithACheckpointBeforeAnythingIsKilled) {
+  // Each rank's "checkpoint" takes 6 s, more than --shutdown_grace (5 s here): only the
+  // stop grace lets it finish.
+  SetEnv("STOKER_FAKE_TRAINER_SLEEP", "1000");
+  SetEnv("STOKER_FAKE_TRAINER_STOP_S", "6");
+  config_.stop_grace = absl::Seconds(30);
+  std::thread sender([this] {
+    if (WaitForFile(out_ + "/trainer.1.sleep.pid", absl::Seconds(20))) kill(getpid(), SIGTERM);
+  });
+  JobResult result = Run();
+  sender.join();
+  EXPECT_EQ(result.exit_code, 128 + SIGTERM);
+  EXPECT_EQ(result.status.code(), absl::StatusCode::kCancelled);
+  for (const char* rank : {"0", "1"}) {
+    EXPECT_EQ(ReadFileOrEmpty(absl::StrCat(out_, "/trainer.", rank, ".stopped")), "stopped\n")
+        << rank;
+  }
+  EXPECT_GE(elapsed_, absl::Seconds(6));
+  EXPECT_LT(elapsed_, absl::Seconds(20));
+}
+
+TEST_F(JobTest, RanksThatDoNotStopWithinTheStopGraceAreStopped) {
+  SetEnv("STOKER_FAKE_TRAINER_SLEEP", "1000");
+  SetEnv("STOKER_FAKE_TRAINER_STOP_S", "1000");
+  config_.stop_grace = absl::Seconds(1);
+  config_.shutdown_grace = absl::Seconds(1);
+  std::thread sender([this] {
+    if (WaitForFile(out_ + "/trainer.1.sleep.pid", absl::Seconds(20))) kill(getpid(), SIGTERM);
+  });
+  JobResult result = Run();
+  sender.join();
+  EXPECT_EQ(result.exit_code, 128 + SIGTERM);
+  EXPECT_FALSE(PathExists(out_ + "/trainer.0.stopped"));
   EXPECT_LT(elapsed_, absl::Seconds(10));
 }
 
@@ -293,6 +337,9 @@ TEST_F(RealMpirunJobTest, SigtermReachesTheRanksThroughMpirun) {
   sender.join();
   EXPECT_EQ(result.exit_code, 128 + SIGINT);
   EXPECT_LT(elapsed_, absl::Seconds(20));
+  // mpirun passed the stop at a step boundary (SIGUSR2) on to both ranks.
+  EXPECT_TRUE(PathExists(out_ + "/trainer.0.stopped"));
+  EXPECT_TRUE(PathExists(out_ + "/trainer.1.stopped"));
 }
 
 TEST_F(RealMpirunJobTest, RanksOrphanedByAKilledMpirunAreKilled) {
@@ -311,7 +358,7 @@ TEST_F(RealMpirunJobTest, RanksOrphanedByAKilledMpirunAreKilled) {
   });
   JobResult result = Run();
   killer.join();
-  EXPECT_EQ(result.exit_code, 128 + SIGKILL) << result.status;
+  EXPECT_EQ(result.exit_code, kExitPeerLost) << result.status;
   EXPECT_THAT(std::string(result.status.message()), HasSubstr("killed by signal 9"));
   // TearDown checks that the ranks and their sleeping children are gone too.
 }

@@ -2,8 +2,10 @@
 // trainers on this machine under mpirun (after starting the data service and waiting until
 // it is ready), on several hosts under mpirun (--hostfile, --hosts), or under srun inside a
 // Slurm allocation, and cleans up. `launcher doctor [flags]` checks the machine.
-// Exit code: 0 on success, 2 for usage errors, 128 + signal when stopped by SIGINT/SIGTERM/
-// SIGHUP (143 for SIGTERM), else the first failure's code; doctor: 1 when a check fails.
+// Exit codes are the table of common/exit_codes.h: 0 on success, 2 for usage errors, 128 +
+// signal when stopped by SIGINT/SIGTERM/SIGHUP (143 for SIGTERM), else the first failure's
+// code (Note [Exit code of a job] in launcher/job.cc); doctor: 1 when a check fails.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -14,8 +16,10 @@
 #include <map>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "common/exit_codes.h"
 #include "common/flags.h"
 #include "common/logging.h"
 #include "launcher/data_service_args.h"
@@ -73,6 +77,11 @@ ABSL_FLAG(absl::Duration, ready_timeout, absl::Seconds(60),
           "How long the data service may take to accept connections on its socket.");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(10),
           "How long a stopped child may take between SIGTERM and SIGKILL.");
+ABSL_FLAG(absl::Duration, stop_grace, absl::Seconds(90),
+          "After SIGINT/SIGTERM/SIGHUP: how long the ranks may take to stop at a step boundary "
+          "with a checkpoint (they get SIGUSR2 through mpirun or srun) before they are stopped. "
+          "Keep it below the scheduler's warning (the Slurm templates ask for SIGTERM 120 s "
+          "before the time limit) less --shutdown_grace. 0: stop them at once.");
 ABSL_FLAG(bool, dry_run, false, "Print the commands the job would run, then exit 0.");
 
 namespace stoker::launcher {
@@ -141,6 +150,7 @@ absl::StatusOr<JobConfig> ConfigFromFlags(const ParsedFlags& command_line) {
   config.search_path = path != nullptr ? path : "";
   config.ready_timeout = absl::GetFlag(FLAGS_ready_timeout);
   config.shutdown_grace = absl::GetFlag(FLAGS_shutdown_grace);
+  config.stop_grace = absl::GetFlag(FLAGS_stop_grace);
 
   const std::map<std::string, std::string> environment = EnvironmentMap();
   absl::StatusOr<absl::optional<SlurmAllocation>> slurm =
@@ -233,6 +243,29 @@ absl::StatusOr<JobConfig> ConfigFromFlags(const ParsedFlags& command_line) {
   return config;
 }
 
+// A requeued Slurm job (scontrol requeue, --requeue after a preemption or node failure) runs
+// this script again with SLURM_RESTART_COUNT > 0; the trainers resume by themselves from
+// the newest checkpoint of --checkpoint_dir (--resume=auto, the default).
+void LogSlurmRestart(const std::vector<std::string>& trainer_args) {
+  const char* restarts = std::getenv("SLURM_RESTART_COUNT");
+  if (restarts == nullptr || std::string(restarts).empty() || std::string(restarts) == "0") return;
+  const bool checkpoints =
+      std::any_of(trainer_args.begin(), trainer_args.end(), [](const std::string& arg) {
+        return absl::StartsWith(arg, "--checkpoint_dir=") && arg != "--checkpoint_dir=";
+      });
+  if (checkpoints) {
+    LogInfo(
+        "SLURM_RESTART_COUNT=%s: a requeued job; the trainers resume from the newest "
+        "checkpoint of their --checkpoint_dir (--resume=auto)",
+        restarts);
+  } else {
+    LogWarning(
+        "SLURM_RESTART_COUNT=%s: a requeued job, but the trainers have no "
+        "--checkpoint_dir: they start afresh",
+        restarts);
+  }
+}
+
 int RunDoctor(const std::vector<std::string>& args) {
   absl::StatusOr<DoctorOptions> options = ParseDoctorArgs(args);
   if (!options.ok()) return UsageError(options.status().message());
@@ -279,11 +312,14 @@ int Main(int argc, char** argv) {
                nvls, kNvlsEnableVariable);
   }
 
+  if (plan->mode == LaunchMode::kSlurm) LogSlurmRestart(command_line->passed_on);
+
   JobResult result = RunJob(*plan);
   if (result.status.ok()) {
     LogInfo("job %s finished", plan->job_id);
   } else {
-    LogError("job %s failed: %s", plan->job_id, result.status.message());
+    LogError("job %s failed: %s (%s, exit %d)", plan->job_id, result.status.message(),
+             ExitCause(result.exit_code), result.exit_code);
   }
   return result.exit_code;
 }

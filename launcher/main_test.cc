@@ -10,13 +10,16 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/child_process.h"
 #include "launcher/job_files.h"
+#include "launcher/job_owner.h"
 #include "launcher/launch_command.h"
 #include "launcher/testing/job_leftovers.h"
 #include "launcher/testing/process_probe.h"
@@ -79,6 +82,13 @@ class LauncherTest : public ::testing::Test {
 
   std::string Stdout() { return ReadFileOrEmpty(out_ + "/stdout"); }
   std::string Stderr() { return ReadFileOrEmpty(out_ + "/stderr"); }
+  // The first line of stderr logged at the error level ("[launcher ...] E ..."), or "".
+  std::string FirstErrorLine() {
+    for (absl::string_view line : absl::StrSplit(Stderr(), '\n')) {
+      if (absl::StrContains(line, "] E ")) return std::string(line);
+    }
+    return "";
+  }
 
   std::string out_;
   std::string job_id_;
@@ -255,6 +265,21 @@ TEST_F(LauncherTest, ClusterUsageErrorsExitTwoNamingTheFlag) {
   }
 }
 
+TEST_F(LauncherTest, ARequeuedSlurmJobSaysSoAndWhetherItsTrainersCanResume) {
+  const std::vector<std::string> slurm = {"SLURM_JOB_ID=77", "SLURM_JOB_NUM_NODES=1",
+                                          "SLURM_NTASKS_PER_NODE=2", "SLURM_RESTART_COUNT=2"};
+  const std::string srun = "--srun=" + Runfile("launcher/testing/fake_srun.sh");
+  EXPECT_EQ(Run(LauncherWithFakes({srun, "--", "--checkpoint_dir=" + out_ + "/ckpt"}), slurm),
+            ExitStatus::Exited(0))
+      << Stderr();
+  EXPECT_THAT(Stderr(), HasSubstr("I SLURM_RESTART_COUNT=2: a requeued job; the trainers resume "
+                                  "from the newest checkpoint of their --checkpoint_dir"));
+  EXPECT_EQ(Run(LauncherWithFakes({srun, "--", "--epochs=1"}), slurm), ExitStatus::Exited(0))
+      << Stderr();
+  EXPECT_THAT(Stderr(), HasSubstr("W SLURM_RESTART_COUNT=2: a requeued job, but the trainers "
+                                  "have no --checkpoint_dir: they start afresh"));
+}
+
 TEST_F(LauncherTest, DoctorIsASubcommand) {
   EXPECT_EQ(Run({Runfile("launcher/launcher"), "doctor", "--np=x"}), ExitStatus::Exited(2));
   EXPECT_THAT(Stderr(), HasSubstr("doctor: --np=x must be a positive number"));
@@ -285,10 +310,11 @@ TEST_F(LauncherTest, DataServiceDyingEndsTheJobNamingIt) {
   const absl::Time start = absl::Now();
   EXPECT_EQ(Run(LauncherWithFakes({"--np=2"}), {"STOKER_FAKE_DATA_SERVICE=exit_after_ready:9:300",
                                                 "STOKER_FAKE_TRAINER_SLEEP=1000"}),
-            ExitStatus::Exited(9));
+            ExitStatus::Exited(69));
   EXPECT_LT(absl::Now() - start, absl::Seconds(15));
-  EXPECT_THAT(Stderr(), HasSubstr("data service (pid "));
-  EXPECT_THAT(Stderr(), HasSubstr("exited with code 9 while the trainers were running"));
+  // The first error line names the cause, the exit code and the process.
+  EXPECT_THAT(FirstErrorLine(), HasSubstr("E peer lost (exit 69): data service (pid "));
+  EXPECT_THAT(FirstErrorLine(), HasSubstr("exited with code 9 while the trainers were running"));
 }
 
 TEST_F(LauncherTest, FailingTrainerExitCodeIsTheLaunchersExitCode) {
@@ -327,6 +353,10 @@ TEST_F(LauncherTest, KillingTheLauncherTakesItsChildrenDown) {
   for (pid_t pid : ReadPidFiles(out_)) kill(pid, SIGKILL);
   for (pid_t pid : ReadPidFiles(out_)) testing::WaitForProcessExit(pid, absl::Seconds(5));
   RemoveSharedMemoryLeftovers("/dev/shm", job_id_);
+  // The owner record stays for the next launcher to judge (Note [Stale jobs]).
+  const std::string owner_record = JobOwnerPath("/tmp", job_id_);
+  EXPECT_TRUE(PathExists(owner_record));
+  unlink(owner_record.c_str());
   const std::string job_dir = JobDirectoryPath("/tmp", job_id_);
   unlink((job_dir + "/data.sock").c_str());
   rmdir(job_dir.c_str());

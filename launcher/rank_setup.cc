@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/exit_codes.h"
 #include "common/logging.h"
 #include "common/mpi_status.h"
 #include "common/status_macros.h"
@@ -86,11 +87,12 @@ MpiSession::~MpiSession() {
   absl::Notification finalized;
   std::thread deadline([this, &finalized] {
     if (finalized.WaitForNotificationWithTimeout(finalize_timeout_)) return;
-    LogError("MPI_Finalize did not return within %s: another rank stalled or died at the "
-             "end of the job; exiting 1 so that mpirun ends it",
-             absl::FormatDuration(finalize_timeout_));
+    LogError(
+        "%s (exit %d): MPI_Finalize did not return within %s: another rank stalled or "
+        "died at the end of the job; exiting so that mpirun ends it",
+        ExitCause(kExitTimeout), kExitTimeout, absl::FormatDuration(finalize_timeout_));
     std::fflush(stderr);
-    std::_Exit(1);
+    std::_Exit(kExitTimeout);
   });
   MPI_Finalize();
   finalized.Notify();

@@ -40,8 +40,8 @@ struct RankSetupOptions {
 // Note [Bounded MPI_Finalize]
 // MPI_Finalize waits for every rank of the job (Open MPI fences), so one rank that stalls or
 // hangs after the last collective keeps all the others in it for ever. Past
-// finalize_timeout the waiting rank logs that and exits 1; mpirun then ends the job,
-// the stalled rank included (checked by //tests:fault_finalize_stall_test).
+// finalize_timeout the waiting rank logs that and exits 124 (kExitTimeout); mpirun then ends
+// the job, the stalled rank included (checked by //tests:fault_finalize_stall_test).
 
 // Note [Forced node split]
 // With ranks_per_node = N the node split ignores the hardware and groups consecutive global

@@ -3,6 +3,7 @@
 #  - a folder with unusable files of every kind, a name that is not UTF-8, a dangling and
 #    a looping file symlink, and files beside the class folders: the run trains, each bad
 #    file is warned about once and counted as a replaced sample, the stray files are named;
+#    a bad file whose name holds a newline is named escaped ("\n"), forging no log line;
 #  - folders that cannot be a dataset (empty, only files, an empty class folder, a symlink
 #    loop): the job fails before training with an error naming the folder at fault;
 #  - the dataset folder vanishes mid-epoch: the job fails within a bounded time with a
@@ -58,6 +59,7 @@ head -c 300 "$messy/b/0000.png" > "$messy/b/truncated.png"
 cp "$messy/b/0001.png" "$messy/b/$(printf 'caf\xe9-\xff.png')"  # not UTF-8; loads
 ln -s "$messy/nowhere.png" "$messy/a/dangling.png"
 ln -s loop.png "$messy/b/loop.png"
+printf 'not a jpeg either' > "$messy/b/"$'forged\n[data_service node 0 12:00:00.000] E forged.jpg'
 echo "labels" > "$messy/README.txt"   # beside the class folders: not a class
 run messy "$messy" --epochs=1 --loss_log="$out/messy.txt"
 [[ $rc -eq 0 ]] || { cat "$out/messy.log"; echo "FAIL: the messy folder should train, exit $rc"; exit 1; }
@@ -66,8 +68,14 @@ for bad in corrupt.jpg empty.png truncated.png dangling.png loop.png; do
   [[ $n -eq 1 ]] || { grep unusable "$out/messy.log"; echo "FAIL: $bad warned about $n times, want once"; exit 1; }
 done
 grep -q 'README.txt' "$out/messy.log" || { echo "FAIL: the stray file is not named"; exit 1; }
+# A newline in a file name prints escaped: one warning line, no forged line.
+grep -qF 'b/forged\n[data_service node 0 12:00:00.000] E forged.jpg): ' "$out/messy.log" ||
+  { grep unusable "$out/messy.log"; echo "FAIL: the name with a newline is not printed escaped"; exit 1; }
+if grep -q '^\[data_service node 0 12:00:00.000\] E forged' "$out/messy.log"; then
+  echo "FAIL: a file name forged a log line"; exit 1
+fi
 grep -i "replaced\|skipped" "$out/messy.log" | tail -n 2
-# 86 samples (80, the Latin-1 copy and 5 bad ones, each replaced) make 10 full batches.
+# 87 samples (80, the Latin-1 copy and 6 bad ones, each replaced) make 10 full batches.
 [[ $(wc -l < "$out/messy.txt") -eq 10 ]] || { echo "FAIL: expected 10 steps, got $(wc -l < "$out/messy.txt")"; exit 1; }
 
 # ---- Folders that are not datasets: refused before training, naming what is wrong.

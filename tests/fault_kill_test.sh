@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Processes killed mid-epoch under the launcher (process faults):
+# Cases 1 to 3 end with exit code 69 (a peer lost, common/exit_codes.h); in 1 and 3 the
+# job's first error line names the process that was lost.
 #  1. kill -9 of the data service: the launcher stops mpirun (whose ranks exit) and exits
 #     non-zero naming the data service;
 #  2. kill -9 of trainer rank 1: mpirun ends the other ranks and names rank 1, the launcher
@@ -46,19 +48,22 @@ start_job() {
   echo "job $job: launcher $launcher_pid, data service $service_pid, ranks ${rank_pid[*]}"
 }
 
-# expect_failure LIMIT: the launcher must exit non-zero within LIMIT seconds.
+# expect_failure LIMIT [CODE PATTERN]: the launcher must exit non-zero within LIMIT seconds;
+# with CODE, exactly with CODE (common/exit_codes.h) and a first error line matching PATTERN.
 expect_failure() {
   local limit="$1" start=$SECONDS code=0
   wait "$launcher_pid" || code=$?
   echo "the launcher exited with code $code after $((SECONDS - start)) s"
+  code_of_last_job=$code
   [[ "$code" -ne 0 ]] || { cat "$log"; echo "FAIL: the job exited 0"; exit 1; }
   [[ $((SECONDS - start)) -le "$limit" ]] || { cat "$log"; echo "FAIL: the job took more than $limit s to end"; exit 1; }
+  if [[ $# -ge 3 ]]; then expect_exit "$log" "$2" "$code" "$3" || exit 1; fi
 }
 
 echo "== 1: kill -9 of the data service"
 start_job service-killed
 kill -KILL "$service_pid"
-expect_failure 60
+expect_failure 60 69 "\] E peer lost \(exit 69\): data service \(pid $service_pid\) killed by signal 9"
 grep -q "job $job failed: data service (pid $service_pid) killed by signal 9" "$log" ||
   { cat "$log"; echo "FAIL: the launcher did not name the data service"; exit 1; }
 assert_nothing_left "$job" "$service_pid" "${rank_pid[@]}"
@@ -66,7 +71,9 @@ assert_nothing_left "$job" "$service_pid" "${rank_pid[@]}"
 echo "== 2: kill -9 of rank 1"
 start_job rank1-killed
 kill -KILL "${rank_pid[1]}"
+# A rank killed by a signal it does not stop on is a lost peer (69), not a resumable stop.
 expect_failure 60
+[[ "$code_of_last_job" -eq 69 ]] || { cat "$log"; echo "FAIL: exit code $code_of_last_job, expected 69"; exit 1; }
 # mpirun names the rank (the PID it prints is 0 inside a pid namespace).
 grep -q "process rank 1 with PID [0-9]* .*exited on signal 9" "$log" ||
   { cat "$log"; echo "FAIL: mpirun did not name rank 1"; exit 1; }
@@ -97,7 +104,7 @@ echo "== 3: kill -9 of the data service under a bare mpirun (local rank 0 starte
 start_bare_job bare-service-killed
 [[ -f "/tmp/stoker.$job.owner" ]] || { cat "$log"; echo "FAIL: local rank 0 holds no owner record"; exit 1; }
 kill -KILL "$service_pid"
-expect_failure 60
+expect_failure 60 69 "^\[trainer rank [01] [^]]*\] E peer lost \(exit 69\): UNAVAILABLE: the data service at .* is gone"
 grep -q "UNAVAILABLE: the data service at .* is gone" "$log" || { cat "$log"; echo "FAIL: no rank reported the data service gone"; exit 1; }
 grep -q "removed leftover /dev/shm/stoker.$job.ring.0" "$log" || { cat "$log"; echo "FAIL: local rank 0 did not remove the segments"; exit 1; }
 assert_nothing_left "$job" "$service_pid" "${rank_pid[@]}"

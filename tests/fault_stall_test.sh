@@ -25,9 +25,11 @@ stall_rank "$log" "$out/loss" 3 3 1 10 -- \
 check_stall_report "$log" \
   "collective watchdog: collective #[0-9]* (allreduce) on the MPI communicator has not completed" \
   1 0 0 1 2 || exit 1
-grep -q "\[trainer rank [02] .*collective watchdog: a blocked MPI collective cannot be interrupted: exiting with code 1" "$log" ||
+grep -q "\[trainer rank [02] .*collective watchdog: a blocked MPI collective cannot be interrupted: exiting with code 124" "$log" ||
   { cat "$log"; echo "FAIL: no waiting rank exited through the watchdog"; exit 1; }
 grep -q "job $job failed" "$log" || { cat "$log"; echo "FAIL: the launcher did not report the failure"; exit 1; }
+# A collective timeout is exit code 124 (common/exit_codes.h) all the way to the launcher.
+[[ "$stall_code" -eq 124 ]] || { cat "$log"; echo "FAIL: the job exited $stall_code, expected 124"; exit 1; }
 
 # shellcheck disable=SC2086
 assert_nothing_left "$job" $rank_pids

@@ -1,7 +1,8 @@
 # What the cross-program tests share (sourced): their set-up, a private mount namespace, the
 # check that a job left nothing behind, the pids of a job's processes, waiting for a job's
-# training to start, a short two-rank launcher job, and the stalled-rank fault (SIGSTOP of a
-# rank, then the collective watchdogs' report). A test starts with
+# training to start, a short two-rank launcher job, the stalled-rank fault (SIGSTOP of a
+# rank, then the collective watchdogs' report), and the first error line of a job's output.
+# A test starts with
 #
 #   set -euo pipefail
 #   source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
@@ -101,6 +102,25 @@ await_training() {
     { kill -TERM "$pid"; cat "$log"; echo "FAIL: training did not start"; exit 1; }
 }
 
+# first_error_line LOG: the first line of LOG that a program logged at the error level
+# ("[trainer rank 1 12:00:01.234] E ..."), or a usage error's "<program>: ..." line, whichever
+# comes first; empty when there is none. The exit-code table (common/exit_codes.h) promises
+# that it names the cause and the rank or file.
+first_error_line() {
+  grep -m 1 -E '^\[[^]]*\] E |^(launcher|trainer|data_service): ' "$1" || true
+}
+
+# expect_exit LOG CODE ACTUAL PATTERN: ACTUAL (a job's exit code) is CODE, and the first error
+# line of LOG matches PATTERN (grep -E); else prints LOG and a FAIL line and returns 1.
+expect_exit() {
+  local log="$1" want="$2" got="$3" pattern="$4" line
+  [[ "$got" -eq "$want" ]] || { cat "$log"; echo "FAIL: exit code $got, expected $want"; return 1; }
+  line=$(first_error_line "$log")
+  grep -qE -- "$pattern" <<< "$line" ||
+    { cat "$log"; echo "FAIL: the first error line '$line' does not match '$pattern'"; return 1; }
+  echo "exit $got; first error line: $line"
+}
+
 # run_small_job PREFIX NAME [TRAINER FLAGS...]: a two-rank launcher job (job id
 # PREFIX-NAME-..., the small CNN on 1024 synthetic samples, batch 32: 16 steps per epoch,
 # one epoch) with its output in $out/NAME.log; sets rc to its exit code and checks that it
@@ -124,8 +144,9 @@ run_small_job() {
 # LOG. Once LOSS_FILE has MIN_STEPS lines (training is under way; at most 120 s), it sends
 # SIGSTOP to rank RANK (its pid from the data service's pid record for that rank's training
 # ring) and waits for COMMAND, which must exit non-zero, not before the collective timeout
-# and within 60 s of the SIGSTOP. Sets stalled_pid (the stopped rank's pid) and rank_pids (every rank's, one
-# space after each). On failure prints LOG and a FAIL line and returns 1.
+# and within 60 s of the SIGSTOP. Sets stall_code (COMMAND's exit code), stalled_pid (the
+# stopped rank's pid) and rank_pids (every rank's, one space after each). On failure prints
+# LOG and a FAIL line and returns 1.
 stall_rank() {
   local log="$1" loss="$2" min_steps="$3" np="$4" rank="$5" timeout_s="$6"
   shift 6
@@ -152,6 +173,7 @@ stall_rank() {
   kill -STOP "$stalled_pid"
   start=$SECONDS
   wait "$job_pid" || code=$?
+  stall_code=$code
   elapsed=$((SECONDS - start))
   echo "the job exited with code $code $elapsed s after the SIGSTOP"
   [[ "$code" -ne 0 ]] || { cat "$log"; echo "FAIL: the job exited 0"; return 1; }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Preemption: SIGTERM to the launcher (what a scheduler sends) stops every rank after the
-# same step with a checkpoint, and the job exits 143; a second run with --resume=auto (the
-# default) continues from it, and the losses of both runs are bit-identical to those of an
-# uninterrupted run. SIGUSR2 to mpirun (which forwards it to the ranks at once) does the
+# same step with a checkpoint before anything is killed (the launcher asks the ranks to stop
+# with SIGUSR2 through mpirun and waits up to --stop_grace), and the job exits 143; a second
+# run with --resume=auto (the default) continues from it, and the losses of both runs are
+# bit-identical to those of an uninterrupted run. SIGUSR2 to mpirun (which forwards it to the ranks at once) does the
 # same without anything being killed: the job exits 140. Nothing is left behind.
 set -euo pipefail
 source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
@@ -47,8 +48,12 @@ wait_for_lines "$out/term.txt" 20
 kill -TERM "$pid"
 set +e; wait "$pid"; rc=$?; set -e
 [[ $rc -eq 143 ]] || { cat "$out/term.log"; echo "FAIL: the launcher exited $rc after SIGTERM, expected 143"; exit 1; }
-grep -q "stopped by Terminated at epoch" "$out/term.log" || { cat "$out/term.log"; echo "FAIL: the ranks did not stop"; exit 1; }
-stop_step=$(sed -n 's/.*stopped by Terminated at epoch [0-9]*, batch [0-9]* of [0-9]* (step \([0-9]*\)).*/\1/p' "$out/term.log")
+grep -q "caught signal 15 (SIGTERM): asking the ranks to stop at the next step boundary with a checkpoint (signal 12 (SIGUSR2) to mpirun" "$out/term.log" ||
+  { cat "$out/term.log"; echo "FAIL: the launcher did not ask the ranks to stop"; exit 1; }
+grep -q "I the ranks stopped after .*: mpirun (pid [0-9]*) exited with code 140" "$out/term.log" ||
+  { cat "$out/term.log"; echo "FAIL: the ranks did not stop by themselves within the grace"; exit 1; }
+grep -q "stopped by User defined signal 2 at epoch" "$out/term.log" || { cat "$out/term.log"; echo "FAIL: the ranks did not stop"; exit 1; }
+stop_step=$(sed -n 's/.*stopped by User defined signal 2 at epoch [0-9]*, batch [0-9]* of [0-9]* (step \([0-9]*\)).*/\1/p' "$out/term.log")
 ls -l "$out/ckpt_term"
 [[ -f "$out/ckpt_term/$(printf 'ckpt-%012d.stoker' "$stop_step")" ]] || { echo "FAIL: no checkpoint of step $stop_step"; exit 1; }
 assert_nothing_left "$job"

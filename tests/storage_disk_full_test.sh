@@ -30,12 +30,16 @@ start=$SECONDS
 run nospace --loss_log="$out/nospace.txt" --checkpoint_dir="$out/ckpt_full" --checkpoint_every_steps=4
 echo "the run ended after $(( SECONDS - start )) s with exit code $rc"
 [[ $rc -ne 0 && $rc -ne 75 ]] || { cat "$out/nospace.log"; echo "FAIL: a full disk must fail the run, got exit $rc"; exit 1; }
+# Checkpoint I/O is exit code 74 (common/exit_codes.h).
+[[ $rc -eq 74 ]] || { cat "$out/nospace.log"; echo "FAIL: a full disk must exit 74, got $rc"; exit 1; }
 newer="$out/ckpt_full/ckpt-000000000008.stoker"
 grep -F "cannot write $newer" "$out/nospace.log" | grep -F "No space left on device" | grep -q "ENOSPC" ||
   { cat "$out/nospace.log"; echo "FAIL: the error does not name $newer and ENOSPC"; exit 1; }
 grep -F "cannot write $newer" "$out/nospace.log" | head -n 1
 ls -A "$out/ckpt_full"
-[[ "$(ls -A "$out/ckpt_full")" == "ckpt-000000000004.stoker" ]] ||
+# Beside the directory's LOCK and RUN (Note [One run per checkpoint directory]): no
+# temporary, no partial step-8 file.
+[[ "$(ls -A "$out/ckpt_full" | grep -v -x -e LOCK -e RUN)" == "ckpt-000000000004.stoker" ]] ||
   { echo "FAIL: the checkpoint folder should hold only the step-4 checkpoint"; exit 1; }
 [[ $(wc -l < "$out/nospace.txt") -eq 8 ]] || { echo "FAIL: expected 8 trained steps before the failure"; exit 1; }
 

@@ -9,19 +9,19 @@ import zlib
 
 from PIL import Image
 
-# data_service/ring/wire_types.h: ControlMessage, 336 bytes, little-endian.
-MESSAGE = struct.Struct("<IHHIiiiiiiBB2xqQqqQ256s")
-assert MESSAGE.size == 336
-MAGIC, VERSION = 0x4C435453, 1
+# data_service/ring/wire_types.h: ControlMessage, 344 bytes, little-endian.
+MESSAGE = struct.Struct("<IHHIiiiiiiBB2xqQqqQi4x256s")
+assert MESSAGE.size == 344
+MAGIC, VERSION = 0x4C435453, 2
 REGISTER, REGISTERED, START_EPOCH, EPOCH_STARTED, ERROR = 1, 2, 3, 4, 5
 
 
 def message(kind, request_id=1, status=0, rank=0, world=2, batch=32, image=32, slots=4,
             train=1, drop_last=0, epoch=0, seed=0, samples=0, batches=0, ring_bytes=0,
-            text=b"", magic=MAGIC, version=VERSION):
+            num_classes=0, text=b"", magic=MAGIC, version=VERSION):
     return MESSAGE.pack(magic, version, kind, request_id, status, rank, world, batch, image,
                         slots, train, drop_last, epoch, seed, samples, batches, ring_bytes,
-                        text.ljust(256, b"\0")[:256])
+                        num_classes, text.ljust(256, b"\0")[:256])
 
 
 def control_seeds():
@@ -36,7 +36,8 @@ def control_seeds():
     yield "error_bad_code", message(ERROR, status=99, text=b"x")
     yield "unterminated", message(ERROR, status=3, text=b"y" * 256)
     yield "bad_magic", message(REGISTER, magic=0x12345678)
-    yield "bad_version", message(REGISTER, version=2)
+    yield "bad_version", message(REGISTER, version=1)
+    yield "register_classes", message(REGISTER, num_classes=1000)
     yield "truncated", message(REGISTER)[:100]
     yield "oversized", message(REGISTER) + b"\xff" * 64
     yield "length_prefix_huge", struct.pack("<Q", 1 << 62) + message(REGISTER)

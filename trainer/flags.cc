@@ -56,6 +56,10 @@ ABSL_FLAG(int, checkpoint_every_steps, 0, "Write a checkpoint every N optimizer 
 ABSL_FLAG(int, checkpoint_every_epochs, 1, "Write a checkpoint every N epochs (0: not by epochs).");
 ABSL_FLAG(int, keep_checkpoints, 3, "Keep the newest N checkpoints and delete older ones (0: keep all). With 2 or more, --resume=auto falls back past a damaged newest checkpoint to the one before.");
 ABSL_FLAG(std::string, resume, "auto", "auto: continue from the newest valid checkpoint in --checkpoint_dir if there is one; none: start afresh; or the path of a checkpoint file.");
+ABSL_FLAG(std::string, checkpoint_mode, "0600",
+          "File mode (octal) of checkpoints and --export weights; directories made for them get "
+          "the same bits plus search where reading is allowed (0600: owner only, folders 0700; "
+          "0640: group may read).");
 ABSL_FLAG(int, stop_after_steps, 0, "End this run after N optimizer steps with a checkpoint, as a preemption would, and exit 75 (0: off). For time-sliced jobs.");
 
 // Outputs.
@@ -101,22 +105,23 @@ FlagSpec TrainerFlagSpec() {
   spec.positional_hint = "the trainer takes only --name=value flags";
   spec.sections = {
       {"Data and model",
-       {"data_socket", "model", "init_weights", "num_classes", "image_size", "batch_size", "epochs", "seed",
-        "data_split", "drop_last_batch", "ring_slots", "data_timeout_s", "bucket_mb"}},
+       {"data_socket", "model", "init_weights", "num_classes", "image_size", "batch_size",
+        "epochs", "seed", "data_split", "drop_last_batch", "ring_slots", "data_timeout_s", "bucket_mb"}},
       {"Optimizer and schedule",
-       {"optimizer", "lr", "momentum", "nesterov", "weight_decay", "no_decay_bn_bias",
-        "adam_beta1", "adam_beta2", "adam_eps", "lr_schedule", "warmup_epochs", "lr_step_epochs",
-        "lr_step_gamma", "lr_min", "label_smoothing", "clip_grad_norm", "accumulate"}},
+       {"optimizer", "lr", "momentum", "nesterov", "weight_decay", "no_decay_bn_bias", "adam_beta1",
+        "adam_beta2", "adam_eps", "lr_schedule", "warmup_epochs", "lr_step_epochs", "lr_step_gamma",
+        "lr_min", "label_smoothing", "clip_grad_norm", "accumulate"}},
       {"Validation", {"val_every", "val_batch_size"}},
       {"Checkpoints and preemption",
        {"checkpoint_dir", "checkpoint_every_steps", "checkpoint_every_epochs", "keep_checkpoints",
-        "resume", "stop_after_steps"}},
+        "resume", "stop_after_steps", "checkpoint_mode"}},
       {"Outputs (rank 0)",
-       {"log_every", "progress", "metrics_out", "metrics_jsonl", "tensorboard_dir", "loss_log", "export",
-        "final_params_out", "sample_log", "profile_steps"}},
+       {"log_every", "progress", "metrics_out", "metrics_jsonl", "tensorboard_dir", "loss_log",
+        "export", "final_params_out", "sample_log", "profile_steps"}},
       {"Device and precision",
-       {"device", "precision", "channels_last", "fused_blocks", "cudnn_benchmark", "deterministic", "init_scale", "growth_factor",
-        "backoff_factor", "growth_interval", "cache_release_fraction"}},
+       {"device", "precision", "channels_last", "fused_blocks", "cudnn_benchmark", "deterministic",
+        "init_scale", "growth_factor", "backoff_factor", "growth_interval",
+        "cache_release_fraction"}},
       {"Benchmarking", {"synthetic_steps", "warmup_steps", "data_only"}},
       {"Fault handling", {"collective_timeout_s", "collective_abort_grace_s"}},
       {"Node data service (without --data_socket)",
@@ -200,6 +205,7 @@ absl::StatusOr<TrainerOptions> OptionsFromFlags() {
   checkpoint.keep = absl::GetFlag(FLAGS_keep_checkpoints);
   ASSIGN_OR_RETURN(checkpoint.resume, ResumeFrom::Parse(absl::GetFlag(FLAGS_resume)));
   checkpoint.stop_after_steps = absl::GetFlag(FLAGS_stop_after_steps);
+  ASSIGN_OR_RETURN(checkpoint.file_mode, ParseCheckpointMode(absl::GetFlag(FLAGS_checkpoint_mode)));
 
   ReportOptions& report = o.report;
   report.log_every = absl::GetFlag(FLAGS_log_every);
@@ -249,15 +255,19 @@ std::string TrainerFlagsHelp() {
   std::string out = absl::StrCat(
       "Usage: trainer --name=value ... (one MPI rank; usually started by `launcher`)\n",
       FlagsHelp(TrainerFlagSpec()));
-  absl::StrAppend(&out,
-                  "\nStopping: SIGINT, SIGTERM, SIGUSR1 or SIGUSR2 stops every rank after the same "
-                  "step, with a\ncheckpoint when --checkpoint_dir is set (mpirun forwards SIGUSR1/2 at "
-                  "once; sbatch\n--signal=USR2@120 sends one before the time limit). The same signal "
-                  "twice kills at once.\n"
-                  "\nExit codes: 0 finished; 1 failed; 2 bad flag; 75 stopped by --stop_after_steps "
-                  "(checkpoint written);\n128+N stopped by signal N at a step boundary (130 SIGINT, "
-                  "143 SIGTERM, 138 SIGUSR1, 140 SIGUSR2).\nWith --resume=auto (the default) a rerun "
-                  "continues from the newest checkpoint.\n");
+  absl::StrAppend(
+      &out,
+      "\nStopping: SIGINT, SIGTERM, SIGUSR1 or SIGUSR2 stops every rank after the same "
+      "step, with a\ncheckpoint when --checkpoint_dir is set (mpirun forwards SIGUSR1/2 at "
+      "once; sbatch\n--signal=USR2@120 sends one before the time limit). The same signal "
+      "twice kills at once.\n"
+      "\nExit codes (common/exit_codes.h; the same for launcher and data_service): 0 "
+      "finished; 1 any other\nfailure; 2 bad flag or configuration; 65 bad data (bad-file "
+      "cap, labels out of range);\n69 a rank or the data service lost; 74 checkpoint I/O; "
+      "75 stopped by --stop_after_steps\n(checkpoint written); 124 a collective or start-up "
+      "timeout; 128+N stopped by signal N at a\nstep boundary (130 SIGINT, 143 SIGTERM, 138 "
+      "SIGUSR1, 140 SIGUSR2).\nWith --resume=auto (the default) a rerun continues from the "
+      "newest checkpoint.\n");
   return out;
 }
 

@@ -1,7 +1,8 @@
 // The trainer program: one MPI rank, on its own GPU when the node has one (else the CPU).
-// Flags describe the run (trainer/flags.h; --help lists them); exit codes are in
-// trainer/options.h: 0 finished, 1 failed, 2 bad flag, 75 --stop_after_steps, 128+N
-// stopped by signal N with a checkpoint.
+// Flags describe the run (trainer/flags.h; --help lists them); exit codes are the table of
+// common/exit_codes.h: 0 finished, 2 bad flag, 65 bad data, 69 peer lost, 74 checkpoint
+// I/O, 75 --stop_after_steps, 124 timeout, 128+N stopped by signal N with a checkpoint, 1
+// any other failure. A failure's first error line names its cause and the rank.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -9,13 +10,15 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "common/exit_codes.h"
 #include "common/logging.h"
+#include "common/shm_segment.h"
 #include "common/status_macros.h"
 #include "launcher/data_service_args.h"
 #include "launcher/node_data_service.h"
 #include "launcher/rank_setup.h"
-#include "trainer/flags.h"
 #include "trainer/comm/mpi_communicator.h"
+#include "trainer/flags.h"
 #include "trainer/stop_signal.h"
 #include "trainer/train_loop.h"
 
@@ -91,15 +94,22 @@ int main(int argc, char** argv) {
   rank_setup.finalize_timeout = options->comm.collective_timeout;
   auto session = stoker::launcher::MpiSession::Create(&argc, &argv, rank_setup);
   if (!session.ok()) {
-    stoker::LogError("MPI start-up failed: %s", session.status().message());
-    return stoker::trainer::kExitError;
+    return stoker::ReportFailure(
+        absl::Status(session.status().code(),
+                     absl::StrCat("MPI start-up failed: ", session.status().message())));
   }
   const stoker::launcher::RankInfo& rank = (*session)->info();
   stoker::SetLogIdentity(absl::StrCat("trainer rank ", rank.rank));
   // SIGINT/SIGTERM stop every rank at the same step boundary, with a checkpoint.
   if (absl::Status installed = stoker::trainer::InstallStopSignalHandlers(); !installed.ok()) {
-    stoker::LogError("%s", installed.ToString());
-    (*session)->Abort(stoker::trainer::kExitError);
+    (*session)->Abort(stoker::ReportFailure(installed));
+  }
+  // A ring truncated under this rank ends it naming the segment (Note [Truncated shared
+  // memory] in common/shm_segment.h), not with a bare SIGBUS.
+  if (absl::Status guarded = stoker::InstallTruncatedSharedMemoryGuard(
+          stoker::kExitFailure, absl::StrCat("trainer rank ", rank.rank));
+      !guarded.ok()) {
+    (*session)->Abort(stoker::ReportFailure(guarded));
   }
 
   // No --data_socket: each node's local rank 0 runs the node's data service (Note [Data
@@ -113,10 +123,7 @@ int main(int argc, char** argv) {
     service_options.args = *data_service_args;
     service_options.ready_timeout = options->input.data_timeout;
     auto started = stoker::launcher::NodeDataService::Start(rank, (*session)->world(), (*session)->node(), service_options);
-    if (!started.ok()) {
-      stoker::LogError("%s", started.status().ToString());
-      (*session)->Abort(1);
-    }
+    if (!started.ok()) (*session)->Abort(stoker::ReportFailure(started.status()));
     node_data_service = std::move(*started);
     options->input.data_socket = node_data_service->socket_path();
   }
@@ -153,12 +160,12 @@ int main(int argc, char** argv) {
     }
     if (status.ok() && node_data_service != nullptr) status = node_data_service->Stop();
     if (!status.ok()) {
-      stoker::LogError("%s", status.ToString());
+      const int failure_code = stoker::ReportFailure(status);
       // Local rank 0: stop the node's data service and remove what it left (also when it
       // died), before the abort ends this process.
       node_data_service.reset();
       // The other ranks may be waiting in a collective: end the whole job now.
-      (*session)->Abort(stoker::trainer::kExitError);
+      (*session)->Abort(failure_code);
     }
   }
   if (rank.rank == 0 && exit_code == stoker::trainer::kExitOk) stoker::LogInfo("training finished");

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/exit_codes.h"
 #include "trainer/checkpoint/checkpoint_options.h"
 #include "trainer/comm/comm_options.h"
 #include "trainer/input/input_options.h"
@@ -100,16 +101,13 @@ struct TrainerOptions {
 // The schedule of a run whose epochs have `steps_per_epoch` optimizer steps.
 LrScheduleOptions ScheduleOptionsFor(const TrainerOptions& options, int64_t steps_per_epoch);
 
-// Exit codes of the trainer (and so of mpirun and the launcher), documented in --help and
-// the README.
-inline constexpr int kExitOk = 0;             // training finished
-inline constexpr int kExitError = 1;          // a failure; the message says which
-inline constexpr int kExitUsage = 2;          // a bad flag or flag value
-inline constexpr int kExitStoppedEarly = 75;  // --stop_after_steps reached (checkpoint written)
-// Stopped at a step boundary by signal N (trainer/stop_signal.h): 128 + N, i.e. 130 for
-// SIGINT, 143 for SIGTERM, 138 for SIGUSR1, 140 for SIGUSR2; a checkpoint was written when
-// --checkpoint_dir is set.
-inline int ExitCodeForSignal(int signal_number) { return 128 + signal_number; }
+// Exit codes of the trainer (and so of mpirun and the launcher): the table of
+// common/exit_codes.h, documented in --help and the README.
+using ::stoker::ExitCodeForSignal;  // stopped at a step boundary by signal N: 128 + N
+using ::stoker::kExitOk;            // training finished
+using ::stoker::kExitStoppedEarly;  // --stop_after_steps reached (checkpoint written)
+using ::stoker::kExitUsage;         // a bad flag or flag value
+inline constexpr int kExitError = ::stoker::kExitFailure;  // a failure; the message says which
 
 // Checks every part's options and how they fit together. InvalidArgument naming the flag
 // at fault (`--flag=value: why`).

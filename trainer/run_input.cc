@@ -113,6 +113,7 @@ absl::StatusOr<std::unique_ptr<RingInput>> RingInput::Open(const TrainerOptions&
   request.image_size = o.input.image_size;
   request.slot_count = o.input.ring_slots;
   request.train = o.input.train_split;
+  request.num_classes = o.model.num_classes;
   ASSIGN_OR_RETURN(input->ring_, RingClient::Connect(o.input.data_socket, request, o.input.data_timeout));
   ASSIGN_OR_RETURN(EpochInfo first, input->ring_->StartEpoch(start.epoch, start.seed));
   input->batches_per_epoch_ = first.batches;

@@ -21,7 +21,10 @@ namespace stoker::trainer {
 
 // Votes with `local`, this rank's attempt to get its next batch. Returns the agreed stop
 // signal (SIGTERM before SIGINT before SIGUSR2 before SIGUSR1), 0 to go on, or an error
-// when a rank had no batch and no rank had a stop signal. A rank whose data service is gone
+// when a rank had no batch and no rank had a stop signal: `local` itself, or on the other
+// ranks Unavailable carrying the exit code of the failing rank's cause (common/
+// exit_codes.h; any other cause before a lost peer), so that every rank exits with it. A rank whose
+// data service is gone
 // (`local` Unavailable) first waits a few seconds for a stop signal: when a job is stopped,
 // the data service may get its SIGTERM before the trainers. Must be called in the same
 // order on every rank.

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/types/optional.h"
+#include "common/exit_codes.h"
 #include "common/logging.h"
 #include "common/seed_mix.h"
 #include "common/status_macros.h"
@@ -29,6 +30,13 @@
 
 namespace stoker::trainer {
 namespace {
+
+// What makes two runs the same run for their checkpoint directory (CheckpointOptions::
+// run_identity): what a checkpoint's tensors and its sampling order depend on.
+std::string RunIdentity(const TrainerOptions& o) {
+  return absl::StrCat("model=", o.model.name, " num_classes=", o.model.num_classes,
+                      " image_size=", o.input.image_size, " seed=", o.seed);
+}
 
 using Clock = std::chrono::steady_clock;
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -117,7 +125,10 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
                            o_.input.image_size,    o_.input.synthetic_steps > 0,
                            o_.benchmark.data_only, o_.benchmark.warmup_steps};
   ASSIGN_OR_RETURN(reporter_, RunReporter::Create(o_.report, context_.rank.rank, run));
-  ASSIGN_OR_RETURN(RunCheckpoints checkpoints, RunCheckpoints::Open(o_.checkpoint, context_.rank0()));
+  CheckpointOptions checkpoint_options = o_.checkpoint;
+  checkpoint_options.run_identity = RunIdentity(o_);
+  ASSIGN_OR_RETURN(RunCheckpoints checkpoints,
+                   RunCheckpoints::Open(checkpoint_options, context_.rank0()));
   checkpoints_.emplace(std::move(checkpoints));
   RETURN_IF_ERROR(Resume());
   global_step_ = start_.global_step;
@@ -350,8 +361,13 @@ absl::StatusOr<TrainingOutcome> Trainer::Finish() {
   if (context_.rank0() && trains && !o_.report.export_path.empty()) {
     const Clock::time_point start = Clock::now();
     ASSIGN_OR_RETURN(std::string weights, PickleStateDict(trained_->model()));
-    absl::Status written = WriteFileAtomically(o_.report.export_path, weights);
-    if (!written.ok()) return absl::Status(written.code(), absl::StrCat("--export: ", written.message()));
+    absl::Status written =
+        WriteFileAtomically(o_.report.export_path, weights, o_.checkpoint.file_mode);
+    if (!written.ok()) {
+      return WithExitCode(
+          absl::Status(written.code(), absl::StrCat("--export: ", written.message())),
+          kExitCheckpointIo);
+    }
     reporter_->ExcludeSince(start);  // writing the weights is not training
     summary.exported = o_.report.export_path;
   }
@@ -396,7 +412,7 @@ absl::StatusOr<TrainingOutcome> RunTraining(const TrainerOptions& options, const
   CollectiveWatchdogOptions watch;
   watch.timeout = options.comm.collective_timeout;
   watch.abort_grace = options.comm.collective_abort_grace;
-  watch.exit_code = kExitError;
+  watch.exit_code = ::stoker::kExitTimeout;
   ASSIGN_OR_RETURN(std::unique_ptr<CollectiveWatchdog> watchdog,
                    CollectiveWatchdog::Start(watch, WatchedRank{rank.rank, rank.world_size, rank.local_rank, rank.node_index},
                                              {&gradients, &host}, &progress_table));

@@ -40,13 +40,15 @@ absl::StatusOr<Datasets> OpenDatasets(const DatasetConfig& config) {
   }
   if (config.kind == "imagefolder" || config.kind == "packed") {
     const bool packed = config.kind == "packed";
-    auto open = [packed](const std::string& path) -> absl::StatusOr<std::shared_ptr<const Dataset>> {
+    auto open = [packed, &config](
+                    const std::string& path) -> absl::StatusOr<std::shared_ptr<const Dataset>> {
       if (packed) {
         absl::StatusOr<std::unique_ptr<PackedDataset>> dataset = PackedDataset::Open(path);
         if (!dataset.ok()) return dataset.status();
         return std::shared_ptr<const Dataset>(std::move(*dataset));
       }
-      absl::StatusOr<std::unique_ptr<ImageFolderDataset>> dataset = ImageFolderDataset::Open(path);
+      absl::StatusOr<std::unique_ptr<ImageFolderDataset>> dataset =
+          ImageFolderDataset::Open(path, config.image_folder);
       if (!dataset.ok()) return dataset.status();
       return std::shared_ptr<const Dataset>(std::move(*dataset));
     };

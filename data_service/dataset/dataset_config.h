@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "data_service/dataset/dataset.h"
+#include "data_service/dataset/image_folder_dataset.h"
 
 namespace stoker::data_service {
 
@@ -21,6 +22,8 @@ struct DatasetConfig {
   int64_t synthetic_samples = 4096;
   int32_t synthetic_classes = 10;
   uint64_t data_seed = 0;
+  // imagefolder: how the folders are listed (--follow_links, --scan_timeout_s).
+  ImageFolderOptions image_folder;
 };
 
 struct Datasets {

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "data_service/dataset/dataset.h"
 
 namespace stoker::data_service {
@@ -39,7 +40,16 @@ struct ImageFolderSample {
 // dataset that is no longer there would only hide the cause.
 //
 // Names are bytes: file and folder names that are not UTF-8 are listed, sorted and
-// loaded like any other (messages carry the raw bytes).
+// loaded like any other; messages carry them escaped (Note [File names in messages]).
+
+// How Open() lists a folder (Note [Bounded scan] in the .cc).
+struct ImageFolderOptions {
+  // Follow symlinks whose target is outside the root (with a warning naming them), or
+  // refuse the folder naming the first (--follow_links=yes|no).
+  bool follow_links_outside_root = true;
+  // The scan fails with DeadlineExceeded past this (--scan_timeout_s).
+  absl::Duration scan_timeout = absl::Minutes(10);
+};
 
 // The listed folder; images are read and decoded on Load(). Immutable; thread-safe.
 class ImageFolderDataset : public Dataset {
@@ -50,8 +60,12 @@ class ImageFolderDataset : public Dataset {
   // exist; InvalidArgument if it is not a directory, has no class folders (the message
   // says whether it is empty), a class folder has no image (the message names the
   // class), a folder cannot be listed, or a symlink leads back to a folder that contains
-  // it (Note [Symlink loops] in the .cc; the message names the link).
-  static absl::StatusOr<std::unique_ptr<ImageFolderDataset>> Open(const std::string& root);
+  // it (Note [Symlink loops] in the .cc; the message names the link), or with
+  // `options.follow_links_outside_root` false, a symlink leaves the root; DeadlineExceeded
+  // past `options.scan_timeout`. A folder reached twice within a class is listed once
+  // (Note [Bounded scan]).
+  static absl::StatusOr<std::unique_ptr<ImageFolderDataset>> Open(
+      const std::string& root, const ImageFolderOptions& options = {});
 
   int64_t size() const override { return static_cast<int64_t>(samples_.size()); }
   int32_t num_classes() const override { return static_cast<int32_t>(classes_.size()); }
@@ -65,6 +79,10 @@ class ImageFolderDataset : public Dataset {
   const std::vector<ImageFolderSample>& samples() const { return samples_; }
   // Entries of the root that are not class folders (sorted).
   const std::vector<std::string>& ignored_entries() const { return ignored_entries_; }
+  // Symlinks followed out of the root ("link -> target"), and links to a folder of the same
+  // class already listed (Note [Bounded scan]); both warned about by Open().
+  const std::vector<std::string>& outside_links() const { return outside_links_; }
+  const std::vector<std::string>& revisited_links() const { return revisited_links_; }
 
  private:
   ImageFolderDataset(std::string root, std::vector<std::string> classes,
@@ -80,6 +98,8 @@ class ImageFolderDataset : public Dataset {
   std::vector<std::string> classes_;
   std::vector<ImageFolderSample> samples_;
   std::vector<std::string> ignored_entries_;
+  std::vector<std::string> outside_links_;
+  std::vector<std::string> revisited_links_;
 };
 
 }  // namespace stoker::data_service

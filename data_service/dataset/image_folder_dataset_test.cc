@@ -249,7 +249,116 @@ TEST(ImageFolderDatasetTest, NamesThatAreNotUtf8AreListedAndLoaded) {
   SampleScratch scratch;
   std::vector<uint8_t> dst(8 * 8 * 3);
   EXPECT_TRUE((*opened)->Load(0, {8, true, 1, 0}, scratch, dst.data()).ok());
-  EXPECT_TRUE(absl::StrContains((*opened)->Describe(0), "\xff\xfe.jpg"));
+  // Messages name it escaped (Note [File names in messages]); the raw bytes opened it.
+  EXPECT_EQ((*opened)->Describe(0), "sample 0 (" + root + "/caf\\xe9/\\xff\\xfe.jpg)");
+}
+
+TEST(ImageFolderDatasetTest, ANameWithANewlineIsEscapedInMessagesAndStillLoads) {
+  const std::string root = FreshDirectory("newline");
+  fs::create_directories(root + "/a");
+  const std::string forged = root + "/a/x.jpg\n[data_service node 0 12:00:00.000] E forged.jpg";
+  ASSERT_TRUE(test_util::WriteJpeg(forged, 20, 20, test_util::PhotoLikeImage(20, 20, 3)).ok());
+  Touch(root + "/stray\tfile\n");
+  auto opened = ImageFolderDataset::Open(root);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  ASSERT_EQ((*opened)->size(), 1);
+  EXPECT_EQ((*opened)->samples()[0].path, forged);
+  SampleScratch scratch;
+  std::vector<uint8_t> dst(8 * 8 * 3);
+  EXPECT_TRUE((*opened)->Load(0, {8, true, 1, 0}, scratch, dst.data()).ok());
+  const std::string described = (*opened)->Describe(0);
+  EXPECT_EQ(described.find('\n'), std::string::npos) << described;
+  EXPECT_EQ(described,
+            "sample 0 (" + root + "/a/x.jpg\\n[data_service node 0 12:00:00.000] E forged.jpg)");
+
+  // A folder of only such a file: the refusal names it escaped too.
+  const std::string alone = FreshDirectory("newline_alone");
+  Touch(alone + "/evil\nname");
+  auto refused = ImageFolderDataset::Open(alone);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "\"evil\\nname\"")) << refused.status();
+  EXPECT_FALSE(absl::StrContains(refused.status().message(), "\n")) << refused.status();
+}
+
+TEST(ImageFolderDatasetTest, ASymlinkLeavingTheRootIsNamedAndFollowedOrRefusedWithFollowLinksNo) {
+  const std::string base = FreshDirectory("outside_links");
+  const std::string root = base + "/root";
+  const std::string elsewhere = base + "/elsewhere";
+  fs::create_directories(root + "/a/inner");
+  fs::create_directories(elsewhere + "/more");
+  ASSERT_TRUE(
+      test_util::WriteJpeg(root + "/a/inner/0.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 1))
+          .ok());
+  ASSERT_TRUE(
+      test_util::WriteJpeg(elsewhere + "/x.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 2))
+          .ok());
+  ASSERT_TRUE(
+      test_util::WriteJpeg(elsewhere + "/more/y.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 3))
+          .ok());
+  fs::create_symlink(elsewhere + "/x.jpg", root + "/a/out.jpg");   // a file outside
+  fs::create_directory_symlink(elsewhere + "/more", root + "/b");  // a class outside
+  fs::create_directory_symlink("inner", root + "/a/same");         // inside: not reported
+
+  auto followed = ImageFolderDataset::Open(root);
+  ASSERT_TRUE(followed.ok()) << followed.status();
+  // a/inner/0.jpg once (Note [Bounded scan]), a/out.jpg, b/y.jpg.
+  EXPECT_EQ((*followed)->size(), 3);
+  EXPECT_EQ((*followed)->outside_links(),
+            (std::vector<std::string>{root + "/b -> " + elsewhere + "/more",
+                                      root + "/a/out.jpg -> " + elsewhere + "/x.jpg"}));
+
+  ImageFolderOptions strict;
+  strict.follow_links_outside_root = false;
+  auto refused = ImageFolderDataset::Open(root, strict);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "the symlink " + root + "/b -> " +
+                                                                elsewhere +
+                                                                "/more leaves the image folder " +
+                                                                root + " (--follow_links=no"))
+      << refused.status();
+}
+
+TEST(ImageFolderDatasetTest, AFolderReachedTwiceWithinAClassIsListedOnceSoALinkFarmStaysCheap) {
+  // Level k has two links to level k + 1: 2^20 paths to the last level without the
+  // visited set, 21 folders with it.
+  const std::string root = FreshDirectory("link_farm");
+  constexpr int kLevels = 20;
+  for (int k = 0; k <= kLevels; ++k) fs::create_directories(root + "/a/L" + std::to_string(k));
+  for (int k = 0; k < kLevels; ++k) {
+    for (const char* name : {"/p", "/q"}) {
+      fs::create_directory_symlink("../L" + std::to_string(k + 1),
+                                   root + "/a/L" + std::to_string(k) + name);
+    }
+  }
+  ASSERT_TRUE(
+      test_util::WriteJpeg(root + "/a/L20/img.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 1))
+          .ok());
+  const absl::Time start = absl::Now();
+  auto opened = ImageFolderDataset::Open(root);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  ASSERT_EQ((*opened)->size(), 1);
+  // The first path in name order wins: a/L0/p/p/.../img.jpg.
+  std::string expected = root + "/a/L0";
+  for (int k = 0; k < kLevels; ++k) expected += "/p";
+  EXPECT_EQ((*opened)->samples()[0].path, expected + "/img.jpg");
+  EXPECT_FALSE((*opened)->revisited_links().empty());
+}
+
+TEST(ImageFolderDatasetTest, TheScanHasADeadlineNamingTheFolderAndHowFarItGot) {
+  const std::string root = MakeTree();
+  ImageFolderOptions hurried;
+  hurried.scan_timeout = absl::ZeroDuration();
+  const absl::Time start = absl::Now();
+  auto opened = ImageFolderDataset::Open(root, hurried);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(absl::StrContains(opened.status().message(),
+                                "listing the image folder " + root +
+                                    " took longer than --scan_timeout_s=0 (1 entries so far"))
+      << opened.status();
 }
 
 TEST(ImageFolderDatasetTest, AFolderThatVanishesMidRunIsAFailureNotABadSample) {

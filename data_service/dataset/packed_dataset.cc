@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/errno_status.h"
+#include "common/logging.h"
 #include "data_service/dataset/encoded_image.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -221,10 +222,14 @@ absl::StatusOr<std::unique_ptr<PackedDataset>> PackedDataset::Open(const std::st
 }
 
 std::string PackedDataset::Describe(int64_t index) const {
-  if (index < 0 || index >= size()) return absl::StrCat("sample ", index, " of ", index_path_);
+  // Names are the packer's bytes: escaped as in Note [File names in messages]
+  // (image_folder_dataset.cc).
+  if (index < 0 || index >= size()) {
+    return absl::StrCat("sample ", index, " of ", EscapeForLog(index_path_));
+  }
   const PackedSample& sample = samples_[index];
-  return absl::StrCat("sample ", index, " (", SampleName(index), " in ",
-                      shards_[sample.shard].path, " at byte ", sample.offset, ")");
+  return absl::StrCat("sample ", index, " (", EscapeForLog(SampleName(index)), " in ",
+                      EscapeForLog(shards_[sample.shard].path), " at byte ", sample.offset, ")");
 }
 
 absl::Status PackedDataset::Load(int64_t index, const SampleOptions& options,

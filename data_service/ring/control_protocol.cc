@@ -58,6 +58,7 @@ void SetRequest(const RingRequest& request, ControlMessage* message) {
   message->slot_count = request.slot_count;
   message->train = request.train ? 1 : 0;
   message->drop_last = request.drop_last ? 1 : 0;
+  message->num_classes = request.num_classes;
 }
 
 RingRequest GetRequest(const ControlMessage& message) {
@@ -69,6 +70,7 @@ RingRequest GetRequest(const ControlMessage& message) {
   request.slot_count = message.slot_count;
   request.train = message.train != 0;
   request.drop_last = message.drop_last != 0;
+  request.num_classes = message.num_classes;
   return request;
 }
 

@@ -86,7 +86,7 @@ TEST_F(ControlProtocolTest, WrongSizedPacketsAreRejected) {
   SendRaw(big.data(), big.size());
   absl::Status oversized = ReceiveMessage(b_.get(), absl::Seconds(1)).status();
   EXPECT_EQ(oversized.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(oversized.message().find("control packet of 386 bytes; a message is 336"),
+  EXPECT_NE(oversized.message().find("control packet of 394 bytes; a message is 344"),
             absl::string_view::npos)
       << oversized;
   // A packet far larger than a message (a huge length prefix in front, say) is consumed

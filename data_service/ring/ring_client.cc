@@ -48,6 +48,26 @@ absl::StatusOr<UniqueFd> ConnectSocket(const std::string& path, absl::Time deadl
   }
 }
 
+// Note [Slot contents are checked]
+// The ring is memory another process writes, so what a slot says is checked before the
+// trainer uses it: RingConsumer checks the slot's count and position, and this checks its
+// labels (in [0, --num_classes), so that no label reaches a device-side assert) and sample
+// indices (not negative). A violation is OutOfRange and fatal for the ring.
+absl::Status CheckSlotContents(const RingRequest& request, const ReadableSlot& slot) {
+  for (int32_t i = 0; i < slot.count; ++i) {
+    const int32_t label = slot.labels[i];
+    const bool label_ok = label >= 0 && (request.num_classes <= 0 || label < request.num_classes);
+    if (!label_ok || slot.sample_indices[i] < 0) {
+      return absl::OutOfRangeError(
+          absl::StrCat("rank ", request.rank, ": ring slot ", slot.slot, " (epoch ", slot.epoch,
+                       ", step ", slot.step, ") holds label ", label, " for sample index ",
+                       slot.sample_indices[i], " at position ", i, "; labels must be in [0, ",
+                       request.num_classes, ") (--num_classes) and indices not negative"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 struct RingClient::State {
@@ -136,9 +156,11 @@ absl::StatusOr<std::unique_ptr<RingClient>> RingClient::Connect(const std::strin
   }
   if (reply->type == static_cast<uint16_t>(MessageType::kError)) {
     // A refused request is InvalidArgument (whatever the reason: a bad field, no room in
-    // /dev/shm, the rank already registered); a refused user stays PermissionDenied.
-    const absl::StatusCode code = absl::IsPermissionDenied(StatusFromError(*reply))
-                                      ? absl::StatusCode::kPermissionDenied
+    // /dev/shm, the rank already registered); a refused user stays PermissionDenied, and
+    // a dataset with more classes than RingRequest::num_classes stays OutOfRange.
+    const absl::Status refusal = StatusFromError(*reply);
+    const absl::StatusCode code = absl::IsPermissionDenied(refusal) || absl::IsOutOfRange(refusal)
+                                      ? refusal.code()
                                       : absl::StatusCode::kInvalidArgument;
     return absl::Status(code, absl::StrCat("data service at ", socket_path,
                                            " refused the ring request of rank ", request.rank,
@@ -218,6 +240,9 @@ absl::StatusOr<BatchView> RingClient::Acquire(absl::Duration timeout) {
     const absl::Duration left = std::max(deadline - absl::Now(), absl::ZeroDuration());
     absl::StatusOr<ReadableSlot> slot = s.consumer.Acquire(std::min(left, kWaitSlice));
     if (slot.ok()) {
+      if (absl::Status checked = CheckSlotContents(s.request, *slot); !checked.ok()) {
+        return s.Fail(checked);
+      }
       ++s.batches_acquired;
       BatchView view;
       view.slot = slot->slot;

@@ -37,7 +37,8 @@ class RingClient {
  public:
   // Connects to the service's Unix socket, registers `request`, and maps the ring the
   // service created for this rank. Unavailable if the service is not there within
-  // `timeout`; InvalidArgument if it refuses the request (the message says why).
+  // `timeout`; InvalidArgument if it refuses the request (the message says why), but
+  // OutOfRange if its dataset has more classes than request.num_classes.
   static absl::StatusOr<std::unique_ptr<RingClient>> Connect(const std::string& socket_path,
                                                              const RingRequest& request,
                                                              absl::Duration timeout);
@@ -51,7 +52,8 @@ class RingClient {
   absl::StatusOr<EpochInfo> StartEpoch(int64_t epoch, uint64_t seed);
 
   // Waits for the next published batch, in (epoch, step) order. DeadlineExceeded after
-  // `timeout`; Unavailable if the service died (its message says so).
+  // `timeout`; Unavailable if the service died (its message says so); OutOfRange for a
+  // label outside [0, request.num_classes) (Note [Slot contents are checked]).
   absl::StatusOr<BatchView> Acquire(absl::Duration timeout);
 
   // Gives the batch's slot back to the producer. Call only once nothing reads the slot

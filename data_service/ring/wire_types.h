@@ -56,7 +56,7 @@ static_assert(sizeof(RingSlotMeta) == 64, "RingSlotMeta is part of the shared-me
 // ---- The control socket ----
 
 inline constexpr uint32_t kControlMagic = 0x4c435453;  // "STCL", little-endian
-inline constexpr uint16_t kControlVersion = 1;
+inline constexpr uint16_t kControlVersion = 2;
 inline constexpr size_t kControlTextBytes = 256;
 
 enum class MessageType : uint16_t {
@@ -90,11 +90,14 @@ struct ControlMessage {
   int64_t batches;
   // kRegistered: the size of the ring segment named in `text`.
   uint64_t ring_bytes;
+  // kRegister (and echoed by kRegistered): RingRequest::num_classes.
+  int32_t num_classes;
+  uint8_t reserved1[4];
   // kRegistered: the shared-memory segment name. kError: the message. NUL-terminated.
   char text[kControlTextBytes];
 };
 static_assert(std::is_trivially_copyable_v<ControlMessage>);
-static_assert(sizeof(ControlMessage) == 336, "ControlMessage is the wire format");
+static_assert(sizeof(ControlMessage) == 344, "ControlMessage is the wire format");
 
 // ---- What the client asks for and is told ----
 
@@ -107,6 +110,10 @@ struct RingRequest {
   int32_t slot_count = 4;  // ring depth: batches that may be in flight
   bool train = true;       // training split and augmentation, or validation split
   bool drop_last = false;  // DistributedSampler's drop_last
+  // The trainer's --num_classes: every label must be in [0, num_classes). The service
+  // refuses a dataset with more classes (OutOfRange, naming both counts), and the client
+  // checks every batch's labels. 0: not checked.
+  int32_t num_classes = 0;
 };
 
 // One epoch as the service will deliver it to this rank.

@@ -2,8 +2,9 @@
 # A stand-in for mpirun in the launcher's lifecycle tests: `fake_mpirun -np N [-x NAME]...
 # [--flag]... program args...` runs N copies of the program in the background with
 # OMPI_COMM_WORLD_RANK set, waits for all of them, and exits with the first non-zero code.
-# Like Open MPI it complains about -x names that are not set. Records $STOKER_FAKE_OUT/
-# mpirun.pid and mpirun.args.
+# Like Open MPI it complains about -x names that are not set, and SIGUSR2 does not end it
+# (the ranks, in its process group, get it too). Records $STOKER_FAKE_OUT/mpirun.pid and
+# mpirun.args.
 #
 # With --srun_form first (fake_srun.sh runs it so) it stands in for srun instead:
 # `--ntasks=N [--name=value]... program args...`, SLURM_PROCID set as well, recording
@@ -44,6 +45,7 @@ else
   done
   [ -n "$np" ] || { echo "fake mpirun: no -np" >&2; exit 97; }
 fi
+trap : USR2
 pids=""
 rank=0
 while [ "$rank" -lt "$np" ]; do
@@ -54,8 +56,13 @@ while [ "$rank" -lt "$np" ]; do
 done
 code=0
 for pid in $pids; do
-  wait "$pid"
-  status=$?
+  while :; do
+    wait "$pid"
+    status=$?
+    # A trapped signal ends `wait` early; the rank may still run (or be a zombie).
+    if [ "$status" -gt 128 ] && kill -0 "$pid" 2>/dev/null; then continue; fi
+    break
+  done
   [ "$code" -ne 0 ] || code=$status
 done
 exit "$code"

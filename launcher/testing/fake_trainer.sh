@@ -4,7 +4,9 @@
 # that --data_socket names a socket (or, in the cluster modes, that --job_id is given), then
 # sleeps $STOKER_FAKE_TRAINER_SLEEP seconds in a child
 # process (whose pid goes to trainer.<rank>.sleep.pid) and exits $STOKER_FAKE_TRAINER_EXIT,
-# or 0 when $STOKER_FAKE_TRAINER_FAILING_RANK names another rank.
+# or 0 when $STOKER_FAKE_TRAINER_FAILING_RANK names another rank. SIGUSR2 (the stop at a
+# step boundary) ends the sleep; then it takes $STOKER_FAKE_TRAINER_STOP_S seconds (its
+# "checkpoint"), writes trainer.<rank>.stopped and exits 140, as the trainer does.
 rank="${OMPI_COMM_WORLD_RANK:-0}"
 out="${STOKER_FAKE_OUT:?STOKER_FAKE_OUT must be set}"
 echo $$ > "$out/trainer.$rank.pid"
@@ -25,9 +27,17 @@ if [ -z "$job_id" ] && [ ! -S "$socket" ]; then
   exit 11
 fi
 
+stop_at_step_boundary() {
+  kill "$sleeper" 2>/dev/null
+  sleep "${STOKER_FAKE_TRAINER_STOP_S:-0}"
+  echo "stopped" > "$out/trainer.$rank.stopped"
+  exit 140
+}
+trap stop_at_step_boundary USR2
 sleep "${STOKER_FAKE_TRAINER_SLEEP:-0}" &
-echo $! > "$out/trainer.$rank.sleep.pid"
-wait $!
+sleeper=$!
+echo $sleeper > "$out/trainer.$rank.sleep.pid"
+wait $sleeper
 
 code="${STOKER_FAKE_TRAINER_EXIT:-0}"
 failing="${STOKER_FAKE_TRAINER_FAILING_RANK:-$rank}"

@@ -6,6 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/job_files.h"
+#include "launcher/job_owner.h"
 #include "launcher/testing/process_probe.h"
 
 namespace stoker::launcher::testing {
@@ -13,6 +14,7 @@ namespace stoker::launcher::testing {
 void ExpectNothingLeftOfJob(absl::string_view out, absl::string_view job_id) {
   for (pid_t pid : ReadPidFiles(out)) EXPECT_FALSE(IsProcessAlive(pid)) << "pid " << pid;
   EXPECT_FALSE(PathExists(JobDirectoryPath("/tmp", job_id)));
+  EXPECT_FALSE(PathExists(JobOwnerPath("/tmp", job_id)));
   EXPECT_THAT(ListEntries("/dev/shm", absl::StrCat("stoker.", job_id, ".")), ::testing::IsEmpty());
 }
 

@@ -2,8 +2,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -58,16 +62,28 @@ absl::Status WriteFailed(int errno_value, absl::string_view what, const std::str
 
 }  // namespace
 
-absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) {
+mode_t DirectoryModeFor(mode_t file_mode) { return (file_mode & 0777) | ((file_mode & 0444) >> 2); }
+
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents, mode_t mode) {
   const std::string directory = DirectoryOf(path);
-  const std::string temporary =
-      absl::StrCat(directory, "/.", BaseName(path), kTemporarySuffix, ::getpid());
-  UniqueFd fd(::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  // Unique among this process's writes and other processes' (pid), and not guessable.
+  static std::atomic<uint64_t> writes{0};
+  uint64_t salt = 0;
+  if (::getrandom(&salt, sizeof(salt), 0) != sizeof(salt)) salt = 0;
+  salt ^= writes.fetch_add(1);
+  const std::string temporary = absl::StrCat(directory, "/.", BaseName(path), kTemporarySuffix,
+                                             ::getpid(), "-", absl::Hex(salt, absl::kZeroPad16));
+  UniqueFd fd(
+      ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode & 0777));
   if (!fd.valid()) return WriteFailed(errno, absl::StrCat("creating ", temporary), path);
   bool keep = false;
   absl::Cleanup remove_temporary = [&] {
     if (!keep) ::unlink(temporary.c_str());
   };
+  // The umask must not decide who may read a checkpoint.
+  if (::fchmod(fd.get(), mode & 0777) != 0) {
+    return WriteFailed(errno, absl::StrCat("chmod of ", temporary), path);
+  }
   // Note [Full disk while writing].
   if (int error = WriteAll(fd.get(), contents); error != 0) {
     return WriteFailed(error, absl::StrCat("writing ", temporary), path);
@@ -108,14 +124,14 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   return data;
 }
 
-absl::Status MakeDirectories(const std::string& path) {
+absl::Status MakeDirectories(const std::string& path, mode_t mode) {
   if (path.empty()) return absl::InvalidArgumentError("empty directory path");
   size_t pos = 0;
   while (pos != std::string::npos) {
     pos = path.find('/', pos + 1);
     const std::string prefix = path.substr(0, pos);
     if (prefix.empty()) continue;
-    if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
+    if (::mkdir(prefix.c_str(), mode & 0777) != 0 && errno != EEXIST) {
       return ErrnoToStatus(errno, absl::StrCat("creating directory ", prefix));
     }
   }

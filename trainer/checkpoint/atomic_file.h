@@ -5,6 +5,8 @@
 #ifndef STOKER_TRAINER_CHECKPOINT_ATOMIC_FILE_H_
 #define STOKER_TRAINER_CHECKPOINT_ATOMIC_FILE_H_
 
+#include <sys/types.h>
+
 #include <string>
 
 #include "absl/status/status.h"
@@ -13,20 +15,33 @@
 
 namespace stoker::trainer {
 
-// The prefix of the temporary files WriteFileAtomically makes (".<name>.tmp-<pid>"), so
-// that a directory scan can recognise and remove those left by a killed process.
+// The mark of the temporary files WriteFileAtomically makes (".<name>.tmp-<pid>-<random>"),
+// so that a directory scan can recognise and remove those left by a killed process.
 inline constexpr char kTemporarySuffix[] = ".tmp-";
 
-// Replaces `path` with `contents` atomically (see above); the file gets mode 0644 less the
-// umask. The temporary file is removed on failure. Errors name the path and the call that
+// Checkpoints and exported weights are owner-only unless --checkpoint_mode says otherwise,
+// and so are the directories made for them.
+inline constexpr mode_t kPrivateFileMode = 0600;
+inline constexpr mode_t kPrivateDirectoryMode = 0700;
+
+// The mode of a directory that holds files of `file_mode`: the same bits, plus search (x)
+// wherever reading is allowed (0600 -> 0700, 0640 -> 0750).
+mode_t DirectoryModeFor(mode_t file_mode);
+
+// Replaces `path` with `contents` atomically (see above); the file gets exactly `mode`,
+// whatever the umask. The temporary file is created with O_CREAT|O_EXCL|O_NOFOLLOW under a
+// name no other writer uses, so it never follows a symlink nor opens a file someone else
+// placed there, and it is removed on failure. Errors name the path and the call that
 // failed (ResourceExhausted for a full disk).
-absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents);
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents,
+                                 mode_t mode = kPrivateFileMode);
 
 // The whole file. NotFound if it does not exist.
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
 
-// Creates `path` and its missing parents (mode 0755 less the umask); OK if it exists.
-absl::Status MakeDirectories(const std::string& path);
+// Creates `path` and its missing parents with `mode` less the umask (existing ones keep
+// theirs); OK if it exists.
+absl::Status MakeDirectories(const std::string& path, mode_t mode = kPrivateDirectoryMode);
 
 }  // namespace stoker::trainer
 

@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <string>
 #include <vector>
@@ -85,6 +86,50 @@ TEST(AtomicFileTest, AFullDiskLeavesTheOldFileAndNoTemporaryAndSaysENOSPC) {
   // The space of the removed temporary is free again.
   ASSERT_TRUE(WriteFileAtomically(path, std::string(30000, 's')).ok());
   EXPECT_EQ(ReadWholeFile(path)->size(), 30000u);
+}
+
+TEST(AtomicFileTest, FilesGetExactlyTheirModeWhateverTheUmask) {
+  const std::string dir = TestDir("atomic_mode");
+  const mode_t old_umask = umask(0);
+  ASSERT_TRUE(WriteFileAtomically(dir + "/private.ckpt", "x").ok());
+  umask(077);
+  ASSERT_TRUE(WriteFileAtomically(dir + "/shared.ckpt", "x", 0640).ok());
+  umask(old_umask);
+  struct stat st;
+  ASSERT_EQ(stat((dir + "/private.ckpt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  ASSERT_EQ(stat((dir + "/shared.ckpt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+}
+
+TEST(AtomicFileTest, ASymlinkAtTheDestinationIsReplacedNotWrittenThrough) {
+  const std::string dir = TestDir("atomic_symlink");
+  const std::string target = dir + "/someone_elses_file";
+  ASSERT_TRUE(WriteFileAtomically(target, "theirs").ok());
+  ASSERT_EQ(symlink(target.c_str(), (dir + "/weights.pt").c_str()), 0);
+  ASSERT_TRUE(WriteFileAtomically(dir + "/weights.pt", "mine").ok());
+  EXPECT_EQ(*ReadWholeFile(target), "theirs");
+  struct stat st;
+  ASSERT_EQ(lstat((dir + "/weights.pt").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(*ReadWholeFile(dir + "/weights.pt"), "mine");
+}
+
+TEST(AtomicFileTest, DirectoriesArePrivateByDefault) {
+  const std::string dir = TestDir("atomic_dirs");
+  const mode_t old_umask = umask(0);
+  ASSERT_TRUE(MakeDirectories(dir + "/a/b").ok());
+  ASSERT_TRUE(MakeDirectories(dir + "/c", DirectoryModeFor(0640)).ok());
+  umask(old_umask);
+  struct stat st;
+  for (const char* sub : {"/a", "/a/b"}) {
+    ASSERT_EQ(stat((dir + sub).c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0700u) << sub;
+  }
+  ASSERT_EQ(stat((dir + "/c").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0750u);
+  EXPECT_EQ(DirectoryModeFor(0600), 0700u);
+  EXPECT_EQ(DirectoryModeFor(0644), 0755u);
 }
 
 }  // namespace

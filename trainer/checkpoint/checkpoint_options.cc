@@ -1,6 +1,7 @@
 #include "trainer/checkpoint/checkpoint_options.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace stoker::trainer {
 
@@ -17,7 +18,31 @@ absl::StatusOr<ResumeFrom> ResumeFrom::Parse(absl::string_view flag_value) {
   return from;
 }
 
+absl::StatusOr<uint32_t> ParseCheckpointMode(absl::string_view flag_value) {
+  uint32_t mode = 0;
+  bool digits = !flag_value.empty() && flag_value.size() <= 4;
+  for (char c : flag_value) {
+    if (c < '0' || c > '7') digits = false;
+    mode = mode * 8 + static_cast<uint32_t>(c - '0');
+  }
+  if (!digits || mode > 0777) {
+    return absl::InvalidArgumentError(absl::StrCat("--checkpoint_mode=", flag_value,
+                                                   ": not an octal file mode like 0600 or 0640"));
+  }
+  if ((mode & 0600) != 0600) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--checkpoint_mode=", flag_value,
+                     ": the owner must be able to read and write (include 0600)"));
+  }
+  return mode;
+}
+
 absl::Status CheckpointOptions::Validate() const {
+  if (file_mode > 0777 || (file_mode & 0600) != 0600) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--checkpoint_mode=%04o: the owner must be able to read and write (include 0600)",
+        file_mode));
+  }
   if (every_steps < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--checkpoint_every_steps=", every_steps, ": must be >= 0"));
   }

@@ -3,6 +3,7 @@
 #ifndef STOKER_TRAINER_CHECKPOINT_CHECKPOINT_OPTIONS_H_
 #define STOKER_TRAINER_CHECKPOINT_CHECKPOINT_OPTIONS_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -21,6 +22,10 @@ struct ResumeFrom {
   static absl::StatusOr<ResumeFrom> Parse(absl::string_view flag_value);
 };
 
+// --checkpoint_mode: an octal file mode ("0600", "640"); InvalidArgument naming the flag
+// unless it is within 0777 and lets the owner read and write.
+absl::StatusOr<uint32_t> ParseCheckpointMode(absl::string_view flag_value);
+
 struct CheckpointOptions {
   std::string dir;     // empty: no checkpoints
   int every_steps = 0;   // optimizer steps between checkpoints; 0: not by steps
@@ -30,6 +35,14 @@ struct CheckpointOptions {
   // Ends this run after this many optimizer steps as a preemption would (checkpoint, exit
   // code kExitStoppedEarly): for time-sliced jobs and tests. 0: off.
   int stop_after_steps = 0;
+  // The mode of checkpoints and exported weights (--checkpoint_mode); directories made for
+  // them get the same bits plus search where reading is allowed (0600 -> 0700).
+  uint32_t file_mode = 0600;
+  // What makes two runs the same run (the model, its classes and input size, the seed),
+  // recorded in the directory's RUN file by its first run and checked by every later one:
+  // a run never resumes nor overwrites another run's checkpoints. Set by the trainer
+  // (RunIdentity in trainer/train_loop.cc); empty: not checked.
+  std::string run_identity;
 
   // InvalidArgument naming the flag at fault.
   absl::Status Validate() const;

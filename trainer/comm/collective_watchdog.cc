@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/exit_codes.h"
 #include "common/logging.h"
 
 namespace stoker::trainer {
@@ -247,6 +248,13 @@ bool CollectiveWatchdog::CheckOnce() {
       LogWarning("collective watchdog: %s", polled.ToString());
     }
     const CollectiveLedger::Snapshot snapshot = watched_[i]->ledger()->Read();
+    // Note [Asynchronous communicator errors].
+    if (absl::Status async = watched_[i]->AsyncError(); !async.ok()) {
+      LogError("collective watchdog: %s; not waiting for --collective_timeout_s=%d",
+               StatusText(async), static_cast<int>(absl::ToInt64Seconds(options_.timeout)));
+      Fire(static_cast<int>(i), snapshot, MonotonicNanos(), /*stalled=*/false);
+      return true;
+    }
     if (snapshot.pending == 0) continue;
     const int64_t now = MonotonicNanos();
     const int64_t waited = now - snapshot.pending_since_ns;
@@ -266,8 +274,15 @@ bool CollectiveWatchdog::CheckOnce() {
 // training thread hangs in the destructor of this watchdog (joining it). So it is a thread of
 // its own that owns copies of everything it needs, detached: it ends the process, so it
 // never outlives what it uses.
-void CollectiveWatchdog::Fire(int channel, const CollectiveLedger::Snapshot& stuck, int64_t now_ns) {
+void CollectiveWatchdog::Fire(int channel, const CollectiveLedger::Snapshot& stuck, int64_t now_ns,
+                              bool stalled) {
   fired_ = true;
+  if (stalled) ReportStall(channel, stuck, now_ns);
+  AbortAndArmDeadline();
+}
+
+void CollectiveWatchdog::ReportStall(int channel, const CollectiveLedger::Snapshot& stuck,
+                                     int64_t now_ns) {
   StalledCollective stall;
   stall.rank = place_.rank;
   stall.world_size = place_.world_size;
@@ -281,7 +296,9 @@ void CollectiveWatchdog::Fire(int channel, const CollectiveLedger::Snapshot& stu
     stall.node = ReadNodeProgress(*table_, channel, now_ns, StallThreshold(poll_interval_));
   }
   LogError("collective watchdog: %s", DescribeStalledCollective(stall));
+}
 
+void CollectiveWatchdog::AbortAndArmDeadline() {
   const absl::Duration grace = options_.abort_grace;
   const int exit_code = options_.exit_code;
   const ExitFunction exit_process = exit_process_;

@@ -48,6 +48,13 @@ namespace stoker::trainer {
 // Sequence numbers follow the order of issue, which is the same on every rank, so "#58"
 // names the same operation everywhere.
 
+// Note [Asynchronous communicator errors]
+// A network fault or a peer gone does not always leave a collective waiting: NCCL records
+// it as the communicator's asynchronous error (ncclCommGetAsyncError), and every later
+// collective would only hang until --collective_timeout_s. So every poll also asks each
+// watched communicator for its AsyncError(); the first one is handled as a timeout is
+// (steps 2 and 3 above: the process deadline, then the abort), seconds after the fault.
+
 // Note [Collective side channel]
 // The diagnosis must not go through the collectives that are stuck. Each node has a
 // CollectiveProgressTable in shared memory (job-unique name, 0600, unlinked as soon as every
@@ -149,9 +156,17 @@ class CollectiveWatchdog {
                      ExitFunction exit_process);
   void Run();  // the watchdog thread
   void Beat();
-  // Checks every ledger; fires (and returns true) on a timeout.
+  // Checks every ledger and asynchronous error; fires (and returns true) on a timeout or an
+  // asynchronous error (Note [Asynchronous communicator errors]).
   bool CheckOnce();
-  void Fire(int channel, const CollectiveLedger::Snapshot& stuck, int64_t now_ns);
+  // `stalled`: the collective `stuck.pending` timed out (logged with its diagnosis);
+  // otherwise the communicator reported an asynchronous error (logged by the caller).
+  void Fire(int channel, const CollectiveLedger::Snapshot& stuck, int64_t now_ns,
+            bool stalled = true);
+  // Logs the diagnosis of the stalled collective (Note [Collective deadline], step 1).
+  void ReportStall(int channel, const CollectiveLedger::Snapshot& stuck, int64_t now_ns);
+  // Steps 2 and 3 of Note [Collective deadline].
+  void AbortAndArmDeadline();
 
   const CollectiveWatchdogOptions options_;
   const WatchedRank place_;

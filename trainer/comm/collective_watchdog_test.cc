@@ -110,6 +110,30 @@ TEST(CollectiveWatchdogTest, AnAbortThatHangsStillMeetsTheProcessDeadline) {
   release.Notify();  // lets the watchdog thread finish, so that it can be joined
 }
 
+TEST(CollectiveWatchdogTest, AnAsynchronousErrorFiresAtOnceNotAtTheTimeout) {
+  // A network fault as NCCL reports it (ncclCommGetAsyncError): seen at the next poll, with
+  // a 60 s collective timeout, whether or not a collective is waiting.
+  for (bool waiting : {true, false}) {
+    auto nccl_rank = Fake(/*can_abort=*/true, "NCCL");
+    FakeCommunicator& nccl = *nccl_rank;
+    auto record = std::make_shared<ExitRecord>();
+    CollectiveWatchdogOptions options = Short();
+    options.timeout = absl::Seconds(60);
+    auto watchdog = CollectiveWatchdog::Start(options, WatchedRank{0, 2, 0, 0}, {&nccl}, nullptr,
+                                              RecordExit(record));
+    ASSERT_TRUE(watchdog.ok()) << watchdog.status();
+    if (waiting) nccl.ledger()->Issue(CollectiveKind::kAllReduce);
+    const int64_t start = MonotonicNanos();
+    nccl.set_async_error(absl::UnavailableError(
+        "NCCL reports an asynchronous error on the communicator of 2 ranks: remote process "
+        "exited or there was a network error"));
+    ASSERT_TRUE(record->exited.WaitForNotificationWithTimeout(absl::Seconds(10))) << waiting;
+    EXPECT_EQ(nccl.aborts(), 1);
+    EXPECT_TRUE((*watchdog)->fired());
+    EXPECT_LT(record->at_ns.load() - start, 5'000'000'000);  // the grace, not the 60 s timeout
+  }
+}
+
 TEST(CollectiveWatchdogTest, AnIdleMpiCommunicatorDoesNotCutTheNcclAbortShort) {
   auto nccl_rank = Fake(/*can_abort=*/true, "NCCL");
   auto mpi_rank = Fake(/*can_abort=*/false, "MPI");

@@ -48,6 +48,9 @@ class Communicator {
   // Device communicators: records in ledger() the operations whose work has finished since
   // the last call. Host communicators complete each operation before returning.
   virtual absl::Status PollCompletions() { return absl::OkStatus(); }
+  // An error the communicator met outside any call (NCCL's ncclCommGetAsyncError: a peer
+  // or the network failed), after which no collective of it can complete; OK while none.
+  virtual absl::Status AsyncError() { return absl::OkStatus(); }
   // Makes the operations in flight end with an error, and every later one fail. Returns
   // false when the implementation cannot interrupt an operation in flight (a blocking MPI
   // call): then only ending the process ends the wait.

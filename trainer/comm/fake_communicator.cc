@@ -238,6 +238,16 @@ void FakeCommunicator::set_latency(absl::Duration latency) {
   latency_ = latency;
 }
 
+void FakeCommunicator::set_async_error(absl::Status status) {
+  absl::MutexLock lock(&seams_mu_);
+  async_error_ = std::move(status);
+}
+
+absl::Status FakeCommunicator::AsyncError() {
+  absl::MutexLock lock(&seams_mu_);
+  return async_error_;
+}
+
 void FakeCommunicator::set_on_abort(std::function<void()> on_abort) {
   absl::MutexLock lock(&seams_mu_);
   on_abort_ = std::move(on_abort);

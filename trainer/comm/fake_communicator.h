@@ -76,6 +76,9 @@ class FakeCommunicator final : public Communicator {
   void set_on_abort(std::function<void()> on_abort);
   // Abort() calls so far.
   int aborts() const { return aborts_.load(); }
+  // From now on AsyncError() returns `status` (a network fault as NCCL reports it).
+  void set_async_error(absl::Status status);
+  absl::Status AsyncError() override;
 
  private:
   struct Rendezvous;
@@ -91,6 +94,7 @@ class FakeCommunicator final : public Communicator {
   std::optional<absl::Status> fail_next_ ABSL_GUARDED_BY(seams_mu_);
   absl::Duration latency_ ABSL_GUARDED_BY(seams_mu_);
   std::function<void()> on_abort_ ABSL_GUARDED_BY(seams_mu_);
+  absl::Status async_error_ ABSL_GUARDED_BY(seams_mu_);
   std::atomic<int> aborts_{0};
 };
 

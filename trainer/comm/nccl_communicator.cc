@@ -131,6 +131,18 @@ absl::Status NcclCommunicator::PollCompletions() {
   return absl::OkStatus();
 }
 
+absl::Status NcclCommunicator::AsyncError() {
+  if (aborted_.load()) return absl::OkStatus();
+  ncclResult_t async = ncclSuccess;
+  const ncclResult_t queried = ncclCommGetAsyncError(comm_, &async);
+  if (queried != ncclSuccess) return NcclStatus(queried, "ncclCommGetAsyncError");
+  if (async == ncclSuccess || async == ncclInProgress) return absl::OkStatus();
+  return absl::UnavailableError(
+      absl::StrCat("NCCL reports an asynchronous error on the communicator of ", world_size_,
+                   " ranks: ", ncclGetErrorString(async), " (", ncclGetLastError(comm_),
+                   "): a peer rank or the network failed"));
+}
+
 bool NcclCommunicator::Abort() {
   absl::MutexLock lock(&comm_mu_);
   if (!aborted_.exchange(true)) ncclCommAbort(comm_);

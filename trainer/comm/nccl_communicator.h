@@ -44,6 +44,8 @@ class NcclCommunicator final : public Communicator {
   absl::Status Synchronize() override;
   CollectiveLedger* ledger() override { return &ledger_; }
   absl::Status PollCompletions() override;
+  // ncclCommGetAsyncError: Unavailable once NCCL has met an error outside a call.
+  absl::Status AsyncError() override;
   // ncclCommAbort: kernels in flight end, later calls fail. Returns true.
   bool Abort() override;
 

@@ -83,7 +83,7 @@ double Now() { return absl::ToUnixMicros(absl::Now()) / 1e6; }
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::Create(const std::string& directory) {
-  RETURN_IF_ERROR(MakeDirectories(directory));
+  RETURN_IF_ERROR(MakeDirectories(directory, 0755));  // for TensorBoard, maybe another user's
   char host[256] = "localhost";
   gethostname(host, sizeof(host) - 1);
   const double now = Now();

@@ -1,0 +1,134 @@
+// A run's checkpoint directory: owner-only files and folders unless --checkpoint_mode, one
+// run at a time (its lock), never another run's checkpoints (its identity), and the partial
+// files of dead writers removed but never a live one's.
+#include "trainer/checkpoint/run_checkpoints.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/exit_codes.h"
+#include "gtest/gtest.h"
+#include "trainer/checkpoint/atomic_file.h"
+#include "trainer/checkpoint/test_dir.h"
+
+namespace stoker::trainer {
+namespace {
+
+CheckpointOptions Options(const std::string& dir,
+                          const std::string& identity = "model=small_cnn seed=0") {
+  CheckpointOptions options;
+  options.dir = dir;
+  options.run_identity = identity;
+  return options;
+}
+
+mode_t ModeOf(const std::string& path) {
+  struct stat st;
+  EXPECT_EQ(stat(path.c_str(), &st), 0) << path;
+  return st.st_mode & 07777;
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return lstat(path.c_str(), &st) == 0;
+}
+
+TEST(RunCheckpointsTest, CheckpointsAreOwnerOnlyAndTheirFoldersToo) {
+  const std::string dir = TestDir("ckpt_modes") + "/run/checkpoints";
+  const mode_t old_umask = umask(0);
+  {
+    auto checkpoints = RunCheckpoints::Open(Options(dir), /*writer=*/true);
+    ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+    auto written = checkpoints->Write(7, "bytes");
+    ASSERT_TRUE(written.ok()) << written.status();
+    EXPECT_EQ(ModeOf(*written), 0600u);
+  }
+  EXPECT_EQ(ModeOf(dir), 0700u);
+  EXPECT_EQ(ModeOf(TestDir("ckpt_modes") + "/run"), 0700u);
+  EXPECT_EQ(ModeOf(dir + "/RUN"), 0600u);
+  EXPECT_EQ(ModeOf(dir + "/LOCK"), 0600u);
+
+  CheckpointOptions shared = Options(TestDir("ckpt_modes") + "/shared");
+  shared.file_mode = 0640;
+  {
+    auto checkpoints = RunCheckpoints::Open(shared, /*writer=*/true);
+    ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+    auto written = checkpoints->Write(1, "bytes");
+    ASSERT_TRUE(written.ok()) << written.status();
+    EXPECT_EQ(ModeOf(*written), 0640u);
+  }
+  EXPECT_EQ(ModeOf(shared.dir), 0750u);
+  umask(old_umask);
+}
+
+TEST(RunCheckpointsTest, ASecondRunOnTheSameDirectoryIsRefusedNamingTheHolder) {
+  const std::string dir = TestDir("ckpt_lock");
+  auto first = RunCheckpoints::Open(Options(dir), /*writer=*/true);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = RunCheckpoints::Open(Options(dir), /*writer=*/true);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ExitCodeOf(second.status()), kExitUsage);
+  EXPECT_TRUE(
+      absl::StrContains(second.status().message(),
+                        absl::StrCat("--checkpoint_dir=", dir, " is in use by another run (", dir,
+                                     "/LOCK is locked by pid ", getpid(), " on host ")))
+      << second.status();
+  // Ranks that do not write take no lock.
+  EXPECT_TRUE(RunCheckpoints::Open(Options(dir), /*writer=*/false).ok());
+  // Once the first run is over, the directory is free again.
+  first = absl::CancelledError("closed");
+  EXPECT_TRUE(RunCheckpoints::Open(Options(dir), /*writer=*/true).ok());
+}
+
+TEST(RunCheckpointsTest, AnotherRunsCheckpointsAreNeverResumedNorOverwritten) {
+  const std::string dir = TestDir("ckpt_identity");
+  std::string written;
+  {
+    auto mine = RunCheckpoints::Open(Options(dir, "model=resnet18 num_classes=10 seed=1"), true);
+    ASSERT_TRUE(mine.ok()) << mine.status();
+    auto path = mine->Write(5, "their checkpoint");
+    ASSERT_TRUE(path.ok()) << path.status();
+    written = *path;
+  }
+  for (const char* resume : {"auto", "none"}) {
+    CheckpointOptions other = Options(dir, "model=resnet50 num_classes=10 seed=1");
+    other.resume = *ResumeFrom::Parse(resume);
+    auto refused = RunCheckpoints::Open(other, /*writer=*/true);
+    ASSERT_FALSE(refused.ok()) << resume;
+    EXPECT_EQ(ExitCodeOf(refused.status()), kExitUsage);
+    EXPECT_TRUE(absl::StrContains(
+        refused.status().message(),
+        absl::StrCat("--checkpoint_dir=", dir, " holds the checkpoints of another run (", dir,
+                     "/RUN: 'model=resnet18 num_classes=10 seed=1'; this run: 'model=resnet50 "
+                     "num_classes=10 seed=1')")))
+        << refused.status();
+  }
+  EXPECT_EQ(*ReadWholeFile(written), "their checkpoint");
+  // The same run again (a requeue) is welcome.
+  EXPECT_TRUE(
+      RunCheckpoints::Open(Options(dir, "model=resnet18 num_classes=10 seed=1"), true).ok());
+}
+
+TEST(RunCheckpointsTest, ALiveWritersTemporaryIsNeverRemovedAndADeadOnesIs) {
+  const std::string dir = TestDir("ckpt_temporaries");
+  auto live = RunCheckpoints::Open(Options(dir), /*writer=*/true);
+  ASSERT_TRUE(live.ok()) << live.status();
+  // What the live writer has in flight (the name WriteFileAtomically gives it).
+  const std::string in_flight = dir + "/.ckpt-000000000009.stoker.tmp-4242-00000000deadbeef";
+  std::ofstream(in_flight) << "partial";
+  EXPECT_FALSE(RunCheckpoints::Open(Options(dir), /*writer=*/true).ok());
+  EXPECT_TRUE(Exists(in_flight));
+  // Its writer is gone (the lock went with it): the next run removes the partial file.
+  live = absl::CancelledError("killed");
+  EXPECT_TRUE(RunCheckpoints::Open(Options(dir), /*writer=*/true).ok());
+  EXPECT_FALSE(Exists(in_flight));
+}
+
+}  // namespace
+}  // namespace stoker::trainer

@@ -5,6 +5,7 @@ Runs from the bundle (tools/bundle.sh) on a host with torch, torchvision and 1 o
     python3 bundle/bin/bench_gpu.py --phase data_service --out OUT   # the data service alone
     python3 bundle/bin/bench_gpu.py --phase one_gpu --out OUT
     python3 bundle/bin/bench_gpu.py --phase step --out OUT       # the step against torch.compile
+    python3 bundle/bin/bench_gpu.py --phase exported --out OUT   # torch.export models (own OUT)
     python3 bundle/bin/bench_gpu.py --phase two_gpu --out OUT
     python3 bundle/bin/bench_gpu.py --phase report --out OUT   # ratios, JSON, PNG chart
 Each phase appends JSON lines to OUT/bench.jsonl. One-GPU phases are pinned to 16 cores
@@ -69,10 +70,10 @@ def dataset(images):
 
 
 def stoker_train(out, name, ranks, model, root=None, synthetic_steps=0, data_only=False,
-                 cores=None, data_threads=15, epochs=2, extra=()):
+                 cores=None, data_threads=15, epochs=2, extra=(), batch=256):
     os.makedirs(WORK, exist_ok=True)
     metrics = os.path.join(WORK, f"{name}.json")
-    trainer = ["--model=" + model, "--num_classes=1000", "--image_size=224", "--batch_size=256",
+    trainer = ["--model=" + model, "--num_classes=1000", "--image_size=224", f"--batch_size={batch}",
                "--precision=bf16", "--optimizer=adamw", "--lr=1e-3", "--weight_decay=1e-4",
                "--warmup_steps=8", "--log_every=10", "--metrics_out=" + metrics, *extra]
     if data_only:
@@ -171,6 +172,49 @@ def phase_step(out, models=("resnet50", "resnet18")):
     anchor_lines(out, p, "python", {"ranks": 1})
 
 
+def phase_exported(out):
+    """Models exported from torchvision with tools/export_model.py, trained by Stoker's graph
+    runner, against the built-in ResNet-50 (fused blocks on and off) and PyTorch eager
+    (anchor_peers.py, no compile) on the same GPU: synthetic batches, bf16, AdamW."""
+    for arch, batch in (("resnet50", 256), ("vit_b_16", 128)):
+        pt2 = f"/tmp/stoker_export_{arch}.pt2"
+        p = run([sys.executable, os.path.join(HERE, "export_model.py"), f"torchvision.models:{arch}",
+                 "--num_classes", "1000", "--image_size", "224", "--out", pt2], timeout=300)
+        if p.returncode != 0:
+            record(out, who="stoker", what=f"export_{arch}", error=p.returncode)
+            continue
+        stoker_train(out, f"synthetic_exported_{arch}_1gpu", 1, pt2, synthetic_steps=40,
+                     cores=CORES_1GPU, batch=batch)
+        if arch == "resnet50":
+            stoker_train(out, "synthetic_resnet50_1gpu", 1, arch, synthetic_steps=40, cores=CORES_1GPU)
+            stoker_train(out, "synthetic_plain_resnet50_1gpu", 1, arch, synthetic_steps=40,
+                         cores=CORES_1GPU, extra=["--nofused_blocks"])
+        p = run([sys.executable, os.path.join(ANCHORS, "anchor_peers.py"), "--root", "/tmp", "--archs", arch,
+                 "--no_dali", "--no_compile", "--batch", str(batch), "--steps", "20"],
+                env={"CUDA_VISIBLE_DEVICES": "0"}, cores=CORES_1GPU, timeout=300)
+        anchor_lines(out, p, "python", {"ranks": 1})
+
+
+def report_exported(rows):
+    def stoker(what):
+        for r in rows[::-1]:
+            if r.get("who") == "stoker" and r.get("what") == what and r.get("images_per_second"):
+                return r["images_per_second"]
+    def eager(arch):
+        for r in rows[::-1]:
+            if r.get("who") == "python" and r.get("arch") == arch and r.get("variant") == "bf16_cl_eager":
+                return r.get("img_s")
+    def show(name, a, b, goal):
+        value = a / b if a and b else None
+        verdict = "n/a " if value is None else "MET " if value >= goal else "MISS"
+        print(f"{verdict} {name}: {a} / {b} = {None if value is None else round(value, 3)} (goal {goal})")
+    for arch in ("resnet50", "vit_b_16"):
+        show(f"exported {arch} / PyTorch eager", stoker(f"synthetic_exported_{arch}_1gpu"), eager(arch), 1.0)
+    exported = stoker("synthetic_exported_resnet50_1gpu")
+    show("exported resnet50 / built-in resnet50, fused blocks", exported, stoker("synthetic_resnet50_1gpu"), 0.95)
+    show("exported resnet50 / built-in resnet50, plain path", exported, stoker("synthetic_plain_resnet50_1gpu"), 0.95)
+
+
 def report_step(out, rows):
     """The step targets, from one call's rows (phase_step)."""
     def stoker(what, key="images_per_second"):
@@ -241,6 +285,9 @@ def phase_report(out):
         for r in rows[::-1]:
             if r.get("who") == "python" and all(r.get(k) == v for k, v in match.items()):
                 return r.get("img_s") or r.get("img_s_total")
+    if any(r.get("what", "").startswith("synthetic_exported_") for r in rows):
+        report_exported(rows)
+        return
     if any(r.get("what", "").startswith("synthetic_plain_") for r in rows):
         steps = report_step(out, rows)
         json.dump({"stoker": {r["what"]: r.get("images_per_second") for r in rows if r.get("who") == "stoker"},
@@ -302,7 +349,7 @@ def phase_report(out):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--phase", required=True, choices=["data_service", "one_gpu", "one_gpu_anchor", "step", "profile", "two_gpu", "report"])
+    ap.add_argument("--phase", required=True, choices=["data_service", "one_gpu", "one_gpu_anchor", "step", "exported", "profile", "two_gpu", "report"])
     ap.add_argument("--out", required=True)
     ap.add_argument("--skip_anchor", action="store_true")
     ap.add_argument("--quick", action="store_true",
@@ -323,6 +370,8 @@ def main():
         phase_one_gpu_anchor(a.out)
     elif a.phase == "step":
         phase_step(a.out, ("resnet18",) if a.quick else ("resnet50", "resnet18"))
+    elif a.phase == "exported":
+        phase_exported(a.out)
     elif a.phase == "profile":
         phase_profile(a.out)
     elif a.phase == "two_gpu":

@@ -24,7 +24,7 @@ for target in "${programs[@]}" "${gpu_tests[@]}"; do
   path="${target#//}"; path="${path/://}"
   cp -L "$bin/$path" "$out/bin/"
 done
-cp tools/gpu_checks.sh tools/bench_gpu.py tools/loader_bench.py tools/kernel_breakdown.py tools/profile_peer.py tools/profile_gpu.sh tests/mpi_env.sh \
+cp tools/gpu_checks.sh tools/bench_gpu.py tools/loader_bench.py tools/kernel_breakdown.py tools/profile_peer.py tools/profile_gpu.sh tools/export_model.py tests/mpi_env.sh \
   data_service/image/bench_vs_torchvision.py "$out/bin/"
 mkdir -p "$out/bin/testdata_tools" "$out/bin/tests"
 cp tests/fault_gpu_stall_test.sh tests/job_checks.sh tests/mpi_env.sh "$out/bin/tests/"

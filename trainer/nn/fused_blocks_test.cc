@@ -117,7 +117,9 @@ TEST(FusedBlocksCpuTest, BatchNormReLUIsTheCompositionOnTheCpu) {
 
       EXPECT_TRUE(torch::equal(fused.y, y));
       EXPECT_TRUE(torch::equal(fused.dx, xg.grad()));
-      if (with_residual) EXPECT_TRUE(torch::equal(fused.dresidual, rg.grad()));
+      if (with_residual) {
+        EXPECT_TRUE(torch::equal(fused.dresidual, rg.grad()));
+      }
       EXPECT_TRUE(torch::equal(fused.dweight, plain->weight.grad()));
       EXPECT_TRUE(torch::equal(fused.dbias, plain->bias.grad()));
       EXPECT_TRUE(torch::equal(fused.running_mean, plain->running_mean));

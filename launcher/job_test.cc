@@ -82,6 +82,14 @@ class JobTest : public ::testing::Test {
     config_.env.push_back(absl::StrCat(name, "=", value));
   }
 
+  // A thread that sends this process (the launcher's job) SIGTERM once the fake trainer's
+  // last rank has started sleeping; join it after Run().
+  std::thread SigtermOnceRanksSleep() {
+    return std::thread([this] {
+      if (WaitForFile(out_ + "/trainer.1.sleep.pid", absl::Seconds(20))) kill(getpid(), SIGTERM);
+    });
+  }
+
   JobResult Run() {
     absl::StatusOr<JobPlan> plan = PlanJob(config_);
     EXPECT_TRUE(plan.ok()) << plan.status();
@@ -229,9 +237,7 @@ TEST_F(JobTest, DataServiceIgnoringSigtermIsKilledAfterTheGracePeriod) {
 
 TEST_F(JobTest, SigtermStopsTheJobAndExitsWith143) {
   SetEnv("STOKER_FAKE_TRAINER_SLEEP", "1000");
-  std::thread sender([this] {
-    if (WaitForFile(out_ + "/trainer.1.sleep.pid", absl::Seconds(20))) kill(getpid(), SIGTERM);
-  });
+  std::thread sender = SigtermOnceRanksSleep();
   JobResult result = Run();
   sender.join();
   EXPECT_EQ(result.exit_code, 128 + SIGTERM);
@@ -246,9 +252,7 @@ TEST_F(JobTest, SigtermLetsTheRanksStopWithACheckpointBeforeAnythingIsKilled) {
   SetEnv("STOKER_FAKE_TRAINER_SLEEP", "1000");
   SetEnv("STOKER_FAKE_TRAINER_STOP_S", "6");
   config_.stop_grace = absl::Seconds(30);
-  std::thread sender([this] {
-    if (WaitForFile(out_ + "/trainer.1.sleep.pid", absl::Seconds(20))) kill(getpid(), SIGTERM);
-  });
+  std::thread sender = SigtermOnceRanksSleep();
   JobResult result = Run();
   sender.join();
   EXPECT_EQ(result.exit_code, 128 + SIGTERM);
@@ -266,9 +270,7 @@ TEST_F(JobTest, RanksThatDoNotStopWithinTheStopGraceAreStopped) {
   SetEnv("STOKER_FAKE_TRAINER_STOP_S", "1000");
   config_.stop_grace = absl::Seconds(1);
   config_.shutdown_grace = absl::Seconds(1);
-  std::thread sender([this] {
-    if (WaitForFile(out_ + "/trainer.1.sleep.pid", absl::Seconds(20))) kill(getpid(), SIGTERM);
-  });
+  std::thread sender = SigtermOnceRanksSleep();
   JobResult result = Run();
   sender.join();
   EXPECT_EQ(result.exit_code, 128 + SIGTERM);
@@ -455,9 +457,7 @@ TEST_F(ClusterJobTest, FailingRankFailsTheJobWithItsCode) {
 
 TEST_F(ClusterJobTest, SigtermIsForwardedToSrunAndTheJobExits143) {
   SetEnv("STOKER_FAKE_TRAINER_SLEEP", "1000");
-  std::thread sender([this] {
-    if (WaitForFile(out_ + "/trainer.1.sleep.pid", absl::Seconds(20))) kill(getpid(), SIGTERM);
-  });
+  std::thread sender = SigtermOnceRanksSleep();
   JobResult result = Run();
   sender.join();
   EXPECT_EQ(result.exit_code, 143);

@@ -34,15 +34,7 @@ find_rank_pids() {
 # start_job NAME: starts a long 2-rank job in the background; sets job, log, launcher_pid,
 # service_pid and rank_pids (rank r's pid is rank_pid[r]) once training is under way.
 start_job() {
-  job="$1-$$-$RANDOM"
-  log="$out/$1.log"
-  timeout --signal=KILL 180 "$root/launcher/launcher" --np=2 --job_id="$job" \
-    --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
-    --dataset=synthetic --synthetic_samples=4096 --synthetic_classes=4 --data_threads=1 -- \
-    --model=small_cnn --num_classes=4 --image_size=32 --batch_size=16 --epochs=1000 \
-    --log_every=1 --loss_log="$log.loss" > "$log" 2>&1 &
-  launcher_pid=$!
-  await_training "$log" "$launcher_pid"
+  launch_training_job "$1"
   service_pid=$(pgrep -f -- "data_service/data_service .*--job_id=$job" | head -n 1)
   find_rank_pids
   echo "job $job: launcher $launcher_pid, data service $service_pid, ranks ${rank_pid[*]}"

@@ -8,15 +8,7 @@
 set -euo pipefail
 source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
 begin_job_test
-job="shmtrunc-$$-$RANDOM"
-log="$out/job.log"
-timeout --signal=KILL 180 "$root/launcher/launcher" --np=2 --job_id="$job" \
-  --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
-  --dataset=synthetic --synthetic_samples=4096 --synthetic_classes=4 --data_threads=1 -- \
-  --model=small_cnn --num_classes=4 --image_size=32 --batch_size=16 --epochs=1000 \
-  --log_every=1 --loss_log="$log.loss" > "$log" 2>&1 &
-launcher_pid=$!
-await_training "$log" "$launcher_pid"
+launch_training_job shmtrunc
 truncate -s 4096 "/dev/shm/stoker.$job.ring.0"
 start=$SECONDS
 code=0

@@ -88,6 +88,22 @@ pid_records() {
     }' "$log"
 }
 
+# launch_training_job NAME: starts, in the background through the launcher, a 2-rank job that
+# trains the small CNN on the synthetic dataset until stopped (a loss line a step), and
+# waits until it trains; sets job, log (OUT/NAME.log; rank 0's losses in LOG.loss) and
+# launcher_pid. The launcher is SIGKILLed after 180 s.
+launch_training_job() {
+  job="$1-$$-$RANDOM"
+  log="$out/$1.log"
+  timeout --signal=KILL 180 "$root/launcher/launcher" --np=2 --job_id="$job" \
+    --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
+    --dataset=synthetic --synthetic_samples=4096 --synthetic_classes=4 --data_threads=1 -- \
+    --model=small_cnn --num_classes=4 --image_size=32 --batch_size=16 --epochs=1000 \
+    --log_every=1 --loss_log="$log.loss" > "$log" 2>&1 &
+  launcher_pid=$!
+  await_training "$log" "$launcher_pid"
+}
+
 # await_training LOG PID [TENTHS]: waits (at most TENTHS tenths of a second, 900 by default)
 # until LOG.loss, rank 0's --loss_log, has two steps. Fails, printing LOG, when PID (the job)
 # ends first or training does not start in time (then PID gets SIGTERM).

@@ -29,6 +29,12 @@ std::string TempDir() {
   return (dir != nullptr && *dir != '\0') ? dir : "/tmp";
 }
 
+}  // namespace
+
+std::string TempPath(absl::string_view name) { return absl::StrCat(TempDir(), "/", name); }
+
+namespace {
+
 // Creates an empty file from the mkstemp pattern `prefix`XXXXXX and returns its name.
 absl::StatusOr<std::string> MakeTempFile(const std::string& prefix) {
   std::string name = absl::StrCat(TempDir(), "/", prefix, "XXXXXX");
@@ -82,10 +88,10 @@ absl::StatusOr<std::string> RunPython(absl::string_view script,
   if (status == -1) return ErrnoToStatus(errno, "pclose");
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return absl::InternalError(absl::StrCat(
-        "`", python, "` (from $STOKER_PYTHON, else python3) failed with exit code ", code,
-        code == 124 ? " (timed out)" : "", ". Its stderr:\n", ReadAll(*stderr_path),
-        "\nIts stdout:\n", output));
+    return absl::InternalError(
+        absl::StrCat("`", python, "` (from $STOKER_PYTHON, else python3) failed with exit code ",
+                     code, code == 124 ? " (timed out)" : "", ". Its stderr:\n",
+                     ReadAll(*stderr_path), "\nIts stdout:\n", output));
   }
   return output;
 }

@@ -14,6 +14,9 @@ namespace stoker::testing {
 // The interpreter tests use: $STOKER_PYTHON if set and not empty, else "python3".
 std::string PythonInterpreter();
 
+// `name` under the directory tests and their Python scripts share: $TEST_TMPDIR (else /tmp).
+std::string TempPath(absl::string_view name);
+
 // Writes `script` to a file under $TEST_TMPDIR (else /tmp), runs it as
 // `<interpreter> <file> <args...>` with a wall-clock limit of `timeout_s` seconds, and
 // returns its standard output. Internal (with the program's stderr in the message) when it

@@ -18,22 +18,18 @@
 #include "common/testing/python_runner.h"
 #include "gtest/gtest.h"
 #include "trainer/graph/graph_model.h"
+#include "trainer/nn/state_dict_file.h"
 
 namespace stoker::trainer {
 namespace {
 
-std::string TempPath(absl::string_view name) {
-  return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
-}
+using testing::TempPath;
 
+// The {name: tensor} dict that Python's torch.save wrote at `path`.
 std::map<std::string, at::Tensor> ReadTensors(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::map<std::string, at::Tensor> tensors;
-  for (const auto& item : torch::pickle_load(bytes).toGenericDict()) {
-    tensors[item.key().toStringRef()] = item.value().toTensor();
-  }
-  return tensors;
+  absl::StatusOr<std::map<std::string, at::Tensor>> tensors = ReadStateDictFile(path);
+  EXPECT_TRUE(tensors.ok()) << tensors.status();
+  return tensors.ok() ? *std::move(tensors) : std::map<std::string, at::Tensor>();
 }
 
 // A small network with batch norm, dropout and torchvision's stochastic depth, with

@@ -43,9 +43,7 @@ std::string Shape(const torch::Tensor& t) {
   return absl::StrJoin(dims, "x");
 }
 
-std::string TempPath(absl::string_view name) {
-  return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
-}
+using testing::TempPath;
 
 void WriteFile(const std::string& path, const void* data, size_t size) {
   std::ofstream out(path, std::ios::binary);

@@ -23,9 +23,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string TempPath(absl::string_view name) {
-  return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
-}
+using testing::TempPath;
 
 // From the model's own state dict: the same values plus 1 (num_batches_tracked plus 3),
 // written both ways, and three that do not fit.

@@ -9,6 +9,7 @@ namespace stoker {
 namespace {
 
 constexpr char kExitCodePayload[] = "type.stoker/exit_code";
+constexpr char kPeerFailurePayload[] = "type.stoker/peer_failure";
 
 }  // namespace
 
@@ -66,9 +67,18 @@ std::string StatusText(const absl::Status& status) {
   return absl::StrCat(absl::StatusCodeToString(status.code()), ": ", status.message());
 }
 
+absl::Status AsPeerFailure(absl::Status status) {
+  if (!status.ok()) status.SetPayload(kPeerFailurePayload, absl::Cord("1"));
+  return status;
+}
+
 int ReportFailure(const absl::Status& status) {
   const int code = ExitCodeOf(status);
-  LogError("%s (exit %d): %s", ExitCause(code), code, StatusText(status));
+  if (status.GetPayload(kPeerFailurePayload).has_value()) {
+    LogWarning("%s (exit %d): %s", ExitCause(code), code, StatusText(status));
+  } else {
+    LogError("%s (exit %d): %s", ExitCause(code), code, StatusText(status));
+  }
   return code;
 }
 

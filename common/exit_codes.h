@@ -57,8 +57,13 @@ std::string ExitCause(int exit_code);
 // "CODE: message" of `status`, without its payloads (absl::Status::ToString prints them).
 std::string StatusText(const absl::Status& status);
 
+// `status` (not OK) marked as another process's failure that this one ends with (a rank
+// that stops because a peer failed): it keeps its exit code, and ReportFailure logs it as a
+// warning, so that the job's first error line is the failing process's own.
+absl::Status AsPeerFailure(absl::Status status);
+
 // Logs the line that ends a program that failed with `status` (not OK),
-// "<cause> (exit N): CODE: message", and returns N.
+// "<cause> (exit N): CODE: message" (an error; a warning for AsPeerFailure), and returns N.
 int ReportFailure(const absl::Status& status);
 
 }  // namespace stoker

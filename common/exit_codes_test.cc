@@ -58,5 +58,15 @@ TEST(ExitCodesTest, ReportFailureReturnsTheCode) {
   EXPECT_EQ(ReportFailure(absl::DeadlineExceededError("MPI_Init did not return")), kExitTimeout);
 }
 
+TEST(ExitCodesTest, APeersFailureKeepsItsCodeAndLogsAWarning) {
+  const absl::Status peer =
+      AsPeerFailure(WithExitCode(absl::UnavailableError("peer"), kExitBadData));
+  EXPECT_EQ(ExitCodeOf(peer), kExitBadData);
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(ReportFailure(peer), kExitBadData);
+  const std::string logged = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(logged.find("] W bad data (exit 65): UNAVAILABLE: peer"), std::string::npos) << logged;
+}
+
 }  // namespace
 }  // namespace stoker

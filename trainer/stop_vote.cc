@@ -44,7 +44,8 @@ int CauseIndex(const absl::Status& local) {
 absl::StatusOr<int> AgreeOnStop(Communicator& host, const absl::Status& local) {
   if (absl::IsUnavailable(local) && StopSignalReceived() == 0) {
     const absl::Time deadline = absl::Now() + kStopSignalGrace;
-    while (StopSignalReceived() == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+    while (StopSignalReceived() == 0 && absl::Now() < deadline)
+      absl::SleepFor(absl::Milliseconds(10));
   }
   const int received = StopSignalReceived();
   int64_t votes[kSignalCount + kCauseCount] = {};
@@ -63,10 +64,10 @@ absl::StatusOr<int> AgreeOnStop(Communicator& host, const absl::Status& local) {
   if (!local.ok()) return local;
   for (int i = 0; i < kCauseCount; ++i) {
     if (votes[kSignalCount + i] == 0) continue;
-    return WithExitCode(
+    return AsPeerFailure(WithExitCode(
         absl::UnavailableError(absl::StrCat("another rank could not get its next batch (",
                                             ExitCause(kCauses[i]), "; its log says why)")),
-        kCauses[i]);
+        kCauses[i]));
   }
   return 0;
 }

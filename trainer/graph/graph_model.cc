@@ -77,6 +77,7 @@ absl::StatusOr<std::shared_ptr<GraphModel>> GraphModel::Load(const std::string& 
   train_options.where = absl::StrCat("--model=", path, " (training program)");
   train_options.num_classes = options.num_classes;
   train_options.image_size = options.image_size;
+  train_options.fused_blocks = options.fused_blocks;
   ASSIGN_OR_RETURN(model->train_, GraphProgram::Build(archive.train, state, train_options));
   GraphProgramOptions eval_options = train_options;
   model->has_eval_program_ = archive.eval.has_value();

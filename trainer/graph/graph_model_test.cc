@@ -21,8 +21,8 @@
 #include "common/testing/python_runner.h"
 #include "gtest/gtest.h"
 #include "trainer/graph/graph_model.h"
-#include "trainer/nn/state_dict_file.h"
 #include "trainer/nn/state_dict.h"
+#include "trainer/nn/state_dict_file.h"
 
 namespace stoker::trainer {
 namespace {
@@ -57,7 +57,11 @@ double RelativeToMax(const at::Tensor& a, const at::Tensor& b) {
 struct Case {
   const char* arch;  // torchvision.models.<arch>
   int image_size;
-  const char* kwargs;  // JSON: dropout and stochastic depth off, ViT's image size
+  const char* kwargs;        // JSON: dropout and stochastic depth off, ViT's image size
+  bool fused_blocks = true;  // the program's fused-block rewrite (the CPU runs its composition)
+  // The rewrite's expected {batch norm + ReLU, batch norm + add + ReLU, max pool} counts in
+  // the training program; -1: not checked.
+  int fused[3] = {-1, -1, -1};
 };
 
 constexpr int kClasses = 10;
@@ -119,10 +123,21 @@ TEST_P(TorchvisionExportTest, TrainsAsInPyTorchAndExportsWeightsTorchvisionLoads
   std::cerr << *exported;
 
   absl::StatusOr<std::shared_ptr<GraphModel>> loaded =
-      GraphModel::Load(archive, {kClasses, c.image_size});
+      GraphModel::Load(archive, {kClasses, c.image_size, c.fused_blocks});
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   GraphModel& model = **loaded;
   EXPECT_TRUE(model.has_eval_program());
+  const FusedBlockCounts& fused = model.train_program().fused_blocks();
+  std::cerr << c.arch << ": fused blocks " << fused.batch_norm_relu << " batch norm + ReLU, "
+            << fused.batch_norm_add_relu << " batch norm + add + ReLU, " << fused.max_pool
+            << " max pool\n";
+  if (!c.fused_blocks) {
+    EXPECT_EQ(fused.batch_norm_relu + fused.batch_norm_add_relu + fused.max_pool, 0);
+  } else if (c.fused[0] >= 0) {
+    EXPECT_EQ(fused.batch_norm_relu, c.fused[0]);
+    EXPECT_EQ(fused.batch_norm_add_relu, c.fused[1]);
+    EXPECT_EQ(fused.max_pool, c.fused[2]);
+  }
   std::map<std::string, at::Tensor> ref = ReadTensors(reference);
 
   // First step: loss, gradients, statistics.
@@ -198,13 +213,19 @@ TEST_P(TorchvisionExportTest, TrainsAsInPyTorchAndExportsWeightsTorchvisionLoads
 
 INSTANTIATE_TEST_SUITE_P(
     Torchvision, TorchvisionExportTest,
-    ::testing::Values(Case{"resnet18", 32, "{}"}, Case{"resnet50", 32, "{}"},
+    // A ResNet's stem and each block's inner batch norms end in ReLU, each block's last one
+    // in add + ReLU; the downsample branches' batch norms stay unfused.
+    ::testing::Values(Case{"resnet18", 32, "{}", true, {9, 8, 1}},
+                      Case{"resnet18", 32, "{}", false},
+                      Case{"resnet50", 32, "{}", true, {33, 16, 1}},
                       Case{"mobilenet_v3_small", 32, R"({"dropout": 0.0})"},
                       Case{"efficientnet_b0", 32,
                            R"({"dropout": 0.0, "stochastic_depth_prob": 0.0})"},
                       Case{"convnext_tiny", 32, R"({"stochastic_depth_prob": 0.0})"},
                       Case{"vit_b_16", 32, R"({"image_size": 32})"}),
-    [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.arch); });
+    [](const ::testing::TestParamInfo<Case>& info) {
+      return absl::StrCat(info.param.arch, info.param.fused_blocks ? "" : "_unfused");
+    });
 
 }  // namespace
 }  // namespace stoker::trainer

@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "trainer/graph/export_schema.h"
+#include "trainer/graph/graph_fusion.h"
 
 namespace stoker::trainer {
 
@@ -29,35 +30,6 @@ using nlohmann::json;
 // whose Python code branches on `self.training` in other ways (torchvision's stochastic
 // depth) has that branch frozen into the training program; tools/export_model.py exports
 // the evaluation program beside it, and Stoker then runs that one.
-
-struct GraphProgram::Arg {
-  enum class Kind {
-    kConstant,
-    kSlot,
-    kTensorList,
-    kOptionalTensorList,
-    kIntList,
-    kDevice,
-    kGenerator
-  };
-  Kind kind = Kind::kConstant;
-  c10::IValue constant;
-  int slot = -1;
-  std::vector<int> slots;     // lists; -1 where the element is None or a constant
-  std::vector<int64_t> ints;  // kIntList: the constant elements
-};
-
-struct GraphProgram::Call {
-  enum class Kind { kOperator, kSymSize, kSymArith, kDropout, kAlias };
-  Kind kind = Kind::kOperator;
-  std::optional<c10::OperatorHandle> op;
-  std::vector<Arg> args;
-  // Per returned value, the slots it goes to: one, or one per element of a Tensor[] return.
-  std::vector<std::vector<int>> outputs;
-  std::vector<bool> list_output;
-  std::string sym_op;     // kSymSize: "size", "numel", "stride"; kSymArith: "mul", "add", ...
-  bool in_place = false;  // kDropout: dropout_
-};
 
 namespace {
 
@@ -286,14 +258,14 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(
       return -1;
     };
     // A symbolic int or a constant int argument.
-    auto int_arg = [&](const json& argument, Arg* arg) -> bool {
+    auto int_arg = [&](const json& argument, GraphArg* arg) -> bool {
       const std::string kind = KindOf(argument);
       if (kind == "as_int") {
         arg->constant = argument["as_int"].get<int64_t>();
         return true;
       }
       if (kind == "as_sym_int" && argument["as_sym_int"].contains("as_name")) {
-        arg->kind = Arg::Kind::kSlot;
+        arg->kind = GraphArg::Kind::kSlot;
         arg->slot = slot(argument["as_sym_int"]["as_name"]);
         return true;
       }
@@ -304,7 +276,7 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(
       return false;
     };
 
-    auto call = std::make_unique<Call>();
+    auto call = std::make_unique<GraphCall>();
     if (absl::StartsWith(target, kOperatorPrefix)) {
       const std::string op(absl::string_view(target).substr(kOperatorPrefix.size()));
       static const std::set<std::string> kArith = {"mul", "add", "sub", "floordiv", "mod"};
@@ -314,10 +286,10 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(
             "Python operator ", op,
             " on symbolic sizes is not one Stoker runs (mul, add, sub, floordiv, mod)"));
       }
-      call->kind = Call::Kind::kSymArith;
+      call->kind = GraphCall::Kind::kSymArith;
       call->sym_op = op;
       for (const char* operand : {"a", "b"}) {
-        Arg arg;
+        GraphArg arg;
         if (!int_arg(*inputs[operand], &arg))
           return refuse_node("an operand is not an integer size");
         call->args.push_back(std::move(arg));
@@ -335,17 +307,17 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(
     const c10::OperatorName op_name = AtenName(target);
     if (op_name.name == "aten::sym_size" || op_name.name == "aten::sym_numel" ||
         op_name.name == "aten::sym_stride") {
-      call->kind = Call::Kind::kSymSize;
+      call->kind = GraphCall::Kind::kSymSize;
       call->sym_op = op_name.name.substr(std::string("aten::sym_").size());
       if (!inputs.count("self") || KindOf(*inputs["self"]) != "as_tensor" || outputs.size() != 1) {
         return refuse_node("malformed size query");
       }
-      Arg self;
-      self.kind = Arg::Kind::kSlot;
+      GraphArg self;
+      self.kind = GraphArg::Kind::kSlot;
       self.slot = slot((*inputs["self"])["as_tensor"].value("name", ""));
       call->args.push_back(std::move(self));
       if (call->sym_op != "numel") {
-        Arg dim;
+        GraphArg dim;
         if (!inputs.count("dim") || !int_arg(*inputs["dim"], &dim))
           return refuse_node("malformed size query");
         call->args.push_back(std::move(dim));
@@ -382,13 +354,13 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(
 
     // Arguments in schema order: from the node, else the schema's default.
     for (const c10::Argument& formal : schema.arguments()) {
-      Arg arg;
+      GraphArg arg;
       const c10::TypePtr& type = formal.type();
       c10::TypePtr element = type;
       if (type->kind() == c10::TypeKind::OptionalType)
         element = type->castRaw<c10::OptionalType>()->getElementType();
       if (element->kind() == c10::TypeKind::GeneratorType) {
-        arg.kind = Arg::Kind::kGenerator;
+        arg.kind = GraphArg::Kind::kGenerator;
         call->args.push_back(std::move(arg));
         continue;
       }
@@ -400,7 +372,7 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(
         }
         arg.constant = *formal.default_value();
         if (element->kind() == c10::TypeKind::DeviceObjType && !arg.constant.isNone())
-          arg.kind = Arg::Kind::kDevice;
+          arg.kind = GraphArg::Kind::kDevice;
         call->args.push_back(std::move(arg));
         continue;
       }
@@ -412,15 +384,16 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(
       if (kind == "as_none") {
         arg.constant = c10::IValue();
       } else if (kind == "as_tensor") {
-        arg.kind = Arg::Kind::kSlot;
+        arg.kind = GraphArg::Kind::kSlot;
         arg.slot = slot(body.value("name", ""));
       } else if (kind == "as_optional_tensor") {
         if (body.contains("as_tensor")) {
-          arg.kind = Arg::Kind::kSlot;
+          arg.kind = GraphArg::Kind::kSlot;
           arg.slot = slot(body["as_tensor"].value("name", ""));
         }
       } else if (kind == "as_tensors" || kind == "as_optional_tensors") {
-        arg.kind = kind == "as_tensors" ? Arg::Kind::kTensorList : Arg::Kind::kOptionalTensorList;
+        arg.kind = kind == "as_tensors" ? GraphArg::Kind::kTensorList
+                                        : GraphArg::Kind::kOptionalTensorList;
         for (const json& t : body) {
           if (kind == "as_tensors") {
             arg.slots.push_back(slot(t.value("name", "")));
@@ -466,7 +439,7 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(
         if (!int_arg(value, &arg))
           return absl::InvalidArgumentError(absl::StrCat(what, ": malformed symbolic int"));
       } else if (kind == "as_sym_ints") {
-        arg.kind = Arg::Kind::kIntList;
+        arg.kind = GraphArg::Kind::kIntList;
         for (const json& s : body) {
           if (s.contains("as_name")) {
             arg.slots.push_back(slot(s["as_name"].get<std::string>()));
@@ -488,7 +461,7 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(
       } else if (kind == "as_device") {
         ASSIGN_OR_RETURN(c10::Device d, DeviceOf(body, what));
         (void)d;  // Note [Devices of a program]: the run's device.
-        arg.kind = Arg::Kind::kDevice;
+        arg.kind = GraphArg::Kind::kDevice;
       } else if (kind == "as_complex") {
         arg.constant = c10::complex<double>(body.value("real", 0.0), body.value("imag", 0.0));
       } else {
@@ -503,7 +476,7 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(
     if (unseeded) {
       const std::optional<int> p = schema.argumentIndexWithName("dropout_p");
       const bool no_dropout = op_name.name == "aten::scaled_dot_product_attention" &&
-                              p.has_value() && call->args[*p].kind == Arg::Kind::kConstant &&
+                              p.has_value() && call->args[*p].kind == GraphArg::Kind::kConstant &&
                               call->args[*p].constant.isDouble() &&
                               call->args[*p].constant.toDouble() == 0.0;
       if (!no_dropout) {
@@ -537,30 +510,35 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(
     if (options.eval_from_training) {
       const bool mutates_buffer =
           !schema.arguments().empty() && schema.arguments()[0].alias_info() != nullptr &&
-          schema.arguments()[0].alias_info()->isWrite() && call->args[0].kind == Arg::Kind::kSlot &&
-          buffer_slots.count(call->args[0].slot) > 0;
+          schema.arguments()[0].alias_info()->isWrite() &&
+          call->args[0].kind == GraphArg::Kind::kSlot && buffer_slots.count(call->args[0].slot) > 0;
       if (mutates_buffer) {
-        call->kind = Call::Kind::kAlias;
+        call->kind = GraphCall::Kind::kAlias;
       } else if (op_name.name == "aten::batch_norm") {
         call->args[*schema.argumentIndexWithName("training")].constant = false;
-        call->args[*schema.argumentIndexWithName("training")].kind = Arg::Kind::kConstant;
+        call->args[*schema.argumentIndexWithName("training")].kind = GraphArg::Kind::kConstant;
       } else if (is_dropout) {
         call->args[*schema.argumentIndexWithName("train")].constant = false;
-        call->args[*schema.argumentIndexWithName("train")].kind = Arg::Kind::kConstant;
+        call->args[*schema.argumentIndexWithName("train")].kind = GraphArg::Kind::kConstant;
       }
     }
-    if (is_dropout && call->kind == Call::Kind::kOperator) {
-      call->kind = Call::Kind::kDropout;
+    if (is_dropout && call->kind == GraphCall::Kind::kOperator) {
+      call->kind = GraphCall::Kind::kDropout;
       call->in_place = op_name.name == "aten::dropout_";
     }
-    if (call->kind == Call::Kind::kOperator) call->op = handle;
-    if (call->kind == Call::Kind::kAlias) call->op = handle;
+    if (call->kind == GraphCall::Kind::kOperator) call->op = handle;
+    if (call->kind == GraphCall::Kind::kAlias) call->op = handle;
     program->calls_.push_back(std::move(call));
   }
 
   if (!slot_of.count(output_name))
     return refuse(absl::StrCat("output ", output_name, " is never computed"));
   program->output_slot_ = slot_of[output_name];
+  if (options.fused_blocks) {
+    std::vector<int> outside_reads = {program->output_slot_};
+    for (const auto& [s, buffer] : program->buffer_mutations_) outside_reads.push_back(s);
+    program->fused_blocks_ = FuseBlocks(program->calls_, outside_reads);
+  }
   return program;
 }
 
@@ -568,39 +546,6 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(
 // torch.export records the device it traced on in arguments such as aten::empty's
 // `device`. A Stoker program runs where its parameters are (the CPU in CI, a GPU in
 // training), so every device argument is the device of the image batch being run.
-
-c10::IValue GraphProgram::Resolve(const Arg& arg, const c10::Device& device) const {
-  switch (arg.kind) {
-    case Arg::Kind::kConstant:
-    case Arg::Kind::kGenerator:
-      return arg.constant;
-    case Arg::Kind::kSlot:
-      return values_[arg.slot];
-    case Arg::Kind::kDevice:
-      return device;
-    case Arg::Kind::kTensorList: {
-      c10::List<at::Tensor> list;
-      list.reserve(arg.slots.size());
-      for (int s : arg.slots) list.push_back(values_[s].toTensor());
-      return list;
-    }
-    case Arg::Kind::kOptionalTensorList: {
-      c10::List<std::optional<at::Tensor>> list;
-      list.reserve(arg.slots.size());
-      for (int s : arg.slots)
-        list.push_back(s < 0 ? std::nullopt : std::optional<at::Tensor>(values_[s].toTensor()));
-      return list;
-    }
-    case Arg::Kind::kIntList: {
-      std::vector<int64_t> ints = arg.ints;
-      for (size_t i = 0; i < ints.size(); ++i) {
-        if (arg.slots[i] >= 0) ints[i] = values_[arg.slots[i]].toInt();
-      }
-      return ints;
-    }
-  }
-  return c10::IValue();
-}
 
 at::Tensor GraphProgram::Run(const at::Tensor& images, at::Generator* generator) {
   TORCH_CHECK(images.dim() == 4 && images.size(1) == channels_ && images.size(2) == image_size_ &&
@@ -612,88 +557,9 @@ at::Tensor GraphProgram::Run(const at::Tensor& images, at::Generator* generator)
       if (!persistent_[i]) values_[i] = c10::IValue();
     }
   };
-  const c10::Device device = images.device();
   values_[input_slot_] = images;
-  torch::jit::Stack stack;
-  for (const auto& call : calls_) {
-    switch (call->kind) {
-      case Call::Kind::kOperator: {
-        stack.clear();
-        for (const Arg& arg : call->args) {
-          if (arg.kind == Arg::Kind::kGenerator) {
-            stack.emplace_back(generator != nullptr ? c10::IValue(*generator) : c10::IValue());
-          } else {
-            stack.push_back(Resolve(arg, device));
-          }
-        }
-        call->op->callBoxed(&stack);
-        for (size_t r = 0; r < call->outputs.size(); ++r) {
-          const std::vector<int>& slots = call->outputs[r];
-          if (call->list_output[r]) {
-            c10::List<at::Tensor> list = stack[r].toTensorList();
-            for (size_t i = 0; i < slots.size() && i < list.size(); ++i)
-              values_[slots[i]] = list.get(i);
-          } else if (slots[0] >= 0) {
-            values_[slots[0]] = std::move(stack[r]);
-          }
-        }
-        break;
-      }
-      case Call::Kind::kSymSize: {
-        const at::Tensor& self = values_[call->args[0].slot].toTensor();
-        int64_t value = 0;
-        if (call->sym_op == "numel") {
-          value = self.numel();
-        } else {
-          const int64_t dim = Resolve(call->args[1], device).toInt();
-          value = call->sym_op == "size" ? self.size(dim) : self.stride(dim);
-        }
-        values_[call->outputs[0][0]] = value;
-        break;
-      }
-      case Call::Kind::kSymArith: {
-        const int64_t a = Resolve(call->args[0], device).toInt();
-        const int64_t b = Resolve(call->args[1], device).toInt();
-        int64_t value = 0;
-        if (call->sym_op == "mul") value = a * b;
-        if (call->sym_op == "add") value = a + b;
-        if (call->sym_op == "sub") value = a - b;
-        if (call->sym_op == "floordiv" || call->sym_op == "mod") {
-          TORCH_CHECK(b != 0, "division by zero in a size computation");
-          int64_t q = a / b;
-          if ((a % b != 0) && ((a < 0) != (b < 0))) --q;  // Python's floor division
-          value = call->sym_op == "floordiv" ? q : a - q * b;
-        }
-        values_[call->outputs[0][0]] = value;
-        break;
-      }
-      case Call::Kind::kDropout: {
-        // aten::dropout(input, p, train) with the draws from `generator`: what ATen's
-        // CPU dropout computes (a Bernoulli(1 - p) mask scaled by 1 / (1 - p)).
-        at::Tensor input = values_[call->args[0].slot].toTensor();
-        const double p = Resolve(call->args[1], device).toDouble();
-        const bool train = Resolve(call->args[2], device).toBool();
-        at::Tensor out = input;
-        if (train && p > 0) {
-          std::optional<at::Generator> gen;
-          if (generator != nullptr) gen = *generator;
-          at::Tensor noise = at::empty_like(input, at::MemoryFormat::Contiguous);
-          if (p >= 1) {
-            noise.zero_();
-          } else {
-            noise.bernoulli_(1 - p, gen);
-            noise.div_(1 - p);
-          }
-          out = call->in_place ? input.mul_(noise) : input * noise;
-        }
-        values_[call->outputs[0][0]] = out;
-        break;
-      }
-      case Call::Kind::kAlias:
-        values_[call->outputs[0][0]] = values_[call->args[0].slot];
-        break;
-    }
-  }
+  GraphFrame frame{&values_, images.device(), generator};
+  for (const auto& call : calls_) RunCall(*call, frame);
   at::Tensor logits = values_[output_slot_].toTensor();
   if (!buffer_mutations_.empty()) {
     c10::NoGradGuard no_grad;

@@ -16,6 +16,8 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "trainer/graph/graph_call.h"
+#include "trainer/graph/graph_fusion.h"
 
 namespace stoker::trainer {
 
@@ -36,6 +38,9 @@ struct GraphProgramOptions {
   // Run a training program as the evaluation one (a plain torch.export.save archive has no
   // other): Note [Evaluation from the training program].
   bool eval_from_training = false;
+  // Rewrite batch norm + (add +) ReLU and max pooling into fused blocks: Note [Fused blocks
+  // in a program] (trainer/graph/graph_fusion.h).
+  bool fused_blocks = true;
 };
 
 // Built once, run many times. Thread-compatible: one Run at a time.
@@ -71,23 +76,22 @@ class GraphProgram {
   int image_size() const { return image_size_; }
   // The distinct operators the program calls ("aten::conv2d", ...), for reports.
   std::vector<std::string> operators() const;
+  // The patterns rewritten into fused blocks (all zero with fused_blocks off).
+  const FusedBlockCounts& fused_blocks() const { return fused_blocks_; }
 
  private:
-  struct Arg;
-  struct Call;
   GraphProgram();
-
-  c10::IValue Resolve(const Arg& arg, const c10::Device& device) const;
 
   std::vector<c10::IValue> values_;  // one slot per named graph value
   std::vector<bool> persistent_;     // slot holds a parameter or buffer
-  std::vector<std::unique_ptr<Call>> calls_;
+  std::vector<std::unique_ptr<GraphCall>> calls_;
   int input_slot_ = -1;
   int output_slot_ = -1;
   std::vector<std::pair<int, at::Tensor>> buffer_mutations_;  // slot -> buffer it updates
   int num_classes_ = 0;
   int image_size_ = 0;
   int channels_ = 3;
+  FusedBlockCounts fused_blocks_;
 };
 
 }  // namespace stoker::trainer

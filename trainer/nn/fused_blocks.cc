@@ -227,18 +227,19 @@ class MaxPoolFunction : public torch::autograd::Function<MaxPoolFunction> {
 
 }  // namespace
 
-bool FusedBatchNormApplies(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
+bool FusedBatchNormApplies(const BatchNormArguments& bn, const torch::Tensor& x,
                            const torch::Tensor& residual) {
-  const auto& o = bn.options;
   if (!KernelsBuilt() || !x.is_cuda() || !IsChannelsLast(x) || !KernelDtype(x.scalar_type())) {
     return false;
   }
-  if (!o.affine() || !o.track_running_stats() || bn.weight.scalar_type() != at::kFloat ||
-      bn.running_mean.scalar_type() != at::kFloat) {
-    return false;
+  for (const torch::Tensor* t : {&bn.weight, &bn.bias, &bn.running_mean, &bn.running_var}) {
+    if (!t->defined() || t->scalar_type() != at::kFloat || t->device() != x.device() ||
+        !t->is_contiguous() || t->dim() != 1 || t->size(0) != x.size(1)) {
+      return false;
+    }
   }
   // One value per channel cannot be normalised by batch statistics; the composition says so.
-  if (bn.is_training() && x.size(0) * x.size(2) * x.size(3) < 2) return false;
+  if (bn.training && x.size(0) * x.size(2) * x.size(3) < 2) return false;
   if (x.numel() == 0) return false;
   if (residual.defined() &&
       (!IsChannelsLast(residual) || residual.sizes() != x.sizes() ||
@@ -246,6 +247,45 @@ bool FusedBatchNormApplies(const torch::nn::BatchNorm2dImpl& bn, const torch::Te
     return false;
   }
   return true;
+}
+
+torch::Tensor FusedBatchNormReLU(const BatchNormArguments& bn, const torch::Tensor& x,
+                                 const torch::Tensor& residual) {
+#ifdef STOKER_WITH_CUDA
+  if (residual.defined()) {
+    return BatchNormAddReLUFunction::apply(x, residual, bn.weight, bn.bias, bn.running_mean,
+                                           bn.running_var, bn.momentum, bn.eps, bn.training);
+  }
+  return BatchNormReLUFunction::apply(x, bn.weight, bn.bias, bn.running_mean, bn.running_var,
+                                      bn.momentum, bn.eps, bn.training);
+#else
+  TORCH_CHECK(false, "FusedBatchNormReLU: Stoker was built without CUDA");
+#endif
+}
+
+namespace {
+
+BatchNormArguments ArgumentsOf(const torch::nn::BatchNorm2dImpl& bn) {
+  BatchNormArguments a;
+  if (bn.options.affine()) {
+    a.weight = bn.weight;
+    a.bias = bn.bias;
+  }
+  if (bn.options.track_running_stats()) {
+    a.running_mean = bn.running_mean;
+    a.running_var = bn.running_var;
+  }
+  a.momentum = bn.options.momentum().value_or(0.0);
+  a.eps = bn.options.eps();
+  a.training = bn.is_training();
+  return a;
+}
+
+}  // namespace
+
+bool FusedBatchNormApplies(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
+                           const torch::Tensor& residual) {
+  return FusedBatchNormApplies(ArgumentsOf(bn), x, residual);
 }
 
 bool FusedMaxPoolApplies(const torch::Tensor& x, int kernel) {
@@ -258,26 +298,16 @@ torch::Tensor BatchNormReLU(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor&
   if (!fused || !FusedBatchNormApplies(bn, x, residual)) {
     return ComposedBatchNormReLU(bn, x, residual);
   }
-#ifdef STOKER_WITH_CUDA
-  // The momentum as torch::nn::BatchNorm2d's forward derives it.
-  double momentum = bn.options.momentum().value_or(0.0);
+  BatchNormArguments arguments = ArgumentsOf(bn);
   if (bn.is_training()) {
+    // The momentum as torch::nn::BatchNorm2d's forward derives it.
     c10::NoGradGuard no_grad;
     bn.num_batches_tracked += 1;
     if (!bn.options.momentum().has_value()) {
-      momentum = 1.0 / bn.num_batches_tracked.item<double>();
+      arguments.momentum = 1.0 / bn.num_batches_tracked.item<double>();
     }
   }
-  if (residual.defined()) {
-    return BatchNormAddReLUFunction::apply(x, residual, bn.weight, bn.bias, bn.running_mean,
-                                           bn.running_var, momentum, bn.options.eps(),
-                                           bn.is_training());
-  }
-  return BatchNormReLUFunction::apply(x, bn.weight, bn.bias, bn.running_mean, bn.running_var,
-                                      momentum, bn.options.eps(), bn.is_training());
-#else
-  return ComposedBatchNormReLU(bn, x, residual);
-#endif
+  return FusedBatchNormReLU(arguments, x, residual);
 }
 
 torch::Tensor MaxPool2d(const torch::Tensor& x, int kernel, int stride, int padding, bool fused) {

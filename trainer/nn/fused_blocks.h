@@ -37,6 +37,23 @@ bool FusedBatchNormApplies(const torch::nn::BatchNorm2dImpl& bn, const torch::Te
                            const torch::Tensor& residual);
 bool FusedMaxPoolApplies(const torch::Tensor& x, int kernel);
 
+// The block in the terms of aten::batch_norm, for callers that hold the tensors rather than
+// a module (programs exported from Python). `weight`, `bias` and the running statistics are
+// the model's own: training moves the running statistics in place by `momentum`; counting
+// num_batches_tracked stays with the caller, as in aten::batch_norm.
+struct BatchNormArguments {
+  torch::Tensor weight, bias, running_mean, running_var;
+  double momentum = 0.1;
+  double eps = 1e-5;
+  bool training = true;
+};
+bool FusedBatchNormApplies(const BatchNormArguments& bn, const torch::Tensor& x,
+                           const torch::Tensor& residual);
+// relu(batch_norm(x) (+ residual)) through the fused kernels. Requires
+// FusedBatchNormApplies(bn, x, residual).
+torch::Tensor FusedBatchNormReLU(const BatchNormArguments& bn, const torch::Tensor& x,
+                                 const torch::Tensor& residual);
+
 }  // namespace stoker::trainer
 
 #endif  // STOKER_TRAINER_NN_FUSED_BLOCKS_H_

@@ -57,7 +57,7 @@ absl::StatusOr<std::shared_ptr<ImageClassifier>> MakeModel(const std::string& na
   }
   if (absl::EndsWith(name, kExportedModelSuffix)) {
     absl::StatusOr<std::shared_ptr<GraphModel>> graph =
-        GraphModel::Load(name, {num_classes, image_size});
+        GraphModel::Load(name, {num_classes, image_size, fused_blocks});
     if (!graph.ok()) return graph.status();
     return std::shared_ptr<ImageClassifier>(*std::move(graph));
   }

@@ -23,8 +23,8 @@ inline constexpr char kExportedModelSuffix[] = ".pt2";
 // Builds the named model with freshly initialised weights (from torch's global generator;
 // seed it first for reproducible weights), or loads the exported model at that path with
 // the archive's weights, checking it against `num_classes` and `image_size` (0: any).
-// Built-in ResNets use the fused blocks (trainer/nn/fused_blocks.h) unless `fused_blocks`
-// is false. InvalidArgument for an unknown name or an archive Stoker refuses (the message
+// Built-in ResNets, and the batch norms and max pools of exported models, use the fused
+// blocks (trainer/nn/fused_blocks.h) unless `fused_blocks` is false. InvalidArgument for an unknown name or an archive Stoker refuses (the message
 // says why).
 absl::StatusOr<std::shared_ptr<ImageClassifier>> MakeModel(const std::string& name,
                                                            int num_classes, int image_size = 0,

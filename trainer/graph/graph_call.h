@@ -1,0 +1,72 @@
+// GraphCall: one step of a GraphProgram as it runs, with its arguments already converted
+// at load (constants, or slots of the program's value table), and RunCall, which executes
+// it. Built by graph_program.cc; rewritten into fused blocks by graph_fusion.cc.
+#ifndef STOKER_TRAINER_GRAPH_GRAPH_CALL_H_
+#define STOKER_TRAINER_GRAPH_GRAPH_CALL_H_
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/ivalue.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace stoker::trainer {
+
+struct GraphArg {
+  enum class Kind {
+    kConstant,
+    kSlot,
+    kTensorList,
+    kOptionalTensorList,
+    kIntList,
+    kDevice,
+    kGenerator
+  };
+  Kind kind = Kind::kConstant;
+  c10::IValue constant;
+  int slot = -1;
+  std::vector<int> slots;     // lists; -1 where the element is None or a constant
+  std::vector<int64_t> ints;  // kIntList: the constant elements
+};
+
+struct GraphCall {
+  enum class Kind {
+    kOperator,       // `op` through the dispatcher
+    kSymSize,        // a size query: `sym_op` is "size", "numel" or "stride"
+    kSymArith,       // integer arithmetic on sizes: `sym_op` is "mul", "add", ...
+    kDropout,        // aten::dropout(_) drawing from the run's generator
+    kAlias,          // the output is the first argument (a skipped in-place update)
+    kBatchNormReLU,  // Note [Fused blocks in a program]
+    kMaxPool,        // Note [Fused blocks in a program]
+  };
+  Kind kind = Kind::kOperator;
+  std::optional<c10::OperatorHandle> op;
+  std::vector<GraphArg> args;
+  // Per returned value, the slots it goes to: one, or one per element of a Tensor[] return.
+  std::vector<std::vector<int>> outputs;
+  std::vector<bool> list_output;
+  std::string sym_op;
+  bool in_place = false;   // kDropout: dropout_
+  int residual_slot = -1;  // kBatchNormReLU: the added residual, -1 without
+};
+
+// What the calls of one run read and write.
+struct GraphFrame {
+  std::vector<c10::IValue>* values;  // the program's value table, by slot
+  c10::Device device;                // Note [Devices of a program]
+  at::Generator* generator;          // random ops draw from it; may be null
+};
+
+// The argument's value in `frame`.
+c10::IValue Resolve(const GraphArg& arg, const GraphFrame& frame);
+
+// Runs `call`, storing its results in the frame's slots. Throws c10::Error.
+void RunCall(const GraphCall& call, GraphFrame& frame);
+
+}  // namespace stoker::trainer
+
+#endif  // STOKER_TRAINER_GRAPH_GRAPH_CALL_H_

@@ -1,0 +1,45 @@
+// The fused blocks of trainer/nn/fused_blocks.h applied to a program exported from Python.
+//
+// Note [Fused blocks in a program]
+// With fused blocks on, GraphProgram::Build rewrites these patterns of its calls:
+//   batch_norm -> relu                       one kBatchNormReLU call
+//   batch_norm -> add(residual) -> relu      one kBatchNormReLU call with the residual
+//   max_pool2d (square, dilation 1, floor)   one kMaxPool call
+// (relu and add in place or not; add with alpha 1). A pattern is taken only where its
+// intermediate values have no other reader, and the fused call takes the place of the
+// pattern's last call: the batch norm may move later, past calls that neither read its
+// output nor write its inputs (a ResNet's downsample branch sits between its last batch
+// norm and the residual add). At run time a fused call runs the CUDA kernels where they
+// apply (FusedBatchNormApplies, FusedMaxPoolApplies) and otherwise the ATen composition it
+// replaced, on the same arguments: on the CPU the rewritten program computes what the
+// original one does, op for op.
+#ifndef STOKER_TRAINER_GRAPH_GRAPH_FUSION_H_
+#define STOKER_TRAINER_GRAPH_GRAPH_FUSION_H_
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <vector>
+
+#include "trainer/graph/graph_call.h"
+
+namespace stoker::trainer {
+
+// How many of each pattern a program's rewrite found.
+struct FusedBlockCounts {
+  int batch_norm_relu = 0;
+  int batch_norm_add_relu = 0;
+  int max_pool = 0;
+};
+
+// Rewrites `calls` in place. `outside_reads` are slots read other than by calls (the
+// program's output, the buffers it updates), which keeps them out of a pattern's interior.
+FusedBlockCounts FuseBlocks(std::vector<std::unique_ptr<GraphCall>>& calls,
+                            const std::vector<int>& outside_reads);
+
+// The value of a kBatchNormReLU or kMaxPool call. Throws c10::Error.
+at::Tensor RunFusedBlock(const GraphCall& call, const GraphFrame& frame);
+
+}  // namespace stoker::trainer
+
+#endif  // STOKER_TRAINER_GRAPH_GRAPH_FUSION_H_

@@ -186,6 +186,8 @@ def phase_exported(out):
         stoker_train(out, f"synthetic_exported_{arch}_1gpu", 1, pt2, synthetic_steps=40,
                      cores=CORES_1GPU, batch=batch)
         if arch == "resnet50":
+            stoker_train(out, f"synthetic_exported_plain_{arch}_1gpu", 1, pt2, synthetic_steps=40,
+                         cores=CORES_1GPU, batch=batch, extra=["--nofused_blocks"])
             stoker_train(out, "synthetic_resnet50_1gpu", 1, arch, synthetic_steps=40, cores=CORES_1GPU)
             stoker_train(out, "synthetic_plain_resnet50_1gpu", 1, arch, synthetic_steps=40,
                          cores=CORES_1GPU, extra=["--nofused_blocks"])
@@ -211,8 +213,10 @@ def report_exported(rows):
     for arch in ("resnet50", "vit_b_16"):
         show(f"exported {arch} / PyTorch eager", stoker(f"synthetic_exported_{arch}_1gpu"), eager(arch), 1.0)
     exported = stoker("synthetic_exported_resnet50_1gpu")
+    plain = stoker("synthetic_exported_plain_resnet50_1gpu")
     show("exported resnet50 / built-in resnet50, fused blocks", exported, stoker("synthetic_resnet50_1gpu"), 0.95)
-    show("exported resnet50 / built-in resnet50, plain path", exported, stoker("synthetic_plain_resnet50_1gpu"), 0.95)
+    show("exported resnet50 / built-in resnet50, plain path", plain, stoker("synthetic_plain_resnet50_1gpu"), 0.95)
+    show("exported resnet50, fused blocks / plain graph", exported, plain, 1.0)
 
 
 def report_step(out, rows):

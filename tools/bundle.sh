@@ -13,7 +13,7 @@ out="${1:-bundle}"
 STOKER_SETUP_QUIET=1 tools/setup.sh
 
 programs=(//launcher:launcher //trainer:trainer //data_service:data_service //data_service/dataset:pack_imagefolder //data_service:data_service_benchmark //data_service/image:transforms_benchmark)
-gpu_tests=(//trainer/input:cuda_batch_feeder_test //common:cuda_stream_test //trainer/nn:fused_blocks_gpu_test //trainer/comm:nccl_communicator_test_ranks
+gpu_tests=(//trainer/input:cuda_batch_feeder_test //trainer/input:pinning_memlock_test //common:cuda_stream_test //trainer/nn:fused_blocks_gpu_test //trainer/comm:nccl_communicator_test_ranks
   //trainer/comm:nccl_communicator_conformance_test_ranks)
 bazel build "${programs[@]}" "${gpu_tests[@]}"
 bin="$(bazel info bazel-bin 2>/dev/null)"
@@ -26,6 +26,8 @@ for target in "${programs[@]}" "${gpu_tests[@]}"; do
 done
 cp tools/gpu_checks.sh tools/bench_gpu.py tools/loader_bench.py tools/kernel_breakdown.py tools/profile_peer.py tools/profile_gpu.sh tools/export_model.py tests/mpi_env.sh \
   data_service/image/bench_vs_torchvision.py "$out/bin/"
+# scikit-learn's digits as an image folder, for the accuracy check (the host may lack sklearn).
+python3 tools/make_digits.py "$out/digits" > /dev/null
 mkdir -p "$out/bin/testdata_tools" "$out/bin/tests"
 cp tests/fault_gpu_stall_test.sh tests/job_checks.sh tests/mpi_env.sh "$out/bin/tests/"
 cp data_service/image/testdata_tools/make_image_cases.py "$out/bin/testdata_tools/"

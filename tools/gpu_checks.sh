@@ -2,6 +2,7 @@
 # The GPU tests, run on a GPU host from the bundle (tools/bundle.sh):
 #   bundle/bin/gpu_checks.sh [OUT_DIR]
 # Each check prints PASS or FAIL; the last line counts them. Logs go to OUT_DIR.
+# STOKER_GPU_CHECKS=REGEX runs only the checks whose names match it.
 set -uo pipefail
 bundle="$(cd "$(dirname "$0")/.." && pwd)"
 out="${1:-/tmp/stoker-gpu-checks}"
@@ -14,51 +15,91 @@ passed=0; failed=0; skipped=0
 
 # Losses over the first 30 steps of a run on varied batches (the data service's synthetic
 # dataset, one GPU): bf16 and fp16 with the fused blocks, and bf16 without them, against
-# the plain fp32 path (same weights, same batches).
+# the plain fp32 path (same weights, same batches). $CHECK_MODEL (default resnet18) is the
+# model: a built-in name or an archive from tools/export_model.py (100 classes, 128x128).
 precision_run() {  # precision_run NAME PRECISION [TRAINER FLAGS...]
   local name="$1" precision="$2"; shift 2
-  "$stoker" launcher --np=1 --dataset=synthetic --synthetic_samples=1920 --synthetic_classes=100 --seed=5 -- --model=resnet18 --num_classes=100 --image_size=128 \
+  "$stoker" launcher --np=1 --dataset=synthetic --synthetic_samples=1920 --synthetic_classes=100 --seed=5 -- --model="${CHECK_MODEL:-resnet18}" --num_classes=100 --image_size=128 \
     --batch_size=64 --epochs=1 --lr=0.005 --precision="$precision" \
     --loss_log="$out/loss_$name.txt" --log_every=30 "$@"
 }
-precision_compare() {
-  python3 - "$out" <<'PY'
+precision_compare() {  # precision_compare REFERENCE NAME...: each run's losses against REFERENCE's
+  python3 - "$out" "$@" <<'PY'
 import sys
-out = sys.argv[1]
+out, reference, names = sys.argv[1], sys.argv[2], sys.argv[3:]
 def losses(p): return [float(l.split()[2]) for l in open(f"{out}/loss_{p}.txt")]
-ref = losses("fp32_plain")
+ref = losses(reference)
 failures = []
-for p in ("bf16_fused", "fp16_fused", "bf16_plain"):
+for p in names:
     got = losses(p)
     gaps = [abs(a - b) / max(abs(b), 1e-3) for a, b in zip(got, ref)]
-    print(f"{p}: first 5 {['%.4f' % x for x in got[:5]]}, last {got[-1]:.4f}; fp32 plain first 5 "
+    print(f"{p}: first 5 {['%.4f' % x for x in got[:5]]}, last {got[-1]:.4f}; {reference} first 5 "
           f"{['%.4f' % x for x in ref[:5]]}, last {ref[-1]:.4f}; worst relative gap over {len(got)} "
           f"steps {max(gaps):.3f} (at step {gaps.index(max(gaps)) + 1})")
     if len(got) != 30 or len(ref) != 30: failures.append(f"{p}: missing steps")
-    if max(gaps) >= 0.05: failures.append(f"{p} loss left fp32's by {max(gaps):.3f}")
+    if max(gaps) >= 0.05: failures.append(f"{p} loss left {reference}'s by {max(gaps):.3f}")
     if sum(got[-5:]) >= sum(got[:5]): failures.append(f"{p} loss did not fall")
 assert not failures, "; ".join(failures)
 PY
 }
 # Stopped after 20 steps and resumed, a deterministic run with the fused blocks gives the
-# uninterrupted run's losses bit for bit.
+# uninterrupted run's losses bit for bit. $RESUME_MODEL (default resnet18): a built-in name
+# or an archive (10 classes, 64x64).
 resume_run() {  # resume_run NAME [FLAGS...]
   local name="$1"; shift
-  "$stoker" launcher --np=1 --dataset=synthetic --synthetic_samples=1280 --synthetic_classes=10 --seed=9 -- --model=resnet18 --num_classes=10 --image_size=64 \
+  "$stoker" launcher --np=1 --dataset=synthetic --synthetic_samples=1280 --synthetic_classes=10 --seed=9 -- --model="${RESUME_MODEL:-resnet18}" --num_classes=10 --image_size=64 \
     --batch_size=64 --epochs=2 --deterministic --log_every=20 "$@"
 }
-resume_bitwise() {
-  rm -rf "$out/resume_ckpt" "$out"/loss_resume_*.txt
-  resume_run whole --loss_log="$out/loss_resume_whole.txt" || return 1
-  resume_run first --loss_log="$out/loss_resume_first.txt" --checkpoint_dir="$out/resume_ckpt" \
+resume_bitwise() {  # resume_bitwise [PREFIX]: loss files and checkpoints named PREFIX...
+  local p="${1:-resume}"
+  rm -rf "$out/${p}_ckpt" "$out"/loss_"${p}"_*.txt
+  resume_run whole --loss_log="$out/loss_${p}_whole.txt" || return 1
+  resume_run first --loss_log="$out/loss_${p}_first.txt" --checkpoint_dir="$out/${p}_ckpt" \
     --stop_after_steps=20
   local rc=$?
   (( rc == 75 )) || { echo "the stopped run exited $rc, expected 75"; return 1; }
-  resume_run rest --loss_log="$out/loss_resume_rest.txt" --checkpoint_dir="$out/resume_ckpt" \
+  resume_run rest --loss_log="$out/loss_${p}_rest.txt" --checkpoint_dir="$out/${p}_ckpt" \
     --resume=auto &&
-  cat "$out/loss_resume_first.txt" "$out/loss_resume_rest.txt" > "$out/loss_resume_joined.txt" &&
-  echo "steps: $(wc -l < "$out/loss_resume_whole.txt") whole, $(wc -l < "$out/loss_resume_joined.txt") stopped + resumed" &&
-  cmp "$out/loss_resume_whole.txt" "$out/loss_resume_joined.txt" && echo "losses identical bit for bit"
+  cat "$out/loss_${p}_first.txt" "$out/loss_${p}_rest.txt" > "$out/loss_${p}_joined.txt" &&
+  echo "steps: $(wc -l < "$out/loss_${p}_whole.txt") whole, $(wc -l < "$out/loss_${p}_joined.txt") stopped + resumed" &&
+  cmp "$out/loss_${p}_whole.txt" "$out/loss_${p}_joined.txt" && echo "losses identical bit for bit"
+}
+# ResNet-18 trained on scikit-learn's digits (the bundle's image folder, 32x32, the data
+# service's training transform), bf16: the validation accuracy reached with the fused blocks
+# and with the plain path, each sample counted once. Two runs whose numerics differ diverge,
+# so "the same accuracy" is the same within the sampling error of 360 validation images:
+# the gap must be under twice the binomial standard error of the difference.
+digits_run() {  # digits_run NAME [TRAINER FLAGS...]
+  "$stoker" launcher --np=1 --dataset=imagefolder --train_dir="$bundle/digits/train" \
+    --val_dir="$bundle/digits/val" --data_threads=4 --seed=3 -- --model=resnet18 --num_classes=10 \
+    --image_size=32 --batch_size=64 --epochs=30 --optimizer=sgd --lr=0.05 --nesterov \
+    --weight_decay=5e-4 --no_decay_bn_bias --lr_schedule=cosine --warmup_epochs=1 --val_every=10 \
+    --precision=bf16 --log_every=100 --metrics_jsonl="$out/digits_$1.jsonl" "${@:2}"
+}
+digits_compare() {
+  python3 - "$out" "$(find "$bundle/digits/val" -type f | wc -l)" <<'PY'
+import json, math, sys
+out, val_files = sys.argv[1], int(sys.argv[2])
+top1 = {}
+for name in ("fused", "plain"):
+    val = [r for r in map(json.loads, open(f"{out}/digits_{name}.jsonl")) if r["type"] == "val"]
+    last = val[-1]
+    print(f"{name}: validation top-1 {100 * last['top1']:.2f}% on {last['samples']} samples "
+          f"({val_files} files) after epoch {last['epoch']}; by epoch: "
+          + ", ".join(f"{100 * r['top1']:.1f}%" for r in val))
+    assert last["samples"] == val_files, f"{name}: {last['samples']} samples counted, {val_files} files"
+    top1[name] = last["top1"]
+gap = top1["fused"] - top1["plain"]
+se = math.sqrt(sum(p * (1 - p) for p in top1.values()) / val_files)
+print(f"fused - plain: {100 * gap:+.2f} points; standard error of the difference {100 * se:.2f} points")
+assert min(top1.values()) >= 0.85, "accuracy below 85%"
+assert abs(gap) <= 2 * se, f"fused and plain differ by {100 * abs(gap):.2f} points, over twice the standard error"
+PY
+}
+# torchvision's ResNet-18, exported by tools/export_model.py for the runs above.
+export_resnet18() {  # export_resnet18 CLASSES SIZE OUT
+  python3 "$bundle/bin/export_model.py" torchvision.models:resnet18 --num_classes "$1" \
+    --image_size "$2" --seed 5 --out "$3"
 }
 # After training on 2 GPUs the parameters are bit-identical on both ranks.
 two_gpu_training() {
@@ -84,8 +125,9 @@ runfiles_test() {  # runfiles_test SCRIPT
 
 check() {  # check NAME COMMAND...: runs it (a program or a function below) with its output in OUT/NAME.log
   local name="$1"; shift
+  [[ -z "${STOKER_GPU_CHECKS:-}" || "$name" =~ $STOKER_GPU_CHECKS ]] || return 0
   echo "=== $name"
-  if timeout --signal=KILL 300 bash -c "$(declare -f precision_run precision_compare resume_run resume_bitwise two_gpu_training runfiles_test ran_unskipped); \"\$@\"" \
+  if timeout --signal=KILL 300 bash -c "$(declare -f precision_run precision_compare resume_run resume_bitwise digits_run digits_compare export_resnet18 two_gpu_training runfiles_test ran_unskipped); \"\$@\"" \
       check "$@" >"$out/$name.log" 2>&1; then
     echo "PASS $name"; passed=$((passed + 1))
   else
@@ -112,10 +154,30 @@ check precision_fp32_plain precision_run fp32_plain fp32 --nofused_blocks
 check precision_bf16_fused precision_run bf16_fused bf16
 check precision_fp16_fused precision_run fp16_fused fp16
 check precision_bf16_plain precision_run bf16_plain bf16 --nofused_blocks
-check precision_tracks_fp32 precision_compare
+check precision_tracks_fp32 precision_compare fp32_plain bf16_fused fp16_fused bf16_plain
 cat "$out/precision_tracks_fp32.log"
 check resume_bitwise resume_bitwise
 grep -E "^steps|identical|differ" "$out/resume_bitwise.log" || true
+check digits_fused digits_run fused
+check digits_plain digits_run plain --nofused_blocks
+check digits_accuracy digits_compare
+cat "$out/digits_accuracy.log"
+check pinning_memlock "$stoker" pinning_memlock_test
+check pinning_memlock_ran ran_unskipped "$out/pinning_memlock.log"
+
+# The same for a model exported from Python, run by the graph runner (its batch norms and
+# max pool as fused blocks, or the plain graph with --nofused_blocks).
+check export_resnet18 export_resnet18 100 128 "$out/exported_resnet18.pt2"
+check export_resnet18_small export_resnet18 10 64 "$out/exported_resnet18_small.pt2"
+export CHECK_MODEL="$out/exported_resnet18.pt2" RESUME_MODEL="$out/exported_resnet18_small.pt2"
+check exported_fp32_plain precision_run exported_fp32_plain fp32 --nofused_blocks
+check exported_bf16_fused precision_run exported_bf16_fused bf16
+check exported_bf16_plain precision_run exported_bf16_plain bf16 --nofused_blocks
+check exported_tracks_fp32 precision_compare exported_fp32_plain exported_bf16_fused exported_bf16_plain
+cat "$out/exported_tracks_fp32.log"
+check exported_resume_bitwise resume_bitwise exported_resume
+grep -E "^steps|identical|differ" "$out/exported_resume_bitwise.log" || true
+unset CHECK_MODEL RESUME_MODEL
 
 if (( gpus >= 2 )); then
   check nccl_allreduce mpirun -np 2 "$stoker" nccl_communicator_test_ranks

@@ -124,7 +124,7 @@ void RunCall(const GraphCall& call, GraphFrame& frame) {
     case GraphCall::Kind::kAlias:
       values[call.outputs[0][0]] = values[call.args[0].slot];
       return;
-    case GraphCall::Kind::kBatchNormReLU:
+    case GraphCall::Kind::kBatchNorm:
     case GraphCall::Kind::kMaxPool:
       values[call.outputs[0][0]] = RunFusedBlock(call, frame);
       return;

@@ -35,13 +35,13 @@ struct GraphArg {
 
 struct GraphCall {
   enum class Kind {
-    kOperator,       // `op` through the dispatcher
-    kSymSize,        // a size query: `sym_op` is "size", "numel" or "stride"
-    kSymArith,       // integer arithmetic on sizes: `sym_op` is "mul", "add", ...
-    kDropout,        // aten::dropout(_) drawing from the run's generator
-    kAlias,          // the output is the first argument (a skipped in-place update)
-    kBatchNormReLU,  // Note [Fused blocks in a program]
-    kMaxPool,        // Note [Fused blocks in a program]
+    kOperator,   // `op` through the dispatcher
+    kSymSize,    // a size query: `sym_op` is "size", "numel" or "stride"
+    kSymArith,   // integer arithmetic on sizes: `sym_op` is "mul", "add", ...
+    kDropout,    // aten::dropout(_) drawing from the run's generator
+    kAlias,      // the output is the first argument (a skipped in-place update)
+    kBatchNorm,  // Note [Fused blocks in a program]
+    kMaxPool,    // Note [Fused blocks in a program]
   };
   Kind kind = Kind::kOperator;
   std::optional<c10::OperatorHandle> op;
@@ -51,7 +51,8 @@ struct GraphCall {
   std::vector<bool> list_output;
   std::string sym_op;
   bool in_place = false;   // kDropout: dropout_
-  int residual_slot = -1;  // kBatchNormReLU: the added residual, -1 without
+  int residual_slot = -1;  // kBatchNorm: the added residual, -1 without
+  bool relu = false;       // kBatchNorm: ReLU last
 };
 
 // What the calls of one run read and write.

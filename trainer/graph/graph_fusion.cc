@@ -63,7 +63,7 @@ bool Writes(const GraphCall& call, int slot) {
     }
     case GraphCall::Kind::kDropout:
       return call.in_place && call.args[0].slot == slot;
-    case GraphCall::Kind::kBatchNormReLU:
+    case GraphCall::Kind::kBatchNorm:
       return call.args[kRunningMean].slot == slot || call.args[kRunningVar].slot == slot;
     default:
       return false;
@@ -174,12 +174,16 @@ FusedBlockCounts FuseBlocks(std::vector<std::unique_ptr<GraphCall>>& calls,
     }
 
     if (!IsFusableBatchNorm(call)) continue;
+    auto fused = std::make_unique<GraphCall>();
+    fused->kind = GraphCall::Kind::kBatchNorm;
+    fused->args = call.args;
+    fused->list_output = {false};
+    // The one reader of the batch norm's output, if it has one; nothing before it may write
+    // the batch norm's inputs.
     const int normalised = call.outputs[0][0];
-    if (!only_reader(normalised)) continue;
-    // The one reader of the batch norm's output; nothing before it may write its inputs.
     size_t j = i + 1;
     bool inputs_written = false;
-    for (; j < calls.size(); ++j) {
+    for (; only_reader(normalised) && j < calls.size(); ++j) {
       if (removed[j]) continue;
       const std::vector<int> reads = Reads(*calls[j]);
       if (std::find(reads.begin(), reads.end(), normalised) != reads.end()) break;
@@ -187,32 +191,35 @@ FusedBlockCounts FuseBlocks(std::vector<std::unique_ptr<GraphCall>>& calls,
         inputs_written = inputs_written || Writes(*calls[j], call.args[a].slot);
       }
     }
-    if (j == calls.size() || inputs_written) continue;
-
-    auto fused = std::make_unique<GraphCall>();
-    fused->kind = GraphCall::Kind::kBatchNormReLU;
-    fused->args = call.args;
-    size_t last = j;
-    if (!IsReLU(*calls[j], normalised)) {
-      bool in_place = false;
-      const int residual = ResidualOf(*calls[j], normalised, &in_place);
-      if (residual < 0 || calls[j]->outputs.empty() || calls[j]->outputs[0].size() != 1) continue;
-      const int sum = calls[j]->outputs[0][0];
-      last = j + 1;
-      if (sum < 0 || !only_reader(sum) || last == calls.size() || !IsReLU(*calls[last], sum)) {
-        continue;
-      }
+    const bool movable = only_reader(normalised) && j < calls.size() && !inputs_written;
+    bool in_place = false;
+    const int residual = movable ? ResidualOf(*calls[j], normalised, &in_place) : -1;
+    const int sum =
+        residual >= 0 && calls[j]->outputs.size() == 1 && calls[j]->outputs[0].size() == 1
+            ? calls[j]->outputs[0][0]
+            : -1;
+    if (movable && IsReLU(*calls[j], normalised)) {
+      // batch_norm -> relu: the fused call takes the ReLU's place.
+      fused->relu = true;
+      fused->outputs = {{calls[j]->outputs[0][0]}};
+      removed[i] = true;
+      calls[j] = std::move(fused);
+      ++counts.batch_norm_relu;
+    } else if (sum >= 0 && only_reader(sum) && j + 1 < calls.size() && IsReLU(*calls[j + 1], sum)) {
+      // batch_norm -> add -> relu: the fused call takes the ReLU's place.
+      fused->relu = true;
       fused->residual_slot = residual;
       fused->in_place = in_place;
-      removed[j] = true;
+      fused->outputs = {{calls[j + 1]->outputs[0][0]}};
+      removed[i] = removed[j] = true;
+      calls[j + 1] = std::move(fused);
       ++counts.batch_norm_add_relu;
     } else {
-      ++counts.batch_norm_relu;
+      // A batch norm alone stays where it is.
+      fused->outputs = call.outputs;
+      calls[i] = std::move(fused);
+      ++counts.batch_norm;
     }
-    fused->outputs = {{calls[last]->outputs[0][0]}};
-    fused->list_output = {false};
-    removed[i] = true;
-    calls[last] = std::move(fused);
   }
 
   std::vector<std::unique_ptr<GraphCall>> kept;
@@ -232,7 +239,7 @@ at::Tensor RunFusedBlock(const GraphCall& call, const GraphFrame& frame) {
     const int padding = static_cast<int>(call.args[3].constant.toInt());
     return MaxPool2d(x, kernel, stride, padding, /*fused=*/true);
   }
-  TORCH_CHECK(call.kind == GraphCall::Kind::kBatchNormReLU, "not a fused block");
+  TORCH_CHECK(call.kind == GraphCall::Kind::kBatchNorm, "not a fused block");
   BatchNormArguments bn;
   bn.weight = Resolve(call.args[kWeight], frame).toTensor();
   bn.bias = Resolve(call.args[kBias], frame).toTensor();
@@ -243,11 +250,11 @@ at::Tensor RunFusedBlock(const GraphCall& call, const GraphFrame& frame) {
   bn.eps = call.args[kEps].constant.toDouble();
   at::Tensor residual;
   if (call.residual_slot >= 0) residual = (*frame.values)[call.residual_slot].toTensor();
-  if (FusedBatchNormApplies(bn, x, residual)) return FusedBatchNormReLU(bn, x, residual);
+  if (FusedBatchNormApplies(bn, x, residual)) return FusedBatchNorm(bn, x, residual, call.relu);
   at::Tensor y = at::batch_norm(x, bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.training,
                                 bn.momentum, bn.eps, call.args[kCudnnEnabled].constant.toBool());
   if (residual.defined()) y = call.in_place ? y.add_(residual) : y.add(residual);
-  return y.relu_();
+  return call.relu ? y.relu_() : y;
 }
 
 }  // namespace stoker::trainer

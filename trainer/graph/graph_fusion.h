@@ -2,11 +2,13 @@
 //
 // Note [Fused blocks in a program]
 // With fused blocks on, GraphProgram::Build rewrites these patterns of its calls:
-//   batch_norm -> relu                       one kBatchNormReLU call
-//   batch_norm -> add(residual) -> relu      one kBatchNormReLU call with the residual
+//   batch_norm -> relu                       one kBatchNorm call with the ReLU
+//   batch_norm -> add(residual) -> relu      one kBatchNorm call with the residual and ReLU
+//   batch_norm (any other)                   one kBatchNorm call alone
 //   max_pool2d (square, dilation 1, floor)   one kMaxPool call
-// (relu and add in place or not; add with alpha 1). A pattern is taken only where its
-// intermediate values have no other reader, and the fused call takes the place of the
+// (relu and add in place or not; add with alpha 1; batch norms with tensors for their
+// parameters and running statistics). A pattern is taken only where its intermediate values
+// have no other reader, and the fused call takes the place of the
 // pattern's last call: the batch norm may move later, past calls that neither read its
 // output nor write its inputs (a ResNet's downsample branch sits between its last batch
 // norm and the residual add). At run time a fused call runs the CUDA kernels where they
@@ -27,6 +29,7 @@ namespace stoker::trainer {
 
 // How many of each pattern a program's rewrite found.
 struct FusedBlockCounts {
+  int batch_norm = 0;  // alone
   int batch_norm_relu = 0;
   int batch_norm_add_relu = 0;
   int max_pool = 0;
@@ -37,7 +40,7 @@ struct FusedBlockCounts {
 FusedBlockCounts FuseBlocks(std::vector<std::unique_ptr<GraphCall>>& calls,
                             const std::vector<int>& outside_reads);
 
-// The value of a kBatchNormReLU or kMaxPool call. Throws c10::Error.
+// The value of a kBatchNorm or kMaxPool call. Throws c10::Error.
 at::Tensor RunFusedBlock(const GraphCall& call, const GraphFrame& frame);
 
 }  // namespace stoker::trainer

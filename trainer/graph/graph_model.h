@@ -21,8 +21,8 @@
 namespace stoker::trainer {
 
 struct GraphModelOptions {
-  int num_classes = 0;  // the logits width the program must have; 0: the program's
-  int image_size = 0;   // the image side the program must take; 0: the program's
+  int num_classes = 0;       // the logits width the program must have; 0: the program's
+  int image_size = 0;        // the image side the program must take; 0: the program's
   bool fused_blocks = true;  // GraphProgramOptions::fused_blocks
 };
 

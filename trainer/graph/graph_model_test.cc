@@ -59,9 +59,9 @@ struct Case {
   int image_size;
   const char* kwargs;        // JSON: dropout and stochastic depth off, ViT's image size
   bool fused_blocks = true;  // the program's fused-block rewrite (the CPU runs its composition)
-  // The rewrite's expected {batch norm + ReLU, batch norm + add + ReLU, max pool} counts in
-  // the training program; -1: not checked.
-  int fused[3] = {-1, -1, -1};
+  // The rewrite's expected {batch norm alone, batch norm + ReLU, batch norm + add + ReLU, max
+  // pool} counts in the training program; -1: not checked.
+  int fused[4] = {-1, -1, -1, -1};
 };
 
 constexpr int kClasses = 10;
@@ -128,15 +128,17 @@ TEST_P(TorchvisionExportTest, TrainsAsInPyTorchAndExportsWeightsTorchvisionLoads
   GraphModel& model = **loaded;
   EXPECT_TRUE(model.has_eval_program());
   const FusedBlockCounts& fused = model.train_program().fused_blocks();
-  std::cerr << c.arch << ": fused blocks " << fused.batch_norm_relu << " batch norm + ReLU, "
-            << fused.batch_norm_add_relu << " batch norm + add + ReLU, " << fused.max_pool
-            << " max pool\n";
+  std::cerr << c.arch << ": fused blocks " << fused.batch_norm << " batch norm alone, "
+            << fused.batch_norm_relu << " batch norm + ReLU, " << fused.batch_norm_add_relu
+            << " batch norm + add + ReLU, " << fused.max_pool << " max pool\n";
   if (!c.fused_blocks) {
-    EXPECT_EQ(fused.batch_norm_relu + fused.batch_norm_add_relu + fused.max_pool, 0);
+    EXPECT_EQ(fused.batch_norm + fused.batch_norm_relu + fused.batch_norm_add_relu + fused.max_pool,
+              0);
   } else if (c.fused[0] >= 0) {
-    EXPECT_EQ(fused.batch_norm_relu, c.fused[0]);
-    EXPECT_EQ(fused.batch_norm_add_relu, c.fused[1]);
-    EXPECT_EQ(fused.max_pool, c.fused[2]);
+    EXPECT_EQ(fused.batch_norm, c.fused[0]);
+    EXPECT_EQ(fused.batch_norm_relu, c.fused[1]);
+    EXPECT_EQ(fused.batch_norm_add_relu, c.fused[2]);
+    EXPECT_EQ(fused.max_pool, c.fused[3]);
   }
   std::map<std::string, at::Tensor> ref = ReadTensors(reference);
 
@@ -214,10 +216,10 @@ TEST_P(TorchvisionExportTest, TrainsAsInPyTorchAndExportsWeightsTorchvisionLoads
 INSTANTIATE_TEST_SUITE_P(
     Torchvision, TorchvisionExportTest,
     // A ResNet's stem and each block's inner batch norms end in ReLU, each block's last one
-    // in add + ReLU; the downsample branches' batch norms stay unfused.
-    ::testing::Values(Case{"resnet18", 32, "{}", true, {9, 8, 1}},
+    // in add + ReLU; the downsample branches' batch norms are fused alone.
+    ::testing::Values(Case{"resnet18", 32, "{}", true, {3, 9, 8, 1}},
                       Case{"resnet18", 32, "{}", false},
-                      Case{"resnet50", 32, "{}", true, {33, 16, 1}},
+                      Case{"resnet50", 32, "{}", true, {4, 33, 16, 1}},
                       Case{"mobilenet_v3_small", 32, R"({"dropout": 0.0})"},
                       Case{"efficientnet_b0", 32,
                            R"({"dropout": 0.0, "stochastic_depth_prob": 0.0})"},

@@ -76,7 +76,7 @@ torch::Tensor BatchNormReLUForward(AutogradContext* ctx, const torch::Tensor& x,
                                    const torch::Tensor& residual, const torch::Tensor& weight,
                                    const torch::Tensor& bias, const torch::Tensor& running_mean,
                                    const torch::Tensor& running_var, double momentum, double eps,
-                                   bool training) {
+                                   bool training, bool relu) {
   c10::cuda::CUDAGuard guard(x.device());
   const ChannelRows shape = RowsOf(x);
   const auto f32 = x.options().dtype(at::kFloat);
@@ -99,10 +99,12 @@ torch::Tensor BatchNormReLUForward(AutogradContext* ctx, const torch::Tensor& x,
   }
   Check(LaunchBatchNormApply(x.data_ptr(), residual.defined() ? residual.data_ptr() : nullptr,
                              y.data_ptr(), ElementTypeOf(x), shape, Floats(mean), Floats(scale),
-                             Floats(bias), /*relu=*/true, stream),
+                             Floats(bias), relu, stream),
         "batch norm apply");
-  ctx->save_for_backward({x, y, weight, mean, invstd});
+  // Without the ReLU, backward needs no mask: y is not kept alive for it.
+  ctx->save_for_backward({x, relu ? y : torch::Tensor(), weight, mean, invstd});
   ctx->saved_data["training"] = training;
+  ctx->saved_data["relu"] = relu;
   ctx->saved_data["residual"] = residual.defined();
   return y;
 }
@@ -113,6 +115,7 @@ variable_list BatchNormReLUBackward(AutogradContext* ctx, const torch::Tensor& g
   const torch::Tensor &x = saved[0], &y = saved[1], &weight = saved[2], &mean = saved[3],
                       &invstd = saved[4];
   const bool has_residual = ctx->saved_data["residual"].toBool();
+  const bool relu = ctx->saved_data["relu"].toBool();
   if (!grad.defined()) return variable_list(4);
   c10::cuda::CUDAGuard guard(x.device());
   const torch::Tensor dy = grad.to(x.scalar_type()).contiguous(at::MemoryFormat::ChannelsLast);
@@ -122,8 +125,10 @@ variable_list BatchNormReLUBackward(AutogradContext* ctx, const torch::Tensor& g
   if (has_residual) dresidual = at::empty_like(x, at::MemoryFormat::ChannelsLast);
   torch::Tensor dweight = at::empty_like(weight), dbias = at::empty_like(weight);
   torch::Tensor scratch = at::empty({BatchNormScratchFloats(shape)}, mean.options());
-  Check(LaunchBatchNormBackward(dy.data_ptr(), y.data_ptr(), x.data_ptr(), ElementTypeOf(x), shape,
-                                Floats(mean), Floats(invstd), Floats(weight), /*relu=*/true,
+  // The kernels read y only for the ReLU's mask.
+  const void* y_or_unused = relu ? y.data_ptr() : dy.data_ptr();
+  Check(LaunchBatchNormBackward(dy.data_ptr(), y_or_unused, x.data_ptr(), ElementTypeOf(x), shape,
+                                Floats(mean), Floats(invstd), Floats(weight), relu,
                                 ctx->saved_data["training"].toBool(), dx.data_ptr(),
                                 has_residual ? dresidual.data_ptr() : nullptr, Floats(dweight),
                                 Floats(dbias), Floats(scratch), StreamOf(x)),
@@ -131,21 +136,22 @@ variable_list BatchNormReLUBackward(AutogradContext* ctx, const torch::Tensor& g
   return {dx, dresidual, dweight, dbias};
 }
 
-// relu(bn(x)). Inputs: x, weight, bias, running_mean, running_var (updated in place when
-// training), momentum, eps, training (batch statistics).
+// relu(bn(x)), or bn(x) with `relu` false. Inputs: x, weight, bias, running_mean,
+// running_var (updated in place when training), momentum, eps, training (batch
+// statistics), relu.
 class BatchNormReLUFunction : public torch::autograd::Function<BatchNormReLUFunction> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,
                                const torch::Tensor& weight, const torch::Tensor& bias,
                                const torch::Tensor& running_mean, const torch::Tensor& running_var,
-                               double momentum, double eps, bool training) {
+                               double momentum, double eps, bool training, bool relu) {
     return BatchNormReLUForward(ctx, x, /*residual=*/{}, weight, bias, running_mean, running_var,
-                                momentum, eps, training);
+                                momentum, eps, training, relu);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     variable_list g = BatchNormReLUBackward(ctx, grads[0]);
-    return {g[0], g[2], g[3], {}, {}, {}, {}, {}};
+    return {g[0], g[2], g[3], {}, {}, {}, {}, {}, {}};
   }
 };
 
@@ -158,7 +164,7 @@ class BatchNormAddReLUFunction : public torch::autograd::Function<BatchNormAddRe
                                const torch::Tensor& running_var, double momentum, double eps,
                                bool training) {
     return BatchNormReLUForward(ctx, x, residual, weight, bias, running_mean, running_var, momentum,
-                                eps, training);
+                                eps, training, /*relu=*/true);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -249,17 +255,18 @@ bool FusedBatchNormApplies(const BatchNormArguments& bn, const torch::Tensor& x,
   return true;
 }
 
-torch::Tensor FusedBatchNormReLU(const BatchNormArguments& bn, const torch::Tensor& x,
-                                 const torch::Tensor& residual) {
+torch::Tensor FusedBatchNorm(const BatchNormArguments& bn, const torch::Tensor& x,
+                             const torch::Tensor& residual, bool relu) {
 #ifdef STOKER_WITH_CUDA
   if (residual.defined()) {
+    TORCH_CHECK(relu, "FusedBatchNorm: a residual comes with the ReLU");
     return BatchNormAddReLUFunction::apply(x, residual, bn.weight, bn.bias, bn.running_mean,
                                            bn.running_var, bn.momentum, bn.eps, bn.training);
   }
   return BatchNormReLUFunction::apply(x, bn.weight, bn.bias, bn.running_mean, bn.running_var,
-                                      bn.momentum, bn.eps, bn.training);
+                                      bn.momentum, bn.eps, bn.training, relu);
 #else
-  TORCH_CHECK(false, "FusedBatchNormReLU: Stoker was built without CUDA");
+  TORCH_CHECK(false, "FusedBatchNorm: Stoker was built without CUDA");
 #endif
 }
 
@@ -293,11 +300,11 @@ bool FusedMaxPoolApplies(const torch::Tensor& x, int kernel) {
          x.numel() > 0 && kernel * kernel <= 255;
 }
 
-torch::Tensor BatchNormReLU(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
-                            const torch::Tensor& residual, bool fused) {
-  if (!fused || !FusedBatchNormApplies(bn, x, residual)) {
-    return ComposedBatchNormReLU(bn, x, residual);
-  }
+namespace {
+
+// BatchNormReLU and BatchNorm through the kernels: bn's side effects, then FusedBatchNorm.
+torch::Tensor FusedModuleBatchNorm(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
+                                   const torch::Tensor& residual, bool relu) {
   BatchNormArguments arguments = ArgumentsOf(bn);
   if (bn.is_training()) {
     // The momentum as torch::nn::BatchNorm2d's forward derives it.
@@ -307,7 +314,22 @@ torch::Tensor BatchNormReLU(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor&
       arguments.momentum = 1.0 / bn.num_batches_tracked.item<double>();
     }
   }
-  return FusedBatchNormReLU(arguments, x, residual);
+  return FusedBatchNorm(arguments, x, residual, relu);
+}
+
+}  // namespace
+
+torch::Tensor BatchNormReLU(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
+                            const torch::Tensor& residual, bool fused) {
+  if (!fused || !FusedBatchNormApplies(bn, x, residual)) {
+    return ComposedBatchNormReLU(bn, x, residual);
+  }
+  return FusedModuleBatchNorm(bn, x, residual, /*relu=*/true);
+}
+
+torch::Tensor BatchNorm(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x, bool fused) {
+  if (!fused || !FusedBatchNormApplies(bn, x, /*residual=*/{})) return bn.forward(x);
+  return FusedModuleBatchNorm(bn, x, /*residual=*/{}, /*relu=*/false);
 }
 
 torch::Tensor MaxPool2d(const torch::Tensor& x, int kernel, int stride, int padding, bool fused) {

@@ -1,5 +1,5 @@
 // Fused building blocks of the built-in models: batch norm with its ReLU, or with a
-// residual add and ReLU, and max pooling, each one autograd function with a forward and a
+// residual add and ReLU, or alone, and max pooling, each one autograd function with a forward and a
 // backward written as few passes over the activation as the maths allows.
 //
 // Note [Fused blocks]: on a CUDA tensor in channels_last layout (fp32, fp16 or bf16 with
@@ -29,6 +29,10 @@ namespace stoker::trainer {
 torch::Tensor BatchNormReLU(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
                             const torch::Tensor& residual, bool fused);
 
+// bn->forward(x): batch norm without an activation (a ResNet's downsample branch), with the
+// same side effects; fused, it is the kernels of BatchNormReLU with the ReLU left out.
+torch::Tensor BatchNorm(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x, bool fused);
+
 // torch::max_pool2d(x, kernel, stride, padding) (dilation 1, floor mode).
 torch::Tensor MaxPool2d(const torch::Tensor& x, int kernel, int stride, int padding, bool fused);
 
@@ -49,10 +53,10 @@ struct BatchNormArguments {
 };
 bool FusedBatchNormApplies(const BatchNormArguments& bn, const torch::Tensor& x,
                            const torch::Tensor& residual);
-// relu(batch_norm(x) (+ residual)) through the fused kernels. Requires
-// FusedBatchNormApplies(bn, x, residual).
-torch::Tensor FusedBatchNormReLU(const BatchNormArguments& bn, const torch::Tensor& x,
-                                 const torch::Tensor& residual);
+// relu(batch_norm(x) (+ residual)), or batch_norm(x) with `relu` false (and no residual),
+// through the fused kernels. Requires FusedBatchNormApplies(bn, x, residual).
+torch::Tensor FusedBatchNorm(const BatchNormArguments& bn, const torch::Tensor& x,
+                             const torch::Tensor& residual, bool relu);
 
 }  // namespace stoker::trainer
 

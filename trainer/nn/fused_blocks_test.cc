@@ -41,8 +41,8 @@ nn::BatchNorm2d CopyOf(const nn::BatchNorm2d& bn, torch::Device device, torch::D
   return copy;
 }
 
-// Forward and backward of relu(bn(x) (+ residual)) given dy: output, input gradients,
-// parameter gradients and the statistics after the step.
+// Forward and backward of relu(bn(x) (+ residual)), or of bn(x) alone, given dy: output,
+// input gradients, parameter gradients and the statistics after the step.
 struct Result {
   torch::Tensor y, dx, dresidual, dweight, dbias, running_mean, running_var, batches;
 };
@@ -62,12 +62,16 @@ Result Collect(const nn::BatchNorm2dImpl& bn, const torch::Tensor& y, const torc
   return r;
 }
 
+// The three forms of the block: BatchNormReLU with and without a residual, BatchNorm.
+enum class Form { kReLU, kAddReLU, kAlone };
+
 Result RunBlock(nn::BatchNorm2d bn, const torch::Tensor& x, const torch::Tensor& residual,
-                const torch::Tensor& dy, bool fused) {
+                const torch::Tensor& dy, bool fused, Form form) {
   torch::Tensor xg = x.detach().clone().requires_grad_();
   torch::Tensor rg;
   if (residual.defined()) rg = residual.detach().clone().requires_grad_();
-  const torch::Tensor y = BatchNormReLU(*bn, xg, rg, fused);
+  const torch::Tensor y =
+      form == Form::kAlone ? BatchNorm(*bn, xg, fused) : BatchNormReLU(*bn, xg, rg, fused);
   y.backward(dy);
   return Collect(*bn, y, xg, rg);
 }
@@ -75,14 +79,19 @@ Result RunBlock(nn::BatchNorm2d bn, const torch::Tensor& x, const torch::Tensor&
 // The fp64 reference for a result whose ReLU kept the outputs `kept` (y > 0): output
 // relu(bn(x) (+ residual)), gradients of bn(x) (+ residual) given dy * kept. An output within
 // rounding of zero may fall on either side of the ReLU in two correct computations; taking
-// the mask of the result under test compares everything else exactly.
+// the mask of the result under test compares everything else exactly. Form::kAlone: bn(x)
+// and its gradients given dy (`kept` unused).
 Result RunReference(nn::BatchNorm2d bn, const torch::Tensor& x, const torch::Tensor& residual,
-                    const torch::Tensor& dy, const torch::Tensor& kept) {
+                    const torch::Tensor& dy, const torch::Tensor& kept, Form form) {
   torch::Tensor xg = x.detach().to(torch::kDouble).requires_grad_();
   torch::Tensor rg;
   if (residual.defined()) rg = residual.detach().to(torch::kDouble).requires_grad_();
   torch::Tensor out = bn->forward(xg);
   if (rg.defined()) out = out + rg;
+  if (form == Form::kAlone) {
+    out.backward(dy.to(torch::kDouble));
+    return Collect(*bn, out.detach(), xg, rg);
+  }
   out.backward(dy.to(torch::kDouble) * kept.to(torch::kDouble));
   return Collect(*bn, torch::relu(out).detach(), xg, rg);
 }
@@ -94,10 +103,11 @@ Result RunReference(nn::BatchNorm2d bn, const torch::Tensor& x, const torch::Ten
   return (g - w).norm().item<double>() / std::max(w.norm().item<double>(), 1e-30);
 }
 
-TEST(FusedBlocksCpuTest, BatchNormReLUIsTheCompositionOnTheCpu) {
+TEST(FusedBlocksCpuTest, BatchNormBlocksAreTheCompositionOnTheCpu) {
   torch::manual_seed(1);
   for (bool training : {true, false}) {
-    for (bool with_residual : {false, true}) {
+    for (Form form : {Form::kReLU, Form::kAddReLU, Form::kAlone}) {
+      const bool with_residual = form == Form::kAddReLU;
       nn::BatchNorm2d bn = RandomBatchNorm(6);
       bn->train(training);
       const torch::Tensor x = torch::randn({3, 6, 5, 4});
@@ -105,14 +115,15 @@ TEST(FusedBlocksCpuTest, BatchNormReLUIsTheCompositionOnTheCpu) {
       const torch::Tensor dy = torch::randn({3, 6, 5, 4});
       EXPECT_FALSE(FusedBatchNormApplies(*bn, x, residual));
 
-      const Result fused = RunBlock(CopyOf(bn, torch::kCPU, torch::kFloat), x, residual, dy, true);
+      const Result fused =
+          RunBlock(CopyOf(bn, torch::kCPU, torch::kFloat), x, residual, dy, true, form);
       // The composition written out: bn.forward, += residual, relu_.
       nn::BatchNorm2d plain = CopyOf(bn, torch::kCPU, torch::kFloat);
       torch::Tensor xg = x.clone().requires_grad_();
       torch::Tensor rg = with_residual ? residual.clone().requires_grad_() : torch::Tensor();
       torch::Tensor y = plain->forward(xg);
       if (with_residual) y = y + rg;
-      y = torch::relu(y);
+      if (form != Form::kAlone) y = torch::relu(y);
       y.backward(dy);
 
       EXPECT_TRUE(torch::equal(fused.y, y));
@@ -154,10 +165,13 @@ struct Shape {
   int64_t n, c, h, w;
 };
 
-std::string Name(const Shape& s, torch::Dtype dtype, bool training, bool residual) {
+std::string Name(const Shape& s, torch::Dtype dtype, bool training, Form form) {
   return std::string(c10::toString(dtype)) + " [" + std::to_string(s.n) + "," +
          std::to_string(s.c) + "," + std::to_string(s.h) + "," + std::to_string(s.w) + "] " +
-         (training ? "train" : "eval") + (residual ? " +residual" : "");
+         (training ? "train" : "eval") +
+         (form == Form::kAddReLU ? " +residual"
+          : form == Form::kAlone ? " alone"
+                                 : "");
 }
 
 class FusedBlocksGpuTest : public ::testing::Test {
@@ -167,7 +181,7 @@ class FusedBlocksGpuTest : public ::testing::Test {
   }
 };
 
-TEST_F(FusedBlocksGpuTest, BatchNormReLUMatchesTheCompositionAcrossShapesAndDtypes) {
+TEST_F(FusedBlocksGpuTest, BatchNormBlocksMatchTheCompositionAcrossShapesAndDtypes) {
   torch::manual_seed(3);
   const torch::Device gpu(torch::kCUDA);
   // Channels not a multiple of 8 (the scalar path), batch 1, one pixel, large spatial sizes.
@@ -178,8 +192,9 @@ TEST_F(FusedBlocksGpuTest, BatchNormReLUMatchesTheCompositionAcrossShapesAndDtyp
   for (const Shape& s : shapes) {
     for (torch::Dtype dtype : {torch::kFloat, torch::kHalf, torch::kBFloat16}) {
       for (bool training : {true, false}) {
-        for (bool with_residual : {false, true}) {
-          const std::string name = Name(s, dtype, training, with_residual);
+        for (Form form : {Form::kReLU, Form::kAddReLU, Form::kAlone}) {
+          const bool with_residual = form == Form::kAddReLU;
+          const std::string name = Name(s, dtype, training, form);
           nn::BatchNorm2d master = RandomBatchNorm(s.c);
           master->train(training);
           auto make = [&](double mean, double stddev) {
@@ -194,17 +209,19 @@ TEST_F(FusedBlocksGpuTest, BatchNormReLUMatchesTheCompositionAcrossShapesAndDtyp
 
           nn::BatchNorm2d fused_bn = CopyOf(master, gpu, torch::kFloat);
           ASSERT_TRUE(FusedBatchNormApplies(*fused_bn, x, residual)) << name;
-          const Result fused = RunBlock(fused_bn, x, residual, dy, true);
+          const Result fused = RunBlock(fused_bn, x, residual, dy, true, form);
           const Result composed =
-              RunBlock(CopyOf(master, gpu, torch::kFloat), x, residual, dy, false);
+              RunBlock(CopyOf(master, gpu, torch::kFloat), x, residual, dy, false, form);
           const torch::Tensor fused_kept = fused.y > 0, composed_kept = composed.y > 0;
           const Result reference =
-              RunReference(CopyOf(master, gpu, torch::kDouble), x, residual, dy, fused_kept);
-          const Result composed_reference =
-              RunReference(CopyOf(master, gpu, torch::kDouble), x, residual, dy, composed_kept);
+              RunReference(CopyOf(master, gpu, torch::kDouble), x, residual, dy, fused_kept, form);
+          const Result composed_reference = RunReference(CopyOf(master, gpu, torch::kDouble), x,
+                                                         residual, dy, composed_kept, form);
           // Only outputs within rounding of zero may land on the other side of the ReLU.
-          const int64_t flipped = (fused_kept != (reference.y > 0)).sum().item<int64_t>();
-          EXPECT_LE(flipped, std::max<int64_t>(2, x.numel() / 100000)) << name;
+          if (form != Form::kAlone) {
+            const int64_t flipped = (fused_kept != (reference.y > 0)).sum().item<int64_t>();
+            EXPECT_LE(flipped, std::max<int64_t>(2, x.numel() / 100000)) << name;
+          }
           ASSERT_EQ(fused.y.scalar_type(), dtype) << name;
           EXPECT_TRUE(fused.y.is_contiguous(at::MemoryFormat::ChannelsLast)) << name;
           // Each result against the reference that shares its ReLU mask.
@@ -239,7 +256,7 @@ TEST_F(FusedBlocksGpuTest, BatchNormReLUMatchesTheCompositionAcrossShapesAndDtyp
       }
     }
   }
-  std::printf("[ fused ] batch norm + ReLU: %d cases compared on %s\n", cases,
+  std::printf("[ fused ] batch norm (+ ReLU, + add + ReLU): %d cases compared on %s\n", cases,
               torch::cuda::is_available() ? "the GPU" : "?");
 }
 
@@ -256,7 +273,7 @@ TEST_F(FusedBlocksGpuTest, MaxPoolMatchesTorchMaxPool) {
   int compared = 0;
   for (const Case& c : cases) {
     for (torch::Dtype dtype : {torch::kFloat, torch::kHalf, torch::kBFloat16}) {
-      const std::string name = Name(c.s, dtype, true, false) + " k" + std::to_string(c.kernel);
+      const std::string name = Name(c.s, dtype, true, Form::kReLU) + " k" + std::to_string(c.kernel);
       const torch::Tensor x = torch::randn({c.s.n, c.s.c, c.s.h, c.s.w})
                                   .to(gpu, dtype)
                                   .contiguous(at::MemoryFormat::ChannelsLast);

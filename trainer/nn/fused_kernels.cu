@@ -60,8 +60,8 @@ __device__ __forceinline__ void Store(T* p, const float (&in)[V]) {
 // Note [Reduction layout]: a block is TX x TY threads; thread (tx, ty) owns V consecutive
 // channels (c0 = (blockIdx.x * TX + tx) * V) and the rows ty + TY * (blockIdx.y + gridDim.y
 // * k). Each thread reduces its rows, the block merges its TY partials in shared memory, and
-// block row blockIdx.y writes one partial per channel to scratch; a finalize kernel (a warp
-// per channel) merges the gridDim.y partials. The plan is a function of the shape alone, so
+// block row blockIdx.y writes one partial per channel to scratch; a finalize kernel merges
+// the gridDim.y partials (Note [Finalize layout]). The plan is a function of the shape alone, so
 // BatchNormScratchFloats and the launches agree.
 struct Plan {
   int vec, tx, ty;
@@ -129,19 +129,34 @@ __global__ void StatisticsKernel(const T* __restrict__ x, int64_t rows, int chan
   const int tx = threadIdx.x, ty = threadIdx.y, TX = blockDim.x, TY = blockDim.y;
   const int c0 = (blockIdx.x * TX + tx) * V;
   float mean[V] = {}, m2[V] = {}, n = 0.f;
+  auto update = [&](const float(&v)[V]) {
+    n += 1.f;
+    const float inv = 1.f / n;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const float d = v[i] - mean[i];
+      mean[i] += d * inv;
+      m2[i] += d * (v[i] - mean[i]);
+    }
+  };
   if (c0 < channels) {
-    for (int64_t r = static_cast<int64_t>(blockIdx.y) * TY + ty; r < rows;
-         r += static_cast<int64_t>(gridDim.y) * TY) {
+    // kRowsInFlight rows are loaded before any is merged: one load at a time per thread
+    // leaves the pass latency-bound (a single wave of blocks covers the tensor).
+    constexpr int kRowsInFlight = 4;
+    const int64_t stride = static_cast<int64_t>(gridDim.y) * TY;
+    int64_t r = static_cast<int64_t>(blockIdx.y) * TY + ty;
+    for (; r + (kRowsInFlight - 1) * stride < rows; r += kRowsInFlight * stride) {
+      float v[kRowsInFlight][V];
+#pragma unroll
+      for (int u = 0; u < kRowsInFlight; ++u)
+        Load<T, V>(x + (r + u * stride) * channels + c0, v[u]);
+#pragma unroll
+      for (int u = 0; u < kRowsInFlight; ++u) update(v[u]);
+    }
+    for (; r < rows; r += stride) {
       float v[V];
       Load<T, V>(x + r * channels + c0, v);
-      n += 1.f;
-      const float inv = 1.f / n;
-#pragma unroll
-      for (int i = 0; i < V; ++i) {
-        const float d = v[i] - mean[i];
-        mean[i] += d * inv;
-        m2[i] += d * (v[i] - mean[i]);
-      }
+      update(v);
     }
   }
   // A tree over ty (Note [Block tree]).
@@ -177,13 +192,15 @@ __global__ void StatisticsKernel(const T* __restrict__ x, int64_t rows, int chan
   if (blockIdx.x == 0 && tx == 0) part_count[blockIdx.y] = n;
 }
 
-// Note [Finalize layout]: a block of 32 x kFinalizeLanes threads takes 32 consecutive
-// channels (coalesced reads of each row block's partials); each of the kFinalizeLanes lanes
-// takes every kFinalizeLanes-th row block, loading kFinalizeUnroll of them before merging
-// any (the loads overlap instead of queueing behind the merges), then lane 0 merges the
-// lanes in shared memory. Few channels means few blocks, so the per-block latency is what
-// counts here.
-constexpr int kFinalizeLanes = 32;
+// Note [Finalize layout]: a block of kFinalizeChannels x kFinalizeLanes threads takes
+// kFinalizeChannels consecutive channels; each of the kFinalizeLanes lanes takes every
+// kFinalizeLanes-th row block, loading kFinalizeUnroll of them before merging any (the loads
+// overlap instead of queueing behind the merges), then the lanes merge as a tree in shared
+// memory (Note [Block tree], over lanes). A layer with few channels has few finalize blocks
+// and many row blocks, so what counts is the length of each thread's chain of dependent
+// loads and merges: few channels per block gives more blocks, and many lanes a short chain.
+constexpr int kFinalizeChannels = 8;
+constexpr int kFinalizeLanes = 128;
 constexpr int kFinalizeUnroll = 4;
 
 __global__ void StatisticsFinalizeKernel(const float* __restrict__ part_mean,
@@ -193,9 +210,11 @@ __global__ void StatisticsFinalizeKernel(const float* __restrict__ part_mean,
                                          const float* __restrict__ weight, float* running_mean,
                                          float* running_var, float* mean_out, float* invstd_out,
                                          float* scale_out) {
-  __shared__ float s_n[kFinalizeLanes][32], s_mean[kFinalizeLanes][32], s_m2[kFinalizeLanes][32];
+  __shared__ float s_n[kFinalizeLanes][kFinalizeChannels];
+  __shared__ float s_mean[kFinalizeLanes][kFinalizeChannels];
+  __shared__ float s_m2[kFinalizeLanes][kFinalizeChannels];
   const int tx = threadIdx.x, lane = threadIdx.y;
-  const int c = blockIdx.x * 32 + tx;
+  const int c = blockIdx.x * kFinalizeChannels + tx;
   float n = 0.f, mean[1] = {0.f}, m2[1] = {0.f};
   if (c < channels) {
     for (int b0 = lane; b0 < row_blocks; b0 += kFinalizeUnroll * kFinalizeLanes) {
@@ -213,14 +232,22 @@ __global__ void StatisticsFinalizeKernel(const float* __restrict__ part_mean,
         MergeWelford<1>(n, mean, m2, nb[u], &mb[u], &m2b[u]);
     }
   }
-  s_n[lane][tx] = n;
-  s_mean[lane][tx] = mean[0];
-  s_m2[lane][tx] = m2[0];
+  auto publish = [&] {
+    s_n[lane][tx] = n;
+    s_mean[lane][tx] = mean[0];
+    s_m2[lane][tx] = m2[0];
+  };
+  publish();
   __syncthreads();
-  if (lane != 0 || c >= channels) return;
-  for (int k = 1; k < kFinalizeLanes; ++k) {
-    MergeWelford<1>(n, mean, m2, s_n[k][tx], &s_mean[k][tx], &s_m2[k][tx]);
+  for (int stride = 1; stride < kFinalizeLanes; stride *= 2) {
+    if (lane % (2 * stride) == 0) {
+      const int other = lane + stride;
+      MergeWelford<1>(n, mean, m2, s_n[other][tx], &s_mean[other][tx], &s_m2[other][tx]);
+      publish();
+    }
+    __syncthreads();
   }
+  if (lane != 0 || c >= channels) return;
   const float var = m2[0] / n;
   const float invstd = rsqrtf(var + eps);
   if (running_mean != nullptr) {
@@ -389,9 +416,9 @@ __global__ void BackwardFinalizeKernel(const float* __restrict__ part_g,
                                        const float* __restrict__ weight, bool batch_statistics,
                                        float* weight_grad, float* bias_grad,
                                        float* __restrict__ coefficients) {
-  __shared__ float s_g[kFinalizeLanes][32], s_gx[kFinalizeLanes][32];
+  __shared__ float s_g[kFinalizeLanes][kFinalizeChannels], s_gx[kFinalizeLanes][kFinalizeChannels];
   const int tx = threadIdx.x, lane = threadIdx.y;
-  const int c = blockIdx.x * 32 + tx;
+  const int c = blockIdx.x * kFinalizeChannels + tx;
   float g = 0.f, gx = 0.f;
   if (c < channels) {
     for (int b0 = lane; b0 < row_blocks; b0 += kFinalizeUnroll * kFinalizeLanes) {
@@ -413,11 +440,16 @@ __global__ void BackwardFinalizeKernel(const float* __restrict__ part_g,
   s_g[lane][tx] = g;
   s_gx[lane][tx] = gx;
   __syncthreads();
-  if (lane != 0 || c >= channels) return;
-  for (int k = 1; k < kFinalizeLanes; ++k) {
-    g += s_g[k][tx];
-    gx += s_gx[k][tx];
+  for (int stride = 1; stride < kFinalizeLanes; stride *= 2) {
+    if (lane % (2 * stride) == 0) {
+      g += s_g[lane + stride][tx];
+      gx += s_gx[lane + stride][tx];
+      s_g[lane][tx] = g;
+      s_gx[lane][tx] = gx;
+    }
+    __syncthreads();
   }
+  if (lane != 0 || c >= channels) return;
   const float s = invstd[c];
   const float dweight = gx * s;
   if (weight_grad != nullptr) weight_grad[c] = dweight;
@@ -582,7 +614,9 @@ dim3 ElementwiseGrid(ChannelRows s, const Plan& p) {
   return dim3(p.channel_tiles, static_cast<unsigned>(blocks));
 }
 
-int FinalizeBlocks(ChannelRows s) { return (s.channels + 31) / 32; }
+int FinalizeBlocks(ChannelRows s) {
+  return (s.channels + kFinalizeChannels - 1) / kFinalizeChannels;
+}
 
 }  // namespace
 
@@ -612,9 +646,10 @@ cudaError_t LaunchBatchNormStatistics(const void* x, ElementType type, ChannelRo
     return cudaGetLastError();
   });
   if (e != cudaSuccess) return e;
-  StatisticsFinalizeKernel<<<FinalizeBlocks(shape), dim3(32, kFinalizeLanes), 0, stream>>>(
-      s.first, s.second, s.count, p.row_blocks, shape.channels, eps, momentum, weight, running_mean,
-      running_var, mean, invstd, scale);
+  StatisticsFinalizeKernel<<<FinalizeBlocks(shape), dim3(kFinalizeChannels, kFinalizeLanes), 0,
+                             stream>>>(s.first, s.second, s.count, p.row_blocks, shape.channels,
+                                       eps, momentum, weight, running_mean, running_var, mean,
+                                       invstd, scale);
   return cudaGetLastError();
 }
 
@@ -689,9 +724,10 @@ cudaError_t LaunchBatchNormBackward(const void* dy, const void* y, const void* x
     return cudaGetLastError();
   });
   if (e != cudaSuccess) return e;
-  BackwardFinalizeKernel<<<FinalizeBlocks(shape), dim3(32, kFinalizeLanes), 0, stream>>>(
-      s.first, s.second, p.row_blocks, shape.channels, static_cast<float>(shape.rows), mean, invstd,
-      weight, batch_statistics, weight_grad, bias_grad, s.coefficients);
+  BackwardFinalizeKernel<<<FinalizeBlocks(shape), dim3(kFinalizeChannels, kFinalizeLanes), 0,
+                           stream>>>(s.first, s.second, p.row_blocks, shape.channels,
+                                     static_cast<float>(shape.rows), mean, invstd, weight,
+                                     batch_statistics, weight_grad, bias_grad, s.coefficients);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
   if (x_grad == nullptr) return cudaSuccess;
   return Dispatch(type, p.vec, [&](auto t, auto v) {

@@ -41,12 +41,20 @@ class ResidualBlock : public nn::Module {
   // Registers a non-empty `downsample` as the block's last child; call it at the end of
   // the constructor (Note [Construction order]).
   void RegisterDownsample(nn::Sequential downsample) {
-    if (!downsample.is_empty()) downsample_ = register_module("downsample", downsample);
+    if (downsample.is_empty()) return;
+    downsample_ = register_module("downsample", downsample);
+    downsample_conv_ = std::dynamic_pointer_cast<nn::Conv2dImpl>(downsample_->ptr(0));
+    downsample_bn_ = std::dynamic_pointer_cast<nn::BatchNorm2dImpl>(downsample_->ptr(1));
   }
 
   // relu(bn(out) + x), x through the downsample where there is one: how every block ends.
   torch::Tensor AddShortcut(nn::BatchNorm2d& bn, const torch::Tensor& out, const torch::Tensor& x) {
-    return BatchNormReLU(*bn, out, downsample_.is_empty() ? x : downsample_->forward(x), fused_);
+    return BatchNormReLU(*bn, out, downsample_.is_empty() ? x : Downsample(x), fused_);
+  }
+
+  // downsample(x): the 1x1 convolution, then its batch norm as a fused block.
+  torch::Tensor Downsample(const torch::Tensor& x) {
+    return BatchNorm(*downsample_bn_, downsample_conv_->forward(x), fused_);
   }
 
   // relu(bn(x)).
@@ -57,6 +65,8 @@ class ResidualBlock : public nn::Module {
  private:
   const bool fused_;  // Note [Fused blocks]
   nn::Sequential downsample_{nullptr};
+  std::shared_ptr<nn::Conv2dImpl> downsample_conv_;  // downsample_'s children
+  std::shared_ptr<nn::BatchNorm2dImpl> downsample_bn_;
 };
 
 // Note [Construction order]: torchvision builds a layer's downsample before the block that
@@ -169,8 +179,8 @@ class ResNet final : public ImageClassifier {
     const int64_t out_planes = planes * Block::kExpansion;
     nn::Sequential downsample{nullptr};
     if (stride != 1 || in_planes_ != out_planes) {
-      downsample = nn::Sequential(Conv1x1(in_planes_, out_planes, stride),
-                                  nn::BatchNorm2d(out_planes));
+      downsample =
+          nn::Sequential(Conv1x1(in_planes_, out_planes, stride), nn::BatchNorm2d(out_planes));
     }
     typed.push_back(std::make_shared<Block>(in_planes_, planes, stride, downsample, fused_));
     in_planes_ = out_planes;

@@ -92,6 +92,9 @@ int main(int argc, char** argv) {
   // MPI_Finalize waits for every rank: bounded like a collective (Note [Bounded
   // MPI_Finalize] in launcher/rank_setup.h).
   rank_setup.finalize_timeout = options->comm.collective_timeout;
+  // The start-up collectives have the same bound (Note [Start-up and teardown deadlines]
+  // in launcher/phase_deadline.h).
+  rank_setup.startup_timeout = options->comm.collective_timeout;
   auto session = stoker::launcher::MpiSession::Create(&argc, &argv, rank_setup);
   if (!session.ok()) {
     return stoker::ReportFailure(
@@ -122,6 +125,7 @@ int main(int argc, char** argv) {
     service_options.seed = options->seed;
     service_options.args = *data_service_args;
     service_options.ready_timeout = options->input.data_timeout;
+    service_options.startup_timeout = options->comm.collective_timeout;
     auto started = stoker::launcher::NodeDataService::Start(rank, (*session)->world(), (*session)->node(), service_options);
     if (!started.ok()) (*session)->Abort(stoker::ReportFailure(started.status()));
     node_data_service = std::move(*started);
@@ -146,7 +150,8 @@ int main(int argc, char** argv) {
 #ifdef STOKER_WITH_CUDA
       context.use_cuda = true;
       context.cuda_device = rank.local_rank;
-      auto nccl = stoker::trainer::NcclCommunicator::Create((*session)->world(), rank.local_rank);
+      auto nccl = stoker::trainer::NcclCommunicator::Create((*session)->world(), rank.local_rank,
+                                                            options->comm.collective_timeout);
       if (nccl.ok()) communicator = std::move(*nccl);
       status = nccl.status();
 #endif

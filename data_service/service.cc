@@ -31,6 +31,8 @@ namespace stoker::data_service {
 namespace {
 
 constexpr int kPollMillis = 1000;
+// The accept thread's poll, short enough to end refusals on time.
+constexpr int kAcceptPollMillis = 200;
 constexpr int kMaxConnections = 4096;
 constexpr absl::Duration kRefusalReadTimeout = absl::Seconds(2);
 
@@ -88,6 +90,9 @@ struct DataService::Connection {
   std::atomic<bool> finished{false};
   // Not OK for a connection that is refused (another uid).
   absl::Status refusal;
+  absl::Time accepted;
+  // Its first request, read by the accept thread (Note [Connections without a thread]).
+  ControlMessage first;
   // The ring's bytes counted by the memory limit while the producer exists.
   uint64_t limit_bytes = 0;
   // Not OK when its producer could not be stopped in time (set by the Serve thread before
@@ -358,9 +363,15 @@ void DataService::ReapFinished() {
 }
 
 void DataService::AcceptLoop() {
+  // Note [Connections without a thread]: those that have sent nothing yet. Accept thread only.
+  std::vector<std::unique_ptr<Connection>> waiting;
+  std::vector<pollfd> fds;
   while (true) {
-    pollfd fds[2] = {{listener_.get(), POLLIN, 0}, {stop_event_.get(), POLLIN, 0}};
-    const int ready = poll(fds, 2, kPollMillis);
+    fds.assign({{listener_.get(), POLLIN, 0}, {stop_event_.get(), POLLIN, 0}});
+    for (const std::unique_ptr<Connection>& connection : waiting) {
+      fds.push_back({connection->fd.get(), POLLIN, 0});
+    }
+    const int ready = poll(fds.data(), fds.size(), kAcceptPollMillis);
     if (ready < 0 && errno != EINTR) {
       absl::MutexLock lock(&mu_);
       health_ = ErrnoToStatus(errno, "poll on the listening socket");
@@ -368,9 +379,44 @@ void DataService::AcceptLoop() {
       return;
     }
     ReapFinished();
-    if (ready <= 0) continue;
-    if (fds[1].revents != 0) return;
-    if (fds[0].revents == 0) continue;
+    if (ready > 0 && fds[1].revents != 0) return;  // the waiting connections close with it
+    std::vector<std::unique_ptr<Connection>> still_waiting;
+    for (size_t i = 0; i < waiting.size(); ++i) {
+      std::unique_ptr<Connection>& connection = waiting[i];
+      if (ready <= 0 || fds[2 + i].revents == 0) {
+        if (!connection->refusal.ok() && absl::Now() - connection->accepted > kRefusalReadTimeout) {
+          (void)SendMessage(connection->fd.get(), ErrorMessage(connection->refusal, 0));
+        } else {
+          still_waiting.push_back(std::move(connection));
+        }
+        continue;
+      }
+      absl::StatusOr<ControlMessage> message =
+          ReceiveMessage(connection->fd.get(), absl::ZeroDuration());
+      if (absl::IsDeadlineExceeded(message.status())) {
+        still_waiting.push_back(std::move(connection));
+        continue;
+      }
+      if (!connection->refusal.ok()) {
+        // Answer the first request with the refusal, then close. (Closing at once, with the
+        // request unread, would reset the connection and lose the reason.)
+        (void)SendMessage(
+            connection->fd.get(),
+            ErrorMessage(connection->refusal, message.ok() ? message->request_id : 0));
+        continue;
+      }
+      if (absl::IsUnavailable(message.status())) continue;  // gone before a request
+      if (!message.ok()) {
+        LogWarning("closing the connection of pid %d after a bad control message: %s",
+                   connection->peer_pid, message.status().message());
+        (void)SendMessage(connection->fd.get(), ErrorMessage(message.status(), 0));
+        continue;
+      }
+      connection->first = *message;
+      StartServing(std::move(connection));
+    }
+    waiting.swap(still_waiting);
+    if (ready <= 0 || fds[0].revents == 0) continue;
     UniqueFd fd(accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
     if (!fd.valid()) {
       if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) continue;
@@ -387,51 +433,52 @@ void DataService::AcceptLoop() {
     auto connection = std::make_unique<Connection>();
     connection->fd = std::move(fd);
     connection->peer_pid = peer.pid;
+    connection->accepted = absl::Now();
     if (peer.uid != geteuid()) {
       LogWarning("refusing a connection from pid %d: uid %d is not the service's uid %d",
                  peer.pid, peer.uid, geteuid());
       connection->refusal = absl::PermissionDeniedError(absl::StrCat(
           "uid ", peer.uid, " may not use a data service of uid ", geteuid()));
     }
-    absl::MutexLock lock(&mu_);
-    if (connections_.size() >= static_cast<size_t>(kMaxConnections)) {
+    size_t open_connections = waiting.size();
+    {
+      absl::MutexLock lock(&mu_);
+      open_connections += connections_.size();
+    }
+    if (open_connections >= static_cast<size_t>(kMaxConnections)) {
       LogWarning("refusing a connection from pid %d: %d connections are open", peer.pid,
                  kMaxConnections);
       (void)SendMessage(connection->fd.get(),
                         ErrorMessage(absl::ResourceExhaustedError("too many connections"), 0));
       continue;
     }
-    Connection* raw = connection.get();
-    try {
-      raw->thread = std::thread([this, raw] { Serve(raw); });
-    } catch (const std::system_error& e) {
-      // No memory (--max_memory) or thread left for it: refuse this one, keep serving.
-      LogWarning("refusing a connection from pid %d: cannot start its thread: %s", peer.pid,
-                 e.what());
-      (void)SendMessage(raw->fd.get(), ErrorMessage(absl::ResourceExhaustedError(absl::StrCat(
-                                                        "the data service cannot start a thread "
-                                                        "for this connection: ",
-                                                        e.what())),
-                                                    0));
-      continue;
-    }
-    connections_.push_back(std::move(connection));
+    waiting.push_back(std::move(connection));
   }
 }
 
-void DataService::Serve(Connection* connection) {
-  if (!connection->refusal.ok()) {
-    // Answer the first request with the refusal, then close. (Closing at once, with the
-    // request unread, would reset the connection and lose the reason.)
-    absl::StatusOr<ControlMessage> request =
-        ReceiveMessage(connection->fd.get(), kRefusalReadTimeout);
-    (void)connection->Send(
-        ErrorMessage(connection->refusal, request.ok() ? request->request_id : 0));
-    connection->fd.Reset();
-    connection->finished.store(true);
+void DataService::StartServing(std::unique_ptr<Connection> connection) {
+  absl::MutexLock lock(&mu_);
+  Connection* raw = connection.get();
+  try {
+    raw->thread = std::thread([this, raw] { Serve(raw); });
+  } catch (const std::system_error& e) {
+    // No memory (--max_memory) or thread left for it: refuse this one, keep serving.
+    LogWarning("refusing a connection from pid %d: cannot start its thread: %s", raw->peer_pid,
+               e.what());
+    (void)SendMessage(raw->fd.get(),
+                      ErrorMessage(absl::ResourceExhaustedError(absl::StrCat(
+                                       "the data service cannot start a thread for this "
+                                       "connection: ",
+                                       e.what())),
+                                   raw->first.request_id));
     return;
   }
-  while (true) {
+  connections_.push_back(std::move(connection));
+}
+
+void DataService::Serve(Connection* connection) {
+  bool open = Handle(connection, connection->first);
+  while (open) {
     pollfd fds[2] = {{connection->fd.get(), POLLIN, 0}, {stop_event_.get(), POLLIN, 0}};
     const int ready = poll(fds, 2, kPollMillis);
     if (ready < 0 && errno != EINTR) {

@@ -75,8 +75,18 @@ struct ServiceStats {
   BadSampleStats bad_samples;   // samples seen, replaced, distinct bad files
 };
 
-// The service. Thread-safe. Threads: one accepts connections, one per connection serves
-// its control messages (and owns its BatchProducer), plus the decode pool. Its resident
+// Note [Connections without a thread]
+// A connection gets a thread of its own (which serves its requests and owns its ring's
+// producer) only once it has sent a well-formed first request. Until then it waits in the
+// accept thread's poll set: an idle peer, a refused one (another uid) or one that sends
+// garbage costs a file descriptor, not a thread. A refused peer gets the refusal as the
+// answer to its first request, or after two seconds without one; a malformed first message
+// is answered with the error and closed. At most 4096 connections are open, waiting ones
+// included.
+
+// The service. Thread-safe. Threads: one accepts connections and holds those that have not
+// sent a request yet (Note [Connections without a thread]), one per serving connection
+// handles its control messages (and owns its BatchProducer), plus the decode pool. Its resident
 // memory is the rings plus the decode threads' scratch (stats() reports both; they are
 // logged at each registration and at shutdown) plus the dataset listings.
 //
@@ -104,7 +114,7 @@ class DataService {
   // Not OK once the service can no longer accept connections (its message says why).
   absl::Status health();
 
-  // Connections currently open (for tests).
+  // Connections being served, by a thread each (for tests).
   int connection_count();
   int thread_count() const { return pool_->thread_count(); }
   ServiceStats stats();
@@ -116,6 +126,8 @@ class DataService {
               UniqueFd stop_event, dev_t socket_device, ino_t socket_inode,
               std::unique_ptr<MemoryLimit> memory_limit);
   void AcceptLoop();
+  // Gives `connection` (its first request read) a thread running Serve.
+  void StartServing(std::unique_ptr<Connection> connection) ABSL_LOCKS_EXCLUDED(mu_);
   void Serve(Connection* connection);
   // Handles one request; false when the connection must be closed.
   bool Handle(Connection* connection, const ControlMessage& message);

@@ -15,6 +15,7 @@
 #include "common/shm_segment.h"
 #include "common/status_macros.h"
 #include "launcher/data_service_args.h"
+#include "launcher/job_files.h"
 #include "launcher/node_data_service.h"
 #include "launcher/rank_setup.h"
 #include "trainer/comm/mpi_communicator.h"
@@ -145,6 +146,9 @@ int main(int argc, char** argv) {
     absl::StatusOr<bool> use_cuda = BindDevice(options->device.device, rank);
     stoker::trainer::RunContext context;
     context.rank = rank;
+    context.job_id = node_data_service != nullptr
+                         ? node_data_service->job_id()
+                         : stoker::launcher::JobIdOfSocketPath(options->input.data_socket);
     if (status.ok()) status = use_cuda.status();
     if (status.ok() && *use_cuda) {
 #ifdef STOKER_WITH_CUDA

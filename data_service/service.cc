@@ -564,8 +564,14 @@ bool DataService::Handle(Connection* connection, const ControlMessage& message) 
       }
       absl::StatusOr<std::unique_ptr<BatchProducer>> producer = BatchProducer::Create(
           producer_options, std::move(dataset), pool_.get(),
-          [connection](const absl::Status& status) {
-            (void)connection->Send(ErrorMessage(status, 0));
+          [connection, rank = request.rank,
+           pid = connection->peer_pid](const absl::Status& status) {
+            // The rank learns of the failure from this message; if it cannot be sent the
+            // rank sees the ring stop (and its --data_timeout_s), so say why here.
+            if (absl::Status sent = connection->Send(ErrorMessage(status, 0)); !sent.ok()) {
+              LogWarning("rank %d (pid %d): cannot send it the production error (%s): %s", rank,
+                         pid, status.message(), sent.message());
+            }
           });
       if (!producer.ok()) memory_limit_->RemoveRing(limit_bytes);
       if (!producer.ok()) {

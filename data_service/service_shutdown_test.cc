@@ -2,6 +2,7 @@
 // decodes at shutdown]): a read that never returns holds neither Shutdown() nor a closed
 // connection past ServiceOptions::shutdown_timeout, the error names the decode thread and
 // the file, and no ring segment or socket is left.
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,7 +14,10 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/exit_codes.h"
+#include "common/unique_fd.h"
+#include "common/unix_socket.h"
 #include "data_service/dataset/synthetic_dataset.h"
+#include "data_service/ring/control_protocol.h"
 #include "data_service/ring/ring_client.h"
 #include "data_service/service.h"
 #include "data_service/test_util.h"
@@ -49,6 +53,7 @@ class HangingDataset : public Dataset {
       hung_index_ = index;
       entered_.Notify();
       release_.WaitForNotification();
+      if (fail_after_release_) return absl::InternalError("the disk controller was reset");
     }
     return base_->Load(index, options, scratch, dst);
   }
@@ -61,10 +66,13 @@ class HangingDataset : public Dataset {
   void Release() const {
     if (!release_.HasBeenNotified()) release_.Notify();
   }
+  // The hung read then fails with an error that stops production.
+  void FailAfterRelease() { fail_after_release_ = true; }
 
  private:
   std::shared_ptr<const Dataset> base_;
   mutable std::atomic<bool> hung_{false};
+  std::atomic<bool> fail_after_release_{false};
   mutable int64_t hung_index_ = -1;  // written before entered_ is notified
   mutable absl::Notification entered_;
   mutable absl::Notification release_;
@@ -162,6 +170,34 @@ TEST_F(ServiceShutdownTest, ARankThatLeavesWhileAReadHangsStopsTheServiceWithinT
   EXPECT_EQ(stopped.code(), absl::StatusCode::kDeadlineExceeded) << stopped;
   EXPECT_THAT(stopped.message(), HasSubstr("the decode threads did not end in time"));
   EXPECT_FALSE(SocketExists(socket_));
+}
+
+TEST_F(ServiceShutdownTest, AProductionErrorThatCannotReachItsRankIsLoggedNamingIt) {
+  dataset_->FailAfterRelease();
+  UniqueFd fd(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  absl::StatusOr<sockaddr_un> address = UnixSocketAddress(socket_);
+  ASSERT_TRUE(address.ok()) << address.status();
+  ASSERT_EQ(ConnectUnixSocket(fd.get(), *address), 0);
+  ControlMessage reg = NewMessage(MessageType::kRegister, 1);
+  SetRequest(test_util::TrainRequest(0, 1, /*batch_size=*/8, /*image_size=*/16), &reg);
+  ASSERT_TRUE(SendMessage(fd.get(), reg).ok());
+  ASSERT_TRUE(ReceiveMessage(fd.get(), absl::Seconds(10)).ok());
+  ControlMessage start = NewMessage(MessageType::kStartEpoch, 2);
+  start.epoch = 0;
+  start.seed = 1;
+  ASSERT_TRUE(SendMessage(fd.get(), start).ok());
+  ASSERT_TRUE(ReceiveMessage(fd.get(), absl::Seconds(10)).ok());
+  ASSERT_TRUE(dataset_->WaitUntilHung());
+  // The rank reads nothing more: the service's error message cannot reach it.
+  ASSERT_EQ(shutdown(fd.get(), SHUT_RD), 0);
+  ::testing::internal::CaptureStderr();
+  dataset_->Release();
+  absl::SleepFor(absl::Seconds(1));
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(log, HasSubstr("rank 0 (pid "));
+  EXPECT_THAT(log, HasSubstr("cannot send it the production error (rank 0, epoch 0, step 0, "
+                             "sample "));
+  EXPECT_THAT(log, HasSubstr("the disk controller was reset"));
 }
 
 TEST_F(ServiceShutdownTest, WithoutAHungReadShutdownIsOk) {

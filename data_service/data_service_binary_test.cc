@@ -460,12 +460,44 @@ TEST(DataServiceBinaryTest, ImagesThatDeclareTenGigabytesAreBadFilesAndDoNotRais
   rmdir(dir.c_str());
 }
 
+TEST(DataServiceBinaryTest, WithTheSandboxTheServiceStillServesAndStopsCleanly) {
+  ASSERT_FALSE(BinaryPath().empty());
+  const std::string dir = SocketDirectory();
+  const std::string socket = dir + "/ds.sock";
+  const std::string job = absl::StrCat("binsandbox", test_util::UniqueId());
+  ServiceProcess service({"--socket=" + socket, "--job_id=" + job, "--threads=2",
+                          "--synthetic_samples=64", "--sandbox"});
+  RingRequest request;
+  request.batch_size = 8;
+  request.image_size = 16;
+  auto client = RingClient::Connect(socket, request, absl::Seconds(60));
+  ASSERT_TRUE(client.ok()) << client.status() << "\n" << service.Log();
+  for (int64_t epoch = 0; epoch < 2; ++epoch) {
+    auto info = (*client)->StartEpoch(epoch, 3);
+    ASSERT_TRUE(info.ok()) << info.status();
+    for (int64_t step = 0; step < info->batches; ++step) {
+      auto batch = (*client)->Acquire(absl::Seconds(30));
+      ASSERT_TRUE(batch.ok()) << batch.status() << "\n" << service.Log();
+      ASSERT_TRUE((*client)->Release(*batch).ok());
+    }
+  }
+  client->reset();
+  service.Signal(SIGTERM);
+  EXPECT_EQ(service.Wait(absl::Seconds(20)), 0) << service.Log();
+  EXPECT_NE(service.Log().find("sandbox on: execve, execveat, ptrace"), std::string::npos)
+      << service.Log();
+  EXPECT_TRUE(SegmentsOfJob(job).empty());
+  struct stat st;
+  EXPECT_NE(lstat(socket.c_str(), &st), 0) << "the socket was left";
+  rmdir(dir.c_str());
+}
+
 TEST(DataServiceBinaryTest, HelpListsEveryFlag) {
   ServiceProcess service({"--help"});
   EXPECT_EQ(service.Wait(absl::Seconds(20)), 0);
-  for (const char* flag :
-       {"--dataset", "packed", "--bad_files", "--max_bad_fraction", "--max_image_pixels",
-        "--eval_resize_ratio", "--threads", "--prefetch", "--max_memory", "--shutdown_timeout_s"}) {
+  for (const char* flag : {"--dataset", "packed", "--bad_files", "--max_bad_fraction",
+                           "--max_image_pixels", "--eval_resize_ratio", "--threads", "--prefetch",
+                           "--max_memory", "--shutdown_timeout_s", "--sandbox"}) {
     EXPECT_NE(service.Log().find(flag), std::string::npos) << flag << "\n" << service.Log();
   }
 }

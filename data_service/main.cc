@@ -13,6 +13,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/exit_codes.h"
 #include "common/flags.h"
@@ -22,6 +23,7 @@
 #include "data_service/dataset/dataset_config.h"
 #include "data_service/image/decode.h"
 #include "data_service/memory_limit.h"
+#include "data_service/sandbox.h"
 #include "data_service/service.h"
 
 ABSL_FLAG(std::string, socket, "", "Unix socket to listen on (created 0600; its directory must exist)");
@@ -75,6 +77,10 @@ ABSL_FLAG(std::string, max_memory, "auto",
           "640 MiB per decode thread + 1 GiB + each ring while mapped (logged at start); none; "
           "or a size (8G, 512MiB). An image that needs more fails as an unusable file; a ring "
           "that does not fit under a size is refused");
+ABSL_FLAG(bool, sandbox, false,
+          "once initialised, refuse the system calls the service never needs (running "
+          "programs, tracing, new sockets, mounts, identity changes...) with a seccomp filter "
+          "and PR_SET_NO_NEW_PRIVS (data_service/sandbox.h)");
 ABSL_FLAG(double, eval_resize_ratio, 256.0 / 224.0,
           "validation transform: Resize(round(image_size x this)) then CenterCrop(image_size)");
 
@@ -99,8 +105,8 @@ void ParseFlags(int argc, char** argv) {
                     {"socket", "job_id", "node_id", "dataset", "train_dir", "val_dir",
                      "synthetic_samples", "synthetic_classes", "data_seed", "threads", "prefetch",
                      "bad_files", "max_bad_fraction", "max_image_pixels", "eval_resize_ratio",
-                     "jpeg_decode", "follow_links", "scan_timeout_s", "shutdown_timeout_s", "max_memory",
-                     "owner_record"}}};
+                     "jpeg_decode", "follow_links", "scan_timeout_s", "shutdown_timeout_s",
+                     "max_memory", "sandbox", "owner_record"}}};
   absl::StatusOr<ParsedFlags> parsed = stoker::ParseFlags(absl::MakeConstSpan(argv + 1, argc - 1), spec);
   if (!parsed.ok()) FlagError(parsed.status().message());
   if (parsed->help) {
@@ -110,7 +116,8 @@ void ParseFlags(int argc, char** argv) {
         "[--synthetic_samples=N] [--synthetic_classes=K] [--data_seed=S] [--threads=N] "
         "[--prefetch=N] [--bad_files=skip|fail] [--max_bad_fraction=F] [--max_image_pixels=N] "
         "[--eval_resize_ratio=R] [--jpeg_decode=fast|exact] [--follow_links=yes|no] "
-        "[--scan_timeout_s=N] [--shutdown_timeout_s=N] [--max_memory=auto|none|SIZE]\n%s",
+        "[--scan_timeout_s=N] [--shutdown_timeout_s=N] [--max_memory=auto|none|SIZE] "
+        "[--sandbox]\n%s",
         FlagsHelp(spec).c_str());
     std::exit(0);
   }
@@ -201,6 +208,14 @@ int Main(int argc, char** argv) {
   if (!service.ok()) {
     const bool usage = absl::IsInvalidArgument(service.status());
     return ReportFailure(usage ? WithExitCode(service.status(), kFlagError) : service.status());
+  }
+
+  if (absl::GetFlag(FLAGS_sandbox)) {
+    if (absl::Status sandboxed = InstallSandbox(); !sandboxed.ok()) {
+      (void)(*service)->Shutdown();
+      return ReportFailure(sandboxed);
+    }
+    LogInfo("sandbox on: %s refused (EPERM)", absl::StrJoin(SandboxRefusedSyscalls(), ", "));
   }
 
   int exit_code = 0;

@@ -91,7 +91,8 @@ TEST(SandboxTest, RefusesExecveAndNewSocketsAndKeepsFilesAndThreads) {
 
 TEST(SandboxTest, TheListNamesTheRefusedCalls) {
   const std::vector<std::string> names = SandboxRefusedSyscalls();
-  for (const char* name : {"execve", "execveat", "ptrace", "socket", "connect", "mount", "setuid"}) {
+  for (const char* name :
+       {"execve", "execveat", "ptrace", "socket", "connect", "mount", "setuid"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
   }
 }

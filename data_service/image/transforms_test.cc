@@ -480,7 +480,9 @@ TEST(TransformScratchTest, ReleaseBuffersGivesBackAnOutliersMemoryAndKeepsResult
   constexpr int kHeight = 1200;
   const std::string path = testing::MakeTestDir("release_buffers") + "/wide.png";
   std::vector<uint8_t> rgb(static_cast<size_t>(kWidth) * kHeight * 3);
-  for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<uint8_t>((i / 3 % kWidth) * 7 + i % 3);
+  for (size_t i = 0; i < rgb.size(); ++i) {
+    rgb[i] = static_cast<uint8_t>((i / 3 % kWidth) * 7 + i % 3);
+  }
   ASSERT_TRUE(test_util::WritePng(path, kWidth, kHeight, rgb).ok());
   const std::vector<uint8_t> bytes = LoadFileOrFail(path);
   TrainParams params;

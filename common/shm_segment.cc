@@ -17,6 +17,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/errno_status.h"
 #include "common/unique_fd.h"
 
@@ -178,6 +179,19 @@ absl::StatusOr<SharedMemorySegment> SharedMemorySegment::Open(const std::string&
   if (!fd.valid()) return ErrnoToStatus(errno, absl::StrCat("shm_open(", name, ")"));
   struct stat st;
   if (fstat(fd.get(), &st) != 0) return ErrnoToStatus(errno, absl::StrCat("fstat(", name, ")"));
+  // Only a segment of this user that nobody else may open (the creator's 0600) is mapped: a
+  // name in /dev/shm proves nothing about who made it.
+  if (st.st_uid != geteuid()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("shared-memory segment ", name, " belongs to uid ", st.st_uid,
+                     ", not to this user (uid ", geteuid(), "): not mapped"));
+  }
+  if ((st.st_mode & 077) != 0) {
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "shared-memory segment %s has mode %04o: other users may read or change it, so it "
+        "is not mapped (Stoker creates its segments 0600)",
+        name, static_cast<unsigned>(st.st_mode & 07777)));
+  }
   if (st.st_size <= 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("shared-memory segment ", name, " is empty"));

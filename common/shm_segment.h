@@ -28,7 +28,8 @@ class SharedMemorySegment {
   static absl::StatusOr<SharedMemorySegment> Create(const std::string& name, size_t bytes);
 
   // Maps the existing segment `name` read-write; its size is the segment's size. The
-  // returned object does not unlink the name.
+  // returned object does not unlink the name. PermissionDenied, naming the segment, when it
+  // is not this user's or its mode lets others in (anything but 0600/0400 bits).
   static absl::StatusOr<SharedMemorySegment> Open(const std::string& name);
 
   SharedMemorySegment() = default;

@@ -84,6 +84,31 @@ TEST(SharedMemorySegmentTest, OpenMapsTheSameBytesWithoutOwningTheName) {
   EXPECT_TRUE(Exists(name));
 }
 
+TEST(SharedMemorySegmentTest, OpenRefusesASegmentOthersMayUseOrOfAnotherUser) {
+  const std::string name = TestName("mode");
+  const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 4096), 0);
+  ASSERT_EQ(fchmod(fd, 0644), 0);
+  absl::StatusOr<SharedMemorySegment> opened = SharedMemorySegment::Open(name);
+  EXPECT_EQ(opened.status().code(), absl::StatusCode::kPermissionDenied) << opened.status();
+  EXPECT_TRUE(absl::StrContains(opened.status().message(),
+                                absl::StrCat("shared-memory segment ", name,
+                                             " has mode 0644: other users may read or change it")))
+      << opened.status();
+  ASSERT_EQ(fchmod(fd, 0600), 0);
+  EXPECT_TRUE(SharedMemorySegment::Open(name).ok());
+  if (geteuid() == 0 && fchown(fd, 65534, 65534) == 0) {  // not in a sandbox's user namespace
+    opened = SharedMemorySegment::Open(name);
+    EXPECT_EQ(opened.status().code(), absl::StatusCode::kPermissionDenied) << opened.status();
+    EXPECT_TRUE(
+        absl::StrContains(opened.status().message(), "belongs to uid 65534, not to this user"))
+        << opened.status();
+  }
+  close(fd);
+  shm_unlink(name.c_str());
+}
+
 TEST(SharedMemorySegmentTest, MoveTransfersOwnership) {
   const std::string name = TestName("move");
   auto created = SharedMemorySegment::Create(name, 100);

@@ -3,6 +3,7 @@
 #include <sys/statvfs.h>
 
 #include <algorithm>
+#include <new>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -45,6 +46,22 @@ absl::Status CheckShmRoom(const std::string& name, uint64_t bytes) {
         " free: make batch_size, image_size or slot_count smaller"));
   }
   return absl::OkStatus();
+}
+
+// dataset.Load(), with an allocation that fails (the address-space limit, --max_memory)
+// turned into an unusable sample: an image that needs more memory than a decode thread
+// may have is the image's fault, and the service goes on with the others.
+absl::Status LoadSample(const Dataset& dataset, int64_t index, const SampleOptions& options,
+                        SampleScratch& scratch, uint8_t* dst) {
+  try {
+    return dataset.Load(index, options, scratch, dst);
+  } catch (const std::bad_alloc&) {
+    scratch.transform.ReleaseBuffers();
+    std::vector<uint8_t>().swap(scratch.file_bytes);
+    return MarkBadSample(absl::ResourceExhaustedError(
+        "decoding it needs more memory than the data service's limit leaves a decode thread "
+        "(--max_memory)"));
+  }
 }
 
 }  // namespace
@@ -131,12 +148,41 @@ BatchProducer::BatchProducer(const BatchProducerOptions& options,
       sampler_(std::move(sampler)),
       production_thread_([this] { ProductionLoop(); }) {}
 
-BatchProducer::~BatchProducer() {
+BatchProducer::~BatchProducer() { (void)Stop(absl::InfiniteFuture()); }
+
+absl::Status BatchProducer::Stop(absl::Time deadline) {
+  absl::MutexLock stop_lock(&stop_mu_);
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  production_thread_.join();
+  if (production_thread_.joinable()) production_thread_.join();
+  // Samples already handed to the pool write into the ring: wait for them before the
+  // segment can be unmapped. Those not started yet are skipped (cancelled_).
+  cancelled_.store(true);
+  while (!in_flight_.empty()) {
+    const absl::Time until = std::min(deadline, absl::Now() + absl::Seconds(10));
+    if (in_flight_.front()->done.WaitForNotificationWithDeadline(until)) {
+      in_flight_.pop_front();
+      continue;
+    }
+    if (absl::Now() < deadline) {
+      LogWarning("rank %d: still waiting for a sample being decoded before unmapping the ring",
+                 request_.rank);
+      continue;
+    }
+    int64_t samples = 0;
+    for (const std::shared_ptr<InFlightBatch>& batch : in_flight_) {
+      samples += batch->remaining.load(std::memory_order_acquire);
+    }
+    const std::string name = segment_.name();
+    if (segment_.owns_name()) (void)segment_.Unlink();
+    return absl::DeadlineExceededError(absl::StrCat(
+        "rank ", request_.rank, ": ", samples, " sample(s) of epoch ", in_flight_.front()->epoch,
+        ", step ", in_flight_.front()->step, " still being decoded into ring ", name,
+        " (its name is removed; its memory stays mapped until they end)"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<EpochInfo> BatchProducer::QueueEpoch(int64_t epoch, uint64_t seed) {
@@ -233,7 +279,9 @@ void BatchProducer::ProduceSample(InFlightBatch& batch, int32_t i, SampleScratch
                                     status.message(), hint));
   };
 
-  absl::Status status = dataset_->Load(index, batch.options, scratch, dst);
+  // Named in the shutdown's message should this read never return (a hung mount).
+  WorkerPool::NoteActivity(absl::StrCat("rank ", request_.rank, ", ", dataset_->Describe(index)));
+  absl::Status status = LoadSample(*dataset_, index, batch.options, scratch, dst);
   if (status.ok()) return;
   const bool skip = bad_samples_ != nullptr && bad_samples_->skips();
   if (!IsBadSampleError(status)) return fail(status, index, "");
@@ -251,7 +299,9 @@ void BatchProducer::ProduceSample(InFlightBatch& batch, int32_t i, SampleScratch
   const int64_t tries = std::min(kMaxReplacementTries, n - 1);
   for (int64_t attempt = 1; attempt <= tries; ++attempt) {
     const int64_t candidate = order[(position + attempt) % n];
-    status = dataset_->Load(candidate, batch.options, scratch, dst);
+    WorkerPool::NoteActivity(
+        absl::StrCat("rank ", request_.rank, ", ", dataset_->Describe(candidate)));
+    status = LoadSample(*dataset_, candidate, batch.options, scratch, dst);
     if (status.ok()) {
       batch.slot.sample_indices[i] = candidate;
       batch.slot.labels[i] = dataset_->Label(candidate);
@@ -269,7 +319,7 @@ void BatchProducer::ProduceSample(InFlightBatch& batch, int32_t i, SampleScratch
 }
 
 void BatchProducer::ProductionLoop() {
-  std::deque<std::shared_ptr<InFlightBatch>> in_flight;
+  std::deque<std::shared_ptr<InFlightBatch>>& in_flight = in_flight_;
   while (!StopRequested()) {
     // Start batches while a slot is free; block for one only when nothing is in flight.
     if (static_cast<int32_t>(in_flight.size()) < prefetch_ && HasNextBatch()) {
@@ -315,15 +365,7 @@ void BatchProducer::ProductionLoop() {
                              this),
                          kPollInterval);
   }
-  // Samples already handed to the pool write into the ring: wait for them before the
-  // segment can be unmapped. Those not started yet are skipped.
-  cancelled_.store(true);
-  for (const std::shared_ptr<InFlightBatch>& batch : in_flight) {
-    while (!batch->done.WaitForNotificationWithTimeout(absl::Seconds(10))) {
-      LogWarning("rank %d: still waiting for a sample being decoded before unmapping the ring",
-                 request_.rank);
-    }
-  }
+  // Stop() waits for the batches still in flight.
 }
 
 }  // namespace stoker::data_service

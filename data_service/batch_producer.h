@@ -54,8 +54,9 @@ absl::Status CheckImageOptions(double eval_resize_ratio, int64_t max_image_pixel
 // on a member thread ("production thread"), its samples on the shared pool. Batches are
 // bit-identical whatever the pool size: each sample is a pure function of (dataset,
 // index, seed, epoch) written to its own place, and a bad sample's replacement depends
-// only on the epoch's order (Note [Replacing bad samples]). The destructor stops
-// production, waits for samples being decoded, and unmaps and unlinks the ring.
+// only on the epoch's order (Note [Replacing bad samples]). Stop() ends production and
+// waits, up to a deadline, for the samples being decoded; the destructor stops, waits
+// for them as long as it takes, and unmaps and unlinks the ring.
 //
 //   ASSIGN_OR_RETURN(auto producer, BatchProducer::Create(options, dataset, &pool, on_error));
 //   ASSIGN_OR_RETURN(EpochInfo info, producer->QueueEpoch(0, seed));
@@ -79,6 +80,14 @@ class BatchProducer {
   // queued before. InvalidArgument unless epoch >= 0 and greater than every epoch queued
   // before; FailedPrecondition after a production error.
   absl::StatusOr<EpochInfo> QueueEpoch(int64_t epoch, uint64_t seed);
+
+  // Ends production (samples not yet started are skipped) and waits until `deadline` for
+  // the samples being decoded, which write into the ring. OK when none is left (then, and
+  // on later calls, the destructor does not wait). DeadlineExceeded, naming the rank, the
+  // ring and how many samples are still being decoded, when some are: the ring's name is
+  // removed from /dev/shm at once, but its mapping, and so this object, must live until
+  // they end (Note [Abandoned decodes at shutdown] in data_service/service.h).
+  absl::Status Stop(absl::Time deadline);
 
   const std::string& segment_name() const { return segment_.name(); }
   size_t ring_bytes() const { return segment_.size(); }
@@ -128,9 +137,12 @@ class BatchProducer {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
 
-  // Production thread only.
+  // Production thread only; after it is joined, Stop()'s (under stop_mu_).
   EpochPlan current_;
   int64_t next_step_ = 0;
+  std::deque<std::shared_ptr<InFlightBatch>> in_flight_;
+
+  absl::Mutex stop_mu_;  // serialises Stop()
 
   std::thread production_thread_;  // last: joined first
 };

@@ -275,7 +275,7 @@ int Run() {
   }
   std::printf("%s\n", line.c_str());
   client->reset();
-  if (service != nullptr) service->Shutdown();
+  if (service != nullptr) (void)service->Shutdown();
   if (!socket_dir.empty()) rmdir(socket_dir.c_str());
   return 0;
 }

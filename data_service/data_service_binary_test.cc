@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -90,6 +91,7 @@ class ServiceProcess {
     return -1;
   }
   void Signal(int signal) { kill(pid_, signal); }
+  pid_t pid() const { return pid_; }
   std::string Log() const {
     std::ifstream in(stderr_path_);
     std::stringstream text;
@@ -278,6 +280,10 @@ TEST(DataServiceBinaryTest, FlagErrorsExitWithCode2AndNameTheFlag) {
       {{socket, "--job_id=j", "--dataset=packed", "--train_dir=/nonexistent/t.stkpack"},
        "--train_dir"},
       {{socket, "--job_id=j", "--train_dir=/tmp"}, "--train_dir"},
+      {{socket, "--job_id=j", "--shutdown_timeout_s=0"}, "--shutdown_timeout_s"},
+      {{socket, "--job_id=j", "--max_memory=lots"}, "--max_memory=lots"},
+      {{socket, "--job_id=j", "--max_memory=1M"},
+       "--max_memory=1048576: the data service already uses"},
   };
   for (const Case& c : cases) {
     ServiceProcess service(c.flags);
@@ -341,11 +347,157 @@ TEST(DataServiceBinaryTest, ServesAnImageFolderOfJpegs) {
   rmdir(dir.c_str());
 }
 
+// The CRC-32 of PNG chunks (ISO 3309, as zlib's crc32).
+uint32_t Crc32(const uint8_t* data, size_t size) {
+  uint32_t crc = 0xffffffffu;
+  for (size_t i = 0; i < size; ++i) {
+    crc ^= data[i];
+    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xedb88320u & (0u - (crc & 1u)));
+  }
+  return ~crc;
+}
+
+void PutBigEndian(std::vector<uint8_t>& bytes, size_t at, uint32_t value, int width) {
+  for (int i = 0; i < width; ++i)
+    bytes[at + i] = static_cast<uint8_t>(value >> (8 * (width - 1 - i)));
+}
+
+// A small valid image whose header declares `width` x `height`: a few hundred bytes on
+// disk that would need width x height x 3 bytes decoded.
+std::vector<uint8_t> PngDeclaring(const std::string& path, uint32_t width, uint32_t height) {
+  EXPECT_TRUE(test_util::WritePng(path, 16, 16, std::vector<uint8_t>(16 * 16 * 3, 128)).ok());
+  std::vector<uint8_t> bytes = test_util::ReadFileBytes(path);
+  PutBigEndian(bytes, 16, width, 4);  // IHDR data starts after the signature, length, type
+  PutBigEndian(bytes, 20, height, 4);
+  PutBigEndian(bytes, 29, Crc32(&bytes[12], 17), 4);
+  return bytes;
+}
+
+std::vector<uint8_t> JpegDeclaring(uint16_t width, uint16_t height) {
+  std::vector<uint8_t> bytes = test_util::JpegBytes(16, 16, std::vector<uint8_t>(16 * 16 * 3, 128));
+  for (size_t i = 2; i + 8 < bytes.size(); ++i) {
+    if (bytes[i] == 0xff && bytes[i + 1] == 0xc0) {  // SOF0: length, precision, height, width
+      PutBigEndian(bytes, i + 5, height, 2);
+      PutBigEndian(bytes, i + 7, width, 2);
+      break;
+    }
+  }
+  return bytes;
+}
+
+// Peak and anonymous resident memory of process `pid`, from /proc/PID/status, in bytes.
+int64_t ProcStatusBytes(pid_t pid, const std::string& field) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (absl::StartsWith(line, field + ":"))
+      return std::atoll(line.c_str() + field.size() + 1) * 1024;
+  }
+  return -1;
+}
+
+TEST(DataServiceBinaryTest, ImagesThatDeclareTenGigabytesAreBadFilesAndDoNotRaiseItsMemory) {
+  ASSERT_FALSE(BinaryPath().empty());
+  const std::string root = test_util::TestDirectory("binary_bombs");
+  fs::remove_all(root);
+  for (int c = 0; c < 2; ++c) {
+    const std::string class_dir = absl::StrCat(root, "/c", c);
+    fs::create_directories(class_dir);
+    for (int i = 0; i < 12; ++i) {
+      ASSERT_TRUE(test_util::WriteJpeg(absl::StrCat(class_dir, "/", i, ".jpg"), 64, 48,
+                                       test_util::PhotoLikeImage(64, 48, 10 * c + i))
+                      .ok());
+    }
+  }
+  // 60000 x 60000 x 3 = 10.8 GB and 65000 x 65000 x 3 = 12.7 GB of pixels.
+  ASSERT_TRUE(test_util::WriteFileBytes(root + "/c0/huge.png",
+                                        PngDeclaring(root + "/c0/huge.png", 60000, 60000))
+                  .ok());
+  ASSERT_TRUE(test_util::WriteFileBytes(root + "/c1/huge.jpg", JpegDeclaring(65000, 65000)).ok());
+  const std::string dir = SocketDirectory();
+  const std::string socket = dir + "/ds.sock";
+  const std::string job = absl::StrCat("binbombs", test_util::UniqueId());
+  ServiceProcess service({"--socket=" + socket, "--job_id=" + job, "--dataset=imagefolder",
+                          "--train_dir=" + root, "--threads=2", "--max_bad_fraction=0.5"});
+  RingRequest request;
+  request.batch_size = 4;
+  request.image_size = 32;
+  auto client = RingClient::Connect(socket, request, absl::Seconds(60));
+  ASSERT_TRUE(client.ok()) << client.status() << "\n" << service.Log();
+  const int64_t peak_before = ProcStatusBytes(service.pid(), "VmHWM");
+  const int64_t anon_before = ProcStatusBytes(service.pid(), "RssAnon");
+  ASSERT_GT(peak_before, 0);
+  for (int64_t epoch = 0; epoch < 3; ++epoch) {
+    auto info = (*client)->StartEpoch(epoch, 1);
+    ASSERT_TRUE(info.ok()) << info.status();
+    for (int64_t step = 0; step < info->batches; ++step) {
+      auto batch = (*client)->Acquire(absl::Seconds(30));
+      ASSERT_TRUE(batch.ok()) << batch.status() << "\n" << service.Log();
+      ASSERT_TRUE((*client)->Release(*batch).ok());
+    }
+  }
+  const int64_t peak_after = ProcStatusBytes(service.pid(), "VmHWM");
+  const int64_t anon_after = ProcStatusBytes(service.pid(), "RssAnon");
+  std::printf("data_service resident memory: peak %.1f -> %.1f MiB, anonymous %.1f -> %.1f MiB\n",
+              peak_before / 1048576.0, peak_after / 1048576.0, anon_before / 1048576.0,
+              anon_after / 1048576.0);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  EXPECT_LT(peak_after - peak_before, 32 << 20) << "the peak resident memory grew";
+  EXPECT_LT(anon_after - anon_before, 16 << 20) << "the anonymous resident memory grew";
+#endif
+  client->reset();
+  service.Signal(SIGTERM);
+  EXPECT_EQ(service.Wait(absl::Seconds(20)), 0) << service.Log();
+  const std::string log = service.Log();
+  EXPECT_NE(log.find("--max_memory=auto: "), std::string::npos) << log;
+  for (const char* expected :
+       {"/c0/huge.png): PNG image is 60000x60000 = 3600000000 pixels, more than the limit",
+        "/c1/huge.jpg): JPEG image is 65000x65000 = 4225000000 pixels, more than the limit",
+        "unusable files 2"}) {
+    EXPECT_NE(log.find(expected), std::string::npos) << expected << "\n" << log;
+  }
+  EXPECT_TRUE(SegmentsOfJob(job).empty());
+  rmdir(dir.c_str());
+}
+
+TEST(DataServiceBinaryTest, WithTheSandboxTheServiceStillServesAndStopsCleanly) {
+  ASSERT_FALSE(BinaryPath().empty());
+  const std::string dir = SocketDirectory();
+  const std::string socket = dir + "/ds.sock";
+  const std::string job = absl::StrCat("binsandbox", test_util::UniqueId());
+  ServiceProcess service({"--socket=" + socket, "--job_id=" + job, "--threads=2",
+                          "--synthetic_samples=64", "--sandbox"});
+  RingRequest request;
+  request.batch_size = 8;
+  request.image_size = 16;
+  auto client = RingClient::Connect(socket, request, absl::Seconds(60));
+  ASSERT_TRUE(client.ok()) << client.status() << "\n" << service.Log();
+  for (int64_t epoch = 0; epoch < 2; ++epoch) {
+    auto info = (*client)->StartEpoch(epoch, 3);
+    ASSERT_TRUE(info.ok()) << info.status();
+    for (int64_t step = 0; step < info->batches; ++step) {
+      auto batch = (*client)->Acquire(absl::Seconds(30));
+      ASSERT_TRUE(batch.ok()) << batch.status() << "\n" << service.Log();
+      ASSERT_TRUE((*client)->Release(*batch).ok());
+    }
+  }
+  client->reset();
+  service.Signal(SIGTERM);
+  EXPECT_EQ(service.Wait(absl::Seconds(20)), 0) << service.Log();
+  EXPECT_NE(service.Log().find("sandbox on: execve, execveat, ptrace"), std::string::npos)
+      << service.Log();
+  EXPECT_TRUE(SegmentsOfJob(job).empty());
+  struct stat st;
+  EXPECT_NE(lstat(socket.c_str(), &st), 0) << "the socket was left";
+  rmdir(dir.c_str());
+}
+
 TEST(DataServiceBinaryTest, HelpListsEveryFlag) {
   ServiceProcess service({"--help"});
   EXPECT_EQ(service.Wait(absl::Seconds(20)), 0);
   for (const char* flag : {"--dataset", "packed", "--bad_files", "--max_bad_fraction",
-                           "--max_image_pixels", "--eval_resize_ratio", "--threads", "--prefetch"}) {
+                           "--max_image_pixels", "--eval_resize_ratio", "--threads", "--prefetch",
+                           "--max_memory", "--shutdown_timeout_s", "--sandbox"}) {
     EXPECT_NE(service.Log().find(flag), std::string::npos) << flag << "\n" << service.Log();
   }
 }

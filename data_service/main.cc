@@ -13,6 +13,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "common/exit_codes.h"
 #include "common/flags.h"
 #include "common/logging.h"
@@ -20,6 +22,8 @@
 #include "data_service/dataset/bad_samples.h"
 #include "data_service/dataset/dataset_config.h"
 #include "data_service/image/decode.h"
+#include "data_service/memory_limit.h"
+#include "data_service/sandbox.h"
 #include "data_service/service.h"
 
 ABSL_FLAG(std::string, socket, "", "Unix socket to listen on (created 0600; its directory must exist)");
@@ -63,6 +67,20 @@ ABSL_FLAG(std::string, follow_links, "yes",
 ABSL_FLAG(int32_t, scan_timeout_s, 600,
           "imagefolder: listing a folder at start fails after this many seconds (a hung or "
           "very slow file system), naming the folder and how far it got");
+ABSL_FLAG(int32_t, shutdown_timeout_s, 5,
+          "on SIGTERM (and when a rank disconnects) wait this long for the samples being "
+          "decoded; past it (a read stuck on a hung mount) log each busy decode thread and its "
+          "file, remove the rings and the socket, and exit 124. Keep it below the launcher's "
+          "--shutdown_grace");
+ABSL_FLAG(std::string, max_memory, "auto",
+          "the service's address-space limit (RLIMIT_AS): auto = what it uses at start + "
+          "640 MiB per decode thread + 1 GiB + each ring while mapped (logged at start); none; "
+          "or a size (8G, 512MiB). An image that needs more fails as an unusable file; a ring "
+          "that does not fit under a size is refused");
+ABSL_FLAG(bool, sandbox, false,
+          "once initialised, refuse the system calls the service never needs (running "
+          "programs, tracing, new sockets, mounts, identity changes...) with a seccomp filter "
+          "and PR_SET_NO_NEW_PRIVS (data_service/sandbox.h)");
 ABSL_FLAG(double, eval_resize_ratio, 256.0 / 224.0,
           "validation transform: Resize(round(image_size x this)) then CenterCrop(image_size)");
 
@@ -87,7 +105,8 @@ void ParseFlags(int argc, char** argv) {
                     {"socket", "job_id", "node_id", "dataset", "train_dir", "val_dir",
                      "synthetic_samples", "synthetic_classes", "data_seed", "threads", "prefetch",
                      "bad_files", "max_bad_fraction", "max_image_pixels", "eval_resize_ratio",
-                     "jpeg_decode", "follow_links", "scan_timeout_s", "owner_record"}}};
+                     "jpeg_decode", "follow_links", "scan_timeout_s", "shutdown_timeout_s",
+                     "max_memory", "sandbox", "owner_record"}}};
   absl::StatusOr<ParsedFlags> parsed = stoker::ParseFlags(absl::MakeConstSpan(argv + 1, argc - 1), spec);
   if (!parsed.ok()) FlagError(parsed.status().message());
   if (parsed->help) {
@@ -97,7 +116,8 @@ void ParseFlags(int argc, char** argv) {
         "[--synthetic_samples=N] [--synthetic_classes=K] [--data_seed=S] [--threads=N] "
         "[--prefetch=N] [--bad_files=skip|fail] [--max_bad_fraction=F] [--max_image_pixels=N] "
         "[--eval_resize_ratio=R] [--jpeg_decode=fast|exact] [--follow_links=yes|no] "
-        "[--scan_timeout_s=N]\n%s",
+        "[--scan_timeout_s=N] [--shutdown_timeout_s=N] [--max_memory=auto|none|SIZE] "
+        "[--sandbox]\n%s",
         FlagsHelp(spec).c_str());
     std::exit(0);
   }
@@ -133,6 +153,11 @@ int Main(int argc, char** argv) {
     FlagError(absl::StrCat("--follow_links=", follow_links, ": must be yes or no"));
   }
   if (absl::GetFlag(FLAGS_scan_timeout_s) < 1) FlagError("--scan_timeout_s: must be positive");
+  if (absl::GetFlag(FLAGS_shutdown_timeout_s) < 1) {
+    FlagError("--shutdown_timeout_s: must be positive");
+  }
+  absl::StatusOr<MaxMemory> max_memory = ParseMaxMemory(absl::GetFlag(FLAGS_max_memory));
+  if (!max_memory.ok()) FlagError(max_memory.status().message());
   SetLogIdentity(absl::StrCat("data_service node ", absl::GetFlag(FLAGS_node_id)));
 
   // Block the termination signals in every thread; the main thread takes them with
@@ -176,11 +201,21 @@ int Main(int argc, char** argv) {
   options.max_image_pixels = absl::GetFlag(FLAGS_max_image_pixels);
   options.exact_jpeg = jpeg_decode == "exact";
   options.bad_samples = bad_samples;
+  options.shutdown_timeout = absl::Seconds(absl::GetFlag(FLAGS_shutdown_timeout_s));
+  options.max_memory = *max_memory;
   absl::StatusOr<std::unique_ptr<DataService>> service =
       DataService::Start(options, std::move(*datasets));
   if (!service.ok()) {
     const bool usage = absl::IsInvalidArgument(service.status());
     return ReportFailure(usage ? WithExitCode(service.status(), kFlagError) : service.status());
+  }
+
+  if (absl::GetFlag(FLAGS_sandbox)) {
+    if (absl::Status sandboxed = InstallSandbox(); !sandboxed.ok()) {
+      (void)(*service)->Shutdown();
+      return ReportFailure(sandboxed);
+    }
+    LogInfo("sandbox on: %s refused (EPERM)", absl::StrJoin(SandboxRefusedSyscalls(), ", "));
   }
 
   int exit_code = 0;
@@ -197,11 +232,21 @@ int Main(int argc, char** argv) {
       break;
     }
   }
-  (*service)->Shutdown();
+  const absl::Status stopped = (*service)->Shutdown();
+  if (!stopped.ok()) {
+    const int code = ReportFailure(stopped);
+    if (exit_code == 0) exit_code = code;
+  }
   if (const std::string record = absl::GetFlag(FLAGS_owner_record); !record.empty()) {
     if (unlink(record.c_str()) != 0 && errno != ENOENT) {
       LogWarning("cannot remove the job owner record %s: %s", record, std::strerror(errno));
     }
+  }
+  if (!stopped.ok()) {
+    // Note [Abandoned decodes at shutdown]: decode threads still run; end without the
+    // static destructors they might race with.
+    std::fflush(nullptr);
+    _exit(exit_code);
   }
   return exit_code;
 }

@@ -10,23 +10,29 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <system_error>
 #include <utility>
+#include <vector>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/errno_status.h"
 #include "common/logging.h"
 #include "common/names.h"
 #include "common/unix_socket.h"
 #include "data_service/batch_producer.h"
+#include "data_service/ring/ring.h"
 
 namespace stoker::data_service {
 namespace {
 
 constexpr int kPollMillis = 1000;
+// The accept thread's poll, short enough to end refusals on time.
+constexpr int kAcceptPollMillis = 200;
 constexpr int kMaxConnections = 4096;
 constexpr absl::Duration kRefusalReadTimeout = absl::Seconds(2);
 
@@ -60,6 +66,15 @@ absl::Status ClearStaleSocket(const std::string& path, const sockaddr_un& addres
   return absl::OkStatus();
 }
 
+// Keeps `object` alive until the process ends (Note [Abandoned decodes at shutdown]); it
+// stays reachable, so leak checkers do not report it.
+void KeepForever(std::shared_ptr<void> object) {
+  static absl::Mutex* const mu = new absl::Mutex;
+  static auto* const kept = new std::vector<std::shared_ptr<void>>;
+  absl::MutexLock lock(mu);
+  kept->push_back(std::move(object));
+}
+
 }  // namespace
 
 // One client connection. The Serve thread owns everything but `send_mu`-guarded sends,
@@ -75,6 +90,14 @@ struct DataService::Connection {
   std::atomic<bool> finished{false};
   // Not OK for a connection that is refused (another uid).
   absl::Status refusal;
+  absl::Time accepted;
+  // Its first request, read by the accept thread (Note [Connections without a thread]).
+  ControlMessage first;
+  // The ring's bytes counted by the memory limit while the producer exists.
+  uint64_t limit_bytes = 0;
+  // Not OK when its producer could not be stopped in time (set by the Serve thread before
+  // `finished`).
+  absl::Status drain;
   std::thread thread;
 
   absl::Status Send(const ControlMessage& message) {
@@ -100,6 +123,10 @@ absl::StatusOr<std::unique_ptr<DataService>> DataService::Start(const ServiceOpt
     return s;
   }
   if (absl::Status s = options.bad_samples.Validate(); !s.ok()) return s;
+  if (options.shutdown_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("--shutdown_timeout_s: must be positive, got ",
+                                                   absl::FormatDuration(options.shutdown_timeout)));
+  }
   absl::StatusOr<sockaddr_un> address = UnixSocketAddress(options.socket_path);
   if (!address.ok()) return Prefixed("--socket: ", address.status());
   if (absl::Status s = ClearStaleSocket(options.socket_path, *address); !s.ok()) return s;
@@ -127,20 +154,26 @@ absl::StatusOr<std::unique_ptr<DataService>> DataService::Start(const ServiceOpt
   }
   UniqueFd stop_event(eventfd(0, EFD_CLOEXEC));
   if (!stop_event.valid()) return ErrnoToStatus(errno, "eventfd");
+  absl::StatusOr<std::unique_ptr<MemoryLimit>> memory_limit = MemoryLimit::Install(
+      options.max_memory,
+      options.threads > 0 ? options.threads : WorkerPool::DefaultThreadCount(1));
+  if (!memory_limit.ok()) return memory_limit.status();
   std::move(remove_socket).Cancel();
-  return std::unique_ptr<DataService>(new DataService(options, std::move(datasets),
-                                                      std::move(listener), std::move(stop_event),
-                                                      st.st_dev, st.st_ino));
+  return std::unique_ptr<DataService>(
+      new DataService(options, std::move(datasets), std::move(listener), std::move(stop_event),
+                      st.st_dev, st.st_ino, std::move(*memory_limit)));
 }
 
 DataService::DataService(const ServiceOptions& options, Datasets datasets, UniqueFd listener,
-                         UniqueFd stop_event, dev_t socket_device, ino_t socket_inode)
+                         UniqueFd stop_event, dev_t socket_device, ino_t socket_inode,
+                         std::unique_ptr<MemoryLimit> memory_limit)
     : options_(options),
       datasets_(std::move(datasets)),
       listener_(std::move(listener)),
       stop_event_(std::move(stop_event)),
       socket_device_(socket_device),
       socket_inode_(socket_inode),
+      memory_limit_(std::move(memory_limit)),
       bad_counters_(std::make_shared<BadSampleCounters>()),
       train_bad_samples_(std::make_unique<BadSampleTracker>(
           options.bad_samples, datasets_.train->size(), bad_counters_)),
@@ -151,22 +184,28 @@ DataService::DataService(const ServiceOptions& options, Datasets datasets, Uniqu
       pool_(std::make_unique<WorkerPool>(options.threads > 0 ? options.threads
                                                              : WorkerPool::DefaultThreadCount(1))),
       accept_thread_([this] { AcceptLoop(); }) {
-  LogInfo("listening on %s (job %s, node %d, %d decode threads%s, training samples %d%s; "
-          "--bad_files=%s, --max_bad_fraction=%g)",
-          options_.socket_path, options_.job_id, options_.node_id, pool_->thread_count(),
-          options_.threads > 0 ? "" : " (automatic: the cores less one per local rank)",
-          datasets_.train->size(),
-          datasets_.val ? absl::StrCat(", validation samples ", datasets_.val->size()) : "",
-          BadFilePolicyName(options_.bad_samples.policy), options_.bad_samples.max_fraction);
+  LogInfo(
+      "listening on %s (job %s, node %d, %d decode threads%s, training samples %d%s; "
+      "--bad_files=%s, --max_bad_fraction=%g; %s)",
+      options_.socket_path, options_.job_id, options_.node_id, pool_->thread_count(),
+      options_.threads > 0 ? "" : " (automatic: the cores less one per local rank)",
+      datasets_.train->size(),
+      datasets_.val ? absl::StrCat(", validation samples ", datasets_.val->size()) : "",
+      BadFilePolicyName(options_.bad_samples.policy), options_.bad_samples.max_fraction,
+      memory_limit_->Describe());
 }
 
-DataService::~DataService() { Shutdown(); }
+DataService::~DataService() { (void)Shutdown(); }
 
-void DataService::Shutdown() {
+absl::Status DataService::Shutdown() {
+  absl::MutexLock shutdown_lock(&shutdown_mu_);
+  if (shutdown_done_) return shutdown_status_;
+  shutdown_done_ = true;
+  const absl::Time deadline = absl::Now() + options_.shutdown_timeout;
   {
     absl::MutexLock lock(&mu_);
-    if (shut_down_) return;
     shut_down_ = true;
+    shutdown_deadline_ = deadline;
   }
   LogInfo("shutting down: %s", MemoryReport());
   const uint64_t one = 1;
@@ -179,21 +218,75 @@ void DataService::Shutdown() {
     absl::MutexLock lock(&mu_);
     connections.swap(connections_);
   }
-  for (std::unique_ptr<Connection>& connection : connections) connection->thread.join();
-  connections.clear();  // every ring is unmapped and unlinked by now
+  // Each Serve thread ends within the deadline (StopProducer).
+  std::vector<std::string> stuck;
+  for (std::unique_ptr<Connection>& connection : connections) {
+    connection->thread.join();
+    if (!connection->drain.ok()) stuck.emplace_back(connection->drain.message());
+  }
+  connections.clear();  // every ring is unmapped and unlinked by now, or abandoned
   std::unique_ptr<WorkerPool> pool;
   {
     absl::MutexLock lock(&mu_);  // stats() reads the pool under mu_
     pool = std::move(pool_);
   }
-  pool.reset();
+  absl::Status pool_stopped = pool->Stop(deadline);
+  if (pool_stopped.ok()) {
+    pool.reset();
+  } else {
+    stuck.insert(stuck.begin(), std::string(pool_stopped.message()));
+    KeepForever(std::shared_ptr<WorkerPool>(std::move(pool)));
+  }
   struct stat st;
   if (stat(options_.socket_path.c_str(), &st) == 0 && st.st_dev == socket_device_ &&
       st.st_ino == socket_inode_) {
     unlink(options_.socket_path.c_str());
   }
   listener_.Reset();
+  if (!stuck.empty()) {
+    shutdown_status_ = absl::DeadlineExceededError(absl::StrCat(
+        "shutdown: the samples being decoded did not finish within ",
+        absl::FormatDuration(options_.shutdown_timeout),
+        " (--shutdown_timeout_s): ", absl::StrJoin(stuck, "; "),
+        ". The rings' names and the socket are removed; not waiting for the stuck reads"));
+    return shutdown_status_;
+  }
   LogInfo("stopped");
+  return absl::OkStatus();
+}
+
+void DataService::StopProducer(Connection* connection) {
+  absl::Time deadline;
+  {
+    absl::MutexLock lock(&mu_);
+    deadline = shut_down_ ? shutdown_deadline_ : absl::Now() + options_.shutdown_timeout;
+  }
+  const std::string name = connection->producer->segment_name();
+  connection->ring_bytes.store(0);
+  absl::Status stopped = connection->producer->Stop(deadline);
+  if (stopped.ok()) {
+    connection->producer.reset();
+    memory_limit_->RemoveRing(connection->limit_bytes);
+    connection->limit_bytes = 0;
+    LogInfo("rank %d: ring %s unmapped and unlinked", connection->rank, name);
+    return;
+  }
+  KeepForever(std::shared_ptr<BatchProducer>(std::move(connection->producer)));
+  connection->drain = stopped;
+  absl::MutexLock lock(&mu_);
+  if (shut_down_) return;  // Shutdown() reports it
+  // Note [Abandoned decodes at shutdown]: a decode thread is stuck; stop serving.
+  std::string busy;
+  if (pool_ != nullptr) {
+    for (const BusyWorker& worker : pool_->busy_workers()) {
+      absl::StrAppend(&busy, "; decode thread ", worker.thread, " has been ",
+                      worker.activity.empty() ? "in a task" : "on " + worker.activity, " for ",
+                      absl::FormatDuration(absl::Trunc(worker.busy_for, absl::Milliseconds(100))));
+    }
+  }
+  health_ = absl::DeadlineExceededError(
+      absl::StrCat("rank ", connection->rank, " disconnected but ", stopped.message(), busy));
+  LogError("%s", health_.message());
 }
 
 absl::Status DataService::health() {
@@ -270,9 +363,15 @@ void DataService::ReapFinished() {
 }
 
 void DataService::AcceptLoop() {
+  // Note [Connections without a thread]: those that have sent nothing yet. Accept thread only.
+  std::vector<std::unique_ptr<Connection>> waiting;
+  std::vector<pollfd> fds;
   while (true) {
-    pollfd fds[2] = {{listener_.get(), POLLIN, 0}, {stop_event_.get(), POLLIN, 0}};
-    const int ready = poll(fds, 2, kPollMillis);
+    fds.assign({{listener_.get(), POLLIN, 0}, {stop_event_.get(), POLLIN, 0}});
+    for (const std::unique_ptr<Connection>& connection : waiting) {
+      fds.push_back({connection->fd.get(), POLLIN, 0});
+    }
+    const int ready = poll(fds.data(), fds.size(), kAcceptPollMillis);
     if (ready < 0 && errno != EINTR) {
       absl::MutexLock lock(&mu_);
       health_ = ErrnoToStatus(errno, "poll on the listening socket");
@@ -280,9 +379,44 @@ void DataService::AcceptLoop() {
       return;
     }
     ReapFinished();
-    if (ready <= 0) continue;
-    if (fds[1].revents != 0) return;
-    if (fds[0].revents == 0) continue;
+    if (ready > 0 && fds[1].revents != 0) return;  // the waiting connections close with it
+    std::vector<std::unique_ptr<Connection>> still_waiting;
+    for (size_t i = 0; i < waiting.size(); ++i) {
+      std::unique_ptr<Connection>& connection = waiting[i];
+      if (ready <= 0 || fds[2 + i].revents == 0) {
+        if (!connection->refusal.ok() && absl::Now() - connection->accepted > kRefusalReadTimeout) {
+          (void)SendMessage(connection->fd.get(), ErrorMessage(connection->refusal, 0));
+        } else {
+          still_waiting.push_back(std::move(connection));
+        }
+        continue;
+      }
+      absl::StatusOr<ControlMessage> message =
+          ReceiveMessage(connection->fd.get(), absl::ZeroDuration());
+      if (absl::IsDeadlineExceeded(message.status())) {
+        still_waiting.push_back(std::move(connection));
+        continue;
+      }
+      if (!connection->refusal.ok()) {
+        // Answer the first request with the refusal, then close. (Closing at once, with the
+        // request unread, would reset the connection and lose the reason.)
+        (void)SendMessage(
+            connection->fd.get(),
+            ErrorMessage(connection->refusal, message.ok() ? message->request_id : 0));
+        continue;
+      }
+      if (absl::IsUnavailable(message.status())) continue;  // gone before a request
+      if (!message.ok()) {
+        LogWarning("closing the connection of pid %d after a bad control message: %s",
+                   connection->peer_pid, message.status().message());
+        (void)SendMessage(connection->fd.get(), ErrorMessage(message.status(), 0));
+        continue;
+      }
+      connection->first = *message;
+      StartServing(std::move(connection));
+    }
+    waiting.swap(still_waiting);
+    if (ready <= 0 || fds[0].revents == 0) continue;
     UniqueFd fd(accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
     if (!fd.valid()) {
       if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) continue;
@@ -299,39 +433,52 @@ void DataService::AcceptLoop() {
     auto connection = std::make_unique<Connection>();
     connection->fd = std::move(fd);
     connection->peer_pid = peer.pid;
+    connection->accepted = absl::Now();
     if (peer.uid != geteuid()) {
       LogWarning("refusing a connection from pid %d: uid %d is not the service's uid %d",
                  peer.pid, peer.uid, geteuid());
       connection->refusal = absl::PermissionDeniedError(absl::StrCat(
           "uid ", peer.uid, " may not use a data service of uid ", geteuid()));
     }
-    absl::MutexLock lock(&mu_);
-    if (connections_.size() >= static_cast<size_t>(kMaxConnections)) {
+    size_t open_connections = waiting.size();
+    {
+      absl::MutexLock lock(&mu_);
+      open_connections += connections_.size();
+    }
+    if (open_connections >= static_cast<size_t>(kMaxConnections)) {
       LogWarning("refusing a connection from pid %d: %d connections are open", peer.pid,
                  kMaxConnections);
       (void)SendMessage(connection->fd.get(),
                         ErrorMessage(absl::ResourceExhaustedError("too many connections"), 0));
       continue;
     }
-    Connection* raw = connection.get();
-    connections_.push_back(std::move(connection));
-    raw->thread = std::thread([this, raw] { Serve(raw); });
+    waiting.push_back(std::move(connection));
   }
 }
 
-void DataService::Serve(Connection* connection) {
-  if (!connection->refusal.ok()) {
-    // Answer the first request with the refusal, then close. (Closing at once, with the
-    // request unread, would reset the connection and lose the reason.)
-    absl::StatusOr<ControlMessage> request =
-        ReceiveMessage(connection->fd.get(), kRefusalReadTimeout);
-    (void)connection->Send(
-        ErrorMessage(connection->refusal, request.ok() ? request->request_id : 0));
-    connection->fd.Reset();
-    connection->finished.store(true);
+void DataService::StartServing(std::unique_ptr<Connection> connection) {
+  absl::MutexLock lock(&mu_);
+  Connection* raw = connection.get();
+  try {
+    raw->thread = std::thread([this, raw] { Serve(raw); });
+  } catch (const std::system_error& e) {
+    // No memory (--max_memory) or thread left for it: refuse this one, keep serving.
+    LogWarning("refusing a connection from pid %d: cannot start its thread: %s", raw->peer_pid,
+               e.what());
+    (void)SendMessage(raw->fd.get(),
+                      ErrorMessage(absl::ResourceExhaustedError(absl::StrCat(
+                                       "the data service cannot start a thread for this "
+                                       "connection: ",
+                                       e.what())),
+                                   raw->first.request_id));
     return;
   }
-  while (true) {
+  connections_.push_back(std::move(connection));
+}
+
+void DataService::Serve(Connection* connection) {
+  bool open = Handle(connection, connection->first);
+  while (open) {
     pollfd fds[2] = {{connection->fd.get(), POLLIN, 0}, {stop_event_.get(), POLLIN, 0}};
     const int ready = poll(fds, 2, kPollMillis);
     if (ready < 0 && errno != EINTR) {
@@ -356,12 +503,7 @@ void DataService::Serve(Connection* connection) {
     }
     if (!Handle(connection, *message)) break;
   }
-  if (connection->producer != nullptr) {
-    const std::string name = connection->producer->segment_name();
-    connection->ring_bytes.store(0);
-    connection->producer.reset();
-    LogInfo("rank %d: ring %s unmapped and unlinked", connection->rank, name);
-  }
+  if (connection->producer != nullptr) StopProducer(connection);
   connection->fd.Reset();
   connection->finished.store(true);
 }
@@ -405,17 +547,40 @@ bool DataService::Handle(Connection* connection, const ControlMessage& message) 
       producer_options.exact_jpeg = options_.exact_jpeg;
       producer_options.bad_samples =
           request.train ? train_bad_samples_.get() : val_bad_samples_.get();
+      // Room under --max_memory first (the ring is mapped by Create); an invalid geometry
+      // is left to Create's own check.
+      uint64_t limit_bytes = 0;
+      if (absl::StatusOr<RingLayout> layout = RingLayout::For(
+              RingGeometry{request.slot_count, request.batch_size, request.image_size});
+          layout.ok()) {
+        if (absl::Status room =
+                memory_limit_->AddRing(producer_options.segment_name, layout->total_bytes);
+            !room.ok()) {
+          LogWarning("refusing the ring request of rank %d (pid %d): %s", request.rank,
+                     connection->peer_pid, room.message());
+          return connection->Send(ErrorMessage(room, id)).ok();
+        }
+        limit_bytes = layout->total_bytes;
+      }
       absl::StatusOr<std::unique_ptr<BatchProducer>> producer = BatchProducer::Create(
           producer_options, std::move(dataset), pool_.get(),
-          [connection](const absl::Status& status) {
-            (void)connection->Send(ErrorMessage(status, 0));
+          [connection, rank = request.rank,
+           pid = connection->peer_pid](const absl::Status& status) {
+            // The rank learns of the failure from this message; if it cannot be sent the
+            // rank sees the ring stop (and its --data_timeout_s), so say why here.
+            if (absl::Status sent = connection->Send(ErrorMessage(status, 0)); !sent.ok()) {
+              LogWarning("rank %d (pid %d): cannot send it the production error (%s): %s", rank,
+                         pid, status.message(), sent.message());
+            }
           });
+      if (!producer.ok()) memory_limit_->RemoveRing(limit_bytes);
       if (!producer.ok()) {
         LogWarning("refusing the ring request of rank %d (pid %d): %s", request.rank,
                    connection->peer_pid, producer.status().message());
         return connection->Send(ErrorMessage(producer.status(), id)).ok();
       }
       connection->producer = std::move(*producer);
+      connection->limit_bytes = limit_bytes;
       connection->rank = request.rank;
       connection->ring_bytes.store(connection->producer->ring_bytes());
       {

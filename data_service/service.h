@@ -16,10 +16,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/names.h"
 #include "common/unique_fd.h"
 #include "data_service/dataset/bad_samples.h"
 #include "data_service/dataset/dataset_config.h"
+#include "data_service/memory_limit.h"
 #include "data_service/ring/control_protocol.h"
 #include "data_service/worker_pool.h"
 
@@ -40,7 +42,27 @@ struct ServiceOptions {
   int64_t max_image_pixels = image::kDefaultMaxPixels;
   bool exact_jpeg = false;  // SampleOptions::exact_jpeg
   BadSampleOptions bad_samples;
+  // How long Shutdown(), or a closed connection, waits for the samples being decoded
+  // (Note [Abandoned decodes at shutdown]); positive. Below the launcher's
+  // --shutdown_grace, so that the service reports and cleans up before it is killed.
+  absl::Duration shutdown_timeout = absl::Seconds(5);
+  // The address-space bound (data_service/memory_limit.h). The binary's --max_memory
+  // defaults to auto; the library's to none, so that a process that embeds the service
+  // (tests, benchmarks) keeps its own limits.
+  MaxMemory max_memory{MaxMemory::Kind::kNone, 0};
 };
+
+// Note [Abandoned decodes at shutdown]
+// A decode thread may sit in a read that never returns (a hung NFS or FUSE mount). Its
+// sample writes into a ring slot, so that ring cannot be unmapped, and the thread cannot
+// be joined; waiting for it would hold the service, and the job's end, for ever. So
+// every wait for decodes is bounded by ServiceOptions::shutdown_timeout: past it the
+// service removes the ring's name from /dev/shm and the socket (nothing is left for a
+// later job to trip on), keeps the ring mapped and the pool alive for the stuck thread
+// (they are never destroyed), and reports DeadlineExceeded naming each busy decode
+// thread and the file it is on. data_service then exits 124 (the stuck read ends with the
+// process). A connection closed while a read hangs does the same after the bound, and the
+// service stops serving (health()).
 
 // What the service holds and has done, for logs and tests.
 struct ServiceStats {
@@ -53,8 +75,18 @@ struct ServiceStats {
   BadSampleStats bad_samples;   // samples seen, replaced, distinct bad files
 };
 
-// The service. Thread-safe. Threads: one accepts connections, one per connection serves
-// its control messages (and owns its BatchProducer), plus the decode pool. Its resident
+// Note [Connections without a thread]
+// A connection gets a thread of its own (which serves its requests and owns its ring's
+// producer) only once it has sent a well-formed first request. Until then it waits in the
+// accept thread's poll set: an idle peer, a refused one (another uid) or one that sends
+// garbage costs a file descriptor, not a thread. A refused peer gets the refusal as the
+// answer to its first request, or after two seconds without one; a malformed first message
+// is answered with the error and closed. At most 4096 connections are open, waiting ones
+// included.
+
+// The service. Thread-safe. Threads: one accepts connections and holds those that have not
+// sent a request yet (Note [Connections without a thread]), one per serving connection
+// handles its control messages (and owns its BatchProducer), plus the decode pool. Its resident
 // memory is the rings plus the decode threads' scratch (stats() reports both; they are
 // logged at each registration and at shutdown) plus the dataset listings.
 //
@@ -72,13 +104,17 @@ class DataService {
   DataService& operator=(const DataService&) = delete;
 
   // Closes every connection, stops production, joins all threads, unlinks every ring and
-  // removes the socket. Idempotent.
-  void Shutdown();
+  // removes the socket. DeadlineExceeded, naming each decode thread still busy and its
+  // file, when the samples being decoded did not finish within
+  // ServiceOptions::shutdown_timeout (Note [Abandoned decodes at shutdown]): the rings
+  // and the socket are removed all the same. Idempotent: later calls return the first
+  // call's result.
+  absl::Status Shutdown();
 
   // Not OK once the service can no longer accept connections (its message says why).
   absl::Status health();
 
-  // Connections currently open (for tests).
+  // Connections being served, by a thread each (for tests).
   int connection_count();
   int thread_count() const { return pool_->thread_count(); }
   ServiceStats stats();
@@ -87,12 +123,19 @@ class DataService {
   struct Connection;
 
   DataService(const ServiceOptions& options, Datasets datasets, UniqueFd listener,
-              UniqueFd stop_event, dev_t socket_device, ino_t socket_inode);
+              UniqueFd stop_event, dev_t socket_device, ino_t socket_inode,
+              std::unique_ptr<MemoryLimit> memory_limit);
   void AcceptLoop();
+  // Gives `connection` (its first request read) a thread running Serve.
+  void StartServing(std::unique_ptr<Connection> connection) ABSL_LOCKS_EXCLUDED(mu_);
   void Serve(Connection* connection);
   // Handles one request; false when the connection must be closed.
   bool Handle(Connection* connection, const ControlMessage& message);
   void ReapFinished() ABSL_LOCKS_EXCLUDED(mu_);
+  // Stops `connection`'s producer within the shutdown's deadline (or shutdown_timeout from
+  // now when the service is not shutting down) and releases it; one that cannot be
+  // stopped in time is kept for ever and its error recorded in connection->drain.
+  void StopProducer(Connection* connection) ABSL_LOCKS_EXCLUDED(mu_);
   // With automatic threads, sets the pool's active threads from the ranks registered now.
   void UpdateActiveThreads() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ServiceStats StatsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -104,6 +147,7 @@ class DataService {
   UniqueFd stop_event_;  // an eventfd, readable once Shutdown() starts
   const dev_t socket_device_;
   const ino_t socket_inode_;
+  std::unique_ptr<MemoryLimit> memory_limit_;
   std::shared_ptr<BadSampleCounters> bad_counters_;
   std::unique_ptr<BadSampleTracker> train_bad_samples_;
   std::unique_ptr<BadSampleTracker> val_bad_samples_;  // null without a validation split
@@ -113,6 +157,10 @@ class DataService {
   std::list<std::unique_ptr<Connection>> connections_ ABSL_GUARDED_BY(mu_);
   absl::Status health_ ABSL_GUARDED_BY(mu_);
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time shutdown_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  absl::Mutex shutdown_mu_;  // serialises Shutdown()
+  bool shutdown_done_ ABSL_GUARDED_BY(shutdown_mu_) = false;
+  absl::Status shutdown_status_ ABSL_GUARDED_BY(shutdown_mu_);
 
   std::thread accept_thread_;  // last: started once everything above exists
 };

@@ -338,12 +338,12 @@ TEST_F(ServiceTest, ShutdownUnlinksEveryRingAndRemovesTheSocket) {
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   ASSERT_TRUE(a->StartEpoch(0, 1).ok());
-  service_->Shutdown();
+  EXPECT_TRUE(service_->Shutdown().ok());
   EXPECT_FALSE(SegmentExists(RingSegmentName(job_, 0, true)));
   EXPECT_FALSE(SegmentExists(RingSegmentName(job_, 1, true)));
   struct stat st;
   EXPECT_NE(stat(socket_.c_str(), &st), 0);
-  service_->Shutdown();  // idempotent
+  EXPECT_TRUE(service_->Shutdown().ok());  // idempotent
 }
 
 TEST_F(ServiceTest, AcquireReturnsUnavailableSoonAfterTheServiceDies) {
@@ -353,7 +353,7 @@ TEST_F(ServiceTest, AcquireReturnsUnavailableSoonAfterTheServiceDies) {
   ASSERT_TRUE(client->StartEpoch(0, 1).ok());
   std::thread killer([&] {
     absl::SleepFor(absl::Milliseconds(300));
-    service_->Shutdown();
+    (void)service_->Shutdown();
   });
   const absl::Time start = absl::Now();
   auto batch = client->Acquire(absl::Seconds(30));

@@ -1,6 +1,6 @@
 // Tests of WorkerPool: every task runs exactly once, on several threads, each thread with
 // its own scratch; the destructor drains the queue; inactive workers take no work; the
-// scratch memory is reported.
+// scratch memory is reported; Stop() with a deadline names a worker stuck in a task.
 #include "data_service/worker_pool.h"
 
 #include <atomic>
@@ -9,7 +9,10 @@
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "data_service/image/transforms.h"
+#include "data_service/test_util.h"
 #include "gtest/gtest.h"
 
 namespace stoker::data_service {
@@ -90,6 +93,32 @@ TEST(WorkerPoolTest, ReportsTheScratchItsWorkersKeep) {
   pool.Submit([](SampleScratch& scratch) { EXPECT_LE(scratch.file_bytes.capacity(), kMaxRetainedFileBytes); });
 }
 
+TEST(WorkerPoolTest, AnOutliersDecodeBuffersAreFreedAfterItsTask) {
+  constexpr int kWidth = 8000;
+  constexpr int kHeight = 1200;
+  const std::string path = test_util::TestDirectory("worker_pool") + "/wide.png";
+  ASSERT_TRUE(test_util::WritePng(path, kWidth, kHeight,
+                                  std::vector<uint8_t>(size_t{kWidth} * kHeight * 3, 90))
+                  .ok());
+  const std::vector<uint8_t> bytes = test_util::ReadFileBytes(path);
+  WorkerPool pool(1);
+  std::atomic<size_t> grown{0};
+  absl::Notification done;
+  pool.Submit([&](SampleScratch& scratch) {
+    image::TrainParams params;
+    params.crop = image::CropBox{0, 0, kHeight, kWidth};
+    std::vector<uint8_t> out(224 * 224 * 3);
+    EXPECT_TRUE(image::DecodeAndTransformWithParams(bytes, image::TransformSpec::Train(224), params,
+                                                    scratch.transform, out.data())
+                    .ok());
+    grown = scratch.capacity_bytes();
+  });
+  pool.Submit([&](SampleScratch&) { done.Notify(); });
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_GT(grown.load(), kMaxRetainedTransformBytes);
+  EXPECT_LE(pool.scratch_bytes(), kMaxRetainedTransformBytes);
+}
+
 TEST(WorkerPoolTest, ClampsToAtLeastOneThread) {
   WorkerPool pool(0);
   EXPECT_EQ(pool.thread_count(), 1);
@@ -100,6 +129,40 @@ TEST(WorkerPoolTest, ClampsToAtLeastOneThread) {
   if (cores > 4) {
     EXPECT_EQ(WorkerPool::DefaultThreadCount(2), cores - 2);
   }
+}
+
+TEST(WorkerPoolTest, StopNamesAWorkerStuckInATaskAtTheDeadline) {
+  // The pool outlives the stuck task (Note [Abandoned decodes at shutdown]).
+  static WorkerPool* const pool = new WorkerPool(2);
+  absl::Notification entered;
+  static absl::Notification release;
+  pool->Submit([&entered](SampleScratch&) {
+    WorkerPool::NoteActivity("sample 3 (/mnt/hung/a.jpg)");
+    entered.Notify();
+    release.WaitForNotification();
+  });
+  ASSERT_TRUE(entered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  std::vector<BusyWorker> busy = pool->busy_workers();
+  ASSERT_EQ(busy.size(), 1u);
+  EXPECT_EQ(busy[0].activity, "sample 3 (/mnt/hung/a.jpg)");
+  const absl::Time start = absl::Now();
+  const absl::Status stopped = pool->Stop(start + absl::Milliseconds(300));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_EQ(stopped.code(), absl::StatusCode::kDeadlineExceeded) << stopped;
+  EXPECT_NE(stopped.message().find("has been on sample 3 (/mnt/hung/a.jpg) for "),
+            absl::string_view::npos)
+      << stopped;
+  release.Notify();
+  EXPECT_TRUE(pool->Stop(absl::Now() + absl::Seconds(10)).ok());
+  EXPECT_TRUE(pool->busy_workers().empty());
+}
+
+TEST(WorkerPoolTest, NoteActivityOffThePoolIsANoOp) {
+  WorkerPool::NoteActivity("not a worker");
+  WorkerPool pool(1);
+  EXPECT_TRUE(pool.busy_workers().empty());
+  EXPECT_TRUE(pool.Stop(absl::Now() + absl::Seconds(10)).ok());
+  EXPECT_TRUE(pool.Stop(absl::Now()).ok());  // idempotent
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "launcher/job_files.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -16,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/errno_status.h"
 #include "common/logging.h"
@@ -35,16 +37,29 @@ absl::Status CheckSocketPathFits(const std::string& socket) {
   return absl::OkStatus();
 }
 
+// Whether `path` (its lstat in `info`) is this user's to remove, logging when it is not
+// (Note [Only the caller's objects are removed]).
+bool OwnedByCaller(const std::string& path, const struct stat& info) {
+  if (info.st_uid == geteuid()) return true;
+  LogWarning("not removing %s: it belongs to uid %d, not to this user (uid %d)", path,
+             static_cast<int>(info.st_uid), static_cast<int>(geteuid()));
+  return false;
+}
+
 // Unlinks the entries of `dir`, open on the directory `dir_path`, whose names satisfy
-// `matches`, and returns their paths, sorted. An entry already gone is skipped; any other
-// that cannot be removed is logged and kept.
+// `matches` and that are this user's, and returns their paths, sorted. An entry already
+// gone is skipped; any other that cannot be removed, or is another user's, is logged and
+// kept.
 std::vector<std::string> UnlinkMatchingEntries(
     DIR* dir, absl::string_view dir_path, absl::FunctionRef<bool(absl::string_view)> matches) {
   std::vector<std::string> removed;
   while (dirent* entry = readdir(dir)) {
     if (!matches(entry->d_name)) continue;
     std::string path = absl::StrCat(dir_path, "/", entry->d_name);
-    if (unlink(path.c_str()) == 0) {
+    struct stat info;
+    if (fstatat(dirfd(dir), entry->d_name, &info, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (!OwnedByCaller(path, info)) continue;
+    if (unlinkat(dirfd(dir), entry->d_name, 0) == 0) {
       removed.push_back(std::move(path));
     } else if (errno != ENOENT) {
       LogWarning("cannot remove %s: %s", path, std::strerror(errno));
@@ -58,7 +73,8 @@ std::vector<std::string> UnlinkMatchingEntries(
 // Remove is not called from two threads at once (the class is not thread-safe).
 std::vector<std::string>* removed_entries = nullptr;
 
-int RemoveEntry(const char* path, const struct stat*, int type, struct FTW* where) {
+int RemoveEntry(const char* path, const struct stat* info, int type, struct FTW* where) {
+  if (info != nullptr && type != FTW_NS && !OwnedByCaller(path, *info)) return 0;
   if (where->level > 0) removed_entries->emplace_back(path);
   const int rc = (type == FTW_DP) ? rmdir(path) : unlink(path);
   if (rc != 0 && errno != ENOENT) LogWarning("cannot remove %s: %s", path, std::strerror(errno));
@@ -88,6 +104,23 @@ std::string JobDirectoryPath(absl::string_view parent, absl::string_view job_id)
 
 std::string DataSocketPath(absl::string_view parent, absl::string_view job_id) {
   return absl::StrCat(JobDirectoryPath(parent, job_id), "/data.sock");
+}
+
+std::string JobIdOfSocketPath(absl::string_view socket_path) {
+  absl::string_view path = socket_path;
+  absl::string_view job;
+  if (absl::ConsumeSuffix(&path, "/data.sock")) {
+    const size_t slash = path.rfind('/');
+    job = path.substr(slash == absl::string_view::npos ? 0 : slash + 1);
+  } else if (absl::ConsumeSuffix(&path, ".sock")) {
+    const size_t slash = path.rfind('/');
+    job = path.substr(slash == absl::string_view::npos ? 0 : slash + 1);
+    const size_t node = job.rfind(".node");
+    if (node == absl::string_view::npos) return "";
+    job = job.substr(0, node);
+  }
+  if (!absl::ConsumePrefix(&job, "stoker.") || !ValidateJobId(job).ok()) return "";
+  return std::string(job);
 }
 
 absl::Status CheckDataSocketPath(absl::string_view parent, absl::string_view job_id) {
@@ -144,6 +177,7 @@ std::vector<std::string> RemoveJobDirectory(absl::string_view parent, absl::stri
   std::string path = JobDirectoryPath(parent, job_id);
   struct stat info;
   if (lstat(path.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) return {};
+  if (!OwnedByCaller(path, info)) return {};
   JobDirectory directory(path);
   std::vector<std::string> removed = directory.Remove();
   if (lstat(path.c_str(), &info) != 0) removed.push_back(std::move(path));

@@ -18,6 +18,14 @@ namespace stoker::launcher {
 // <short hostname>-<pid>-<8 random hex digits>, e.g. "gpu07-4242-9f31c2aa".
 std::string GenerateJobId();
 
+// Note [Only the caller's objects are removed]
+// /tmp and /dev/shm are shared by every user of the machine, and a name there proves
+// nothing: another user may have made /tmp/stoker.<id>/x or /dev/shm/stoker.<id>.ring.0.
+// So every removal of a job's files (the job's own cleanup and the sweeps of dead jobs)
+// looks at each object it would remove and removes it only when its owner is this
+// process's effective user, also when that is root; another user's object is logged and
+// left.
+
 // "<parent>/stoker.<job_id>".
 std::string JobDirectoryPath(absl::string_view parent, absl::string_view job_id);
 
@@ -58,6 +66,10 @@ std::vector<std::string> RemoveJobDirectory(absl::string_view parent, absl::stri
 
 // "<parent>/stoker.<job_id>/data.sock".
 std::string DataSocketPath(absl::string_view parent, absl::string_view job_id);
+
+// The job id in a data service socket path made by DataSocketPath or NodeSocketPath; empty
+// for any other path.
+std::string JobIdOfSocketPath(absl::string_view socket_path);
 
 // InvalidArgument when DataSocketPath(parent, job_id) does not fit a Unix socket address.
 absl::Status CheckDataSocketPath(absl::string_view parent, absl::string_view job_id);

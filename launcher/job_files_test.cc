@@ -112,6 +112,40 @@ TEST(SharedMemoryLeftoversTest, RemovesOnlyThisJobsSegments) {
   EXPECT_THAT(RemoveSharedMemoryLeftovers(shm, "j1"), IsEmpty());
 }
 
+TEST(JobIdOfSocketPathTest, ReadsTheJobIdOfBothKindsOfSocket) {
+  EXPECT_EQ(JobIdOfSocketPath(DataSocketPath("/tmp", "job-1")), "job-1");
+  EXPECT_EQ(JobIdOfSocketPath(NodeSocketPath("/tmp", "job_2", 3)), "job_2");
+  EXPECT_EQ(JobIdOfSocketPath("/run/other/data.sock"), "");
+  EXPECT_EQ(JobIdOfSocketPath("/tmp/stoker.a.b/data.sock"), "");
+  EXPECT_EQ(JobIdOfSocketPath("/tmp/x.sock"), "");
+}
+
+TEST(SharedMemoryLeftoversTest, ObjectsOfAnotherUserAreLeftAlsoForRoot) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to make files of another user";
+  const std::string dir = MakeTempDir("foreign");
+  const std::string shm = MakeTempDir("foreign_shm");
+  std::ofstream(shm + "/stoker.j1.ring.0") << "x";
+  std::ofstream(shm + "/stoker.j1.ring.1") << "x";
+  if (chown((shm + "/stoker.j1.ring.1").c_str(), 65534, 65534) != 0) {
+    GTEST_SKIP() << "cannot give a file to another user here (a sandbox's user namespace?)";
+  }
+  EXPECT_THAT(RemoveSharedMemoryLeftovers(shm, "j1"), ElementsAre(shm + "/stoker.j1.ring.0"));
+  EXPECT_THAT(ListEntries(shm, "stoker."), ElementsAre("stoker.j1.ring.1"));
+  // A job directory of another user, and another user's file in this user's.
+  const std::string foreign = JobDirectoryPath(dir, "j2");
+  ASSERT_EQ(mkdir(foreign.c_str(), 0700), 0);
+  ASSERT_EQ(chown(foreign.c_str(), 65534, 65534), 0);
+  EXPECT_THAT(RemoveJobDirectory(dir, "j2"), IsEmpty());
+  EXPECT_EQ(access(foreign.c_str(), F_OK), 0);
+  const std::string mine = JobDirectoryPath(dir, "j3");
+  ASSERT_EQ(mkdir(mine.c_str(), 0700), 0);
+  std::ofstream(mine + "/data.sock") << "x";
+  std::ofstream(mine + "/planted") << "x";
+  ASSERT_EQ(chown((mine + "/planted").c_str(), 65534, 65534), 0);
+  EXPECT_THAT(RemoveJobDirectory(dir, "j3"), ElementsAre(mine + "/data.sock"));
+  EXPECT_EQ(access((mine + "/planted").c_str(), F_OK), 0);
+}
+
 TEST(NodeSocketTest, PathNamesJobAndNode) {
   EXPECT_EQ(NodeSocketPath("/tmp", "j1", 3), "/tmp/stoker.j1.node3.sock");
   EXPECT_TRUE(CheckNodeSocketPath("/tmp", std::string(kMaxJobIdLength, 'j'), 999).ok());

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -71,14 +72,49 @@ std::vector<std::string> RemoveJobFiles(absl::string_view parent, absl::string_v
   return removed;
 }
 
-// Reads the record at `path`: nullopt (logged when `log`) when it is not this user's or
-// cannot be parsed.
-absl::optional<ProcessIdentity> ReadRecord(const std::string& path, bool log) {
-  struct stat info;
-  if (lstat(path.c_str(), &info) != 0 || !S_ISREG(info.st_mode) || info.st_uid != geteuid()) {
-    return absl::nullopt;
+// A record, opened and locked for judging (Note [Stale jobs]).
+struct LockedRecord {
+  UniqueFd fd;
+  enum class State { kLocked, kHeld, kMissing, kNotOurs } state = State::kMissing;
+};
+
+// Opens the record at `path` (never through a symlink) and takes its lock without waiting:
+// kHeld when a live job holds it, kMissing when there is no such record or it was replaced
+// after it was opened, kNotOurs when it is not a regular file of this user.
+LockedRecord LockRecord(const std::string& path) {
+  LockedRecord record;
+  record.fd = UniqueFd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+  if (!record.fd.valid()) {
+    record.state = errno == ENOENT ? LockedRecord::State::kMissing : LockedRecord::State::kNotOurs;
+    return record;
   }
-  absl::StatusOr<ProcessIdentity> owner = ProcessIdentity::FromText(ReadSmallFile(path));
+  struct stat opened;
+  if (fstat(record.fd.get(), &opened) != 0 || !S_ISREG(opened.st_mode) ||
+      opened.st_uid != geteuid()) {
+    record.state = LockedRecord::State::kNotOurs;
+    return record;
+  }
+  if (flock(record.fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    record.state = LockedRecord::State::kHeld;
+    return record;
+  }
+  struct stat named;
+  if (lstat(path.c_str(), &named) != 0 || named.st_dev != opened.st_dev ||
+      named.st_ino != opened.st_ino) {
+    record.state = LockedRecord::State::kMissing;  // removed or made anew meanwhile
+    return record;
+  }
+  record.state = LockedRecord::State::kLocked;
+  return record;
+}
+
+// Reads the record open on `fd` (named `path`): nullopt (logged when `log`) when it
+// cannot be parsed.
+absl::optional<ProcessIdentity> ReadRecord(int fd, const std::string& path, bool log) {
+  std::string text(512, '\0');
+  const ssize_t n = pread(fd, text.data(), text.size(), 0);
+  text.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  absl::StatusOr<ProcessIdentity> owner = ProcessIdentity::FromText(text);
   if (!owner.ok()) {
     if (log) LogWarning("ignoring the job owner record %s: %s", path, owner.status().message());
     return absl::nullopt;
@@ -144,22 +180,37 @@ absl::StatusOr<JobOwnerRecord> JobOwnerRecord::Create(absl::string_view parent,
   absl::StatusOr<ProcessIdentity> self = ProcessIdentity::Self();
   if (!self.ok()) return self.status();
   const std::string path = JobOwnerPath(parent, job_id);
-  for (int attempt = 0; attempt < 2; ++attempt) {
+  for (int attempt = 0; attempt < 3; ++attempt) {
     UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
     if (fd.valid()) {
+      // Locked before anything of the job exists (Note [Stale jobs]).
       const std::string text = self->ToText();
-      if (fchmod(fd.get(), 0600) != 0 ||
+      if (flock(fd.get(), LOCK_EX | LOCK_NB) != 0 || fchmod(fd.get(), 0600) != 0 ||
           write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
         const int error = errno;
         unlink(path.c_str());
         return stoker::ErrnoToStatus(error, absl::StrCat("writing the job owner record ", path));
       }
-      return JobOwnerRecord(path);
+      return JobOwnerRecord(path, fd.Release());
     }
     if (errno != EEXIST) {
       return stoker::ErrnoToStatus(errno, absl::StrCat("creating the job owner record ", path));
     }
-    absl::optional<ProcessIdentity> owner = ReadRecord(path, /*log=*/false);
+    LockedRecord locked = LockRecord(path);
+    if (locked.state == LockedRecord::State::kMissing) continue;  // gone meanwhile: retry
+    if (locked.state == LockedRecord::State::kHeld) {
+      absl::optional<ProcessIdentity> holder = ReadRecord(locked.fd.get(), path, /*log=*/false);
+      if (holder.has_value() && JudgeOwner(*holder) == OwnerState::kAlive) {
+        return absl::AlreadyExistsError(absl::StrCat("--job_id ", job_id,
+                                                     " is in use by the running launcher pid ",
+                                                     holder->pid, " (", path, ")"));
+      }
+      return absl::AlreadyExistsError(absl::StrCat(
+          "--job_id ", job_id, " is in use by a running job (it holds the lock of ", path, ")"));
+    }
+    absl::optional<ProcessIdentity> owner = locked.state == LockedRecord::State::kLocked
+                                                ? ReadRecord(locked.fd.get(), path, /*log=*/false)
+                                                : absl::nullopt;
     if (!owner.has_value()) {
       return absl::AlreadyExistsError(absl::StrCat(
           "--job_id ", job_id, " is taken: ", path,
@@ -182,27 +233,35 @@ absl::StatusOr<JobOwnerRecord> JobOwnerRecord::Create(absl::string_view parent,
         if (unlink(path.c_str()) != 0 && errno != ENOENT) {
           return stoker::ErrnoToStatus(errno, absl::StrCat("removing the stale job owner record ", path));
         }
-        break;
+        break;  // the lock goes with `locked`, after the record
     }
   }
   return absl::AlreadyExistsError(absl::StrCat("--job_id ", job_id, ": another launcher took ", path));
 }
 
 JobOwnerRecord::JobOwnerRecord(JobOwnerRecord&& other) noexcept
-    : path_(std::exchange(other.path_, std::string())) {}
+    : path_(std::exchange(other.path_, std::string())),
+      lock_fd_(std::exchange(other.lock_fd_, -1)) {}
 
 JobOwnerRecord& JobOwnerRecord::operator=(JobOwnerRecord&& other) noexcept {
   if (this != &other) {
-    if (!path_.empty()) unlink(path_.c_str());
+    Release();
     path_ = std::exchange(other.path_, std::string());
+    lock_fd_ = std::exchange(other.lock_fd_, -1);
   }
   return *this;
 }
 
-JobOwnerRecord::~JobOwnerRecord() {
+JobOwnerRecord::~JobOwnerRecord() { Release(); }
+
+void JobOwnerRecord::Release() {
+  // The record first, then its lock (Note [Stale jobs]).
   if (!path_.empty() && unlink(path_.c_str()) != 0 && errno != ENOENT) {
     LogWarning("cannot remove the job owner record %s: %s", path_, std::strerror(errno));
   }
+  path_.clear();
+  if (lock_fd_ >= 0) close(lock_fd_);
+  lock_fd_ = -1;
 }
 
 std::vector<StaleJob> RemoveStaleJobs(absl::string_view parent, absl::string_view shm_dir) {
@@ -220,7 +279,10 @@ std::vector<StaleJob> RemoveStaleJobs(absl::string_view parent, absl::string_vie
   std::vector<StaleJob> stale;
   for (const std::string& job_id : job_ids) {
     const std::string record = JobOwnerPath(parent, job_id);
-    absl::optional<ProcessIdentity> owner = ReadRecord(record, /*log=*/true);
+    // Held until the job's files and record are gone (Note [Stale jobs]).
+    LockedRecord locked = LockRecord(record);
+    if (locked.state != LockedRecord::State::kLocked) continue;
+    absl::optional<ProcessIdentity> owner = ReadRecord(locked.fd.get(), record, /*log=*/true);
     if (!owner.has_value() || JudgeOwner(*owner) != OwnerState::kGone) continue;
     StaleJob job{job_id, owner->pid, RemoveJobFiles(parent, shm_dir, job_id)};
     if (unlink(record.c_str()) == 0) {

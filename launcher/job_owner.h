@@ -33,6 +33,15 @@ namespace stoker::launcher {
 //  - unknown otherwise (another pid namespace): its files are left alone.
 // Only records of this user are considered, and a job's files are removed only when its
 // record says its owner is gone.
+//
+// Judging a record and removing its job's files must not race a new job of the same id
+// starting at the same time (it would lose the files it just made). So the owner holds an
+// exclusive flock on its record for the job's whole life, and whoever judges a record
+// (a sweep, a new job taking the id over) first takes that lock without waiting: a record
+// whose lock is held belongs to a live job, whatever its pid says. With the lock, the judge
+// checks that the record's name still leads to the file it locked (not one made anew),
+// then judges, removes the files and the record, and only then lets the lock go; a new job
+// makes its record with O_EXCL and locks it before it makes anything else.
 
 // The identity of a process. Plain data.
 struct ProcessIdentity {
@@ -76,8 +85,10 @@ class JobOwnerRecord {
   const std::string& path() const { return path_; }
 
  private:
-  explicit JobOwnerRecord(std::string path) : path_(std::move(path)) {}
+  JobOwnerRecord(std::string path, int lock_fd) : path_(std::move(path)), lock_fd_(lock_fd) {}
+  void Release();
   std::string path_;  // empty once moved from
+  int lock_fd_ = -1;  // the record, open and flock-ed (Note [Stale jobs])
 };
 
 // What RemoveStaleJobs removed for one dead job.

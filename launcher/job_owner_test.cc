@@ -1,10 +1,12 @@
 #include "launcher/job_owner.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <fstream>
 #include <string>
 
@@ -133,6 +135,41 @@ TEST(JobOwnerRecordTest, AnUnreadableRecordIsNotTakenOver) {
   absl::StatusOr<JobOwnerRecord> record = JobOwnerRecord::Create(dir, dir, "job1");
   EXPECT_TRUE(absl::IsAlreadyExists(record.status()));
   EXPECT_THAT(record.status().message(), HasSubstr("remove it if no such job runs"));
+}
+
+TEST(JobOwnerRecordTest, TheRecordIsLockedForTheJobsLife) {
+  const std::string dir = testing::MakeTempDir("owner");
+  absl::StatusOr<JobOwnerRecord> record = JobOwnerRecord::Create(dir, dir, "job1");
+  ASSERT_TRUE(record.ok()) << record.status();
+  const int fd = open(record->path().c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  EXPECT_NE(flock(fd, LOCK_EX | LOCK_NB), 0);
+  EXPECT_EQ(errno, EWOULDBLOCK);
+  JobOwnerRecord moved = std::move(*record);  // the lock goes with the record
+  EXPECT_NE(flock(fd, LOCK_EX | LOCK_NB), 0);
+  { JobOwnerRecord gone = std::move(moved); }  // the record and its lock go
+  EXPECT_EQ(flock(fd, LOCK_EX | LOCK_NB), 0);
+  close(fd);
+}
+
+TEST(RemoveStaleJobsTest, AStaleRecordWhoseLockIsHeldIsLeftAlone) {
+  // A record whose pid is gone but whose lock someone holds (the job that is taking the id
+  // over right now): judging it must wait for that one.
+  const std::string dir = testing::MakeTempDir("owner");
+  const std::string shm = testing::MakeTempDir("shm");
+  WriteRecord(dir, "taken-job", GoneProcess());
+  LeaveJobFiles(dir, shm, "taken-job");
+  const int fd = open(JobOwnerPath(dir, "taken-job").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(flock(fd, LOCK_EX | LOCK_NB), 0);
+  EXPECT_THAT(RemoveStaleJobs(dir, shm), IsEmpty());
+  EXPECT_TRUE(PathExists(absl::StrCat(shm, "/stoker.taken-job.ring.0")));
+  absl::StatusOr<JobOwnerRecord> record = JobOwnerRecord::Create(dir, shm, "taken-job");
+  EXPECT_TRUE(absl::IsAlreadyExists(record.status())) << record.status();
+  EXPECT_THAT(record.status().message(), HasSubstr("it holds the lock of"));
+  close(fd);
+  ASSERT_EQ(RemoveStaleJobs(dir, shm).size(), 1u);
+  EXPECT_FALSE(PathExists(absl::StrCat(shm, "/stoker.taken-job.ring.0")));
 }
 
 TEST(RemoveStaleJobsTest, OnlyJobsWhoseOwnerIsGoneAreRemoved) {

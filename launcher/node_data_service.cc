@@ -17,6 +17,7 @@
 #include "launcher/data_service_args.h"
 #include "launcher/job_files.h"
 #include "launcher/job_owner.h"
+#include "launcher/phase_deadline.h"
 #include "launcher/program_paths.h"
 #include "launcher/readiness.h"
 
@@ -170,11 +171,18 @@ absl::StatusOr<std::vector<std::string>> BuildNodeDataServiceArgv(
 
 absl::StatusOr<std::unique_ptr<NodeDataService>> NodeDataService::Start(
     const RankInfo& rank, MPI_Comm world, MPI_Comm node, const NodeDataServiceOptions& options) {
-  ASSIGN_OR_RETURN(const JobIdentity identity, AgreeOnJob(rank, world, options));
-  const std::string job_id = identity.job_id;
+  // Note [Start-up and teardown deadlines] in launcher/phase_deadline.h.
+  RETURN_IF_ERROR(AwaitPhase(world, "node data services: the job id", options.startup_timeout));
+  absl::optional<JobIdentity> agreed;
   std::vector<int> node_ranks(rank.local_size);
-  RETURN_IF_MPI_ERROR(
-      MPI_Allgather(&rank.rank, 1, MPI_INT, node_ranks.data(), 1, MPI_INT, node));
+  {
+    PhaseDeadline deadline("node data services: the job id (MPI_Bcast, MPI_Allgather)",
+                           options.startup_timeout);
+    ASSIGN_OR_RETURN(agreed, AgreeOnJob(rank, world, options));
+    RETURN_IF_MPI_ERROR(MPI_Allgather(&rank.rank, 1, MPI_INT, node_ranks.data(), 1, MPI_INT, node));
+  }
+  const JobIdentity identity = *agreed;
+  const std::string job_id = identity.job_id;
   const std::string socket_path = NodeSocketPath(options.socket_dir, job_id, rank.node_index);
   std::unique_ptr<NodeDataService> service(new NodeDataService(
       rank, node, job_id, identity.seed, socket_path, std::move(node_ranks), options));
@@ -190,7 +198,13 @@ absl::StatusOr<std::unique_ptr<NodeDataService>> NodeDataService::Start(
       CopyTruncated(child.status().ToString(), outcome.error);
     }
   }
-  RETURN_IF_MPI_ERROR(MPI_Bcast(&outcome, sizeof(outcome), MPI_BYTE, 0, node));
+  // Local rank 0 comes once its service is ready (or has failed to start).
+  RETURN_IF_ERROR(AwaitPhase(node, "node data service: started by local rank 0",
+                             options.ready_timeout + options.startup_timeout));
+  {
+    PhaseDeadline deadline("node data service: its outcome (MPI_Bcast)", options.startup_timeout);
+    RETURN_IF_MPI_ERROR(MPI_Bcast(&outcome, sizeof(outcome), MPI_BYTE, 0, node));
+  }
   if (!outcome.ok) {
     service->stopped_ = true;  // nothing to stop
     if (rank.local_rank == 0) return absl::UnavailableError(outcome.error);

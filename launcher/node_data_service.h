@@ -67,6 +67,10 @@ struct NodeDataServiceOptions {
   // How long Stop() waits for the other local ranks to reach it (a rank that stalls at the
   // end of training must not keep its node waiting for ever).
   absl::Duration stop_timeout = absl::Seconds(300);
+  // How long Start()'s collectives wait for the slowest rank, beyond ready_timeout for the
+  // node's local rank 0, which starts the service (Note [Start-up and teardown deadlines]
+  // in launcher/phase_deadline.h).
+  absl::Duration startup_timeout = absl::Seconds(300);
 };
 
 // Returns `<program> --socket=S --job_id=J --node_id=N [--data_seed=SEED] args...`

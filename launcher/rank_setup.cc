@@ -15,6 +15,7 @@
 #include "common/logging.h"
 #include "common/mpi_status.h"
 #include "common/status_macros.h"
+#include "launcher/phase_deadline.h"
 
 namespace stoker::launcher {
 
@@ -72,8 +73,22 @@ absl::StatusOr<std::unique_ptr<MpiSession>> MpiSession::Create(int* argc, char**
   RETURN_IF_MPI_ERROR(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
   // Errors come back as return codes so that they become Status values.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  if (options.before_rank_setup) {
+    int world_rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    options.before_rank_setup(world_rank);
+  }
+  // Note [Start-up and teardown deadlines] in launcher/phase_deadline.h.
+  if (absl::Status arrived = AwaitPhase(MPI_COMM_WORLD, "MPI rank setup", options.startup_timeout);
+      !arrived.ok()) {
+    return arrived;
+  }
   MPI_Comm node_comm;
-  absl::StatusOr<RankInfo> info = ComputeRankInfo(MPI_COMM_WORLD, options, &node_comm);
+  absl::StatusOr<RankInfo> info;
+  {
+    PhaseDeadline deadline("MPI rank setup (the node communicators)", options.startup_timeout);
+    info = ComputeRankInfo(MPI_COMM_WORLD, options, &node_comm);
+  }
   if (!info.ok()) {
     MPI_Finalize();
     return info.status();

@@ -7,6 +7,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -35,6 +36,12 @@ struct RankSetupOptions {
   int ranks_per_node = 0;
   // How long MPI_Finalize may take (Note [Bounded MPI_Finalize]).
   absl::Duration finalize_timeout = absl::Seconds(300);
+  // How long the rank-setup collectives may wait for the slowest rank (Note [Start-up and
+  // teardown deadlines] in launcher/phase_deadline.h).
+  absl::Duration startup_timeout = absl::Seconds(300);
+  // A fault seam for tests: runs on every rank after MPI_Init, before the rank-setup
+  // collectives (with this rank's rank in MPI_COMM_WORLD).
+  std::function<void(int world_rank)> before_rank_setup;
 };
 
 // Note [Bounded MPI_Finalize]
@@ -63,7 +70,10 @@ class MpiSession {
  public:
   // Starts MPI and sets the rank up. Also ties this process to its parent: if the process
   // that started the rank (mpirun's daemon, srun's step daemon) dies, so does the rank.
-  // FailedPrecondition when MPI is already initialized.
+  // FailedPrecondition when MPI is already initialized. DeadlineExceeded, naming the ranks
+  // that did not come, when the rank setup did not begin on every rank within
+  // options.startup_timeout; then MPI is left unfinalized (MPI_Finalize would wait for
+  // those ranks), so that the process's exit ends the job.
   static absl::StatusOr<std::unique_ptr<MpiSession>> Create(int* argc, char*** argv,
                                                             const RankSetupOptions& options = {});
   ~MpiSession();

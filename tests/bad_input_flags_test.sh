@@ -47,6 +47,8 @@ check "trainer out of range" "--batch_size=0" "$trainer" --batch_size=0
 check "trainer negative" "--keep_checkpoints=" "$trainer" --keep_checkpoints=-1
 check "trainer missing value" "--epochs: a value is required" "$trainer" --epochs
 check "trainer stray argument" "unexpected argument \"stray\"" "$trainer" stray
+check "trainer data timeout not below the collective timeout" \
+  "--data_timeout_s=120 must be less than --collective_timeout_s=60" "$trainer" --collective_timeout_s=60
 check "trainer data service args not a flag" "--data_service_args: 'imagefolder' is not a flag" \
   "$trainer" --data_service_args="--threads=1 imagefolder"
 check "trainer data service args set the socket" "--data_service_args must not set --socket" \
@@ -105,6 +107,7 @@ assert_nothing_left "$job"
 check "data service unknown flag" "--bogus" "$service" --socket="$out/s.sock" --job_id=j --bogus=1
 check "data service wrong type" "--threads" "$service" --socket="$out/s.sock" --job_id=j --threads=many
 check "data service out of range" "--max_bad_fraction" "$service" --socket="$out/s.sock" --job_id=j --max_bad_fraction=2
+check "data service shutdown timeout" "--shutdown_timeout_s: must be positive" "$service" --socket="$out/s.sock" --job_id=j --shutdown_timeout_s=0
 check "data service missing folder" "--train_dir" "$service" --socket="$out/s.sock" --job_id=j \
   --dataset=imagefolder --train_dir="$out/no_such_folder"
 

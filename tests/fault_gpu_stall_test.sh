@@ -18,7 +18,7 @@ stall_rank "$log" "$out/loss" 5 2 1 10 -- \
   --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
   --dataset=synthetic --synthetic_samples=65536 --synthetic_classes=10 --data_threads=4 -- \
   --device=cuda --model=resnet18 --num_classes=10 --image_size=64 --batch_size=64 --epochs=100 \
-  --log_every=1 --loss_log="$out/loss" --collective_timeout_s=10 --collective_abort_grace_s=5 ||
+  --log_every=1 --loss_log="$out/loss" --collective_timeout_s=10 --data_timeout_s=9 --collective_abort_grace_s=5 ||
   exit 1
 check_stall_report "$log" \
   "\[trainer rank 0 .*collective watchdog: collective #[0-9]* (allreduce) on the \(NCCL\|MPI\) communicator" \

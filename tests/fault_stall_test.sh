@@ -18,7 +18,7 @@ stall_rank "$log" "$out/loss" 3 3 1 10 -- \
   --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
   --dataset=synthetic --synthetic_samples=4096 --synthetic_classes=4 --data_threads=1 -- \
   --model=small_cnn --num_classes=4 --image_size=32 --batch_size=16 --epochs=1000 \
-  --log_every=1 --loss_log="$out/loss" --collective_timeout_s=10 --collective_abort_grace_s=5 ||
+  --log_every=1 --loss_log="$out/loss" --collective_timeout_s=10 --data_timeout_s=9 --collective_abort_grace_s=5 ||
   exit 1
 
 # The waiting ranks name the stalled rank and the last collective each rank completed.
@@ -45,7 +45,7 @@ stall_rank "$log" "$out/loss2" 3 4 3 10 -- \
   --data_service="$root/data_service/data_service" \
   --data_service_args="--dataset=synthetic --synthetic_samples=4096 --synthetic_classes=4 --threads=1" \
   --model=small_cnn --num_classes=4 --image_size=32 --batch_size=8 --epochs=1000 \
-  --log_every=1 --loss_log="$out/loss2" --collective_timeout_s=10 --collective_abort_grace_s=5 ||
+  --log_every=1 --loss_log="$out/loss2" --collective_timeout_s=10 --data_timeout_s=9 --collective_abort_grace_s=5 ||
   exit 1
 check_stall_report "$log" "\[trainer rank 2 .*collective watchdog: collective #[0-9]* (allreduce)" \
   3 1 2 3 || exit 1

@@ -15,6 +15,7 @@
 #include "common/shm_segment.h"
 #include "common/status_macros.h"
 #include "launcher/data_service_args.h"
+#include "launcher/job_files.h"
 #include "launcher/node_data_service.h"
 #include "launcher/rank_setup.h"
 #include "trainer/comm/mpi_communicator.h"
@@ -92,6 +93,9 @@ int main(int argc, char** argv) {
   // MPI_Finalize waits for every rank: bounded like a collective (Note [Bounded
   // MPI_Finalize] in launcher/rank_setup.h).
   rank_setup.finalize_timeout = options->comm.collective_timeout;
+  // The start-up collectives have the same bound (Note [Start-up and teardown deadlines]
+  // in launcher/phase_deadline.h).
+  rank_setup.startup_timeout = options->comm.collective_timeout;
   auto session = stoker::launcher::MpiSession::Create(&argc, &argv, rank_setup);
   if (!session.ok()) {
     return stoker::ReportFailure(
@@ -122,6 +126,7 @@ int main(int argc, char** argv) {
     service_options.seed = options->seed;
     service_options.args = *data_service_args;
     service_options.ready_timeout = options->input.data_timeout;
+    service_options.startup_timeout = options->comm.collective_timeout;
     auto started = stoker::launcher::NodeDataService::Start(rank, (*session)->world(), (*session)->node(), service_options);
     if (!started.ok()) (*session)->Abort(stoker::ReportFailure(started.status()));
     node_data_service = std::move(*started);
@@ -141,12 +146,16 @@ int main(int argc, char** argv) {
     absl::StatusOr<bool> use_cuda = BindDevice(options->device.device, rank);
     stoker::trainer::RunContext context;
     context.rank = rank;
+    context.job_id = node_data_service != nullptr
+                         ? node_data_service->job_id()
+                         : stoker::launcher::JobIdOfSocketPath(options->input.data_socket);
     if (status.ok()) status = use_cuda.status();
     if (status.ok() && *use_cuda) {
 #ifdef STOKER_WITH_CUDA
       context.use_cuda = true;
       context.cuda_device = rank.local_rank;
-      auto nccl = stoker::trainer::NcclCommunicator::Create((*session)->world(), rank.local_rank);
+      auto nccl = stoker::trainer::NcclCommunicator::Create((*session)->world(), rank.local_rank,
+                                                            options->comm.collective_timeout);
       if (nccl.ok()) communicator = std::move(*nccl);
       status = nccl.status();
 #endif

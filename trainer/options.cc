@@ -74,6 +74,17 @@ absl::Status ValidateOptions(const TrainerOptions& o) {
   if (o.epochs < 1) return Bad("epochs", o.epochs, "must be >= 1");
   RETURN_IF_ERROR(o.model.Validate());
   RETURN_IF_ERROR(o.comm.Validate());
+  // A rank that waits for a batch must give up (naming the data service) before the other
+  // ranks' collective watchdogs give up on it (naming it as stalled), or the job's first
+  // error would blame the rank instead of its data.
+  if (o.input.synthetic_steps == 0 && o.input.data_timeout >= o.comm.collective_timeout) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--data_timeout_s=", absl::ToInt64Seconds(o.input.data_timeout),
+        " must be less than --collective_timeout_s=",
+        absl::ToInt64Seconds(o.comm.collective_timeout),
+        ": a rank waiting for a batch must fail, naming the data service, before the other "
+        "ranks' collectives time out on it"));
+  }
   RETURN_IF_ERROR(o.optimizer.Validate());
   RETURN_IF_ERROR(ScheduleOptionsFor(o, 1).Validate());
   RETURN_IF_ERROR(o.step.Validate());

@@ -33,6 +33,10 @@ TEST(ValidateOptionsTest, EveryBadValueIsRefusedNamingItsFlag) {
       {"--bucket_mb=", [](TrainerOptions& o) { o.comm.bucket_mb = 0; }},
       {"--ring_slots=", [](TrainerOptions& o) { o.input.ring_slots = 2; }},
       {"--data_timeout_s=", [](TrainerOptions& o) { o.input.data_timeout = absl::ZeroDuration(); }},
+      {"--data_timeout_s=120 must be less than --collective_timeout_s=60",
+       [](TrainerOptions& o) { o.comm.collective_timeout = absl::Seconds(60); }},
+      {"--data_timeout_s=300 must be less than --collective_timeout_s=300",
+       [](TrainerOptions& o) { o.input.data_timeout = absl::Seconds(300); }},
       {"--lr=", [](TrainerOptions& o) { o.optimizer.learning_rate = 0; }},
       {"--lr=", [](TrainerOptions& o) { o.optimizer.learning_rate = -1; }},
       {"--momentum=", [](TrainerOptions& o) { o.optimizer.momentum = 1.0; }},
@@ -104,6 +108,18 @@ TEST(ValidateOptionsTest, EveryUnknownChoiceIsRefusedNamingItsFlag) {
     EXPECT_NE(std::string(status.message()).find(flag), std::string::npos)
         << "expected the message to name " << flag << ", got: " << status.message();
   }
+}
+
+TEST(ValidateOptionsTest, ADataTimeoutBelowTheCollectiveTimeoutIsValid) {
+  TrainerOptions o = Good();
+  o.input.data_timeout = absl::Seconds(9);
+  o.comm.collective_timeout = absl::Seconds(10);
+  EXPECT_TRUE(ValidateOptions(o).ok());
+  // Without a data service (--synthetic_steps) no rank waits for a batch.
+  o = Good();
+  o.input.synthetic_steps = 5;
+  o.comm.collective_timeout = absl::Seconds(10);
+  EXPECT_TRUE(ValidateOptions(o).ok());
 }
 
 TEST(ValidateOptionsTest, RelatedValuesThatFitTogetherAreValid) {

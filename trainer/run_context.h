@@ -4,6 +4,8 @@
 #ifndef STOKER_TRAINER_RUN_CONTEXT_H_
 #define STOKER_TRAINER_RUN_CONTEXT_H_
 
+#include <string>
+
 #include "launcher/rank_setup.h"
 
 namespace stoker::trainer {
@@ -12,6 +14,9 @@ struct RunContext {
   launcher::RankInfo rank;
   bool use_cuda = false;  // this rank trains on GPU `cuda_device`; else on the CPU
   int cuda_device = 0;
+  // The job's id when it has one (the launcher's or rank 0's --job_id), for the names of
+  // what the run puts in /dev/shm; empty otherwise.
+  std::string job_id;
 
   bool rank0() const { return rank.rank == 0; }
   int world_size() const { return rank.world_size; }

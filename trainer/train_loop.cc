@@ -408,7 +408,9 @@ absl::StatusOr<TrainingOutcome> RunTraining(const TrainerOptions& options, const
   // Every collective gets a deadline (Note [Collective deadline] in trainer/comm/collective_watchdog.h).
   const launcher::RankInfo& rank = context.rank;
   ASSIGN_OR_RETURN(CollectiveProgressTable progress_table,
-                   ShareNodeProgressTable(host, NodePlace{rank.local_rank, rank.local_size, rank.node_index}));
+                   ShareNodeProgressTable(
+                       host, NodePlace{rank.local_rank, rank.local_size, rank.node_index},
+                       context.job_id));
   CollectiveWatchdogOptions watch;
   watch.timeout = options.comm.collective_timeout;
   watch.abort_grace = options.comm.collective_abort_grace;

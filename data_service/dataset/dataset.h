@@ -61,6 +61,22 @@ struct SampleScratch {
 // file does not keep its buffer for the rest of the run.
 inline constexpr size_t kMaxRetainedFileBytes = size_t{64} << 20;
 
+// SampleScratch::transform buffers holding more than this after a sample are freed: an
+// outlier image (a PNG thousands of pixels wide, which has no DCT-domain downscale) grows
+// them to several MiB, ordinary ones (ImageNet's ~500x375 photos) to well under 1 MiB.
+inline constexpr size_t kMaxRetainedTransformBytes = size_t{4} << 20;
+
+// After a sample: frees the buffers of `scratch` that an outlier grew past the limits
+// above, so a decode thread's memory shrinks back to that of ordinary images.
+inline void TrimSampleScratch(SampleScratch& scratch) {
+  if (scratch.file_bytes.capacity() > kMaxRetainedFileBytes) {
+    std::vector<uint8_t>().swap(scratch.file_bytes);
+  }
+  if (scratch.transform.capacity_bytes() > kMaxRetainedTransformBytes) {
+    scratch.transform.ReleaseBuffers();
+  }
+}
+
 // Whether a Load() error means "this sample's data is unusable" (missing, unreadable,
 // empty, corrupt, truncated, not an image, too large), which --bad_files=skip may skip,
 // rather than a failure of the service itself (out of memory or file descriptors, a bad

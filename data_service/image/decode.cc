@@ -642,6 +642,12 @@ size_t ImageDecoder::capacity_bytes() const {
   return rows_.capacity() + rgb_row_.capacity() + row_pointers_.capacity() * sizeof(uint8_t*);
 }
 
+void ImageDecoder::ReleaseBuffers() {
+  std::vector<uint8_t>().swap(rows_);
+  std::vector<uint8_t>().swap(rgb_row_);
+  std::vector<uint8_t*>().swap(row_pointers_);
+}
+
 absl::StatusOr<DecodedImage> DecodeImage(absl::Span<const uint8_t> bytes,
                                          const DecodeOptions& options) {
   ImageDecoder decoder;

@@ -183,6 +183,9 @@ class ImageDecoder {
   // Bytes held in Stoker's own reusable buffers (not libjpeg's or libpng's internals).
   size_t capacity_bytes() const;
 
+  // Frees those buffers (capacity_bytes() becomes 0); later decodes grow them again.
+  void ReleaseBuffers();
+
  private:
   absl::Status DecodeJpeg(ScaleFactor scale, const PixelRect& region, RowSink sink,
                           int keep_rows);

@@ -116,6 +116,13 @@ size_t TransformScratch::capacity_bytes() const {
          vertical_.capacity_bytes() + resampler_.capacity_bytes();
 }
 
+void TransformScratch::ReleaseBuffers() {
+  decoder_.ReleaseBuffers();
+  horizontal_ = AxisTaps();
+  vertical_ = AxisTaps();
+  resampler_ = RgbResampler();
+}
+
 namespace internal {
 
 class TransformPipeline {

@@ -95,7 +95,8 @@ struct TransformTrace {
 // The per-thread working memory of DecodeAndTransform(): the decoder with its row
 // buffers, the filter taps and the resampler's row window and intermediate image. Buffers grow to the
 // largest image seen and are then reused, so steady state allocates nothing of Stoker's
-// own (libjpeg/libpng keep small per-image pools of their own).
+// own (libjpeg/libpng keep small per-image pools of their own); ReleaseBuffers() gives
+// back what an outlier grew them to.
 // Not thread-safe: one per worker thread.
 class TransformScratch {
  public:
@@ -105,6 +106,10 @@ class TransformScratch {
 
   // Bytes currently held by the reusable buffers (the service reports it).
   size_t capacity_bytes() const;
+
+  // Frees every reusable buffer (capacity_bytes() becomes 0), so that one outlier image
+  // does not keep its memory for the rest of the run; results do not change.
+  void ReleaseBuffers();
 
  private:
   friend class internal::TransformPipeline;

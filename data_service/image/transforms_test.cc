@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "data_service/image/decode.h"
 #include "data_service/image/test_support.h"
+#include "data_service/test_util.h"
 #include "gtest/gtest.h"
 
 namespace stoker::data_service::image {
@@ -470,6 +471,35 @@ TEST(TransformScratchTest, StopsGrowingOnceWarm) {
   EXPECT_GT(warm, 0u);
   EXPECT_EQ(scratch.capacity_bytes(), warm);
   std::printf("scratch after %zu images: %zu bytes\n", files.size(), warm);
+}
+
+TEST(TransformScratchTest, ReleaseBuffersGivesBackAnOutliersMemoryAndKeepsResults) {
+  // A wide PNG (no DCT-domain downscale) cropped whole: the resampler keeps the vertically
+  // resampled crop, 8000 x 224 x 3 bytes.
+  constexpr int kWidth = 8000;
+  constexpr int kHeight = 1200;
+  const std::string path = testing::MakeTestDir("release_buffers") + "/wide.png";
+  std::vector<uint8_t> rgb(static_cast<size_t>(kWidth) * kHeight * 3);
+  for (size_t i = 0; i < rgb.size(); ++i) {
+    rgb[i] = static_cast<uint8_t>((i / 3 % kWidth) * 7 + i % 3);
+  }
+  ASSERT_TRUE(test_util::WritePng(path, kWidth, kHeight, rgb).ok());
+  const std::vector<uint8_t> bytes = LoadFileOrFail(path);
+  TrainParams params;
+  params.crop = CropBox{0, 0, kHeight, kWidth};
+  TransformScratch scratch;
+  std::vector<uint8_t> out(224 * 224 * 3);
+  ASSERT_TRUE(
+      DecodeAndTransformWithParams(bytes, TransformSpec::Train(224), params, scratch, out.data())
+          .ok());
+  EXPECT_GT(scratch.capacity_bytes(), size_t{kWidth} * 224 * 3);
+  scratch.ReleaseBuffers();
+  EXPECT_EQ(scratch.capacity_bytes(), 0u);
+  std::vector<uint8_t> again(out.size());
+  ASSERT_TRUE(
+      DecodeAndTransformWithParams(bytes, TransformSpec::Train(224), params, scratch, again.data())
+          .ok());
+  EXPECT_EQ(out, again);
 }
 
 }  // namespace

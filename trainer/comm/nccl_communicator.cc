@@ -5,8 +5,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/cuda_status.h"
 #include "common/cuda_stream.h"
+#include "common/logging.h"
 #include "common/mpi_status.h"
 #include "common/status_macros.h"
+#include "launcher/phase_deadline.h"
 
 namespace stoker::trainer {
 namespace {
@@ -43,14 +45,19 @@ absl::StatusOr<ncclDataType_t> NcclType(ElementType type) {
 // event has passed, so that a collective stuck on the device is seen as stuck even though
 // no host call is waiting in it. The events are reused.
 
-absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(MPI_Comm bootstrap,
-                                                                           int device) {
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
+    MPI_Comm bootstrap, int device, absl::Duration deadline) {
   int rank = 0, size = 0;
   RETURN_IF_MPI_ERROR(MPI_Comm_rank(bootstrap, &rank));
   RETURN_IF_MPI_ERROR(MPI_Comm_size(bootstrap, &size));
   ncclUniqueId id;
   if (rank == 0) RETURN_IF_NCCL_ERROR(ncclGetUniqueId(&id));
-  RETURN_IF_MPI_ERROR(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, bootstrap));
+  // Note [Start-up and teardown deadlines] in launcher/phase_deadline.h.
+  RETURN_IF_ERROR(launcher::AwaitPhase(bootstrap, "NCCL id broadcast", deadline));
+  {
+    launcher::PhaseDeadline bounded("the NCCL id broadcast (MPI_Bcast)", deadline);
+    RETURN_IF_MPI_ERROR(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, bootstrap));
+  }
 
   RETURN_IF_CUDA_ERROR(cudaSetDevice(device));
   int least = 0, greatest = 0;
@@ -60,9 +67,14 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(MPI_C
   ASSIGN_OR_RETURN(CudaEvent outbound, CudaEvent::Create(cudaEventDisableTiming));
 
   ncclComm_t comm;
-  RETURN_IF_NCCL_ERROR(ncclCommInitRank(&comm, size, id, rank));
-  return std::unique_ptr<NcclCommunicator>(new NcclCommunicator(
+  {
+    launcher::PhaseDeadline bounded("ncclCommInitRank", deadline);
+    RETURN_IF_NCCL_ERROR(ncclCommInitRank(&comm, size, id, rank));
+  }
+  auto communicator = std::unique_ptr<NcclCommunicator>(new NcclCommunicator(
       std::move(stream), std::move(inbound), std::move(outbound), comm, device, rank, size));
+  communicator->teardown_timeout_ = deadline;
+  return communicator;
 }
 
 NcclCommunicator::~NcclCommunicator() {
@@ -71,8 +83,19 @@ NcclCommunicator::~NcclCommunicator() {
   } else if (failed_) {
     ncclCommAbort(comm_);
   } else {
-    cudaStreamSynchronize(stream_.get());
-    ncclCommDestroy(comm_);
+    // Note [Start-up and teardown deadlines]: neither call can be interrupted.
+    launcher::PhaseDeadline bounded(
+        absl::StrCat("teardown of the NCCL communicator of rank ", rank_,
+                     " (cudaStreamSynchronize, ncclCommDestroy)"),
+        teardown_timeout_);
+    if (const cudaError_t synced = cudaStreamSynchronize(stream_.get()); synced != cudaSuccess) {
+      LogWarning("rank %d: teardown of the NCCL communicator: cudaStreamSynchronize: %s", rank_,
+                 cudaGetErrorString(synced));
+    }
+    if (const ncclResult_t destroyed = ncclCommDestroy(comm_); destroyed != ncclSuccess) {
+      LogWarning("rank %d: teardown of the NCCL communicator: ncclCommDestroy: %s (%s)", rank_,
+                 ncclGetErrorString(destroyed), ncclGetLastError(nullptr));
+    }
   }
   absl::MutexLock lock(&events_mu_);
   in_flight_.clear();

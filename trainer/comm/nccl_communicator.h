@@ -16,6 +16,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/cuda_stream.h"
 #include "trainer/comm/communicator.h"
 
@@ -33,8 +34,14 @@ namespace stoker::trainer {
 class NcclCommunicator final : public Communicator {
  public:
   // Collective over `bootstrap`'s ranks: rank 0 makes the unique id and broadcasts it.
-  // `device` must be the current CUDA device of the calling thread.
-  static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Create(MPI_Comm bootstrap, int device);
+  // `device` must be the current CUDA device of the calling thread. Every rank must reach
+  // the broadcast within `deadline` (DeadlineExceeded naming those that did not), and the
+  // broadcast, ncclCommInitRank and, at the end, the destructor's stream sync and
+  // ncclCommDestroy must each return within it, or the process exits 124 (Note [Start-up
+  // and teardown deadlines] in launcher/phase_deadline.h). Must be called in the same order
+  // on every rank.
+  static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Create(
+      MPI_Comm bootstrap, int device, absl::Duration deadline = absl::Seconds(300));
   ~NcclCommunicator() override;
 
   int rank() const override { return rank_; }
@@ -72,6 +79,7 @@ class NcclCommunicator final : public Communicator {
   int rank_;
   int world_size_;
   bool failed_ = false;   // a collective failed: abort rather than destroy
+  absl::Duration teardown_timeout_ = absl::Seconds(300);  // Create()'s deadline
   // Held while an operation is enqueued and while Abort() runs, so that no call reaches a
   // communicator that ncclCommAbort freed.
   absl::Mutex comm_mu_;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/names.h"
 #include "common/status_macros.h"
 
 namespace stoker::trainer {
@@ -33,24 +34,33 @@ absl::Status Agree(Communicator& control, const absl::Status& local, const char*
 
 }  // namespace
 
-std::string NodeProgressTableName(const std::string& token, int node_index) {
-  return absl::StrCat("/stoker.", token, ".collectives.node", node_index);
+std::string NodeProgressTableName(const std::string& job_id, const std::string& token,
+                                  int node_index) {
+  if (job_id.empty()) return absl::StrCat("/stoker.", token, ".collectives.node", node_index);
+  return absl::StrCat("/stoker.", job_id, ".collectives.", token, ".node", node_index);
 }
 
 absl::StatusOr<CollectiveProgressTable> ShareNodeProgressTable(Communicator& control,
-                                                               const NodePlace& place) {
+                                                               const NodePlace& place,
+                                                               const std::string& job_id) {
+  // Rank 0's token and job id, so that every rank names the same table.
   char token[kTokenBytes] = {};
+  char job[kMaxJobIdLength + 1] = {};
   if (control.rank() == 0) {
     std::random_device random;
     const uint64_t bits = (static_cast<uint64_t>(random()) << 32) ^ random();
     const std::string text = absl::StrFormat("run-%d-%016x", getpid(), bits);
     std::memcpy(token, text.data(), std::min(text.size(), kTokenBytes - 1));
+    if (ValidateJobId(job_id).ok()) {
+      std::memcpy(job, job_id.data(), std::min(job_id.size(), sizeof(job) - 1));
+    }
   }
   if (control.world_size() > 1) {
     RETURN_IF_ERROR(control.Broadcast(token, sizeof(token), 0));
+    RETURN_IF_ERROR(control.Broadcast(job, sizeof(job), 0));
     RETURN_IF_ERROR(control.Synchronize());
   }
-  const std::string name = NodeProgressTableName(token, place.node_index);
+  const std::string name = NodeProgressTableName(job, token, place.node_index);
 
   absl::StatusOr<CollectiveProgressTable> table = absl::FailedPreconditionError("not made");
   absl::Status status = absl::OkStatus();

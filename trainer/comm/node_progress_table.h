@@ -19,8 +19,11 @@ struct NodePlace {
   int node_index = 0;
 };
 
-// "/stoker.<token>.collectives.node<node_index>": the table's shared-memory name.
-std::string NodeProgressTableName(const std::string& token, int node_index);
+// The table's shared-memory name: "/stoker.<job_id>.collectives.<token>.node<node_index>",
+// under the job's prefix so that the sweeps of a dead job's files find it
+// (launcher/job_owner.h); "/stoker.<token>.collectives.node<node_index>" without a job id.
+std::string NodeProgressTableName(const std::string& job_id, const std::string& token,
+                                  int node_index);
 
 // Collective over `control` (host memory): must be called in the same order on every rank.
 //  1. rank 0 makes a token unique to this run (its pid and 64 random bits) and broadcasts it;
@@ -30,8 +33,10 @@ std::string NodeProgressTableName(const std::string& token, int node_index);
 //     happens to the ranks, and each rank's mapping lives as long as the returned object.
 // After each step the ranks agree (an allreduce of failure counts), so that all of them
 // fail together, each with its own error or one naming the step that failed elsewhere.
+// `job_id` (rank 0's counts; may be empty) goes into the name.
 absl::StatusOr<CollectiveProgressTable> ShareNodeProgressTable(Communicator& control,
-                                                               const NodePlace& place);
+                                                               const NodePlace& place,
+                                                               const std::string& job_id = "");
 
 }  // namespace stoker::trainer
 

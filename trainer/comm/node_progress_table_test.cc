@@ -38,6 +38,19 @@ TEST(NodeProgressTableTest, EveryLocalRankMapsTheSameTableAndNoNameIsLeft) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+TEST(NodeProgressTableTest, TheNameCarriesRankZerosJobIdSoThatSweepsFindIt) {
+  auto control = MpiCommunicator::Create(MPI_COMM_WORLD);
+  ASSERT_TRUE(control.ok()) << control.status();
+  const NodePlace place = OneNode();
+  // Only rank 0's job id counts.
+  auto table = ShareNodeProgressTable(**control, place, place.local_rank == 0 ? "job-7" : "x");
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_EQ(table->name().rfind("/stoker.job-7.collectives.run-", 0), 0u) << table->name();
+  EXPECT_EQ(NodeProgressTableName("job-7", "t", 2), "/stoker.job-7.collectives.t.node2");
+  EXPECT_EQ(NodeProgressTableName("", "t", 2), "/stoker.t.collectives.node2");
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 TEST(NodeProgressTableTest, TheRanksWaitingForALateRankFireAndItDoesNot) {
   auto control = MpiCommunicator::Create(MPI_COMM_WORLD);
   ASSERT_TRUE(control.ok()) << control.status();

@@ -41,13 +41,21 @@ class PinnedHostRange {
  public:
   static absl::StatusOr<std::unique_ptr<PinnedHostRange>> Register(void* base, size_t bytes) {
     RETURN_IF_CUDA_ERROR(cudaHostRegister(base, bytes, cudaHostRegisterDefault));
-    return std::unique_ptr<PinnedHostRange>(new PinnedHostRange(base));
+    return std::unique_ptr<PinnedHostRange>(new PinnedHostRange(base, bytes));
   }
-  ~PinnedHostRange() { cudaHostUnregister(base_); }
+  // Unregisters before the ring is unmapped (its owner outlives this object); a failure is
+  // reported, since the driver would keep the pages locked.
+  ~PinnedHostRange() {
+    if (const cudaError_t error = cudaHostUnregister(base_); error != cudaSuccess) {
+      LogWarning("cudaHostUnregister of the ring's %zu bytes at %p before unmapping it: %s (%s)",
+                 bytes_, base_, cudaGetErrorName(error), cudaGetErrorString(error));
+    }
+  }
 
  private:
-  explicit PinnedHostRange(void* base) : base_(base) {}
+  PinnedHostRange(void* base, size_t bytes) : base_(base), bytes_(bytes) {}
   void* base_;
+  size_t bytes_;
 };
 
 // A device staging buffer for one batch, with the events that order its reuse.

@@ -3,6 +3,8 @@
 #include <sys/statvfs.h>
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +12,8 @@
 #include "absl/time/clock.h"
 #include "common/exit_codes.h"
 #include "common/logging.h"
+#include "data_service/dataset/encoded_image.h"
+#include "data_service/image/deferred_jpeg.h"
 
 namespace stoker::data_service {
 namespace {
@@ -61,6 +65,20 @@ absl::Status CheckImageOptions(double eval_resize_ratio, int64_t max_image_pixel
   return absl::OkStatus();
 }
 
+absl::Status CheckGpuDecodeShare(double share) {
+  if (!(share >= 0.0 && share <= 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--gpu_decode_share: must be in [0, 1], got ", share));
+  }
+  return absl::OkStatus();
+}
+
+bool IsGpuDecodePosition(int32_t i, double share) {
+  if (share <= 0.0) return false;
+  if (share >= 1.0) return true;
+  return std::floor((i + 1) * share) > std::floor(i * share);
+}
+
 struct BatchProducer::InFlightBatch {
   WritableSlot slot;
   int64_t epoch = 0;
@@ -69,6 +87,8 @@ struct BatchProducer::InFlightBatch {
   std::shared_ptr<const std::vector<int64_t>> order;  // the epoch's indices for this rank
   int64_t first = 0;                                  // position of sample 0 in `order`
   SampleOptions options;
+  image::TransformSpec spec;  // options' transform, for deferred samples
+  bool spec_ok = false;
   std::atomic<int32_t> remaining{0};
   absl::Notification done;
   absl::Mutex mu;
@@ -95,6 +115,7 @@ absl::StatusOr<std::unique_ptr<BatchProducer>> BatchProducer::Create(
       !s.ok()) {
     return s;
   }
+  if (absl::Status s = CheckGpuDecodeShare(options.gpu_decode_share); !s.ok()) return s;
   if (options.bad_samples != nullptr) {
     if (absl::Status s = options.bad_samples->options().Validate(); !s.ok()) return s;
   }
@@ -122,6 +143,7 @@ BatchProducer::BatchProducer(const BatchProducerOptions& options,
       eval_resize_(EvalResizeSize(options.request.image_size, options.eval_resize_ratio)),
       max_image_pixels_(options.max_image_pixels),
       exact_jpeg_(options.exact_jpeg),
+      gpu_decode_share_(options.gpu_decode_share),
       bad_samples_(options.bad_samples),
       dataset_(std::move(dataset)),
       pool_(pool),
@@ -202,6 +224,11 @@ std::shared_ptr<BatchProducer::InFlightBatch> BatchProducer::StartBatch(const Wr
   batch->options.eval_resize = eval_resize_;
   batch->options.max_pixels = max_image_pixels_;
   batch->options.exact_jpeg = exact_jpeg_;
+  if (gpu_decode_share_ > 0.0) {
+    absl::StatusOr<image::TransformSpec> spec = SampleTransform(batch->options);
+    batch->spec_ok = spec.ok();
+    if (spec.ok()) batch->spec = *spec;
+  }
   ++next_step_;
   if (bad_samples_ != nullptr) bad_samples_->AddSeen(batch->count);
 
@@ -233,6 +260,9 @@ void BatchProducer::ProduceSample(InFlightBatch& batch, int32_t i, SampleScratch
                                     status.message(), hint));
   };
 
+  if (batch.spec_ok && IsGpuDecodePosition(i, gpu_decode_share_) && TryDefer(batch, i, scratch)) {
+    return;
+  }
   absl::Status status = dataset_->Load(index, batch.options, scratch, dst);
   if (status.ok()) return;
   const bool skip = bad_samples_ != nullptr && bad_samples_->skips();
@@ -266,6 +296,26 @@ void BatchProducer::ProduceSample(InFlightBatch& batch, int32_t i, SampleScratch
            why.message(), "; and no usable replacement: the next ", tries,
            " samples of the epoch's order are unusable too")),
        index, "");
+}
+
+bool BatchProducer::TryDefer(InFlightBatch& batch, int32_t i, SampleScratch& scratch) {
+  const size_t image_bytes = static_cast<size_t>(request_.image_size) * request_.image_size * 3;
+  const int64_t index = (*batch.order)[batch.first + i];
+  // A sample that cannot be read is left to Load(), which fails the same way and goes
+  // through the bad-sample policy.
+  absl::StatusOr<absl::Span<const uint8_t>> bytes = dataset_->ReadEncoded(index, scratch);
+  if (!bytes.ok()) return false;
+  const image::SampleKey key{batch.options.seed, batch.options.epoch, index};
+  const std::optional<DeferredSampleHeader> header =
+      image::PlanDeferredJpeg(*bytes, batch.spec, key, image_bytes);
+  if (!header.has_value()) {
+    deferred_stats_.kept_on_cpu.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  image::WriteDeferredSample(*header, *bytes, batch.slot.images + image_bytes * i);
+  batch.slot.sample_kinds[i] = static_cast<uint8_t>(SampleKind::kDeferredJpeg);
+  deferred_stats_.deferred.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 void BatchProducer::ProductionLoop() {

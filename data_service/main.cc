@@ -57,6 +57,10 @@ ABSL_FLAG(int64_t, max_image_pixels, stoker::data_service::image::kDefaultMaxPix
 ABSL_FLAG(std::string, jpeg_decode, "fast",
           "JPEG reconstruction: fast (integer IDCT, plain chroma upsampling: ~10% faster, ~43 dB "
           "from Pillow's pixels on 500x375 photos) or exact (Pillow's pixels)");
+ABSL_FLAG(double, gpu_decode_share, 0.0,
+          "share of each batch, in [0, 1], whose baseline JPEGs are sent to the trainer "
+          "undecoded, with their crop, for its GPU's JPEG engines to decode (the trainer "
+          "needs libnvjpeg); 0: every sample is decoded here");
 ABSL_FLAG(std::string, follow_links, "yes",
           "imagefolder: yes = follow symlinks whose target is outside the dataset folder, "
           "naming them in a warning; no = refuse the folder at start, naming the link");
@@ -83,11 +87,12 @@ void ParseFlags(int argc, char** argv) {
   FlagSpec spec;
   spec.program = "data_service";
   spec.files = {"data_service/main.cc"};
-  spec.sections = {{"Flags",
-                    {"socket", "job_id", "node_id", "dataset", "train_dir", "val_dir",
-                     "synthetic_samples", "synthetic_classes", "data_seed", "threads", "prefetch",
-                     "bad_files", "max_bad_fraction", "max_image_pixels", "eval_resize_ratio",
-                     "jpeg_decode", "follow_links", "scan_timeout_s", "owner_record"}}};
+  spec.sections = {
+      {"Flags", {"socket",           "job_id",           "node_id",           "dataset",
+                 "train_dir",        "val_dir",          "synthetic_samples", "synthetic_classes",
+                 "data_seed",        "threads",          "prefetch",          "bad_files",
+                 "max_bad_fraction", "max_image_pixels", "eval_resize_ratio", "jpeg_decode",
+                 "gpu_decode_share", "follow_links",     "scan_timeout_s",    "owner_record"}}};
   absl::StatusOr<ParsedFlags> parsed = stoker::ParseFlags(absl::MakeConstSpan(argv + 1, argc - 1), spec);
   if (!parsed.ok()) FlagError(parsed.status().message());
   if (parsed->help) {
@@ -96,7 +101,8 @@ void ParseFlags(int argc, char** argv) {
         "[--dataset=synthetic|imagefolder|packed] [--train_dir=DIR|INDEX] [--val_dir=DIR|INDEX] "
         "[--synthetic_samples=N] [--synthetic_classes=K] [--data_seed=S] [--threads=N] "
         "[--prefetch=N] [--bad_files=skip|fail] [--max_bad_fraction=F] [--max_image_pixels=N] "
-        "[--eval_resize_ratio=R] [--jpeg_decode=fast|exact] [--follow_links=yes|no] "
+        "[--eval_resize_ratio=R] [--jpeg_decode=fast|exact] [--gpu_decode_share=F] "
+        "[--follow_links=yes|no] "
         "[--scan_timeout_s=N]\n%s",
         FlagsHelp(spec).c_str());
     std::exit(0);
@@ -175,6 +181,7 @@ int Main(int argc, char** argv) {
   options.eval_resize_ratio = ratio;
   options.max_image_pixels = absl::GetFlag(FLAGS_max_image_pixels);
   options.exact_jpeg = jpeg_decode == "exact";
+  options.gpu_decode_share = absl::GetFlag(FLAGS_gpu_decode_share);
   options.bad_samples = bad_samples;
   absl::StatusOr<std::unique_ptr<DataService>> service =
       DataService::Start(options, std::move(*datasets));

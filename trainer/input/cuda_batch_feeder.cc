@@ -92,6 +92,13 @@ class CudaBatchFeeder final : public BatchFeeder {
     }
     if (prefetch_thread_.joinable()) prefetch_thread_.join();
     if (copy_stream_.get() != nullptr) cudaStreamSynchronize(copy_stream_.get());
+    if (decoder_ != nullptr) {
+      LogInfo(
+          "GPU %d decoded %lld deferred samples with nvJPEG's %s backend; %lld refused and "
+          "replaced",
+          device_, static_cast<long long>(gpu_decoded_), decoder_->hardware() ? "hardware" : "CUDA",
+          static_cast<long long>(gpu_refused_));
+    }
     // The members go in reverse order: the staging buffers and their events, the copy
     // stream, the pinned range.
   }
@@ -273,9 +280,11 @@ class CudaBatchFeeder final : public BatchFeeder {
     uint8_t* images = staging.images.data_ptr<uint8_t>();
     ASSIGN_OR_RETURN(std::vector<int32_t> failed,
                      decoder_->Decode(view, images, copy_stream_.get()));
+    gpu_decoded_ += view.deferred_count - static_cast<int64_t>(failed.size());
+    gpu_refused_ += static_cast<int64_t>(failed.size());
     if (stats_ != nullptr) {
-      stats_->gpu_decoded += view.deferred_count - static_cast<int64_t>(failed.size());
-      stats_->gpu_decode_failures += static_cast<int64_t>(failed.size());
+      stats_->gpu_decoded = gpu_decoded_;
+      stats_->gpu_decode_failures = gpu_refused_;
     }
     if (failed.empty()) return absl::OkStatus();
     if (static_cast<int32_t>(failed.size()) == view.count) {
@@ -312,6 +321,8 @@ class CudaBatchFeeder final : public BatchFeeder {
   std::unique_ptr<PinnedHostRange> pinned_;
   CudaStream copy_stream_;     // created in Start()
   std::unique_ptr<GpuJpegDecoder> decoder_;  // at the first deferred sample; prefetch thread
+  int64_t gpu_decoded_ = 0;                  // prefetch thread
+  int64_t gpu_refused_ = 0;                  // prefetch thread
   Staging staging_[kBuffers];  // their events are recorded on copy_stream_ and the compute stream
 
   absl::Mutex mu_;

@@ -40,7 +40,11 @@ struct NvjpegState {
   nvjpegHandle_t handle = nullptr;
   nvjpegJpegState_t jpeg_state = nullptr;
   int initialized_batch = -1;  // the batch size of the last nvjpegDecodeBatchedInitialize
-  uint8_t* arena = nullptr;    // device: the full-size decoded images of one batch
+  // nvJPEG's CUDA backend, made when the hardware one refuses an image: a JPEG the engines
+  // cannot take is not a bad file (Note [Hardware refusals]).
+  nvjpegHandle_t cuda_handle = nullptr;
+  nvjpegJpegState_t cuda_state = nullptr;
+  uint8_t* arena = nullptr;  // device: the full-size decoded images of one batch
   size_t arena_bytes = 0;
   ResampleJob* host_jobs = nullptr;    // pinned, max_batch entries
   ResampleJob* device_jobs = nullptr;  // device, max_batch entries
@@ -49,6 +53,8 @@ struct NvjpegState {
 
   ~NvjpegState() {
     if (pending && done != nullptr) cudaEventSynchronize(done);
+    if (cuda_state != nullptr) api.JpegStateDestroy(cuda_state);
+    if (cuda_handle != nullptr) api.Destroy(cuda_handle);
     if (jpeg_state != nullptr) api.JpegStateDestroy(jpeg_state);
     if (handle != nullptr) api.Destroy(handle);
     if (arena != nullptr) cudaFree(arena);
@@ -144,6 +150,19 @@ ResampleAxis ToResampleAxis(const data_service::DeferredAxis& axis) {
   return ResampleAxis{axis.in0, axis.scale, axis.out_offset, axis.clip_begin, axis.clip_end, 0};
 }
 
+// Note [Hardware refusals]
+// When a batched decode fails, each of its images is decoded alone to find the one at
+// fault; an image the hardware backend refuses alone is tried once more with nvJPEG's
+// CUDA backend, so that a JPEG the engines do not take (a size or layout they lack) is
+// decoded rather than taken for a bad file. Only an image both refuse is reported.
+
+// Whether one axis of a header reads only pixels of a `size`-pixel image.
+bool AxisInside(const data_service::DeferredAxis& axis, int size) {
+  return axis.clip_begin >= 0 && axis.clip_begin < axis.clip_end && axis.clip_end <= size &&
+         axis.scale > 0.0 && axis.scale < 1e6 && axis.in0 > -1e6 && axis.in0 < 1e6 &&
+         axis.out_offset >= 0;
+}
+
 // One deferred sample of the batch being decoded.
 struct Pending {
   int32_t position = 0;
@@ -235,7 +254,8 @@ absl::StatusOr<std::vector<int32_t>> GpuJpegDecoder::Decode(const data_service::
     const nvjpegStatus_t info = s.api.GetImageInfo(s.handle, p.jpeg, p.header.encoded_bytes,
                                                    &components, &subsampling, widths, heights);
     if (info != NVJPEG_STATUS_SUCCESS || components != 3 || widths[0] != p.header.width ||
-        heights[0] != p.header.height) {
+        heights[0] != p.header.height || !AxisInside(p.header.x, p.header.width) ||
+        !AxisInside(p.header.y, p.header.height)) {
       failed.push_back(i);
       continue;
     }
@@ -281,9 +301,24 @@ absl::StatusOr<std::vector<int32_t>> GpuJpegDecoder::Decode(const data_service::
     for (size_t k = 0; k < work.size(); ++k) {
       RETURN_IF_NVJPEG_ERROR(
           s.api.DecodeBatchedInitialize(s.handle, s.jpeg_state, 1, 1, NVJPEG_OUTPUT_RGBI));
-      const nvjpegStatus_t one =
+      nvjpegStatus_t one =
           s.api.DecodeBatched(s.handle, s.jpeg_state, &data[k], &lengths[k], &images[k], stream);
       if (one == NVJPEG_STATUS_ALLOCATOR_FAILURE) return NvjpegStatus(one, "nvjpegDecodeBatched");
+      if (one != NVJPEG_STATUS_SUCCESS && s.hardware) {
+        // Note [Hardware refusals].
+        if (s.cuda_handle == nullptr) {
+          RETURN_IF_NVJPEG_ERROR(
+              s.api.CreateEx(NVJPEG_BACKEND_DEFAULT, nullptr, nullptr, 0, &s.cuda_handle));
+          RETURN_IF_NVJPEG_ERROR(s.api.JpegStateCreate(s.cuda_handle, &s.cuda_state));
+        }
+        RETURN_IF_NVJPEG_ERROR(
+            s.api.DecodeBatchedInitialize(s.cuda_handle, s.cuda_state, 1, 1, NVJPEG_OUTPUT_RGBI));
+        one = s.api.DecodeBatched(s.cuda_handle, s.cuda_state, &data[k], &lengths[k], &images[k],
+                                  stream);
+        if (one == NVJPEG_STATUS_ALLOCATOR_FAILURE) {
+          return NvjpegStatus(one, "nvjpegDecodeBatched");
+        }
+      }
       if (one != NVJPEG_STATUS_SUCCESS) {
         work[k].ok = false;
         failed.push_back(work[k].position);

@@ -118,10 +118,11 @@ def stoker_train(out, name, ranks, model, root=None, synthetic_steps=0, data_onl
         peak = re.findall(r"peak ([0-9.]+) GiB of", p.stdout)
         row.update(peak_gib=float(peak[-1]) if peak else None,
                    **{k: m[k] for k in ("images_per_second", "data_wait_share", "measured_steps")})
-        gpu = re.findall(r"decoded ([0-9]+) deferred samples with nvJPEG's (\w+) backend; ([0-9]+) refused", p.stdout)
+        gpu = re.findall(r"decoded ([0-9]+) deferred samples with nvJPEG's (\w+) backend; ([0-9]+) refused "
+                         r"and replaced; ([0-9]+) of the decoded", p.stdout)
         if gpu:
             row.update(gpu_decoded=sum(int(g[0]) for g in gpu), nvjpeg_backend=gpu[-1][1],
-                       gpu_refused=sum(int(g[2]) for g in gpu))
+                       gpu_refused=sum(int(g[2]) for g in gpu), cuda_backend_decodes=sum(int(g[3]) for g in gpu))
         ips = m.get("images_per_second")
         if not synthetic_steps and ips:
             row["cores_per_1000_img_s"] = round(cpu / wall / (ips / 1000.0), 3)

@@ -95,9 +95,10 @@ class CudaBatchFeeder final : public BatchFeeder {
     if (decoder_ != nullptr) {
       LogInfo(
           "GPU %d decoded %lld deferred samples with nvJPEG's %s backend; %lld refused and "
-          "replaced",
+          "replaced; %lld of the decoded ones left by the JPEG engines to the CUDA backend",
           device_, static_cast<long long>(gpu_decoded_), decoder_->hardware() ? "hardware" : "CUDA",
-          static_cast<long long>(gpu_refused_));
+          static_cast<long long>(gpu_refused_),
+          static_cast<long long>(decoder_->cuda_backend_decodes()));
     }
     // The members go in reverse order: the staging buffers and their events, the copy
     // stream, the pinned range.

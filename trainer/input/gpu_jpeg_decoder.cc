@@ -44,6 +44,7 @@ struct NvjpegState {
   // cannot take is not a bad file (Note [Hardware refusals]).
   nvjpegHandle_t cuda_handle = nullptr;
   nvjpegJpegState_t cuda_state = nullptr;
+  int64_t cuda_decodes = 0;  // images the hardware refused and the CUDA backend decoded
   uint8_t* arena = nullptr;  // device: the full-size decoded images of one batch
   size_t arena_bytes = 0;
   ResampleJob* host_jobs = nullptr;    // pinned, max_batch entries
@@ -184,6 +185,7 @@ GpuJpegDecoder::GpuJpegDecoder(std::unique_ptr<NvjpegState> state) : state_(std:
 GpuJpegDecoder::~GpuJpegDecoder() = default;
 
 bool GpuJpegDecoder::hardware() const { return state_->hardware; }
+int64_t GpuJpegDecoder::cuda_backend_decodes() const { return state_->cuda_decodes; }
 
 absl::StatusOr<std::unique_ptr<GpuJpegDecoder>> GpuJpegDecoder::Create(int device, int max_batch,
                                                                        int image_size) {
@@ -318,6 +320,7 @@ absl::StatusOr<std::vector<int32_t>> GpuJpegDecoder::Decode(const data_service::
         if (one == NVJPEG_STATUS_ALLOCATOR_FAILURE) {
           return NvjpegStatus(one, "nvjpegDecodeBatched");
         }
+        if (one == NVJPEG_STATUS_SUCCESS) ++s.cuda_decodes;
       }
       if (one != NVJPEG_STATUS_SUCCESS) {
         work[k].ok = false;

@@ -55,6 +55,9 @@ class GpuJpegDecoder {
 
   // Whether the GPU's JPEG engines decode (false: nvJPEG's CUDA backend).
   bool hardware() const;
+  // Images the hardware backend refused that nvJPEG's CUDA backend then decoded (Note
+  // [Hardware refusals] in gpu_jpeg_decoder.cc).
+  int64_t cuda_backend_decodes() const;
 
  private:
   explicit GpuJpegDecoder(std::unique_ptr<internal::NvjpegState> state);

@@ -274,6 +274,7 @@ TEST(DataServiceBinaryTest, FlagErrorsExitWithCode2AndNameTheFlag) {
       {{socket, "--job_id=j", "--max_bad_fraction=2"}, "--max_bad_fraction"},
       {{socket, "--job_id=j", "--max_image_pixels=0"}, "--max_image_pixels"},
       {{socket, "--job_id=j", "--eval_resize_ratio=0.5"}, "--eval_resize_ratio"},
+      {{socket, "--job_id=j", "--gpu_decode_share=1.5"}, "--gpu_decode_share"},
       {{socket, "--job_id=j", "--dataset=packed"}, "--train_dir"},
       {{socket, "--job_id=j", "--dataset=packed", "--train_dir=/nonexistent/t.stkpack"},
        "--train_dir"},
@@ -345,7 +346,8 @@ TEST(DataServiceBinaryTest, HelpListsEveryFlag) {
   ServiceProcess service({"--help"});
   EXPECT_EQ(service.Wait(absl::Seconds(20)), 0);
   for (const char* flag : {"--dataset", "packed", "--bad_files", "--max_bad_fraction",
-                           "--max_image_pixels", "--eval_resize_ratio", "--threads", "--prefetch"}) {
+                           "--max_image_pixels", "--eval_resize_ratio", "--threads", "--prefetch",
+                           "--gpu_decode_share"}) {
     EXPECT_NE(service.Log().find(flag), std::string::npos) << flag << "\n" << service.Log();
   }
 }

@@ -17,6 +17,7 @@
 #include "common/flags.h"
 #include "common/logging.h"
 #include "common/shm_segment.h"
+#include "data_service/batch_producer.h"
 #include "data_service/dataset/bad_samples.h"
 #include "data_service/dataset/dataset_config.h"
 #include "data_service/image/decode.h"
@@ -130,6 +131,9 @@ int Main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_max_image_pixels) < 1) FlagError("--max_image_pixels: must be positive");
   const double ratio = absl::GetFlag(FLAGS_eval_resize_ratio);
   if (!(ratio >= 1.0 && ratio <= 8.0)) FlagError("--eval_resize_ratio: must be in [1, 8]");
+  if (absl::Status s = CheckGpuDecodeShare(absl::GetFlag(FLAGS_gpu_decode_share)); !s.ok()) {
+    FlagError(s.message());
+  }
   const std::string jpeg_decode = absl::GetFlag(FLAGS_jpeg_decode);
   if (jpeg_decode != "fast" && jpeg_decode != "exact") {
     FlagError(absl::StrCat("--jpeg_decode=", jpeg_decode, ": must be fast or exact"));

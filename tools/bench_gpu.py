@@ -481,7 +481,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--phase", required=True, choices=["data_service", "one_gpu", "one_gpu_anchor", "step", "exported", "profile", "two_gpu",
                              "hybrid", "packed", "report"])
-    ap.add_argument("--gpu_decode_share", default="0.3,0.5",
+    ap.add_argument("--gpu_decode_share", default="0.5",
                     help="hybrid: comma-separated shares to measure besides 0")
     ap.add_argument("--out", required=True)
     ap.add_argument("--skip_anchor", action="store_true")

@@ -93,8 +93,10 @@ struct HostBatch {
   }
 };
 
+// With `pixels_every` > 0, every pixels_every-th sample is decoded here, by the data
+// service's CPU path, and stored as pixels: a hybrid batch.
 HostBatch MakeBatch(const std::vector<std::vector<uint8_t>>& jpegs, int count,
-                    const image::TransformSpec& spec) {
+                    const image::TransformSpec& spec, int pixels_every = 0) {
   HostBatch b;
   b.image_size = spec.output_size;
   const size_t sample_bytes = static_cast<size_t>(spec.output_size) * spec.output_size * 3;
@@ -102,6 +104,17 @@ HostBatch MakeBatch(const std::vector<std::vector<uint8_t>>& jpegs, int count,
   for (int i = 0; i < count; ++i) {
     const std::vector<uint8_t>& jpeg = jpegs[i % jpegs.size()];
     const image::SampleKey key{77, 2, i};
+    if (pixels_every > 0 && i % pixels_every == 0) {
+      image::TransformScratch scratch;
+      EXPECT_TRUE(
+          image::DecodeAndTransform(jpeg, spec, key, scratch, b.images.data() + sample_bytes * i)
+              .ok());
+      b.kinds.push_back(static_cast<uint8_t>(SampleKind::kPixels));
+      b.labels.push_back(i);
+      b.indices.push_back(1000 + i);
+      b.keys.push_back(key);
+      continue;
+    }
     std::optional<data_service::DeferredSampleHeader> header =
         image::PlanDeferredJpeg(jpeg, spec, key, sample_bytes);
     EXPECT_TRUE(header.has_value()) << "sample " << i;
@@ -167,18 +180,39 @@ TEST(GpuJpegDecoderTest, GpuDecodedSamplesMatchCpuDecodedOnes) {
   }
 }
 
+// Runs one batch through a fresh CUDA feeder: the normalised images as uint8-valued floats.
+at::Tensor FeedOnce(const HostBatch& batch, CudaFeederStats* stats = nullptr);
+
 TEST(GpuJpegDecoderTest, HybridBatchesAreIdenticalAcrossRuns) {
   if (!HaveGpu()) GTEST_SKIP() << "needs a GPU";
-  const HostBatch batch = MakeBatch(TestJpegs(), 32, image::TransformSpec::Train(160));
+  const HostBatch all = MakeBatch(TestJpegs(), 32, image::TransformSpec::Train(160));
   absl::StatusOr<std::unique_ptr<GpuJpegDecoder>> first = GpuJpegDecoder::Create(0, 32, 160);
   ASSERT_TRUE(first.ok()) << first.status();
-  const std::vector<uint8_t> a = DecodeOnGpu(**first, batch);
-  const std::vector<uint8_t> b = DecodeOnGpu(**first, batch);
+  const std::vector<uint8_t> a = DecodeOnGpu(**first, all);
+  const std::vector<uint8_t> b = DecodeOnGpu(**first, all);
   absl::StatusOr<std::unique_ptr<GpuJpegDecoder>> second = GpuJpegDecoder::Create(0, 32, 160);
   ASSERT_TRUE(second.ok()) << second.status();
-  const std::vector<uint8_t> c = DecodeOnGpu(**second, batch);
+  const std::vector<uint8_t> c = DecodeOnGpu(**second, all);
   EXPECT_TRUE(a == b) << "the same decoder gave different bytes";
   EXPECT_TRUE(a == c) << "a second decoder gave different bytes";
+
+  // A hybrid batch (every third sample pixels from the CPU path) through two feeders: the
+  // same tensor, and the pixel samples exactly the CPU path's bytes.
+  const HostBatch hybrid = MakeBatch(TestJpegs(), 30, image::TransformSpec::Train(160), 3);
+  CudaFeederStats stats;
+  const at::Tensor x = FeedOnce(hybrid, &stats);
+  const at::Tensor y = FeedOnce(hybrid);
+  ASSERT_TRUE(x.defined() && y.defined());
+  EXPECT_TRUE(at::equal(x, y)) << "two runs of one hybrid batch differ";
+  EXPECT_EQ(stats.gpu_decoded, 20);
+  const size_t sample_bytes = 160 * 160 * 3;
+  for (int i = 0; i < 30; i += 3) {
+    at::Tensor cpu = at::from_blob(const_cast<uint8_t*>(hybrid.images.data()) + sample_bytes * i,
+                                   {160, 160, 3}, at::kByte)
+                         .permute({2, 0, 1})
+                         .to(at::kFloat);
+    EXPECT_TRUE(at::equal(x[i], cpu)) << "pixel sample " << i << " was changed";
+  }
 }
 
 // A JPEG whose first component names quantisation table 3, which it does not define:
@@ -210,6 +244,31 @@ class OneBatchSource final : public BatchSource {
   const HostBatch& batch_;
   bool served_ = false;
 };
+
+FeederOptions IdentityOptions(int batch, int image_size) {
+  FeederOptions options;
+  options.batch_size = batch;
+  options.image_size = image_size;
+  options.dtype = at::kFloat;
+  for (int c = 0; c < 3; ++c) {
+    options.mean[c] = 0.0f;
+    options.stddev[c] = 1.0f / 255.0f;  // the bytes, as floats
+  }
+  options.timeout = absl::Seconds(30);
+  return options;
+}
+
+at::Tensor FeedOnce(const HostBatch& batch, CudaFeederStats* stats) {
+  OneBatchSource source(batch);
+  absl::StatusOr<std::unique_ptr<BatchFeeder>> feeder = MakeCudaBatchFeeder(
+      &source, IdentityOptions(static_cast<int>(batch.kinds.size()), batch.image_size), 0, stats);
+  EXPECT_TRUE(feeder.ok()) << feeder.status();
+  if (!feeder.ok()) return at::Tensor();
+  absl::StatusOr<TrainingBatch> next = (*feeder)->Next();
+  EXPECT_TRUE(next.ok()) << next.status();
+  if (!next.ok()) return at::Tensor();
+  return next->images.cpu().contiguous();
+}
 
 TEST(GpuJpegDecoderTest, BadFileInTheGpuShareIsCountedAndReplaced) {
   if (!HaveGpu()) GTEST_SKIP() << "needs a GPU";

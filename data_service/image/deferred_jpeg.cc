@@ -127,9 +127,9 @@ std::optional<DeferredSampleHeader> PlanDeferredJpeg(absl::Span<const uint8_t> b
   }
   const JpegFrameInfo info = ParseJpegFrame(bytes);
   if (!info.hardware_decodable) return refuse(info.why_not);
-  if (static_cast<int64_t>(info.width) * info.height > spec.decode.max_pixels) {
-    return refuse("more pixels than the limit");
-  }
+  const int64_t pixels = static_cast<int64_t>(info.width) * info.height;
+  if (pixels > spec.decode.max_pixels) return refuse("more pixels than the limit");
+  if (pixels > kMaxDeferredPixels) return refuse("more pixels than the GPU path takes");
   absl::StatusOr<SampleGeometry> geometry = PlanSampleGeometry(info.width, info.height, spec, &key);
   if (!geometry.ok()) return refuse("no geometry");
   DeferredSampleHeader header;

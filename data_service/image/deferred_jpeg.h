@@ -46,9 +46,14 @@ struct JpegFrameInfo {
 // hardware_decodable false.
 JpegFrameInfo ParseJpegFrame(absl::Span<const uint8_t> bytes);
 
+// Images of more pixels stay on the CPU: the trainer decodes a deferred JPEG at full size
+// into GPU memory (48 MiB of RGB at this size).
+inline constexpr int64_t kMaxDeferredPixels = int64_t{4096} * 4096;
+
 // The header of sample `key`'s deferred form, or nullopt when the sample stays on the
-// CPU: not hardware-decodable, more than spec.decode.max_pixels pixels, or its bytes do
-// not fit `capacity` (the sample's place, S * S * 3) after the header. `spec` must be
+// CPU: not hardware-decodable, more than spec.decode.max_pixels or kMaxDeferredPixels
+// pixels, or its bytes do not fit `capacity` (the sample's place, S * S * 3) after the
+// header. `spec` must be
 // valid. `why_not`, when given, receives the reason for nullopt.
 std::optional<DeferredSampleHeader> PlanDeferredJpeg(absl::Span<const uint8_t> bytes,
                                                      const TransformSpec& spec,

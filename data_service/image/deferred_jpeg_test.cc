@@ -107,6 +107,21 @@ TEST(PlanDeferredJpegTest, RefusesWhatDoesNotFitOrIsTooLarge) {
   small.decode.max_pixels = 200 * 150 - 1;
   EXPECT_FALSE(PlanDeferredJpeg(jpeg, small, key, 1 << 20, &why).has_value());
   EXPECT_EQ(why, "more pixels than the limit");
+  // A header claiming 5000 x 5000 (the marker walk reads no pixels): too large to defer.
+  std::vector<uint8_t> large = jpeg;
+  for (size_t p = 2; p + 9 < large.size(); ++p) {
+    if (large[p] == 0xFF && large[p + 1] == 0xC0) {
+      large[p + 5] = 5000 >> 8;
+      large[p + 6] = 5000 & 255;
+      large[p + 7] = 5000 >> 8;
+      large[p + 8] = 5000 & 255;
+      break;
+    }
+  }
+  ASSERT_TRUE(ParseJpegFrame(large).hardware_decodable);
+  EXPECT_EQ(ParseJpegFrame(large).width, 5000);
+  EXPECT_FALSE(PlanDeferredJpeg(large, spec, key, 1 << 20, &why).has_value());
+  EXPECT_EQ(why, "more pixels than the GPU path takes");
 }
 
 // The slot layout of a deferred sample: the 128-byte header, then the JPEG's bytes.

@@ -3,7 +3,9 @@
 #include <sys/statvfs.h>
 
 #include <algorithm>
+#include <cmath>
 #include <new>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +13,8 @@
 #include "absl/time/clock.h"
 #include "common/exit_codes.h"
 #include "common/logging.h"
+#include "data_service/dataset/encoded_image.h"
+#include "data_service/image/deferred_jpeg.h"
 
 namespace stoker::data_service {
 namespace {
@@ -41,9 +45,9 @@ absl::Status CheckShmRoom(const std::string& name, uint64_t bytes) {
   if (statvfs("/dev/shm", &fs) != 0) return absl::OkStatus();  // posix_fallocate still checks
   const uint64_t available = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
   if (bytes > available) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "ring ", name, " needs ", bytes, " bytes but /dev/shm has only ", available,
-        " free: make batch_size, image_size or slot_count smaller"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("ring ", name, " needs ", bytes, " bytes but /dev/shm has only ", available,
+                     " free: make batch_size, image_size or slot_count smaller"));
   }
   return absl::OkStatus();
 }
@@ -78,6 +82,20 @@ absl::Status CheckImageOptions(double eval_resize_ratio, int64_t max_image_pixel
   return absl::OkStatus();
 }
 
+absl::Status CheckGpuDecodeShare(double share) {
+  if (!(share >= 0.0 && share <= 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--gpu_decode_share: must be in [0, 1], got ", share));
+  }
+  return absl::OkStatus();
+}
+
+bool IsGpuDecodePosition(int32_t i, double share) {
+  if (share <= 0.0) return false;
+  if (share >= 1.0) return true;
+  return std::floor((i + 1) * share) > std::floor(i * share);
+}
+
 struct BatchProducer::InFlightBatch {
   WritableSlot slot;
   int64_t epoch = 0;
@@ -86,6 +104,8 @@ struct BatchProducer::InFlightBatch {
   std::shared_ptr<const std::vector<int64_t>> order;  // the epoch's indices for this rank
   int64_t first = 0;                                  // position of sample 0 in `order`
   SampleOptions options;
+  image::TransformSpec spec;  // options' transform, for deferred samples
+  bool spec_ok = false;
   std::atomic<int32_t> remaining{0};
   absl::Notification done;
   absl::Mutex mu;
@@ -96,8 +116,8 @@ struct BatchProducer::InFlightBatch {
 };
 
 absl::StatusOr<std::unique_ptr<BatchProducer>> BatchProducer::Create(
-    const BatchProducerOptions& options, std::shared_ptr<const Dataset> dataset,
-    WorkerPool* pool, ErrorCallback on_error) {
+    const BatchProducerOptions& options, std::shared_ptr<const Dataset> dataset, WorkerPool* pool,
+    ErrorCallback on_error) {
   const RingRequest& request = options.request;
   if (absl::Status s = CheckRequest(request); !s.ok()) return s;
   SamplerOptions sampler_options;
@@ -112,6 +132,7 @@ absl::StatusOr<std::unique_ptr<BatchProducer>> BatchProducer::Create(
       !s.ok()) {
     return s;
   }
+  if (absl::Status s = CheckGpuDecodeShare(options.gpu_decode_share); !s.ok()) return s;
   if (options.bad_samples != nullptr) {
     if (absl::Status s = options.bad_samples->options().Validate(); !s.ok()) return s;
   }
@@ -126,8 +147,8 @@ absl::StatusOr<std::unique_ptr<BatchProducer>> BatchProducer::Create(
       RingProducer::Initialize(segment->data(), segment->size(), geometry);
   if (!producer.ok()) return producer.status();
   return std::unique_ptr<BatchProducer>(
-      new BatchProducer(options, std::move(dataset), pool, std::move(on_error),
-                        std::move(*segment), std::move(*producer), std::move(*sampler)));
+      new BatchProducer(options, std::move(dataset), pool, std::move(on_error), std::move(*segment),
+                        std::move(*producer), std::move(*sampler)));
 }
 
 BatchProducer::BatchProducer(const BatchProducerOptions& options,
@@ -139,6 +160,7 @@ BatchProducer::BatchProducer(const BatchProducerOptions& options,
       eval_resize_(EvalResizeSize(options.request.image_size, options.eval_resize_ratio)),
       max_image_pixels_(options.max_image_pixels),
       exact_jpeg_(options.exact_jpeg),
+      gpu_decode_share_(options.gpu_decode_share),
       bad_samples_(options.bad_samples),
       dataset_(std::move(dataset)),
       pool_(pool),
@@ -248,6 +270,11 @@ std::shared_ptr<BatchProducer::InFlightBatch> BatchProducer::StartBatch(const Wr
   batch->options.eval_resize = eval_resize_;
   batch->options.max_pixels = max_image_pixels_;
   batch->options.exact_jpeg = exact_jpeg_;
+  if (gpu_decode_share_ > 0.0) {
+    absl::StatusOr<image::TransformSpec> spec = SampleTransform(batch->options);
+    batch->spec_ok = spec.ok();
+    if (spec.ok()) batch->spec = *spec;
+  }
   ++next_step_;
   if (bad_samples_ != nullptr) bad_samples_->AddSeen(batch->count);
 
@@ -274,13 +301,16 @@ void BatchProducer::ProduceSample(InFlightBatch& batch, int32_t i, SampleScratch
     if (batch.failed_position >= 0 && batch.failed_position <= i) return;
     batch.failed_position = i;
     batch.status = absl::Status(
-        status.code(), absl::StrCat("rank ", request_.rank, ", epoch ", batch.epoch, ", step ",
-                                    batch.step, ", ", dataset_->Describe(failed_index), ": ",
-                                    status.message(), hint));
+        status.code(),
+        absl::StrCat("rank ", request_.rank, ", epoch ", batch.epoch, ", step ", batch.step, ", ",
+                     dataset_->Describe(failed_index), ": ", status.message(), hint));
   };
 
   // Named in the shutdown's message should this read never return (a hung mount).
   WorkerPool::NoteActivity(absl::StrCat("rank ", request_.rank, ", ", dataset_->Describe(index)));
+  if (batch.spec_ok && IsGpuDecodePosition(i, gpu_decode_share_) && TryDefer(batch, i, scratch)) {
+    return;
+  }
   absl::Status status = LoadSample(*dataset_, index, batch.options, scratch, dst);
   if (status.ok()) return;
   const bool skip = bad_samples_ != nullptr && bad_samples_->skips();
@@ -312,10 +342,29 @@ void BatchProducer::ProduceSample(InFlightBatch& batch, int32_t i, SampleScratch
     if (!IsBadSampleError(status)) return fail(status, candidate, "");
     bad_samples_->MarkBad(candidate, dataset_->Describe(candidate), status);
   }
-  fail(absl::DataLossError(absl::StrCat(
-           why.message(), "; and no usable replacement: the next ", tries,
-           " samples of the epoch's order are unusable too")),
+  fail(absl::DataLossError(absl::StrCat(why.message(), "; and no usable replacement: the next ",
+                                        tries, " samples of the epoch's order are unusable too")),
        index, "");
+}
+
+bool BatchProducer::TryDefer(InFlightBatch& batch, int32_t i, SampleScratch& scratch) {
+  const size_t image_bytes = static_cast<size_t>(request_.image_size) * request_.image_size * 3;
+  const int64_t index = (*batch.order)[batch.first + i];
+  // A sample that cannot be read is left to Load(), which fails the same way and goes
+  // through the bad-sample policy.
+  absl::StatusOr<absl::Span<const uint8_t>> bytes = dataset_->ReadEncoded(index, scratch);
+  if (!bytes.ok()) return false;
+  const image::SampleKey key{batch.options.seed, batch.options.epoch, index};
+  const std::optional<DeferredSampleHeader> header =
+      image::PlanDeferredJpeg(*bytes, batch.spec, key, image_bytes);
+  if (!header.has_value()) {
+    deferred_stats_.kept_on_cpu.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  image::WriteDeferredSample(*header, *bytes, batch.slot.images + image_bytes * i);
+  batch.slot.sample_kinds[i] = static_cast<uint8_t>(SampleKind::kDeferredJpeg);
+  deferred_stats_.deferred.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 void BatchProducer::ProductionLoop() {

@@ -40,6 +40,9 @@ struct BatchProducerOptions {
   // Decompression-bomb limit: images of more pixels are unusable samples.
   int64_t max_image_pixels = image::kDefaultMaxPixels;
   bool exact_jpeg = false;  // SampleOptions::exact_jpeg
+  // Share of each batch's samples, in [0, 1], whose JPEG the trainer decodes on its GPU
+  // (Note [Deferred samples] in data_service/image/deferred_jpeg.h); 0: none.
+  double gpu_decode_share = 0.0;
   // The dataset's bad-sample policy and memory (Note [Replacing bad samples]); shared by
   // the producers of one split and outliving them. Null: every failing sample stops
   // production, as --bad_files=fail does.
@@ -49,6 +52,21 @@ struct BatchProducerOptions {
 // InvalidArgument, naming the flag, unless `eval_resize_ratio` is in [1, 8] and
 // `max_image_pixels` is positive (BatchProducerOptions' and ServiceOptions' fields).
 absl::Status CheckImageOptions(double eval_resize_ratio, int64_t max_image_pixels);
+
+// InvalidArgument, naming the flag, unless `share` is in [0, 1].
+absl::Status CheckGpuDecodeShare(double share);
+
+// Whether position `i` of a batch is one the trainer is asked to decode, for a share
+// `share` of each batch: exactly floor(n * share) of the first n positions are, spread
+// evenly (position i is when floor((i + 1) * share) > floor(i * share)). A pure function
+// of (i, share), so batches do not depend on timing or the thread count.
+bool IsGpuDecodePosition(int32_t i, double share);
+
+// Counts of one producer's deferred samples (Note [Deferred samples]).
+struct DeferredStats {
+  std::atomic<int64_t> deferred{0};     // written as JPEG for the trainer
+  std::atomic<int64_t> kept_on_cpu{0};  // at a GPU position but decoded here (not eligible)
+};
 
 // Produces one rank's batches into its ring. QueueEpoch() is thread-safe; production runs
 // on a member thread ("production thread"), its samples on the shared pool. Batches are
@@ -92,6 +110,7 @@ class BatchProducer {
   const std::string& segment_name() const { return segment_.name(); }
   size_t ring_bytes() const { return segment_.size(); }
   const RingLayout& layout() const { return producer_.layout(); }
+  const DeferredStats& deferred_stats() const { return deferred_stats_; }
 
  private:
   struct EpochPlan {
@@ -113,6 +132,10 @@ class BatchProducer {
   // Worker thread: produces position `i` of `batch`, replacing a bad sample if the
   // policy says so; records the first failure in the batch.
   void ProduceSample(InFlightBatch& batch, int32_t i, SampleScratch& scratch);
+  // Worker thread: writes position `i` of `batch` as a deferred sample if the dataset
+  // has its encoded bytes and they qualify (Note [Deferred samples]); false when the
+  // sample is to be decoded here instead.
+  bool TryDefer(InFlightBatch& batch, int32_t i, SampleScratch& scratch);
   bool StopRequested();
 
   const RingRequest request_;
@@ -120,6 +143,7 @@ class BatchProducer {
   const int32_t eval_resize_;
   const int64_t max_image_pixels_;
   const bool exact_jpeg_;
+  const double gpu_decode_share_;
   BadSampleTracker* const bad_samples_;
   const std::shared_ptr<const Dataset> dataset_;
   WorkerPool* const pool_;
@@ -127,6 +151,8 @@ class BatchProducer {
   SharedMemorySegment segment_;
   RingProducer producer_;  // points into segment_; production thread only
   const DistributedSampler sampler_;
+
+  DeferredStats deferred_stats_;
 
   // Set when the producer is being destroyed: samples not yet started are skipped.
   std::atomic<bool> cancelled_{false};

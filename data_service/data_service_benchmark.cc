@@ -50,6 +50,10 @@ ABSL_FLAG(int32_t, threads, 0, "decode threads (0: the service's automatic choic
 ABSL_FLAG(int32_t, prefetch, 2, "batches of the ring decoded at the same time");
 ABSL_FLAG(double, seconds, 20, "measure for this long (after one warm-up epoch's first batches)");
 ABSL_FLAG(int32_t, warmup_batches, 4, "batches consumed before measuring");
+ABSL_FLAG(std::string, jpeg_decode, "fast", "fast or exact (Pillow's pixels), as data_service's");
+ABSL_FLAG(double, gpu_decode_share, 0.0,
+          "as data_service's: the share of each batch left undecoded for a GPU (the benchmark "
+          "only takes the batches, so it measures the service's side)");
 ABSL_FLAG(std::string, socket, "",
           "attach to the data service at this socket instead of starting one (then --dataset, "
           "--data, --threads and --prefetch are the running service's)");
@@ -195,6 +199,13 @@ int Run() {
     options.job_id = absl::StrCat("bench", getpid());
     options.threads = absl::GetFlag(FLAGS_threads);
     options.prefetch = absl::GetFlag(FLAGS_prefetch);
+    const std::string jpeg_decode = absl::GetFlag(FLAGS_jpeg_decode);
+    if (jpeg_decode != "fast" && jpeg_decode != "exact") {
+      std::fprintf(stderr, "data_service_benchmark: --jpeg_decode must be fast or exact\n");
+      return 1;
+    }
+    options.exact_jpeg = jpeg_decode == "exact";
+    options.gpu_decode_share = absl::GetFlag(FLAGS_gpu_decode_share);
     absl::StatusOr<std::unique_ptr<DataService>> started = DataService::Start(options, *datasets);
     if (!started.ok()) {
       std::fprintf(stderr, "data_service_benchmark: %s\n",
@@ -218,6 +229,7 @@ int Run() {
   const int threads = service != nullptr ? service->stats().active_threads : 0;
   int64_t epoch = 0;
   int64_t batches_left = 0;
+  int64_t deferred = 0;  // deferred samples received
   auto next_batch = [&]() -> absl::StatusOr<int32_t> {
     // As the trainer: the next epoch is asked for when this one starts.
     if (batches_left == 0) {
@@ -233,6 +245,7 @@ int Run() {
     absl::StatusOr<BatchView> batch = (*client)->Acquire(absl::Seconds(120));
     if (!batch.ok()) return batch.status();
     --batches_left;
+    deferred += batch->deferred_count;
     const int32_t count = batch->count;
     if (absl::Status s = (*client)->Release(*batch); !s.ok()) return s;
     return count;
@@ -247,6 +260,7 @@ int Run() {
   const double cpu_start = CpuSeconds();
   const absl::Duration length = absl::Seconds(absl::GetFlag(FLAGS_seconds));
   int64_t images = 0, batches = 0;
+  deferred = 0;  // counted over the measured batches only
   while (absl::Now() - start < length) {
     absl::StatusOr<int32_t> got = next_batch();
     if (!got.ok()) {
@@ -264,6 +278,10 @@ int Run() {
       "%s %s split: %d images in %d batches of %d (%dx%d) in %.2f s: %.0f images/s", data,
       request.train ? "train" : "val", images, batches, request.batch_size, request.image_size,
       request.image_size, wall, images / wall);
+  if (absl::GetFlag(FLAGS_gpu_decode_share) > 0.0) {
+    line += absl::StrFormat(" (%.1f%% of the samples deferred to a GPU, undecoded)",
+                            100.0 * deferred / std::max<int64_t>(1, images));
+  }
   if (service != nullptr) {
     const ServiceStats stats = service->stats();
     line += absl::StrFormat(

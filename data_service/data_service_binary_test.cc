@@ -53,8 +53,8 @@ class ServiceProcess {
  public:
   explicit ServiceProcess(const std::vector<std::string>& flags) {
     static int counter = 0;
-    stderr_path_ = absl::StrCat(test_util::TestDirectory("binary_logs"), "/service", counter++,
-                                ".log");
+    stderr_path_ =
+        absl::StrCat(test_util::TestDirectory("binary_logs"), "/service", counter++, ".log");
     const std::string binary = BinaryPath();
     EXPECT_FALSE(binary.empty()) << "data_service binary not found in runfiles";
     pid_ = fork();
@@ -276,6 +276,7 @@ TEST(DataServiceBinaryTest, FlagErrorsExitWithCode2AndNameTheFlag) {
       {{socket, "--job_id=j", "--max_bad_fraction=2"}, "--max_bad_fraction"},
       {{socket, "--job_id=j", "--max_image_pixels=0"}, "--max_image_pixels"},
       {{socket, "--job_id=j", "--eval_resize_ratio=0.5"}, "--eval_resize_ratio"},
+      {{socket, "--job_id=j", "--gpu_decode_share=1.5"}, "--gpu_decode_share"},
       {{socket, "--job_id=j", "--dataset=packed"}, "--train_dir"},
       {{socket, "--job_id=j", "--dataset=packed", "--train_dir=/nonexistent/t.stkpack"},
        "--train_dir"},
@@ -290,7 +291,8 @@ TEST(DataServiceBinaryTest, FlagErrorsExitWithCode2AndNameTheFlag) {
     const int code = service.Wait(absl::Seconds(20));
     EXPECT_EQ(code, 2) << absl::StrJoin(c.flags, " ") << "\n" << service.Log();
     EXPECT_NE(service.Log().find(c.mentions), std::string::npos)
-        << absl::StrJoin(c.flags, " ") << "\n" << service.Log();
+        << absl::StrJoin(c.flags, " ") << "\n"
+        << service.Log();
   }
   EXPECT_TRUE(SegmentsOfJob("j").empty());
   rmdir(dir.c_str());
@@ -495,9 +497,10 @@ TEST(DataServiceBinaryTest, WithTheSandboxTheServiceStillServesAndStopsCleanly) 
 TEST(DataServiceBinaryTest, HelpListsEveryFlag) {
   ServiceProcess service({"--help"});
   EXPECT_EQ(service.Wait(absl::Seconds(20)), 0);
-  for (const char* flag : {"--dataset", "packed", "--bad_files", "--max_bad_fraction",
-                           "--max_image_pixels", "--eval_resize_ratio", "--threads", "--prefetch",
-                           "--max_memory", "--shutdown_timeout_s", "--sandbox"}) {
+  for (const char* flag :
+       {"--dataset", "packed", "--bad_files", "--max_bad_fraction", "--max_image_pixels",
+        "--eval_resize_ratio", "--threads", "--prefetch", "--max_memory", "--shutdown_timeout_s",
+        "--sandbox", "--gpu_decode_share"}) {
     EXPECT_NE(service.Log().find(flag), std::string::npos) << flag << "\n" << service.Log();
   }
 }
@@ -575,9 +578,10 @@ TEST(DataServiceBinaryTest, APackedDatasetServesTheSameBatchesAsItsFolder) {
     SCOPED_TRACE(train ? "training" : "validation");
     const Delivered folder = ServeOneEpoch(
         {"--dataset=imagefolder", "--train_dir=" + root, "--val_dir=" + root}, 1, train);
-    const Delivered packed = ServeOneEpoch({"--dataset=packed", "--train_dir=" + out + "/train.stkpack",
-                                            "--val_dir=" + out + "/train.stkpack"},
-                                           2, train);
+    const Delivered packed =
+        ServeOneEpoch({"--dataset=packed", "--train_dir=" + out + "/train.stkpack",
+                       "--val_dir=" + out + "/train.stkpack"},
+                      2, train);
     EXPECT_EQ(folder.indices.size(), 6u);  // 18 samples over 3 ranks
     EXPECT_EQ(folder.indices, packed.indices);
     EXPECT_EQ(folder.labels, packed.labels);

@@ -19,6 +19,7 @@
 #include "common/flags.h"
 #include "common/logging.h"
 #include "common/shm_segment.h"
+#include "data_service/batch_producer.h"
 #include "data_service/dataset/bad_samples.h"
 #include "data_service/dataset/dataset_config.h"
 #include "data_service/image/decode.h"
@@ -26,7 +27,8 @@
 #include "data_service/sandbox.h"
 #include "data_service/service.h"
 
-ABSL_FLAG(std::string, socket, "", "Unix socket to listen on (created 0600; its directory must exist)");
+ABSL_FLAG(std::string, socket, "",
+          "Unix socket to listen on (created 0600; its directory must exist)");
 ABSL_FLAG(std::string, job_id, "", "job id; rings are /dev/shm/stoker.<job_id>.ring.<rank>");
 ABSL_FLAG(int32_t, node_id, 0, "this node's index, for log lines");
 ABSL_FLAG(std::string, owner_record, "",
@@ -61,6 +63,10 @@ ABSL_FLAG(int64_t, max_image_pixels, stoker::data_service::image::kDefaultMaxPix
 ABSL_FLAG(std::string, jpeg_decode, "fast",
           "JPEG reconstruction: fast (integer IDCT, plain chroma upsampling: ~10% faster, ~43 dB "
           "from Pillow's pixels on 500x375 photos) or exact (Pillow's pixels)");
+ABSL_FLAG(double, gpu_decode_share, 0.0,
+          "share of each batch, in [0, 1], whose baseline JPEGs are sent to the trainer "
+          "undecoded, with their crop, for its GPU's JPEG engines to decode (the trainer "
+          "needs libnvjpeg); 0: every sample is decoded here");
 ABSL_FLAG(std::string, follow_links, "yes",
           "imagefolder: yes = follow symlinks whose target is outside the dataset folder, "
           "naming them in a warning; no = refuse the folder at start, naming the link");
@@ -101,13 +107,15 @@ void ParseFlags(int argc, char** argv) {
   FlagSpec spec;
   spec.program = "data_service";
   spec.files = {"data_service/main.cc"};
-  spec.sections = {{"Flags",
-                    {"socket", "job_id", "node_id", "dataset", "train_dir", "val_dir",
-                     "synthetic_samples", "synthetic_classes", "data_seed", "threads", "prefetch",
-                     "bad_files", "max_bad_fraction", "max_image_pixels", "eval_resize_ratio",
-                     "jpeg_decode", "follow_links", "scan_timeout_s", "shutdown_timeout_s",
-                     "max_memory", "sandbox", "owner_record"}}};
-  absl::StatusOr<ParsedFlags> parsed = stoker::ParseFlags(absl::MakeConstSpan(argv + 1, argc - 1), spec);
+  spec.sections = {
+      {"Flags", {"socket",           "job_id",           "node_id",           "dataset",
+                 "train_dir",        "val_dir",          "synthetic_samples", "synthetic_classes",
+                 "data_seed",        "threads",          "prefetch",          "bad_files",
+                 "max_bad_fraction", "max_image_pixels", "eval_resize_ratio", "jpeg_decode",
+                 "gpu_decode_share", "follow_links",     "scan_timeout_s",    "shutdown_timeout_s",
+                 "max_memory",       "sandbox",          "owner_record"}}};
+  absl::StatusOr<ParsedFlags> parsed =
+      stoker::ParseFlags(absl::MakeConstSpan(argv + 1, argc - 1), spec);
   if (!parsed.ok()) FlagError(parsed.status().message());
   if (parsed->help) {
     std::printf(
@@ -115,7 +123,8 @@ void ParseFlags(int argc, char** argv) {
         "[--dataset=synthetic|imagefolder|packed] [--train_dir=DIR|INDEX] [--val_dir=DIR|INDEX] "
         "[--synthetic_samples=N] [--synthetic_classes=K] [--data_seed=S] [--threads=N] "
         "[--prefetch=N] [--bad_files=skip|fail] [--max_bad_fraction=F] [--max_image_pixels=N] "
-        "[--eval_resize_ratio=R] [--jpeg_decode=fast|exact] [--follow_links=yes|no] "
+        "[--eval_resize_ratio=R] [--jpeg_decode=fast|exact] [--gpu_decode_share=F] "
+        "[--follow_links=yes|no] "
         "[--scan_timeout_s=N] [--shutdown_timeout_s=N] [--max_memory=auto|none|SIZE] "
         "[--sandbox]\n%s",
         FlagsHelp(spec).c_str());
@@ -144,6 +153,9 @@ int Main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_max_image_pixels) < 1) FlagError("--max_image_pixels: must be positive");
   const double ratio = absl::GetFlag(FLAGS_eval_resize_ratio);
   if (!(ratio >= 1.0 && ratio <= 8.0)) FlagError("--eval_resize_ratio: must be in [1, 8]");
+  if (absl::Status s = CheckGpuDecodeShare(absl::GetFlag(FLAGS_gpu_decode_share)); !s.ok()) {
+    FlagError(s.message());
+  }
   const std::string jpeg_decode = absl::GetFlag(FLAGS_jpeg_decode);
   if (jpeg_decode != "fast" && jpeg_decode != "exact") {
     FlagError(absl::StrCat("--jpeg_decode=", jpeg_decode, ": must be fast or exact"));
@@ -200,6 +212,7 @@ int Main(int argc, char** argv) {
   options.eval_resize_ratio = ratio;
   options.max_image_pixels = absl::GetFlag(FLAGS_max_image_pixels);
   options.exact_jpeg = jpeg_decode == "exact";
+  options.gpu_decode_share = absl::GetFlag(FLAGS_gpu_decode_share);
   options.bad_samples = bad_samples;
   options.shutdown_timeout = absl::Seconds(absl::GetFlag(FLAGS_shutdown_timeout_s));
   options.max_memory = *max_memory;

@@ -122,6 +122,7 @@ absl::StatusOr<std::unique_ptr<DataService>> DataService::Start(const ServiceOpt
       !s.ok()) {
     return s;
   }
+  if (absl::Status s = CheckGpuDecodeShare(options.gpu_decode_share); !s.ok()) return s;
   if (absl::Status s = options.bad_samples.Validate(); !s.ok()) return s;
   if (options.shutdown_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat("--shutdown_timeout_s: must be positive, got ",
@@ -545,6 +546,7 @@ bool DataService::Handle(Connection* connection, const ControlMessage& message) 
       producer_options.eval_resize_ratio = options_.eval_resize_ratio;
       producer_options.max_image_pixels = options_.max_image_pixels;
       producer_options.exact_jpeg = options_.exact_jpeg;
+      producer_options.gpu_decode_share = options_.gpu_decode_share;
       producer_options.bad_samples =
           request.train ? train_bad_samples_.get() : val_bad_samples_.get();
       // Room under --max_memory first (the ring is mapped by Create); an invalid geometry

@@ -41,6 +41,9 @@ struct ServiceOptions {
   // Images of more pixels are unusable samples (decompression bombs).
   int64_t max_image_pixels = image::kDefaultMaxPixels;
   bool exact_jpeg = false;  // SampleOptions::exact_jpeg
+  // BatchProducerOptions::gpu_decode_share, in [0, 1]: the share of each batch whose JPEG
+  // the trainer decodes (Note [Deferred samples] in data_service/image/deferred_jpeg.h).
+  double gpu_decode_share = 0.0;
   BadSampleOptions bad_samples;
   // How long Shutdown(), or a closed connection, waits for the samples being decoded
   // (Note [Abandoned decodes at shutdown]); positive. Below the launcher's

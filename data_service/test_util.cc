@@ -37,6 +37,20 @@ std::vector<uint8_t> JpegBytes(int width, int height, const std::vector<uint8_t>
   return std::vector<uint8_t>(jpeg, jpeg + size);
 }
 
+std::vector<uint8_t> EncodeJpeg(int width, int height, const std::vector<uint8_t>& rgb, int quality,
+                                int tj_subsampling, bool progressive) {
+  std::unique_ptr<void, int (*)(tjhandle)> handle(tjInitCompress(), &tjDestroy);
+  unsigned char* jpeg = nullptr;
+  unsigned long size = 0;
+  const int flags = TJFLAG_ACCURATEDCT | (progressive ? TJFLAG_PROGRESSIVE : 0);
+  if (tjCompress2(handle.get(), rgb.data(), width, 0, height, TJPF_RGB, &jpeg, &size,
+                  tj_subsampling, quality, flags) != 0) {
+    return {};
+  }
+  std::unique_ptr<unsigned char, void (*)(unsigned char*)> owned(jpeg, &tjFree);
+  return std::vector<uint8_t>(jpeg, jpeg + size);
+}
+
 absl::Status WriteJpeg(const std::string& path, int width, int height,
                        const std::vector<uint8_t>& rgb, int quality) {
   const std::vector<uint8_t> jpeg = JpegBytes(width, height, rgb, quality);

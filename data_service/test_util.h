@@ -20,6 +20,11 @@ std::string UniqueId();
 std::vector<uint8_t> JpegBytes(int width, int height, const std::vector<uint8_t>& rgb,
                                int quality = 95);
 
+// `rgb` encoded as a JPEG with turbojpeg's chroma subsampling `tj_subsampling` (TJSAMP_*),
+// progressive or baseline. Empty if the encoder fails.
+std::vector<uint8_t> EncodeJpeg(int width, int height, const std::vector<uint8_t>& rgb, int quality,
+                                int tj_subsampling, bool progressive);
+
 // Writes `rgb` (width x height x 3, tightly packed) as a baseline JPEG at `path`.
 absl::Status WriteJpeg(const std::string& path, int width, int height,
                        const std::vector<uint8_t>& rgb, int quality = 95);

@@ -1,7 +1,8 @@
 // libFuzzer target for the data service's image readers: any bytes go through the format
 // sniffing, the JPEG (libjpeg-turbo) and PNG (libpng) decoders and the fused
 // crop-resize into a sample buffer of exactly the output's size, as a decode thread runs
-// them (one TransformScratch reused across inputs), with a decompression-bomb limit.
+// them (one TransformScratch reused across inputs), with a decompression-bomb limit, and
+// the marker walk that picks JPEGs for the GPU (PlanDeferredJpeg into a sample's place).
 // Every input must either give a sample or an InvalidArgument status: never a crash, an
 // out-of-bounds access, undefined behaviour, or memory beyond the limit. Built as
 // //fuzz:image_decode_fuzzer; tools/fuzz.sh runs it under libFuzzer with ASan and UBSan.
@@ -11,11 +12,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "data_service/image/decode.h"
+#include "data_service/image/deferred_jpeg.h"
 #include "data_service/image/sample_rng.h"
 #include "data_service/image/transforms.h"
 
@@ -115,6 +118,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                       : "the transform failed on an image DecodeImage reads",
            transformed);
     }
+  }
+  // The deferred path: a header and the bytes in a place of exactly one sample, or nothing.
+  std::unique_ptr<uint8_t[]> place(new uint8_t[sample_bytes]);
+  const std::optional<stoker::data_service::DeferredSampleHeader> deferred =
+      PlanDeferredJpeg(bytes, spec, key, sample_bytes);
+  if (deferred.has_value()) {
+    if (deferred->encoded_bytes != size || size + sizeof(*deferred) > sample_bytes ||
+        static_cast<int64_t>(deferred->width) * deferred->height > kFuzzMaxPixels) {
+      Fail("a deferred sample that does not fit its place or the limit", absl::OkStatus());
+    }
+    WriteDeferredSample(*deferred, bytes, place.get());
   }
   Previous().assign(data, data + size);
   if (!transformed.ok() && std::getenv("STOKER_FUZZ_FRESH_SCRATCH_AFTER_ERROR") != nullptr) {

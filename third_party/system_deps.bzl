@@ -163,10 +163,50 @@ debian_library = repository_rule(
     local = True,
 )
 
+# ---------------------------------------------------------------------------------------
+# nvJPEG's header (nvjpeg.h) only: the trainer loads libnvjpeg.so.13 with dlopen at run
+# time, so nothing links against it. NVJPEG_HOME (a folder with include/nvjpeg.h), else
+# the `nvidia-nvjpeg` wheel of python3 (nvidia/cu13/include). Needed only where CUDA is.
+
+def _nvjpeg_impl(ctx):
+    home = ctx.os.environ.get("NVJPEG_HOME", "")
+    header = home + "/include/nvjpeg.h" if home else ""
+    if not home:
+        python = ctx.os.environ.get("STOKER_PYTHON", "") or "python3"
+        site = _run(ctx, [python, "-c", "import nvidia, os; print(list(nvidia.__path__)[0])"])
+        if site:
+            header = site + "/cu13/include/nvjpeg.h"
+    if not header or not ctx.path(header).exists:
+        cuda_home = ctx.os.environ.get("CUDA_HOME", "") or "/usr/local/cuda"
+        if ctx.path(cuda_home + "/include/nvjpeg.h").exists:
+            header = cuda_home + "/include/nvjpeg.h"
+        else:
+            _fail_missing(
+                "nvjpeg.h",
+                "`pip install nvidia-nvjpeg` for python3 on PATH, or set NVJPEG_HOME.",
+            )
+    ctx.symlink(header, "include/nvjpeg.h")
+    ctx.file("BUILD.bazel", """package(default_visibility = ["//visibility:public"])
+
+cc_library(
+    name = "headers",
+    hdrs = ["include/nvjpeg.h"],
+    includes = ["include"],
+    deps = ["@local_cuda//:headers"],
+)
+""")
+
+nvjpeg_configure = repository_rule(
+    implementation = _nvjpeg_impl,
+    environ = ["NVJPEG_HOME", "CUDA_HOME", "STOKER_PYTHON", "PATH"],
+    local = True,
+)
+
 def stoker_system_deps():
     """Declares every system dependency. Called from WORKSPACE."""
     libtorch_configure(name = "libtorch", build_file = "//third_party:libtorch.BUILD")
     cuda_configure(name = "local_cuda", build_file = "//third_party:cuda.BUILD")
+    nvjpeg_configure(name = "nvjpeg")
     mpi_configure(name = "mpi", build_file = "//third_party:mpi.BUILD")
     debian_library(
         name = "absl",

@@ -7,13 +7,18 @@ Runs from the bundle (tools/bundle.sh) on a host with torch, torchvision and 1 o
     python3 bundle/bin/bench_gpu.py --phase step --out OUT       # the step against torch.compile
     python3 bundle/bin/bench_gpu.py --phase exported --out OUT   # torch.export models (own OUT)
     python3 bundle/bin/bench_gpu.py --phase two_gpu --out OUT
+    python3 bundle/bin/bench_gpu.py --phase hybrid --out OUT     # GPU JPEG decode for a share
+    python3 bundle/bin/bench_gpu.py --phase packed --out OUT     # the pre-resized packed format
     python3 bundle/bin/bench_gpu.py --phase report --out OUT   # ratios, JSON, PNG chart
 Each phase appends JSON lines to OUT/bench.jsonl. One-GPU phases are pinned to 16 cores
 (what a one-GPU H200 machine has) with taskset, for both Stoker and the recipes.
 The anchor scripts (../shared/bench, copied into bundle/anchors) generate the dataset:
 12,000 JPEGs of 500x375 (1 GPU) or 24,000 (2 GPUs) in 100 class folders.
+Every phase that prints a training figure from JPEG also runs the data service alone into
+a rank that only takes batches (--data_only) DATA_ONLY_REPS times, and records the
+median with its spread (min, max) beside it.
 """
-import argparse, json, os, re, subprocess, sys, time
+import argparse, json, os, re, resource, statistics, subprocess, sys, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUNDLE = os.path.dirname(HERE)
@@ -32,9 +37,11 @@ def record(out, **kw):
     with open(os.path.join(out, "bench.jsonl"), "a") as f:
         f.write(json.dumps(kw) + "\n")
     log(json.dumps(kw))
+    return kw
 
 
 WORK = "/tmp/stoker_bench_runs"
+DATA_ONLY_REPS = 3
 SYNTHETIC_STEPS = 100  # 92 timed after 8 warm-up steps; JPEG runs take 2 epochs (~90 steps)
 LOG = None  # OUT/bench.log: every command's whole output
 
@@ -69,8 +76,17 @@ def dataset(images):
     return root
 
 
+def children_cpu_seconds():
+    u = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return u.ru_utime + u.ru_stime
+
+
 def stoker_train(out, name, ranks, model, root=None, synthetic_steps=0, data_only=False,
-                 cores=None, data_threads=15, epochs=2, extra=(), batch=256):
+                 cores=None, data_threads=15, epochs=2, extra=(), batch=256, service_args="",
+                 dataset_kind="imagefolder", quiet=False):
+    """Runs one Stoker job and records its images/s (and, for JPEG runs, the CPU cores
+    the whole job used per 1,000 images/s: CPU seconds of every process over the run's
+    wall time, divided by images/s / 1000). Returns the recorded row."""
     os.makedirs(WORK, exist_ok=True)
     metrics = os.path.join(WORK, f"{name}.json")
     trainer = ["--model=" + model, "--num_classes=1000", "--image_size=224", f"--batch_size={batch}",
@@ -84,18 +100,61 @@ def stoker_train(out, name, ranks, model, root=None, synthetic_steps=0, data_onl
     else:
         # The recipes train with Resize(256) + CenterCrop(224): the data service's
         # evaluation transform, so the same folder is given as the validation split.
-        cmd = [STOKER, "launcher", f"--np={ranks}", "--dataset=imagefolder", "--train_dir=" + root,
-               "--val_dir=" + root, f"--data_threads={data_threads}", "--", f"--epochs={epochs}",
-               "--data_split=val"] + trainer
+        cmd = [STOKER, "launcher", f"--np={ranks}", f"--dataset={dataset_kind}", "--train_dir=" + root,
+               "--val_dir=" + root, f"--data_threads={data_threads}"]
+        if service_args:
+            cmd.append("--data_service_args=" + service_args)
+        cmd += ["--", f"--epochs={epochs}", "--data_split=val"] + trainer
+    if os.path.exists(metrics):
+        os.remove(metrics)
+    cpu0, wall0 = children_cpu_seconds(), time.time()
     p = run(cmd, cores=cores)
+    cpu, wall = children_cpu_seconds() - cpu0, time.time() - wall0
+    row = dict(who="stoker", what=name, ranks=ranks, model=model)
+    if service_args:
+        row["service_args"] = service_args
     if p.returncode == 0 and os.path.exists(metrics):
         m = json.load(open(metrics))
         peak = re.findall(r"peak ([0-9.]+) GiB of", p.stdout)
-        record(out, who="stoker", what=name, ranks=ranks, model=model,
-               peak_gib=float(peak[-1]) if peak else None,
-               **{k: m[k] for k in ("images_per_second", "data_wait_share", "measured_steps")})
+        row.update(peak_gib=float(peak[-1]) if peak else None,
+                   **{k: m[k] for k in ("images_per_second", "data_wait_share", "measured_steps")})
+        gpu = re.findall(r"decoded ([0-9]+) deferred samples with nvJPEG's (\w+) backend; ([0-9]+) refused "
+                         r"and replaced; ([0-9]+) of the decoded", p.stdout)
+        if gpu:
+            row.update(gpu_decoded=sum(int(g[0]) for g in gpu), nvjpeg_backend=gpu[-1][1],
+                       gpu_refused=sum(int(g[2]) for g in gpu), cuda_backend_decodes=sum(int(g[3]) for g in gpu))
+        ips = m.get("images_per_second")
+        if not synthetic_steps and ips:
+            row["cores_per_1000_img_s"] = round(cpu / wall / (ips / 1000.0), 3)
     else:
-        record(out, who="stoker", what=name, ranks=ranks, model=model, error=p.returncode)
+        row["error"] = p.returncode
+    if quiet:
+        return row
+    record(out, **row)
+    return row
+
+
+def data_only_repeated(out, name, ranks, root, reps=DATA_ONLY_REPS, **kw):
+    """The data service into ranks that only take batches, `reps` times: the median, min and
+    max images/s in one row (the data-bound limit beside a training figure)."""
+    rows = [stoker_train(out, name, ranks, "resnet18", root=root, data_only=True, quiet=True, **kw)
+            for _ in range(reps)]
+    values = [r["images_per_second"] for r in rows if r.get("images_per_second")]
+    row = dict(rows[-1])
+    if values:
+        row.update(images_per_second=statistics.median(values), min=min(values), max=max(values),
+                   runs=values, spread=round(max(values) - min(values), 1))
+    record(out, **row)
+    return row
+
+
+def beside(train_row, data_row):
+    """One line: a training figure with the data-only figure (median, min-max) beside it."""
+    t = train_row.get("images_per_second")
+    d = data_row.get("images_per_second")
+    log(f"{train_row.get('what')}: {t} images/s | data only {d} images/s "
+        f"(min {data_row.get('min')}, max {data_row.get('max')} over {len(data_row.get('runs', []))} runs)"
+        + (f" | training {t / d:.2f} of the data-only rate" if t and d else ""))
 
 
 def anchor_lines(out, p, who, extra):
@@ -111,13 +170,13 @@ def phase_data_service(out, threads_list=(16, 15), per_core=True):
     """The data service alone (no trainer) on all 16 cores, evaluation transform, against
     torchvision's loader on the same files and cores; then images/s per core, one thread each."""
     root = dataset(12000)
-    bench = os.path.join(BUNDLE, "bin", "data_service_benchmark")
     for threads in threads_list:
-        p = run([bench, "--data=" + root, "--split=val", f"--threads={threads}", "--seconds=15"],
-                cores=CORES_1GPU, timeout=300, env=BUNDLE_LIBS)
-        m = re.search(r"in ([0-9.]+) s: ([0-9]+) images/s", p.stdout)
-        record(out, who="stoker", what=f"data_service_alone_{threads}threads", threads=threads,
-               images_per_second=float(m.group(2)) if m else None, line=p.stdout.strip().splitlines()[-1:])
+        # Stoker's fast JPEG reconstruction (the default) and its exact one (Pillow's pixels,
+        # what torchvision's loader computes), separately.
+        for mode in ("fast", "exact"):
+            data_service_alone(out, root, threads, f"data_service_alone_{threads}threads"
+                               + ("" if mode == "fast" else "_exact"), jpeg_decode=mode)
+    # torchvision's loader, in steady state, uint8 output (like with like).
     p = run([sys.executable, os.path.join(HERE, "loader_bench.py"), "--root", root, "--workers", "16"],
             cores=CORES_1GPU, timeout=400)
     anchor_lines(out, p, "python", {"ranks": 0})
@@ -137,13 +196,32 @@ def phase_data_service(out, threads_list=(16, 15), per_core=True):
     record(out, who="both", what="per_core", lines=p.stdout.strip().splitlines()[-5:])
 
 
+def data_service_alone(out, root, threads, name, jpeg_decode="fast", share=0.0, dataset_kind="imagefolder",
+                       split="val"):
+    """data_service_benchmark: the service and one in-process rank that only takes batches.
+    Its "ms CPU per image" is also the CPU cores it needs per 1,000 images/s."""
+    bench = os.path.join(BUNDLE, "bin", "data_service_benchmark")
+    p = run([bench, "--data=" + root, f"--dataset={dataset_kind}", f"--split={split}", f"--threads={threads}",
+             "--seconds=15", f"--jpeg_decode={jpeg_decode}", f"--gpu_decode_share={share}"],
+            cores=CORES_1GPU, timeout=300, env=BUNDLE_LIBS)
+    m = re.search(r"in ([0-9.]+) s: ([0-9]+) images/s", p.stdout)
+    cpu = re.search(r"([0-9.]+) ms CPU per image", p.stdout)
+    return record(out, who="stoker", what=name, threads=threads, jpeg_decode=jpeg_decode, gpu_decode_share=share,
+                  images_per_second=float(m.group(2)) if m else None,
+                  cores_per_1000_img_s=float(cpu.group(1)) if cpu else None,
+                  line=p.stdout.strip().splitlines()[-1:])
+
+
 def phase_one_gpu(out, skip_anchor, models=("resnet50", "resnet18"), data_only=True):
     root = dataset(12000)
+    trained = []
     for model in models:
         stoker_train(out, f"synthetic_{model}_1gpu", 1, model, synthetic_steps=SYNTHETIC_STEPS, cores=CORES_1GPU)
-        stoker_train(out, f"jpeg_{model}_1gpu", 1, model, root=root, cores=CORES_1GPU)
+        trained.append(stoker_train(out, f"jpeg_{model}_1gpu", 1, model, root=root, cores=CORES_1GPU))
     if data_only:
-        stoker_train(out, "data_only_1gpu", 1, "resnet18", root=root, data_only=True, cores=CORES_1GPU)
+        d = data_only_repeated(out, "data_only_1gpu", 1, root, cores=CORES_1GPU)
+        for row in trained:
+            beside(row, d)
     if not skip_anchor:
         phase_one_gpu_anchor(out)
 
@@ -161,12 +239,15 @@ def phase_step(out, models=("resnet50", "resnet18")):
     ../shared/bench/anchor_peers.py (eager and torch.compile; DALI where installed) in the
     same call."""
     root = dataset(12000)
+    trained = []
     for model in models:
         stoker_train(out, f"synthetic_{model}_1gpu", 1, model, synthetic_steps=SYNTHETIC_STEPS, cores=CORES_1GPU)
         stoker_train(out, f"synthetic_plain_{model}_1gpu", 1, model, synthetic_steps=SYNTHETIC_STEPS,
                      cores=CORES_1GPU, extra=["--nofused_blocks"])
-        stoker_train(out, f"jpeg_{model}_1gpu", 1, model, root=root, cores=CORES_1GPU)
-    stoker_train(out, "data_only_1gpu", 1, "resnet18", root=root, data_only=True, cores=CORES_1GPU)
+        trained.append(stoker_train(out, f"jpeg_{model}_1gpu", 1, model, root=root, cores=CORES_1GPU))
+    d = data_only_repeated(out, "data_only_1gpu", 1, root, cores=CORES_1GPU)
+    for row in trained:
+        beside(row, d)
     p = run([sys.executable, os.path.join(ANCHORS, "anchor_peers.py"), "--root", root,
              "--archs", ",".join(models)], env={"CUDA_VISIBLE_DEVICES": "0"}, cores=CORES_1GPU, timeout=700)
     anchor_lines(out, p, "python", {"ranks": 1})
@@ -252,7 +333,8 @@ def report_step(out, rows):
         m, mp = stoker(f"synthetic_{model}_1gpu", "peak_gib"), stoker(f"synthetic_plain_{model}_1gpu", "peak_gib")
         print(f"     {model} peak device memory: fused {m} GiB, plain {mp} GiB")
         show(f"{model} peak memory, fused / plain", ratio(m, mp))
-    print(f"     data service alone into the trainer (data-only, ResNet-18 geometry): {stoker('data_only_1gpu')} images/s")
+    print(f"     data service alone into the trainer (data-only, ResNet-18 geometry): {stoker('data_only_1gpu')} images/s"
+          f" (min {stoker('data_only_1gpu', 'min')}, max {stoker('data_only_1gpu', 'max')} over {DATA_ONLY_REPS} runs)")
     return lines
 
 
@@ -268,15 +350,63 @@ def phase_profile(out):
 
 def phase_two_gpu(out):
     root = dataset(24000)
+    trained = []
     for model in ("resnet50", "resnet18"):
         stoker_train(out, f"synthetic_{model}_2gpu", 2, model, synthetic_steps=SYNTHETIC_STEPS)
-        stoker_train(out, f"jpeg_{model}_2gpu", 2, model, root=root, data_threads=30)
+        trained.append(stoker_train(out, f"jpeg_{model}_2gpu", 2, model, root=root, data_threads=30))
     # What the data service delivers to two ranks that only take batches: the data-bound limit.
-    stoker_train(out, "data_only_2gpu", 2, "resnet18", root=root, data_only=True, data_threads=30)
+    d = data_only_repeated(out, "data_only_2gpu", 2, root, data_threads=30)
+    for row in trained:
+        beside(row, d)
     p = run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
              os.path.join(ANCHORS, "anchor_ddp.py"),
              "--root", root], timeout=400)
     anchor_lines(out, p, "python", {"ranks": 2})
+
+
+def phase_hybrid(out, shares=(0.5,)):
+    """Hybrid decode: the data service alone with --gpu_decode_share 0 and with each share
+    (its CPU cores per 1,000 images/s: the benchmark's ms CPU per image), the data service
+    into a data-only rank that decodes the deferred samples on its GPU (3 runs each), and
+    ResNet-18 from JPEG with each share, all on 16 cores."""
+    root = dataset(12000)
+    for share in (0.0,) + tuple(shares):
+        data_service_alone(out, root, 15, f"hybrid_data_service_alone_share{share}", share=share)
+    rows = {}
+    for share in (0.0,) + tuple(shares):
+        args = f"--gpu_decode_share={share}" if share else ""
+        d = data_only_repeated(out, f"hybrid_data_only_share{share}", 1, root, cores=CORES_1GPU,
+                               service_args=args)
+        t = stoker_train(out, f"hybrid_jpeg_resnet18_share{share}", 1, "resnet18", root=root,
+                         cores=CORES_1GPU, service_args=args)
+        beside(t, d)
+        rows[share] = (t, d)
+    for share, (t, d) in rows.items():
+        log(f"share {share}: ResNet-18 from JPEG {t.get('images_per_second')} images/s "
+            f"({t.get('cores_per_1000_img_s')} cores per 1,000 images/s); data only "
+            f"{d.get('images_per_second')} (min {d.get('min')}, max {d.get('max')})")
+
+
+def phase_packed(out, max_short_side=256, quality=90):
+    """ResNet-18 from the pre-resized packed format (pack_imagefolder --max_short_side)
+    against the same images packed as they are and the folder itself; data service alone and
+    data-only beside each."""
+    root = dataset(12000)
+    pack = os.path.join(BUNDLE, "bin", "pack_imagefolder")
+    packs = {}
+    for kind, flags in (("packed", []), ("packed_small", [f"--max_short_side={max_short_side}", f"--quality={quality}"])):
+        index = f"/tmp/stoker_bench_{kind}/train.stkpack"
+        if not os.path.exists(index):
+            os.makedirs(os.path.dirname(index), exist_ok=True)
+            p = run([pack, "--input=" + root, "--output=" + index] + flags, env=BUNDLE_LIBS, timeout=900)
+            record(out, who="stoker", what=f"pack_{kind}", lines=p.stdout.strip().splitlines()[-2:])
+        packs[kind] = index
+    for kind, index in packs.items():
+        data_service_alone(out, index, 15, f"{kind}_data_service_alone", dataset_kind="packed")
+        d = data_only_repeated(out, f"{kind}_data_only", 1, index, cores=CORES_1GPU, dataset_kind="packed")
+        t = stoker_train(out, f"{kind}_jpeg_resnet18_1gpu", 1, "resnet18", root=index, cores=CORES_1GPU,
+                         dataset_kind="packed")
+        beside(t, d)
 
 
 def phase_report(out):
@@ -353,7 +483,10 @@ def phase_report(out):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--phase", required=True, choices=["data_service", "one_gpu", "one_gpu_anchor", "step", "exported", "profile", "two_gpu", "report"])
+    ap.add_argument("--phase", required=True, choices=["data_service", "one_gpu", "one_gpu_anchor", "step", "exported", "profile", "two_gpu",
+                             "hybrid", "packed", "report"])
+    ap.add_argument("--gpu_decode_share", default="0.5",
+                    help="hybrid: comma-separated shares to measure besides 0")
     ap.add_argument("--out", required=True)
     ap.add_argument("--skip_anchor", action="store_true")
     ap.add_argument("--quick", action="store_true",
@@ -380,6 +513,10 @@ def main():
         phase_profile(a.out)
     elif a.phase == "two_gpu":
         phase_two_gpu(a.out)
+    elif a.phase == "hybrid":
+        phase_hybrid(a.out, tuple(float(x) for x in a.gpu_decode_share.split(",") if x))
+    elif a.phase == "packed":
+        phase_packed(a.out)
     else:
         phase_report(a.out)
 

@@ -13,7 +13,7 @@ out="${1:-bundle}"
 STOKER_SETUP_QUIET=1 tools/setup.sh
 
 programs=(//launcher:launcher //trainer:trainer //data_service:data_service //data_service/dataset:pack_imagefolder //data_service:data_service_benchmark //data_service/image:transforms_benchmark)
-gpu_tests=(//trainer/input:cuda_batch_feeder_test //trainer/input:pinning_memlock_test //common:cuda_stream_test //trainer/nn:fused_blocks_gpu_test //trainer/comm:nccl_communicator_test_ranks
+gpu_tests=(//trainer/input:cuda_batch_feeder_test //trainer/input:pinning_memlock_test //trainer/input:gpu_jpeg_decoder_gpu_test //common:cuda_stream_test //trainer/nn:fused_blocks_gpu_test //trainer/comm:nccl_communicator_test_ranks
   //trainer/comm:nccl_communicator_conformance_test_ranks)
 bazel build "${programs[@]}" "${gpu_tests[@]}"
 bin="$(bazel info bazel-bin 2>/dev/null)"
@@ -66,6 +66,14 @@ for d in nvidia/cu13/lib nvidia/nccl/lib nvidia/cudnn/lib nvidia/nvshmem/lib nvi
   [[ -d "$site/$d" ]] && paths="$paths:$site/$d"
 done
 export LD_LIBRARY_PATH="$paths${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# nvJPEG for deferred samples (--gpu_decode_share), loaded by the trainer at run time:
+# the nvidia-nvjpeg wheel's libnvjpeg.so.13 (nvidia/cu13/lib, on the path above), else
+# the copy that torchvision ships.
+if [[ -z "${STOKER_NVJPEG_LIBRARY:-}" && ! -e "$site/nvidia/cu13/lib/libnvjpeg.so.13" ]]; then
+  for f in "$site"/torchvision.libs/libnvjpeg*.so.13; do
+    [[ -e "$f" ]] && export STOKER_NVJPEG_LIBRARY="$f" && break
+  done
+fi
 export NCCL_NVLS_ENABLE="${NCCL_NVLS_ENABLE:-0}"
 program="$1"; shift
 exec "$here/bin/$program" "$@"

@@ -147,6 +147,10 @@ check cuda_stream_owners "$stoker" cuda_stream_test
 check cuda_stream_owners_ran ran_unskipped "$out/cuda_stream_owners.log"
 grep -E "^\[ device \]|tests? ran|PASSED" "$out/cuda_stream_owners.log" || true
 
+check gpu_jpeg_decoder "$stoker" gpu_jpeg_decoder_gpu_test
+check gpu_jpeg_decoder_ran ran_unskipped "$out/gpu_jpeg_decoder.log"
+grep -E "^\[ hybrid \]|tests? ran|PASSED|FAILED" "$out/gpu_jpeg_decoder.log" || true
+
 check fused_blocks "$stoker" fused_blocks_gpu_test
 check fused_blocks_ran ran_unskipped "$out/fused_blocks.log"
 grep -E "^\[ fused \]|tests? ran|PASSED|FAILED" "$out/fused_blocks.log" || true

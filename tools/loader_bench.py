@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""torchvision's input pipeline alone, timed over whole passes: the same-run figure that the
-data service's images/s is compared with (bench_gpu.py --phase data_service).
+"""torchvision's input pipeline alone, in steady state: the same-run figure that the data
+service's images/s is compared with (bench_gpu.py --phase data_service).
 
-The recipe's loader (../shared/bench/anchor_seed.py): ImageFolder + PIL, Resize(256) +
-CenterCrop(224) + ToTensor + Normalize, DataLoader(batch 256, pin_memory, shuffle). The
-anchor script times 12 batches right after the first two, which its workers had mostly
-decoded ahead: that overstates the rate. Here the clock runs from the creation of the
-iterator to the last batch of --passes passes over the folder (workers' start included,
-spread over the passes), and prints one JSON line.
+Like for like with data_service_benchmark: the clock starts after --warmup batches have
+been taken (so the workers have started and their prefetch is full), runs over the
+remaining batches of --passes shuffled passes, and the loader produces what the data
+service produces: uint8 images (PILToTensor), not float32, with Resize(256) +
+CenterCrop(224) (--split val) or RandomResizedCrop(224) + RandomHorizontalFlip (--split
+train). No pin_memory: the data service's benchmark copies nothing to a GPU either.
+Prints one JSON line.
 
   python3 loader_bench.py --root /tmp/stoker_bench_12000/train --workers 16
 """
@@ -41,18 +42,28 @@ def main():
     ap.add_argument("--workers", type=int, default=16)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--passes", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=16, help="batches taken before the clock starts")
+    ap.add_argument("--split", choices=["val", "train"], default="val")
     a = ap.parse_args()
-    tf = transforms.Compose([transforms.Resize(256), transforms.CenterCrop(224), transforms.ToTensor(),
-                             transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])])
+    if a.split == "val":
+        geometry = [transforms.Resize(256), transforms.CenterCrop(224)]
+    else:
+        geometry = [transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip()]
+    tf = transforms.Compose(geometry + [transforms.PILToTensor()])  # uint8 CHW, like the ring's bytes
     ds = datasets.ImageFolder(a.root, transform=tf)
     dl = DataLoader(ds, batch_size=a.batch, sampler=Passes(len(ds), a.passes, 0), num_workers=a.workers,
-                    pin_memory=torch.cuda.is_available(), drop_last=True)
+                    drop_last=True)
+    batches = iter(dl)
+    for _ in range(a.warmup):
+        x, _ = next(batches)
+        assert x.dtype == torch.uint8
     start = time.time()
     images = 0
-    for x, _ in dl:
+    for x, _ in batches:
         images += x.shape[0]
     seconds = time.time() - start
-    print(json.dumps({"what": "torchvision_loader", "workers": a.workers, "images": images,
+    print(json.dumps({"what": "torchvision_loader", "split": a.split, "output": "uint8",
+                      "workers": a.workers, "warmup_batches": a.warmup, "images": images,
                       "seconds": round(seconds, 2), "img_s": round(images / seconds, 1)}), flush=True)
 
 

@@ -21,6 +21,7 @@ PIP_PACKAGES=(
   "torch==2.11.0"
   "torchvision==0.26.0"
   numpy pillow
+  "nvidia-nvjpeg==13.3.2.43"  # nvjpeg.h for the trainer's GPU JPEG decode (libnvjpeg is dlopen'ed)
   safetensors          # --init_weights reads safetensors files; its tests write them
   tensorboard scikit-learn matplotlib  # trainer tests: event files, the digits dataset, plots
 )

@@ -16,6 +16,10 @@ int32_t EvalResizeSize(int32_t image_size, double ratio) {
   return static_cast<int32_t>(std::lround(static_cast<double>(image_size) * ratio));
 }
 
+absl::StatusOr<absl::Span<const uint8_t>> Dataset::ReadEncoded(int64_t, SampleScratch&) const {
+  return absl::UnimplementedError("this dataset has no encoded form");
+}
+
 bool IsBadSampleError(const absl::Status& status) {
   return !status.ok() && status.GetPayload(kBadSampleTypeUrl).has_value();
 }

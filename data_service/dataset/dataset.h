@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "common/seed_mix.h"
 #include "data_service/image/decode.h"
 #include "data_service/image/transforms.h"
@@ -105,6 +107,12 @@ class Dataset {
   // Describe(index).
   virtual absl::Status Load(int64_t index, const SampleOptions& options, SampleScratch& scratch,
                             uint8_t* dst) const = 0;
+  // The encoded file of sample `index` (JPEG or PNG bytes as stored), read into
+  // scratch.file_bytes and valid until the next use of `scratch`; Load() of the same
+  // sample decodes exactly these bytes. Errors as Load()'s. Unimplemented for a dataset
+  // that has no encoded form (SyntheticDataset): its samples are never deferred.
+  virtual absl::StatusOr<absl::Span<const uint8_t>> ReadEncoded(int64_t index,
+                                                                SampleScratch& scratch) const;
   // A short description of sample `index` for error messages ("sample 12 (train/cat/1.jpg)").
   virtual std::string Describe(int64_t index) const = 0;
 };

@@ -325,8 +325,8 @@ std::string ImageFolderDataset::Describe(int64_t index) const {
   return absl::StrCat("sample ", index, " (", EscapeForLog(samples_[index].path), ")");
 }
 
-absl::Status ImageFolderDataset::Load(int64_t index, const SampleOptions& options,
-                                      SampleScratch& scratch, uint8_t* dst) const {
+absl::StatusOr<absl::Span<const uint8_t>> ImageFolderDataset::ReadEncoded(
+    int64_t index, SampleScratch& scratch) const {
   if (index < 0 || index >= size()) {
     return absl::OutOfRangeError(absl::StrCat("sample ", index, " is outside 0..", size() - 1,
                                               " of image folder ", EscapeForLog(root_)));
@@ -335,8 +335,14 @@ absl::Status ImageFolderDataset::Load(int64_t index, const SampleOptions& option
       ReadImageFile(samples_[index].path, &scratch.file_bytes);
   if (!bytes.ok()) {
     if (absl::Status gone = CheckStillThere(samples_[index].label); !gone.ok()) return gone;
-    return bytes.status();
   }
+  return bytes;
+}
+
+absl::Status ImageFolderDataset::Load(int64_t index, const SampleOptions& options,
+                                      SampleScratch& scratch, uint8_t* dst) const {
+  absl::StatusOr<absl::Span<const uint8_t>> bytes = ReadEncoded(index, scratch);
+  if (!bytes.ok()) return bytes.status();
   return DecodeSample(*bytes, index, options, scratch, dst);
 }
 

@@ -72,6 +72,8 @@ class ImageFolderDataset : public Dataset {
   int32_t Label(int64_t index) const override { return samples_[index].label; }
   absl::Status Load(int64_t index, const SampleOptions& options, SampleScratch& scratch,
                     uint8_t* dst) const override;
+  absl::StatusOr<absl::Span<const uint8_t>> ReadEncoded(int64_t index,
+                                                        SampleScratch& scratch) const override;
   std::string Describe(int64_t index) const override;
 
   const std::string& root() const { return root_; }

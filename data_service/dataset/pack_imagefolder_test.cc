@@ -1,18 +1,22 @@
 // Runs the pack_imagefolder binary: it packs a folder into an index and shards that
 // PackedDataset reads with the ImageFolder's order and labels, and it exits non-zero with
-// a message for bad flags and a missing folder.
+// a message for bad flags and a missing folder; with --max_short_side it stores large
+// images shrunk, from which training and evaluation samples load.
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "data_service/dataset/image_folder_dataset.h"
 #include "data_service/dataset/packed_dataset.h"
+#include "data_service/image/decode.h"
 #include "data_service/test_util.h"
 #include "gtest/gtest.h"
 
@@ -72,6 +76,78 @@ TEST(PackImagefolderTest, PacksAFolderThatReadsBackInTheSameOrder) {
     EXPECT_EQ((*packed)->Label(i), (*folder)->Label(i));
     EXPECT_EQ(root + "/" + std::string((*packed)->SampleName(i)), (*folder)->samples()[i].path);
   }
+}
+
+TEST(PackImagefolderTest, MaxShortSideStoresLargeImagesShrunkAndTheyTrainAndEvaluate) {
+  const std::string root = test_util::TestDirectory("shrink_source");
+  fs::remove_all(root);
+  fs::create_directories(root + "/a");
+  fs::create_directories(root + "/b");
+  ASSERT_TRUE(
+      test_util::WriteJpeg(root + "/a/wide.jpg", 200, 150, test_util::PhotoLikeImage(200, 150, 1))
+          .ok());
+  ASSERT_TRUE(
+      test_util::WriteJpeg(root + "/a/tall.jpg", 120, 160, test_util::PhotoLikeImage(120, 160, 2))
+          .ok());
+  ASSERT_TRUE(
+      test_util::WritePng(root + "/b/wide.png", 180, 90, test_util::PhotoLikeImage(180, 90, 3))
+          .ok());
+  ASSERT_TRUE(
+      test_util::WriteJpeg(root + "/b/small.jpg", 60, 40, test_util::PhotoLikeImage(60, 40, 4))
+          .ok());
+  ASSERT_TRUE(test_util::WriteFileBytes(root + "/b/broken.jpg", {0xff, 0xd8, 0xff, 0x00}).ok());
+  const std::string out = test_util::TestDirectory("shrink_output");
+  fs::remove_all(out);
+  fs::create_directories(out);
+  std::string output;
+  ASSERT_EQ(RunTool(absl::StrCat("--input=", root, " --output=", out,
+                                 "/small.stkpack --max_short_side=64 --quality=85"),
+                    &output),
+            0)
+      << output;
+  EXPECT_NE(output.find("3 images shrunk to a shorter side of 64 (quality 85)"), std::string::npos)
+      << output;
+  auto folder = ImageFolderDataset::Open(root);
+  auto packed = PackedDataset::Open(out + "/small.stkpack");
+  ASSERT_TRUE(folder.ok());
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  ASSERT_EQ((*packed)->size(), 5);
+  // Sizes as torchvision's Resize(64): short side 64, long side int(64 * long / short).
+  const std::map<std::string, std::pair<int, int>> sizes = {{"a/wide.jpg", {85, 64}},
+                                                            {"a/tall.jpg", {64, 85}},
+                                                            {"b/wide.png", {128, 64}},
+                                                            {"b/small.jpg", {60, 40}}};
+  SampleScratch packed_scratch, folder_scratch;
+  for (int64_t i = 0; i < 5; ++i) {
+    const std::string name((*packed)->SampleName(i));
+    EXPECT_EQ((*packed)->Label(i), (*folder)->Label(i));
+    auto stored = (*packed)->ReadEncoded(i, packed_scratch);
+    ASSERT_TRUE(stored.ok()) << stored.status();
+    const std::vector<uint8_t> kept(stored->begin(), stored->end());
+    auto original = (*folder)->ReadEncoded(i, folder_scratch);
+    ASSERT_TRUE(original.ok());
+    const bool same =
+        kept.size() == original->size() && std::equal(kept.begin(), kept.end(), original->begin());
+    if (name == "b/broken.jpg" || name == "b/small.jpg") {
+      EXPECT_TRUE(same) << name << " is stored as it is";
+    }
+    if (name == "b/broken.jpg") continue;
+    auto decoded = image::DecodeImage(kept);
+    ASSERT_TRUE(decoded.ok()) << name << ": " << decoded.status();
+    EXPECT_EQ(decoded->width, sizes.at(name).first) << name;
+    EXPECT_EQ(decoded->height, sizes.at(name).second) << name;
+    // Training and evaluation samples load from the shrunk file.
+    std::vector<uint8_t> sample(32 * 32 * 3);
+    for (bool train : {true, false}) {
+      const SampleOptions options{32, train, 7, 1};
+      EXPECT_TRUE((*packed)->Load(i, options, packed_scratch, sample.data()).ok()) << name;
+    }
+  }
+  EXPECT_NE(RunTool(absl::StrCat("--input=", root, " --output=", out, "/q.stkpack ",
+                                 "--max_short_side=64 --quality=0"),
+                    &output),
+            0);
+  EXPECT_NE(output.find("--quality"), std::string::npos) << output;
 }
 
 TEST(PackImagefolderTest, FailsWithAMessageForBadFlagsOrInput) {

@@ -232,15 +232,20 @@ std::string PackedDataset::Describe(int64_t index) const {
                       EscapeForLog(shards_[sample.shard].path), " at byte ", sample.offset, ")");
 }
 
-absl::Status PackedDataset::Load(int64_t index, const SampleOptions& options,
-                                 SampleScratch& scratch, uint8_t* dst) const {
+absl::StatusOr<absl::Span<const uint8_t>> PackedDataset::ReadEncoded(int64_t index,
+                                                                     SampleScratch& scratch) const {
   if (index < 0 || index >= size()) {
     return absl::OutOfRangeError(absl::StrCat("sample ", index, " is outside 0..", size() - 1,
                                               " of packed dataset ", index_path_));
   }
   const PackedSample& sample = samples_[index];
-  absl::StatusOr<absl::Span<const uint8_t>> bytes = ReadFileRange(
-      shards_[sample.shard].fd.get(), sample.offset, sample.length, &scratch.file_bytes);
+  return ReadFileRange(shards_[sample.shard].fd.get(), sample.offset, sample.length,
+                       &scratch.file_bytes);
+}
+
+absl::Status PackedDataset::Load(int64_t index, const SampleOptions& options,
+                                 SampleScratch& scratch, uint8_t* dst) const {
+  absl::StatusOr<absl::Span<const uint8_t>> bytes = ReadEncoded(index, scratch);
   if (!bytes.ok()) return bytes.status();
   return DecodeSample(*bytes, index, options, scratch, dst);
 }

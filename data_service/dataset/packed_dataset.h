@@ -34,6 +34,8 @@ class PackedDataset : public Dataset {
   int32_t Label(int64_t index) const override { return samples_[index].label; }
   absl::Status Load(int64_t index, const SampleOptions& options, SampleScratch& scratch,
                     uint8_t* dst) const override;
+  absl::StatusOr<absl::Span<const uint8_t>> ReadEncoded(int64_t index,
+                                                        SampleScratch& scratch) const override;
   // "sample 12 (cat/1.jpg in /d/train.stkpack-00000.shard at byte 4096)".
   std::string Describe(int64_t index) const override;
 

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -17,6 +18,7 @@
 #include "data_service/dataset/encoded_image.h"
 #include "data_service/dataset/image_folder_dataset.h"
 #include "data_service/image/decode.h"
+#include "data_service/image/shrink.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "the packed format is little-endian and written as in memory");
@@ -248,6 +250,11 @@ absl::Status PackedWriter::Finish() {
 absl::StatusOr<PackStats> PackImageFolder(
     const std::string& root, const std::string& index_path, const PackOptions& options,
     const std::function<void(int64_t done, int64_t total)>& progress) {
+  if (options.max_short_side < 0 || options.jpeg_quality < 1 || options.jpeg_quality > 100) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_short_side must be >= 0 and quality in 1..100, got ",
+                     options.max_short_side, " and ", options.jpeg_quality));
+  }
   absl::StatusOr<std::unique_ptr<ImageFolderDataset>> folder = ImageFolderDataset::Open(root);
   if (!folder.ok()) return folder.status();
   const ImageFolderDataset& dataset = **folder;
@@ -264,11 +271,27 @@ absl::StatusOr<PackStats> PackImageFolder(
                           absl::StrCat("cannot pack ", sample.path, ": ", bytes.status().message(),
                                        " (fix or remove the file, then pack again)"));
     }
-    if (!image::DetectImageFormat(*bytes).ok()) ++stats.not_images;
+    const bool is_image = image::DetectImageFormat(*bytes).ok();
+    if (!is_image) ++stats.not_images;
+    stats.source_bytes += bytes->size();
+    absl::Span<const uint8_t> stored = *bytes;
+    std::optional<std::vector<uint8_t>> shrunk;
+    if (options.max_short_side > 0 && is_image) {
+      // A file that does not decode is stored as it is: it stays an unusable sample.
+      absl::StatusOr<std::optional<std::vector<uint8_t>>> small =
+          image::ShrinkEncodedImage(*bytes, options.max_short_side, options.jpeg_quality);
+      if (small.ok() && small->has_value()) {
+        shrunk = std::move(**small);
+        stored = *shrunk;
+        ++stats.shrunk;
+      } else if (!small.ok() && absl::IsResourceExhausted(small.status())) {
+        return small.status();
+      }
+    }
     const std::string name = std::filesystem::path(sample.path).lexically_relative(base).string();
-    if (absl::Status s = writer->Add(sample.label, name, *bytes); !s.ok()) return s;
+    if (absl::Status s = writer->Add(sample.label, name, stored); !s.ok()) return s;
     ++stats.samples;
-    stats.image_bytes += bytes->size();
+    stats.image_bytes += stored.size();
     if (progress) progress(stats.samples, dataset.size());
   }
   if (absl::Status s = writer->Finish(); !s.ok()) return s;

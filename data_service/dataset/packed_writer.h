@@ -24,6 +24,12 @@ struct PackOptions {
   // A new shard starts when the next image would make the current one larger than this
   // (a single larger image gets a shard of its own).
   uint64_t shard_bytes = uint64_t{1} << 30;
+  // PackImageFolder: when > 0, each image whose shorter side is longer is stored shrunk
+  // once, as torchvision's Resize(max_short_side) makes it (aspect kept), re-encoded as a
+  // baseline JPEG of `jpeg_quality` (image/shrink.h). Smaller images and files that do
+  // not decode are stored byte for byte. 0: every file byte for byte.
+  int max_short_side = 0;
+  int jpeg_quality = 90;  // 1..100
 };
 
 // The shard file name of shard `shard` of the index file named `index_file_name`:
@@ -69,12 +75,16 @@ struct PackStats {
   int32_t shards = 0;
   uint64_t image_bytes = 0;
   int64_t not_images = 0;  // samples whose bytes are not JPEG or PNG (unusable when served)
+  int64_t shrunk = 0;      // stored shrunk and re-encoded (PackOptions::max_short_side)
+  uint64_t source_bytes = 0;  // the files' own sizes (image_bytes is what was stored)
 };
 
 // Packs the ImageFolder at `root` into `index_path` (shards beside it) in
-// ImageFolderDataset's order. Every file is copied byte for byte, corrupt ones too (they
-// are unusable samples when served, as in the folder); a file that cannot be read stops
-// the packing with an error naming it. `progress`, if set, is called after each sample.
+// ImageFolderDataset's order. Every file is copied byte for byte (or shrunk, see
+// PackOptions::max_short_side), corrupt ones too (they are unusable samples when served,
+// as in the folder); a file that cannot be read stops the packing with an error naming
+// it. InvalidArgument for a negative max_short_side or a quality outside 1..100. `progress`, if
+// set, is called after each sample.
 absl::StatusOr<PackStats> PackImageFolder(
     const std::string& root, const std::string& index_path, const PackOptions& options,
     const std::function<void(int64_t done, int64_t total)>& progress = nullptr);

@@ -52,8 +52,8 @@ absl::Status TransformSpec::Validate() const {
         "scale range must satisfy 0 < min <= max <= 1, got (", min_scale, ", ", max_scale, ")"));
   }
   if (!(min_ratio > 0.0 && min_ratio <= max_ratio && std::isfinite(max_ratio))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ratio range must satisfy 0 < min <= max, got (", min_ratio, ", ", max_ratio, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("ratio range must satisfy 0 < min <= max, got (",
+                                                   min_ratio, ", ", max_ratio, ")"));
   }
   if (!(flip_probability >= 0.0 && flip_probability <= 1.0)) {
     return absl::InvalidArgumentError(
@@ -62,8 +62,7 @@ absl::Status TransformSpec::Validate() const {
   return absl::OkStatus();
 }
 
-TrainParams SampleTrainParams(int width, int height, const TransformSpec& spec,
-                              SampleRng& rng) {
+TrainParams SampleTrainParams(int width, int height, const TransformSpec& spec, SampleRng& rng) {
   TrainParams params;
   params.flip = rng.NextDouble() < spec.flip_probability;
   const double area = static_cast<double>(height) * width;
@@ -112,8 +111,8 @@ EvalGeometry ComputeEvalGeometry(int width, int height, const TransformSpec& spe
 }
 
 size_t TransformScratch::capacity_bytes() const {
-  return decoder_.capacity_bytes() + horizontal_.capacity_bytes() +
-         vertical_.capacity_bytes() + resampler_.capacity_bytes();
+  return decoder_.capacity_bytes() + horizontal_.capacity_bytes() + vertical_.capacity_bytes() +
+         resampler_.capacity_bytes();
 }
 
 void TransformScratch::ReleaseBuffers() {
@@ -123,14 +122,47 @@ void TransformScratch::ReleaseBuffers() {
   resampler_ = RgbResampler();
 }
 
+absl::StatusOr<SampleGeometry> PlanSampleGeometry(int width, int height, const TransformSpec& spec,
+                                                  const SampleKey* key, const TrainParams* fixed) {
+  const int size = spec.output_size;
+  SampleGeometry g;
+  if (spec.mode == TransformMode::kEval) {
+    g.eval = ComputeEvalGeometry(width, height, spec);
+    g.x = AxisMap{
+        0.0, static_cast<double>(width) / g.eval.resized_width, g.eval.crop_left, size, 0, width};
+    g.y = AxisMap{
+        0.0, static_cast<double>(height) / g.eval.resized_height, g.eval.crop_top, size, 0, height};
+    return g;
+  }
+  if (fixed != nullptr) {
+    g.train = *fixed;
+    const CropBox& c = g.train.crop;
+    if (c.width <= 0 || c.height <= 0 || c.left < 0 || c.top < 0 || c.left + c.width > width ||
+        c.top + c.height > height) {
+      return absl::InvalidArgumentError(absl::StrCat("crop ", c.width, "x", c.height, " at (",
+                                                     c.left, ",", c.top, ") is outside the ", width,
+                                                     "x", height, " image"));
+    }
+  } else {
+    if (key == nullptr) return absl::InvalidArgumentError("training geometry needs a key");
+    SampleRng rng(*key);
+    g.train = SampleTrainParams(width, height, spec, rng);
+  }
+  const CropBox& c = g.train.crop;
+  g.x = AxisMap{0.0, static_cast<double>(c.width) / size, 0, size, c.left, c.left + c.width};
+  g.y = AxisMap{0.0, static_cast<double>(c.height) / size, 0, size, c.top, c.top + c.height};
+  g.flip = g.train.flip;
+  return g;
+}
+
 namespace internal {
 
 class TransformPipeline {
  public:
   // Exactly one of `key` and `fixed` is set for training; neither matters for evaluation.
   static absl::Status Run(absl::Span<const uint8_t> bytes, const TransformSpec& spec,
-                          const SampleKey* key, const TrainParams* fixed,
-                          TransformScratch& scratch, uint8_t* dst, TransformTrace* trace) {
+                          const SampleKey* key, const TrainParams* fixed, TransformScratch& scratch,
+                          uint8_t* dst, TransformTrace* trace) {
     RETURN_IF_ERROR(spec.Validate());
     if (dst == nullptr) return absl::InvalidArgumentError("null destination buffer");
     ImageDecoder& decoder = scratch.decoder_;
@@ -139,46 +171,21 @@ class TransformPipeline {
     const int height = header.height;
     const int size = spec.output_size;
 
-    // Each axis as Pillow sees it (resample.h's AxisMap): evaluation resizes the whole
-    // image and keeps a window of the result; training resizes the crop alone.
-    AxisMap x_map;
-    AxisMap y_map;
-    ScaleFactor scale;
-    bool flip = false;
+    ASSIGN_OR_RETURN(const SampleGeometry geometry,
+                     PlanSampleGeometry(width, height, spec, key, fixed));
+    const AxisMap& x_map = geometry.x;
+    const AxisMap& y_map = geometry.y;
+    const bool flip = geometry.flip;
     TransformTrace local_trace;
-    if (spec.mode == TransformMode::kEval) {
-      const EvalGeometry g = ComputeEvalGeometry(width, height, spec);
-      x_map = AxisMap{0.0, static_cast<double>(width) / g.resized_width, g.crop_left, size,
-                      0, width};
-      y_map = AxisMap{0.0, static_cast<double>(height) / g.resized_height, g.crop_top, size,
-                      0, height};
-      scale = ChooseScale(decoder.scale_factors(), width, g.resized_width, height,
-                          g.resized_height);
-      local_trace.eval = g;
-    } else {
-      TrainParams params;
-      if (fixed != nullptr) {
-        params = *fixed;
-        const CropBox& c = params.crop;
-        if (c.width <= 0 || c.height <= 0 || c.left < 0 || c.top < 0 ||
-            c.left + c.width > width || c.top + c.height > height) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "crop ", c.width, "x", c.height, " at (", c.left, ",", c.top,
-              ") is outside the ", width, "x", height, " image"));
-        }
-      } else {
-        SampleRng rng(*key);
-        params = SampleTrainParams(width, height, spec, rng);
-      }
-      const CropBox& c = params.crop;
-      x_map = AxisMap{0.0, static_cast<double>(c.width) / size, 0, size, c.left,
-                      c.left + c.width};
-      y_map = AxisMap{0.0, static_cast<double>(c.height) / size, 0, size, c.top,
-                      c.top + c.height};
-      scale = ChooseScale(decoder.scale_factors(), c.width, size, c.height, size);
-      flip = params.flip;
-      local_trace.train = params;
-    }
+    local_trace.train = geometry.train;
+    local_trace.eval = geometry.eval;
+    // The smallest DCT scale that keeps the resampled region's resolution (ChooseScale).
+    const ScaleFactor scale =
+        spec.mode == TransformMode::kEval
+            ? ChooseScale(decoder.scale_factors(), width, geometry.eval.resized_width, height,
+                          geometry.eval.resized_height)
+            : ChooseScale(decoder.scale_factors(), geometry.train.crop.width, size,
+                          geometry.train.crop.height, size);
 
     // Map both axes into the DCT-scaled image and plan the taps; their source ranges are
     // the region to decode.
@@ -186,8 +193,7 @@ class TransformPipeline {
     AxisTaps& v = scratch.vertical_;
     h.Plan(ScaleAxisMap(x_map, scale.num, scale.denom, scale.Apply(width)));
     v.Plan(ScaleAxisMap(y_map, scale.num, scale.denom, scale.Apply(height)));
-    const PixelRect region{h.source_begin(), v.source_begin(),
-                           h.source_end() - h.source_begin(),
+    const PixelRect region{h.source_begin(), v.source_begin(), h.source_end() - h.source_begin(),
                            v.source_end() - v.source_begin()};
     // Decoded rows stream through the resampler, which writes the sample into dst.
     RgbResampler& resampler = scratch.resampler_;
@@ -211,21 +217,19 @@ class TransformPipeline {
 }  // namespace internal
 
 absl::Status DecodeAndTransform(absl::Span<const uint8_t> bytes, const TransformSpec& spec,
-                                const SampleKey& key, TransformScratch& scratch,
-                                uint8_t* dst, TransformTrace* trace) {
+                                const SampleKey& key, TransformScratch& scratch, uint8_t* dst,
+                                TransformTrace* trace) {
   return internal::TransformPipeline::Run(bytes, spec, &key, nullptr, scratch, dst, trace);
 }
 
 absl::Status DecodeAndTransformWithParams(absl::Span<const uint8_t> bytes,
-                                          const TransformSpec& spec,
-                                          const TrainParams& params,
+                                          const TransformSpec& spec, const TrainParams& params,
                                           TransformScratch& scratch, uint8_t* dst,
                                           TransformTrace* trace) {
   if (spec.mode != TransformMode::kTrain) {
     return absl::InvalidArgumentError("DecodeAndTransformWithParams needs a training spec");
   }
-  return internal::TransformPipeline::Run(bytes, spec, nullptr, &params, scratch, dst,
-                                          trace);
+  return internal::TransformPipeline::Run(bytes, spec, nullptr, &params, scratch, dst, trace);
 }
 
 }  // namespace stoker::data_service::image

@@ -83,6 +83,25 @@ struct EvalGeometry {
 };
 EvalGeometry ComputeEvalGeometry(int width, int height, const TransformSpec& spec);
 
+// How one sample's output axes sample the full-size width x height image (resample.h's
+// AxisMap), whether it is mirrored, and the choices behind them: the geometry that
+// DecodeAndTransform() applies and that a deferred sample carries to the trainer.
+struct SampleGeometry {
+  AxisMap x;
+  AxisMap y;
+  bool flip = false;
+  TrainParams train;  // kTrain
+  EvalGeometry eval;  // kEval
+};
+
+// The geometry of a sample of a width x height image under `spec` (which must be valid):
+// evaluation resizes the whole image and keeps a window of the result; training resizes
+// the crop alone, its crop and flip drawn from SampleRng(*key), or taken from `*fixed`
+// when `fixed` is set (InvalidArgument if that crop is outside the image).
+absl::StatusOr<SampleGeometry> PlanSampleGeometry(int width, int height, const TransformSpec& spec,
+                                                  const SampleKey* key,
+                                                  const TrainParams* fixed = nullptr);
+
 // What one DecodeAndTransform() did: for tests, statistics and debugging.
 struct TransformTrace {
   ImageHeader header;

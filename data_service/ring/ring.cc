@@ -108,7 +108,8 @@ absl::StatusOr<RingLayout> RingLayout::For(const RingGeometry& geometry) {
   layout.slot_meta_offset = kRingPageBytes;
   layout.indices_offset = sizeof(RingSlotMeta);
   layout.labels_offset = layout.indices_offset + batch * sizeof(int64_t);
-  layout.slot_meta_stride = RoundUp(layout.labels_offset + batch * sizeof(int32_t), 64);
+  layout.kinds_offset = layout.labels_offset + batch * sizeof(int32_t);
+  layout.slot_meta_stride = RoundUp(layout.kinds_offset + batch * sizeof(uint8_t), 64);
   layout.image_offset = RoundUp(
       layout.slot_meta_offset + layout.slot_meta_stride * geometry.slot_count, kRingPageBytes);
   layout.batch_image_bytes = batch * side * side * 3;
@@ -172,6 +173,9 @@ absl::StatusOr<WritableSlot> RingProducer::Claim(absl::Duration timeout) {
   uint8_t* meta_bytes = reinterpret_cast<uint8_t*>(meta);
   writable.sample_indices = reinterpret_cast<int64_t*>(meta_bytes + layout_.indices_offset);
   writable.labels = reinterpret_cast<int32_t*>(meta_bytes + layout_.labels_offset);
+  writable.sample_kinds = meta_bytes + layout_.kinds_offset;
+  std::memset(writable.sample_kinds, static_cast<int>(SampleKind::kPixels),
+              layout_.geometry.batch_size);
   return writable;
 }
 
@@ -188,7 +192,19 @@ absl::Status RingProducer::Publish(const WritableSlot& slot, int64_t epoch, int6
                                                    layout_.geometry.batch_size));
   }
   RingSlotMeta* meta = SlotMeta(base_, layout_, slot.slot);
+  const uint8_t* kinds = reinterpret_cast<const uint8_t*>(meta) + layout_.kinds_offset;
+  int32_t deferred = 0;
+  for (int32_t i = 0; i < count; ++i) {
+    if (kinds[i] == static_cast<uint8_t>(SampleKind::kDeferredJpeg)) {
+      ++deferred;
+    } else if (kinds[i] != static_cast<uint8_t>(SampleKind::kPixels)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sample ", i, " of ring position ", slot.position, " has kind ",
+                       static_cast<int>(kinds[i]), ", not a SampleKind"));
+    }
+  }
   meta->count = count;
+  meta->deferred_count = deferred;
   meta->epoch = epoch;
   meta->step = step;
   meta->position = slot.position;
@@ -246,8 +262,10 @@ absl::StatusOr<ReadableSlot> RingConsumer::Acquire(absl::Duration timeout) {
   readable.epoch = meta->epoch;
   readable.step = meta->step;
   readable.count = meta->count;
+  readable.deferred_count = meta->deferred_count;
   if (meta->position != position || readable.count < 1 ||
-      readable.count > layout_.geometry.batch_size) {
+      readable.count > layout_.geometry.batch_size || readable.deferred_count < 0 ||
+      readable.deferred_count > readable.count) {
     return absl::DataLossError(absl::StrCat("ring slot ", slot, " metadata is inconsistent: count ",
                                             readable.count, ", position ", meta->position,
                                             " (expected ", position, ")"));
@@ -256,6 +274,7 @@ absl::StatusOr<ReadableSlot> RingConsumer::Acquire(absl::Duration timeout) {
   readable.images = base_ + layout_.image_offset + layout_.image_stride * slot;
   readable.sample_indices = reinterpret_cast<const int64_t*>(meta_bytes + layout_.indices_offset);
   readable.labels = reinterpret_cast<const int32_t*>(meta_bytes + layout_.labels_offset);
+  readable.sample_kinds = meta_bytes + layout_.kinds_offset;
   held_[slot] = position;
   ++next_acquire_;
   return readable;

@@ -6,9 +6,11 @@
 // Memory layout (all offsets from the ring base, which is page-aligned):
 //   [0, 4096)                       RingHeader, then zeros
 //   slot_meta_offset + i * stride   RingSlotMeta of slot i, then int64 sample_indices[batch],
-//                                   then int32 labels[batch]
+//                                   then int32 labels[batch], then uint8 sample_kinds[batch]
 //   image_offset + i * image_stride uint8 images of slot i: batch x S x S x 3 (NHWC, RGB);
-//                                   every slot starts on a 4096-byte boundary
+//                                   every slot starts on a 4096-byte boundary; a sample of
+//                                   kind kDeferredJpeg holds a DeferredSampleHeader and a
+//                                   JPEG in its S x S x 3 bytes instead of pixels
 #ifndef STOKER_DATA_SERVICE_RING_RING_H_
 #define STOKER_DATA_SERVICE_RING_RING_H_
 
@@ -46,6 +48,7 @@ struct RingLayout {
   uint64_t slot_meta_stride = 0;
   uint64_t indices_offset = 0;  // within a slot's metadata block
   uint64_t labels_offset = 0;   // within a slot's metadata block
+  uint64_t kinds_offset = 0;    // within a slot's metadata block
   uint64_t image_offset = 0;
   uint64_t image_stride = 0;
   uint64_t batch_image_bytes = 0;  // batch_size * S * S * 3
@@ -59,6 +62,7 @@ struct WritableSlot {
   uint8_t* images = nullptr;
   int32_t* labels = nullptr;
   int64_t* sample_indices = nullptr;
+  uint8_t* sample_kinds = nullptr;  // SampleKind; Claim() sets every entry to kPixels
 };
 
 // A published slot that the consumer reads until it releases it.
@@ -71,6 +75,8 @@ struct ReadableSlot {
   const uint8_t* images = nullptr;
   const int32_t* labels = nullptr;
   const int64_t* sample_indices = nullptr;
+  const uint8_t* sample_kinds = nullptr;  // SampleKind of each of the `count` samples
+  int32_t deferred_count = 0;             // how many of them are kDeferredJpeg
 };
 
 // The writing end of a ring. Owned by one thread (the service's production thread for

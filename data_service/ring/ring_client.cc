@@ -52,7 +52,9 @@ absl::StatusOr<UniqueFd> ConnectSocket(const std::string& path, absl::Time deadl
 // The ring is memory another process writes, so what a slot says is checked before the
 // trainer uses it: RingConsumer checks the slot's count and position, and this checks its
 // labels (in [0, --num_classes), so that no label reaches a device-side assert) and sample
-// indices (not negative). A violation is OutOfRange and fatal for the ring.
+// indices (not negative), and the header of every deferred sample (its magic and version,
+// a JPEG that fits in the sample's place, an output size equal to the ring's). A
+// violation is OutOfRange and fatal for the ring.
 absl::Status CheckSlotContents(const RingRequest& request, const ReadableSlot& slot) {
   for (int32_t i = 0; i < slot.count; ++i) {
     const int32_t label = slot.labels[i];
@@ -63,6 +65,21 @@ absl::Status CheckSlotContents(const RingRequest& request, const ReadableSlot& s
                        ", step ", slot.step, ") holds label ", label, " for sample index ",
                        slot.sample_indices[i], " at position ", i, "; labels must be in [0, ",
                        request.num_classes, ") (--num_classes) and indices not negative"));
+    }
+  }
+  if (slot.deferred_count == 0) return absl::OkStatus();
+  const size_t sample_bytes = static_cast<size_t>(request.image_size) * request.image_size * 3;
+  for (int32_t i = 0; i < slot.count; ++i) {
+    if (slot.sample_kinds[i] != static_cast<uint8_t>(SampleKind::kDeferredJpeg)) continue;
+    DeferredSampleHeader header;
+    std::memcpy(&header, slot.images + sample_bytes * i, sizeof(header));
+    if (header.magic != kDeferredMagic || header.version != kDeferredVersion ||
+        header.encoded_bytes == 0 || header.encoded_bytes > sample_bytes - sizeof(header) ||
+        header.x.out_size != request.image_size || header.y.out_size != request.image_size) {
+      return absl::OutOfRangeError(absl::StrCat(
+          "rank ", request.rank, ": ring slot ", slot.slot, " (epoch ", slot.epoch, ", step ",
+          slot.step, ") has a malformed deferred sample at position ", i, " (magic ", header.magic,
+          ", version ", header.version, ", ", header.encoded_bytes, " bytes)"));
     }
   }
   return absl::OkStatus();
@@ -252,6 +269,8 @@ absl::StatusOr<BatchView> RingClient::Acquire(absl::Duration timeout) {
       view.images = slot->images;
       view.labels = slot->labels;
       view.sample_indices = slot->sample_indices;
+      view.sample_kinds = slot->sample_kinds;
+      view.deferred_count = slot->deferred_count;
       return view;
     }
     if (!absl::IsDeadlineExceeded(slot.status())) return slot.status();

@@ -25,6 +25,10 @@ struct BatchView {
   const uint8_t* images = nullptr;        // count * image_size * image_size * 3 bytes
   const int32_t* labels = nullptr;        // count labels
   const int64_t* sample_indices = nullptr;  // count dataset indices (for tests and resume)
+  // SampleKind of each sample: kPixels, or kDeferredJpeg (a DeferredSampleHeader and a
+  // JPEG in the sample's place, for the trainer to decode; checked by Acquire()).
+  const uint8_t* sample_kinds = nullptr;
+  int32_t deferred_count = 0;  // samples of kind kDeferredJpeg
 };
 
 // Owns the control connection to the data service and this rank's mapped ring.

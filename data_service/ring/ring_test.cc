@@ -128,7 +128,9 @@ TEST(RingLayoutTest, SlotsArePageAlignedAndFitTheTotal) {
   EXPECT_GE(layout->image_stride, layout->batch_image_bytes);
   EXPECT_GE(layout->image_offset, layout->slot_meta_offset + 3 * layout->slot_meta_stride);
   EXPECT_EQ(layout->total_bytes, layout->image_offset + 3 * layout->image_stride);
-  EXPECT_GE(layout->slot_meta_stride, sizeof(RingSlotMeta) + 5 * (8 + 4));
+  EXPECT_GE(layout->slot_meta_stride, sizeof(RingSlotMeta) + 5 * (8 + 4 + 1));
+  EXPECT_EQ(layout->kinds_offset, layout->labels_offset + 5 * 4);
+  EXPECT_LE(layout->kinds_offset + 5, layout->slot_meta_stride);
 }
 
 TEST(RingLayoutTest, RejectsGeometryOutOfRange) {
@@ -158,6 +160,42 @@ TEST_F(RingTest, OneProducerAndOneConsumerPassBatchesInOrder) {
     EXPECT_EQ(slot->slot, static_cast<int32_t>(p));
     EXPECT_TRUE(consumer.Release(slot->slot).ok());
   }
+}
+
+// Sample kinds: a claimed slot starts all pixels (whatever its last use left), Publish
+// counts the deferred samples, and the consumer sees both.
+TEST_F(RingTest, SampleKindsStartAsPixelsAndDeferredSamplesAreCounted) {
+  MakeRing({1, 4, 4});
+  RingProducer producer = Producer();
+  RingConsumer consumer = Consumer();
+  for (uint64_t p = 0; p < 2; ++p) {
+    auto w = producer.Claim(absl::Seconds(1));
+    ASSERT_TRUE(w.ok()) << w.status();
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(w->sample_kinds[i], static_cast<uint8_t>(SampleKind::kPixels)) << p;
+    }
+    Fill(producer.layout(), *w, 4);
+    if (p == 0) {
+      w->sample_kinds[1] = static_cast<uint8_t>(SampleKind::kDeferredJpeg);
+      w->sample_kinds[3] = static_cast<uint8_t>(SampleKind::kDeferredJpeg);
+    }
+    ASSERT_TRUE(producer.Publish(*w, p / 10, p % 10, 4).ok());
+    auto r = consumer.Acquire(absl::Seconds(1));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->deferred_count, p == 0 ? 2 : 0);
+    EXPECT_EQ(r->sample_kinds[1],
+              static_cast<uint8_t>(p == 0 ? SampleKind::kDeferredJpeg : SampleKind::kPixels));
+    ASSERT_TRUE(consumer.Release(r->slot).ok());
+  }
+}
+
+TEST_F(RingTest, PublishRefusesAnUnknownSampleKind) {
+  MakeRing({1, 2, 4});
+  RingProducer producer = Producer();
+  auto w = producer.Claim(absl::Seconds(1));
+  ASSERT_TRUE(w.ok()) << w.status();
+  w->sample_kinds[1] = 7;
+  EXPECT_EQ(producer.Publish(*w, 0, 0, 2).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(RingTest, WrapsAroundManyTimes) {

@@ -18,7 +18,7 @@ namespace stoker::data_service {
 // ---- The ring, in shared memory ----
 
 inline constexpr uint64_t kRingMagic = 0x31474e49524b5453ULL;  // "STKRING1", little-endian
-inline constexpr uint32_t kRingVersion = 1;
+inline constexpr uint32_t kRingVersion = 2;
 
 // Header at offset 0 of a ring. Written once by the producer before any consumer maps it.
 struct RingHeader {
@@ -39,7 +39,8 @@ struct RingHeader {
 static_assert(std::is_trivially_copyable_v<RingHeader>);
 static_assert(sizeof(RingHeader) == 128, "RingHeader is part of the shared-memory ABI");
 
-// Metadata of one slot, followed in memory by sample_indices[batch] and labels[batch].
+// Metadata of one slot, followed in memory by sample_indices[batch], labels[batch] and
+// sample_kinds[batch] (SampleKind).
 // `state` is the slot's futex word (see Note [Ring slot states] in ring.cc); it is only
 // accessed atomically, through common/shm_atomic.h.
 struct RingSlotMeta {
@@ -48,10 +49,59 @@ struct RingSlotMeta {
   int64_t epoch;
   int64_t step;      // batch index within the epoch
   uint64_t position; // the ring position (0, 1, 2, ...) this slot was written for
-  uint8_t reserved[32];
+  int32_t deferred_count;  // samples of kind kDeferredJpeg among the first `count`
+  uint8_t reserved[28];
 };
 static_assert(std::is_trivially_copyable_v<RingSlotMeta>);
 static_assert(sizeof(RingSlotMeta) == 64, "RingSlotMeta is part of the shared-memory ABI");
+
+// What sample i's place in a slot's images holds (its S x S x 3 bytes).
+enum class SampleKind : uint8_t {
+  // The finished uint8 HWC RGB sample.
+  kPixels = 0,
+  // A DeferredSampleHeader and, right after it, the sample's JPEG file: the consumer
+  // decodes and transforms it (Note [Deferred samples] in data_service/image/deferred_jpeg.h).
+  kDeferredJpeg = 1,
+};
+
+inline constexpr uint32_t kDeferredMagic = 0x4a444b53;  // "SKDJ", little-endian
+inline constexpr uint32_t kDeferredVersion = 1;
+
+// How the output pixels of one axis sample the full-size decoded image (the same
+// contract as data_service/image/resample.h's AxisMap): output pixel k, 0 <= k <
+// out_size, is centred at source coordinate clip_begin + in0 + (k + out_offset + 0.5) *
+// scale, and its antialiased bilinear (triangle) filter, of support max(scale, 1), reads
+// only source pixels in [clip_begin, clip_end), renormalised there.
+struct DeferredAxis {
+  double in0;
+  double scale;
+  int32_t out_offset;
+  int32_t out_size;
+  int32_t clip_begin;
+  int32_t clip_end;
+};
+static_assert(std::is_trivially_copyable_v<DeferredAxis>);
+static_assert(sizeof(DeferredAxis) == 32, "DeferredAxis is part of the shared-memory ABI");
+
+// The start of a kDeferredJpeg sample's place in a slot: the transform that the data
+// service chose (RandomResizedCrop box + flip, or Resize + CenterCrop, a pure function of
+// seed, epoch and index as for pixel samples), followed by `encoded_bytes` bytes of JPEG.
+struct DeferredSampleHeader {
+  uint32_t magic;          // kDeferredMagic
+  uint32_t version;        // kDeferredVersion
+  uint32_t encoded_bytes;  // JPEG bytes after the header; <= S*S*3 - sizeof(header)
+  int32_t width;           // the JPEG's full size
+  int32_t height;
+  uint8_t flip;   // mirror the output horizontally
+  uint8_t train;  // 1: training crop, 0: evaluation resize + centre crop
+  uint8_t reserved0[2];
+  DeferredAxis x;
+  DeferredAxis y;
+  uint8_t reserved[40];
+};
+static_assert(std::is_trivially_copyable_v<DeferredSampleHeader>);
+static_assert(sizeof(DeferredSampleHeader) == 128,
+              "DeferredSampleHeader is part of the shared-memory ABI");
 
 // ---- The control socket ----
 

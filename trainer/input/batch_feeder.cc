@@ -19,6 +19,12 @@ class CpuBatchFeeder final : public BatchFeeder {
   absl::StatusOr<TrainingBatch> Next() override {
     const absl::Time start = absl::Now();
     ASSIGN_OR_RETURN(data_service::BatchView view, source_->Acquire(options_.timeout));
+    if (view.deferred_count > 0) {
+      (void)source_->Release(view);
+      return absl::FailedPreconditionError(
+          "the ring holds deferred samples (the data service's --gpu_decode_share is above 0), "
+          "which only a CUDA trainer decodes; run the data service with --gpu_decode_share=0");
+    }
     TrainingBatch batch;
     batch.data_wait = absl::Now() - start;
     batch.epoch = view.epoch;

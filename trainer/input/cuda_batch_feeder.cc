@@ -4,6 +4,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <deque>
 #include <thread>
 
@@ -15,6 +16,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/torch_status.h"
+#include "trainer/input/gpu_jpeg_decoder.h"
 #include "trainer/input/normalize_kernel.h"
 
 namespace stoker::trainer {
@@ -35,6 +37,17 @@ namespace {
 // does matter to InfiniBand registration by NCCL and MPI). A registration that fails for
 // another reason is the documented fallback: a warning that says what it costs, and
 // pageable copies (CudaFeederStats::pinned is false).
+
+// Note [Replacing samples the GPU cannot decode]
+// The data service defers only JPEGs whose markers the hardware decoder takes, so a
+// deferred sample that nvJPEG still refuses (corrupt tables or entropy data that a marker
+// walk cannot see) is a bad file found late, when the batch has left the service. It is
+// replaced as the service replaces bad files, by the next usable sample, here the next
+// position of the same batch (cyclically) that is not refused itself: its pixels, label
+// and index are copied into the refused one's place on the copy stream, the failure is
+// counted (CudaFeederStats::gpu_decode_failures) and logged with the sample's index. So
+// the batch keeps its size and stays a pure function of the batch's contents. A batch
+// whose samples are all refused is an error.
 
 // Page-locks a host range with cudaHostRegister for the life of the object.
 class PinnedHostRange {
@@ -87,6 +100,14 @@ class CudaBatchFeeder final : public BatchFeeder {
     }
     if (prefetch_thread_.joinable()) prefetch_thread_.join();
     if (copy_stream_.get() != nullptr) cudaStreamSynchronize(copy_stream_.get());
+    if (decoder_ != nullptr) {
+      LogInfo(
+          "GPU %d decoded %lld deferred samples with nvJPEG's %s backend; %lld refused and "
+          "replaced; %lld of the decoded ones left by the JPEG engines to the CUDA backend",
+          device_, static_cast<long long>(gpu_decoded_), decoder_->hardware() ? "hardware" : "CUDA",
+          static_cast<long long>(gpu_refused_),
+          static_cast<long long>(decoder_->cuda_backend_decodes()));
+    }
     // The members go in reverse order: the staging buffers and their events, the copy
     // stream, the pinned range.
   }
@@ -233,17 +254,72 @@ class CudaBatchFeeder final : public BatchFeeder {
     RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(staging.labels.data_ptr(), view->labels,
                                          view->count * sizeof(int32_t), cudaMemcpyHostToDevice,
                                          copy_stream_.get()));
-    RETURN_IF_CUDA_ERROR(cudaEventRecord(staging.copied.get(), copy_stream_.get()));
-    // See Note [Slot release after copy].
-    RETURN_IF_CUDA_ERROR(cudaEventSynchronize(staging.copied.get()));
     Ready ready{buffer, view->epoch, view->step, view->count, {}};
     if (view->sample_indices != nullptr) {
       ready.sample_indices.assign(view->sample_indices, view->sample_indices + view->count);
     }
+    if (view->deferred_count > 0) {
+      absl::Status decoded = DecodeDeferred(*view, staging, ready);
+      if (!decoded.ok()) {
+        // The slot may still be read by work on the copy stream: let it finish first.
+        cudaStreamSynchronize(copy_stream_.get());
+        (void)source_->Release(*view);
+        return decoded;
+      }
+    }
+    RETURN_IF_CUDA_ERROR(cudaEventRecord(staging.copied.get(), copy_stream_.get()));
+    // See Note [Slot release after copy]: this covers the deferred samples' decode too.
+    RETURN_IF_CUDA_ERROR(cudaEventSynchronize(staging.copied.get()));
     RETURN_IF_ERROR(source_->Release(*view));
     absl::MutexLock lock(&mu_);
     ready_.push_back(std::move(ready));
     if (stats_ != nullptr) ++stats_->batches_copied;
+    return absl::OkStatus();
+  }
+
+  // Prefetch thread: decodes the deferred samples of `view` into `staging` on the copy
+  // stream, after the batch's copy, and replaces those nvJPEG refuses (Note [Replacing
+  // samples the GPU cannot decode]).
+  absl::Status DecodeDeferred(const data_service::BatchView& view, Staging& staging, Ready& ready) {
+    if (decoder_ == nullptr) {
+      ASSIGN_OR_RETURN(decoder_,
+                       GpuJpegDecoder::Create(device_, options_.batch_size, options_.image_size));
+      if (stats_ != nullptr) stats_->gpu_decode_hardware = decoder_->hardware();
+    }
+    uint8_t* images = staging.images.data_ptr<uint8_t>();
+    ASSIGN_OR_RETURN(std::vector<int32_t> failed,
+                     decoder_->Decode(view, images, copy_stream_.get()));
+    gpu_decoded_ += view.deferred_count - static_cast<int64_t>(failed.size());
+    gpu_refused_ += static_cast<int64_t>(failed.size());
+    if (stats_ != nullptr) {
+      stats_->gpu_decoded = gpu_decoded_;
+      stats_->gpu_decode_failures = gpu_refused_;
+    }
+    if (failed.empty()) return absl::OkStatus();
+    if (static_cast<int32_t>(failed.size()) == view.count) {
+      return absl::DataLossError(absl::StrCat("epoch ", view.epoch, ", step ", view.step,
+                                              ": nvJPEG refused every one of the ", view.count,
+                                              " samples of the batch (deferred JPEGs)"));
+    }
+    const size_t sample_bytes = static_cast<size_t>(options_.image_size) * options_.image_size * 3;
+    auto refused = [&](int32_t p) { return std::binary_search(failed.begin(), failed.end(), p); };
+    int32_t* labels = staging.labels.data_ptr<int32_t>();
+    for (int32_t bad : failed) {
+      int32_t with = (bad + 1) % view.count;
+      while (refused(with)) with = (with + 1) % view.count;
+      RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(images + sample_bytes * bad,
+                                           images + sample_bytes * with, sample_bytes,
+                                           cudaMemcpyDeviceToDevice, copy_stream_.get()));
+      RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(labels + bad, labels + with, sizeof(int32_t),
+                                           cudaMemcpyDeviceToDevice, copy_stream_.get()));
+      const int64_t index = ready.sample_indices.empty() ? -1 : ready.sample_indices[bad];
+      if (!ready.sample_indices.empty()) ready.sample_indices[bad] = ready.sample_indices[with];
+      LogWarning(
+          "epoch %lld, step %lld: nvJPEG refused the JPEG of sample %lld (position %d); "
+          "replaced by the sample at position %d",
+          static_cast<long long>(view.epoch), static_cast<long long>(view.step),
+          static_cast<long long>(index), bad, with);
+    }
     return absl::OkStatus();
   }
 
@@ -253,6 +329,9 @@ class CudaBatchFeeder final : public BatchFeeder {
   CudaFeederStats* stats_;
   std::unique_ptr<PinnedHostRange> pinned_;
   CudaStream copy_stream_;     // created in Start()
+  std::unique_ptr<GpuJpegDecoder> decoder_;  // at the first deferred sample; prefetch thread
+  int64_t gpu_decoded_ = 0;                  // prefetch thread
+  int64_t gpu_refused_ = 0;                  // prefetch thread
   Staging staging_[kBuffers];  // their events are recorded on copy_stream_ and the compute stream
 
   absl::Mutex mu_;

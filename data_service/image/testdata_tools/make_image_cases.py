@@ -6,6 +6,7 @@ of //data_service/image. Run by the tests inside TEST_TMPDIR:
   make_image_cases.py eval DIR      Resize(256) + CenterCrop(224) references
   make_image_cases.py train DIR     resized_crop (+ hflip) references for given params
   make_image_cases.py rrc DIR N     N draws of RandomResizedCrop's parameters per size
+  make_image_cases.py resize DIR    PNGs and their transforms.Resize(256) references
   make_image_cases.py entropy DIR   JPEGs whose entropy-coded data covers every kind of
                                     code: noise at several qualities, every subsampling,
                                     optimised tables, restart markers, CMYK, progressive
@@ -252,6 +253,24 @@ def cmd_eval(out):
         f.write("\n".join(lines) + "\n")
 
 
+def cmd_resize(out):
+    """PNGs and torchvision's transforms.Resize(256) of each: pack_imagefolder
+    --max_short_side's reference (shrink_test)."""
+    from torchvision import transforms
+    resize = transforms.Resize(256)
+    lines = []
+    for n, (w, h) in enumerate([(500, 375), (375, 500), (640, 480), (1024, 683), (300, 257)]):
+        img = natural_image(w, h, seed=300 + n)
+        name = f"resize_{w}x{h}.png"
+        path = os.path.join(out, name)
+        img.save(path)
+        small = resize(pil_rgb(path))
+        save_raw(path + ".rgb", small)
+        lines.append(f"{name} {small.width} {small.height}")
+    with open(os.path.join(out, "manifest.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
 def cmd_train(out):
     import torch
     from torchvision.transforms import v2
@@ -347,6 +366,8 @@ def main(argv):
         cmd_eval(out)
     elif command == "train":
         cmd_train(out)
+    elif command == "resize":
+        cmd_resize(out)
     elif command == "entropy":
         cmd_entropy(out)
     elif command == "rrc":

@@ -1,0 +1,253 @@
+// BatchProducer with --gpu_decode_share (Note [Deferred samples] in
+// data_service/image/deferred_jpeg.h): which positions are deferred, the slot layout of
+// a deferred sample (header, then the file's bytes), its geometry equal to the CPU
+// path's, images the hardware cannot take kept as pixels, batches identical whatever the
+// thread count, and bad files on the deferred positions replaced as on the CPU path.
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <turbojpeg.h>
+
+#include "absl/strings/str_cat.h"
+#include "data_service/batch_producer.h"
+#include "data_service/dataset/bad_samples.h"
+#include "data_service/dataset/encoded_image.h"
+#include "data_service/dataset/image_folder_dataset.h"
+#include "data_service/image/deferred_jpeg.h"
+#include "data_service/ring/ring.h"
+#include "data_service/test_util.h"
+#include "gtest/gtest.h"
+
+namespace stoker::data_service {
+namespace {
+
+constexpr int kImageSize = 48;
+constexpr int kBatch = 8;
+constexpr uint64_t kSeed = 31;
+
+struct Received {
+  int64_t epoch, step;
+  std::vector<int64_t> indices;
+  std::vector<int32_t> labels;
+  std::vector<uint8_t> kinds;
+  int32_t deferred_count;
+  std::vector<uint8_t> images;
+};
+
+// A folder of baseline JPEGs of several chroma samplings, plus, in class 0, a PNG, a
+// progressive and a grayscale JPEG (which stay on the CPU), and the unusable files of
+// test_util::WriteBadImageFiles when asked for.
+std::string MixedFolder(const std::string& name, bool with_bad_files = false) {
+  const std::string root = test_util::TestDirectory(name);
+  std::filesystem::remove_all(root);
+  const int samplings[] = {TJSAMP_444, TJSAMP_422, TJSAMP_420};
+  for (int c = 0; c < 2; ++c) {
+    const std::string dir = absl::StrCat(root, "/class", c);
+    std::filesystem::create_directories(dir);
+    for (int i = 0; i < 9; ++i) {
+      const int width = 40 + 7 * ((i + c) % 5), height = 30 + 5 * ((i * 3 + c) % 4);
+      const std::vector<uint8_t> rgb = test_util::PhotoLikeImage(width, height, c * 100 + i);
+      EXPECT_TRUE(test_util::WriteFileBytes(
+                      absl::StrCat(dir, "/img", i, ".jpg"),
+                      test_util::EncodeJpeg(width, height, rgb, 90, samplings[i % 3], false))
+                      .ok());
+    }
+  }
+  const std::vector<uint8_t> rgb = test_util::PhotoLikeImage(48, 36, 5);
+  EXPECT_TRUE(test_util::WritePng(root + "/class0/other.png", 48, 36, rgb).ok());
+  EXPECT_TRUE(test_util::WriteFileBytes(root + "/class0/progressive.jpg",
+                                        test_util::EncodeJpeg(48, 36, rgb, 90, TJSAMP_420, true))
+                  .ok());
+  EXPECT_TRUE(test_util::WriteFileBytes(root + "/class0/gray.jpg",
+                                        test_util::EncodeJpeg(48, 36, rgb, 90, TJSAMP_GRAY, false))
+                  .ok());
+  if (with_bad_files) {
+    EXPECT_TRUE(test_util::WriteBadImageFiles(root + "/class0").ok());
+  }
+  return root;
+}
+
+std::shared_ptr<const Dataset> OpenFolder(const std::string& root) {
+  auto dataset = ImageFolderDataset::Open(root);
+  EXPECT_TRUE(dataset.ok()) << dataset.status();
+  return std::shared_ptr<const Dataset>(std::move(*dataset));
+}
+
+// Two epochs through a fresh producer with `share` on a pool of `threads`.
+std::vector<Received> TwoEpochs(std::shared_ptr<const Dataset> dataset, int threads, bool train,
+                                double share, BadSampleTracker* bad = nullptr) {
+  static int counter = 0;
+  WorkerPool pool(threads);
+  BatchProducerOptions options;
+  options.segment_name =
+      absl::StrCat("/stoker.deferredtest.", test_util::UniqueId(), ".ring.", counter++);
+  options.request.batch_size = kBatch;
+  options.request.image_size = kImageSize;
+  options.request.slot_count = 3;
+  options.request.train = train;
+  options.gpu_decode_share = share;
+  options.bad_samples = bad;
+  auto producer = BatchProducer::Create(options, dataset, &pool, [](const absl::Status& s) {
+    ADD_FAILURE() << "unexpected error: " << s;
+  });
+  EXPECT_TRUE(producer.ok()) << producer.status();
+  if (!producer.ok()) return {};
+  auto a = (*producer)->QueueEpoch(0, kSeed);
+  auto b = (*producer)->QueueEpoch(1, kSeed);
+  EXPECT_TRUE(a.ok() && b.ok());
+  auto segment = SharedMemorySegment::Open((*producer)->segment_name());
+  EXPECT_TRUE(segment.ok()) << segment.status();
+  auto consumer = RingConsumer::Attach(segment->data(), segment->size());
+  EXPECT_TRUE(consumer.ok()) << consumer.status();
+  const size_t image_bytes = size_t{kImageSize} * kImageSize * 3;
+  std::vector<Received> received;
+  for (int64_t n = 0; n < a->batches + b->batches; ++n) {
+    auto slot = consumer->Acquire(absl::Seconds(20));
+    EXPECT_TRUE(slot.ok()) << slot.status();
+    if (!slot.ok()) break;
+    received.push_back(
+        Received{slot->epoch, slot->step,
+                 std::vector<int64_t>(slot->sample_indices, slot->sample_indices + slot->count),
+                 std::vector<int32_t>(slot->labels, slot->labels + slot->count),
+                 std::vector<uint8_t>(slot->sample_kinds, slot->sample_kinds + slot->count),
+                 slot->deferred_count,
+                 std::vector<uint8_t>(slot->images, slot->images + image_bytes * slot->count)});
+    EXPECT_TRUE(consumer->Release(slot->slot).ok());
+  }
+  return received;
+}
+
+TEST(GpuDecodeShareTest, PositionsAreSpreadEvenlyAndCountExactly) {
+  for (double share : {0.0, 0.1, 0.25, 0.5, 0.7, 1.0}) {
+    int chosen = 0;
+    for (int i = 0; i < 256; ++i) chosen += IsGpuDecodePosition(i, share) ? 1 : 0;
+    EXPECT_EQ(chosen, static_cast<int>(std::floor(256 * share))) << share;
+  }
+  EXPECT_FALSE(IsGpuDecodePosition(0, 0.5));
+  EXPECT_TRUE(IsGpuDecodePosition(1, 0.5));
+  EXPECT_FALSE(IsGpuDecodePosition(2, 0.5));
+  EXPECT_TRUE(CheckGpuDecodeShare(0.0).ok());
+  EXPECT_TRUE(CheckGpuDecodeShare(1.0).ok());
+  for (double bad : {-0.1, 1.5, std::numeric_limits<double>::quiet_NaN()}) {
+    absl::Status s = CheckGpuDecodeShare(bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("--gpu_decode_share"), absl::string_view::npos);
+  }
+}
+
+TEST(DeferredSamplesTest, SlotsCarryTheFileAndTheCpuPathsGeometry) {
+  auto dataset = OpenFolder(MixedFolder("deferred_geometry"));
+  const size_t image_bytes = size_t{kImageSize} * kImageSize * 3;
+  for (bool train : {true, false}) {
+    SCOPED_TRACE(train ? "training" : "validation");
+    const std::vector<Received> batches = TwoEpochs(dataset, 2, train, 0.5);
+    ASSERT_EQ(batches.size(), 6u);  // 21 samples: 8, 8, 5 per epoch
+    int64_t deferred = 0;
+    int64_t kept = 0;
+    SampleScratch scratch;
+    std::vector<uint8_t> pixels(image_bytes);
+    for (const Received& b : batches) {
+      int32_t count = 0;
+      for (size_t i = 0; i < b.indices.size(); ++i) {
+        const int64_t index = b.indices[i];
+        const uint8_t* place = b.images.data() + image_bytes * i;
+        const SampleOptions options{kImageSize, train, kSeed, b.epoch};
+        const bool name_cpu_only =
+            dataset->Describe(index).find("img") == std::string::npos;  // png, progressive, gray
+        if (b.kinds[i] == static_cast<uint8_t>(SampleKind::kPixels)) {
+          if (IsGpuDecodePosition(static_cast<int32_t>(i), 0.5)) {
+            EXPECT_TRUE(name_cpu_only) << dataset->Describe(index) << " was not deferred";
+            ++kept;
+          }
+          ASSERT_TRUE(dataset->Load(index, options, scratch, pixels.data()).ok());
+          EXPECT_EQ(std::memcmp(place, pixels.data(), image_bytes), 0) << dataset->Describe(index);
+          continue;
+        }
+        ASSERT_EQ(b.kinds[i], static_cast<uint8_t>(SampleKind::kDeferredJpeg));
+        EXPECT_TRUE(IsGpuDecodePosition(static_cast<int32_t>(i), 0.5)) << "position " << i;
+        EXPECT_FALSE(name_cpu_only) << dataset->Describe(index);
+        ++count;
+        ++deferred;
+        DeferredSampleHeader header;
+        std::memcpy(&header, place, sizeof(header));
+        EXPECT_EQ(header.magic, kDeferredMagic);
+        EXPECT_EQ(header.version, kDeferredVersion);
+        auto file = dataset->ReadEncoded(index, scratch);
+        ASSERT_TRUE(file.ok());
+        ASSERT_EQ(header.encoded_bytes, file->size());
+        EXPECT_EQ(std::memcmp(place + sizeof(header), file->data(), file->size()), 0);
+        // The geometry the CPU path would have applied to this (seed, epoch, index).
+        auto spec = SampleTransform(options);
+        ASSERT_TRUE(spec.ok());
+        const image::SampleKey key{kSeed, b.epoch, index};
+        auto geometry = image::PlanSampleGeometry(header.width, header.height, *spec, &key);
+        ASSERT_TRUE(geometry.ok());
+        EXPECT_EQ(image::FromDeferredAxis(header.x), geometry->x);
+        EXPECT_EQ(image::FromDeferredAxis(header.y), geometry->y);
+        EXPECT_EQ(header.flip != 0, geometry->flip);
+        EXPECT_EQ(header.train != 0, train);
+        image::TransformTrace trace;
+        ASSERT_TRUE(
+            image::DecodeAndTransform(*file, *spec, key, scratch.transform, pixels.data(), &trace)
+                .ok());
+        EXPECT_EQ(trace.header.width, header.width);
+        EXPECT_EQ(trace.train.crop.left, geometry->train.crop.left);
+        EXPECT_EQ(trace.train.crop.width, geometry->train.crop.width);
+        EXPECT_EQ(trace.train.flip, geometry->train.flip);
+      }
+      EXPECT_EQ(b.deferred_count, count);
+    }
+    EXPECT_GT(deferred, 12);
+    EXPECT_GT(kept, 0) << "the PNG, progressive and grayscale files stay on the CPU";
+  }
+}
+
+TEST(DeferredSamplesTest, BatchesAreBitIdenticalWhateverTheThreadCount) {
+  auto dataset = OpenFolder(MixedFolder("deferred_threads"));
+  for (double share : {0.5, 1.0}) {
+    for (bool train : {true, false}) {
+      const std::vector<Received> one = TwoEpochs(dataset, 1, train, share);
+      const std::vector<Received> three = TwoEpochs(dataset, 3, train, share);
+      ASSERT_EQ(one.size(), three.size());
+      for (size_t b = 0; b < one.size(); ++b) {
+        EXPECT_EQ(one[b].indices, three[b].indices);
+        EXPECT_EQ(one[b].kinds, three[b].kinds);
+        EXPECT_TRUE(one[b].images == three[b].images) << "share " << share << " batch " << b;
+      }
+    }
+  }
+}
+
+// Bad files at deferred positions are found on the CPU path (ParseJpegFrame sends them
+// there) and replaced by the next usable sample of the epoch, as with a share of 0.
+TEST(DeferredSamplesTest, BadFilesAtDeferredPositionsAreReplacedAsOnTheCpuPath) {
+  auto dataset = OpenFolder(MixedFolder("deferred_bad", /*with_bad_files=*/true));
+  BadSampleOptions options;
+  options.max_fraction = 0.5;
+  options.min_samples = 1;
+  for (bool train : {true, false}) {
+    BadSampleTracker cpu_bad(options, dataset->size(), nullptr);
+    BadSampleTracker gpu_bad(options, dataset->size(), nullptr);
+    const std::vector<Received> cpu = TwoEpochs(dataset, 2, train, 0.0, &cpu_bad);
+    const std::vector<Received> gpu = TwoEpochs(dataset, 2, train, 1.0, &gpu_bad);
+    ASSERT_EQ(cpu.size(), gpu.size());
+    int64_t deferred = 0;
+    for (size_t b = 0; b < cpu.size(); ++b) {
+      EXPECT_EQ(cpu[b].indices, gpu[b].indices) << "batch " << b;
+      EXPECT_EQ(cpu[b].labels, gpu[b].labels) << "batch " << b;
+      EXPECT_EQ(cpu[b].deferred_count, 0);
+      deferred += gpu[b].deferred_count;
+    }
+    EXPECT_GT(deferred, 0);
+    EXPECT_EQ(cpu_bad.stats().bad_files, 5);
+    EXPECT_EQ(gpu_bad.stats().bad_files, 5);
+    EXPECT_EQ(gpu_bad.stats().samples_skipped, cpu_bad.stats().samples_skipped);
+  }
+}
+
+}  // namespace
+}  // namespace stoker::data_service

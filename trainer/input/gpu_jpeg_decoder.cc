@@ -1,0 +1,354 @@
+#include "trainer/input/gpu_jpeg_decoder.h"
+
+#include <dlfcn.h>
+#include <nvjpeg.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/cuda_status.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "data_service/ring/wire_types.h"
+#include "trainer/input/deferred_resample_kernel.h"
+
+namespace stoker::trainer {
+namespace internal {
+
+// The entry points of libnvjpeg that the decoder uses, resolved with dlsym.
+struct NvjpegApi {
+  decltype(&::nvjpegCreateEx) CreateEx = nullptr;
+  decltype(&::nvjpegDestroy) Destroy = nullptr;
+  decltype(&::nvjpegJpegStateCreate) JpegStateCreate = nullptr;
+  decltype(&::nvjpegJpegStateDestroy) JpegStateDestroy = nullptr;
+  decltype(&::nvjpegGetImageInfo) GetImageInfo = nullptr;
+  decltype(&::nvjpegDecodeBatchedInitialize) DecodeBatchedInitialize = nullptr;
+  decltype(&::nvjpegDecodeBatched) DecodeBatched = nullptr;
+};
+
+// Everything the decoder owns, released in the destructor (after the last enqueued work
+// has completed).
+struct NvjpegState {
+  NvjpegApi api;
+  int device = 0;
+  int max_batch = 0;
+  int image_size = 0;
+  bool hardware = false;
+  nvjpegHandle_t handle = nullptr;
+  nvjpegJpegState_t jpeg_state = nullptr;
+  int initialized_batch = -1;  // the batch size of the last nvjpegDecodeBatchedInitialize
+  // nvJPEG's CUDA backend, made when the hardware one refuses an image: a JPEG the engines
+  // cannot take is not a bad file (Note [Hardware refusals]).
+  nvjpegHandle_t cuda_handle = nullptr;
+  nvjpegJpegState_t cuda_state = nullptr;
+  int64_t cuda_decodes = 0;  // images the hardware refused and the CUDA backend decoded
+  uint8_t* arena = nullptr;  // device: the full-size decoded images of one batch
+  size_t arena_bytes = 0;
+  ResampleJob* host_jobs = nullptr;    // pinned, max_batch entries
+  ResampleJob* device_jobs = nullptr;  // device, max_batch entries
+  cudaEvent_t done = nullptr;          // after the last Decode()'s work
+  bool pending = false;
+
+  ~NvjpegState() {
+    if (pending && done != nullptr) cudaEventSynchronize(done);
+    if (cuda_state != nullptr) api.JpegStateDestroy(cuda_state);
+    if (cuda_handle != nullptr) api.Destroy(cuda_handle);
+    if (jpeg_state != nullptr) api.JpegStateDestroy(jpeg_state);
+    if (handle != nullptr) api.Destroy(handle);
+    if (arena != nullptr) cudaFree(arena);
+    if (device_jobs != nullptr) cudaFree(device_jobs);
+    if (host_jobs != nullptr) cudaFreeHost(host_jobs);
+    if (done != nullptr) cudaEventDestroy(done);
+  }
+};
+
+}  // namespace internal
+
+namespace {
+
+using internal::NvjpegApi;
+using internal::NvjpegState;
+
+absl::string_view NvjpegStatusName(nvjpegStatus_t status) {
+  switch (status) {
+    case NVJPEG_STATUS_SUCCESS:
+      return "success";
+    case NVJPEG_STATUS_NOT_INITIALIZED:
+      return "not initialized";
+    case NVJPEG_STATUS_INVALID_PARAMETER:
+      return "invalid parameter";
+    case NVJPEG_STATUS_BAD_JPEG:
+      return "bad JPEG";
+    case NVJPEG_STATUS_JPEG_NOT_SUPPORTED:
+      return "JPEG not supported";
+    case NVJPEG_STATUS_ALLOCATOR_FAILURE:
+      return "allocator failure";
+    case NVJPEG_STATUS_EXECUTION_FAILED:
+      return "execution failed";
+    case NVJPEG_STATUS_ARCH_MISMATCH:
+      return "architecture mismatch";
+    case NVJPEG_STATUS_INTERNAL_ERROR:
+      return "internal error";
+    case NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED:
+      return "implementation not supported";
+    case NVJPEG_STATUS_INCOMPLETE_BITSTREAM:
+      return "incomplete bitstream";
+    default:
+      return "unknown status";
+  }
+}
+
+absl::Status NvjpegStatus(nvjpegStatus_t status, absl::string_view expression) {
+  if (status == NVJPEG_STATUS_SUCCESS) return absl::OkStatus();
+  const std::string message = absl::StrCat(expression, ": nvJPEG error ", static_cast<int>(status),
+                                           " (", NvjpegStatusName(status), ")");
+  if (status == NVJPEG_STATUS_ALLOCATOR_FAILURE) return absl::ResourceExhaustedError(message);
+  return absl::InternalError(message);
+}
+
+#define RETURN_IF_NVJPEG_ERROR(expr) RETURN_IF_ERROR(NvjpegStatus((expr), #expr))
+
+absl::StatusOr<NvjpegApi> LoadNvjpeg() {
+  const std::string name = NvjpegLibraryName();
+  void* library = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (library == nullptr) {
+    const char* why = dlerror();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the ring holds deferred samples (the data service's --gpu_decode_share is above 0), "
+        "which need nvJPEG, but ",
+        name, " cannot be loaded: ", why != nullptr ? why : "?",
+        ". Install it (`pip install nvidia-nvjpeg`, which puts libnvjpeg.so.13 in "
+        "nvidia/cu13/lib), point STOKER_NVJPEG_LIBRARY at a copy (torchvision ships one in "
+        "torchvision.libs), or run the data service with --gpu_decode_share=0"));
+  }
+  // The library stays loaded for the life of the process: nvJPEG keeps threads and
+  // CUDA state that a dlclose would pull from under them.
+  NvjpegApi api;
+  auto resolve = [&](auto& fn, const char* symbol) -> absl::Status {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(library, symbol));
+    if (fn != nullptr) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrCat(name, " has no ", symbol, ": nvJPEG 12 or newer is needed"));
+  };
+  RETURN_IF_ERROR(resolve(api.CreateEx, "nvjpegCreateEx"));
+  RETURN_IF_ERROR(resolve(api.Destroy, "nvjpegDestroy"));
+  RETURN_IF_ERROR(resolve(api.JpegStateCreate, "nvjpegJpegStateCreate"));
+  RETURN_IF_ERROR(resolve(api.JpegStateDestroy, "nvjpegJpegStateDestroy"));
+  RETURN_IF_ERROR(resolve(api.GetImageInfo, "nvjpegGetImageInfo"));
+  RETURN_IF_ERROR(resolve(api.DecodeBatchedInitialize, "nvjpegDecodeBatchedInitialize"));
+  RETURN_IF_ERROR(resolve(api.DecodeBatched, "nvjpegDecodeBatched"));
+  return api;
+}
+
+size_t RoundUp(size_t value, size_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+ResampleAxis ToResampleAxis(const data_service::DeferredAxis& axis) {
+  return ResampleAxis{axis.in0, axis.scale, axis.out_offset, axis.clip_begin, axis.clip_end, 0};
+}
+
+// Note [Hardware refusals]
+// When a batched decode fails, each of its images is decoded alone to find the one at
+// fault; an image the hardware backend refuses alone is tried once more with nvJPEG's
+// CUDA backend, so that a JPEG the engines do not take (a size or layout they lack) is
+// decoded rather than taken for a bad file. Only an image both refuse is reported.
+
+// Whether one axis of a header reads only pixels of a `size`-pixel image.
+bool AxisInside(const data_service::DeferredAxis& axis, int size) {
+  return axis.clip_begin >= 0 && axis.clip_begin < axis.clip_end && axis.clip_end <= size &&
+         axis.scale > 0.0 && axis.scale < 1e6 && axis.in0 > -1e6 && axis.in0 < 1e6 &&
+         axis.out_offset >= 0;
+}
+
+// One deferred sample of the batch being decoded.
+struct Pending {
+  int32_t position = 0;
+  data_service::DeferredSampleHeader header;
+  const uint8_t* jpeg = nullptr;
+  size_t pitch = 0;
+  size_t offset = 0;  // in the arena
+  bool ok = true;
+};
+
+}  // namespace
+
+std::string NvjpegLibraryName() {
+  const char* path = std::getenv("STOKER_NVJPEG_LIBRARY");
+  return path != nullptr && path[0] != '\0' ? path : "libnvjpeg.so.13";
+}
+
+GpuJpegDecoder::GpuJpegDecoder(std::unique_ptr<NvjpegState> state) : state_(std::move(state)) {}
+GpuJpegDecoder::~GpuJpegDecoder() = default;
+
+bool GpuJpegDecoder::hardware() const { return state_->hardware; }
+int64_t GpuJpegDecoder::cuda_backend_decodes() const { return state_->cuda_decodes; }
+
+absl::StatusOr<std::unique_ptr<GpuJpegDecoder>> GpuJpegDecoder::Create(int device, int max_batch,
+                                                                       int image_size) {
+  if (max_batch < 1 || image_size < 1) {
+    return absl::InvalidArgumentError("GpuJpegDecoder needs a batch size and an image size");
+  }
+  ASSIGN_OR_RETURN(NvjpegApi api, LoadNvjpeg());
+  RETURN_IF_CUDA_ERROR(cudaSetDevice(device));
+  auto state = std::make_unique<NvjpegState>();
+  state->api = api;
+  state->device = device;
+  state->max_batch = max_batch;
+  state->image_size = image_size;
+  nvjpegStatus_t created =
+      api.CreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, 0, &state->handle);
+  state->hardware = created == NVJPEG_STATUS_SUCCESS;
+  if (!state->hardware) {
+    LogWarning(
+        "nvJPEG's hardware backend is not available on GPU %d (%s): deferred samples "
+        "are decoded by nvJPEG's CUDA backend, on the GPU's cores",
+        device, std::string(NvjpegStatusName(created)).c_str());
+    state->handle = nullptr;
+    RETURN_IF_NVJPEG_ERROR(
+        api.CreateEx(NVJPEG_BACKEND_DEFAULT, nullptr, nullptr, 0, &state->handle));
+  }
+  RETURN_IF_NVJPEG_ERROR(api.JpegStateCreate(state->handle, &state->jpeg_state));
+  RETURN_IF_CUDA_ERROR(
+      cudaMallocHost(reinterpret_cast<void**>(&state->host_jobs), sizeof(ResampleJob) * max_batch));
+  RETURN_IF_CUDA_ERROR(
+      cudaMalloc(reinterpret_cast<void**>(&state->device_jobs), sizeof(ResampleJob) * max_batch));
+  RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(&state->done, cudaEventDisableTiming));
+  return std::unique_ptr<GpuJpegDecoder>(new GpuJpegDecoder(std::move(state)));
+}
+
+absl::StatusOr<std::vector<int32_t>> GpuJpegDecoder::Decode(const data_service::BatchView& batch,
+                                                            uint8_t* device_images,
+                                                            cudaStream_t stream) {
+  NvjpegState& s = *state_;
+  std::vector<int32_t> failed;
+  if (batch.deferred_count == 0 || batch.sample_kinds == nullptr) return failed;
+  if (batch.count > s.max_batch) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch of ", batch.count, " samples, the decoder takes ", s.max_batch));
+  }
+  const size_t sample_bytes = static_cast<size_t>(s.image_size) * s.image_size * 3;
+  // The arena and the job table are reused: the previous batch's work must be done.
+  if (s.pending) {
+    RETURN_IF_CUDA_ERROR(cudaEventSynchronize(s.done));
+    s.pending = false;
+  }
+
+  // Headers, and nvJPEG's own reading of each JPEG's size, which must be the header's.
+  std::vector<Pending> work;
+  size_t arena_needed = 0;
+  for (int32_t i = 0; i < batch.count; ++i) {
+    if (batch.sample_kinds[i] != static_cast<uint8_t>(data_service::SampleKind::kDeferredJpeg)) {
+      continue;
+    }
+    Pending p;
+    p.position = i;
+    const uint8_t* place = batch.images + sample_bytes * i;
+    std::memcpy(&p.header, place, sizeof(p.header));
+    p.jpeg = place + sizeof(p.header);
+    int components = 0;
+    nvjpegChromaSubsampling_t subsampling;
+    int widths[NVJPEG_MAX_COMPONENT] = {};
+    int heights[NVJPEG_MAX_COMPONENT] = {};
+    const nvjpegStatus_t info = s.api.GetImageInfo(s.handle, p.jpeg, p.header.encoded_bytes,
+                                                   &components, &subsampling, widths, heights);
+    if (info != NVJPEG_STATUS_SUCCESS || components != 3 || widths[0] != p.header.width ||
+        heights[0] != p.header.height || !AxisInside(p.header.x, p.header.width) ||
+        !AxisInside(p.header.y, p.header.height)) {
+      failed.push_back(i);
+      continue;
+    }
+    p.pitch = RoundUp(static_cast<size_t>(p.header.width) * 3, 256);
+    p.offset = arena_needed;
+    arena_needed += p.pitch * static_cast<size_t>(p.header.height);
+    work.push_back(p);
+  }
+  if (work.empty()) return failed;
+  if (arena_needed > s.arena_bytes) {
+    if (s.arena != nullptr) RETURN_IF_CUDA_ERROR(cudaFree(s.arena));
+    s.arena = nullptr;
+    s.arena_bytes = 0;
+    const size_t bytes = arena_needed + arena_needed / 4;
+    RETURN_IF_CUDA_ERROR(cudaMalloc(reinterpret_cast<void**>(&s.arena), bytes));
+    s.arena_bytes = bytes;
+  }
+
+  std::vector<const unsigned char*> data(work.size());
+  std::vector<size_t> lengths(work.size());
+  std::vector<nvjpegImage_t> images(work.size());
+  for (size_t k = 0; k < work.size(); ++k) {
+    data[k] = work[k].jpeg;
+    lengths[k] = work[k].header.encoded_bytes;
+    std::memset(&images[k], 0, sizeof(images[k]));
+    images[k].channel[0] = s.arena + work[k].offset;
+    images[k].pitch[0] = work[k].pitch;
+  }
+  const int n = static_cast<int>(work.size());
+  if (s.initialized_batch != n) {
+    RETURN_IF_NVJPEG_ERROR(
+        s.api.DecodeBatchedInitialize(s.handle, s.jpeg_state, n, 1, NVJPEG_OUTPUT_RGBI));
+    s.initialized_batch = n;
+  }
+  const nvjpegStatus_t decoded = s.api.DecodeBatched(s.handle, s.jpeg_state, data.data(),
+                                                     lengths.data(), images.data(), stream);
+  if (decoded == NVJPEG_STATUS_ALLOCATOR_FAILURE) {
+    return NvjpegStatus(decoded, "nvjpegDecodeBatched");
+  }
+  if (decoded != NVJPEG_STATUS_SUCCESS) {
+    // Some image of the batch is refused: find which, one at a time.
+    s.initialized_batch = -1;
+    for (size_t k = 0; k < work.size(); ++k) {
+      RETURN_IF_NVJPEG_ERROR(
+          s.api.DecodeBatchedInitialize(s.handle, s.jpeg_state, 1, 1, NVJPEG_OUTPUT_RGBI));
+      nvjpegStatus_t one =
+          s.api.DecodeBatched(s.handle, s.jpeg_state, &data[k], &lengths[k], &images[k], stream);
+      if (one == NVJPEG_STATUS_ALLOCATOR_FAILURE) return NvjpegStatus(one, "nvjpegDecodeBatched");
+      if (one != NVJPEG_STATUS_SUCCESS && s.hardware) {
+        // Note [Hardware refusals].
+        if (s.cuda_handle == nullptr) {
+          RETURN_IF_NVJPEG_ERROR(
+              s.api.CreateEx(NVJPEG_BACKEND_DEFAULT, nullptr, nullptr, 0, &s.cuda_handle));
+          RETURN_IF_NVJPEG_ERROR(s.api.JpegStateCreate(s.cuda_handle, &s.cuda_state));
+        }
+        RETURN_IF_NVJPEG_ERROR(
+            s.api.DecodeBatchedInitialize(s.cuda_handle, s.cuda_state, 1, 1, NVJPEG_OUTPUT_RGBI));
+        one = s.api.DecodeBatched(s.cuda_handle, s.cuda_state, &data[k], &lengths[k], &images[k],
+                                  stream);
+        if (one == NVJPEG_STATUS_ALLOCATOR_FAILURE) {
+          return NvjpegStatus(one, "nvjpegDecodeBatched");
+        }
+        if (one == NVJPEG_STATUS_SUCCESS) ++s.cuda_decodes;
+      }
+      if (one != NVJPEG_STATUS_SUCCESS) {
+        work[k].ok = false;
+        failed.push_back(work[k].position);
+      }
+    }
+    s.initialized_batch = 1;
+  }
+
+  int jobs = 0;
+  for (const Pending& p : work) {
+    if (!p.ok) continue;
+    ResampleJob& job = s.host_jobs[jobs++];
+    job.src = s.arena + p.offset;
+    job.dst = device_images + sample_bytes * p.position;
+    job.src_pitch = static_cast<int64_t>(p.pitch);
+    job.x = ToResampleAxis(p.header.x);
+    job.y = ToResampleAxis(p.header.y);
+    job.flip = p.header.flip;
+    job.reserved = 0;
+  }
+  RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(s.device_jobs, s.host_jobs, sizeof(ResampleJob) * jobs,
+                                       cudaMemcpyHostToDevice, stream));
+  RETURN_IF_CUDA_ERROR(LaunchDeferredResample(s.device_jobs, jobs, s.image_size, stream));
+  RETURN_IF_CUDA_ERROR(cudaEventRecord(s.done, stream));
+  s.pending = true;
+  std::sort(failed.begin(), failed.end());
+  return failed;
+}
+
+}  // namespace stoker::trainer

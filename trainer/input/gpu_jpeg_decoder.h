@@ -1,0 +1,69 @@
+// GpuJpegDecoder: the trainer's half of deferred samples (Note [Deferred samples] in
+// data_service/image/deferred_jpeg.h). It decodes the JPEGs that a batch carries in
+// place of pixels with nvJPEG's hardware backend (the GPU's JPEG engines), batched, and
+// crops, resizes and flips each into its place in the batch's device images, all on the
+// caller's stream. libnvjpeg is loaded at run time (dlopen): the trainer builds and runs
+// without it, and only a ring with deferred samples needs it.
+#ifndef STOKER_TRAINER_INPUT_GPU_JPEG_DECODER_H_
+#define STOKER_TRAINER_INPUT_GPU_JPEG_DECODER_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "data_service/ring/ring_client.h"
+
+namespace stoker::trainer {
+
+namespace internal {
+struct NvjpegState;
+}  // namespace internal
+
+// The library that GpuJpegDecoder loads: $STOKER_NVJPEG_LIBRARY if set, else
+// libnvjpeg.so.13 from the library path.
+std::string NvjpegLibraryName();
+
+// Owned by one thread (the feeder's prefetch thread). Not thread-safe.
+//
+//   ASSIGN_OR_RETURN(auto decoder, GpuJpegDecoder::Create(device, batch_size, image_size));
+//   ASSIGN_OR_RETURN(std::vector<int32_t> failed, decoder->Decode(view, device_images, stream));
+class GpuJpegDecoder {
+ public:
+  // Loads libnvjpeg and creates a hardware-backend decoder on `device` for batches of up
+  // to `max_batch` samples of image_size x image_size. FailedPrecondition, naming the
+  // library and how to get it, when it cannot be loaded. Falls back to nvJPEG's default
+  // (CUDA) backend, with a warning, on a GPU without JPEG engines.
+  static absl::StatusOr<std::unique_ptr<GpuJpegDecoder>> Create(int device, int max_batch,
+                                                                int image_size);
+  ~GpuJpegDecoder();
+  GpuJpegDecoder(const GpuJpegDecoder&) = delete;
+  GpuJpegDecoder& operator=(const GpuJpegDecoder&) = delete;
+
+  // Enqueues on `stream` the decode of every kDeferredJpeg sample of `batch` (host memory,
+  // which must stay unchanged until the work on `stream` has completed) and the writing
+  // of each into `device_images` (count x S x S x 3 bytes, HWC) at its position. Pixel
+  // samples are not touched. Returns the positions whose JPEG nvJPEG refused (their
+  // place is left unspecified), in increasing order; errors are CUDA's or nvJPEG's
+  // failures that are not one image's fault. Waits for the previous call's work on the
+  // host side only as far as needed to reuse its buffers.
+  absl::StatusOr<std::vector<int32_t>> Decode(const data_service::BatchView& batch,
+                                              uint8_t* device_images, cudaStream_t stream);
+
+  // Whether the GPU's JPEG engines decode (false: nvJPEG's CUDA backend).
+  bool hardware() const;
+  // Images the hardware backend refused that nvJPEG's CUDA backend then decoded (Note
+  // [Hardware refusals] in gpu_jpeg_decoder.cc).
+  int64_t cuda_backend_decodes() const;
+
+ private:
+  explicit GpuJpegDecoder(std::unique_ptr<internal::NvjpegState> state);
+  std::unique_ptr<internal::NvjpegState> state_;
+};
+
+}  // namespace stoker::trainer
+
+#endif  // STOKER_TRAINER_INPUT_GPU_JPEG_DECODER_H_

@@ -1,0 +1,321 @@
+// GPU tests of deferred samples (tag gpu; Note [Deferred samples] in
+// data_service/image/deferred_jpeg.h): nvJPEG-decoded samples against the data service's
+// CPU pipeline on the same (bytes, geometry), bit-identical hybrid batches across runs,
+// and a JPEG that only nvJPEG finds bad, counted and replaced by the CUDA feeder.
+#include "trainer/input/gpu_jpeg_decoder.h"
+
+#include <ATen/ATen.h>
+#include <cuda_runtime_api.h>
+#include <turbojpeg.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "data_service/image/deferred_jpeg.h"
+#include "data_service/image/transforms.h"
+#include "data_service/ring/wire_types.h"
+#include "data_service/test_util.h"
+#include "gtest/gtest.h"
+#include "trainer/input/cuda_batch_feeder.h"
+
+namespace stoker::trainer {
+namespace {
+
+namespace image = data_service::image;
+using data_service::BatchView;
+using data_service::SampleKind;
+
+// The bound on a GPU-decoded sample's distance from the CPU path's (Pillow's
+// reconstruction): the two JPEG decoders and the resamplers' rounding differ, not the
+// geometry. A wrong crop, flip or channel order gives well under 20 dB.
+constexpr double kMinPsnrDb = 30.0;
+
+bool HaveGpu() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+double Psnr(const uint8_t* a, const uint8_t* b, size_t n) {
+  double sum = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(a[i]) - b[i];
+    sum += d * d;
+  }
+  if (sum == 0.0) return 99.0;
+  return 10.0 * std::log10(255.0 * 255.0 / (sum / n));
+}
+
+struct TestImage {
+  int width;
+  int height;
+  int subsampling;
+};
+
+std::vector<std::vector<uint8_t>> TestJpegs() {
+  const TestImage kinds[] = {{500, 375, TJSAMP_420},  {375, 500, TJSAMP_422},
+                             {640, 480, TJSAMP_444},  {301, 203, TJSAMP_420},
+                             {1024, 768, TJSAMP_420}, {256, 256, TJSAMP_444}};
+  std::vector<std::vector<uint8_t>> jpegs;
+  uint64_t seed = 1;
+  for (const TestImage& k : kinds) {
+    jpegs.push_back(data_service::test_util::EncodeJpeg(
+        k.width, k.height, data_service::test_util::PhotoLikeImage(k.width, k.height, seed++), 90,
+        k.subsampling, false));
+  }
+  return jpegs;
+}
+
+// A slot of `count` samples in host memory, every one deferred: sample i is jpegs[i %
+// size] with the geometry of SampleKey{seed, epoch, i}.
+struct HostBatch {
+  int image_size = 0;
+  std::vector<uint8_t> images;
+  std::vector<uint8_t> kinds;
+  std::vector<int32_t> labels;
+  std::vector<int64_t> indices;
+  std::vector<image::SampleKey> keys;
+
+  BatchView View() const {
+    BatchView view;
+    view.slot = 0;
+    view.count = static_cast<int32_t>(kinds.size());
+    view.images = images.data();
+    view.labels = labels.data();
+    view.sample_indices = indices.data();
+    view.sample_kinds = kinds.data();
+    view.deferred_count = static_cast<int32_t>(
+        std::count(kinds.begin(), kinds.end(), static_cast<uint8_t>(SampleKind::kDeferredJpeg)));
+    return view;
+  }
+};
+
+// With `pixels_every` > 0, every pixels_every-th sample is decoded here, by the data
+// service's CPU path, and stored as pixels: a hybrid batch.
+HostBatch MakeBatch(const std::vector<std::vector<uint8_t>>& jpegs, int count,
+                    const image::TransformSpec& spec, int pixels_every = 0) {
+  HostBatch b;
+  b.image_size = spec.output_size;
+  const size_t sample_bytes = static_cast<size_t>(spec.output_size) * spec.output_size * 3;
+  b.images.assign(sample_bytes * count, 0);
+  for (int i = 0; i < count; ++i) {
+    const std::vector<uint8_t>& jpeg = jpegs[i % jpegs.size()];
+    const image::SampleKey key{77, 2, i};
+    if (pixels_every > 0 && i % pixels_every == 0) {
+      image::TransformScratch scratch;
+      EXPECT_TRUE(
+          image::DecodeAndTransform(jpeg, spec, key, scratch, b.images.data() + sample_bytes * i)
+              .ok());
+      b.kinds.push_back(static_cast<uint8_t>(SampleKind::kPixels));
+      b.labels.push_back(i);
+      b.indices.push_back(1000 + i);
+      b.keys.push_back(key);
+      continue;
+    }
+    std::optional<data_service::DeferredSampleHeader> header =
+        image::PlanDeferredJpeg(jpeg, spec, key, sample_bytes);
+    EXPECT_TRUE(header.has_value()) << "sample " << i;
+    if (!header.has_value()) continue;
+    image::WriteDeferredSample(*header, jpeg, b.images.data() + sample_bytes * i);
+    b.kinds.push_back(static_cast<uint8_t>(SampleKind::kDeferredJpeg));
+    b.labels.push_back(i);
+    b.indices.push_back(1000 + i);
+    b.keys.push_back(key);
+  }
+  return b;
+}
+
+std::vector<uint8_t> DecodeOnGpu(GpuJpegDecoder& decoder, const HostBatch& batch,
+                                 std::vector<int32_t>* failed = nullptr) {
+  const size_t bytes = batch.images.size();
+  uint8_t* device = nullptr;
+  EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&device), bytes), cudaSuccess);
+  EXPECT_EQ(cudaMemset(device, 0, bytes), cudaSuccess);
+  absl::StatusOr<std::vector<int32_t>> refused = decoder.Decode(batch.View(), device, nullptr);
+  EXPECT_TRUE(refused.ok()) << refused.status();
+  if (failed != nullptr && refused.ok()) *failed = *refused;
+  std::vector<uint8_t> host(bytes);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(host.data(), device, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  cudaFree(device);
+  return host;
+}
+
+TEST(GpuJpegDecoderTest, GpuDecodedSamplesMatchCpuDecodedOnes) {
+  if (!HaveGpu()) GTEST_SKIP() << "needs a GPU";
+  const std::vector<std::vector<uint8_t>> jpegs = TestJpegs();
+  for (image::TransformSpec spec :
+       {image::TransformSpec::Train(224), image::TransformSpec::Eval(256, 224)}) {
+    const HostBatch batch = MakeBatch(jpegs, 24, spec);
+    absl::StatusOr<std::unique_ptr<GpuJpegDecoder>> decoder = GpuJpegDecoder::Create(0, 24, 224);
+    ASSERT_TRUE(decoder.ok()) << decoder.status();
+    const std::vector<uint8_t> gpu = DecodeOnGpu(**decoder, batch);
+    // The CPU path with Pillow's reconstruction (the accurate IDCT, fancy upsampling).
+    image::TransformSpec exact = spec;
+    exact.decode = image::DecodeOptions();
+    image::TransformScratch scratch;
+    const size_t sample_bytes = 224 * 224 * 3;
+    std::vector<uint8_t> cpu(sample_bytes);
+    double worst = 99.0;
+    double total = 0.0;
+    for (size_t i = 0; i < batch.keys.size(); ++i) {
+      ASSERT_TRUE(image::DecodeAndTransform(jpegs[i % jpegs.size()], exact, batch.keys[i], scratch,
+                                            cpu.data())
+                      .ok());
+      const double psnr = Psnr(gpu.data() + sample_bytes * i, cpu.data(), sample_bytes);
+      EXPECT_GE(psnr, kMinPsnrDb) << (spec.mode == image::TransformMode::kTrain ? "train" : "eval")
+                                  << " sample " << i;
+      worst = std::min(worst, psnr);
+      total += psnr;
+    }
+    std::printf(
+        "[ hybrid ] %s: GPU vs CPU (Pillow reconstruction) PSNR min %.1f dB, mean %.1f "
+        "dB over %zu samples; hardware backend: %s\n",
+        spec.mode == image::TransformMode::kTrain ? "train" : "eval", worst,
+        total / batch.keys.size(), batch.keys.size(), (*decoder)->hardware() ? "yes" : "no",
+        static_cast<long long>((*decoder)->cuda_backend_decodes()));
+  }
+}
+
+// Runs one batch through a fresh CUDA feeder: the normalised images as uint8-valued floats.
+at::Tensor FeedOnce(const HostBatch& batch, CudaFeederStats* stats = nullptr);
+
+TEST(GpuJpegDecoderTest, HybridBatchesAreIdenticalAcrossRuns) {
+  if (!HaveGpu()) GTEST_SKIP() << "needs a GPU";
+  const HostBatch all = MakeBatch(TestJpegs(), 32, image::TransformSpec::Train(160));
+  absl::StatusOr<std::unique_ptr<GpuJpegDecoder>> first = GpuJpegDecoder::Create(0, 32, 160);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::vector<uint8_t> a = DecodeOnGpu(**first, all);
+  const std::vector<uint8_t> b = DecodeOnGpu(**first, all);
+  absl::StatusOr<std::unique_ptr<GpuJpegDecoder>> second = GpuJpegDecoder::Create(0, 32, 160);
+  ASSERT_TRUE(second.ok()) << second.status();
+  const std::vector<uint8_t> c = DecodeOnGpu(**second, all);
+  EXPECT_TRUE(a == b) << "the same decoder gave different bytes";
+  EXPECT_TRUE(a == c) << "a second decoder gave different bytes";
+
+  // A hybrid batch (every third sample pixels from the CPU path) through two feeders: the
+  // same tensor, and the pixel samples exactly the CPU path's bytes.
+  const HostBatch hybrid = MakeBatch(TestJpegs(), 30, image::TransformSpec::Train(160), 3);
+  CudaFeederStats stats;
+  const at::Tensor x = FeedOnce(hybrid, &stats);
+  const at::Tensor y = FeedOnce(hybrid);
+  ASSERT_TRUE(x.defined() && y.defined());
+  EXPECT_TRUE(at::equal(x, y)) << "two runs of one hybrid batch differ";
+  EXPECT_EQ(stats.gpu_decoded, 20);
+  const size_t sample_bytes = 160 * 160 * 3;
+  for (int i = 0; i < 30; i += 3) {
+    at::Tensor cpu = at::from_blob(const_cast<uint8_t*>(hybrid.images.data()) + sample_bytes * i,
+                                   {160, 160, 3}, at::kByte)
+                         .permute({2, 0, 1})
+                         .to(at::kFloat);
+    EXPECT_TRUE(at::equal(x[i], cpu)) << "pixel sample " << i << " was changed";
+  }
+}
+
+// A JPEG whose first component names quantisation table 3, which it does not define:
+// its markers pass ParseJpegFrame (so the service defers it), its decode fails.
+std::vector<uint8_t> UndefinedQuantTable(std::vector<uint8_t> jpeg) {
+  for (size_t p = 2; p + 12 < jpeg.size(); ++p) {
+    if (jpeg[p] == 0xFF && jpeg[p + 1] == 0xC0) {
+      jpeg[p + 4 + 6 + 2] = 3;
+      break;
+    }
+  }
+  return jpeg;
+}
+
+// Serves one batch from host memory, then nothing.
+class OneBatchSource final : public BatchSource {
+ public:
+  explicit OneBatchSource(const HostBatch& batch) : batch_(batch) {}
+  absl::StatusOr<BatchView> Acquire(absl::Duration) override {
+    if (served_) return absl::DeadlineExceededError("no more batches");
+    served_ = true;
+    return batch_.View();
+  }
+  absl::Status Release(const BatchView&) override { return absl::OkStatus(); }
+  void* memory_base() const override { return const_cast<uint8_t*>(batch_.images.data()); }
+  size_t memory_bytes() const override { return batch_.images.size(); }
+
+ private:
+  const HostBatch& batch_;
+  bool served_ = false;
+};
+
+FeederOptions IdentityOptions(int batch, int image_size) {
+  FeederOptions options;
+  options.batch_size = batch;
+  options.image_size = image_size;
+  options.dtype = at::kFloat;
+  for (int c = 0; c < 3; ++c) {
+    options.mean[c] = 0.0f;
+    options.stddev[c] = 1.0f / 255.0f;  // the bytes, as floats
+  }
+  options.timeout = absl::Seconds(30);
+  return options;
+}
+
+at::Tensor FeedOnce(const HostBatch& batch, CudaFeederStats* stats) {
+  OneBatchSource source(batch);
+  absl::StatusOr<std::unique_ptr<BatchFeeder>> feeder = MakeCudaBatchFeeder(
+      &source, IdentityOptions(static_cast<int>(batch.kinds.size()), batch.image_size), 0, stats);
+  EXPECT_TRUE(feeder.ok()) << feeder.status();
+  if (!feeder.ok()) return at::Tensor();
+  absl::StatusOr<TrainingBatch> next = (*feeder)->Next();
+  EXPECT_TRUE(next.ok()) << next.status();
+  if (!next.ok()) return at::Tensor();
+  return next->images.cpu().contiguous();
+}
+
+TEST(GpuJpegDecoderTest, BadFileInTheGpuShareIsCountedAndReplaced) {
+  if (!HaveGpu()) GTEST_SKIP() << "needs a GPU";
+  std::vector<std::vector<uint8_t>> jpegs = TestJpegs();
+  const int bad = 2;  // sample 2 is jpegs[2]
+  jpegs[bad] = UndefinedQuantTable(jpegs[bad]);
+  ASSERT_TRUE(image::ParseJpegFrame(jpegs[bad]).hardware_decodable);
+  const HostBatch batch = MakeBatch(jpegs, 6, image::TransformSpec::Train(96));
+  ASSERT_EQ(batch.kinds.size(), 6u);
+
+  absl::StatusOr<std::unique_ptr<GpuJpegDecoder>> decoder = GpuJpegDecoder::Create(0, 6, 96);
+  ASSERT_TRUE(decoder.ok()) << decoder.status();
+  std::vector<int32_t> failed;
+  DecodeOnGpu(**decoder, batch, &failed);
+  EXPECT_EQ(failed, std::vector<int32_t>{bad});
+
+  FeederOptions options;
+  options.batch_size = 6;
+  options.image_size = 96;
+  options.dtype = at::kFloat;
+  for (int c = 0; c < 3; ++c) {
+    options.mean[c] = 0.0f;
+    options.stddev[c] = 1.0f / 255.0f;  // the bytes, as floats
+  }
+  options.timeout = absl::Seconds(30);
+  OneBatchSource source(batch);
+  CudaFeederStats stats;
+  {
+    absl::StatusOr<std::unique_ptr<BatchFeeder>> feeder =
+        MakeCudaBatchFeeder(&source, options, 0, &stats);
+    ASSERT_TRUE(feeder.ok()) << feeder.status();
+    absl::StatusOr<TrainingBatch> next = (*feeder)->Next();
+    ASSERT_TRUE(next.ok()) << next.status();
+    ASSERT_EQ(next->count, 6);
+    EXPECT_EQ(next->sample_indices[bad], batch.indices[bad + 1]);
+    at::Tensor labels = next->labels.cpu();
+    EXPECT_EQ(labels[bad].item<int64_t>(), batch.labels[bad + 1]);
+    at::Tensor images = next->images.cpu();
+    EXPECT_TRUE(at::equal(images[bad], images[bad + 1])) << "the replacement's pixels";
+    EXPECT_FALSE(at::equal(images[bad + 1], images[bad + 2]));
+  }
+  EXPECT_EQ(stats.gpu_decode_failures, 1);
+  EXPECT_EQ(stats.gpu_decoded, 5);
+  std::printf("[ hybrid ] bad file: %lld refused and replaced, %lld decoded on the GPU\n",
+              static_cast<long long>(stats.gpu_decode_failures),
+              static_cast<long long>(stats.gpu_decoded));
+}
+
+}  // namespace
+}  // namespace stoker::trainer

@@ -276,10 +276,11 @@ TEST(GpuJpegDecoderTest, BadFileInTheGpuShareIsCountedAndReplaced) {
   const int bad = 2;  // sample 2 is jpegs[2]
   jpegs[bad] = UndefinedQuantTable(jpegs[bad]);
   ASSERT_TRUE(image::ParseJpegFrame(jpegs[bad]).hardware_decodable);
-  const HostBatch batch = MakeBatch(jpegs, 6, image::TransformSpec::Train(96));
+  // 160 pixels: every test JPEG fits a slot (a 96-pixel slot is smaller than the larger ones).
+  const HostBatch batch = MakeBatch(jpegs, 6, image::TransformSpec::Train(160));
   ASSERT_EQ(batch.kinds.size(), 6u);
 
-  absl::StatusOr<std::unique_ptr<GpuJpegDecoder>> decoder = GpuJpegDecoder::Create(0, 6, 96);
+  absl::StatusOr<std::unique_ptr<GpuJpegDecoder>> decoder = GpuJpegDecoder::Create(0, 6, 160);
   ASSERT_TRUE(decoder.ok()) << decoder.status();
   std::vector<int32_t> failed;
   DecodeOnGpu(**decoder, batch, &failed);
@@ -287,7 +288,7 @@ TEST(GpuJpegDecoderTest, BadFileInTheGpuShareIsCountedAndReplaced) {
 
   FeederOptions options;
   options.batch_size = 6;
-  options.image_size = 96;
+  options.image_size = 160;
   options.dtype = at::kFloat;
   for (int c = 0; c < 3; ++c) {
     options.mean[c] = 0.0f;

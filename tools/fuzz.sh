@@ -5,7 +5,8 @@
 # PNGs of every kind), runs each target for a bounded time and fails on any crash, leak,
 # timeout or sanitizer report.
 #
-#   tools/fuzz.sh [--seconds=60] [--targets="control_protocol image_decode"] [--work=DIR]
+#   tools/fuzz.sh [--seconds=60] [--targets="control_protocol image_decode ring_header
+#                 checkpoint_reader"] [--work=DIR]
 #                 [--fresh_scratch_after_error] [--bazel_args="--jobs=2"]
 #
 # --fresh_scratch_after_error: the image target replaces its reused decoder after an input
@@ -17,7 +18,7 @@
 set -euo pipefail
 
 seconds=60
-targets="control_protocol image_decode"
+targets="control_protocol image_decode ring_header checkpoint_reader"
 work=""
 bazel_args=""
 for arg in "$@"; do
@@ -27,7 +28,7 @@ for arg in "$@"; do
     --work=*) work="${arg#*=}" ;;
     --fresh_scratch_after_error) export STOKER_FUZZ_FRESH_SCRATCH_AFTER_ERROR=1 ;;
     --bazel_args=*) bazel_args="${arg#*=}" ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "tools/fuzz.sh: unknown argument $arg (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -43,6 +44,8 @@ mkdir -p "$work"
 declare -A max_len
 max_len[control_protocol]=1024
 max_len[image_decode]=65536
+max_len[ring_header]=65536
+max_len[checkpoint_reader]=16384
 for target in $targets; do
   [[ -n "${max_len[$target]:-}" ]] || { echo "tools/fuzz.sh: unknown target $target" >&2; exit 2; }
 done
@@ -61,6 +64,10 @@ status=0
 for target in $targets; do
   binary="$work/${target}_fuzzer"
   cp -f "$bin_dir/fuzz/${target}_fuzzer" "$binary"
+  if [[ ! -d "$work/seeds/$target" ]]; then  # targets that write their own seeds
+    mkdir -p "$work/seeds/$target"
+    STOKER_FUZZ_WRITE_SEEDS="$work/seeds/$target" "$binary"
+  fi
   corpus="$work/corpus/$target"
   mkdir -p "$corpus" "$work/artifacts/$target"
   echo "== running $target for $seconds s (seeds: $(ls "$work/seeds/$target" | wc -l) files)"

@@ -1,19 +1,23 @@
 // libFuzzer target for the checkpoint reader: whatever bytes a checkpoint file holds,
 // CheckpointReader::Parse() either refuses them (DataLoss or InvalidArgument) or indexes
 // entries each of which reads back as exactly one kind, a tensor's data lying inside the
-// file. Built as //fuzz:checkpoint_reader_fuzzer; tools/fuzz.sh runs it under libFuzzer with
-// ASan and UBSan. With STOKER_FUZZ_WRITE_SEEDS=DIR it writes its seed corpus (checkpoints
-// the writer made) into DIR and exits.
+// file. Each input is also parsed sealed: with a valid header (magic, version, the payload's
+// length and both checksums recomputed), so that mutations reach the entry parser instead
+// of stopping at a checksum. Built as //fuzz:checkpoint_reader_fuzzer; tools/fuzz.sh runs it under
+// libFuzzer with ASan and UBSan. With STOKER_FUZZ_WRITE_SEEDS=DIR it writes its seed corpus
+// (checkpoints the writer made) into DIR and exits.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "trainer/checkpoint/checkpoint_file.h"
+#include "trainer/checkpoint/crc32c.h"
 
 namespace stoker::trainer {
 namespace {
@@ -52,6 +56,61 @@ void WriteSeeds(const std::string& dir) {
   }
 }
 
+// `bytes` with the header a writer would have given its payload (the entry count kept).
+std::string Sealed(std::string bytes) {
+  constexpr size_t kHeader = 32;
+  if (bytes.size() < kHeader) return bytes;
+  const char magic[8] = {'S', 'T', 'O', 'K', 'E', 'R', 'C', 'K'};
+  const uint32_t version = kCheckpointFormatVersion;
+  const uint64_t payload = bytes.size() - kHeader;
+  const uint32_t payload_crc = Crc32cExtend(0, bytes.data() + kHeader, payload);
+  std::memcpy(&bytes[0], magic, sizeof(magic));
+  std::memcpy(&bytes[8], &version, 4);
+  std::memcpy(&bytes[12], &payload_crc, 4);
+  std::memcpy(&bytes[16], &payload, 8);
+  const uint32_t header_crc = Crc32cExtend(0, bytes.data(), 28);
+  std::memcpy(&bytes[28], &header_crc, 4);
+  return bytes;
+}
+
+void Check(std::string bytes, bool sealed) {
+  absl::StatusOr<CheckpointReader> reader = CheckpointReader::Parse(std::move(bytes), "fuzz");
+  if (!reader.ok()) {
+    const absl::StatusCode code = reader.status().code();
+    if (code != absl::StatusCode::kDataLoss &&
+        !(code == absl::StatusCode::kInvalidArgument && !sealed)) {
+      std::fprintf(stderr, "%s\n", reader.status().ToString().c_str());
+      Fail(sealed ? "Parse of a sealed file: not DataLoss"
+                  : "Parse: neither DataLoss nor InvalidArgument");
+    }
+    return;
+  }
+  const std::string& file = reader->bytes();
+  for (const std::string& name : reader->Names()) {
+    if (!reader->Has(name)) Fail("a listed entry is not there");
+    int kinds = 0;
+    kinds += reader->Int(name).ok();
+    kinds += reader->Double(name).ok();
+    absl::StatusOr<std::string> text = reader->String(name);
+    if (text.ok()) ++kinds;
+    absl::StatusOr<CheckpointTensor> tensor = reader->Tensor(name);
+    if (tensor.ok()) {
+      ++kinds;
+      const char* begin = tensor->data.data();
+      if (!tensor->data.empty() &&
+          (begin < file.data() ||
+           tensor->data.size() > static_cast<size_t>(file.data() + file.size() - begin))) {
+        Fail("a tensor's data lies outside the file");
+      }
+      unsigned sum = 0;
+      for (char c : tensor->data) sum += static_cast<unsigned char>(c);
+      for (int64_t d : tensor->shape) sum += static_cast<unsigned>(d);
+      if (sum == 0xfeedfaceu) std::fprintf(stderr, "%u\n", sum);
+    }
+    if (kinds != 1) Fail("an entry reads as more or fewer than one kind");
+  }
+}
+
 const bool kSeedsWritten = [] {
   const char* dir = std::getenv("STOKER_FUZZ_WRITE_SEEDS");
   if (dir == nullptr) return false;
@@ -65,38 +124,8 @@ const bool kSeedsWritten = [] {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace stoker::trainer;
   if (size > kMaxFileBytes) return -1;  // not added to the corpus
-  absl::StatusOr<CheckpointReader> reader =
-      CheckpointReader::Parse(std::string(reinterpret_cast<const char*>(data), size), "fuzz");
-  if (!reader.ok()) {
-    const absl::StatusCode code = reader.status().code();
-    if (code != absl::StatusCode::kDataLoss && code != absl::StatusCode::kInvalidArgument) {
-      Fail("Parse: neither DataLoss nor InvalidArgument");
-    }
-    return 0;
-  }
-  const std::string& bytes = reader->bytes();
-  for (const std::string& name : reader->Names()) {
-    if (!reader->Has(name)) Fail("a listed entry is not there");
-    int kinds = 0;
-    kinds += reader->Int(name).ok();
-    kinds += reader->Double(name).ok();
-    absl::StatusOr<std::string> text = reader->String(name);
-    if (text.ok()) ++kinds;
-    absl::StatusOr<CheckpointTensor> tensor = reader->Tensor(name);
-    if (tensor.ok()) {
-      ++kinds;
-      const char* begin = tensor->data.data();
-      if (!tensor->data.empty() &&
-          (begin < bytes.data() ||
-           tensor->data.size() > static_cast<size_t>(bytes.data() + bytes.size() - begin))) {
-        Fail("a tensor's data lies outside the file");
-      }
-      unsigned sum = 0;
-      for (char c : tensor->data) sum += static_cast<unsigned char>(c);
-      for (int64_t d : tensor->shape) sum += static_cast<unsigned>(d);
-      if (sum == 0xfeedfaceu) std::fprintf(stderr, "%u\n", sum);
-    }
-    if (kinds != 1) Fail("an entry reads as more or fewer than one kind");
-  }
+  const std::string bytes(reinterpret_cast<const char*>(data), size);
+  Check(bytes, /*sealed=*/false);
+  Check(Sealed(bytes), /*sealed=*/true);
   return 0;
 }

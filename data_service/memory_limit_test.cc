@@ -5,15 +5,14 @@
 #include "data_service/memory_limit.h"
 
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
-#include <functional>
 #include <new>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/testing/in_child.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -31,27 +30,7 @@ constexpr bool kSanitized = true;
 constexpr bool kSanitized = false;
 #endif
 
-// Runs `check` in a child process; returns what it reports ("" when all is well).
-std::string InChild(const std::function<std::string()>& check) {
-  int fds[2];
-  if (pipe(fds) != 0) return "pipe failed";
-  const pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
-    const std::string error = check();
-    (void)!write(fds[1], error.data(), error.size());
-    _exit(0);
-  }
-  close(fds[1]);
-  std::string error;
-  char buffer[512];
-  for (ssize_t n; (n = read(fds[0], buffer, sizeof(buffer))) > 0;) error.append(buffer, n);
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) absl::StrAppend(&error, " (child died)");
-  return error;
-}
+using testing::RunInChild;
 
 uint64_t SoftLimit() {
   rlimit limit;
@@ -80,7 +59,7 @@ TEST(ParseMaxMemoryTest, TakesAutoNoneAndSizes) {
 
 TEST(MemoryLimitTest, TheAutomaticLimitIsTheBudgetAndFollowsTheRings) {
   if (kSanitized) GTEST_SKIP() << "no automatic limit under a sanitizer";
-  EXPECT_EQ(InChild([] {
+  EXPECT_EQ(RunInChild([] {
               const uint64_t in_use = *AddressSpaceInUse();
               auto limit = MemoryLimit::Install(MaxMemory{}, 2);
               if (!limit.ok()) return std::string(limit.status().message());
@@ -106,7 +85,7 @@ TEST(MemoryLimitTest, TheAutomaticLimitIsTheBudgetAndFollowsTheRings) {
 
 TEST(MemoryLimitTest, UnderTheLimitAHugeAllocationFailsInsteadOfGrowingTheProcess) {
   if (kSanitized) GTEST_SKIP() << "no automatic limit under a sanitizer";
-  EXPECT_EQ(InChild([] {
+  EXPECT_EQ(RunInChild([] {
               auto limit = MemoryLimit::Install(MaxMemory{}, 1);
               if (!limit.ok()) return std::string(limit.status().message());
               void* p = std::malloc(10 * kGiB);
@@ -128,7 +107,7 @@ TEST(MemoryLimitTest, UnderTheLimitAHugeAllocationFailsInsteadOfGrowingTheProces
 }
 
 TEST(MemoryLimitTest, AFixedLimitRefusesARingThatDoesNotFit) {
-  EXPECT_EQ(InChild([] {
+  EXPECT_EQ(RunInChild([] {
               const uint64_t in_use = *AddressSpaceInUse();
               const uint64_t bytes = in_use + kMemoryMargin + 100 * kMiB;
               auto limit = MemoryLimit::Install(MaxMemory{MaxMemory::Kind::kBytes, bytes}, 4);

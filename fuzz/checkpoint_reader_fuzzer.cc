@@ -11,11 +11,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "fuzz/seed_files.h"
 #include "trainer/checkpoint/checkpoint_file.h"
 #include "trainer/checkpoint/crc32c.h"
 
@@ -50,9 +51,7 @@ void WriteSeeds(const std::string& dir) {
     files.push_back(std::move(w).Finish());
   }
   for (size_t i = 0; i < files.size(); ++i) {
-    std::ofstream out(dir + "/checkpoint_" + std::to_string(i), std::ios::binary);
-    out.write(files[i].data(), static_cast<std::streamsize>(files[i].size()));
-    if (!out.good()) Fail("cannot write a seed");
+    fuzz::WriteSeedFile(dir, "checkpoint_" + std::to_string(i), files[i]);
   }
 }
 
@@ -111,12 +110,7 @@ void Check(std::string bytes, bool sealed) {
   }
 }
 
-const bool kSeedsWritten = [] {
-  const char* dir = std::getenv("STOKER_FUZZ_WRITE_SEEDS");
-  if (dir == nullptr) return false;
-  WriteSeeds(dir);
-  std::exit(0);
-}();
+const bool kSeedsWritten = fuzz::WriteSeedsIfAsked(&WriteSeeds);
 
 }  // namespace
 }  // namespace stoker::trainer

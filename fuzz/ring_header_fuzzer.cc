@@ -12,13 +12,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "data_service/ring/ring.h"
+#include "fuzz/seed_files.h"
 
 namespace stoker::data_service {
 namespace {
@@ -93,20 +94,14 @@ void WriteSeeds(const std::string& dir) {
           Fail("a seed slot could not be published");
         }
       }
-      std::ofstream out(dir + "/ring_" + std::to_string(written++), std::ios::binary);
-      out.write(reinterpret_cast<const char*>(segment.base),
-                static_cast<std::streamsize>(segment.bytes));
-      if (!out.good()) Fail("cannot write a seed");
+      fuzz::WriteSeedFile(
+          dir, "ring_" + std::to_string(written++),
+          absl::string_view(reinterpret_cast<const char*>(segment.base), segment.bytes));
     }
   }
 }
 
-const bool kSeedsWritten = [] {
-  const char* dir = std::getenv("STOKER_FUZZ_WRITE_SEEDS");
-  if (dir == nullptr) return false;
-  WriteSeeds(dir);
-  std::exit(0);
-}();
+const bool kSeedsWritten = fuzz::WriteSeedsIfAsked(&WriteSeeds);
 
 }  // namespace
 }  // namespace stoker::data_service

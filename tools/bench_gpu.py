@@ -116,7 +116,12 @@ def stoker_train(out, name, ranks, model, root=None, synthetic_steps=0, data_onl
     if p.returncode == 0 and os.path.exists(metrics):
         m = json.load(open(metrics))
         peak = re.findall(r"peak ([0-9.]+) GiB of", p.stdout)
+        reserved = re.findall(r"peak reserved ([0-9.]+) GiB", p.stdout)
+        graphs = re.findall(r"CUDA graphs: ([0-9]+) captured, ([0-9]+) replays", p.stdout)
+        if graphs:
+            row.update(graphs_captured=int(graphs[-1][0]), graph_replays=int(graphs[-1][1]))
         row.update(peak_gib=float(peak[-1]) if peak else None,
+                   peak_reserved_gib=float(reserved[-1]) if reserved else None,
                    **{k: m[k] for k in ("images_per_second", "data_wait_share", "measured_steps")})
         gpu = re.findall(r"decoded ([0-9]+) deferred samples with nvJPEG's (\w+) backend; ([0-9]+) refused "
                          r"and replaced; ([0-9]+) of the decoded", p.stdout)
@@ -233,18 +238,27 @@ def phase_one_gpu_anchor(out):
     anchor_lines(out, p, "python", {"ranks": 1})
 
 
-def phase_step(out, models=("resnet50", "resnet18")):
-    """The training step against torch.compile: Stoker synthetic with the fused blocks (the
-    default) and without (--nofused_blocks), Stoker from JPEG, the data service alone, and
+def phase_step(out, models=("resnet50", "resnet18"), synthetic_only=False):
+    """The training step against torch.compile: Stoker synthetic with the fused blocks and
+    CUDA graphs (the default), without the graphs, and on the plain path (neither), Stoker
+    from JPEG, the data service alone, and
     ../shared/bench/anchor_peers.py (eager and torch.compile; DALI where installed) in the
-    same call."""
-    root = dataset(12000)
+    same call. `synthetic_only`: the synthetic runs alone (a quick look at the step)."""
+    root = None if synthetic_only else dataset(12000)
     trained = []
     for model in models:
         stoker_train(out, f"synthetic_{model}_1gpu", 1, model, synthetic_steps=SYNTHETIC_STEPS, cores=CORES_1GPU)
+        stoker_train(out, f"synthetic_nographs_{model}_1gpu", 1, model, synthetic_steps=SYNTHETIC_STEPS,
+                     cores=CORES_1GPU, extra=["--nocuda_graphs"])
         stoker_train(out, f"synthetic_plain_{model}_1gpu", 1, model, synthetic_steps=SYNTHETIC_STEPS,
-                     cores=CORES_1GPU, extra=["--nofused_blocks"])
-        trained.append(stoker_train(out, f"jpeg_{model}_1gpu", 1, model, root=root, cores=CORES_1GPU))
+                     cores=CORES_1GPU, extra=["--nofused_blocks", "--nocuda_graphs"])
+        if model == "resnet50":
+            stoker_train(out, f"synthetic_fp16_{model}_1gpu", 1, model, synthetic_steps=SYNTHETIC_STEPS,
+                         cores=CORES_1GPU, extra=["--precision=fp16"])
+        if not synthetic_only:
+            trained.append(stoker_train(out, f"jpeg_{model}_1gpu", 1, model, root=root, cores=CORES_1GPU))
+    if synthetic_only:
+        return
     d = data_only_repeated(out, "data_only_1gpu", 1, root, cores=CORES_1GPU)
     for row in trained:
         beside(row, d)
@@ -319,20 +333,29 @@ def report_step(out, rows):
         print(f"{verdict} {name}: {'not measured' if value is None else round(value, 3)}" + (f" (goal {goal})" if goal else ""))
     for model in ("resnet50", "resnet18"):
         s, plain = stoker(f"synthetic_{model}_1gpu"), stoker(f"synthetic_plain_{model}_1gpu")
+        nographs = stoker(f"synthetic_nographs_{model}_1gpu")
         j = stoker(f"jpeg_{model}_1gpu")
         compiled = peer("synth", model, "bf16_cl_compile")
         eager = peer("synth", model, "bf16_cl_eager")
-        print(f"{model}: Stoker synthetic {s}, plain {plain}, JPEG {j}; torch.compile {compiled}, eager {eager}")
+        print(f"{model}: Stoker synthetic {s} ({stoker(f'synthetic_{model}_1gpu', 'graphs_captured')} graphs, "
+              f"{stoker(f'synthetic_{model}_1gpu', 'graph_replays')} replays), without graphs {nographs}, "
+              f"plain {plain}, JPEG {j}; torch.compile {compiled}, eager {eager}")
         show(f"{model} synthetic / torch.compile synthetic", ratio(s, compiled), 1.05)
         show(f"{model} synthetic / PyTorch eager synthetic", ratio(s, eager))
-        show(f"{model} synthetic, fused blocks / plain path", ratio(s, plain))
+        show(f"{model} synthetic, CUDA graphs / without", ratio(s, nographs))
+        if model == "resnet50":
+            show(f"{model} synthetic, fp16 with loss scaling / bf16", ratio(stoker(f"synthetic_fp16_{model}_1gpu"), s))
+        show(f"{model} synthetic, fused blocks and graphs / plain path", ratio(s, plain))
         show(f"{model} plain path / PyTorch eager synthetic", ratio(plain, eager))
         show(f"{model} from JPEG / own synthetic", ratio(j, s), 0.97 if model == "resnet50" else None)
         dali = peer("train_jpeg", model, "dali_bf16_cl_compile")
         show(f"{model} from JPEG / DALI + torch.compile (this call)", ratio(j, dali), 1.25 if model == "resnet50" else None)
         m, mp = stoker(f"synthetic_{model}_1gpu", "peak_gib"), stoker(f"synthetic_plain_{model}_1gpu", "peak_gib")
-        print(f"     {model} peak device memory: fused {m} GiB, plain {mp} GiB")
-        show(f"{model} peak memory, fused / plain", ratio(m, mp))
+        r, rp = (stoker(f"synthetic_{model}_1gpu", "peak_reserved_gib"),
+                 stoker(f"synthetic_plain_{model}_1gpu", "peak_reserved_gib"))
+        print(f"     {model} peak device memory: allocated {m} GiB, reserved {r} GiB; plain path {mp} / {rp} GiB")
+        show(f"{model} peak allocated memory, default / plain", ratio(m, mp))
+        show(f"{model} peak reserved memory, default / plain", ratio(r, rp))
     print(f"     data service alone into the trainer (data-only, ResNet-18 geometry): {stoker('data_only_1gpu')} images/s"
           f" (min {stoker('data_only_1gpu', 'min')}, max {stoker('data_only_1gpu', 'max')} over {DATA_ONLY_REPS} runs)")
     return lines
@@ -488,7 +511,8 @@ def main():
     ap.add_argument("--gpu_decode_share", default="0.5",
                     help="hybrid: comma-separated shares to measure besides 0")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--skip_anchor", action="store_true")
+    ap.add_argument("--skip_anchor", action="store_true",
+                    help="one_gpu: no recipes; step: the synthetic runs alone")
     ap.add_argument("--quick", action="store_true",
                     help="little device time: data_service with 16 threads and no per-core run; "
                          "one_gpu with ResNet-18 only, no data-only run, no recipes")
@@ -506,7 +530,7 @@ def main():
     elif a.phase == "one_gpu_anchor":
         phase_one_gpu_anchor(a.out)
     elif a.phase == "step":
-        phase_step(a.out, ("resnet18",) if a.quick else ("resnet50", "resnet18"))
+        phase_step(a.out, ("resnet18",) if a.quick else ("resnet50", "resnet18"), synthetic_only=a.skip_anchor)
     elif a.phase == "exported":
         phase_exported(a.out)
     elif a.phase == "profile":

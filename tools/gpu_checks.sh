@@ -14,9 +14,10 @@ gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 passed=0; failed=0; skipped=0
 
 # Losses over the first 30 steps of a run on varied batches (the data service's synthetic
-# dataset, one GPU): bf16 and fp16 with the fused blocks, and bf16 without them, against
-# the plain fp32 path (same weights, same batches). $CHECK_MODEL (default resnet18) is the
-# model: a built-in name or an archive from tools/export_model.py (100 classes, 128x128).
+# dataset, one GPU): bf16 and fp16 with the fused blocks and CUDA graphs (the default), and
+# bf16 on the plain path (neither), against the plain fp32 path (same weights, same
+# batches). $CHECK_MODEL (default resnet18) is the model: a built-in name or an archive
+# from tools/export_model.py (100 classes, 128x128).
 precision_run() {  # precision_run NAME PRECISION [TRAINER FLAGS...]
   local name="$1" precision="$2"; shift 2
   "$stoker" launcher --np=1 --dataset=synthetic --synthetic_samples=1920 --synthetic_classes=100 --seed=5 -- --model="${CHECK_MODEL:-resnet18}" --num_classes=100 --image_size=128 \
@@ -64,9 +65,22 @@ resume_bitwise() {  # resume_bitwise [PREFIX]: loss files and checkpoints named 
   echo "steps: $(wc -l < "$out/loss_${p}_whole.txt") whole, $(wc -l < "$out/loss_${p}_joined.txt") stopped + resumed" &&
   cmp "$out/loss_${p}_whole.txt" "$out/loss_${p}_joined.txt" && echo "losses identical bit for bit"
 }
+# The training step captured as CUDA graphs and replayed (the default) against every step
+# uncaptured (--nocuda_graphs): a deterministic run gives the same losses bit for bit, and
+# the captured run says how many graphs it captured and replayed.
+graphs_bitwise() {  # graphs_bitwise PREFIX [FLAGS...]
+  local p="$1"; shift
+  resume_run graphs --loss_log="$out/loss_${p}_graphs.txt" "$@" 2>&1 | tee "$out/${p}_graphs_run.log" | tail -n 3
+  (( PIPESTATUS[0] == 0 )) || return 1
+  grep -hE "CUDA graphs: [1-9][0-9]* captured" "$out/${p}_graphs_run.log" || { echo "no graph was captured"; return 1; }
+  resume_run uncaptured --loss_log="$out/loss_${p}_uncaptured.txt" --nocuda_graphs "$@" | tail -n 3
+  (( PIPESTATUS[0] == 0 )) || return 1
+  echo "steps: $(wc -l < "$out/loss_${p}_graphs.txt") with graphs, $(wc -l < "$out/loss_${p}_uncaptured.txt") without"
+  cmp "$out/loss_${p}_graphs.txt" "$out/loss_${p}_uncaptured.txt" && echo "losses identical bit for bit"
+}
 # ResNet-18 trained on scikit-learn's digits (the bundle's image folder, 32x32, the data
-# service's training transform), bf16: the validation accuracy reached with the fused blocks
-# and with the plain path, each sample counted once. Two runs whose numerics differ diverge,
+# service's training transform), bf16: the validation accuracy reached with the default step
+# (fused blocks, CUDA graphs) and with the plain path, each sample counted once. Two runs whose numerics differ diverge,
 # so "the same accuracy" is the same within the sampling error of 360 validation images:
 # the gap must be under twice the binomial standard error of the difference.
 digits_run() {  # digits_run NAME [TRAINER FLAGS...]
@@ -127,7 +141,7 @@ check() {  # check NAME COMMAND...: runs it (a program or a function below) with
   local name="$1"; shift
   [[ -z "${STOKER_GPU_CHECKS:-}" || "$name" =~ $STOKER_GPU_CHECKS ]] || return 0
   echo "=== $name"
-  if timeout --signal=KILL 300 bash -c "$(declare -f precision_run precision_compare resume_run resume_bitwise digits_run digits_compare export_resnet18 two_gpu_training runfiles_test ran_unskipped); \"\$@\"" \
+  if timeout --signal=KILL 300 bash -c "$(declare -f precision_run precision_compare resume_run resume_bitwise graphs_bitwise digits_run digits_compare export_resnet18 two_gpu_training runfiles_test ran_unskipped); \"\$@\"" \
       check "$@" >"$out/$name.log" 2>&1; then
     echo "PASS $name"; passed=$((passed + 1))
   else
@@ -154,16 +168,27 @@ grep -E "^\[ hybrid \]|tests? ran|PASSED|FAILED" "$out/gpu_jpeg_decoder.log" || 
 check fused_blocks "$stoker" fused_blocks_gpu_test
 check fused_blocks_ran ran_unskipped "$out/fused_blocks.log"
 grep -E "^\[ fused \]|tests? ran|PASSED|FAILED" "$out/fused_blocks.log" || true
-check precision_fp32_plain precision_run fp32_plain fp32 --nofused_blocks
+check cuda_graphs "$stoker" cuda_graph_gpu_test
+check cuda_graphs_ran ran_unskipped "$out/cuda_graphs.log"
+grep -E "^\[ graphs \]|tests? ran|PASSED|FAILED" "$out/cuda_graphs.log" || true
+check nccl_graph_capture mpirun -np 1 "$stoker" nccl_communicator_test_ranks --gtest_filter='*CapturedInACudaGraph*'
+check nccl_graph_capture_ran ran_unskipped "$out/nccl_graph_capture.log"
+grep -E "^\[ graphs \]|tests? ran|PASSED|FAILED" "$out/nccl_graph_capture.log" || true
+check graphs_bitwise_bf16 graphs_bitwise graphs_bf16
+grep -hE "CUDA graphs:|^steps|identical|differ" "$out/graphs_bitwise_bf16.log" || true
+check graphs_bitwise_fp16 graphs_bitwise graphs_fp16 --precision=fp16 --accumulate=2 --clip_grad_norm=1 \
+  --lr_schedule=cosine --warmup_epochs=0.5 --init_scale=1048576 --growth_interval=3 --growth_factor=4
+grep -hE "CUDA graphs:|^steps|identical|differ|skipped" "$out/graphs_bitwise_fp16.log" || true
+check precision_fp32_plain precision_run fp32_plain fp32 --nofused_blocks --nocuda_graphs
 check precision_bf16_fused precision_run bf16_fused bf16
 check precision_fp16_fused precision_run fp16_fused fp16
-check precision_bf16_plain precision_run bf16_plain bf16 --nofused_blocks
+check precision_bf16_plain precision_run bf16_plain bf16 --nofused_blocks --nocuda_graphs
 check precision_tracks_fp32 precision_compare fp32_plain bf16_fused fp16_fused bf16_plain
 cat "$out/precision_tracks_fp32.log"
 check resume_bitwise resume_bitwise
 grep -E "^steps|identical|differ" "$out/resume_bitwise.log" || true
 check digits_fused digits_run fused
-check digits_plain digits_run plain --nofused_blocks
+check digits_plain digits_run plain --nofused_blocks --nocuda_graphs
 check digits_accuracy digits_compare
 cat "$out/digits_accuracy.log"
 check pinning_memlock "$stoker" pinning_memlock_test
@@ -174,9 +199,9 @@ check pinning_memlock_ran ran_unskipped "$out/pinning_memlock.log"
 check export_resnet18 export_resnet18 100 128 "$out/exported_resnet18.pt2"
 check export_resnet18_small export_resnet18 10 64 "$out/exported_resnet18_small.pt2"
 export CHECK_MODEL="$out/exported_resnet18.pt2" RESUME_MODEL="$out/exported_resnet18_small.pt2"
-check exported_fp32_plain precision_run exported_fp32_plain fp32 --nofused_blocks
+check exported_fp32_plain precision_run exported_fp32_plain fp32 --nofused_blocks --nocuda_graphs
 check exported_bf16_fused precision_run exported_bf16_fused bf16
-check exported_bf16_plain precision_run exported_bf16_plain bf16 --nofused_blocks
+check exported_bf16_plain precision_run exported_bf16_plain bf16 --nofused_blocks --nocuda_graphs
 check exported_tracks_fp32 precision_compare exported_fp32_plain exported_bf16_fused exported_bf16_plain
 cat "$out/exported_tracks_fp32.log"
 check exported_resume_bitwise resume_bitwise exported_resume

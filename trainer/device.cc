@@ -76,11 +76,16 @@ void ReportDeviceMemory(const DeviceOptions& options, const RunContext& context,
   const double allocated = stats.allocated_bytes[aggregate].current / gib;
   const double reserved = stats.reserved_bytes[aggregate].current / gib;
   const double peak = stats.allocated_bytes[aggregate].peak / gib;
+  // CUDA graphs keep their scratch reserved, not allocated: the reserved peak is the
+  // footprint to compare.
+  const double reserved_peak = stats.reserved_bytes[aggregate].peak / gib;
   size_t free_bytes = 0, total_bytes = 0;
   cudaMemGetInfo(&free_bytes, &total_bytes);
   if (log) {
-    LogInfo("rank %d GPU %d memory: allocated %.2f GiB, reserved %.2f GiB, peak %.2f GiB of %.1f GiB",
-            context.rank.rank, context.cuda_device, allocated, reserved, peak, total_bytes / gib);
+    LogInfo("rank %d GPU %d memory: allocated %.2f GiB, reserved %.2f GiB (peak reserved %.2f GiB), "
+            "peak %.2f GiB of %.1f GiB",
+            context.rank.rank, context.cuda_device, allocated, reserved, reserved_peak, peak,
+            total_bytes / gib);
   }
   if (reserved * gib > options.cache_release_fraction * total_bytes) {
     LogWarning("reserved device memory passed %.0f%% of the GPU: releasing cached blocks",

@@ -80,6 +80,7 @@ ABSL_FLAG(std::string, precision, "bf16", "Autocast precision on the GPU: bf16, 
 ABSL_FLAG(bool, channels_last, true, "Keep conv weights and inputs in channels_last layout.");
 ABSL_FLAG(bool, fused_blocks, true, "Run batch norm with its ReLU (and residual add) and max pooling as fused CUDA kernels, forward and backward (channels_last on a GPU; false: the libtorch ops they replace).");
 ABSL_FLAG(bool, cudnn_benchmark, true, "Let cuDNN time its kernels for the (fixed) input shape.");
+ABSL_FLAG(bool, cuda_graphs, true, "GPU: after a few uncaptured steps, capture the training step (forward, backward, gradient reductions, optimizer) as CUDA graphs and replay them; same results, far fewer launches. Profiled steps run uncaptured; false: every step uncaptured.");
 ABSL_FLAG(bool, deterministic, false, "GPU: deterministic cuDNN and ATen algorithms (slower; turns --cudnn_benchmark off), so that a run and its resumed continuation give the same bits on the same GPUs. The CPU path is always deterministic.");
 ABSL_FLAG(double, init_scale, 65536.0, "fp16 loss scaler: initial scale.");
 ABSL_FLAG(double, growth_factor, 2.0, "fp16 loss scaler: growth factor.");
@@ -119,7 +120,7 @@ FlagSpec TrainerFlagSpec() {
        {"log_every", "progress", "metrics_out", "metrics_jsonl", "tensorboard_dir", "loss_log",
         "export", "final_params_out", "sample_log", "profile_steps"}},
       {"Device and precision",
-       {"device", "precision", "channels_last", "fused_blocks", "cudnn_benchmark", "deterministic",
+       {"device", "precision", "channels_last", "fused_blocks", "cuda_graphs", "cudnn_benchmark", "deterministic",
         "init_scale", "growth_factor", "backoff_factor", "growth_interval",
         "cache_release_fraction"}},
       {"Benchmarking", {"synthetic_steps", "warmup_steps", "data_only"}},
@@ -194,6 +195,7 @@ absl::StatusOr<TrainerOptions> OptionsFromFlags() {
   o.step.label_smoothing = absl::GetFlag(FLAGS_label_smoothing);
   o.step.clip_grad_norm = absl::GetFlag(FLAGS_clip_grad_norm);
   o.step.accumulate = absl::GetFlag(FLAGS_accumulate);
+  o.step.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
 
   o.validation.every = absl::GetFlag(FLAGS_val_every);
   o.validation.batch_size = absl::GetFlag(FLAGS_val_batch_size);

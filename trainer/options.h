@@ -38,6 +38,7 @@ struct StepOptions {
   double label_smoothing = 0;  // cross-entropy label smoothing in [0, 1)
   double clip_grad_norm = 0;   // clip the global gradient norm to this (after unscaling); 0: off
   int accumulate = 1;          // micro-batches per optimizer step
+  bool cuda_graphs = true;     // GPU: capture and replay the step (trainer/train_step.h)
 
   absl::Status Validate() const;
 };

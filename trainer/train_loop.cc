@@ -11,7 +11,6 @@
 #include "absl/types/optional.h"
 #include "common/exit_codes.h"
 #include "common/logging.h"
-#include "common/seed_mix.h"
 #include "common/status_macros.h"
 #include "common/torch_status.h"
 #include "trainer/checkpoint/atomic_file.h"
@@ -24,6 +23,7 @@
 #include "trainer/evaluation.h"
 #include "trainer/nn/state_dict.h"
 #include "trainer/optim/lr_schedule.h"
+#include "trainer/profiled_steps.h"
 #include "trainer/report/run_reporter.h"
 #include "trainer/stop_vote.h"
 #include "trainer/training_model.h"
@@ -31,25 +31,10 @@
 namespace stoker::trainer {
 namespace {
 
-// What makes two runs the same run for their checkpoint directory (CheckpointOptions::
-// run_identity): what a checkpoint's tensors and its sampling order depend on.
-std::string RunIdentity(const TrainerOptions& o) {
-  return absl::StrCat("model=", o.model.name, " num_classes=", o.model.num_classes,
-                      " image_size=", o.input.image_size, " seed=", o.seed);
-}
-
 using Clock = std::chrono::steady_clock;
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 using Stopped = absl::optional<TrainingOutcome>;  // a run that ends early, or none
-
-// The seed of the model's random ops (dropout) in optimizer step `step` of rank `rank`: a
-// function of (run seed, rank, step) alone, so a resumed run draws the masks that the
-// uninterrupted run drew, and ranks draw different ones.
-uint64_t RandomOpSeed(uint64_t seed, int rank, int64_t step) {
-  const uint64_t seed_and_rank = SplitMix64Mix(SplitMix64Mix(seed) ^ static_cast<uint64_t>(rank));
-  return SplitMix64Mix(seed_and_rank ^ static_cast<uint64_t>(step));
-}
 
 // One rank's run. Members are declared in dependency order; the destructor releases them
 // in reverse (the input before the model it feeds).
@@ -83,14 +68,13 @@ class Trainer {
   std::unique_ptr<RunReporter> reporter_;
   absl::optional<RunCheckpoints> checkpoints_;
   std::unique_ptr<TrainingModel> trained_;
-  std::unique_ptr<StepProfiler> profiler_;
+  absl::optional<ProfiledSteps> profiled_;
   std::unique_ptr<RunInput> input_;
   absl::optional<LearningRateSchedule> schedule_;
   int64_t steps_per_epoch_ = 0;  // optimizer steps
 
   int64_t global_step_ = 0;
   int64_t steps_this_run_ = 0;
-  int64_t skipped_steps_ = 0;
   absl::Status data_error_;  // a data-service failure outside Next(), for the next vote
 };
 
@@ -119,6 +103,7 @@ absl::Status Trainer::Resume() {
 
 absl::StatusOr<TrainingOutcome> Trainer::Run() {
   ConfigureDevice(o_.device, context_);
+  profiled_.emplace(context_, o_.benchmark.warmup_steps, o_.report.profile_steps);
   ASSIGN_OR_RETURN(trained_, TrainingModel::Create(o_, context_, gradients_));
   const RunDescription run{o_.model.name,          o_.epochs,
                            context_.world_size(),  o_.input.batch_size,
@@ -185,19 +170,8 @@ absl::StatusOr<Stopped> Trainer::TrainEpoch(int64_t epoch) {
   TrainStep& step = trained_->step();
   while (b < trained) {
     const int group = static_cast<int>(std::min<int64_t>(o_.step.accumulate, trained - b));
-    const int64_t first_profiled = o_.benchmark.warmup_steps;
-    StepProfiler* profiler = nullptr;
-    if (steps_this_run_ >= first_profiled && steps_this_run_ < first_profiled + o_.report.profile_steps) {
-      if (profiler_ == nullptr) {
-        ASSIGN_OR_RETURN(profiler_, MakeStepProfiler(context_));
-        SetDeviceProfilerRange(context_, true);
-      }
-      profiler = profiler_.get();
-      RETURN_IF_ERROR(profiler->StartStep());
-    }
-    const double allreduce_before = trained_->allreduce_seconds();
-
-    trained_->model().SetRandomSeed(RandomOpSeed(seed_, context_.rank.rank, global_step_));
+    ASSIGN_OR_RETURN(StepProfiler* profiler, profiled_->Start(steps_this_run_, *trained_));
+    trained_->SeedRandomOps(seed_, context_.rank.rank, global_step_);
     step.Begin(group);
     at::Tensor loss_sum;
     for (int i = 0; i < group; ++i) {
@@ -209,14 +183,7 @@ absl::StatusOr<Stopped> Trainer::TrainEpoch(int64_t epoch) {
       loss_sum = loss_sum.defined() ? loss_sum + loss : loss;
     }
     RETURN_IF_ERROR(step.Finish(schedule_->At(global_step_), profiler));
-    if (profiler != nullptr) {
-      if (trained_->allreduce_timed()) {
-        profiler->MoveHostSeconds(StepPhase::kBackward, StepPhase::kAllreduceWait,
-                                  trained_->allreduce_seconds() - allreduce_before);
-      }
-      RETURN_IF_ERROR(profiler->EndStep());
-      if (steps_this_run_ + 1 == first_profiled + o_.report.profile_steps) SetDeviceProfilerRange(context_, false);
-    }
+    RETURN_IF_ERROR(profiled_->End(steps_this_run_, *trained_));
     b += group;
     RETURN_IF_ERROR(AfterOptimizerStep(epoch, b, group, loss_sum));
     if (o_.checkpoint.every_steps > 0 && global_step_ % o_.checkpoint.every_steps == 0) {
@@ -266,7 +233,6 @@ absl::StatusOr<int> Trainer::NextMicroBatch(int64_t epoch, int64_t index, Traini
 absl::Status Trainer::AfterOptimizerStep(int64_t epoch, int64_t batches_done, int group, const at::Tensor& loss_sum) {
   ++global_step_;
   ++steps_this_run_;
-  skipped_steps_ += trained_->step().skipped() ? 1 : 0;
   reporter_->AddStep(static_cast<int64_t>(group) * o_.input.batch_size * context_.world_size(),
                      loss_sum.to(at::kFloat) / group, /*first_of_run=*/steps_this_run_ == 1);
   if (steps_this_run_ == o_.benchmark.warmup_steps) {
@@ -375,8 +341,12 @@ absl::StatusOr<TrainingOutcome> Trainer::Finish() {
   summary.steps_this_run = steps_this_run_;
   summary.loss_scaling = trained_->scaler().enabled();
   summary.loss_scale = trained_->scaler().scale();
-  summary.skipped_steps = skipped_steps_;
-  summary.profiler = profiler_.get();
+  summary.skipped_steps = trained_->step().skipped_steps();
+  if (trained_->step().graphs_captured() > 0) {
+    reporter_->Note(absl::StrFormat("CUDA graphs: %d captured, %d replays", trained_->step().graphs_captured(),
+                                    trained_->step().replays()));
+  }
+  summary.profiler = profiled_->profiler();
   RETURN_IF_ERROR(reporter_->Finished(summary));
   if (context_.use_cuda) ReportDeviceMemory(o_.device, context_, /*log=*/context_.rank.local_rank == 0);
   if (!o_.report.final_params_out.empty()) {

@@ -10,6 +10,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -25,7 +27,26 @@ struct TrainStepOptions {
   double label_smoothing = 0;
   double clip_grad_norm = 0;  // 0: no clipping
   bool autocast = false;      // the caller enabled autocast: clear its cache after forward
+  // Capture the step in CUDA graphs and replay them (Note [Capturing the step]). Needs a
+  // model on a CUDA device, made with its buckets (fixed_addresses) after
+  // UseCapturableStream (trainer/cuda_graph.h), and an optimizer that keeps its learning
+  // rate on the device.
+  bool cuda_graphs = false;
 };
+
+// Note [Capturing the step]: with cuda_graphs, the first kUncapturedSteps optimizer steps
+// run uncaptured (cuDNN picks its algorithms, the scaler makes its tensors), and so does
+// every step until the optimizer has applied one (SGD's first step sets its momentum).
+// Then each kind of micro-batch (first and/or last of its step) is captured once as a graph
+// of the gradient zeroing (first), forward, backward and the reductions (last), and the
+// rest of the step (unscale, clip, optimizer, scale update; inf/NaN skips on the device) as
+// one more graph. Later steps copy their batch into the graph's inputs, set the learning
+// rate's device tensor and replay: a few launches instead of thousands of kernels. Steps
+// given a profiler run uncaptured, so that their phases can be timed. Captured and
+// uncaptured steps run the same kernels on the same tensors, so they give the same bits.
+// A capture that fails (a model that reads a device value on the host, say) turns graphs
+// off for the rest of the run with a warning; that micro-batch then runs uncaptured.
+inline constexpr int kUncapturedSteps = 3;
 
 // Borrows everything it is given; owned by the training thread. Begin, MicroBatch (as many
 // times as announced) and Finish must be called in the same order on every rank.
@@ -37,8 +58,10 @@ class TrainStep {
  public:
   TrainStep(ImageClassifier& model, GradBuckets& buckets, FusedOptimizer& optimizer,
             LossScaler& scaler, std::vector<at::Tensor> parameters, const TrainStepOptions& options);
+  ~TrainStep();
 
-  // Starts an optimizer step of `micro_batches` micro-batches: zeroes the gradients.
+  // Starts an optimizer step of `micro_batches` micro-batches (its first micro-batch zeroes
+  // the gradients).
   void Begin(int micro_batches);
 
   // Forward and backward of the next micro-batch; returns its loss (detached, the mean over
@@ -53,13 +76,42 @@ class TrainStep {
   // micro-batches ran than Begin announced.
   absl::Status Finish(double learning_rate, StepProfiler* profiler = nullptr);
 
-  // Whether the last Finish skipped the optimizer (fp16 inf/NaN).
-  bool skipped() const { return skipped_; }
-  // The global gradient norm before clipping (float32 scalar on the device); undefined
-  // without clipping.
-  const at::Tensor& grad_norm() const { return grad_norm_; }
+  // Whether the last Finish skipped the optimizer (fp16 inf/NaN). Syncs with the device
+  // when that Finish was replayed.
+  bool skipped() const;
+  // Optimizer steps skipped since construction. Syncs with the device once steps were
+  // replayed.
+  int64_t skipped_steps() const;
+  // The global gradient norm before clipping (float32 scalar on the device) of the last
+  // Finish; undefined without clipping.
+  const at::Tensor& grad_norm() const;
+
+  // Graphs captured so far (Note [Capturing the step]) and the micro-batches and Finish
+  // calls that replayed one.
+  int graphs_captured() const;
+  int64_t replays() const { return replays_; }
 
  private:
+  struct MicroBatchGraph;
+  struct FinishGraph;
+  struct Graphs;
+
+  bool UseGraphs(const StepProfiler* profiler) const;
+  bool ReadyToCapture() const;
+  // The graph for a micro-batch of this kind, captured now if the step is ready; nullptr
+  // when it runs uncaptured.
+  absl::StatusOr<MicroBatchGraph*> GraphForMicroBatch(bool first, bool last, const at::Tensor& images,
+                                                      const at::Tensor& labels);
+  absl::StatusOr<FinishGraph*> GraphForFinish();
+  // Forward (with a profiler mark after it) and scaled backward of one micro-batch.
+  absl::StatusOr<at::Tensor> ForwardBackward(const at::Tensor& images, const at::Tensor& labels,
+                                             StepProfiler* profiler);
+  // Unscale, clip, optimizer and scaler update; a found inf/NaN skips on the host (a sync)
+  // or, `on_device`, inside the optimizer's kernels.
+  absl::Status UpdateParameters(bool on_device);
+  void DisableGraphs(const absl::Status& why);
+
+
   ImageClassifier& model_;
   GradBuckets& buckets_;
   FusedOptimizer& optimizer_;
@@ -70,6 +122,12 @@ class TrainStep {
   int done_ = 0;
   bool skipped_ = false;
   at::Tensor grad_norm_;
+  int64_t skipped_uncaptured_ = 0;
+  int64_t uncaptured_steps_ = 0;
+  bool applied_a_step_ = false;   // an uncaptured Finish ran the optimizer
+  bool last_finish_replayed_ = false;
+  int64_t replays_ = 0;
+  std::unique_ptr<Graphs> graphs_;  // with cuda_graphs, until a capture fails
 };
 
 // Scales the gradients in place so that their global L2 norm is at most `max_norm`

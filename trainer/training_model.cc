@@ -7,7 +7,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/seed_mix.h"
 #include "common/status_macros.h"
+#include "trainer/cuda_graph.h"
 #include "trainer/device.h"
 #include "trainer/nn/models.h"
 #include "trainer/nn/state_dict_file.h"
@@ -23,6 +25,8 @@ absl::StatusOr<std::unique_ptr<TrainingModel>> TrainingModel::Create(const Train
   ASSIGN_OR_RETURN(LossScaler scaler, LossScaler::Create(scaler_options));
   std::unique_ptr<TrainingModel> t(new TrainingModel(std::move(scaler)));
 
+  const bool cuda_graphs = context.use_cuda && o.step.cuda_graphs;
+  if (cuda_graphs) RETURN_IF_ERROR(UseCapturableStream());  // before the model and its buckets
   at::manual_seed(o.seed);
   ASSIGN_OR_RETURN(t->model_, MakeModel(o.model.name, o.model.num_classes, o.input.image_size,
                                         o.model.fused_blocks));
@@ -49,7 +53,8 @@ absl::StatusOr<std::unique_ptr<TrainingModel>> TrainingModel::Create(const Train
     t->timed_ = std::make_unique<TimedCommunicator>(&gradients);
     reducing = t->timed_.get();
   }
-  ASSIGN_OR_RETURN(t->buckets_, GradBuckets::Create(parameters, names, o.comm.bucket_bytes(), reducing));
+  ASSIGN_OR_RETURN(t->buckets_, GradBuckets::Create(parameters, names, o.comm.bucket_bytes(), reducing,
+                                                    /*fixed_addresses=*/cuda_graphs));
 
   // Biases and normalisation parameters (one dimension) without decay, if asked.
   std::vector<ParameterGroup> groups(2);
@@ -63,14 +68,26 @@ absl::StatusOr<std::unique_ptr<TrainingModel>> TrainingModel::Create(const Train
   }
   t->optimizer_names_.insert(t->optimizer_names_.end(), not_decayed.begin(), not_decayed.end());
   ASSIGN_OR_RETURN(t->optimizer_, FusedOptimizer::Create(std::move(groups), o.optimizer));
+  if (cuda_graphs) t->optimizer_->KeepLearningRateOnDevice();
 
   TrainStepOptions step_options;
   step_options.label_smoothing = o.step.label_smoothing;
   step_options.clip_grad_norm = o.step.clip_grad_norm;
   step_options.autocast = UsesAutocast(o.device, context);
+  step_options.cuda_graphs = cuda_graphs;
   t->step_ = std::make_unique<TrainStep>(*t->model_, *t->buckets_, *t->optimizer_, t->scaler_, std::move(parameters),
                                          step_options);
   return t;
+}
+
+void TrainingModel::SeedRandomOps(uint64_t run_seed, int rank, int64_t step) {
+  const uint64_t seed_and_rank = SplitMix64Mix(SplitMix64Mix(run_seed) ^ static_cast<uint64_t>(rank));
+  model_->SetRandomSeed(SplitMix64Mix(seed_and_rank ^ static_cast<uint64_t>(step)));
+}
+
+std::string RunIdentity(const TrainerOptions& o) {
+  return absl::StrCat("model=", o.model.name, " num_classes=", o.model.num_classes,
+                      " image_size=", o.input.image_size, " seed=", o.seed);
 }
 
 RunGeometry GeometryOf(const TrainerOptions& o, int world_size, uint64_t seed) {

@@ -32,6 +32,10 @@ class TrainingModel {
                                                                const RunContext& context, Communicator& gradients);
 
   ImageClassifier& model() { return *model_; }
+  // Seeds the model's random ops (dropout) for optimizer step `step` of rank `rank`: a
+  // function of (run seed, rank, step) alone, so a resumed run draws the masks that the
+  // uninterrupted run drew, and ranks draw different ones.
+  void SeedRandomOps(uint64_t run_seed, int rank, int64_t step);
   TrainStep& step() { return *step_; }
   const LossScaler& scaler() const { return scaler_; }
   // The state checkpoints save and restore.
@@ -59,6 +63,9 @@ class TrainingModel {
 
 // The shape of a run as checkpoints record it, to check that a resumed run can continue.
 RunGeometry GeometryOf(const TrainerOptions& options, int world_size, uint64_t seed);
+// What makes two runs the same run for their checkpoint directory (CheckpointOptions::
+// run_identity): what a checkpoint's tensors and its sampling order depend on.
+std::string RunIdentity(const TrainerOptions& options);
 
 }  // namespace stoker::trainer
 

@@ -51,6 +51,10 @@ class Communicator {
   // An error the communicator met outside any call (NCCL's ncclCommGetAsyncError: a peer
   // or the network failed), after which no collective of it can complete; OK while none.
   virtual absl::Status AsyncError() { return absl::OkStatus(); }
+  // Device communicators: records in ledger() one operation that completes when the work
+  // enqueued so far on the current CUDA stream has completed. A replayed CUDA graph's
+  // collectives were recorded at capture, not issued; this lets the watchdog bound them.
+  virtual absl::Status WatchCurrentStream() { return absl::OkStatus(); }
   // Makes the operations in flight end with an error, and every later one fail. Returns
   // false when the implementation cannot interrupt an operation in flight (a blocking MPI
   // call): then only ending the process ends the wait.

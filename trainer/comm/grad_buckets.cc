@@ -57,7 +57,7 @@ struct GradBuckets::Hooks {
 
 absl::StatusOr<std::unique_ptr<GradBuckets>> GradBuckets::Create(
     std::vector<at::Tensor> parameters, std::vector<std::string> names, size_t bucket_bytes,
-    Communicator* communicator) {
+    Communicator* communicator, bool fixed_addresses) {
   return TorchCall("gradient buckets: creating the buckets",
                    [&]() -> absl::StatusOr<std::unique_ptr<GradBuckets>> {
     if (parameters.empty()) return absl::InvalidArgumentError("the model has no parameters");
@@ -83,8 +83,8 @@ absl::StatusOr<std::unique_ptr<GradBuckets>> GradBuckets::Create(
     // Note [One rank keeps autograd's gradients]: with nothing to reduce, buckets would only
     // cost a memset and an extra add kernel per parameter each step; autograd then simply
     // hands each parameter the gradient tensor it computed.
-    const bool reduce = communicator->world_size() > 1;
-    for (const Bucket& bucket : reduce ? plan : std::vector<Bucket>()) {
+    const bool bucketed = communicator->world_size() > 1 || fixed_addresses;
+    for (const Bucket& bucket : bucketed ? plan : std::vector<Bucket>()) {
       at::Tensor storage = at::zeros({bucket.numel}, options);
       for (const BucketSlot& slot : bucket.slots) {
         at::Tensor& p = parameters[slot.parameter];
@@ -148,7 +148,8 @@ void GradBuckets::BeginStep(bool reduce) {
 }
 
 absl::Status GradBuckets::Launch(int bucket) {
-  if (flat_.empty()) return absl::OkStatus();  // one rank: the mean of one is itself
+  // One rank: the mean of one is itself.
+  if (flat_.empty() || communicator_->world_size() == 1) return absl::OkStatus();
   const BucketSlot& first = plan_[bucket].slots.front();
   const at::Tensor& grad = parameters_[first.parameter].grad();
   if (!grad.defined() || !grad.is_alias_of(flat_[bucket])) {
@@ -174,6 +175,11 @@ void GradBuckets::OnGradientReady(int parameter) {
     if (!hook_status_.ok()) return;
     ++next_to_launch_;
   }
+}
+
+absl::Status GradBuckets::WatchReplay() {
+  if (flat_.empty() || communicator_->world_size() == 1) return absl::OkStatus();
+  return communicator_->WatchCurrentStream();
 }
 
 absl::Status GradBuckets::FinishStep() {

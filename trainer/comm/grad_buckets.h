@@ -34,16 +34,18 @@ class GradBuckets {
  public:
   // `parameters` in registration order, all of one dtype and device; `names` for error
   // messages. Replaces each parameter's .grad with a view into a bucket and hooks its
-  // gradient accumulator.
+  // gradient accumulator. With one rank the gradients stay autograd's own tensors unless
+  // `fixed_addresses` (a captured CUDA graph needs every gradient at the same address in
+  // each step: the buckets are made, and only the reduction is left out).
   static absl::StatusOr<std::unique_ptr<GradBuckets>> Create(
       std::vector<at::Tensor> parameters, std::vector<std::string> names, size_t bucket_bytes,
-      Communicator* communicator);
+      Communicator* communicator, bool fixed_addresses = false);
   ~GradBuckets();
   GradBuckets(const GradBuckets&) = delete;
   GradBuckets& operator=(const GradBuckets&) = delete;
 
   // Zeroes every bucket, and so every gradient, in place (the views stay attached). With
-  // one rank there are no buckets: the gradients are reset and autograd makes new ones.
+  // one rank and no buckets, the gradients are reset and autograd makes new ones.
   void ZeroGrad();
 
   // Arms the hooks for the next backward pass. With `reduce` false, gradients only
@@ -55,6 +57,10 @@ class GradBuckets {
   // (Communicator::Synchronize). Afterwards each .grad holds the gradient of the mean
   // loss over all ranks' batches. Must be called in the same order on every rank.
   absl::Status FinishStep();
+
+  // After a replayed CUDA graph that holds this step's reductions: lets the communicator's
+  // watchdog bound them (Communicator::WatchCurrentStream). Nothing to do with one rank.
+  absl::Status WatchReplay();
 
   const std::vector<Bucket>& plan() const { return plan_; }
   // Buckets reduced so far in this step (for tests of the overlap).

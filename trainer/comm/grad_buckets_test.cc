@@ -141,5 +141,39 @@ TEST(GradBucketsTest, OneRankKeepsAutogradGradientsAndAccumulates) {
   }
 }
 
+// For a CUDA graph: one rank with fixed addresses keeps every gradient in its bucket, at the
+// same address from step to step, zeroed in place, and communicates nothing.
+TEST(GradBucketsTest, OneRankWithFixedAddressesAccumulatesInPlaceInItsBuckets) {
+  auto comm = MpiCommunicator::Create(MPI_COMM_SELF);
+  ASSERT_TRUE(comm.ok());
+  torch::manual_seed(5);
+  Net net;
+  Net reference;
+  CopyParameters(net, reference);
+  auto [params, names] = Parameters(net);
+  auto buckets = GradBuckets::Create(params, names, 2048, comm->get(), /*fixed_addresses=*/true);
+  ASSERT_TRUE(buckets.ok());
+  std::vector<const void*> addresses;
+  for (const at::Tensor& p : params) addresses.push_back(p.grad().data_ptr());
+  at::Tensor x1 = at::randn({3, 3, 8, 8}), x2 = at::randn({3, 3, 8, 8});
+  for (int step = 0; step < 2; ++step) {
+    (*buckets)->ZeroGrad();
+    for (const at::Tensor& p : params) EXPECT_EQ(p.grad().abs().sum().item<float>(), 0.0f);
+    for (const at::Tensor& x : {x1, x2}) {
+      (*buckets)->BeginStep(/*reduce=*/true);
+      net.forward(x).sum().backward();
+      ASSERT_TRUE((*buckets)->FinishStep().ok());
+    }
+  }
+  EXPECT_EQ((*comm)->ledger() == nullptr ? 0u : (*comm)->ledger()->Read().issued, 0u);
+  (reference.forward(x1).sum() + reference.forward(x2).sum()).backward();
+  auto ref = reference.parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_EQ(params[i].grad().data_ptr(), addresses[i]) << names[i];
+    EXPECT_TRUE(at::allclose(params[i].grad(), ref[i].grad(), 1e-5, 1e-6)) << names[i];
+  }
+  EXPECT_TRUE((*buckets)->WatchReplay().ok());
+}
+
 }  // namespace
 }  // namespace stoker::trainer

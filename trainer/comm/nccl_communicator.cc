@@ -110,9 +110,13 @@ absl::Status NcclCommunicator::WaitForCurrentStream() {
   return absl::OkStatus();
 }
 
-void NcclCommunicator::TrackCompletion(uint64_t seq, const absl::Status& enqueued) {
-  if (!enqueued.ok()) {
-    ledger_.Complete(seq);  // not waiting in it: the caller fails
+void NcclCommunicator::TrackCompletion(uint64_t seq, const absl::Status& enqueued,
+                                       cudaStream_t stream) {
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  cudaStreamIsCapturing(stream, &capturing);
+  if (!enqueued.ok() || capturing != cudaStreamCaptureStatusNone) {
+    // Failed: not waiting in it, the caller fails. Captured: nothing runs until a replay.
+    ledger_.Complete(seq);
     return;
   }
   absl::MutexLock lock(&events_mu_);
@@ -132,7 +136,7 @@ void NcclCommunicator::TrackCompletion(uint64_t seq, const absl::Status& enqueue
   } else {
     return;  // not tracked: completed with the next tracked operation
   }
-  if (cudaEventRecord(event.get(), stream_.get()) != cudaSuccess) {
+  if (cudaEventRecord(event.get(), stream) != cudaSuccess) {
     free_events_.push_back(std::move(event));
     return;
   }
@@ -151,6 +155,14 @@ absl::Status NcclCommunicator::PollCompletions() {
     free_events_.push_back(std::move(in_flight_.front().second));
     in_flight_.pop_front();
   }
+  return absl::OkStatus();
+}
+
+absl::Status NcclCommunicator::WatchCurrentStream() {
+  absl::MutexLock lock(&comm_mu_);
+  if (aborted_.load()) return absl::AbortedError("the NCCL communicator was aborted (collective watchdog)");
+  const uint64_t seq = ledger_.Issue(CollectiveKind::kAllReduce);
+  TrackCompletion(seq, absl::OkStatus(), c10::cuda::getCurrentCUDAStream().stream());
   return absl::OkStatus();
 }
 
@@ -183,7 +195,7 @@ absl::Status NcclCommunicator::AllReduce(void* data, size_t count, ElementType t
                     comm_, stream_.get()),
       "ncclAllReduce");
   failed_ |= !status.ok();
-  TrackCompletion(seq, status);
+  TrackCompletion(seq, status, stream_.get());
   return status;
 }
 
@@ -199,7 +211,7 @@ absl::Status NcclCommunicator::Broadcast(void* data, size_t bytes, int root) {
     absl::Status status =
         NcclStatus(ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream_.get()), "ncclBroadcast");
     failed_ |= !status.ok();
-    TrackCompletion(seq, status);
+    TrackCompletion(seq, status, stream_.get());
     if (!status.ok()) return status;
   }
   return Synchronize();

@@ -30,7 +30,9 @@ namespace stoker::trainer {
 // during backward); ledger(), PollCompletions() and Abort() may be called from any thread
 // (the collective watchdog's). Each operation is recorded in the ledger (channel "NCCL")
 // when it is enqueued and completed once an event recorded after it on the stream has
-// passed (Note [NCCL completion events]).
+// passed (Note [NCCL completion events]). An operation enqueued while the current stream
+// is being captured into a CUDA graph is recorded and completed at once (it runs only when
+// the graph is replayed; WatchCurrentStream then tracks the replay).
 class NcclCommunicator final : public Communicator {
  public:
   // Collective over `bootstrap`'s ranks: rank 0 makes the unique id and broadcasts it.
@@ -51,6 +53,7 @@ class NcclCommunicator final : public Communicator {
   absl::Status Synchronize() override;
   CollectiveLedger* ledger() override { return &ledger_; }
   absl::Status PollCompletions() override;
+  absl::Status WatchCurrentStream() override;
   // ncclCommGetAsyncError: Unavailable once NCCL has met an error outside a call.
   absl::Status AsyncError() override;
   // ncclCommAbort: kernels in flight end, later calls fail. Returns true.
@@ -65,9 +68,9 @@ class NcclCommunicator final : public Communicator {
         comm_(comm), device_(device), rank_(rank), world_size_(world_size) {}
   // Makes stream_ wait for the current stream's work so far.
   absl::Status WaitForCurrentStream();
-  // Records on stream_ the event that completes operation `seq` in the ledger; completes
-  // it at once when `enqueued` failed.
-  void TrackCompletion(uint64_t seq, const absl::Status& enqueued);
+  // Records on `stream` the event that completes operation `seq` in the ledger; completes
+  // it at once when `enqueued` failed or when `stream` is being captured.
+  void TrackCompletion(uint64_t seq, const absl::Status& enqueued, cudaStream_t stream);
 
   // In dependency order: the stream, the events recorded on it, the NCCL communicator
   // that enqueues on it (destroyed or aborted first, by the destructor's body).

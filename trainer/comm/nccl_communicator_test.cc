@@ -2,10 +2,13 @@
 #include "trainer/comm/nccl_communicator.h"
 
 #include <ATen/ATen.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 #include <mpi.h>
 
 #include <atomic>
+#include <cstdio>
 #include <memory>
 
 #include "absl/time/clock.h"
@@ -67,6 +70,44 @@ TEST_F(NcclCommunicatorTest, TheLedgerCompletesOperationsOnceTheirWorkHasFinishe
   EXPECT_EQ(done.completed, 2u);
   EXPECT_EQ(done.pending, 0u);
   EXPECT_EQ(done.completed_kind, CollectiveKind::kAllReduce);
+}
+
+// An allreduce captured into a CUDA graph is recorded in the ledger and completed at once
+// (nothing ran); each replay reduces the inputs of that moment, and WatchCurrentStream
+// gives the replay a ledger entry that completes with it. Runs on any number of ranks.
+TEST_F(NcclCommunicatorTest, AnAllReduceCapturedInACudaGraphRunsAtEachReplayAndIsWatched) {
+  c10::cuda::setCurrentCUDAStream(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, rank_));
+  at::Tensor input = at::zeros({4096}, On(at::kFloat));
+  at::Tensor x = at::zeros({4096}, On(at::kFloat));
+  ASSERT_TRUE(comm_->AllReduce(x.data_ptr(), x.numel(), ElementType::kFloat32, ReduceOp::kSum).ok());
+  ASSERT_TRUE(comm_->Synchronize().ok());
+  const uint64_t before = comm_->ledger()->Read().issued;
+  at::cuda::CUDAGraph graph;
+  graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+  x.copy_(input);
+  ASSERT_TRUE(comm_->AllReduce(x.data_ptr(), x.numel(), ElementType::kFloat32, ReduceOp::kSum).ok());
+  ASSERT_TRUE(comm_->Synchronize().ok());
+  graph.capture_end();
+  const CollectiveLedger::Snapshot captured = comm_->ledger()->Read();
+  EXPECT_EQ(captured.issued, before + 1);
+  EXPECT_EQ(captured.completed, captured.issued) << "a captured operation is not waited for";
+  const double ranks_sum = size_ * (size_ + 1) / 2.0;
+  for (int replay = 1; replay <= 3; ++replay) {
+    input.fill_(static_cast<float>(replay * (rank_ + 1)));
+    graph.replay();
+    ASSERT_TRUE(comm_->WatchCurrentStream().ok());
+    EXPECT_TRUE(at::equal(x, at::full({4096}, replay * ranks_sum, On(at::kFloat)))) << "replay " << replay;
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_TRUE(comm_->PollCompletions().ok());
+  const CollectiveLedger::Snapshot done = comm_->ledger()->Read();
+  EXPECT_EQ(done.issued, before + 4);
+  EXPECT_EQ(done.completed, done.issued);
+  std::printf("[ graphs ] NCCL over %d rank(s): an allreduce captured once, replayed 3 times, "
+              "ledger %llu issued / %llu completed\n",
+              size_, static_cast<unsigned long long>(done.issued),
+              static_cast<unsigned long long>(done.completed));
+  c10::cuda::setCurrentCUDAStream(c10::cuda::getDefaultCUDAStream(rank_));
 }
 
 // Rank 1 never joins the second allreduce: rank 0's watchdog aborts the communicator, which

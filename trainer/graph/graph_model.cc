@@ -104,6 +104,14 @@ void GraphModel::SetRandomSeed(uint64_t seed) {
   }
 }
 
+std::vector<at::Generator> GraphModel::DeviceGenerators() {
+  std::vector<at::Generator> cuda;
+  for (auto& [device, generator] : generators_) {
+    if (generator.device().is_cuda()) cuda.push_back(generator);
+  }
+  return cuda;
+}
+
 at::Generator& GraphModel::GeneratorFor(const c10::Device& device) {
   const std::string key = device.str();
   auto it = generators_.find(key);

@@ -45,6 +45,7 @@ class GraphModel final : public ImageClassifier {
   // generators seeded with `seed`. The training loop calls it before each optimizer step
   // with a seed mixed from (run seed, rank, step), so a resumed run draws the same masks.
   void SetRandomSeed(uint64_t seed) override;
+  std::vector<at::Generator> DeviceGenerators() override;
 
   int num_classes() const { return train_->num_classes(); }
   int image_size() const { return train_->image_size(); }

@@ -4,8 +4,10 @@
 #define STOKER_TRAINER_NN_IMAGE_CLASSIFIER_H_
 
 #include <torch/nn/module.h>
+#include <ATen/core/Generator.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace stoker::trainer {
 
@@ -18,6 +20,11 @@ class ImageClassifier : public torch::nn::Module {
   // training loop calls it before each optimizer step with a seed of (run seed, rank,
   // step). Models without random ops ignore it.
   virtual void SetRandomSeed(uint64_t seed) { (void)seed; }
+
+  // The generators of the model's random ops on CUDA devices, besides each device's default
+  // one (a captured CUDA graph registers them: each replay draws from their current seed).
+  // Only those made so far, by forward passes on the device.
+  virtual std::vector<at::Generator> DeviceGenerators() { return {}; }
 };
 
 }  // namespace stoker::trainer

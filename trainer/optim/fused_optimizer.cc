@@ -1,11 +1,15 @@
 #include "trainer/optim/fused_optimizer.h"
 
 #include <ATen/ops/_foreach_add.h>
+#include <ATen/ops/_foreach_sub.h>
+#include <ATen/ops/full.h>
 #include <ATen/ops/_fused_adamw.h>
 #include <ATen/ops/_fused_sgd.h>
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/zeros_like.h>
 #include <c10/core/GradMode.h>
+
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/torch_status.h"
@@ -53,26 +57,75 @@ FusedOptimizer::FusedOptimizer(std::vector<ParameterGroup> groups, const Optimiz
   }
 }
 
-void FusedOptimizer::Step() {
+void FusedOptimizer::KeepLearningRateOnDevice() {
+  const at::TensorOptions on_device = groups_.front().parameters.front().options().dtype(at::kFloat);
+  learning_rate_ = at::full({}, options_.learning_rate, on_device);
+  skipped_on_device_ = at::zeros({}, on_device);
+}
+
+void FusedOptimizer::set_learning_rate(double learning_rate) {
+  options_.learning_rate = learning_rate;
+  if (learning_rate_.defined()) learning_rate_.fill_(learning_rate);
+}
+
+int64_t FusedOptimizer::steps_taken() const {
+  if (!skipped_on_device_.defined()) return steps_taken_;
+  return steps_taken_ - static_cast<int64_t>(skipped_on_device_.item<float>());
+}
+
+void FusedOptimizer::set_steps_taken(int64_t steps) {
+  steps_taken_ = steps;
+  if (skipped_on_device_.defined()) skipped_on_device_.zero_();
+}
+
+void FusedOptimizer::Step() { StepGroups(nullptr); }
+
+void FusedOptimizer::Step(const at::Tensor& found_inf) {
+  if (!skipped_on_device_.defined()) skipped_on_device_ = at::zeros({}, found_inf.options());
+  StepGroups(&found_inf);
+}
+
+void FusedOptimizer::StepGroups(const at::Tensor* found_inf) {
   c10::NoGradGuard no_grad;
+  std::optional<at::Tensor> skip;
+  if (found_inf != nullptr) skip = *found_inf;
   for (Group& group : groups_) {
     std::vector<at::Tensor> grads;
     grads.reserve(group.parameters.size());
     for (const at::Tensor& p : group.parameters) grads.push_back(p.grad());
     if (options_.kind == OptimizerKind::kAdamW) {
       // The kernel reads the step counts for bias correction; the caller advances them.
+      // A step skipped on the device takes its count back (as torch.optim does).
       at::_foreach_add_(group.steps, 1);
-      at::_fused_adamw_(group.parameters, grads, group.exp_avg, group.exp_avg_sq,
-                        /*max_exp_avg_sqs=*/{}, group.steps, options_.learning_rate,
-                        options_.beta1, options_.beta2, group.weight_decay, options_.eps,
-                        /*amsgrad=*/false, /*maximize=*/false);
-    } else {
+      if (learning_rate_.defined()) {
+        at::_fused_adamw_(group.parameters, grads, group.exp_avg, group.exp_avg_sq,
+                          /*max_exp_avg_sqs=*/{}, group.steps, learning_rate_, options_.beta1,
+                          options_.beta2, group.weight_decay, options_.eps, /*amsgrad=*/false,
+                          /*maximize=*/false, /*grad_scale=*/std::nullopt, skip);
+      } else {
+        at::_fused_adamw_(group.parameters, grads, group.exp_avg, group.exp_avg_sq,
+                          /*max_exp_avg_sqs=*/{}, group.steps, options_.learning_rate,
+                          options_.beta1, options_.beta2, group.weight_decay, options_.eps,
+                          /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt,
+                          skip);
+      }
+      if (skip.has_value()) {
+        at::_foreach_sub_(group.steps, std::vector<at::Tensor>(group.steps.size(), *skip));
+      }
+    } else if (learning_rate_.defined()) {
       // With momentum, the first step sets each buffer to the gradient (torch.optim.SGD).
       at::_fused_sgd_(group.parameters, grads, group.momentum, group.weight_decay,
+                      options_.momentum, learning_rate_, /*dampening=*/0.0, options_.nesterov,
+                      /*maximize=*/false, /*is_first_step=*/steps_taken_ == 0,
+                      /*grad_scale=*/std::nullopt, skip);
+    } else {
+      at::_fused_sgd_(group.parameters, grads, group.momentum, group.weight_decay,
                       options_.momentum, options_.learning_rate, /*dampening=*/0.0,
-                      options_.nesterov, /*maximize=*/false, /*is_first_step=*/steps_taken_ == 0);
+                      options_.nesterov, /*maximize=*/false, /*is_first_step=*/steps_taken_ == 0,
+                      /*grad_scale=*/std::nullopt, skip);
     }
   }
+  if (skip.has_value()) skipped_on_device_.add_(*skip);
   ++steps_taken_;
 }
 

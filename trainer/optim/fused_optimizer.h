@@ -27,6 +27,11 @@ struct ParameterGroup {
 // torch.optim.AdamW's semantics, one fused kernel per parameter group. State (momentum
 // buffers, moments, step counts) lives on the parameters' device; Step() only enqueues
 // work on the current stream. Owned by the training thread.
+//
+// Note [Steps a CUDA graph can hold]: after KeepLearningRateOnDevice() the learning rate is
+// read from a float32 device tensor (set_learning_rate fills it, an enqueued kernel), and
+// Step(found_inf) skips on the device when the loss scaler found an inf or NaN: no value
+// the step uses comes from the host, so a captured step replays with the current rate.
 class FusedOptimizer {
  public:
   // One group with options.weight_decay. InvalidArgument for an unknown kind or
@@ -38,9 +43,18 @@ class FusedOptimizer {
                                                                 const OptimizerOptions& options);
 
   void Step();
+  // As Step(), but every update is skipped on the device when `found_inf` (a float32 0-dim
+  // tensor on the parameters' device, LossScaler::found_inf()) is 1: parameters, state and
+  // AdamW's step counts stay as they were. The skips are counted on the device (in a tensor
+  // that KeepLearningRateOnDevice, or else the first such call, allocates).
+  void Step(const at::Tensor& found_inf);
+
+  // Note [Steps a CUDA graph can hold]. Call before the first Step.
+  void KeepLearningRateOnDevice();
 
   double learning_rate() const { return options_.learning_rate; }
-  void set_learning_rate(double learning_rate) { options_.learning_rate = learning_rate; }
+  // With the rate on the device, also fills its tensor (enqueued on the current stream).
+  void set_learning_rate(double learning_rate);
   const OptimizerOptions& options() const { return options_; }
 
   // The state kept for each parameter, in the order of the groups and their parameters,
@@ -49,10 +63,11 @@ class FusedOptimizer {
   // the live state: a checkpoint reads them, a resume copies into them.
   std::vector<std::vector<std::pair<std::string, at::Tensor>>> StateTensors() const;
 
-  // Optimizer steps taken (SGD's first step initialises the momentum buffers). A resume
-  // sets it with the restored state.
-  int64_t steps_taken() const { return steps_taken_; }
-  void set_steps_taken(int64_t steps) { steps_taken_ = steps; }
+  // Optimizer steps taken (SGD's first step initialises the momentum buffers); steps that
+  // Step(found_inf) skipped do not count. A resume sets it with the restored state. Syncs
+  // with the device once Step(found_inf) ran.
+  int64_t steps_taken() const;
+  void set_steps_taken(int64_t steps);
 
  private:
   struct Group {
@@ -65,9 +80,13 @@ class FusedOptimizer {
   };
   FusedOptimizer(std::vector<ParameterGroup> groups, const OptimizerOptions& options);
 
+  void StepGroups(const at::Tensor* found_inf);
+
   OptimizerOptions options_;
   std::vector<Group> groups_;
-  int64_t steps_taken_ = 0;
+  int64_t steps_taken_ = 0;       // including those Step(found_inf) skipped on the device
+  at::Tensor learning_rate_;      // float32 0-dim on the device; undefined: host rate
+  at::Tensor skipped_on_device_;  // float32 0-dim: steps Step(found_inf) skipped
 };
 
 }  // namespace stoker::trainer

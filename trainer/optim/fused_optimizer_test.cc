@@ -87,7 +87,6 @@ TEST(FusedOptimizerTest, BadHyperParametersNameTheFlag) {
             absl::string_view::npos);
 }
 
-
 TEST(FusedOptimizerTest, ParameterGroupsTakeTheirOwnWeightDecayAsTorchOptimParamGroups) {
   std::vector<at::Tensor> mine = MakeParameters(), reference = Clone(mine);
   OptimizerOptions options;
@@ -150,6 +149,51 @@ TEST(FusedOptimizerTest, RestoredStateContinuesBitForBit) {
     const std::vector<at::Tensor> straight = RunWithRestart(kind, 6, -1);
     const std::vector<at::Tensor> restarted = RunWithRestart(kind, 6, 3);
     for (size_t i = 0; i < straight.size(); ++i) EXPECT_TRUE(at::equal(straight[i], restarted[i])) << kind << " " << i;
+  }
+}
+
+// The learning rate read from a device tensor and a zero inf flag take the host path's
+// steps bit for bit (the rate is a power of two, exact in the tensor's float32), and a set
+// inf flag changes nothing: parameters, state, the step count.
+TEST(FusedOptimizerTest, StepsOnTheDeviceMatchTheHostPathAndSkipOnTheFlag) {
+  for (const std::string kind : {"sgd", "adamw"}) {
+    std::vector<at::Tensor> host = MakeParameters(), device = Clone(host);
+    OptimizerOptions options;
+    options.kind = *ParseOptimizerKind(kind);
+    options.learning_rate = 1.0 / 128;
+    options.momentum = 0.9;
+    options.weight_decay = 1e-3;
+    auto on_host = *FusedOptimizer::Create(host, options);
+    auto on_device = *FusedOptimizer::Create(device, options);
+    on_device->KeepLearningRateOnDevice();
+    const at::Tensor clear = at::zeros({});
+    const at::Tensor found = at::ones({});
+    for (int step = 0; step < 6; ++step) {
+      const double rate = 1.0 / (64 << step);
+      SetGradients(host, device, step);
+      on_host->set_learning_rate(rate);
+      on_device->set_learning_rate(rate);
+      on_host->Step();
+      on_device->Step(clear);
+    }
+    for (size_t i = 0; i < host.size(); ++i) EXPECT_TRUE(at::equal(host[i], device[i])) << kind << " " << i;
+
+    std::vector<at::Tensor> before = Clone(device);
+    std::vector<at::Tensor> state_before;
+    for (const auto& entry : on_device->StateTensors()) {
+      for (const auto& named : entry) state_before.push_back(named.second.clone());
+    }
+    SetGradients(before, device, 7);
+    on_device->Step(found);
+    for (size_t i = 0; i < device.size(); ++i) EXPECT_TRUE(at::equal(before[i], device[i])) << kind << " " << i;
+    size_t n = 0;
+    for (const auto& entry : on_device->StateTensors()) {
+      for (const auto& named : entry) EXPECT_TRUE(at::equal(state_before[n++], named.second)) << kind << " " << named.first;
+    }
+    EXPECT_EQ(on_host->steps_taken(), 6);
+    EXPECT_EQ(on_device->steps_taken(), 6) << kind << ": a skipped step is not taken";
+    on_device->set_steps_taken(9);
+    EXPECT_EQ(on_device->steps_taken(), 9);
   }
 }
 

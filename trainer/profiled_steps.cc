@@ -1,0 +1,32 @@
+#include "trainer/profiled_steps.h"
+
+#include "common/status_macros.h"
+#include "trainer/device.h"
+
+namespace stoker::trainer {
+
+absl::StatusOr<StepProfiler*> ProfiledSteps::Start(int64_t step, const TrainingModel& trained) {
+  in_step_ = step >= first_ && step < first_ + count_;
+  if (!in_step_) return nullptr;
+  if (profiler_ == nullptr) {
+    ASSIGN_OR_RETURN(profiler_, MakeStepProfiler(context_));
+    SetDeviceProfilerRange(context_, true);
+  }
+  allreduce_before_ = trained.allreduce_seconds();
+  RETURN_IF_ERROR(profiler_->StartStep());
+  return profiler_.get();
+}
+
+absl::Status ProfiledSteps::End(int64_t step, const TrainingModel& trained) {
+  if (!in_step_) return absl::OkStatus();
+  in_step_ = false;
+  if (trained.allreduce_timed()) {
+    profiler_->MoveHostSeconds(StepPhase::kBackward, StepPhase::kAllreduceWait,
+                               trained.allreduce_seconds() - allreduce_before_);
+  }
+  RETURN_IF_ERROR(profiler_->EndStep());
+  if (step + 1 == first_ + count_) SetDeviceProfilerRange(context_, false);
+  return absl::OkStatus();
+}
+
+}  // namespace stoker::trainer

@@ -1,0 +1,44 @@
+// ProfiledSteps: the steps of a run that the step profiler times (--profile_steps of them,
+// after the --warmup_steps), the one profiler they share (made at the first), and the CUDA
+// profiler range around them, so that an external profiler can capture those steps alone.
+// On the CPU the gradient allreduces' host seconds (timed apart by the training model's
+// TimedCommunicator) move from backward to the allreduce wait. Owned by the training thread.
+#ifndef STOKER_TRAINER_PROFILED_STEPS_H_
+#define STOKER_TRAINER_PROFILED_STEPS_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "trainer/report/step_profiler.h"
+#include "trainer/run_context.h"
+#include "trainer/training_model.h"
+
+namespace stoker::trainer {
+
+class ProfiledSteps {
+ public:
+  // Profiles steps [first, first + count) of the run (0-based, counted by the caller).
+  ProfiledSteps(const RunContext& context, int64_t first, int64_t count)
+      : context_(context), first_(first), count_(count) {}
+
+  // The started profiler when step `step` is profiled, else nullptr.
+  absl::StatusOr<StepProfiler*> Start(int64_t step, const TrainingModel& trained);
+  // Ends the step Start profiled; nothing when it profiled none.
+  absl::Status End(int64_t step, const TrainingModel& trained);
+
+  // The profiler with every profiled step so far; nullptr when none ran.
+  const StepProfiler* profiler() const { return profiler_.get(); }
+
+ private:
+  const RunContext& context_;
+  const int64_t first_;
+  const int64_t count_;
+  std::unique_ptr<StepProfiler> profiler_;
+  bool in_step_ = false;
+  double allreduce_before_ = 0;  // the training model's allreduce seconds at Start
+};
+
+}  // namespace stoker::trainer
+
+#endif  // STOKER_TRAINER_PROFILED_STEPS_H_

@@ -62,7 +62,8 @@ absl::StatusOr<std::unique_ptr<CudaGraph>> CudaGraph::Capture(
         "cannot be captured (UseCapturableStream)");
   }
   RETURN_IF_ERROR(TorchCall("CUDA graph: registering the random generators", [&] {
-    for (const at::Generator& generator : generators) impl->graph.register_generator_state(generator);
+    for (const at::Generator& generator : generators)
+      impl->graph.register_generator_state(generator);
   }));
   // Thread-local mode: the data feeder's and the watchdog's threads keep using CUDA while
   // the training thread captures; autograd's threads enqueue onto the capturing stream.
@@ -89,7 +90,8 @@ absl::StatusOr<std::unique_ptr<CudaGraph>> CudaGraph::Capture(
     impl->graph.Abandon();
   }
   if (!captured.ok()) {
-    return absl::Status(captured.code(), absl::StrCat("capturing a CUDA graph: ", captured.message()));
+    return absl::Status(captured.code(),
+                        absl::StrCat("capturing a CUDA graph: ", captured.message()));
   }
   return std::unique_ptr<CudaGraph>(new CudaGraph(std::move(impl)));
 }

@@ -60,7 +60,8 @@ TEST_F(CudaGraphTest, ReplaysReadTheInputsCurrentContentsAndDrawFromTheCurrentSe
     ASSERT_TRUE((*graph)->Replay().ok());
     EXPECT_TRUE(at::equal(doubled, at::full({8}, 2.0f * seed, cuda.dtype(at::kFloat))));
     generator.set_current_seed(seed);
-    const at::Tensor eager = at::bernoulli(at::empty({1024}, cuda.dtype(at::kFloat)), 0.5, generator);
+    const at::Tensor eager =
+        at::bernoulli(at::empty({1024}, cuda.dtype(at::kFloat)), 0.5, generator);
     EXPECT_TRUE(at::equal(mask, eager)) << "seed " << seed;
   }
 }
@@ -76,9 +77,11 @@ TEST_F(CudaGraphTest, AFailedCaptureSaysWhyAndLeavesNothingCapturing) {
   });
   ASSERT_FALSE(graph.ok());
   std::printf("[ graphs ] a failed capture: %s\n", std::string(graph.status().message()).c_str());
-  EXPECT_TRUE(absl::StartsWith(graph.status().message(), "capturing a CUDA graph: ")) << graph.status();
+  EXPECT_TRUE(absl::StartsWith(graph.status().message(), "capturing a CUDA graph: "))
+      << graph.status();
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusActive;
-  ASSERT_EQ(cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream().stream(), &capturing), cudaSuccess);
+  ASSERT_EQ(cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream().stream(), &capturing),
+            cudaSuccess);
   EXPECT_EQ(capturing, cudaStreamCaptureStatusNone);
   EXPECT_EQ((x * 3).sum().item<float>(), 12.0f);
   const at::Tensor y = at::empty_like(x);
@@ -96,7 +99,8 @@ TEST_F(CudaGraphTest, AFailedCaptureSaysWhyAndLeavesNothingCapturing) {
 class Net final : public ImageClassifier {
  public:
   explicit Net(bool reads_on_host) : reads_on_host_(reads_on_host) {
-    conv_ = register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 12, 3).padding(1).bias(false)));
+    conv_ = register_module(
+        "conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 12, 3).padding(1).bias(false)));
     bn_ = register_module("bn", torch::nn::BatchNorm2d(12));
     fc_ = register_module("fc", torch::nn::Linear(12, 5));
   }
@@ -115,10 +119,11 @@ class Net final : public ImageClassifier {
 
 struct StepSetup {
   std::string optimizer = "adamw";
-  bool fp16 = false;        // fp16 autocast with loss scaling (else bf16, no scaling)
+  bool fp16 = false;  // fp16 autocast with loss scaling (else bf16, no scaling)
   int accumulate = 1;
   double clip = 0;
   bool reads_on_host = false;
+  int last_batch = 6;  // the samples of the last step's micro-batches (the others have 6)
 };
 
 struct StepRun {
@@ -144,7 +149,8 @@ StepRun Train(const StepSetup& setup, bool cuda_graphs) {
     parameters.push_back(item.value());
   }
   auto comm = FakeCommunicator::Group(1);
-  auto buckets = *GradBuckets::Create(parameters, names, 1 << 20, comm[0].get(), /*fixed_addresses=*/cuda_graphs);
+  auto buckets = *GradBuckets::Create(parameters, names, 1 << 20, comm[0].get(),
+                                      /*fixed_addresses=*/cuda_graphs);
   OptimizerOptions optimizer_options;
   optimizer_options.kind = *ParseOptimizerKind(setup.optimizer);
   optimizer_options.momentum = 0.9;
@@ -174,9 +180,11 @@ StepRun Train(const StepSetup& setup, bool cuda_graphs) {
     step.Begin(setup.accumulate);
     for (int m = 0; m < setup.accumulate; ++m) {
       at::manual_seed(100 + s * 8 + m);
-      const at::Tensor images =
-          at::randn({6, 3, 9, 9}, cuda).contiguous(at::MemoryFormat::ChannelsLast).to(setup.fp16 ? at::kHalf : at::kBFloat16);
-      const at::Tensor labels = at::randint(0, 5, {6}, cuda.dtype(at::kLong));
+      const at::Tensor images = at::randn({s == 11 ? setup.last_batch : 6, 3, 9, 9}, cuda)
+                                    .contiguous(at::MemoryFormat::ChannelsLast)
+                                    .to(setup.fp16 ? at::kHalf : at::kBFloat16);
+      const at::Tensor labels =
+          at::randint(0, 5, {s == 11 ? setup.last_batch : 6}, cuda.dtype(at::kLong));
       auto loss = step.MicroBatch(images, labels);
       EXPECT_TRUE(loss.ok()) << loss.status();
       if (!loss.ok()) break;
@@ -200,10 +208,12 @@ void ExpectSameBits(const StepSetup& setup, bool expect_graphs = true) {
   const StepRun graphed = Train(setup, true);
   const std::string what = setup.optimizer + (setup.fp16 ? " fp16" : " bf16") + " accumulate " +
                            std::to_string(setup.accumulate) + (setup.clip > 0 ? " clipped" : "") +
-                           (setup.reads_on_host ? " host read" : "");
-  std::printf("[ graphs ] %s: %d graphs, %lld replays, %lld of 12 steps skipped; last loss %.6f / %.6f\n",
-              what.c_str(), graphed.graphs, static_cast<long long>(graphed.replays),
-              static_cast<long long>(graphed.skipped), plain.losses.back(), graphed.losses.back());
+                           (setup.reads_on_host ? " host read" : "") +
+                           (setup.last_batch != 6 ? " smaller last batch" : "");
+  std::printf(
+      "[ graphs ] %s: %d graphs, %lld replays, %lld of 12 steps skipped; last loss %.6f / %.6f\n",
+      what.c_str(), graphed.graphs, static_cast<long long>(graphed.replays),
+      static_cast<long long>(graphed.skipped), plain.losses.back(), graphed.losses.back());
   if (expect_graphs) {
     EXPECT_GT(graphed.graphs, 0) << what;
     EXPECT_GT(graphed.replays, 0) << what;
@@ -215,7 +225,8 @@ void ExpectSameBits(const StepSetup& setup, bool expect_graphs = true) {
     EXPECT_EQ(plain.losses[i], graphed.losses[i]) << what << ": loss " << i;
   }
   for (size_t i = 0; i < plain.parameters.size(); ++i) {
-    EXPECT_TRUE(at::equal(plain.parameters[i], graphed.parameters[i])) << what << ": parameter " << i;
+    EXPECT_TRUE(at::equal(plain.parameters[i], graphed.parameters[i]))
+        << what << ": parameter " << i;
   }
   for (size_t i = 0; i < plain.buffers.size(); ++i) {
     EXPECT_TRUE(at::equal(plain.buffers[i], graphed.buffers[i])) << what << ": buffer " << i;
@@ -227,6 +238,12 @@ TEST_F(CudaGraphTest, AReplayedStepGivesTheUncapturedStepsBits) {
   ExpectSameBits({"adamw", false, 1, 0.0});
   ExpectSameBits({"sgd", false, 1, 1.0});
   ExpectSameBits({"adamw", false, 3, 0.5});
+}
+
+TEST_F(CudaGraphTest, ABatchOfAnotherShapeRunsUncapturedWithTheSameBits) {
+  StepSetup smaller;
+  smaller.last_batch = 5;
+  ExpectSameBits(smaller);
 }
 
 TEST_F(CudaGraphTest, LossScalingSkipsOnTheDeviceAsOnTheHost) {

@@ -82,10 +82,11 @@ void ReportDeviceMemory(const DeviceOptions& options, const RunContext& context,
   size_t free_bytes = 0, total_bytes = 0;
   cudaMemGetInfo(&free_bytes, &total_bytes);
   if (log) {
-    LogInfo("rank %d GPU %d memory: allocated %.2f GiB, reserved %.2f GiB (peak reserved %.2f GiB), "
-            "peak %.2f GiB of %.1f GiB",
-            context.rank.rank, context.cuda_device, allocated, reserved, reserved_peak, peak,
-            total_bytes / gib);
+    LogInfo(
+        "rank %d GPU %d memory: allocated %.2f GiB, reserved %.2f GiB (peak reserved %.2f GiB), "
+        "peak %.2f GiB of %.1f GiB",
+        context.rank.rank, context.cuda_device, allocated, reserved, reserved_peak, peak,
+        total_bytes / gib);
   }
   if (reserved * gib > options.cache_release_fraction * total_bytes) {
     LogWarning("reserved device memory passed %.0f%% of the GPU: releasing cached blocks",
@@ -108,9 +109,10 @@ absl::StatusOr<std::unique_ptr<StepProfiler>> MakeStepProfiler(const RunContext&
 void SetDeviceProfilerRange(const RunContext& context, bool on) {
 #ifdef STOKER_WITH_CUDA
   if (!context.use_cuda) return;
-  const absl::Status status =
-      on ? CudaStatus(cudaProfilerStart(), "cudaProfilerStart") : CudaStatus(cudaProfilerStop(), "cudaProfilerStop");
-  if (!status.ok()) LogWarning("the profiled steps are not marked for a CUDA profiler: %s", status.message());
+  const absl::Status status = on ? CudaStatus(cudaProfilerStart(), "cudaProfilerStart")
+                                 : CudaStatus(cudaProfilerStop(), "cudaProfilerStop");
+  if (!status.ok())
+    LogWarning("the profiled steps are not marked for a CUDA profiler: %s", status.message());
 #else
   (void)context, (void)on;
 #endif
@@ -122,7 +124,8 @@ std::string MemoryText(const RunContext& context) {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(context.cuda_device);
     const auto aggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
     const double gib = 1024.0 * 1024 * 1024;
-    return absl::StrFormat("GPU %.1f GiB (peak %.1f)", stats.allocated_bytes[aggregate].current / gib,
+    return absl::StrFormat("GPU %.1f GiB (peak %.1f)",
+                           stats.allocated_bytes[aggregate].current / gib,
                            stats.allocated_bytes[aggregate].peak / gib);
   }
 #endif

@@ -11,87 +11,157 @@
 #include "common/status_macros.h"
 
 // Data and model.
-ABSL_FLAG(std::string, data_socket, "", "Unix socket of this node's data service (the launcher passes it). Empty (and no --synthetic_steps): each node's local rank 0 starts the node's data service itself (see the node data service flags).");
-ABSL_FLAG(std::string, model, "small_cnn", "Model: small_cnn, resnet18 or resnet50 (torchvision's), or the path of a torch.export archive (model.pt2, from tools/export_model.py or torch.export.save) to train a model brought from Python.");
-ABSL_FLAG(std::string, init_weights, "", "If set, a state dict (torch.save's format or safetensors) that the model starts from instead of its own initialisation, loaded as load_state_dict(strict=True) does; a resumed checkpoint still wins.");
+ABSL_FLAG(std::string, data_socket, "",
+          "Unix socket of this node's data service (the launcher passes it). Empty (and no "
+          "--synthetic_steps): each node's local rank 0 starts the node's data service itself (see "
+          "the node data service flags).");
+ABSL_FLAG(std::string, model, "small_cnn",
+          "Model: small_cnn, resnet18 or resnet50 (torchvision's), or the path of a torch.export "
+          "archive (model.pt2, from tools/export_model.py or torch.export.save) to train a model "
+          "brought from Python.");
+ABSL_FLAG(std::string, init_weights, "",
+          "If set, a state dict (torch.save's format or safetensors) that the model starts from "
+          "instead of its own initialisation, loaded as load_state_dict(strict=True) does; a "
+          "resumed checkpoint still wins.");
 ABSL_FLAG(int, num_classes, 10, "Number of classes of the dataset.");
 ABSL_FLAG(int, image_size, 32, "Square image size in pixels fed to the model.");
 ABSL_FLAG(int, batch_size, 32, "Batch size per rank (per micro-batch with --accumulate).");
 ABSL_FLAG(int, epochs, 1, "Number of epochs.");
-ABSL_FLAG(uint64_t, seed, 0, "Base seed for weights, sampling order and augmentation; rank 0's value wins (the launcher passes its own).");
-ABSL_FLAG(std::string, data_split, "train", "Which split to train on: train (with augmentation) or val (evaluation transform).");
-ABSL_FLAG(bool, drop_last_batch, true, "Skip each epoch's short last batch, so that every step has one shape (cudnn.benchmark tunes once).");
+ABSL_FLAG(uint64_t, seed, 0,
+          "Base seed for weights, sampling order and augmentation; rank 0's value wins (the "
+          "launcher passes its own).");
+ABSL_FLAG(std::string, data_split, "train",
+          "Which split to train on: train (with augmentation) or val (evaluation transform).");
+ABSL_FLAG(bool, drop_last_batch, true,
+          "Skip each epoch's short last batch, so that every step has one shape (cudnn.benchmark "
+          "tunes once).");
 ABSL_FLAG(int, ring_slots, 4, "Batches in flight in this rank's shared-memory ring (>= 3).");
 ABSL_FLAG(int, data_timeout_s, 120, "Seconds to wait for a batch before failing.");
-ABSL_FLAG(int, collective_timeout_s, 300, "Seconds a collective (gradient allreduce, stop vote, broadcast) may take before the rank reports which collective stalled and which ranks of its node have not reached it, and aborts. MPI_Finalize, which waits for every rank, has the same bound.");
-ABSL_FLAG(int, collective_abort_grace_s, 30, "Seconds after a collective timed out (and the communicators were aborted) before the rank exits whatever it is doing.");
+ABSL_FLAG(int, collective_timeout_s, 300,
+          "Seconds a collective (gradient allreduce, stop vote, broadcast) may take before the "
+          "rank reports which collective stalled and which ranks of its node have not reached it, "
+          "and aborts. MPI_Finalize, which waits for every rank, has the same bound.");
+ABSL_FLAG(int, collective_abort_grace_s, 30,
+          "Seconds after a collective timed out (and the communicators were aborted) before the "
+          "rank exits whatever it is doing.");
 ABSL_FLAG(int, bucket_mb, 25, "Gradient bucket size in MiB.");
 
 // Optimizer and schedule.
-ABSL_FLAG(std::string, optimizer, "sgd", "Optimizer: sgd or adamw (torch.optim semantics, fused kernels).");
+ABSL_FLAG(std::string, optimizer, "sgd",
+          "Optimizer: sgd or adamw (torch.optim semantics, fused kernels).");
 ABSL_FLAG(double, lr, 0.1, "Peak learning rate (reached after the warm-up).");
 ABSL_FLAG(double, momentum, 0.9, "SGD momentum.");
 ABSL_FLAG(bool, nesterov, false, "SGD: Nesterov momentum.");
-ABSL_FLAG(double, weight_decay, 0.0, "Weight decay (SGD: L2 added to the gradient; AdamW: decoupled).");
-ABSL_FLAG(bool, no_decay_bn_bias, false, "No weight decay for biases and normalisation parameters (all 1-dimensional parameters).");
+ABSL_FLAG(double, weight_decay, 0.0,
+          "Weight decay (SGD: L2 added to the gradient; AdamW: decoupled).");
+ABSL_FLAG(
+    bool, no_decay_bn_bias, false,
+    "No weight decay for biases and normalisation parameters (all 1-dimensional parameters).");
 ABSL_FLAG(double, adam_beta1, 0.9, "AdamW beta1.");
 ABSL_FLAG(double, adam_beta2, 0.999, "AdamW beta2.");
 ABSL_FLAG(double, adam_eps, 1e-8, "AdamW epsilon.");
-ABSL_FLAG(std::string, lr_schedule, "constant", "Learning-rate schedule after the warm-up, per optimizer step: constant, cosine (to --lr_min at the end) or step (times --lr_step_gamma at each of --lr_step_epochs).");
-ABSL_FLAG(double, warmup_epochs, 0.0, "Linear warm-up from lr/warmup_steps to --lr over this many epochs (may be fractional).");
-ABSL_FLAG(std::vector<std::string>, lr_step_epochs, {}, "--lr_schedule=step: the epochs at which the learning rate is multiplied by --lr_step_gamma, e.g. 30,60,80.");
-ABSL_FLAG(double, lr_step_gamma, 0.1, "--lr_schedule=step: the factor applied at each of --lr_step_epochs.");
+ABSL_FLAG(std::string, lr_schedule, "constant",
+          "Learning-rate schedule after the warm-up, per optimizer step: constant, cosine (to "
+          "--lr_min at the end) or step (times --lr_step_gamma at each of --lr_step_epochs).");
+ABSL_FLAG(double, warmup_epochs, 0.0,
+          "Linear warm-up from lr/warmup_steps to --lr over this many epochs (may be fractional).");
+ABSL_FLAG(std::vector<std::string>, lr_step_epochs, {},
+          "--lr_schedule=step: the epochs at which the learning rate is multiplied by "
+          "--lr_step_gamma, e.g. 30,60,80.");
+ABSL_FLAG(double, lr_step_gamma, 0.1,
+          "--lr_schedule=step: the factor applied at each of --lr_step_epochs.");
 ABSL_FLAG(double, lr_min, 0.0, "--lr_schedule=cosine: the learning rate at the end of training.");
 ABSL_FLAG(double, label_smoothing, 0.0, "Cross-entropy label smoothing in [0, 1).");
-ABSL_FLAG(double, clip_grad_norm, 0.0, "Clip the global L2 norm of the gradients to this value, after unscaling (0: off).");
-ABSL_FLAG(int, accumulate, 1, "Gradient accumulation: micro-batches per optimizer step; gradients are allreduced only on the last.");
+ABSL_FLAG(double, clip_grad_norm, 0.0,
+          "Clip the global L2 norm of the gradients to this value, after unscaling (0: off).");
+ABSL_FLAG(int, accumulate, 1,
+          "Gradient accumulation: micro-batches per optimizer step; gradients are allreduced only "
+          "on the last.");
 
 // Validation.
-ABSL_FLAG(int, val_every, 1, "Validate every N epochs and after the last, on the data service's validation split (0: never). Off when the service has no validation split.");
+ABSL_FLAG(int, val_every, 1,
+          "Validate every N epochs and after the last, on the data service's validation split (0: "
+          "never). Off when the service has no validation split.");
 ABSL_FLAG(int, val_batch_size, 0, "Validation batch size per rank (0: --batch_size).");
 
 // Checkpoints and preemption.
-ABSL_FLAG(std::string, checkpoint_dir, "", "Directory for checkpoints (written atomically by rank 0). Empty: no checkpoints.");
-ABSL_FLAG(int, checkpoint_every_steps, 0, "Write a checkpoint every N optimizer steps (0: not by steps).");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "Directory for checkpoints (written atomically by rank 0). Empty: no checkpoints.");
+ABSL_FLAG(int, checkpoint_every_steps, 0,
+          "Write a checkpoint every N optimizer steps (0: not by steps).");
 ABSL_FLAG(int, checkpoint_every_epochs, 1, "Write a checkpoint every N epochs (0: not by epochs).");
-ABSL_FLAG(int, keep_checkpoints, 3, "Keep the newest N checkpoints and delete older ones (0: keep all). With 2 or more, --resume=auto falls back past a damaged newest checkpoint to the one before.");
-ABSL_FLAG(std::string, resume, "auto", "auto: continue from the newest valid checkpoint in --checkpoint_dir if there is one; none: start afresh; or the path of a checkpoint file.");
+ABSL_FLAG(int, keep_checkpoints, 3,
+          "Keep the newest N checkpoints and delete older ones (0: keep all). With 2 or more, "
+          "--resume=auto falls back past a damaged newest checkpoint to the one before.");
+ABSL_FLAG(std::string, resume, "auto",
+          "auto: continue from the newest valid checkpoint in --checkpoint_dir if there is one; "
+          "none: start afresh; or the path of a checkpoint file.");
 ABSL_FLAG(std::string, checkpoint_mode, "0600",
           "File mode (octal) of checkpoints and --export weights; directories made for them get "
           "the same bits plus search where reading is allowed (0600: owner only, folders 0700; "
           "0640: group may read).");
-ABSL_FLAG(int, stop_after_steps, 0, "End this run after N optimizer steps with a checkpoint, as a preemption would, and exit 75 (0: off). For time-sliced jobs.");
+ABSL_FLAG(int, stop_after_steps, 0,
+          "End this run after N optimizer steps with a checkpoint, as a preemption would, and exit "
+          "75 (0: off). For time-sliced jobs.");
 
 // Outputs.
 ABSL_FLAG(int, log_every, 10, "Steps between progress lines (rank 0).");
-ABSL_FLAG(std::string, progress, "auto", "Progress line: inplace (redrawn with \\r), lines, or auto: in place when stderr is a terminal or STOKER_PROGRESS_IN_PLACE=1 (under mpirun the ranks' stderr is a pipe even when the job's is a terminal).");
+ABSL_FLAG(std::string, progress, "auto",
+          "Progress line: inplace (redrawn with \\r), lines, or auto: in place when stderr is a "
+          "terminal or STOKER_PROGRESS_IN_PLACE=1 (under mpirun the ranks' stderr is a pipe even "
+          "when the job's is a terminal).");
 ABSL_FLAG(std::string, metrics_out, "", "If set, rank 0 writes a JSON summary of the run here.");
-ABSL_FLAG(std::string, metrics_jsonl, "", "If set, rank 0 appends one JSON object per progress line, per validation and at the end.");
-ABSL_FLAG(std::string, tensorboard_dir, "", "If set, rank 0 writes TensorBoard scalars (an events.out.tfevents file) here.");
-ABSL_FLAG(std::string, loss_log, "", "If set, rank 0 writes `epoch step loss` for every batch here (syncs each step).");
-ABSL_FLAG(std::string, export, "", "If set, rank 0 writes the final model's state dict here (atomically) in torch.save's format: torch.load reads it and torchvision's model loads it with load_state_dict.");
-ABSL_FLAG(std::string, sample_log, "", "If set, each rank writes `epoch step index...` for every trained batch to PATH.rank<r>.");
-ABSL_FLAG(std::string, final_params_out, "", "If set, each rank writes its final parameters to PATH.rank<r> (raw bytes, for tests).");
-ABSL_FLAG(int, profile_steps, 0, "Measure a time breakdown per step (data wait, host-to-device, forward, backward, allreduce wait, optimizer) over N steps after the warm-up (0: off).");
+ABSL_FLAG(
+    std::string, metrics_jsonl, "",
+    "If set, rank 0 appends one JSON object per progress line, per validation and at the end.");
+ABSL_FLAG(std::string, tensorboard_dir, "",
+          "If set, rank 0 writes TensorBoard scalars (an events.out.tfevents file) here.");
+ABSL_FLAG(std::string, loss_log, "",
+          "If set, rank 0 writes `epoch step loss` for every batch here (syncs each step).");
+ABSL_FLAG(std::string, export, "",
+          "If set, rank 0 writes the final model's state dict here (atomically) in torch.save's "
+          "format: torch.load reads it and torchvision's model loads it with load_state_dict.");
+ABSL_FLAG(
+    std::string, sample_log, "",
+    "If set, each rank writes `epoch step index...` for every trained batch to PATH.rank<r>.");
+ABSL_FLAG(std::string, final_params_out, "",
+          "If set, each rank writes its final parameters to PATH.rank<r> (raw bytes, for tests).");
+ABSL_FLAG(int, profile_steps, 0,
+          "Measure a time breakdown per step (data wait, host-to-device, forward, backward, "
+          "allreduce wait, optimizer) over N steps after the warm-up (0: off).");
 
 // Device and precision.
-ABSL_FLAG(std::string, device, "auto", "auto (a GPU per local rank when there are GPUs), cuda or cpu.");
-ABSL_FLAG(std::string, precision, "bf16", "Autocast precision on the GPU: bf16, fp16 (with loss scaling) or fp32 (AMP off).");
+ABSL_FLAG(std::string, device, "auto",
+          "auto (a GPU per local rank when there are GPUs), cuda or cpu.");
+ABSL_FLAG(std::string, precision, "bf16",
+          "Autocast precision on the GPU: bf16, fp16 (with loss scaling) or fp32 (AMP off).");
 ABSL_FLAG(bool, channels_last, true, "Keep conv weights and inputs in channels_last layout.");
-ABSL_FLAG(bool, fused_blocks, true, "Run batch norm with its ReLU (and residual add) and max pooling as fused CUDA kernels, forward and backward (channels_last on a GPU; false: the libtorch ops they replace).");
+ABSL_FLAG(bool, fused_blocks, true,
+          "Run batch norm with its ReLU (and residual add) and max pooling as fused CUDA kernels, "
+          "forward and backward (channels_last on a GPU; false: the libtorch ops they replace).");
 ABSL_FLAG(bool, cudnn_benchmark, true, "Let cuDNN time its kernels for the (fixed) input shape.");
-ABSL_FLAG(bool, cuda_graphs, true, "GPU: after a few uncaptured steps, capture the training step (forward, backward, gradient reductions, optimizer) as CUDA graphs and replay them; same results, far fewer launches. Profiled steps run uncaptured; false: every step uncaptured.");
-ABSL_FLAG(bool, deterministic, false, "GPU: deterministic cuDNN and ATen algorithms (slower; turns --cudnn_benchmark off), so that a run and its resumed continuation give the same bits on the same GPUs. The CPU path is always deterministic.");
+ABSL_FLAG(bool, cuda_graphs, true,
+          "GPU: after a few uncaptured steps, capture the training step (forward, backward, "
+          "gradient reductions, optimizer) as CUDA graphs and replay them; same results, far fewer "
+          "launches. Profiled steps run uncaptured; false: every step uncaptured.");
+ABSL_FLAG(bool, deterministic, false,
+          "GPU: deterministic cuDNN and ATen algorithms (slower; turns --cudnn_benchmark off), so "
+          "that a run and its resumed continuation give the same bits on the same GPUs. The CPU "
+          "path is always deterministic.");
 ABSL_FLAG(double, init_scale, 65536.0, "fp16 loss scaler: initial scale.");
 ABSL_FLAG(double, growth_factor, 2.0, "fp16 loss scaler: growth factor.");
 ABSL_FLAG(double, backoff_factor, 0.5, "fp16 loss scaler: backoff factor.");
 ABSL_FLAG(int, growth_interval, 2000, "fp16 loss scaler: steps without inf/NaN before growing.");
-ABSL_FLAG(double, cache_release_fraction, 0.9, "Release cached device blocks when reserved memory passes this share of the GPU.");
+ABSL_FLAG(double, cache_release_fraction, 0.9,
+          "Release cached device blocks when reserved memory passes this share of the GPU.");
 
 // Benchmarking.
-ABSL_FLAG(int, synthetic_steps, 0, "Benchmark: reuse one batch made on the device for this many steps per epoch; no data service.");
+ABSL_FLAG(int, synthetic_steps, 0,
+          "Benchmark: reuse one batch made on the device for this many steps per epoch; no data "
+          "service.");
 ABSL_FLAG(int, warmup_steps, 10, "Steps left out of the throughput figure.");
-ABSL_FLAG(bool, data_only, false, "Benchmark the input pipeline: fetch, copy and normalise batches, train nothing.");
+ABSL_FLAG(bool, data_only, false,
+          "Benchmark the input pipeline: fetch, copy and normalise batches, train nothing.");
 
 namespace stoker::trainer {
 namespace {
@@ -106,8 +176,8 @@ FlagSpec TrainerFlagSpec() {
   spec.positional_hint = "the trainer takes only --name=value flags";
   spec.sections = {
       {"Data and model",
-       {"data_socket", "model", "init_weights", "num_classes", "image_size", "batch_size",
-        "epochs", "seed", "data_split", "drop_last_batch", "ring_slots", "data_timeout_s", "bucket_mb"}},
+       {"data_socket", "model", "init_weights", "num_classes", "image_size", "batch_size", "epochs",
+        "seed", "data_split", "drop_last_batch", "ring_slots", "data_timeout_s", "bucket_mb"}},
       {"Optimizer and schedule",
        {"optimizer", "lr", "momentum", "nesterov", "weight_decay", "no_decay_bn_bias", "adam_beta1",
         "adam_beta2", "adam_eps", "lr_schedule", "warmup_epochs", "lr_step_epochs", "lr_step_gamma",
@@ -120,8 +190,8 @@ FlagSpec TrainerFlagSpec() {
        {"log_every", "progress", "metrics_out", "metrics_jsonl", "tensorboard_dir", "loss_log",
         "export", "final_params_out", "sample_log", "profile_steps"}},
       {"Device and precision",
-       {"device", "precision", "channels_last", "fused_blocks", "cuda_graphs", "cudnn_benchmark", "deterministic",
-        "init_scale", "growth_factor", "backoff_factor", "growth_interval",
+       {"device", "precision", "channels_last", "fused_blocks", "cuda_graphs", "cudnn_benchmark",
+        "deterministic", "init_scale", "growth_factor", "backoff_factor", "growth_interval",
         "cache_release_fraction"}},
       {"Benchmarking", {"synthetic_steps", "warmup_steps", "data_only"}},
       {"Fault handling", {"collective_timeout_s", "collective_abort_grace_s"}},

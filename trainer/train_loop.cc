@@ -40,20 +40,27 @@ using Stopped = absl::optional<TrainingOutcome>;  // a run that ends early, or n
 // in reverse (the input before the model it feeds).
 class Trainer {
  public:
-  Trainer(const TrainerOptions& options, const RunContext& context, Communicator& gradients, Communicator& host,
-          RunInputFactory open_input)
-      : o_(options), context_(context), gradients_(gradients), host_(host), open_input_(std::move(open_input)) {}
+  Trainer(const TrainerOptions& options, const RunContext& context, Communicator& gradients,
+          Communicator& host, RunInputFactory open_input)
+      : o_(options),
+        context_(context),
+        gradients_(gradients),
+        host_(host),
+        open_input_(std::move(open_input)) {}
 
   absl::StatusOr<TrainingOutcome> Run();
 
  private:
   absl::Status Resume();
   absl::StatusOr<Stopped> TrainEpoch(int64_t epoch);
-  absl::StatusOr<int> NextMicroBatch(int64_t epoch, int64_t index, TrainingBatch* batch, StepProfiler* profiler);
-  absl::Status AfterOptimizerStep(int64_t epoch, int64_t batches_done, int group, const at::Tensor& loss_sum);
+  absl::StatusOr<int> NextMicroBatch(int64_t epoch, int64_t index, TrainingBatch* batch,
+                                     StepProfiler* profiler);
+  absl::Status AfterOptimizerStep(int64_t epoch, int64_t batches_done, int group,
+                                  const at::Tensor& loss_sum);
   absl::StatusOr<int> Validate(int64_t epoch);
   absl::StatusOr<std::string> WriteCheckpoint(const RunPosition& position);
-  absl::StatusOr<TrainingOutcome> Stop(TrainingOutcome::End end, int signal_number, const RunPosition& position);
+  absl::StatusOr<TrainingOutcome> Stop(TrainingOutcome::End end, int signal_number,
+                                       const RunPosition& position);
   absl::StatusOr<TrainingOutcome> Finish();
 
   const TrainerOptions& o_;
@@ -93,11 +100,13 @@ absl::Status Trainer::Resume() {
   RETURN_IF_ERROR(CheckResumable(*saved_, start_, current, checkpoint->source()));
   RETURN_IF_ERROR(RestoreTrainingState(*checkpoint, trained_->state()));
   if (saved_->seed != seed_ && context_.rank0()) {
-    LogWarning("--seed=%d differs from the checkpoint's %d: continuing with the checkpoint's", seed_, saved_->seed);
+    LogWarning("--seed=%d differs from the checkpoint's %d: continuing with the checkpoint's",
+               seed_, saved_->seed);
   }
   seed_ = saved_->seed;
-  reporter_->Note(absl::StrFormat("resuming from %s: epoch %d, batch %d, step %d", checkpoint->source(),
-                                  start_.epoch + 1, start_.batches_done, start_.global_step));
+  reporter_->Note(absl::StrFormat("resuming from %s: epoch %d, batch %d, step %d",
+                                  checkpoint->source(), start_.epoch + 1, start_.batches_done,
+                                  start_.global_step));
   return absl::OkStatus();
 }
 
@@ -118,7 +127,8 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
   RETURN_IF_ERROR(Resume());
   global_step_ = start_.global_step;
   if (start_.epoch >= o_.epochs) {
-    reporter_->Note(absl::StrCat("the checkpoint is at the end of training (", o_.epochs, " epochs): nothing to train"));
+    reporter_->Note(absl::StrCat("the checkpoint is at the end of training (", o_.epochs,
+                                 " epochs): nothing to train"));
     return Finish();
   }
 
@@ -132,7 +142,8 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
        saved_->accumulate != o_.step.accumulate)) {
     // At an epoch boundary the run may change shape; the schedule continues at the epoch.
     global_step_ = start_.epoch * steps_per_epoch_;
-    reporter_->Note(absl::StrCat("the run's batch geometry changed: the schedule continues at step ", global_step_));
+    reporter_->Note(absl::StrCat(
+        "the run's batch geometry changed: the schedule continues at step ", global_step_));
   }
   EnableAutocast(o_.device, context_);
   reporter_->Starting(input_->batches_per_epoch(), steps_per_epoch_, o_.step.accumulate,
@@ -150,7 +161,9 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
     const bool last = epoch + 1 == o_.epochs;
     if (input_->has_validation() && ((epoch + 1) % o_.validation.every == 0 || last)) {
       ASSIGN_OR_RETURN(int stop, Validate(epoch));
-      if (stop != 0) return Stop(TrainingOutcome::End::kStopSignal, stop, RunPosition{epoch + 1, 0, global_step_});
+      if (stop != 0)
+        return Stop(TrainingOutcome::End::kStopSignal, stop,
+                    RunPosition{epoch + 1, 0, global_step_});
     }
     if (!last && o_.checkpoint.every_epochs > 0 && (epoch + 1) % o_.checkpoint.every_epochs == 0) {
       RETURN_IF_ERROR(WriteCheckpoint(RunPosition{epoch + 1, 0, global_step_}).status());
@@ -170,14 +183,15 @@ absl::StatusOr<Stopped> Trainer::TrainEpoch(int64_t epoch) {
   TrainStep& step = trained_->step();
   while (b < trained) {
     const int group = static_cast<int>(std::min<int64_t>(o_.step.accumulate, trained - b));
-    ASSIGN_OR_RETURN(StepProfiler* profiler, profiled_->Start(steps_this_run_, *trained_));
+    ASSIGN_OR_RETURN(StepProfiler * profiler, profiled_->Start(steps_this_run_, *trained_));
     trained_->SeedRandomOps(seed_, context_.rank.rank, global_step_);
     step.Begin(group);
     at::Tensor loss_sum;
     for (int i = 0; i < group; ++i) {
       TrainingBatch batch;
       ASSIGN_OR_RETURN(int stop, NextMicroBatch(epoch, b + i, &batch, profiler));
-      if (stop != 0) return Stop(TrainingOutcome::End::kStopSignal, stop, RunPosition{epoch, b, global_step_});
+      if (stop != 0)
+        return Stop(TrainingOutcome::End::kStopSignal, stop, RunPosition{epoch, b, global_step_});
       ASSIGN_OR_RETURN(at::Tensor loss, step.MicroBatch(batch.images, batch.labels, profiler));
       RETURN_IF_ERROR(reporter_->LogLoss(epoch, b + i, loss));
       loss_sum = loss_sum.defined() ? loss_sum + loss : loss;
@@ -197,7 +211,8 @@ absl::StatusOr<Stopped> Trainer::TrainEpoch(int64_t epoch) {
   for (; b < input_->batches_per_epoch(); ++b) {
     TrainingBatch batch;
     ASSIGN_OR_RETURN(int stop, NextMicroBatch(epoch, b, &batch, nullptr));
-    if (stop != 0) return Stop(TrainingOutcome::End::kStopSignal, stop, RunPosition{epoch, b, global_step_});
+    if (stop != 0)
+      return Stop(TrainingOutcome::End::kStopSignal, stop, RunPosition{epoch, b, global_step_});
   }
   return Stopped();
 }
@@ -211,8 +226,9 @@ absl::StatusOr<int> Trainer::NextMicroBatch(int64_t epoch, int64_t index, Traini
   absl::Status local = data_error_.ok() ? next.status() : data_error_;
   data_error_ = absl::OkStatus();
   if (next.ok() && (next->epoch != epoch || next->step != index)) {
-    return absl::InternalError(absl::StrCat("the data service delivered epoch ", next->epoch, " step ", next->step,
-                                            ", expected ", epoch, " ", index));
+    return absl::InternalError(absl::StrCat("the data service delivered epoch ", next->epoch,
+                                            " step ", next->step, ", expected ", epoch, " ",
+                                            index));
   }
   ASSIGN_OR_RETURN(int stop, AgreeOnStop(host_, local));
   if (stop != 0) return stop;
@@ -224,19 +240,22 @@ absl::StatusOr<int> Trainer::NextMicroBatch(int64_t epoch, int64_t index, Traini
     } else {
       profiler->MoveHostSeconds(StepPhase::kHostToDevice, StepPhase::kDataWait, wait);
     }
-    RETURN_IF_ERROR(profiler->Mark(StepPhase::kDataWait));  // the vote: waiting for the other ranks' data
+    RETURN_IF_ERROR(
+        profiler->Mark(StepPhase::kDataWait));  // the vote: waiting for the other ranks' data
   }
   reporter_->AddBatch(epoch, index, batch->data_wait, batch->sample_indices);
   return 0;
 }
 
-absl::Status Trainer::AfterOptimizerStep(int64_t epoch, int64_t batches_done, int group, const at::Tensor& loss_sum) {
+absl::Status Trainer::AfterOptimizerStep(int64_t epoch, int64_t batches_done, int group,
+                                         const at::Tensor& loss_sum) {
   ++global_step_;
   ++steps_this_run_;
   reporter_->AddStep(static_cast<int64_t>(group) * o_.input.batch_size * context_.world_size(),
                      loss_sum.to(at::kFloat) / group, /*first_of_run=*/steps_this_run_ == 1);
   if (steps_this_run_ == o_.benchmark.warmup_steps) {
-    if (context_.use_cuda) ReportDeviceMemory(o_.device, context_, /*log=*/context_.rank.local_rank == 0);
+    if (context_.use_cuda)
+      ReportDeviceMemory(o_.device, context_, /*log=*/context_.rank.local_rank == 0);
     // The measured window starts when the device has finished the warm-up steps, not when
     // the host has queued them (it runs several steps ahead), as the Python recipes time.
     RETURN_IF_ERROR(WaitForDevice(context_));
@@ -248,7 +267,8 @@ absl::Status Trainer::AfterOptimizerStep(int64_t epoch, int64_t batches_done, in
 
   // The loss averaged over the window and over ranks: a collective on every rank.
   at::Tensor mean_loss = reporter_->TakeMeanLoss();
-  RETURN_IF_ERROR(gradients_.AllReduce(mean_loss.data_ptr(), 1, ElementType::kFloat32, ReduceOp::kAverage));
+  RETURN_IF_ERROR(
+      gradients_.AllReduce(mean_loss.data_ptr(), 1, ElementType::kFloat32, ReduceOp::kAverage));
   RETURN_IF_ERROR(gradients_.Synchronize());
   TrainProgress progress;
   progress.epoch = epoch;
@@ -259,7 +279,8 @@ absl::Status Trainer::AfterOptimizerStep(int64_t epoch, int64_t batches_done, in
   progress.steps_this_run = steps_this_run_;
   progress.loss = mean_loss.item<float>();
   progress.learning_rate = schedule_->At(global_step_ - 1);
-  if (trained_->step().grad_norm().defined()) progress.grad_norm = trained_->step().grad_norm().item<float>();
+  if (trained_->step().grad_norm().defined())
+    progress.grad_norm = trained_->step().grad_norm().item<float>();
   if (context_.rank0()) progress.memory = MemoryText(context_);
   return reporter_->Progress(progress);
 }
@@ -271,10 +292,12 @@ absl::StatusOr<int> Trainer::Validate(int64_t epoch) {
   ASSIGN_OR_RETURN(int stop_now, AgreeOnStop(host_, pass.status()));
   if (stop_now != 0) return stop_now;
   ValidationResult result;
-  ASSIGN_OR_RETURN(int stop, RunValidationPass(trained_->model(), *pass, epoch, context_, host_, &result));
+  ASSIGN_OR_RETURN(int stop,
+                   RunValidationPass(trained_->model(), *pass, epoch, context_, host_, &result));
   if (stop != 0) return stop;
   reporter_->ExcludeSince(start);
-  RETURN_IF_ERROR(reporter_->Validation(epoch, global_step_, {result.samples, result.top1, result.top5, result.loss},
+  RETURN_IF_ERROR(reporter_->Validation(epoch, global_step_,
+                                        {result.samples, result.top1, result.top5, result.loss},
                                         Seconds(Clock::now() - start)));
   return 0;
 }
@@ -282,11 +305,14 @@ absl::StatusOr<int> Trainer::Validate(int64_t epoch) {
 absl::StatusOr<std::string> Trainer::WriteCheckpoint(const RunPosition& position) {
   if (!checkpoints_->writes()) return std::string();
   const Clock::time_point start = Clock::now();
-  ASSIGN_OR_RETURN(std::string bytes, EncodeCheckpoint(trained_->state(), position, GeometryOf(o_, context_.world_size(), seed_)));
+  ASSIGN_OR_RETURN(
+      std::string bytes,
+      EncodeCheckpoint(trained_->state(), position, GeometryOf(o_, context_.world_size(), seed_)));
   ASSIGN_OR_RETURN(std::string path, checkpoints_->Write(position.global_step, bytes));
   reporter_->ExcludeSince(start);
-  reporter_->Note(absl::StrFormat("checkpoint %s (epoch %d, batch %d, step %d; %.1f MB in %.2f s)", path,
-                                  position.epoch + 1, position.batches_done, position.global_step, bytes.size() / 1e6,
+  reporter_->Note(absl::StrFormat("checkpoint %s (epoch %d, batch %d, step %d; %.1f MB in %.2f s)",
+                                  path, position.epoch + 1, position.batches_done,
+                                  position.global_step, bytes.size() / 1e6,
                                   Seconds(Clock::now() - start)));
   return path;
 }
@@ -305,14 +331,15 @@ absl::StatusOr<TrainingOutcome> Trainer::Stop(TrainingOutcome::End end, int sign
     RETURN_IF_ERROR(host_.Synchronize());
   }
   if (!written.ok()) return written.status();
-  if (ok == 0) return absl::DataLossError("rank 0 could not write the checkpoint (its log says why)");
+  if (ok == 0)
+    return absl::DataLossError("rank 0 could not write the checkpoint (its log says why)");
   outcome.checkpoint = *written;
   const bool by_signal = end == TrainingOutcome::End::kStopSignal;
   RETURN_IF_ERROR(reporter_->Stopped(
       by_signal ? absl::StrCat("stopped by ", strsignal(signal_number))
                 : absl::StrCat("stopped after --stop_after_steps=", o_.checkpoint.stop_after_steps),
-      by_signal ? "signal" : "stop_after_steps", position.epoch, position.batches_done, input_->batches_per_epoch(),
-      position.global_step, outcome.checkpoint));
+      by_signal ? "signal" : "stop_after_steps", position.epoch, position.batches_done,
+      input_->batches_per_epoch(), position.global_step, outcome.checkpoint));
   return outcome;
 }
 
@@ -343,14 +370,17 @@ absl::StatusOr<TrainingOutcome> Trainer::Finish() {
   summary.loss_scale = trained_->scaler().scale();
   summary.skipped_steps = trained_->step().skipped_steps();
   if (trained_->step().graphs_captured() > 0) {
-    reporter_->Note(absl::StrFormat("CUDA graphs: %d captured, %d replays", trained_->step().graphs_captured(),
+    reporter_->Note(absl::StrFormat("CUDA graphs: %d captured, %d replays",
+                                    trained_->step().graphs_captured(),
                                     trained_->step().replays()));
   }
   summary.profiler = profiled_->profiler();
   RETURN_IF_ERROR(reporter_->Finished(summary));
-  if (context_.use_cuda) ReportDeviceMemory(o_.device, context_, /*log=*/context_.rank.local_rank == 0);
+  if (context_.use_cuda)
+    ReportDeviceMemory(o_.device, context_, /*log=*/context_.rank.local_rank == 0);
   if (!o_.report.final_params_out.empty()) {
-    RETURN_IF_ERROR(trained_->WriteParameters(absl::StrCat(o_.report.final_params_out, ".rank", context_.rank.rank)));
+    RETURN_IF_ERROR(trained_->WriteParameters(
+        absl::StrCat(o_.report.final_params_out, ".rank", context_.rank.rank)));
   }
   return outcome;
 }
@@ -369,25 +399,29 @@ int ExitCodeFor(const TrainingOutcome& outcome) {
   return kExitError;
 }
 
-absl::StatusOr<TrainingOutcome> RunTraining(const TrainerOptions& options, const RunContext& context,
-                                            Communicator& gradients, Communicator& host, RunInputFactory open_input) {
+absl::StatusOr<TrainingOutcome> RunTraining(const TrainerOptions& options,
+                                            const RunContext& context, Communicator& gradients,
+                                            Communicator& host, RunInputFactory open_input) {
   RETURN_IF_ERROR(ValidateOptions(options));
   if (open_input == nullptr) {
     open_input = [&](const InputStart& start) { return OpenRunInput(options, context, start); };
   }
-  // Every collective gets a deadline (Note [Collective deadline] in trainer/comm/collective_watchdog.h).
+  // Every collective gets a deadline (Note [Collective deadline] in
+  // trainer/comm/collective_watchdog.h).
   const launcher::RankInfo& rank = context.rank;
-  ASSIGN_OR_RETURN(CollectiveProgressTable progress_table,
-                   ShareNodeProgressTable(
-                       host, NodePlace{rank.local_rank, rank.local_size, rank.node_index},
-                       context.job_id));
+  ASSIGN_OR_RETURN(
+      CollectiveProgressTable progress_table,
+      ShareNodeProgressTable(host, NodePlace{rank.local_rank, rank.local_size, rank.node_index},
+                             context.job_id));
   CollectiveWatchdogOptions watch;
   watch.timeout = options.comm.collective_timeout;
   watch.abort_grace = options.comm.collective_abort_grace;
   watch.exit_code = ::stoker::kExitTimeout;
-  ASSIGN_OR_RETURN(std::unique_ptr<CollectiveWatchdog> watchdog,
-                   CollectiveWatchdog::Start(watch, WatchedRank{rank.rank, rank.world_size, rank.local_rank, rank.node_index},
-                                             {&gradients, &host}, &progress_table));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<CollectiveWatchdog> watchdog,
+      CollectiveWatchdog::Start(
+          watch, WatchedRank{rank.rank, rank.world_size, rank.local_rank, rank.node_index},
+          {&gradients, &host}, &progress_table));
   Trainer trainer(options, context, gradients, host, std::move(open_input));
   return TorchCall("training", [&] { return trainer.Run(); });
 }

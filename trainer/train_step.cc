@@ -83,16 +83,19 @@ void TrainStep::DisableGraphs(const absl::Status& why) {
   options_.cuda_graphs = false;
 }
 
-absl::StatusOr<at::Tensor> TrainStep::ForwardBackward(const at::Tensor& images, const at::Tensor& labels,
+absl::StatusOr<at::Tensor> TrainStep::ForwardBackward(const at::Tensor& images,
+                                                      const at::Tensor& labels,
                                                       StepProfiler* profiler) {
-  const std::string micro_batch = absl::StrCat(" of micro-batch ", done_ + 1, " of ", micro_batches_);
-  ASSIGN_OR_RETURN(at::Tensor loss, TorchCall(absl::StrCat("train step: forward", micro_batch), [&] {
-    at::Tensor loss = at::cross_entropy_loss(model_.forward(images), labels, /*weight=*/{},
-                                             at::Reduction::Mean, /*ignore_index=*/-100,
-                                             options_.label_smoothing);
-    if (options_.autocast) at::autocast::clear_cache();
-    return loss;
-  }));
+  const std::string micro_batch =
+      absl::StrCat(" of micro-batch ", done_ + 1, " of ", micro_batches_);
+  ASSIGN_OR_RETURN(
+      at::Tensor loss, TorchCall(absl::StrCat("train step: forward", micro_batch), [&] {
+        at::Tensor loss = at::cross_entropy_loss(model_.forward(images), labels, /*weight=*/{},
+                                                 at::Reduction::Mean, /*ignore_index=*/-100,
+                                                 options_.label_smoothing);
+        if (options_.autocast) at::autocast::clear_cache();
+        return loss;
+      }));
   if (profiler != nullptr) RETURN_IF_ERROR(profiler->Mark(StepPhase::kForward));
   RETURN_IF_ERROR(TorchCall(absl::StrCat("train step: backward", micro_batch), [&] {
     const at::Tensor objective = micro_batches_ > 1 ? loss / micro_batches_ : loss;
@@ -101,12 +104,21 @@ absl::StatusOr<at::Tensor> TrainStep::ForwardBackward(const at::Tensor& images, 
   return loss;
 }
 
-absl::StatusOr<TrainStep::MicroBatchGraph*> TrainStep::GraphForMicroBatch(bool first, bool last,
-                                                                          const at::Tensor& images,
-                                                                          const at::Tensor& labels) {
+absl::StatusOr<TrainStep::MicroBatchGraph*> TrainStep::GraphForMicroBatch(
+    bool first, bool last, const at::Tensor& images, const at::Tensor& labels) {
   if (graphs_ != nullptr) {
     auto found = graphs_->micro_batches.find({first, last});
-    if (found != graphs_->micro_batches.end()) return &found->second;
+    if (found != graphs_->micro_batches.end()) {
+      // A batch of another shape or layout runs uncaptured (and is not captured: the loop's
+      // training batches all have one shape).
+      const MicroBatchGraph& graph = found->second;
+      const bool same = graph.images.sizes() == images.sizes() &&
+                        graph.images.strides() == images.strides() &&
+                        graph.images.scalar_type() == images.scalar_type() &&
+                        graph.labels.sizes() == labels.sizes() &&
+                        graph.labels.scalar_type() == labels.scalar_type();
+      return same ? &found->second : nullptr;
+    }
   }
   if (!ReadyToCapture()) return nullptr;
   if (graphs_ == nullptr) {
@@ -136,18 +148,22 @@ absl::StatusOr<TrainStep::MicroBatchGraph*> TrainStep::GraphForMicroBatch(bool f
         return absl::OkStatus();
       });
   if (!captured.ok()) {
+    // Autocast caches the weights it cast in the failed forward: casts the graph recorded
+    // and never ran.
+    if (options_.autocast) at::autocast::clear_cache();
     DisableGraphs(captured.status());
     return nullptr;
   }
   graph.graph = std::move(*captured);
-  return &graphs_->micro_batches.emplace(std::make_pair(first, last), std::move(graph)).first->second;
+  return &graphs_->micro_batches.emplace(std::make_pair(first, last), std::move(graph))
+              .first->second;
 }
 
 absl::StatusOr<at::Tensor> TrainStep::MicroBatch(const at::Tensor& images, const at::Tensor& labels,
                                                  StepProfiler* profiler) {
   if (done_ >= micro_batches_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("TrainStep: micro-batch ", done_ + 1, " of a step announced with ", micro_batches_));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "TrainStep: micro-batch ", done_ + 1, " of a step announced with ", micro_batches_));
   }
   const bool first = done_ == 0;
   const bool last = done_ + 1 == micro_batches_;
@@ -165,7 +181,8 @@ absl::StatusOr<at::Tensor> TrainStep::MicroBatch(const at::Tensor& images, const
       return TorchCall("train step: the loss of a CUDA graph", [&] { return graph->loss.clone(); });
     }
   }
-  if (first) RETURN_IF_ERROR(TorchCall("train step: zeroing the gradients", [&] { buckets_.ZeroGrad(); }));
+  if (first)
+    RETURN_IF_ERROR(TorchCall("train step: zeroing the gradients", [&] { buckets_.ZeroGrad(); }));
   buckets_.BeginStep(/*reduce=*/last);
   ASSIGN_OR_RETURN(at::Tensor loss, ForwardBackward(images, labels, profiler));
   if (profiler != nullptr) RETURN_IF_ERROR(profiler->Mark(StepPhase::kBackward));
@@ -234,8 +251,8 @@ absl::StatusOr<TrainStep::FinishGraph*> TrainStep::GraphForFinish() {
 
 absl::Status TrainStep::Finish(double learning_rate, StepProfiler* profiler) {
   if (done_ != micro_batches_) {
-    return absl::FailedPreconditionError(absl::StrCat("TrainStep: Finish after ", done_, " of ",
-                                                      micro_batches_, " micro-batches"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("TrainStep: Finish after ", done_, " of ", micro_batches_, " micro-batches"));
   }
   RETURN_IF_ERROR(TorchCall("train step: setting the learning rate",
                             [&] { optimizer_.set_learning_rate(learning_rate); }));

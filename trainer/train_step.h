@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "trainer/optim/fused_optimizer.h"
 #include "trainer/comm/grad_buckets.h"
 #include "trainer/nn/image_classifier.h"
 #include "trainer/nn/loss_scaler.h"
+#include "trainer/optim/fused_optimizer.h"
 #include "trainer/report/step_profiler.h"
 
 namespace stoker::trainer {
@@ -42,7 +42,8 @@ struct TrainStepOptions {
 // rest of the step (unscale, clip, optimizer, scale update; inf/NaN skips on the device) as
 // one more graph. Later steps copy their batch into the graph's inputs, set the learning
 // rate's device tensor and replay: a few launches instead of thousands of kernels. Steps
-// given a profiler run uncaptured, so that their phases can be timed. Captured and
+// given a profiler run uncaptured, so that their phases can be timed, and so does a
+// micro-batch whose shape or layout differs from its graph's. Captured and
 // uncaptured steps run the same kernels on the same tensors, so they give the same bits.
 // A capture that fails (a model that reads a device value on the host, say) turns graphs
 // off for the rest of the run with a warning; that micro-batch then runs uncaptured.
@@ -57,7 +58,8 @@ inline constexpr int kUncapturedSteps = 3;
 class TrainStep {
  public:
   TrainStep(ImageClassifier& model, GradBuckets& buckets, FusedOptimizer& optimizer,
-            LossScaler& scaler, std::vector<at::Tensor> parameters, const TrainStepOptions& options);
+            LossScaler& scaler, std::vector<at::Tensor> parameters,
+            const TrainStepOptions& options);
   ~TrainStep();
 
   // Starts an optimizer step of `micro_batches` micro-batches (its first micro-batch zeroes
@@ -100,7 +102,8 @@ class TrainStep {
   bool ReadyToCapture() const;
   // The graph for a micro-batch of this kind, captured now if the step is ready; nullptr
   // when it runs uncaptured.
-  absl::StatusOr<MicroBatchGraph*> GraphForMicroBatch(bool first, bool last, const at::Tensor& images,
+  absl::StatusOr<MicroBatchGraph*> GraphForMicroBatch(bool first, bool last,
+                                                      const at::Tensor& images,
                                                       const at::Tensor& labels);
   absl::StatusOr<FinishGraph*> GraphForFinish();
   // Forward (with a profiler mark after it) and scaled backward of one micro-batch.
@@ -110,7 +113,6 @@ class TrainStep {
   // or, `on_device`, inside the optimizer's kernels.
   absl::Status UpdateParameters(bool on_device);
   void DisableGraphs(const absl::Status& why);
-
 
   ImageClassifier& model_;
   GradBuckets& buckets_;
@@ -124,7 +126,7 @@ class TrainStep {
   at::Tensor grad_norm_;
   int64_t skipped_uncaptured_ = 0;
   int64_t uncaptured_steps_ = 0;
-  bool applied_a_step_ = false;   // an uncaptured Finish ran the optimizer
+  bool applied_a_step_ = false;  // an uncaptured Finish ran the optimizer
   bool last_finish_replayed_ = false;
   int64_t replays_ = 0;
   std::unique_ptr<Graphs> graphs_;  // with cuda_graphs, until a capture fails

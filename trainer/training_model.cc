@@ -32,8 +32,8 @@ absl::StatusOr<std::unique_ptr<TrainingModel>> TrainingModel::Create(const Train
                                         o.model.fused_blocks));
   if (!o.model.init_weights.empty()) {
     ASSIGN_OR_RETURN(auto state, ReadStateDictFile(o.model.init_weights));
-    RETURN_IF_ERROR(LoadStateDict(state, *t->model_,
-                                  absl::StrCat("--init_weights=", o.model.init_weights)));
+    RETURN_IF_ERROR(
+        LoadStateDict(state, *t->model_, absl::StrCat("--init_weights=", o.model.init_weights)));
   }
   t->model_->to(TrainingDevice(context));
   if (o.device.channels_last) {
@@ -53,8 +53,9 @@ absl::StatusOr<std::unique_ptr<TrainingModel>> TrainingModel::Create(const Train
     t->timed_ = std::make_unique<TimedCommunicator>(&gradients);
     reducing = t->timed_.get();
   }
-  ASSIGN_OR_RETURN(t->buckets_, GradBuckets::Create(parameters, names, o.comm.bucket_bytes(), reducing,
-                                                    /*fixed_addresses=*/cuda_graphs));
+  ASSIGN_OR_RETURN(t->buckets_,
+                   GradBuckets::Create(parameters, names, o.comm.bucket_bytes(), reducing,
+                                       /*fixed_addresses=*/cuda_graphs));
 
   // Biases and normalisation parameters (one dimension) without decay, if asked.
   std::vector<ParameterGroup> groups(2);
@@ -75,13 +76,14 @@ absl::StatusOr<std::unique_ptr<TrainingModel>> TrainingModel::Create(const Train
   step_options.clip_grad_norm = o.step.clip_grad_norm;
   step_options.autocast = UsesAutocast(o.device, context);
   step_options.cuda_graphs = cuda_graphs;
-  t->step_ = std::make_unique<TrainStep>(*t->model_, *t->buckets_, *t->optimizer_, t->scaler_, std::move(parameters),
-                                         step_options);
+  t->step_ = std::make_unique<TrainStep>(*t->model_, *t->buckets_, *t->optimizer_, t->scaler_,
+                                         std::move(parameters), step_options);
   return t;
 }
 
 void TrainingModel::SeedRandomOps(uint64_t run_seed, int rank, int64_t step) {
-  const uint64_t seed_and_rank = SplitMix64Mix(SplitMix64Mix(run_seed) ^ static_cast<uint64_t>(rank));
+  const uint64_t seed_and_rank =
+      SplitMix64Mix(SplitMix64Mix(run_seed) ^ static_cast<uint64_t>(rank));
   model_->SetRandomSeed(SplitMix64Mix(seed_and_rank ^ static_cast<uint64_t>(step)));
 }
 
@@ -105,8 +107,10 @@ RunGeometry GeometryOf(const TrainerOptions& o, int world_size, uint64_t seed) {
 
 absl::Status TrainingModel::BroadcastState(Communicator& communicator) {
   c10::NoGradGuard no_grad;
-  for (at::Tensor& p : model_->parameters()) RETURN_IF_ERROR(communicator.Broadcast(p.data_ptr(), p.nbytes(), 0));
-  for (at::Tensor& b : model_->buffers()) RETURN_IF_ERROR(communicator.Broadcast(b.data_ptr(), b.nbytes(), 0));
+  for (at::Tensor& p : model_->parameters())
+    RETURN_IF_ERROR(communicator.Broadcast(p.data_ptr(), p.nbytes(), 0));
+  for (at::Tensor& b : model_->buffers())
+    RETURN_IF_ERROR(communicator.Broadcast(b.data_ptr(), b.nbytes(), 0));
   return communicator.Synchronize();
 }
 

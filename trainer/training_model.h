@@ -29,7 +29,8 @@ class TrainingModel {
   // Builds the model (seeded with --seed) on the context's device, channels_last when asked,
   // and what trains it; gradients are averaged through `gradients`.
   static absl::StatusOr<std::unique_ptr<TrainingModel>> Create(const TrainerOptions& options,
-                                                               const RunContext& context, Communicator& gradients);
+                                                               const RunContext& context,
+                                                               Communicator& gradients);
 
   ImageClassifier& model() { return *model_; }
   // Seeds the model's random ops (dropout) for optimizer step `step` of rank `rank`: a
@@ -39,7 +40,9 @@ class TrainingModel {
   TrainStep& step() { return *step_; }
   const LossScaler& scaler() const { return scaler_; }
   // The state checkpoints save and restore.
-  TrainingStateRefs state() { return TrainingStateRefs{model_.get(), optimizer_.get(), optimizer_names_, &scaler_}; }
+  TrainingStateRefs state() {
+    return TrainingStateRefs{model_.get(), optimizer_.get(), optimizer_names_, &scaler_};
+  }
   // Gives every rank rank 0's weights and buffers before the first step, as DDP does. A
   // collective over `communicator`: the same order on every rank.
   absl::Status BroadcastState(Communicator& communicator);

@@ -33,8 +33,9 @@ absl::StatusOr<ElementType> ElementTypeOf(const at::Tensor& t) {
 class AccumulatedHook final : public torch::autograd::FunctionPostHook {
  public:
   explicit AccumulatedHook(std::function<void()> callback) : callback_(std::move(callback)) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list& /*inputs*/) override {
+  torch::autograd::variable_list operator()(
+      const torch::autograd::variable_list& outputs,
+      const torch::autograd::variable_list& /*inputs*/) override {
     callback_();
     return outputs;
   }
@@ -55,61 +56,67 @@ struct GradBuckets::Hooks {
   }
 };
 
-absl::StatusOr<std::unique_ptr<GradBuckets>> GradBuckets::Create(
-    std::vector<at::Tensor> parameters, std::vector<std::string> names, size_t bucket_bytes,
-    Communicator* communicator, bool fixed_addresses) {
-  return TorchCall("gradient buckets: creating the buckets",
-                   [&]() -> absl::StatusOr<std::unique_ptr<GradBuckets>> {
-    if (parameters.empty()) return absl::InvalidArgumentError("the model has no parameters");
-    if (names.size() != parameters.size()) {
-      return absl::InvalidArgumentError("one name per parameter is needed");
-    }
-    const at::TensorOptions options = parameters[0].options().requires_grad(false);
-    std::vector<int64_t> numels;
-    for (size_t i = 0; i < parameters.size(); ++i) {
-      if (parameters[i].scalar_type() != parameters[0].scalar_type() ||
-          parameters[i].device() != parameters[0].device()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("parameter ", names[i], " differs in dtype or device from ", names[0]));
-      }
-      if (!parameters[i].requires_grad()) {
-        return absl::InvalidArgumentError(absl::StrCat("parameter ", names[i], " does not require grad"));
-      }
-      numels.push_back(parameters[i].numel());
-    }
-    RETURN_IF_ERROR(ElementTypeOf(parameters[0]).status());
-    std::vector<Bucket> plan = PlanBuckets(numels, parameters[0].element_size(), bucket_bytes);
-    std::vector<at::Tensor> flat;
-    // Note [One rank keeps autograd's gradients]: with nothing to reduce, buckets would only
-    // cost a memset and an extra add kernel per parameter each step; autograd then simply
-    // hands each parameter the gradient tensor it computed.
-    const bool bucketed = communicator->world_size() > 1 || fixed_addresses;
-    for (const Bucket& bucket : bucketed ? plan : std::vector<Bucket>()) {
-      at::Tensor storage = at::zeros({bucket.numel}, options);
-      for (const BucketSlot& slot : bucket.slots) {
-        at::Tensor& p = parameters[slot.parameter];
-        // A view with p's shape and strides (channels_last too): autograd accumulates into
-        // it in place, element for element.
-        at::Tensor slice = storage.narrow(0, slot.offset, slot.numel);
-        p.mutable_grad() = p.is_non_overlapping_and_dense() ? slice.as_strided(p.sizes(), p.strides())
-                                                            : slice.view(p.sizes());
-      }
-      flat.push_back(std::move(storage));
-    }
-    std::unique_ptr<GradBuckets> buckets(new GradBuckets(
-        std::move(parameters), std::move(names), std::move(plan), std::move(flat), communicator));
-    buckets->hooks_ = std::make_unique<Hooks>();
-    GradBuckets* self = buckets.get();
-    for (size_t i = 0; i < self->parameters_.size(); ++i) {
-      std::shared_ptr<torch::autograd::Node> accumulator =
-          torch::autograd::impl::grad_accumulator(self->parameters_[i]);
-      const int parameter = static_cast<int>(i);
-      self->hooks_->keys.push_back(accumulator->add_post_hook(
-          std::make_unique<AccumulatedHook>([self, parameter] { self->OnGradientReady(parameter); })));
-      self->hooks_->accumulators.push_back(std::move(accumulator));
-    }
-    return buckets;
-  });
+absl::StatusOr<std::unique_ptr<GradBuckets>> GradBuckets::Create(std::vector<at::Tensor> parameters,
+                                                                 std::vector<std::string> names,
+                                                                 size_t bucket_bytes,
+                                                                 Communicator* communicator,
+                                                                 bool fixed_addresses) {
+  return TorchCall(
+      "gradient buckets: creating the buckets",
+      [&]() -> absl::StatusOr<std::unique_ptr<GradBuckets>> {
+        if (parameters.empty()) return absl::InvalidArgumentError("the model has no parameters");
+        if (names.size() != parameters.size()) {
+          return absl::InvalidArgumentError("one name per parameter is needed");
+        }
+        const at::TensorOptions options = parameters[0].options().requires_grad(false);
+        std::vector<int64_t> numels;
+        for (size_t i = 0; i < parameters.size(); ++i) {
+          if (parameters[i].scalar_type() != parameters[0].scalar_type() ||
+              parameters[i].device() != parameters[0].device()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "parameter ", names[i], " differs in dtype or device from ", names[0]));
+          }
+          if (!parameters[i].requires_grad()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("parameter ", names[i], " does not require grad"));
+          }
+          numels.push_back(parameters[i].numel());
+        }
+        RETURN_IF_ERROR(ElementTypeOf(parameters[0]).status());
+        std::vector<Bucket> plan = PlanBuckets(numels, parameters[0].element_size(), bucket_bytes);
+        std::vector<at::Tensor> flat;
+        // Note [One rank keeps autograd's gradients]: with nothing to reduce, buckets would only
+        // cost a memset and an extra add kernel per parameter each step; autograd then simply
+        // hands each parameter the gradient tensor it computed.
+        const bool bucketed = communicator->world_size() > 1 || fixed_addresses;
+        for (const Bucket& bucket : bucketed ? plan : std::vector<Bucket>()) {
+          at::Tensor storage = at::zeros({bucket.numel}, options);
+          for (const BucketSlot& slot : bucket.slots) {
+            at::Tensor& p = parameters[slot.parameter];
+            // A view with p's shape and strides (channels_last too): autograd accumulates into
+            // it in place, element for element.
+            at::Tensor slice = storage.narrow(0, slot.offset, slot.numel);
+            p.mutable_grad() = p.is_non_overlapping_and_dense()
+                                   ? slice.as_strided(p.sizes(), p.strides())
+                                   : slice.view(p.sizes());
+          }
+          flat.push_back(std::move(storage));
+        }
+        std::unique_ptr<GradBuckets> buckets(new GradBuckets(std::move(parameters),
+                                                             std::move(names), std::move(plan),
+                                                             std::move(flat), communicator));
+        buckets->hooks_ = std::make_unique<Hooks>();
+        GradBuckets* self = buckets.get();
+        for (size_t i = 0; i < self->parameters_.size(); ++i) {
+          std::shared_ptr<torch::autograd::Node> accumulator =
+              torch::autograd::impl::grad_accumulator(self->parameters_[i]);
+          const int parameter = static_cast<int>(i);
+          self->hooks_->keys.push_back(accumulator->add_post_hook(std::make_unique<AccumulatedHook>(
+              [self, parameter] { self->OnGradientReady(parameter); })));
+          self->hooks_->accumulators.push_back(std::move(accumulator));
+        }
+        return buckets;
+      });
 }
 
 GradBuckets::GradBuckets(std::vector<at::Tensor> parameters, std::vector<std::string> names,
@@ -153,9 +160,9 @@ absl::Status GradBuckets::Launch(int bucket) {
   const BucketSlot& first = plan_[bucket].slots.front();
   const at::Tensor& grad = parameters_[first.parameter].grad();
   if (!grad.defined() || !grad.is_alias_of(flat_[bucket])) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the gradient of parameter ", names_[first.parameter],
-        " is no longer a view into its bucket (was zero_grad(set_to_none) called?)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("the gradient of parameter ", names_[first.parameter],
+                     " is no longer a view into its bucket (was zero_grad(set_to_none) called?)"));
   }
   ASSIGN_OR_RETURN(ElementType type, ElementTypeOf(flat_[bucket]));
   return communicator_->AllReduce(flat_[bucket].data_ptr(), flat_[bucket].numel(), type,

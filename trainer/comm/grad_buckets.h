@@ -37,9 +37,11 @@ class GradBuckets {
   // gradient accumulator. With one rank the gradients stay autograd's own tensors unless
   // `fixed_addresses` (a captured CUDA graph needs every gradient at the same address in
   // each step: the buckets are made, and only the reduction is left out).
-  static absl::StatusOr<std::unique_ptr<GradBuckets>> Create(
-      std::vector<at::Tensor> parameters, std::vector<std::string> names, size_t bucket_bytes,
-      Communicator* communicator, bool fixed_addresses = false);
+  static absl::StatusOr<std::unique_ptr<GradBuckets>> Create(std::vector<at::Tensor> parameters,
+                                                             std::vector<std::string> names,
+                                                             size_t bucket_bytes,
+                                                             Communicator* communicator,
+                                                             bool fixed_addresses = false);
   ~GradBuckets();
   GradBuckets(const GradBuckets&) = delete;
   GradBuckets& operator=(const GradBuckets&) = delete;
@@ -76,16 +78,16 @@ class GradBuckets {
   std::vector<at::Tensor> parameters_;
   std::vector<std::string> names_;
   std::vector<Bucket> plan_;
-  std::vector<at::Tensor> flat_;           // one contiguous tensor per bucket
-  std::vector<int> bucket_of_;             // parameter -> bucket
-  std::vector<int> pending_;               // bucket -> gradients still to come this step
-  std::vector<char> ready_this_step_;      // parameter -> its gradient arrived
+  std::vector<at::Tensor> flat_;       // one contiguous tensor per bucket
+  std::vector<int> bucket_of_;         // parameter -> bucket
+  std::vector<int> pending_;           // bucket -> gradients still to come this step
+  std::vector<char> ready_this_step_;  // parameter -> its gradient arrived
   Communicator* communicator_;
   bool reduce_ = true;
   bool armed_ = false;
   int next_to_launch_ = 0;
-  absl::Status hook_status_;               // first failure inside a hook
-  std::unique_ptr<Hooks> hooks_;           // declared last: unhooked first
+  absl::Status hook_status_;      // first failure inside a hook
+  std::unique_ptr<Hooks> hooks_;  // declared last: unhooked first
 };
 
 }  // namespace stoker::trainer

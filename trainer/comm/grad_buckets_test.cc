@@ -68,7 +68,8 @@ TEST(GradBucketsTest, BucketedMpiAverageEqualsUnionGradient) {
   (*buckets)->ZeroGrad();
   (*buckets)->BeginStep(/*reduce=*/true);
   at::Tensor mine = images.narrow(0, rank * per_rank, per_rank);
-  torch::nn::functional::cross_entropy(net.forward(mine), labels.narrow(0, rank * per_rank, per_rank))
+  torch::nn::functional::cross_entropy(net.forward(mine),
+                                       labels.narrow(0, rank * per_rank, per_rank))
       .backward();
   EXPECT_EQ((*buckets)->buckets_launched(), static_cast<int>((*buckets)->plan().size()));
   ASSERT_TRUE((*buckets)->FinishStep().ok());

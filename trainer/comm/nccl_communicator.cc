@@ -131,7 +131,8 @@ void NcclCommunicator::TrackCompletion(uint64_t seq, const absl::Status& enqueue
   if (!free_events_.empty()) {
     event = std::move(free_events_.back());
     free_events_.pop_back();
-  } else if (absl::StatusOr<CudaEvent> created = CudaEvent::Create(cudaEventDisableTiming); created.ok()) {
+  } else if (absl::StatusOr<CudaEvent> created = CudaEvent::Create(cudaEventDisableTiming);
+             created.ok()) {
     event = std::move(*created);
   } else {
     return;  // not tracked: completed with the next tracked operation
@@ -160,7 +161,8 @@ absl::Status NcclCommunicator::PollCompletions() {
 
 absl::Status NcclCommunicator::WatchCurrentStream() {
   absl::MutexLock lock(&comm_mu_);
-  if (aborted_.load()) return absl::AbortedError("the NCCL communicator was aborted (collective watchdog)");
+  if (aborted_.load())
+    return absl::AbortedError("the NCCL communicator was aborted (collective watchdog)");
   const uint64_t seq = ledger_.Issue(CollectiveKind::kAllReduce);
   TrackCompletion(seq, absl::OkStatus(), c10::cuda::getCurrentCUDAStream().stream());
   return absl::OkStatus();
@@ -188,12 +190,13 @@ absl::Status NcclCommunicator::AllReduce(void* data, size_t count, ElementType t
   ASSIGN_OR_RETURN(ncclDataType_t nccl_type, NcclType(type));
   RETURN_IF_ERROR(WaitForCurrentStream());
   absl::MutexLock lock(&comm_mu_);
-  if (aborted_.load()) return absl::AbortedError("the NCCL communicator was aborted (collective watchdog)");
+  if (aborted_.load())
+    return absl::AbortedError("the NCCL communicator was aborted (collective watchdog)");
   const uint64_t seq = ledger_.Issue(CollectiveKind::kAllReduce);
-  absl::Status status = NcclStatus(
-      ncclAllReduce(data, data, count, nccl_type, op == ReduceOp::kAverage ? ncclAvg : ncclSum,
-                    comm_, stream_.get()),
-      "ncclAllReduce");
+  absl::Status status =
+      NcclStatus(ncclAllReduce(data, data, count, nccl_type,
+                               op == ReduceOp::kAverage ? ncclAvg : ncclSum, comm_, stream_.get()),
+                 "ncclAllReduce");
   failed_ |= !status.ok();
   TrackCompletion(seq, status, stream_.get());
   return status;
@@ -206,10 +209,11 @@ absl::Status NcclCommunicator::Broadcast(void* data, size_t bytes, int root) {
   RETURN_IF_ERROR(WaitForCurrentStream());
   {
     absl::MutexLock lock(&comm_mu_);
-    if (aborted_.load()) return absl::AbortedError("the NCCL communicator was aborted (collective watchdog)");
+    if (aborted_.load())
+      return absl::AbortedError("the NCCL communicator was aborted (collective watchdog)");
     const uint64_t seq = ledger_.Issue(CollectiveKind::kBroadcast);
-    absl::Status status =
-        NcclStatus(ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream_.get()), "ncclBroadcast");
+    absl::Status status = NcclStatus(
+        ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream_.get()), "ncclBroadcast");
     failed_ |= !status.ok();
     TrackCompletion(seq, status, stream_.get());
     if (!status.ok()) return status;

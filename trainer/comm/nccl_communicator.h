@@ -64,8 +64,13 @@ class NcclCommunicator final : public Communicator {
  private:
   NcclCommunicator(CudaStream stream, CudaEvent inbound, CudaEvent outbound, ncclComm_t comm,
                    int device, int rank, int world_size)
-      : stream_(std::move(stream)), inbound_(std::move(inbound)), outbound_(std::move(outbound)),
-        comm_(comm), device_(device), rank_(rank), world_size_(world_size) {}
+      : stream_(std::move(stream)),
+        inbound_(std::move(inbound)),
+        outbound_(std::move(outbound)),
+        comm_(comm),
+        device_(device),
+        rank_(rank),
+        world_size_(world_size) {}
   // Makes stream_ wait for the current stream's work so far.
   absl::Status WaitForCurrentStream();
   // Records on `stream` the event that completes operation `seq` in the ledger; completes
@@ -81,7 +86,7 @@ class NcclCommunicator final : public Communicator {
   int device_;
   int rank_;
   int world_size_;
-  bool failed_ = false;   // a collective failed: abort rather than destroy
+  bool failed_ = false;  // a collective failed: abort rather than destroy
   absl::Duration teardown_timeout_ = absl::Seconds(300);  // Create()'s deadline
   // Held while an operation is enqueued and while Abort() runs, so that no call reaches a
   // communicator that ncclCommAbort freed.

@@ -32,7 +32,9 @@ class NcclCommunicatorTest : public ::testing::Test {
     ASSERT_TRUE(comm.ok()) << comm.status();
     comm_ = std::move(*comm);
   }
-  at::TensorOptions On(at::ScalarType t) { return at::TensorOptions().device(at::kCUDA, rank_).dtype(t); }
+  at::TensorOptions On(at::ScalarType t) {
+    return at::TensorOptions().device(at::kCUDA, rank_).dtype(t);
+  }
 
   int rank_ = 0, size_ = 1;
   std::unique_ptr<NcclCommunicator> comm_;
@@ -48,7 +50,8 @@ TEST_F(NcclCommunicatorTest, AllReduceSumsAndAveragesAcrossGpus) {
   EXPECT_TRUE(at::allclose(x, expected));
 
   at::Tensor y = at::full({4096}, static_cast<float>(rank_), On(at::kBFloat16));
-  ASSERT_TRUE(comm_->AllReduce(y.data_ptr(), 4096, ElementType::kBFloat16, ReduceOp::kAverage).ok());
+  ASSERT_TRUE(
+      comm_->AllReduce(y.data_ptr(), 4096, ElementType::kBFloat16, ReduceOp::kAverage).ok());
   ASSERT_TRUE(comm_->Synchronize().ok());
   EXPECT_NEAR(y.to(at::kFloat).mean().item<float>(), (size_ - 1) / 2.0, 1e-3);
 }
@@ -61,8 +64,10 @@ TEST_F(NcclCommunicatorTest, BroadcastCopiesRootBytes) {
 
 TEST_F(NcclCommunicatorTest, TheLedgerCompletesOperationsOnceTheirWorkHasFinished) {
   at::Tensor x = at::ones({1 << 20}, On(at::kFloat));
-  ASSERT_TRUE(comm_->AllReduce(x.data_ptr(), x.numel(), ElementType::kFloat32, ReduceOp::kSum).ok());
-  ASSERT_TRUE(comm_->AllReduce(x.data_ptr(), x.numel(), ElementType::kFloat32, ReduceOp::kSum).ok());
+  ASSERT_TRUE(
+      comm_->AllReduce(x.data_ptr(), x.numel(), ElementType::kFloat32, ReduceOp::kSum).ok());
+  ASSERT_TRUE(
+      comm_->AllReduce(x.data_ptr(), x.numel(), ElementType::kFloat32, ReduceOp::kSum).ok());
   EXPECT_EQ(comm_->ledger()->Read().issued, 2u);
   ASSERT_EQ(cudaStreamSynchronize(comm_->stream()), cudaSuccess);
   ASSERT_TRUE(comm_->PollCompletions().ok());
@@ -79,13 +84,15 @@ TEST_F(NcclCommunicatorTest, AnAllReduceCapturedInACudaGraphRunsAtEachReplayAndI
   c10::cuda::setCurrentCUDAStream(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, rank_));
   at::Tensor input = at::zeros({4096}, On(at::kFloat));
   at::Tensor x = at::zeros({4096}, On(at::kFloat));
-  ASSERT_TRUE(comm_->AllReduce(x.data_ptr(), x.numel(), ElementType::kFloat32, ReduceOp::kSum).ok());
+  ASSERT_TRUE(
+      comm_->AllReduce(x.data_ptr(), x.numel(), ElementType::kFloat32, ReduceOp::kSum).ok());
   ASSERT_TRUE(comm_->Synchronize().ok());
   const uint64_t before = comm_->ledger()->Read().issued;
   at::cuda::CUDAGraph graph;
   graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
   x.copy_(input);
-  ASSERT_TRUE(comm_->AllReduce(x.data_ptr(), x.numel(), ElementType::kFloat32, ReduceOp::kSum).ok());
+  ASSERT_TRUE(
+      comm_->AllReduce(x.data_ptr(), x.numel(), ElementType::kFloat32, ReduceOp::kSum).ok());
   ASSERT_TRUE(comm_->Synchronize().ok());
   graph.capture_end();
   const CollectiveLedger::Snapshot captured = comm_->ledger()->Read();
@@ -96,17 +103,19 @@ TEST_F(NcclCommunicatorTest, AnAllReduceCapturedInACudaGraphRunsAtEachReplayAndI
     input.fill_(static_cast<float>(replay * (rank_ + 1)));
     graph.replay();
     ASSERT_TRUE(comm_->WatchCurrentStream().ok());
-    EXPECT_TRUE(at::equal(x, at::full({4096}, replay * ranks_sum, On(at::kFloat)))) << "replay " << replay;
+    EXPECT_TRUE(at::equal(x, at::full({4096}, replay * ranks_sum, On(at::kFloat))))
+        << "replay " << replay;
   }
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   ASSERT_TRUE(comm_->PollCompletions().ok());
   const CollectiveLedger::Snapshot done = comm_->ledger()->Read();
   EXPECT_EQ(done.issued, before + 4);
   EXPECT_EQ(done.completed, done.issued);
-  std::printf("[ graphs ] NCCL over %d rank(s): an allreduce captured once, replayed 3 times, "
-              "ledger %llu issued / %llu completed\n",
-              size_, static_cast<unsigned long long>(done.issued),
-              static_cast<unsigned long long>(done.completed));
+  std::printf(
+      "[ graphs ] NCCL over %d rank(s): an allreduce captured once, replayed 3 times, "
+      "ledger %llu issued / %llu completed\n",
+      size_, static_cast<unsigned long long>(done.issued),
+      static_cast<unsigned long long>(done.completed));
   c10::cuda::setCurrentCUDAStream(c10::cuda::getDefaultCUDAStream(rank_));
 }
 
@@ -116,7 +125,8 @@ TEST_F(NcclCommunicatorTest, AnAllReduceCapturedInACudaGraphRunsAtEachReplayAndI
 // still waits for a peer to connect can hang, which only the process deadline ends.)
 TEST_F(NcclCommunicatorTest, TheWatchdogAbortsAnAllReduceThatAPeerNeverJoins) {
   at::Tensor warm = at::ones({1024}, On(at::kFloat));
-  ASSERT_TRUE(comm_->AllReduce(warm.data_ptr(), warm.numel(), ElementType::kFloat32, ReduceOp::kSum).ok());
+  ASSERT_TRUE(
+      comm_->AllReduce(warm.data_ptr(), warm.numel(), ElementType::kFloat32, ReduceOp::kSum).ok());
   ASSERT_EQ(cudaStreamSynchronize(comm_->stream()), cudaSuccess);
   struct Exit {
     std::atomic<int> code{-1};
@@ -126,20 +136,24 @@ TEST_F(NcclCommunicatorTest, TheWatchdogAbortsAnAllReduceThatAPeerNeverJoins) {
   options.timeout = absl::Seconds(1);
   options.abort_grace = absl::Seconds(60);
   options.poll_interval = absl::Milliseconds(50);
-  auto watchdog = CollectiveWatchdog::Start(options, WatchedRank{rank_, size_, rank_, 0}, {comm_.get()},
-                                            nullptr, [exit](int code) { exit->code = code; });
+  auto watchdog =
+      CollectiveWatchdog::Start(options, WatchedRank{rank_, size_, rank_, 0}, {comm_.get()},
+                                nullptr, [exit](int code) { exit->code = code; });
   ASSERT_TRUE(watchdog.ok()) << watchdog.status();
   if (rank_ == 0) {
     at::Tensor x = at::ones({1024}, On(at::kFloat));
     const absl::Time start = absl::Now();
-    ASSERT_TRUE(comm_->AllReduce(x.data_ptr(), x.numel(), ElementType::kFloat32, ReduceOp::kSum).ok());
+    ASSERT_TRUE(
+        comm_->AllReduce(x.data_ptr(), x.numel(), ElementType::kFloat32, ReduceOp::kSum).ok());
     cudaStreamSynchronize(comm_->stream());  // returns once the abort ended the kernel
     const absl::Duration waited = absl::Now() - start;
     EXPECT_GE(waited, absl::Seconds(1));
     EXPECT_LT(waited, absl::Seconds(30));
     EXPECT_TRUE((*watchdog)->fired());
-    EXPECT_EQ(exit->code.load(), -1) << "the process deadline fired: the abort did not end the wait";
-    EXPECT_TRUE(absl::IsAborted(comm_->AllReduce(x.data_ptr(), x.numel(), ElementType::kFloat32, ReduceOp::kSum)));
+    EXPECT_EQ(exit->code.load(), -1)
+        << "the process deadline fired: the abort did not end the wait";
+    EXPECT_TRUE(absl::IsAborted(
+        comm_->AllReduce(x.data_ptr(), x.numel(), ElementType::kFloat32, ReduceOp::kSum)));
   }
   MPI_Barrier(MPI_COMM_WORLD);
   watchdog->reset();

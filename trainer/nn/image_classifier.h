@@ -3,8 +3,8 @@
 #ifndef STOKER_TRAINER_NN_IMAGE_CLASSIFIER_H_
 #define STOKER_TRAINER_NN_IMAGE_CLASSIFIER_H_
 
-#include <torch/nn/module.h>
 #include <ATen/core/Generator.h>
+#include <torch/nn/module.h>
 
 #include <cstdint>
 #include <vector>

@@ -2,9 +2,9 @@
 
 #include <ATen/ops/_foreach_add.h>
 #include <ATen/ops/_foreach_sub.h>
-#include <ATen/ops/full.h>
 #include <ATen/ops/_fused_adamw.h>
 #include <ATen/ops/_fused_sgd.h>
+#include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/zeros_like.h>
 #include <c10/core/GradMode.h>
@@ -29,7 +29,8 @@ absl::StatusOr<std::unique_ptr<FusedOptimizer>> FusedOptimizer::Create(
   if (absl::Status valid = options.Validate(); !valid.ok()) return valid;
   for (const ParameterGroup& group : groups) {
     if (group.weight_decay < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("--weight_decay=", group.weight_decay, ": must be >= 0"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--weight_decay=", group.weight_decay, ": must be >= 0"));
     }
   }
   return TorchCall("optimizer: allocating its state", [&] {
@@ -58,7 +59,8 @@ FusedOptimizer::FusedOptimizer(std::vector<ParameterGroup> groups, const Optimiz
 }
 
 void FusedOptimizer::KeepLearningRateOnDevice() {
-  const at::TensorOptions on_device = groups_.front().parameters.front().options().dtype(at::kFloat);
+  const at::TensorOptions on_device =
+      groups_.front().parameters.front().options().dtype(at::kFloat);
   learning_rate_ = at::full({}, options_.learning_rate, on_device);
   skipped_on_device_ = at::zeros({}, on_device);
 }
@@ -106,8 +108,7 @@ void FusedOptimizer::StepGroups(const at::Tensor* found_inf) {
         at::_fused_adamw_(group.parameters, grads, group.exp_avg, group.exp_avg_sq,
                           /*max_exp_avg_sqs=*/{}, group.steps, options_.learning_rate,
                           options_.beta1, options_.beta2, group.weight_decay, options_.eps,
-                          /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt,
-                          skip);
+                          /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, skip);
       }
       if (skip.has_value()) {
         at::_foreach_sub_(group.steps, std::vector<at::Tensor>(group.steps.size(), *skip));
@@ -135,7 +136,9 @@ std::vector<std::vector<std::pair<std::string, at::Tensor>>> FusedOptimizer::Sta
     for (size_t i = 0; i < group.parameters.size(); ++i) {
       std::vector<std::pair<std::string, at::Tensor>> entry;
       if (options_.kind == OptimizerKind::kAdamW) {
-        entry = {{"exp_avg", group.exp_avg[i]}, {"exp_avg_sq", group.exp_avg_sq[i]}, {"step", group.steps[i]}};
+        entry = {{"exp_avg", group.exp_avg[i]},
+                 {"exp_avg_sq", group.exp_avg_sq[i]},
+                 {"step", group.steps[i]}};
       } else if (options_.momentum > 0) {
         entry = {{"momentum_buffer", group.momentum[i]}};
       }

@@ -1,6 +1,6 @@
 // FusedOptimizer: SGD (momentum, Nesterov, weight decay) and AdamW where each step is one
-// multi-tensor kernel per parameter group, device and dtype (ATen's _fused_sgd_ and _fused_adamw_, what
-// torch.optim runs with fused=True) instead of several small kernels per parameter.
+// multi-tensor kernel per parameter group, device and dtype (ATen's _fused_sgd_ and _fused_adamw_,
+// what torch.optim runs with fused=True) instead of several small kernels per parameter.
 #ifndef STOKER_TRAINER_OPTIM_FUSED_OPTIMIZER_H_
 #define STOKER_TRAINER_OPTIM_FUSED_OPTIMIZER_H_
 

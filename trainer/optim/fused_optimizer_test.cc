@@ -27,7 +27,8 @@ std::vector<at::Tensor> Clone(const std::vector<at::Tensor>& params) {
 // Gives both parameter sets the same gradient for step `step`.
 void SetGradients(std::vector<at::Tensor>& a, std::vector<at::Tensor>& b, int step) {
   for (size_t i = 0; i < a.size(); ++i) {
-    at::Tensor g = at::sin(at::arange(a[i].numel(), at::kFloat).reshape(a[i].sizes()) * (step + 1) + i);
+    at::Tensor g =
+        at::sin(at::arange(a[i].numel(), at::kFloat).reshape(a[i].sizes()) * (step + 1) + i);
     a[i].mutable_grad() = g.clone();
     b[i].mutable_grad() = g.clone();
   }
@@ -35,8 +36,8 @@ void SetGradients(std::vector<at::Tensor>& a, std::vector<at::Tensor>& b, int st
 
 void ExpectSame(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
   for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_TRUE(at::allclose(a[i], b[i], 1e-5, 1e-6)) << "parameter " << i << " max diff "
-                                                       << (a[i] - b[i]).abs().max().item<float>();
+    EXPECT_TRUE(at::allclose(a[i], b[i], 1e-5, 1e-6))
+        << "parameter " << i << " max diff " << (a[i] - b[i]).abs().max().item<float>();
   }
 }
 
@@ -79,7 +80,8 @@ TEST(FusedOptimizerTest, AdamWMatchesTorchOptim) {
 }
 
 TEST(FusedOptimizerTest, BadHyperParametersNameTheFlag) {
-  EXPECT_NE(ParseOptimizerKind("lamb").status().message().find("--optimizer"), absl::string_view::npos);
+  EXPECT_NE(ParseOptimizerKind("lamb").status().message().find("--optimizer"),
+            absl::string_view::npos);
   OptimizerOptions options;
   options.kind = OptimizerKind::kSgd;
   options.momentum = 1.5;
@@ -100,12 +102,14 @@ TEST(FusedOptimizerTest, ParameterGroupsTakeTheirOwnWeightDecayAsTorchOptimParam
   auto fused = FusedOptimizer::Create(groups, options);
   ASSERT_TRUE(fused.ok()) << fused.status();
   std::vector<torch::optim::OptimizerParamGroup> torch_groups;
-  torch_groups.emplace_back(std::vector<at::Tensor>{reference[0], reference[2]},
-                            std::make_unique<torch::optim::SGDOptions>(
-                                torch::optim::SGDOptions(0.05).momentum(0.9).nesterov(true).weight_decay(1e-2)));
-  torch_groups.emplace_back(std::vector<at::Tensor>{reference[1]},
-                            std::make_unique<torch::optim::SGDOptions>(
-                                torch::optim::SGDOptions(0.05).momentum(0.9).nesterov(true).weight_decay(0)));
+  torch_groups.emplace_back(
+      std::vector<at::Tensor>{reference[0], reference[2]},
+      std::make_unique<torch::optim::SGDOptions>(
+          torch::optim::SGDOptions(0.05).momentum(0.9).nesterov(true).weight_decay(1e-2)));
+  torch_groups.emplace_back(
+      std::vector<at::Tensor>{reference[1]},
+      std::make_unique<torch::optim::SGDOptions>(
+          torch::optim::SGDOptions(0.05).momentum(0.9).nesterov(true).weight_decay(0)));
   torch::optim::SGD sgd(torch_groups, torch::optim::SGDOptions(0.05));
   for (int step = 0; step < 5; ++step) {
     SetGradients(mine, reference, step);
@@ -148,7 +152,8 @@ TEST(FusedOptimizerTest, RestoredStateContinuesBitForBit) {
   for (const std::string kind : {"sgd", "adamw"}) {
     const std::vector<at::Tensor> straight = RunWithRestart(kind, 6, -1);
     const std::vector<at::Tensor> restarted = RunWithRestart(kind, 6, 3);
-    for (size_t i = 0; i < straight.size(); ++i) EXPECT_TRUE(at::equal(straight[i], restarted[i])) << kind << " " << i;
+    for (size_t i = 0; i < straight.size(); ++i)
+      EXPECT_TRUE(at::equal(straight[i], restarted[i])) << kind << " " << i;
   }
 }
 
@@ -176,7 +181,8 @@ TEST(FusedOptimizerTest, StepsOnTheDeviceMatchTheHostPathAndSkipOnTheFlag) {
       on_host->Step();
       on_device->Step(clear);
     }
-    for (size_t i = 0; i < host.size(); ++i) EXPECT_TRUE(at::equal(host[i], device[i])) << kind << " " << i;
+    for (size_t i = 0; i < host.size(); ++i)
+      EXPECT_TRUE(at::equal(host[i], device[i])) << kind << " " << i;
 
     std::vector<at::Tensor> before = Clone(device);
     std::vector<at::Tensor> state_before;
@@ -185,10 +191,12 @@ TEST(FusedOptimizerTest, StepsOnTheDeviceMatchTheHostPathAndSkipOnTheFlag) {
     }
     SetGradients(before, device, 7);
     on_device->Step(found);
-    for (size_t i = 0; i < device.size(); ++i) EXPECT_TRUE(at::equal(before[i], device[i])) << kind << " " << i;
+    for (size_t i = 0; i < device.size(); ++i)
+      EXPECT_TRUE(at::equal(before[i], device[i])) << kind << " " << i;
     size_t n = 0;
     for (const auto& entry : on_device->StateTensors()) {
-      for (const auto& named : entry) EXPECT_TRUE(at::equal(state_before[n++], named.second)) << kind << " " << named.first;
+      for (const auto& named : entry)
+        EXPECT_TRUE(at::equal(state_before[n++], named.second)) << kind << " " << named.first;
     }
     EXPECT_EQ(on_host->steps_taken(), 6);
     EXPECT_EQ(on_device->steps_taken(), 6) << kind << ": a skipped step is not taken";

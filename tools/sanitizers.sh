@@ -1,23 +1,24 @@
 #!/usr/bin/env bash
-# Runs the ring, data-service and end-to-end CPU tests under AddressSanitizer (+UBSan) and
-# under ThreadSanitizer (.bazelrc: --config=asan, --config=tsan), logs each run, and prints
-# a summary: tests passed per config and every sanitizer report found in the test logs (a
-# report fails the config even when its test passed, e.g. one from a child process).
+# Runs Stoker's CPU test suite (every test not tagged `gpu`) under AddressSanitizer (+UBSan)
+# and under ThreadSanitizer (.bazelrc: --config=asan, --config=tsan), logs each run, and
+# prints a summary: tests passed per config and every sanitizer report found in the test logs
+# (a report fails the config even when its test passed, e.g. one from a child process).
 #
-#   tools/sanitizers.sh [--configs="asan tsan"] [--out=bench/results/2026-11-30-reliability]
+#   tools/sanitizers.sh [--configs="asan tsan"] [--out=bench/results/sanitizers-DATE]
 #                       [--asan_output_base=DIR] [--tsan_output_base=DIR] [--jobs=2] [TARGET...]
 #
+# Without TARGETs the suite is `tests(//...)` less the `gpu` ones, in two groups (below).
 # The sanitizer flags are copts, which do not change Bazel's output directory: give each
 # config an output base of its own to keep both builds (and the plain one) instead of
 # rebuilding everything at every switch.
 #
 # Suppressions (tools/tsan_suppressions.txt, tools/lsan_suppressions.txt) cover only the
-# uninstrumented libraries: libtorch/c10 with its OpenMP runtime, and Open MPI; each file
+# uninstrumented libraries: libtorch/c10 with its OpenMP runtime, and Open MPI; each entry
 # says why. Slow on a small machine: both configs rebuild everything they test.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 configs="asan tsan"
-out="$root/bench/results/2026-11-30-reliability"
+out="$root/bench/results/sanitizers-$(date -u +%F)"
 declare -A output_base
 jobs=2
 targets=()
@@ -28,20 +29,23 @@ for arg in "$@"; do
     --asan_output_base=*) output_base[asan]="${arg#*=}" ;;
     --tsan_output_base=*) output_base[tsan]="${arg#*=}" ;;
     --jobs=*) jobs="${arg#*=}" ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     -*) echo "tools/sanitizers.sh: unknown flag $arg (see --help)" >&2; exit 2 ;;
     *) targets+=("$arg") ;;
   esac
 done
-# Two groups: the ring and data-service tests (and the one-service isolation test), and the
-# tests that run the trainer under mpirun. In the second, ASan's leak check is off: Open MPI
-# unloads (dlclose) its components at MPI_Finalize, so what they keep until exit is
-# reported as leaked from "<unknown module>", which no suppression can name. Leaks of the
-# data service and the ring are still checked by the first group (service_test and
-# data_service_binary_test run the real service).
-unit_targets=(//data_service/... //tests:isolation_service_test)
-mpi_targets=(//tests:e2e_cpu_test //tests:isolation_two_jobs_test)
-if [[ ${#targets[@]} -gt 0 ]]; then unit_targets=("${targets[@]}"); mpi_targets=(); fi
+# Two groups: the tests that do not link Open MPI (common, data service, launcher, most of
+# the trainer's units, fuzz seeds), and those that do or that run the trainer under mpirun
+# (`rdeps` of @mpi//:mpi, data dependencies included). In the second, ASan's leak check is
+# off: Open MPI unloads (dlclose) its components at MPI_Finalize, so what they keep until
+# exit is reported as leaked from "<unknown module>", which no suppression can name. Leaks of
+# the data service, the ring and the launcher are still checked by the first group
+# (service_test, data_service_binary_test and job_test run the real programs).
+all_tests='tests(//...) except attr(tags, "\bgpu\b", tests(//...))'
+mpi_tests="($all_tests) intersect rdeps(//..., @mpi//:mpi)"
+unit_targets=()
+mpi_targets=()
+explicit_targets=("${targets[@]}")
 python="${STOKER_PYTHON:-$(command -v python3)}"
 mkdir -p "$out"
 
@@ -74,8 +78,8 @@ run_group() {
   echo >> "$log"
   set +e
   # shellcheck disable=SC2086
-  (cd "$root" && nice -n 10 "${bazel[@]}" test --config="$config" --jobs="$jobs" \
-     --build_tests_only --local_test_jobs=1 --experimental_convenience_symlinks=ignore \
+  (cd "$root" && nice -n 15 "${bazel[@]}" test --config="$config" --jobs="$jobs" \
+     --build_tests_only --test_tag_filters=-gpu --local_test_jobs=1 --experimental_convenience_symlinks=ignore \
      --test_output=errors --test_env=STOKER_PYTHON="$python" $group_env "$@") >> "$log" 2>&1
   local group_rc=$?
   set -e
@@ -90,6 +94,16 @@ for config in $configs; do
   : > "$log"
   bazel=(bazel)
   [[ -n "${output_base[$config]:-}" ]] && bazel+=(--output_base="${output_base[$config]}")
+  if [[ ${#explicit_targets[@]} -gt 0 ]]; then
+    unit_targets=("${explicit_targets[@]}")
+  else
+    mapfile -t unit_targets < <(cd "$root" && "${bazel[@]}" query --noshow_progress \
+      "($all_tests) except ($mpi_tests)" 2>/dev/null)
+    mapfile -t mpi_targets < <(cd "$root" && "${bazel[@]}" query --noshow_progress \
+      "$mpi_tests" 2>/dev/null)
+    [[ ${#unit_targets[@]} -gt 0 ]] || { echo "tools/sanitizers.sh: bazel query found no tests" >&2; exit 1; }
+  fi
+  echo "== $config: ${#unit_targets[@]} tests with the leak check, ${#mpi_targets[@]} without (Open MPI)"
   marker=$(mktemp)
   rc=0
   run_group "$config" "${unit_env[$config]}" "${unit_targets[@]}"

@@ -34,16 +34,21 @@ for arg in "$@"; do
     *) targets+=("$arg") ;;
   esac
 done
-# Two groups: the tests that do not link Open MPI (common, data service, launcher, most of
-# the trainer's units, fuzz seeds), and those that do or that run the trainer under mpirun
-# (`rdeps` of @mpi//:mpi, data dependencies included). In the second, ASan's leak check is
-# off: Open MPI unloads (dlclose) its components at MPI_Finalize, so what they keep until
-# exit is reported as leaked from "<unknown module>", which no suppression can name. Leaks of
-# the data service, the ring and the launcher are still checked by the first group
-# (service_test, data_service_binary_test and job_test run the real programs).
+# Three groups, cheapest first, so that a run cut short has the most tests done: the tests
+# that link neither libtorch nor Open MPI (common, data service, launcher, fuzz seeds, the
+# trainer's plain units), then the ones that link libtorch but not Open MPI, then those that
+# link Open MPI or run the trainer under mpirun (`rdeps` of @mpi//:mpi, data dependencies
+# included). In the last, ASan's leak check is off: Open MPI unloads (dlclose) its components
+# at MPI_Finalize, so what they keep until exit is reported as leaked from "<unknown
+# module>", which no suppression can name. Leaks of the data service, the ring and the
+# launcher are still checked by the first group (service_test, data_service_binary_test and
+# job_test run the real programs).
 all_tests='tests(//...) except attr(tags, "\bgpu\b", tests(//...))'
 mpi_tests="($all_tests) intersect rdeps(//..., @mpi//:mpi)"
-unit_targets=()
+torch_tests="(($all_tests) intersect rdeps(//..., @libtorch//:libtorch)) except ($mpi_tests)"
+plain_tests="($all_tests) except ($mpi_tests) except ($torch_tests)"
+plain_targets=()
+torch_targets=()
 mpi_targets=()
 explicit_targets=("${targets[@]}")
 python="${STOKER_PYTHON:-$(command -v python3)}"
@@ -79,7 +84,7 @@ run_group() {
   set +e
   # shellcheck disable=SC2086
   (cd "$root" && nice -n 15 "${bazel[@]}" test --config="$config" --jobs="$jobs" \
-     --build_tests_only --test_tag_filters=-gpu --local_test_jobs=1 --experimental_convenience_symlinks=ignore \
+     --build_tests_only --keep_going --test_tag_filters=-gpu --local_test_jobs=1 --experimental_convenience_symlinks=ignore \
      --test_output=errors --test_env=STOKER_PYTHON="$python" $group_env "$@") >> "$log" 2>&1
   local group_rc=$?
   set -e
@@ -95,18 +100,21 @@ for config in $configs; do
   bazel=(bazel)
   [[ -n "${output_base[$config]:-}" ]] && bazel+=(--output_base="${output_base[$config]}")
   if [[ ${#explicit_targets[@]} -gt 0 ]]; then
-    unit_targets=("${explicit_targets[@]}")
+    plain_targets=("${explicit_targets[@]}")
   else
-    mapfile -t unit_targets < <(cd "$root" && "${bazel[@]}" query --noshow_progress \
-      "($all_tests) except ($mpi_tests)" 2>/dev/null)
-    mapfile -t mpi_targets < <(cd "$root" && "${bazel[@]}" query --noshow_progress \
-      "$mpi_tests" 2>/dev/null)
-    [[ ${#unit_targets[@]} -gt 0 ]] || { echo "tools/sanitizers.sh: bazel query found no tests" >&2; exit 1; }
+    for group in plain torch mpi; do
+      query="${group}_tests"
+      mapfile -t "${group}_targets" < <(cd "$root" && "${bazel[@]}" query --noshow_progress \
+        "${!query}" 2>/dev/null)
+    done
+    [[ ${#plain_targets[@]} -gt 0 ]] || { echo "tools/sanitizers.sh: bazel query found no tests" >&2; exit 1; }
   fi
-  echo "== $config: ${#unit_targets[@]} tests with the leak check, ${#mpi_targets[@]} without (Open MPI)"
+  echo "== $config: ${#plain_targets[@]} tests without libtorch or Open MPI, ${#torch_targets[@]}" \
+    "with libtorch (both with the leak check), ${#mpi_targets[@]} with Open MPI (without)" | tee -a "$log"
   marker=$(mktemp)
   rc=0
-  run_group "$config" "${unit_env[$config]}" "${unit_targets[@]}"
+  run_group "$config" "${unit_env[$config]}" "${plain_targets[@]}"
+  [[ ${#torch_targets[@]} -eq 0 ]] || run_group "$config" "${unit_env[$config]}" "${torch_targets[@]}"
   [[ ${#mpi_targets[@]} -eq 0 ]] || run_group "$config" "${mpi_env[$config]}" "${mpi_targets[@]}"
   testlogs=$(cd "$root" && "${bazel[@]}" info --config="$config" bazel-testlogs 2>/dev/null)
   # Every sanitizer report in the test logs of this run, whoever printed it.

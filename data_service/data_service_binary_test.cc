@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
@@ -494,13 +495,49 @@ TEST(DataServiceBinaryTest, WithTheSandboxTheServiceStillServesAndStopsCleanly) 
   rmdir(dir.c_str());
 }
 
+// Whether `path` exists within `timeout`.
+bool AppearsWithin(const std::string& path, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  struct stat st;
+  while (lstat(path.c_str(), &st) != 0) {
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return true;
+}
+
+TEST(DataServiceBinaryTest, RemoveSocketDirRemovesTheDirectoryOnlyOnceItIsEmpty) {
+  ASSERT_FALSE(BinaryPath().empty());
+  // Two nodes of one job on one machine: their sockets share the job's directory.
+  const std::string dir = SocketDirectory();
+  const std::string job = absl::StrCat("binsockdir", test_util::UniqueId());
+  std::vector<std::unique_ptr<ServiceProcess>> services;
+  for (int node = 0; node < 2; ++node) {
+    services.push_back(std::make_unique<ServiceProcess>(
+        std::vector<std::string>{absl::StrCat("--socket=", dir, "/node", node, ".sock"),
+                                 "--job_id=" + job, absl::StrCat("--node_id=", node), "--threads=1",
+                                 "--synthetic_samples=16", "--remove_socket_dir=true"}));
+    ASSERT_TRUE(AppearsWithin(absl::StrCat(dir, "/node", node, ".sock"), absl::Seconds(60)))
+        << services.back()->Log();
+  }
+  struct stat st;
+  services[0]->Signal(SIGTERM);
+  EXPECT_EQ(services[0]->Wait(absl::Seconds(20)), 0) << services[0]->Log();
+  EXPECT_NE(lstat(absl::StrCat(dir, "/node0.sock").c_str(), &st), 0);
+  EXPECT_EQ(lstat(dir.c_str(), &st), 0) << "node 1's socket is still in " << dir;
+  services[1]->Signal(SIGTERM);
+  EXPECT_EQ(services[1]->Wait(absl::Seconds(20)), 0) << services[1]->Log();
+  EXPECT_NE(lstat(dir.c_str(), &st), 0) << dir << " was left";
+  rmdir(dir.c_str());
+}
+
 TEST(DataServiceBinaryTest, HelpListsEveryFlag) {
   ServiceProcess service({"--help"});
   EXPECT_EQ(service.Wait(absl::Seconds(20)), 0);
   for (const char* flag :
        {"--dataset", "packed", "--bad_files", "--max_bad_fraction", "--max_image_pixels",
         "--eval_resize_ratio", "--threads", "--prefetch", "--max_memory", "--shutdown_timeout_s",
-        "--sandbox", "--gpu_decode_share"}) {
+        "--sandbox", "--gpu_decode_share", "--remove_socket_dir"}) {
     EXPECT_NE(service.Log().find(flag), std::string::npos) << flag << "\n" << service.Log();
   }
 }

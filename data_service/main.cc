@@ -35,6 +35,9 @@ ABSL_FLAG(std::string, owner_record, "",
           "a file to remove on shutdown, after the rings and the socket: the job owner record "
           "of the rank that started this service (launcher/node_data_service.h), so that "
           "nothing is left when that rank dies first");
+ABSL_FLAG(bool, remove_socket_dir, false,
+          "on shutdown, after the rings and the socket, remove the socket's directory too when "
+          "nothing else is left in it (a node's job directory, launcher/job_files.h)");
 ABSL_FLAG(std::string, dataset, "synthetic",
           "synthetic, imagefolder (a folder per class of image files) or packed (an index "
           "file plus shard files, made by pack_imagefolder)");
@@ -101,6 +104,17 @@ constexpr int kFlagError = kExitUsage;
   std::exit(kFlagError);
 }
 
+// Removes the directory of `socket_path` when it is empty; another node's socket in it (two
+// nodes of one job on one machine) keeps it.
+void RemoveSocketDirectoryIfEmpty(const std::string& socket_path) {
+  const size_t slash = socket_path.rfind('/');
+  if (slash == std::string::npos || slash == 0) return;
+  const std::string dir = socket_path.substr(0, slash);
+  if (rmdir(dir.c_str()) != 0 && errno != ENOENT && errno != ENOTEMPTY && errno != EEXIST) {
+    LogWarning("cannot remove the socket's directory %s: %s", dir, std::strerror(errno));
+  }
+}
+
 // Parses data_service's own flags (common/flags.h; not the ones libraries register),
 // exiting 2 (not Abseil's 1) on an unknown flag, a bad value or a positional argument.
 void ParseFlags(int argc, char** argv) {
@@ -108,12 +122,13 @@ void ParseFlags(int argc, char** argv) {
   spec.program = "data_service";
   spec.files = {"data_service/main.cc"};
   spec.sections = {
-      {"Flags", {"socket",           "job_id",           "node_id",           "dataset",
-                 "train_dir",        "val_dir",          "synthetic_samples", "synthetic_classes",
-                 "data_seed",        "threads",          "prefetch",          "bad_files",
-                 "max_bad_fraction", "max_image_pixels", "eval_resize_ratio", "jpeg_decode",
-                 "gpu_decode_share", "follow_links",     "scan_timeout_s",    "shutdown_timeout_s",
-                 "max_memory",       "sandbox",          "owner_record"}}};
+      {"Flags",
+       {"socket",           "job_id",           "node_id",           "dataset",
+        "train_dir",        "val_dir",          "synthetic_samples", "synthetic_classes",
+        "data_seed",        "threads",          "prefetch",          "bad_files",
+        "max_bad_fraction", "max_image_pixels", "eval_resize_ratio", "jpeg_decode",
+        "gpu_decode_share", "follow_links",     "scan_timeout_s",    "shutdown_timeout_s",
+        "max_memory",       "sandbox",          "owner_record",      "remove_socket_dir"}}};
   absl::StatusOr<ParsedFlags> parsed =
       stoker::ParseFlags(absl::MakeConstSpan(argv + 1, argc - 1), spec);
   if (!parsed.ok()) FlagError(parsed.status().message());
@@ -250,6 +265,7 @@ int Main(int argc, char** argv) {
     const int code = ReportFailure(stopped);
     if (exit_code == 0) exit_code = code;
   }
+  if (absl::GetFlag(FLAGS_remove_socket_dir)) RemoveSocketDirectoryIfEmpty(options.socket_path);
   if (const std::string record = absl::GetFlag(FLAGS_owner_record); !record.empty()) {
     if (unlink(record.c_str()) != 0 && errno != ENOENT) {
       LogWarning("cannot remove the job owner record %s: %s", record, std::strerror(errno));

@@ -18,10 +18,11 @@ absl::Status ValidateDataServiceArgs(absl::Span<const std::string> args) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--data_service_args: '", arg, "' is not a flag with a value (give --name=value words)"));
     }
-    if (name == "socket" || name == "job_id" || name == "node_id" || name == "owner_record") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--data_service_args must not set --", name, " ('", arg,
-          "'): the program that starts the data service sets it"));
+    if (name == "socket" || name == "job_id" || name == "node_id" || name == "owner_record" ||
+        name == "remove_socket_dir") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--data_service_args must not set --", name, " ('", arg,
+                       "'): the program that starts the data service sets it"));
     }
   }
   return absl::OkStatus();

@@ -39,19 +39,18 @@ TEST(DataServiceArgsTest, TheDataSeedAndDatasetMayBeSet) {
 
 TEST(DataServiceArgsTest, WordsThatAreNotFlagsWithValuesAreRefusedByName) {
   // "--bad_files fail" is two words: a flag without its value, then a bare word.
-  for (const char* value : {"synthetic", "--bad_files fail", "--bad_files", "--", "-",
-                            "--=3", "--threads=1 stray"}) {
+  for (const char* value :
+       {"synthetic", "--bad_files fail", "--bad_files", "--", "-", "--=3", "--threads=1 stray"}) {
     absl::StatusOr<std::vector<std::string>> args = ParseDataServiceArgs(value);
     EXPECT_EQ(args.status().code(), absl::StatusCode::kInvalidArgument) << value;
-    EXPECT_THAT(std::string(args.status().message()), HasSubstr("--data_service_args: '"))
-        << value;
+    EXPECT_THAT(std::string(args.status().message()), HasSubstr("--data_service_args: '")) << value;
     EXPECT_THAT(std::string(args.status().message()), HasSubstr("--name=value")) << value;
   }
 }
 
 TEST(DataServiceArgsTest, WhatTheStarterDecidesIsRefused) {
   for (const char* value : {"--socket=/x", "--job_id=k", "-node_id=3", "--threads=2 --node_id=1",
-                            "--owner_record=/tmp/x"}) {
+                            "--owner_record=/tmp/x", "--remove_socket_dir=false"}) {
     absl::StatusOr<std::vector<std::string>> args = ParseDataServiceArgs(value);
     EXPECT_EQ(args.status().code(), absl::StatusCode::kInvalidArgument) << value;
     EXPECT_THAT(std::string(args.status().message()),

@@ -55,8 +55,9 @@ constexpr absl::Duration kStrayKillTimeout = absl::Seconds(5);
 //    warning about anything the children should have removed themselves.
 // The cluster modes skip steps 1 and 2 (the nodes' local ranks 0 run the data services,
 // Note [Data service per node] in launcher/node_data_service.h): step 3 watches mpirun or
-// srun alone, and step 5 also removes this machine's node sockets
-// /tmp/stoker.<job_id>.node*.sock, in case this machine was one of the nodes.
+// srun alone, and step 5 removes the job directory /tmp/stoker.<job_id> with the node sockets
+// that are still in it, in case this machine was one of the nodes (Note [Job directory of
+// the nodes] in launcher/job_files.h).
 
 // Note [Exit code of a job]
 // The job exits with the code of the table in common/exit_codes.h that names its first
@@ -136,8 +137,8 @@ class JobRun {
   // Waits for the first of `children` to exit and returns it. When the wait fails or a
   // termination signal comes first, stops every child, sets `*result` to the job's result
   // and returns nullptr; `stopping` names the children in the log line of a signal.
-  ChildProcess* AwaitFirstExit(absl::Span<ChildProcess* const> children,
-                               absl::string_view stopping, JobResult* result);
+  ChildProcess* AwaitFirstExit(absl::Span<ChildProcess* const> children, absl::string_view stopping,
+                               JobResult* result);
   JobResult AfterDataServiceExited();
   JobResult AfterMpirunExited();
   // Step 3 of the cluster modes: mpirun or srun is the only child.
@@ -394,8 +395,8 @@ absl::StatusOr<JobPlan> PlanJob(const JobConfig& config) {
     }
     ASSIGN_OR_RETURN(std::vector<std::string> data_service_argv,
                      BuildDataServiceArgv(data_service));
-    plan.data_service = ChildSpec{"data service", data_service_program,
-                                  std::move(data_service_argv), env};
+    plan.data_service =
+        ChildSpec{"data service", data_service_program, std::move(data_service_argv), env};
     // If the launcher dies (even by SIGKILL), the data service removes its socket and
     // segments on the way out; SIGKILL would leave them.
     plan.data_service->parent_death_signal = SIGTERM;
@@ -445,7 +446,8 @@ JobResult RunJob(const JobPlan& plan) {
   absl::StatusOr<JobOwnerRecord> owner_record =
       JobOwnerRecord::Create(plan.job_dir_parent, plan.shm_dir, plan.job_id);
   if (!owner_record.ok()) return Failure(owner_record.status(), 1);
-  // The cluster modes make no job directory here: the nodes' sockets are files of their own.
+  // The cluster modes make no job directory here: the nodes' local ranks 0 make it for their
+  // sockets (Note [Job directory of the nodes] in launcher/job_files.h).
   absl::optional<JobDirectory> job_dir;
   if (plan.data_service.has_value()) {
     absl::StatusOr<JobDirectory> created = JobDirectory::Create(plan.job_dir_parent, plan.job_id);
@@ -476,8 +478,8 @@ JobResult RunJob(const JobPlan& plan) {
       LogWarning("removed leftover %s", leftover);
     }
   } else {
-    for (const std::string& socket : RemoveNodeSocketLeftovers(plan.job_dir_parent, plan.job_id)) {
-      LogWarning("removed leftover data service socket %s", socket);
+    for (const std::string& leftover : RemoveJobDirectory(plan.job_dir_parent, plan.job_id)) {
+      LogWarning("removed leftover %s", leftover);
     }
   }
   return result;

@@ -29,10 +29,9 @@ namespace {
 // InvalidArgument unless the data service socket path `socket` fits a Unix socket address.
 absl::Status CheckSocketPathFits(const std::string& socket) {
   if (socket.size() > kMaxUnixSocketPathBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("the data service socket path ", socket,
-                                                   " is too long for a Unix socket (",
-                                                   kMaxUnixSocketPathBytes,
-                                                   " bytes at most): use a shorter --job_id"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the data service socket path ", socket, " is too long for a Unix socket (",
+                     kMaxUnixSocketPathBytes, " bytes at most): use a shorter --job_id"));
   }
   return absl::OkStatus();
 }
@@ -50,8 +49,8 @@ bool OwnedByCaller(const std::string& path, const struct stat& info) {
 // `matches` and that are this user's, and returns their paths, sorted. An entry already
 // gone is skipped; any other that cannot be removed, or is another user's, is logged and
 // kept.
-std::vector<std::string> UnlinkMatchingEntries(
-    DIR* dir, absl::string_view dir_path, absl::FunctionRef<bool(absl::string_view)> matches) {
+std::vector<std::string> UnlinkMatchingEntries(DIR* dir, absl::string_view dir_path,
+                                               absl::FunctionRef<bool(absl::string_view)> matches) {
   std::vector<std::string> removed;
   while (dirent* entry = readdir(dir)) {
     if (!matches(entry->d_name)) continue;
@@ -107,18 +106,21 @@ std::string DataSocketPath(absl::string_view parent, absl::string_view job_id) {
 }
 
 std::string JobIdOfSocketPath(absl::string_view socket_path) {
-  absl::string_view path = socket_path;
-  absl::string_view job;
-  if (absl::ConsumeSuffix(&path, "/data.sock")) {
-    const size_t slash = path.rfind('/');
-    job = path.substr(slash == absl::string_view::npos ? 0 : slash + 1);
-  } else if (absl::ConsumeSuffix(&path, ".sock")) {
-    const size_t slash = path.rfind('/');
-    job = path.substr(slash == absl::string_view::npos ? 0 : slash + 1);
-    const size_t node = job.rfind(".node");
-    if (node == absl::string_view::npos) return "";
-    job = job.substr(0, node);
+  const size_t slash = socket_path.rfind('/');
+  if (slash == absl::string_view::npos) return "";
+  absl::string_view name = socket_path.substr(slash + 1);
+  absl::string_view directory = socket_path.substr(0, slash);
+  if (name != "data.sock") {
+    if (!absl::ConsumePrefix(&name, "node") || !absl::ConsumeSuffix(&name, ".sock") ||
+        name.empty() || !std::all_of(name.begin(), name.end(), [](char c) {
+          return absl::ascii_isdigit(static_cast<unsigned char>(c));
+        })) {
+      return "";
+    }
   }
+  const size_t parent_end = directory.rfind('/');
+  absl::string_view job =
+      parent_end == absl::string_view::npos ? directory : directory.substr(parent_end + 1);
   if (!absl::ConsumePrefix(&job, "stoker.") || !ValidateJobId(job).ok()) return "";
   return std::string(job);
 }
@@ -185,7 +187,7 @@ std::vector<std::string> RemoveJobDirectory(absl::string_view parent, absl::stri
 }
 
 std::string NodeSocketPath(absl::string_view parent, absl::string_view job_id, int node_index) {
-  return absl::StrCat(parent, "/stoker.", job_id, ".node", node_index, ".sock");
+  return absl::StrCat(JobDirectoryPath(parent, job_id), "/node", node_index, ".sock");
 }
 
 absl::Status CheckNodeSocketPath(absl::string_view parent, absl::string_view job_id,
@@ -193,20 +195,41 @@ absl::Status CheckNodeSocketPath(absl::string_view parent, absl::string_view job
   return CheckSocketPathFits(NodeSocketPath(parent, job_id, node_index));
 }
 
-std::vector<std::string> RemoveNodeSocketLeftovers(absl::string_view parent,
-                                                   absl::string_view job_id) {
-  const std::string prefix = absl::StrCat("stoker.", job_id, ".node");
-  DIR* dir = opendir(std::string(parent).c_str());
-  if (dir == nullptr) return {};
-  std::vector<std::string> removed = UnlinkMatchingEntries(dir, parent, [&prefix](absl::string_view name) {
-    if (!absl::StartsWith(name, prefix) || !absl::EndsWith(name, ".sock")) return false;
-    absl::string_view index = name.substr(prefix.size(), name.size() - prefix.size() - 5);
-    return !index.empty() && std::all_of(index.begin(), index.end(), [](char c) {
-      return absl::ascii_isdigit(static_cast<unsigned char>(c));
-    });
-  });
-  closedir(dir);
-  return removed;
+absl::StatusOr<std::string> MakeNodeJobDirectory(absl::string_view parent,
+                                                 absl::string_view job_id) {
+  if (absl::Status valid = ValidateJobId(job_id); !valid.ok()) return valid;
+  std::string path = JobDirectoryPath(parent, job_id);
+  if (mkdir(path.c_str(), 0700) == 0) {
+    // mkdir applies the umask, which may take bits from the owner too.
+    if (chmod(path.c_str(), 0700) != 0) {
+      const int error = errno;
+      rmdir(path.c_str());
+      return ErrnoToStatus(error, absl::StrCat("chmod 0700 ", path));
+    }
+    return path;
+  }
+  if (errno != EEXIST) return ErrnoToStatus(errno, absl::StrCat("mkdir ", path));
+  struct stat info;
+  if (lstat(path.c_str(), &info) != 0) return ErrnoToStatus(errno, absl::StrCat("lstat ", path));
+  const mode_t mode = info.st_mode & 07777;
+  if (S_ISDIR(info.st_mode) && info.st_uid == geteuid() && mode == 0700) return path;
+  const char* kind = S_ISDIR(info.st_mode)   ? "a directory"
+                     : S_ISLNK(info.st_mode) ? "a symbolic link"
+                                             : "not a directory";
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "job directory %s exists but is %s of uid %d with mode %04o; it must be a directory of "
+      "this user (uid %d) with mode 0700 (remove it if no job with id %s runs)",
+      path, kind, static_cast<int>(info.st_uid), static_cast<int>(mode),
+      static_cast<int>(geteuid()), job_id));
+}
+
+void RemoveJobDirectoryIfEmpty(const std::string& path) {
+  struct stat info;
+  if (lstat(path.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) return;
+  if (!OwnedByCaller(path, info)) return;
+  if (rmdir(path.c_str()) != 0 && errno != ENOENT && errno != ENOTEMPTY && errno != EEXIST) {
+    LogWarning("cannot remove job directory %s: %s", path, std::strerror(errno));
+  }
 }
 
 std::vector<std::string> RemoveSharedMemoryLeftovers(absl::string_view shm_dir,

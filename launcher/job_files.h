@@ -1,6 +1,7 @@
 // The names a job leaves on this machine and their removal: the job id, the job directory
-// /tmp/stoker.<job_id>/ (mode 0700) holding the data service socket, and the shared-memory
-// segments /dev/shm/stoker.<job_id>.* that the data service creates.
+// /tmp/stoker.<job_id>/ (mode 0700) holding the data service sockets (data.sock when the
+// launcher runs the service, node<N>.sock when a node's local rank 0 does), and the
+// shared-memory segments /dev/shm/stoker.<job_id>.* that the data service creates.
 #ifndef STOKER_LAUNCHER_JOB_FILES_H_
 #define STOKER_LAUNCHER_JOB_FILES_H_
 
@@ -54,7 +55,7 @@ class JobDirectory {
 
  private:
   friend std::vector<std::string> RemoveJobDirectory(absl::string_view parent,
-                                                    absl::string_view job_id);
+                                                     absl::string_view job_id);
   explicit JobDirectory(std::string path) : path_(std::move(path)) {}
 
   std::string path_;  // empty once removed or moved from
@@ -67,17 +68,16 @@ std::vector<std::string> RemoveJobDirectory(absl::string_view parent, absl::stri
 // "<parent>/stoker.<job_id>/data.sock".
 std::string DataSocketPath(absl::string_view parent, absl::string_view job_id);
 
-// The job id in a data service socket path made by DataSocketPath or NodeSocketPath; empty
-// for any other path.
+// The job id in a data service socket path made by DataSocketPath or NodeSocketPath (the
+// name of its directory); empty for any other path.
 std::string JobIdOfSocketPath(absl::string_view socket_path);
 
 // InvalidArgument when DataSocketPath(parent, job_id) does not fit a Unix socket address.
 absl::Status CheckDataSocketPath(absl::string_view parent, absl::string_view job_id);
 
-// "<parent>/stoker.<job_id>.node<node_index>.sock": where node `node_index`'s data service
+// "<parent>/stoker.<job_id>/node<node_index>.sock": where node `node_index`'s data service
 // listens when the node's local rank 0 started it (Note [Data service per node] in
-// launcher/node_data_service.h). Not inside a directory: the data service removes its
-// socket when it stops, also when its rank died, so nothing of the node is left.
+// launcher/node_data_service.h), inside the job directory that MakeNodeJobDirectory makes.
 std::string NodeSocketPath(absl::string_view parent, absl::string_view job_id, int node_index);
 
 // InvalidArgument when NodeSocketPath(parent, job_id, node_index) does not fit a Unix
@@ -85,10 +85,26 @@ std::string NodeSocketPath(absl::string_view parent, absl::string_view job_id, i
 absl::Status CheckNodeSocketPath(absl::string_view parent, absl::string_view job_id,
                                  int node_index);
 
-// Removes the node sockets <parent>/stoker.<job_id>.node*.sock that are still there and
-// returns their paths.
-std::vector<std::string> RemoveNodeSocketLeftovers(absl::string_view parent,
-                                                   absl::string_view job_id);
+// Note [Job directory of the nodes]
+// The node sockets of a job live in its job directory <parent>/stoker.<job_id>, owner-only
+// like the launcher's. Several nodes of one job may share a machine (and so the directory),
+// so it is not made fresh: the first local rank 0 there makes it, the others find it. A
+// directory found under that name is used only when it is a real directory (not a symlink)
+// of this user with mode 0700; anything else is refused by name, since whoever made it could
+// reach or replace the sockets inside. Each node removes its socket when its data service
+// stops, and the directory when that leaves it empty: the last node on the machine removes
+// it. A node killed with its data service leaves both; the stale-job sweep removes them
+// (Note [Stale jobs] in launcher/job_owner.h).
+
+// Makes <parent>/stoker.<job_id> with mode 0700 whatever the umask, or accepts it as it is
+// (Note [Job directory of the nodes]). Returns its path; FailedPrecondition naming the path,
+// its owner and mode when something else has the name. InvalidArgument for a bad job id.
+absl::StatusOr<std::string> MakeNodeJobDirectory(absl::string_view parent,
+                                                 absl::string_view job_id);
+
+// Removes the directory `path` when it is empty and this user's; silent when it is not empty
+// or gone (another node of the job on this machine still uses it, or it removed it).
+void RemoveJobDirectoryIfEmpty(const std::string& path);
 
 // Removes the entries of `shm_dir` named stoker.<job_id>.* (the job's shared-memory
 // segments, /dev/shm being where shm_open puts them) and returns their paths.

@@ -101,8 +101,8 @@ TEST(JobDirectoryTest, RefusesASocketPathTooLongForSockaddrUn) {
 
 TEST(SharedMemoryLeftoversTest, RemovesOnlyThisJobsSegments) {
   const std::string shm = MakeTempDir("shm");
-  for (const char* name : {"stoker.j1.ring.0", "stoker.j1.ring.1", "stoker.j10.ring.0",
-                           "stoker.j1", "other.j1.ring.0"}) {
+  for (const char* name : {"stoker.j1.ring.0", "stoker.j1.ring.1", "stoker.j10.ring.0", "stoker.j1",
+                           "other.j1.ring.0"}) {
     std::ofstream(shm + "/" + name) << "x";
   }
   EXPECT_THAT(RemoveSharedMemoryLeftovers(shm, "j1"),
@@ -118,6 +118,10 @@ TEST(JobIdOfSocketPathTest, ReadsTheJobIdOfBothKindsOfSocket) {
   EXPECT_EQ(JobIdOfSocketPath("/run/other/data.sock"), "");
   EXPECT_EQ(JobIdOfSocketPath("/tmp/stoker.a.b/data.sock"), "");
   EXPECT_EQ(JobIdOfSocketPath("/tmp/x.sock"), "");
+  EXPECT_EQ(JobIdOfSocketPath("/tmp/stoker.j/nodeX.sock"), "");
+  EXPECT_EQ(JobIdOfSocketPath("/tmp/stoker.j/node.sock"), "");
+  EXPECT_EQ(JobIdOfSocketPath("/tmp/stoker.j.node0.sock"), "");
+  EXPECT_EQ(JobIdOfSocketPath("stoker.j/node0.sock"), "j");
 }
 
 TEST(SharedMemoryLeftoversTest, ObjectsOfAnotherUserAreLeftAlsoForRoot) {
@@ -146,25 +150,115 @@ TEST(SharedMemoryLeftoversTest, ObjectsOfAnotherUserAreLeftAlsoForRoot) {
   EXPECT_EQ(access((mine + "/planted").c_str(), F_OK), 0);
 }
 
-TEST(NodeSocketTest, PathNamesJobAndNode) {
-  EXPECT_EQ(NodeSocketPath("/tmp", "j1", 3), "/tmp/stoker.j1.node3.sock");
+TEST(NodeSocketTest, PathNamesJobAndNodeInsideTheJobDirectory) {
+  EXPECT_EQ(NodeSocketPath("/tmp", "j1", 3), "/tmp/stoker.j1/node3.sock");
   EXPECT_TRUE(CheckNodeSocketPath("/tmp", std::string(kMaxJobIdLength, 'j'), 999).ok());
   const absl::Status too_long = CheckNodeSocketPath("/tmp/" + std::string(100, 'p'), "job", 0);
   EXPECT_EQ(too_long.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(too_long.message()), HasSubstr("too long"));
 }
 
-TEST(NodeSocketTest, LeftoversOfOnlyThisJobAreRemoved) {
-  const std::string dir = MakeTempDir("sockets");
-  for (const char* name : {"stoker.j1.node0.sock", "stoker.j1.node12.sock",
-                           "stoker.j10.node0.sock", "stoker.j1.nodeX.sock", "stoker.j1.node1"}) {
-    std::ofstream(dir + "/" + name) << "x";
+// The mode bits of `path` (lstat), or -1.
+int ModeOf(const std::string& path) {
+  struct stat info;
+  return lstat(path.c_str(), &info) == 0 ? static_cast<int>(info.st_mode & 07777) : -1;
+}
+
+TEST(NodeJobDirectoryTest, IsMadeOwnerOnlyWhateverTheUmask) {
+  for (const mode_t mask : {mode_t{0}, mode_t{022}, mode_t{0700}}) {
+    const std::string job = UniqueId(absl::StrCat("node-umask-", mask));
+    const mode_t old_mask = umask(mask);
+    absl::StatusOr<std::string> dir = MakeNodeJobDirectory(kParent, job);
+    umask(old_mask);
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    EXPECT_EQ(*dir, JobDirectoryPath(kParent, job));
+    EXPECT_EQ(ModeOf(*dir), 0700) << "umask " << mask;
+    struct stat info;
+    ASSERT_EQ(lstat(dir->c_str(), &info), 0);
+    EXPECT_EQ(info.st_uid, geteuid());
+    RemoveJobDirectoryIfEmpty(*dir);
+    EXPECT_FALSE(PathExists(*dir));
   }
-  EXPECT_THAT(RemoveNodeSocketLeftovers(dir, "j1"),
-              ElementsAre(dir + "/stoker.j1.node0.sock", dir + "/stoker.j1.node12.sock"));
-  EXPECT_THAT(ListEntries(dir, "stoker."),
-              ::testing::UnorderedElementsAre("stoker.j10.node0.sock", "stoker.j1.nodeX.sock",
-                                              "stoker.j1.node1"));
+}
+
+TEST(NodeJobDirectoryTest, AnotherNodeOfTheJobFindsItAndTheLastOneRemovesIt) {
+  const std::string job = UniqueId("node-shared");
+  absl::StatusOr<std::string> first = MakeNodeJobDirectory(kParent, job);
+  ASSERT_TRUE(first.ok()) << first.status();
+  std::ofstream(NodeSocketPath(kParent, job, 0)) << "x";
+  absl::StatusOr<std::string> second = MakeNodeJobDirectory(kParent, job);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(*second, *first);
+  std::ofstream(NodeSocketPath(kParent, job, 1)) << "x";
+
+  unlink(NodeSocketPath(kParent, job, 0).c_str());
+  RemoveJobDirectoryIfEmpty(*first);  // node 1's socket is still there
+  EXPECT_TRUE(PathExists(NodeSocketPath(kParent, job, 1)));
+  unlink(NodeSocketPath(kParent, job, 1).c_str());
+  RemoveJobDirectoryIfEmpty(*first);
+  EXPECT_FALSE(PathExists(*first));
+  RemoveJobDirectoryIfEmpty(*first);  // gone already: nothing to do
+}
+
+TEST(NodeJobDirectoryTest, ADirectoryWithAnotherModeIsRefusedByName) {
+  const std::string job = UniqueId("node-mode");
+  const std::string dir = JobDirectoryPath(kParent, job);
+  ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+  ASSERT_EQ(chmod(dir.c_str(), 0755), 0);
+  absl::StatusOr<std::string> made = MakeNodeJobDirectory(kParent, job);
+  EXPECT_EQ(made.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(made.status().message()),
+              HasSubstr(absl::StrCat("job directory ", dir, " exists but is a directory of uid ",
+                                     geteuid(), " with mode 0755")));
+  EXPECT_THAT(std::string(made.status().message()), HasSubstr("mode 0700"));
+  EXPECT_EQ(ModeOf(dir), 0755);  // refused, not changed
+  rmdir(dir.c_str());
+}
+
+TEST(NodeJobDirectoryTest, ASymlinkOrAFileUnderTheNameIsRefusedByName) {
+  const std::string target = MakeTempDir("node-target");
+  const std::string link_job = UniqueId("node-link");
+  const std::string link = JobDirectoryPath(kParent, link_job);
+  ASSERT_EQ(chmod(target.c_str(), 0700), 0);
+  ASSERT_EQ(symlink(target.c_str(), link.c_str()), 0);
+  absl::StatusOr<std::string> made = MakeNodeJobDirectory(kParent, link_job);
+  EXPECT_EQ(made.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(made.status().message()),
+              HasSubstr(absl::StrCat(link, " exists but is a symbolic link")));
+  unlink(link.c_str());
+
+  const std::string file_job = UniqueId("node-file");
+  const std::string file = JobDirectoryPath(kParent, file_job);
+  std::ofstream(file) << "x";
+  made = MakeNodeJobDirectory(kParent, file_job);
+  EXPECT_EQ(made.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(made.status().message()),
+              HasSubstr(absl::StrCat(file, " exists but is not a directory")));
+  unlink(file.c_str());
+}
+
+TEST(NodeJobDirectoryTest, ADirectoryOfAnotherUserIsRefusedAlsoForRoot) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to make a directory of another user";
+  const std::string job = UniqueId("node-foreign");
+  const std::string dir = JobDirectoryPath(kParent, job);
+  ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+  if (chown(dir.c_str(), 65534, 65534) != 0) {
+    rmdir(dir.c_str());
+    GTEST_SKIP() << "cannot give a directory to another user here (a sandbox's user namespace?)";
+  }
+  absl::StatusOr<std::string> made = MakeNodeJobDirectory(kParent, job);
+  EXPECT_EQ(made.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(
+      std::string(made.status().message()),
+      HasSubstr(absl::StrCat(dir, " exists but is a directory of uid 65534 with mode 0700")));
+  RemoveJobDirectoryIfEmpty(dir);  // another user's: left
+  EXPECT_TRUE(PathExists(dir));
+  rmdir(dir.c_str());
+}
+
+TEST(NodeJobDirectoryTest, ABadJobIdIsRefused) {
+  EXPECT_EQ(MakeNodeJobDirectory(kParent, "a/b").status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

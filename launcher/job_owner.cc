@@ -67,8 +67,8 @@ std::string ReadLink(const char* path) {
 std::vector<std::string> RemoveJobFiles(absl::string_view parent, absl::string_view shm_dir,
                                         absl::string_view job_id) {
   std::vector<std::string> removed = RemoveJobDirectory(parent, job_id);
-  for (std::string& path : RemoveNodeSocketLeftovers(parent, job_id)) removed.push_back(std::move(path));
-  for (std::string& path : RemoveSharedMemoryLeftovers(shm_dir, job_id)) removed.push_back(std::move(path));
+  for (std::string& path : RemoveSharedMemoryLeftovers(shm_dir, job_id))
+    removed.push_back(std::move(path));
   return removed;
 }
 
@@ -133,7 +133,8 @@ absl::StatusOr<ProcessIdentity> ProcessIdentity::Self() {
   }
   self.start_time = stat->start_time;
   self.pid_namespace = ReadLink("/proc/self/ns/pid");
-  self.boot_id = std::string(absl::StripAsciiWhitespace(ReadSmallFile("/proc/sys/kernel/random/boot_id")));
+  self.boot_id =
+      std::string(absl::StripAsciiWhitespace(ReadSmallFile("/proc/sys/kernel/random/boot_id")));
   if (self.pid_namespace.empty()) self.pid_namespace = "-";
   if (self.boot_id.empty()) self.boot_id = "-";
   return self;
@@ -144,12 +145,14 @@ std::string ProcessIdentity::ToText() const {
 }
 
 absl::StatusOr<ProcessIdentity> ProcessIdentity::FromText(absl::string_view text) {
-  std::vector<absl::string_view> fields = absl::StrSplit(text, absl::ByAnyChar(" \n"), absl::SkipEmpty());
+  std::vector<absl::string_view> fields =
+      absl::StrSplit(text, absl::ByAnyChar(" \n"), absl::SkipEmpty());
   ProcessIdentity identity;
   if (fields.size() != 4 || !absl::SimpleAtoi(fields[0], &identity.pid) || identity.pid <= 0 ||
       !absl::SimpleAtoi(fields[1], &identity.start_time)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("not \"pid start_time pid_namespace boot_id\": \"", absl::StripAsciiWhitespace(text), "\""));
+        absl::StrCat("not \"pid start_time pid_namespace boot_id\": \"",
+                     absl::StripAsciiWhitespace(text), "\""));
   }
   identity.pid_namespace = std::string(fields[2]);
   identity.boot_id = std::string(fields[3]);
@@ -222,21 +225,23 @@ absl::StatusOr<JobOwnerRecord> JobOwnerRecord::Create(absl::string_view parent,
                                                      " is in use by the running launcher pid ",
                                                      owner->pid, " (", path, ")"));
       case OwnerState::kUnknown:
-        return absl::AlreadyExistsError(absl::StrCat(
-            "--job_id ", job_id, " is in use by launcher pid ", owner->pid,
-            " of another pid namespace (", path, "; remove it if no such job runs)"));
+        return absl::AlreadyExistsError(
+            absl::StrCat("--job_id ", job_id, " is in use by launcher pid ", owner->pid,
+                         " of another pid namespace (", path, "; remove it if no such job runs)"));
       case OwnerState::kGone:
         for (const std::string& removed : RemoveJobFiles(parent, shm_dir, job_id)) {
           LogWarning("removed %s of the earlier job %s (its owner, pid %d, is gone)", removed,
                      job_id, owner->pid);
         }
         if (unlink(path.c_str()) != 0 && errno != ENOENT) {
-          return stoker::ErrnoToStatus(errno, absl::StrCat("removing the stale job owner record ", path));
+          return stoker::ErrnoToStatus(errno,
+                                       absl::StrCat("removing the stale job owner record ", path));
         }
         break;  // the lock goes with `locked`, after the record
     }
   }
-  return absl::AlreadyExistsError(absl::StrCat("--job_id ", job_id, ": another launcher took ", path));
+  return absl::AlreadyExistsError(
+      absl::StrCat("--job_id ", job_id, ": another launcher took ", path));
 }
 
 JobOwnerRecord::JobOwnerRecord(JobOwnerRecord&& other) noexcept
@@ -270,7 +275,8 @@ std::vector<StaleJob> RemoveStaleJobs(absl::string_view parent, absl::string_vie
   if (dir == nullptr) return {};
   while (dirent* entry = readdir(dir)) {
     absl::string_view name = entry->d_name;
-    if (!absl::ConsumePrefix(&name, "stoker.") || !absl::ConsumeSuffix(&name, kOwnerSuffix)) continue;
+    if (!absl::ConsumePrefix(&name, "stoker.") || !absl::ConsumeSuffix(&name, kOwnerSuffix))
+      continue;
     if (ValidateJobId(name).ok()) job_ids.emplace_back(name);
   }
   closedir(dir);
@@ -299,8 +305,8 @@ void RemoveStaleJobsAndLog(absl::string_view parent, absl::string_view shm_dir,
                            absl::string_view log_prefix) {
   for (const StaleJob& stale : RemoveStaleJobs(parent, shm_dir)) {
     for (const std::string& path : stale.removed) {
-      LogWarning("%sremoved %s of the dead job %s (its owner, pid %d, is gone)", log_prefix,
-                 path, stale.job_id, stale.owner_pid);
+      LogWarning("%sremoved %s of the dead job %s (its owner, pid %d, is gone)", log_prefix, path,
+                 stale.job_id, stale.owner_pid);
     }
   }
 }

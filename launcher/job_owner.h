@@ -3,7 +3,7 @@
 // starts the node's data service: launcher/node_data_service.h) writes
 // <tmp>/stoker.<job_id>.owner (0600) naming itself when a job starts and removes it when the
 // job's files are gone; an owner killed with SIGKILL leaves it, with whatever its children
-// left (the job directory, segments /dev/shm/stoker.<job_id>.*, node sockets). The next
+// left (the job directory and the sockets in it, segments /dev/shm/stoker.<job_id>.*). The next
 // launcher or local rank 0 on the machine finds such records whose process no longer exists
 // and removes those files (Note [Stale jobs]).
 #ifndef STOKER_LAUNCHER_JOB_OWNER_H_
@@ -46,7 +46,7 @@ namespace stoker::launcher {
 // The identity of a process. Plain data.
 struct ProcessIdentity {
   pid_t pid = 0;
-  uint64_t start_time = 0;  // clock ticks after boot (/proc/<pid>/stat field 22)
+  uint64_t start_time = 0;    // clock ticks after boot (/proc/<pid>/stat field 22)
   std::string pid_namespace;  // "pid:[4026531836]"
   std::string boot_id;
 
@@ -99,9 +99,10 @@ struct StaleJob {
 };
 
 // Finds the owner records <parent>/stoker.*.owner of this user whose owner is gone and
-// removes each such job's files: the job directory <parent>/stoker.<id> with what is in it,
-// the node sockets <parent>/stoker.<id>.node*.sock, the segments <shm_dir>/stoker.<id>.*,
-// then the record. Never fails: what cannot be read or removed is logged and skipped.
+// removes each such job's files: the job directory <parent>/stoker.<id> with what is in it
+// (the launcher's socket or the node sockets, each object owner-checked), the segments
+// <shm_dir>/stoker.<id>.*, then the record. Never fails: what cannot be read or removed is logged
+// and skipped.
 std::vector<StaleJob> RemoveStaleJobs(absl::string_view parent, absl::string_view shm_dir);
 
 // RemoveStaleJobs, with a warning per removed path: "<log_prefix>removed PATH of the dead

@@ -39,11 +39,12 @@ void WriteRecord(const std::string& dir, const std::string& job_id, const Proces
   std::ofstream(JobOwnerPath(dir, job_id)) << owner.ToText();
 }
 
-// A job's files as a killed launcher leaves them.
-void LeaveJobFiles(const std::string& dir, const std::string& shm, const std::string& job_id) {
+// A job's files as a killed launcher leaves them (socket "data.sock"), or a node's local
+// rank 0 killed with its data service (socket "node0.sock").
+void LeaveJobFiles(const std::string& dir, const std::string& shm, const std::string& job_id,
+                   const std::string& socket = "data.sock") {
   ASSERT_EQ(mkdir(absl::StrCat(dir, "/stoker.", job_id).c_str(), 0700), 0);
-  Touch(absl::StrCat(dir, "/stoker.", job_id, "/data.sock"));
-  Touch(absl::StrCat(dir, "/stoker.", job_id, ".node0.sock"));
+  Touch(absl::StrCat(dir, "/stoker.", job_id, "/", socket));
   Touch(absl::StrCat(shm, "/stoker.", job_id, ".ring.0"));
 }
 
@@ -70,7 +71,9 @@ TEST(JudgeOwnerTest, ThisProcessIsAlive) {
   EXPECT_EQ(JudgeOwner(*ProcessIdentity::Self()), OwnerState::kAlive);
 }
 
-TEST(JudgeOwnerTest, AnExitedProcessIsGone) { EXPECT_EQ(JudgeOwner(GoneProcess()), OwnerState::kGone); }
+TEST(JudgeOwnerTest, AnExitedProcessIsGone) {
+  EXPECT_EQ(JudgeOwner(GoneProcess()), OwnerState::kGone);
+}
 
 TEST(JudgeOwnerTest, AReusedPidIsGone) {
   ProcessIdentity earlier = *ProcessIdentity::Self();
@@ -113,18 +116,18 @@ TEST(JobOwnerRecordTest, ARunningJobKeepsItsId) {
   ASSERT_TRUE(first.ok()) << first.status();
   absl::StatusOr<JobOwnerRecord> second = JobOwnerRecord::Create(dir, dir, "job1");
   EXPECT_TRUE(absl::IsAlreadyExists(second.status()));
-  EXPECT_THAT(second.status().message(), HasSubstr(absl::StrCat("running launcher pid ", getpid())));
+  EXPECT_THAT(second.status().message(),
+              HasSubstr(absl::StrCat("running launcher pid ", getpid())));
 }
 
 TEST(JobOwnerRecordTest, TheIdOfADeadJobIsTakenOverAndItsFilesRemoved) {
   const std::string dir = testing::MakeTempDir("owner");
   const std::string shm = testing::MakeTempDir("shm");
   WriteRecord(dir, "job1", GoneProcess());
-  LeaveJobFiles(dir, shm, "job1");
+  LeaveJobFiles(dir, shm, "job1", "node0.sock");
   absl::StatusOr<JobOwnerRecord> record = JobOwnerRecord::Create(dir, shm, "job1");
   ASSERT_TRUE(record.ok()) << record.status();
   EXPECT_FALSE(PathExists(absl::StrCat(dir, "/stoker.job1")));
-  EXPECT_FALSE(PathExists(absl::StrCat(dir, "/stoker.job1.node0.sock")));
   EXPECT_FALSE(PathExists(absl::StrCat(shm, "/stoker.job1.ring.0")));
   EXPECT_EQ(ProcessIdentity::FromText(testing::ReadFileOrEmpty(record->path()))->pid, getpid());
 }
@@ -172,6 +175,20 @@ TEST(RemoveStaleJobsTest, AStaleRecordWhoseLockIsHeldIsLeftAlone) {
   EXPECT_FALSE(PathExists(absl::StrCat(shm, "/stoker.taken-job.ring.0")));
 }
 
+TEST(RemoveStaleJobsTest, ADeadNodesJobDirectoryGoesWithItsSockets) {
+  const std::string dir = testing::MakeTempDir("owner");
+  const std::string shm = testing::MakeTempDir("shm");
+  WriteRecord(dir, "dead-node", GoneProcess());
+  LeaveJobFiles(dir, shm, "dead-node", "node1.sock");
+  const std::vector<StaleJob> stale = RemoveStaleJobs(dir, shm);
+  ASSERT_EQ(stale.size(), 1u);
+  EXPECT_THAT(stale[0].removed, ElementsAre(absl::StrCat(dir, "/stoker.dead-node/node1.sock"),
+                                            absl::StrCat(dir, "/stoker.dead-node"),
+                                            absl::StrCat(shm, "/stoker.dead-node.ring.0"),
+                                            absl::StrCat(dir, "/stoker.dead-node.owner")));
+  EXPECT_THAT(testing::ListEntries(dir, "stoker."), ::testing::IsEmpty());
+}
+
 TEST(RemoveStaleJobsTest, OnlyJobsWhoseOwnerIsGoneAreRemoved) {
   const std::string dir = testing::MakeTempDir("owner");
   const std::string shm = testing::MakeTempDir("shm");
@@ -190,11 +207,10 @@ TEST(RemoveStaleJobsTest, OnlyJobsWhoseOwnerIsGoneAreRemoved) {
   ASSERT_EQ(stale.size(), 1u);
   EXPECT_EQ(stale[0].job_id, "dead-job");
   EXPECT_EQ(stale[0].owner_pid, gone.pid);
-  EXPECT_THAT(stale[0].removed,
-              ElementsAre(absl::StrCat(dir, "/stoker.dead-job/data.sock"), absl::StrCat(dir, "/stoker.dead-job"),
-                          absl::StrCat(dir, "/stoker.dead-job.node0.sock"),
-                          absl::StrCat(shm, "/stoker.dead-job.ring.0"),
-                          absl::StrCat(dir, "/stoker.dead-job.owner")));
+  EXPECT_THAT(stale[0].removed, ElementsAre(absl::StrCat(dir, "/stoker.dead-job/data.sock"),
+                                            absl::StrCat(dir, "/stoker.dead-job"),
+                                            absl::StrCat(shm, "/stoker.dead-job.ring.0"),
+                                            absl::StrCat(dir, "/stoker.dead-job.owner")));
   EXPECT_TRUE(PathExists(absl::StrCat(dir, "/stoker.live-job/data.sock")));
   EXPECT_TRUE(PathExists(absl::StrCat(shm, "/stoker.live-job.ring.0")));
   EXPECT_TRUE(PathExists(absl::StrCat(shm, "/stoker.other-namespace.ring.0")));

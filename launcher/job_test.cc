@@ -102,8 +102,8 @@ class JobTest : public ::testing::Test {
 
   pid_t PidFrom(const std::string& file) {
     int pid = -1;
-    EXPECT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFileOrEmpty(out_ + "/" + file)),
-                                 &pid))
+    EXPECT_TRUE(
+        absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFileOrEmpty(out_ + "/" + file)), &pid))
         << file;
     return pid;
   }
@@ -437,13 +437,15 @@ TEST_F(ClusterJobTest, SrunAloneStartsTheRanksWithJobIdAndDatasetOptions) {
   EXPECT_EQ(ReadFileOrEmpty(out_ + "/trainer.1.env"), "NCCL_NVLS_ENABLE=0\n");
 }
 
-TEST_F(ClusterJobTest, NodeSocketsLeftOnThisMachineAreRemoved) {
+TEST_F(ClusterJobTest, NodeSocketsLeftOnThisMachineAreRemovedWithTheJobDirectory) {
   // As if this machine were node 0 and its data service had died without cleaning up.
+  ASSERT_TRUE(MakeNodeJobDirectory("/tmp", config_.job_id).ok());
   const std::string leftover = NodeSocketPath("/tmp", config_.job_id, 0);
   { std::ofstream(leftover) << "x"; }
   JobResult result = Run();
   EXPECT_EQ(result.exit_code, 0) << result.status;
   EXPECT_FALSE(PathExists(leftover));
+  EXPECT_FALSE(PathExists(JobDirectoryPath("/tmp", config_.job_id)));
 }
 
 TEST_F(ClusterJobTest, FailingRankFailsTheJobWithItsCode) {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
@@ -92,16 +93,21 @@ absl::StatusOr<ChildProcess> StartOnThisNode(const RankInfo& rank, const std::st
     return absl::NotFoundError(
         absl::StrCat("--data_service=", program, ": not an executable file on this node"));
   }
+  ASSIGN_OR_RETURN(const std::string job_dir, MakeNodeJobDirectory(options.socket_dir, job_id));
+  // On failure: the directory goes when no other node of the job on this machine uses it.
+  auto remove_job_dir = absl::MakeCleanup([&job_dir] { RemoveJobDirectoryIfEmpty(job_dir); });
   struct stat info;
   if (lstat(socket_path.c_str(), &info) == 0) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        socket_path, " already exists: another job uses job id ", job_id,
-        ", or an earlier one did not clean up (remove it by hand if no job runs)"));
+    return absl::AlreadyExistsError(
+        absl::StrCat(socket_path, " already exists: another job uses job id ", job_id,
+                     ", or an earlier one did not clean up (remove it by hand if no job runs)"));
   }
-  ASSIGN_OR_RETURN(std::vector<std::string> argv,
-                   BuildNodeDataServiceArgv(program, socket_path, job_id, rank.node_index, seed,
-                                            options.args));
-  // If this rank dies first, the service (told by PR_SET_PDEATHSIG) removes the record too.
+  ASSIGN_OR_RETURN(
+      std::vector<std::string> argv,
+      BuildNodeDataServiceArgv(program, socket_path, job_id, rank.node_index, seed, options.args));
+  // If this rank dies first, the service (told by PR_SET_PDEATHSIG) removes the job
+  // directory (when empty) and the record too.
+  argv.push_back("--remove_socket_dir=true");
   if (owner_record->has_value()) {
     argv.push_back(absl::StrCat("--owner_record=", (*owner_record)->path()));
   }
@@ -120,8 +126,10 @@ absl::StatusOr<ChildProcess> StartOnThisNode(const RankInfo& rank, const std::st
       absl::StatusOr<ExitStatus> ended = child.Terminate(options.shutdown_grace);
       (void)ended;
     }
+    unlink(socket_path.c_str());  // the service's, made after the check above
     return ready;
   }
+  std::move(remove_job_dir).Cancel();
   LogInfo("node %d: data service (pid %d) ready on %s after %s", rank.node_index, child.pid(),
           socket_path, absl::FormatDuration(absl::Now() - start));
   // Machine-readable twin of the line above: scripts and tests read the service's pid from it.
@@ -141,9 +149,10 @@ absl::Status BarrierWithin(MPI_Comm node, absl::Duration timeout, int node_index
     RETURN_IF_MPI_ERROR(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
     if (done) return absl::OkStatus();
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "the ranks of node ", node_index, " did not all finish within ",
-          absl::FormatDuration(timeout), " of this one: one of them stalled or failed (its log says which)"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("the ranks of node ", node_index, " did not all finish within ",
+                       absl::FormatDuration(timeout),
+                       " of this one: one of them stalled or failed (its log says which)"));
     }
     absl::SleepFor(absl::Milliseconds(2));
   }
@@ -189,8 +198,8 @@ absl::StatusOr<std::unique_ptr<NodeDataService>> NodeDataService::Start(
 
   NodeOutcome outcome;
   if (rank.local_rank == 0) {
-    absl::StatusOr<ChildProcess> child = StartOnThisNode(
-        rank, job_id, identity.seed, socket_path, options, &service->owner_record_);
+    absl::StatusOr<ChildProcess> child =
+        StartOnThisNode(rank, job_id, identity.seed, socket_path, options, &service->owner_record_);
     if (child.ok()) {
       service->child_ = std::move(*child);
       outcome.ok = 1;
@@ -209,8 +218,8 @@ absl::StatusOr<std::unique_ptr<NodeDataService>> NodeDataService::Start(
     service->stopped_ = true;  // nothing to stop
     if (rank.local_rank == 0) return absl::UnavailableError(outcome.error);
     return absl::UnavailableError(absl::StrCat("the data service of node ", rank.node_index,
-                                               " did not start (local rank 0 says: ",
-                                               outcome.error, ")"));
+                                               " did not start (local rank 0 says: ", outcome.error,
+                                               ")"));
   }
   return service;
 }
@@ -224,6 +233,7 @@ NodeDataService::NodeDataService(const RankInfo& rank, MPI_Comm node, std::strin
       seed_(seed),
       socket_path_(std::move(socket_path)),
       node_ranks_(std::move(node_ranks)),
+      socket_dir_(options.socket_dir),
       shm_dir_(options.shm_dir),
       shutdown_grace_(options.shutdown_grace),
       stop_timeout_(options.stop_timeout) {}
@@ -273,6 +283,8 @@ void NodeDataService::RemoveLeftovers() {
       LogWarning("cannot remove %s: %s", path, std::strerror(errno));
     }
   }
+  // Note [Job directory of the nodes] in launcher/job_files.h: the last node here removes it.
+  RemoveJobDirectoryIfEmpty(JobDirectoryPath(socket_dir_, job_id_));
 }
 
 }  // namespace stoker::launcher

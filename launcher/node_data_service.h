@@ -27,7 +27,8 @@ namespace stoker::launcher {
 // start-up every rank calls NodeDataService::Start, which
 //  1. agrees on the job id and the base seed: rank 0's values (its job id, or a fresh
 //     GenerateJobId() when it has none), broadcast over the world;
-//  2. on the node's local rank 0: spawns data_service with --socket=<NodeSocketPath>,
+//  2. on the node's local rank 0: makes the job directory (0700) or checks the one there,
+//     spawns data_service with --socket=<NodeSocketPath> --remove_socket_dir,
 //     --job_id, --node_id=<node index>, --data_seed=<seed> and the pass-through args, with
 //     SIGTERM as its parent-death signal and every CPU of the node allowed, and waits until
 //     the socket accepts connections (failing if the service exits first or the timeout
@@ -38,8 +39,10 @@ namespace stoker::launcher {
 // from its ring; a data service whose local rank 0 died gets SIGTERM (PR_SET_PDEATHSIG)
 // and removes its socket and segments on the way out. Stop() ends it in order: a barrier
 // on the node (no local rank reads from it any more), then SIGTERM, which it must answer
-// by exiting 0. The socket is a file of its own in /tmp, not in a job directory, so that
-// nothing is left even when local rank 0 dies.
+// by exiting 0. The socket is <socket_dir>/stoker.<job_id>/node<N>.sock, in the job
+// directory local rank 0 makes or finds (Note [Job directory of the nodes] in
+// launcher/job_files.h); the service is started with --remove_socket_dir, so that it removes
+// the directory after its socket when local rank 0 died first, and nothing is left.
 // When local rank 0 and its data service die together (both SIGKILLed, the node's OOM
 // killer), neither can clean up. So unless a live launcher owns the job on this machine,
 // local rank 0 holds the job's owner record (Note [Stale jobs] in launcher/job_owner.h)
@@ -91,9 +94,8 @@ class NodeDataService {
  public:
   // Steps 1 to 3 of Note [Data service per node]. Collective over `world` (and `node`, the
   // node communicator of `rank`): must be called in the same order on every rank.
-  static absl::StatusOr<std::unique_ptr<NodeDataService>> Start(const RankInfo& rank,
-                                                                MPI_Comm world, MPI_Comm node,
-                                                                const NodeDataServiceOptions& options);
+  static absl::StatusOr<std::unique_ptr<NodeDataService>> Start(
+      const RankInfo& rank, MPI_Comm world, MPI_Comm node, const NodeDataServiceOptions& options);
 
   // Without Stop(): local rank 0 ends the service (SIGTERM, SIGKILL after the grace period)
   // and removes what it left. No collective.
@@ -119,7 +121,7 @@ class NodeDataService {
                   std::string socket_path, std::vector<int> node_ranks,
                   const NodeDataServiceOptions& options);
   // Local rank 0: removes the socket and the node's ranks' ring segments if the service
-  // left them; logs each one.
+  // left them, logging each one, then the job directory when that leaves it empty.
   void RemoveLeftovers();
 
   RankInfo rank_;
@@ -128,6 +130,7 @@ class NodeDataService {
   uint64_t seed_;
   std::string socket_path_;
   std::vector<int> node_ranks_;  // global ranks of this node's ranks
+  std::string socket_dir_;
   std::string shm_dir_;
   absl::Duration shutdown_grace_;
   absl::Duration stop_timeout_;

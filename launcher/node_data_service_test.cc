@@ -1,10 +1,13 @@
 // NodeDataService under mpirun -np 4, split into two "nodes" of two ranks each (Note
 // [Forced node split]): each node's local rank 0 starts the real data service, every rank
-// of the node reaches it, rank 0's job id and seed count everywhere, a start-up failure
-// reaches every local rank, and Stop leaves no process or socket behind.
+// of the node reaches it, rank 0's job id and seed count everywhere, the sockets live in the
+// job's owner-only directory (one found with another mode is refused), a start-up failure
+// reaches every local rank, and Stop leaves no process, socket or directory behind.
 #include "launcher/node_data_service.h"
 
 #include <mpi.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -81,6 +84,13 @@ TEST_F(NodeDataServiceTest, EachNodeRunsItsOwnServiceUnderRankZerosJobIdAndSeed)
   EXPECT_EQ(node_service.socket_path(), NodeSocketPath("/tmp", job_id, rank_.node_index));
   std::string error;
   EXPECT_TRUE(AcceptsConnections(node_service.socket_path(), &error)) << error;
+  // Both "nodes" run on this machine: they share the job's directory, owner-only.
+  const std::string job_dir = JobDirectoryPath("/tmp", job_id);
+  struct stat info;
+  ASSERT_EQ(lstat(job_dir.c_str(), &info), 0) << job_dir;
+  EXPECT_TRUE(S_ISDIR(info.st_mode));
+  EXPECT_EQ(info.st_mode & 07777, 0700u);
+  EXPECT_EQ(info.st_uid, geteuid());
   // Local ranks 0 own a process each, and the two nodes' processes differ.
   const std::vector<pid_t> pids = Gather(node_service.pid());
   EXPECT_GT(pids[0], 0);
@@ -93,8 +103,41 @@ TEST_F(NodeDataServiceTest, EachNodeRunsItsOwnServiceUnderRankZerosJobIdAndSeed)
   ASSERT_TRUE(node_service.Stop().ok());
   MPI_Barrier(MPI_COMM_WORLD);
   EXPECT_FALSE(PathExists(node_service.socket_path()));
+  EXPECT_FALSE(PathExists(job_dir));  // the last node here removed it
   if (pid > 0) EXPECT_FALSE(IsProcessAlive(pid));
   EXPECT_EQ(node_service.Stop().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(NodeDataServiceTest, AJobDirectoryThatIsNotOwnerOnlyIsRefusedByName) {
+  // Rank 0's job id; its directory is there already, readable by everyone.
+  struct Id {
+    char text[kMaxJobIdLength + 1] = {};
+  };
+  Id id;
+  if (rank_.rank == 0) GenerateJobId().copy(id.text, kMaxJobIdLength);
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  options_.job_id = id.text;
+  const std::string job_dir = JobDirectoryPath("/tmp", options_.job_id);
+  if (rank_.rank == 0) {
+    ASSERT_EQ(mkdir(job_dir.c_str(), 0700), 0);
+    ASSERT_EQ(chmod(job_dir.c_str(), 0755), 0);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  absl::StatusOr<std::unique_ptr<NodeDataService>> service =
+      NodeDataService::Start(rank_, MPI_COMM_WORLD, node_, options_);
+  ASSERT_EQ(service.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(
+      std::string(service.status().message()),
+      HasSubstr(absl::StrCat("job directory ", job_dir, " exists but is a directory of uid ",
+                             geteuid(), " with mode 0755")));
+  MPI_Barrier(MPI_COMM_WORLD);
+  // Refused, not changed nor used: no socket in it.
+  struct stat info;
+  ASSERT_EQ(lstat(job_dir.c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 07777, 0755u);
+  EXPECT_FALSE(PathExists(NodeSocketPath("/tmp", options_.job_id, rank_.node_index)));
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank_.rank == 0) rmdir(job_dir.c_str());
 }
 
 TEST_F(NodeDataServiceTest, DestructorWithoutStopEndsTheService) {
@@ -110,6 +153,7 @@ TEST_F(NodeDataServiceTest, DestructorWithoutStopEndsTheService) {
   if (pid > 0) EXPECT_TRUE(WaitForProcessExit(pid, absl::Seconds(5)));
   MPI_Barrier(MPI_COMM_WORLD);
   EXPECT_FALSE(PathExists(socket));
+  EXPECT_FALSE(PathExists(socket.substr(0, socket.rfind('/'))));
 }
 
 TEST_F(NodeDataServiceTest, StopGivesUpOnALocalRankThatDoesNotComeAndStillEndsTheService) {
@@ -136,6 +180,7 @@ TEST_F(NodeDataServiceTest, StopGivesUpOnALocalRankThatDoesNotComeAndStillEndsTh
 
 TEST_F(NodeDataServiceTest, StartFailureReachesEveryLocalRankWithLocalRankZerosMessage) {
   options_.program = "/bin/false";
+  options_.job_id = GenerateJobId();  // rank 0's counts
   absl::StatusOr<std::unique_ptr<NodeDataService>> service =
       NodeDataService::Start(rank_, MPI_COMM_WORLD, node_, options_);
   ASSERT_EQ(service.status().code(), absl::StatusCode::kUnavailable);
@@ -144,6 +189,10 @@ TEST_F(NodeDataServiceTest, StartFailureReachesEveryLocalRankWithLocalRankZerosM
   if (rank_.local_rank != 0) {
     EXPECT_THAT(message, HasSubstr(absl::StrCat("the data service of node ", rank_.node_index,
                                                 " did not start (local rank 0 says:")));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank_.rank == 0) {
+    EXPECT_FALSE(PathExists(JobDirectoryPath("/tmp", options_.job_id)));
   }
 }
 
@@ -157,19 +206,19 @@ TEST_F(NodeDataServiceTest, BadJobIdOfRankZeroFailsEveryRank) {
 
 TEST(NodeDataServiceArgvTest, NodeDecidesSocketJobAndNodeIdAndSeedsByDefault) {
   absl::StatusOr<std::vector<std::string>> argv = BuildNodeDataServiceArgv(
-      "/x/data_service", "/tmp/stoker.j.node1.sock", "j", 1, 42, {"--dataset=synthetic"});
+      "/x/data_service", "/tmp/stoker.j/node1.sock", "j", 1, 42, {"--dataset=synthetic"});
   ASSERT_TRUE(argv.ok()) << argv.status();
-  EXPECT_THAT(*argv, ElementsAre("/x/data_service", "--socket=/tmp/stoker.j.node1.sock",
-                                 "--job_id=j", "--node_id=1", "--data_seed=42",
-                                 "--dataset=synthetic"));
+  EXPECT_THAT(*argv,
+              ElementsAre("/x/data_service", "--socket=/tmp/stoker.j/node1.sock", "--job_id=j",
+                          "--node_id=1", "--data_seed=42", "--dataset=synthetic"));
 }
 
 TEST(NodeDataServiceArgvTest, ArgsMaySetTheDataSeed) {
   absl::StatusOr<std::vector<std::string>> argv =
       BuildNodeDataServiceArgv("/x/ds", "/s", "j", 0, 42, {"--data_seed=7"});
   ASSERT_TRUE(argv.ok()) << argv.status();
-  EXPECT_THAT(*argv, ElementsAre("/x/ds", "--socket=/s", "--job_id=j", "--node_id=0",
-                                 "--data_seed=7"));
+  EXPECT_THAT(*argv,
+              ElementsAre("/x/ds", "--socket=/s", "--job_id=j", "--node_id=0", "--data_seed=7"));
 }
 
 TEST(NodeDataServiceArgvTest, RejectsWhatTheNodeDecidesAndBareWords) {

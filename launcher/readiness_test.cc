@@ -21,10 +21,12 @@ class ReadinessTest : public ::testing::Test {
  protected:
   void SetUp() override {
     job_id_ = GenerateJobId();
+    absl::StatusOr<std::string> dir = MakeNodeJobDirectory("/tmp", job_id_);
+    ASSERT_TRUE(dir.ok()) << dir.status();
     socket_ = NodeSocketPath("/tmp", job_id_, 0);
     shm_ = MakeTempDir("shm");
   }
-  void TearDown() override { RemoveNodeSocketLeftovers("/tmp", job_id_); }
+  void TearDown() override { RemoveJobDirectory("/tmp", job_id_); }
 
   ChildProcess Start(const std::string& behaviour, const std::string& socket_type = "seqpacket") {
     ChildSpec spec{"fake data service",

@@ -2,7 +2,8 @@
 # A bare `mpirun -np 2 trainer ...`, no launcher: the node's local rank 0 starts the data
 # service itself (Note [Data service per node] in launcher/node_data_service.h), under a job
 # id that rank 0 makes. The job must train (the loss falls, the ranks end bit-identical),
-# exit 0, and leave no process, /dev/shm segment or /tmp/stoker.* file behind.
+# exit 0, and leave no process, /dev/shm segment or /tmp/stoker.* file behind (its socket is
+# /tmp/stoker.<job>/node0.sock, in the job's directory).
 set -euo pipefail
 source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
 begin_job_test
@@ -17,9 +18,9 @@ ready=$(grep -o 'node 0: data service (pid [0-9]*) ready on [^ ]*' "$out/log") |
   { echo "FAIL: local rank 0 did not report its data service ready"; exit 1; }
 pid=$(pid_records "$out/log" role=data_service node=0 | head -n 1)
 socket="${ready##* }"
-job=$(basename "$socket" .node0.sock); job="${job#stoker.}"
+job=$(basename "$(dirname "$socket")"); job="${job#stoker.}"
 echo "local rank 0 started the data service: pid $pid, socket $socket, job $job"
-[[ "$socket" == "/tmp/stoker.$job.node0.sock" ]] || { echo "FAIL: unexpected socket $socket"; exit 1; }
+[[ "$socket" == "/tmp/stoker.$job/node0.sock" ]] || { echo "FAIL: unexpected socket $socket"; exit 1; }
 grep -q "\[data_service node 0 .*rank 0 of 2" "$out/log" || { echo "FAIL: rank 0 never registered"; exit 1; }
 grep -q "\[data_service node 0 .*rank 1 of 2" "$out/log" || { echo "FAIL: rank 1 never registered"; exit 1; }
 

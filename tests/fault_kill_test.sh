@@ -109,7 +109,11 @@ expect_failure 60
 left=$(ls /dev/shm | grep -F "stoker.$dead." || true)
 [[ -n "$left" && -f "/tmp/stoker.$dead.owner" ]] ||
   { cat "$dead_log"; echo "FAIL: expected the dead job's segments and owner record to stay, found: $left"; exit 1; }
-echo "left by the dead job: $left /tmp/stoker.$dead.owner"
+[[ -S "/tmp/stoker.$dead/node0.sock" ]] ||
+  { cat "$dead_log"; echo "FAIL: expected the dead job's socket /tmp/stoker.$dead/node0.sock to stay"; exit 1; }
+[[ "$(stat -c '%a %u' "/tmp/stoker.$dead")" == "700 $(id -u)" ]] ||
+  { echo "FAIL: the dead job's directory: $(stat -c '%a %u' "/tmp/stoker.$dead")"; exit 1; }
+echo "left by the dead job: $left /tmp/stoker.$dead/node0.sock /tmp/stoker.$dead.owner"
 # The next bare job on the machine: its local rank 0 removes them before it starts.
 next="bare-next-$$-$RANDOM"
 timeout --signal=KILL 180 mpirun -np 2 "$root/trainer/trainer" --job_id="$next" \
@@ -119,6 +123,10 @@ timeout --signal=KILL 180 mpirun -np 2 "$root/trainer/trainer" --job_id="$next" 
   > "$out/next.log" 2>&1 || { cat "$out/next.log"; echo "FAIL: the next job failed"; exit 1; }
 grep -q "node 0: removed /dev/shm/stoker.$dead.ring.0 of the dead job $dead (its owner, pid $dead_owner, is gone)" "$out/next.log" ||
   { cat "$out/next.log"; echo "FAIL: the next job did not remove the dead job's segments"; exit 1; }
+for path in "/tmp/stoker.$dead/node0.sock" "/tmp/stoker.$dead"; do
+  grep -q "node 0: removed $path of the dead job $dead (its owner, pid $dead_owner, is gone)" "$out/next.log" ||
+    { cat "$out/next.log"; echo "FAIL: the next job did not remove $path"; exit 1; }
+done
 assert_nothing_left "$dead" "${dead_pids[@]}"
 assert_nothing_left "$next"
 echo "PASS"

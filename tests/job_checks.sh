@@ -22,7 +22,8 @@ begin_job_test() {
 }
 
 # assert_nothing_left JOB_ID [PID...]: no /dev/shm/stoker.JOB_ID.* segment, no
-# /tmp/stoker.JOB_ID (directory) or /tmp/stoker.JOB_ID.* (node sockets), no process whose
+# /tmp/stoker.JOB_ID (the job directory, with the sockets) or /tmp/stoker.JOB_ID.* (the owner
+# record), no process whose
 # command line names the job, and none of the given pids alive.
 assert_nothing_left() {
   local job="$1"; shift

@@ -16,7 +16,7 @@ timeout --signal=KILL 240 "$root/launcher/launcher" --hosts=localhost:2 --job_id
 
 grep -q "job $job (hosts mode): running: NCCL_NVLS_ENABLE=0 mpirun -np 2 -H localhost:2 " "$out/log" ||
   { echo "FAIL: the launcher did not print the mpirun command of the hosts mode"; exit 1; }
-grep -q "node 0: data service (pid [0-9]*) ready on /tmp/stoker.$job.node0.sock" "$out/log" ||
+grep -q "node 0: data service (pid [0-9]*) ready on /tmp/stoker.$job/node0.sock" "$out/log" ||
   { echo "FAIL: local rank 0 did not start the node's data service"; exit 1; }
 grep -q "job $job finished" "$out/log" || { echo "FAIL: the job did not finish"; exit 1; }
 steps=$(wc -l < "$out/loss.txt")

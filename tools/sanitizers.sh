@@ -1,23 +1,24 @@
 #!/usr/bin/env bash
-# Runs the ring, data-service and end-to-end CPU tests under AddressSanitizer (+UBSan) and
-# under ThreadSanitizer (.bazelrc: --config=asan, --config=tsan), logs each run, and prints
-# a summary: tests passed per config and every sanitizer report found in the test logs (a
-# report fails the config even when its test passed, e.g. one from a child process).
+# Runs Stoker's CPU test suite (every test not tagged `gpu`) under AddressSanitizer (+UBSan)
+# and under ThreadSanitizer (.bazelrc: --config=asan, --config=tsan), logs each run, and
+# prints a summary: tests passed per config and every sanitizer report found in the test logs
+# (a report fails the config even when its test passed, e.g. one from a child process).
 #
-#   tools/sanitizers.sh [--configs="asan tsan"] [--out=bench/results/2026-11-30-reliability]
+#   tools/sanitizers.sh [--configs="asan tsan"] [--out=bench/results/sanitizers-DATE]
 #                       [--asan_output_base=DIR] [--tsan_output_base=DIR] [--jobs=2] [TARGET...]
 #
+# Without TARGETs the suite is `tests(//...)` less the `gpu` ones, in two groups (below).
 # The sanitizer flags are copts, which do not change Bazel's output directory: give each
 # config an output base of its own to keep both builds (and the plain one) instead of
 # rebuilding everything at every switch.
 #
 # Suppressions (tools/tsan_suppressions.txt, tools/lsan_suppressions.txt) cover only the
-# uninstrumented libraries: libtorch/c10 with its OpenMP runtime, and Open MPI; each file
+# uninstrumented libraries: libtorch/c10 with its OpenMP runtime, and Open MPI; each entry
 # says why. Slow on a small machine: both configs rebuild everything they test.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 configs="asan tsan"
-out="$root/bench/results/2026-11-30-reliability"
+out="$root/bench/results/sanitizers-$(date -u +%F)"
 declare -A output_base
 jobs=2
 targets=()
@@ -28,20 +29,28 @@ for arg in "$@"; do
     --asan_output_base=*) output_base[asan]="${arg#*=}" ;;
     --tsan_output_base=*) output_base[tsan]="${arg#*=}" ;;
     --jobs=*) jobs="${arg#*=}" ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     -*) echo "tools/sanitizers.sh: unknown flag $arg (see --help)" >&2; exit 2 ;;
     *) targets+=("$arg") ;;
   esac
 done
-# Two groups: the ring and data-service tests (and the one-service isolation test), and the
-# tests that run the trainer under mpirun. In the second, ASan's leak check is off: Open MPI
-# unloads (dlclose) its components at MPI_Finalize, so what they keep until exit is
-# reported as leaked from "<unknown module>", which no suppression can name. Leaks of the
-# data service and the ring are still checked by the first group (service_test and
-# data_service_binary_test run the real service).
-unit_targets=(//data_service/... //tests:isolation_service_test)
-mpi_targets=(//tests:e2e_cpu_test //tests:isolation_two_jobs_test)
-if [[ ${#targets[@]} -gt 0 ]]; then unit_targets=("${targets[@]}"); mpi_targets=(); fi
+# Three groups, cheapest first, so that a run cut short has the most tests done: the tests
+# that link neither libtorch nor Open MPI (common, data service, launcher, fuzz seeds, the
+# trainer's plain units), then the ones that link libtorch but not Open MPI, then those that
+# link Open MPI or run the trainer under mpirun (`rdeps` of @mpi//:mpi, data dependencies
+# included). In the last, ASan's leak check is off: Open MPI unloads (dlclose) its components
+# at MPI_Finalize, so what they keep until exit is reported as leaked from "<unknown
+# module>", which no suppression can name. Leaks of the data service, the ring and the
+# launcher are still checked by the first group (service_test, data_service_binary_test and
+# job_test run the real programs).
+all_tests='tests(//...) except attr(tags, "\bgpu\b", tests(//...))'
+mpi_tests="($all_tests) intersect rdeps(//..., @mpi//:mpi)"
+torch_tests="(($all_tests) intersect rdeps(//..., @libtorch//:libtorch)) except ($mpi_tests)"
+plain_tests="($all_tests) except ($mpi_tests) except ($torch_tests)"
+plain_targets=()
+torch_targets=()
+mpi_targets=()
+explicit_targets=("${targets[@]}")
 python="${STOKER_PYTHON:-$(command -v python3)}"
 mkdir -p "$out"
 
@@ -74,8 +83,8 @@ run_group() {
   echo >> "$log"
   set +e
   # shellcheck disable=SC2086
-  (cd "$root" && nice -n 10 "${bazel[@]}" test --config="$config" --jobs="$jobs" \
-     --build_tests_only --local_test_jobs=1 --experimental_convenience_symlinks=ignore \
+  (cd "$root" && nice -n 15 "${bazel[@]}" test --config="$config" --jobs="$jobs" \
+     --build_tests_only --keep_going --test_tag_filters=-gpu --local_test_jobs=1 --experimental_convenience_symlinks=ignore \
      --test_output=errors --test_env=STOKER_PYTHON="$python" $group_env "$@") >> "$log" 2>&1
   local group_rc=$?
   set -e
@@ -90,9 +99,22 @@ for config in $configs; do
   : > "$log"
   bazel=(bazel)
   [[ -n "${output_base[$config]:-}" ]] && bazel+=(--output_base="${output_base[$config]}")
+  if [[ ${#explicit_targets[@]} -gt 0 ]]; then
+    plain_targets=("${explicit_targets[@]}")
+  else
+    for group in plain torch mpi; do
+      query="${group}_tests"
+      mapfile -t "${group}_targets" < <(cd "$root" && "${bazel[@]}" query --noshow_progress \
+        "${!query}" 2>/dev/null)
+    done
+    [[ ${#plain_targets[@]} -gt 0 ]] || { echo "tools/sanitizers.sh: bazel query found no tests" >&2; exit 1; }
+  fi
+  echo "== $config: ${#plain_targets[@]} tests without libtorch or Open MPI, ${#torch_targets[@]}" \
+    "with libtorch (both with the leak check), ${#mpi_targets[@]} with Open MPI (without)" | tee -a "$log"
   marker=$(mktemp)
   rc=0
-  run_group "$config" "${unit_env[$config]}" "${unit_targets[@]}"
+  run_group "$config" "${unit_env[$config]}" "${plain_targets[@]}"
+  [[ ${#torch_targets[@]} -eq 0 ]] || run_group "$config" "${unit_env[$config]}" "${torch_targets[@]}"
   [[ ${#mpi_targets[@]} -eq 0 ]] || run_group "$config" "${mpi_env[$config]}" "${mpi_targets[@]}"
   testlogs=$(cd "$root" && "${bazel[@]}" info --config="$config" bazel-testlogs 2>/dev/null)
   # Every sanitizer report in the test logs of this run, whoever printed it.

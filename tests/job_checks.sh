@@ -174,21 +174,29 @@ expect_loss_falls() {
     { echo "FAIL: the loss did not fall by $(awk -v f="$factor" 'BEGIN {print (1 - f) * 100}')%"; return 1; }
 }
 
-# run_small_job PREFIX NAME [TRAINER FLAGS...]: a two-rank launcher job (job id
-# PREFIX-NAME-..., the small CNN on 1024 synthetic samples, batch 32: 16 steps per epoch,
-# one epoch) with its output in $out/NAME.log; sets rc to its exit code and checks that it
-# left nothing behind.
-run_small_job() {
-  local job="$1-$2-$$-$RANDOM" name="$2"; shift 2
+# run_launcher_job TIMEOUT_S PREFIX NAME [LAUNCHER FLAGS...] [-- TRAINER FLAGS...]: a
+# two-rank launcher job of the trainer and the data service (job id PREFIX-NAME-...), sent
+# SIGTERM after TIMEOUT_S seconds (0: never), with its output in $out/NAME.log; sets rc to its
+# exit code and checks that it left nothing behind.
+run_launcher_job() {
+  local timeout_s="$1" job="$2-$3-$$-$RANDOM" name="$3"; shift 3
   set +e
-  timeout 300 "$root/launcher/launcher" --np=2 --job_id="$job" \
+  timeout "$timeout_s" "$root/launcher/launcher" --np=2 --job_id="$job" \
     --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
-    --dataset=synthetic --synthetic_samples=1024 --synthetic_classes=4 --data_threads=1 -- \
-    --model=small_cnn --num_classes=4 --image_size=32 --batch_size=32 --epochs=1 --lr=0.05 \
-    --log_every=4 "$@" > "$out/$name.log" 2>&1
+    "$@" > "$out/$name.log" 2>&1
   rc=$?
   set -e
   assert_nothing_left "$job"
+}
+
+# run_small_job PREFIX NAME [TRAINER FLAGS...]: run_launcher_job (at most 300 s) of the small
+# CNN on 1024 synthetic samples, batch 32: 16 steps per epoch, one epoch.
+run_small_job() {
+  local prefix="$1" name="$2"; shift 2
+  run_launcher_job 300 "$prefix" "$name" \
+    --dataset=synthetic --synthetic_samples=1024 --synthetic_classes=4 --data_threads=1 -- \
+    --model=small_cnn --num_classes=4 --image_size=32 --batch_size=32 --epochs=1 --lr=0.05 \
+    --log_every=4 "$@"
 }
 
 # stall_rank LOG LOSS_FILE MIN_STEPS NP RANK TIMEOUT_S -- COMMAND...: runs COMMAND (a job of
@@ -233,6 +241,20 @@ stall_rank() {
   [[ "$elapsed" -le 60 ]] || { cat "$log"; echo "FAIL: the job took more than 60 s to end"; return 1; }
   [[ "$elapsed" -ge $((timeout_s - 1)) ]] ||
     { cat "$log"; echo "FAIL: the job ended before the collective timeout ($timeout_s s)"; return 1; }
+}
+
+# stall_launcher_job LOG LOSS_FILE MIN_STEPS NP RANK KILL_AFTER_S [LAUNCHER FLAGS...] --
+# [TRAINER FLAGS...]: stall_rank of job $job through the launcher, NP ranks (SIGKILLed after
+# KILL_AFTER_S seconds), a loss line a step in LOSS_FILE, whose watchdogs time a collective
+# out after 10 s (data after 9 s) and give an abort 5 s.
+stall_launcher_job() {
+  local log="$1" loss="$2" min_steps="$3" np="$4" rank="$5" kill_after_s="$6"
+  shift 6
+  stall_rank "$log" "$loss" "$min_steps" "$np" "$rank" 10 -- \
+    timeout --signal=KILL "$kill_after_s" "$root/launcher/launcher" --np="$np" --job_id="$job" \
+    --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
+    "$@" --log_every=1 --loss_log="$loss" --collective_timeout_s=10 --data_timeout_s=9 \
+    --collective_abort_grace_s=5
 }
 
 # check_stall_report LOG PATTERN RANK NODE NODE_RANK...: the first line of LOG that matches

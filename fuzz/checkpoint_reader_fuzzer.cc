@@ -53,6 +53,8 @@ void WriteSeeds(const std::string& dir) {
   }
 }
 
+const bool kSeedsWritten = fuzz::WriteSeedsIfAsked(&WriteSeeds);
+
 void Check(std::string bytes, bool sealed) {
   absl::StatusOr<CheckpointReader> reader = CheckpointReader::Parse(std::move(bytes), "fuzz");
   if (!reader.ok()) {
@@ -90,8 +92,6 @@ void Check(std::string bytes, bool sealed) {
     if (kinds != 1) Fail("an entry reads as more or fewer than one kind");
   }
 }
-
-const bool kSeedsWritten = fuzz::WriteSeedsIfAsked(&WriteSeeds);
 
 }  // namespace
 }  // namespace stoker::trainer

@@ -107,6 +107,7 @@ __device__ __forceinline__ void WritePartials(int channels, int c0, const float 
     second[base + i] = b[i];
   }
 }
+
 template <typename T, int V>
 __global__ void StatisticsKernel(const T* __restrict__ x, int64_t rows, int channels,
                                  float* __restrict__ part_mean, float* __restrict__ part_m2,

@@ -30,9 +30,7 @@ constexpr char kFile[] = "common/flags_test.cc";
 
 // The launcher's shape: trainer flags after `--`, the launcher's wording.
 FlagSpec LauncherLikeSpec() {
-  FlagSpec spec;
-  spec.program = "launcher";
-  spec.files = {kFile};
+  FlagSpec spec = FlagSpecOf("launcher", kFile);
   spec.passed_on = true;
   spec.positional_hint = "trainer flags go after '--'";
   spec.wording = FlagWording::kSentence;
@@ -41,9 +39,7 @@ FlagSpec LauncherLikeSpec() {
 
 // The trainer's shape: no `--`, --flagfile too, the name-first wording, sections.
 FlagSpec TrainerLikeSpec() {
-  FlagSpec spec;
-  spec.program = "trainer";
-  spec.files = {kFile};
+  FlagSpec spec = FlagSpecOf("trainer", kFile);
   spec.flagfile_alias = true;
   spec.positional_hint = "the trainer takes only --name=value flags";
   spec.sections = {{"Counting", {"cl_count", "cl_switch", "not_defined_here"}}};

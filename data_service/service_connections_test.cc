@@ -10,14 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/unique_fd.h"
 #include "common/unix_socket.h"
 #include "data_service/dataset/synthetic_dataset.h"
 #include "data_service/ring/ring_client.h"
 #include "data_service/service.h"
-#include "data_service/test_util.h"
+#include "data_service/service_testing.h"
 #include "gtest/gtest.h"
 
 namespace stoker::data_service {
@@ -38,15 +37,11 @@ int ThreadCount() {
 class ServiceConnectionsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    static int counter = 0;
-    char dir[] = "/tmp/stoker-connectionstest-XXXXXX";  // TEST_TMPDIR is too long for sun_path
-    ASSERT_NE(mkdtemp(dir), nullptr);
-    dir_ = dir;
-    socket_ = dir_ + "/data.sock";
-    job_ = absl::StrCat("connectionstest", test_util::UniqueId(), "_", counter++);
+    address_ = test_util::NewServiceAddress("connectionstest");
+    ASSERT_FALSE(address_.dir.empty());
     ServiceOptions options;
-    options.socket_path = socket_;
-    options.job_id = job_;
+    options.socket_path = address_.socket_path;
+    options.job_id = address_.job_id;
     options.threads = 2;
     auto service = DataService::Start(
         options,
@@ -57,12 +52,12 @@ class ServiceConnectionsTest : public ::testing::Test {
   }
   void TearDown() override {
     service_.reset();
-    rmdir(dir_.c_str());
+    rmdir(address_.dir.c_str());
   }
 
   UniqueFd IdleConnection() {
     UniqueFd fd(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-    absl::StatusOr<sockaddr_un> address = UnixSocketAddress(socket_);
+    absl::StatusOr<sockaddr_un> address = UnixSocketAddress(address_.socket_path);
     EXPECT_TRUE(address.ok()) << address.status();
     EXPECT_EQ(ConnectUnixSocket(fd.get(), *address), 0);
     return fd;
@@ -70,11 +65,8 @@ class ServiceConnectionsTest : public ::testing::Test {
 
   // One epoch's first batch through a real client.
   void ServeARealClient() {
-    auto client = RingClient::Connect(
-        socket_, test_util::TrainRequest(0, 1, /*batch_size=*/8, /*image_size=*/16),
-        absl::Seconds(10));
+    auto client = test_util::ClientWithFirstEpochStarted(address_.socket_path);
     ASSERT_TRUE(client.ok()) << client.status();
-    ASSERT_TRUE((*client)->StartEpoch(0, 1).ok());
     auto batch = (*client)->Acquire(absl::Seconds(10));
     ASSERT_TRUE(batch.ok()) << batch.status();
     EXPECT_TRUE((*client)->Release(*batch).ok());
@@ -87,9 +79,7 @@ class ServiceConnectionsTest : public ::testing::Test {
     ASSERT_EQ(service_->connection_count(), 0);
   }
 
-  std::string dir_;
-  std::string socket_;
-  std::string job_;
+  test_util::ServiceAddress address_;
   std::unique_ptr<DataService> service_;
 };
 

@@ -20,6 +20,7 @@
 #include "data_service/ring/control_protocol.h"
 #include "data_service/ring/ring_client.h"
 #include "data_service/service.h"
+#include "data_service/service_testing.h"
 #include "data_service/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -81,17 +82,13 @@ class HangingDataset : public Dataset {
 class ServiceShutdownTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    static int counter = 0;
-    char dir[] = "/tmp/stoker-shutdowntest-XXXXXX";  // TEST_TMPDIR is too long for sun_path
-    ASSERT_NE(mkdtemp(dir), nullptr);
-    dir_ = dir;
-    socket_ = dir_ + "/data.sock";
-    job_ = absl::StrCat("shutdowntest", test_util::UniqueId(), "_", counter++);
+    address_ = test_util::NewServiceAddress("shutdowntest");
+    ASSERT_FALSE(address_.dir.empty());
     dataset_ = std::make_shared<HangingDataset>(
         std::shared_ptr<const Dataset>(std::move(*SyntheticDataset::Create({64, 10, 1, false}))));
     ServiceOptions options;
-    options.socket_path = socket_;
-    options.job_id = job_;
+    options.socket_path = address_.socket_path;
+    options.job_id = address_.job_id;
     options.threads = 2;
     options.shutdown_timeout = absl::Seconds(1);
     auto service = DataService::Start(options, {dataset_, nullptr});
@@ -101,26 +98,21 @@ class ServiceShutdownTest : public ::testing::Test {
   void TearDown() override {
     dataset_->Release();  // the stuck read returns; what it still uses was kept alive
     service_.reset();
-    rmdir(dir_.c_str());
-    EXPECT_FALSE(SegmentExists(RingSegmentName(job_, 0, true)));
+    rmdir(address_.dir.c_str());
+    EXPECT_FALSE(SegmentExists(RingSegmentName(address_.job_id, 0, true)));
   }
 
   // A client of rank 0 whose first epoch is under way, with one decode stuck.
   std::unique_ptr<RingClient> ClientWithAHungRead() {
-    auto client = RingClient::Connect(
-        socket_, test_util::TrainRequest(0, 1, /*batch_size=*/8, /*image_size=*/16),
-        absl::Seconds(10));
+    auto client = test_util::ClientWithFirstEpochStarted(address_.socket_path);
     EXPECT_TRUE(client.ok()) << client.status();
     if (!client.ok()) return nullptr;
-    EXPECT_TRUE((*client)->StartEpoch(0, 1).ok());
     EXPECT_TRUE(dataset_->WaitUntilHung());
-    EXPECT_TRUE(SegmentExists(RingSegmentName(job_, 0, true)));
+    EXPECT_TRUE(SegmentExists(RingSegmentName(address_.job_id, 0, true)));
     return std::move(*client);
   }
 
-  std::string dir_;
-  std::string socket_;
-  std::string job_;
+  test_util::ServiceAddress address_;
   std::shared_ptr<HangingDataset> dataset_;
   std::unique_ptr<DataService> service_;
 };
@@ -142,8 +134,8 @@ TEST_F(ServiceShutdownTest, AHungReadHoldsShutdownOnlyUntilItsTimeoutAndIsNamed)
   EXPECT_THAT(stopped.message(), HasSubstr("decode thread "));
   EXPECT_THAT(stopped.message(), HasSubstr("rank 0: 1 sample(s) of epoch 0, step 0"));
   // Nothing is left for the next job: the ring's name and the socket are gone.
-  EXPECT_FALSE(SegmentExists(RingSegmentName(job_, 0, true)));
-  EXPECT_FALSE(SocketExists(socket_));
+  EXPECT_FALSE(SegmentExists(RingSegmentName(address_.job_id, 0, true)));
+  EXPECT_FALSE(SocketExists(address_.socket_path));
   EXPECT_EQ(service_->Shutdown(), stopped);  // idempotent
 }
 
@@ -162,20 +154,20 @@ TEST_F(ServiceShutdownTest, ARankThatLeavesWhileAReadHangsStopsTheServiceWithinT
   EXPECT_THAT(health.message(), HasSubstr("rank 0 disconnected but rank 0: 1 sample(s)"));
   EXPECT_THAT(health.message(),
               HasSubstr(absl::StrCat("/mnt/hung/class0/", dataset_->hung_index(), ".jpg")));
-  EXPECT_FALSE(SegmentExists(RingSegmentName(job_, 0, true)));
+  EXPECT_FALSE(SegmentExists(RingSegmentName(address_.job_id, 0, true)));
   // The shutdown that follows is bounded too, and names the stuck thread again.
   const absl::Time shutdown_start = absl::Now();
   const absl::Status stopped = service_->Shutdown();
   EXPECT_LT(absl::Now() - shutdown_start, absl::Seconds(3));
   EXPECT_EQ(stopped.code(), absl::StatusCode::kDeadlineExceeded) << stopped;
   EXPECT_THAT(stopped.message(), HasSubstr("the decode threads did not end in time"));
-  EXPECT_FALSE(SocketExists(socket_));
+  EXPECT_FALSE(SocketExists(address_.socket_path));
 }
 
 TEST_F(ServiceShutdownTest, AProductionErrorThatCannotReachItsRankIsLoggedNamingIt) {
   dataset_->FailAfterRelease();
   UniqueFd fd(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-  absl::StatusOr<sockaddr_un> address = UnixSocketAddress(socket_);
+  absl::StatusOr<sockaddr_un> address = UnixSocketAddress(address_.socket_path);
   ASSERT_TRUE(address.ok()) << address.status();
   ASSERT_EQ(ConnectUnixSocket(fd.get(), *address), 0);
   ControlMessage reg = NewMessage(MessageType::kRegister, 1);
@@ -202,16 +194,13 @@ TEST_F(ServiceShutdownTest, AProductionErrorThatCannotReachItsRankIsLoggedNaming
 
 TEST_F(ServiceShutdownTest, WithoutAHungReadShutdownIsOk) {
   dataset_->Release();
-  auto client = RingClient::Connect(
-      socket_, test_util::TrainRequest(0, 1, /*batch_size=*/8, /*image_size=*/16),
-      absl::Seconds(10));
+  auto client = test_util::ClientWithFirstEpochStarted(address_.socket_path);
   ASSERT_TRUE(client.ok()) << client.status();
-  ASSERT_TRUE((*client)->StartEpoch(0, 1).ok());
   auto batch = (*client)->Acquire(absl::Seconds(10));
   ASSERT_TRUE(batch.ok()) << batch.status();
   EXPECT_TRUE(service_->Shutdown().ok());
-  EXPECT_FALSE(SegmentExists(RingSegmentName(job_, 0, true)));
-  EXPECT_FALSE(SocketExists(socket_));
+  EXPECT_FALSE(SegmentExists(RingSegmentName(address_.job_id, 0, true)));
+  EXPECT_FALSE(SocketExists(address_.socket_path));
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include "data_service/ring/control_protocol.h"
 #include "data_service/ring/ring.h"
 #include "data_service/ring/ring_client.h"
+#include "data_service/service_testing.h"
 #include "data_service/test_util.h"
 #include "gtest/gtest.h"
 
@@ -84,13 +85,11 @@ std::shared_ptr<const Dataset> Synthetic(int64_t samples, bool validation = fals
 class ServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    static int counter = 0;
-    // Bazel's TEST_TMPDIR is too long for a Unix socket path (108 bytes at most).
-    char dir[] = "/tmp/stoker-servicetest-XXXXXX";
-    ASSERT_NE(mkdtemp(dir), nullptr);
-    dir_ = dir;
-    socket_ = dir_ + "/data.sock";
-    job_ = absl::StrCat("servicetest", test_util::UniqueId(), "_", counter++);
+    const test_util::ServiceAddress address = test_util::NewServiceAddress("servicetest");
+    ASSERT_FALSE(address.dir.empty());
+    dir_ = address.dir;
+    socket_ = address.socket_path;
+    job_ = address.job_id;
   }
   void TearDown() override {
     service_.reset();

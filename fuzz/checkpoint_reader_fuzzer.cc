@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -18,7 +17,6 @@
 #include "absl/strings/string_view.h"
 #include "fuzz/seed_files.h"
 #include "trainer/checkpoint/checkpoint_file.h"
-#include "trainer/checkpoint/crc32c.h"
 
 namespace stoker::trainer {
 namespace {
@@ -55,22 +53,7 @@ void WriteSeeds(const std::string& dir) {
   }
 }
 
-// `bytes` with the header a writer would have given its payload (the entry count kept).
-std::string Sealed(std::string bytes) {
-  constexpr size_t kHeader = 32;
-  if (bytes.size() < kHeader) return bytes;
-  const char magic[8] = {'S', 'T', 'O', 'K', 'E', 'R', 'C', 'K'};
-  const uint32_t version = kCheckpointFormatVersion;
-  const uint64_t payload = bytes.size() - kHeader;
-  const uint32_t payload_crc = Crc32cExtend(0, bytes.data() + kHeader, payload);
-  std::memcpy(&bytes[0], magic, sizeof(magic));
-  std::memcpy(&bytes[8], &version, 4);
-  std::memcpy(&bytes[12], &payload_crc, 4);
-  std::memcpy(&bytes[16], &payload, 8);
-  const uint32_t header_crc = Crc32cExtend(0, bytes.data(), 28);
-  std::memcpy(&bytes[28], &header_crc, 4);
-  return bytes;
-}
+const bool kSeedsWritten = fuzz::WriteSeedsIfAsked(&WriteSeeds);
 
 void Check(std::string bytes, bool sealed) {
   absl::StatusOr<CheckpointReader> reader = CheckpointReader::Parse(std::move(bytes), "fuzz");
@@ -110,8 +93,6 @@ void Check(std::string bytes, bool sealed) {
   }
 }
 
-const bool kSeedsWritten = fuzz::WriteSeedsIfAsked(&WriteSeeds);
-
 }  // namespace
 }  // namespace stoker::trainer
 
@@ -120,6 +101,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size > kMaxFileBytes) return -1;  // not added to the corpus
   const std::string bytes(reinterpret_cast<const char*>(data), size);
   Check(bytes, /*sealed=*/false);
-  if (size >= 32) Check(Sealed(bytes), /*sealed=*/true);  // a header's worth to seal
+  if (size >= kCheckpointHeaderBytes) Check(SealedCheckpointForTesting(bytes), /*sealed=*/true);
   return 0;
 }

@@ -82,6 +82,10 @@ class JobTest : public ::testing::Test {
     config_.env.push_back(absl::StrCat(name, "=", value));
   }
 
+  // The fake trainer's ranks sleep (1000 s) instead of exiting: the job trains until
+  // something ends it.
+  void KeepTheRanksTraining() { SetEnv("STOKER_FAKE_TRAINER_SLEEP", "1000"); }
+
   // A thread that sends this process (the launcher's job) SIGTERM once the fake trainer's
   // last rank has started sleeping; join it after Run().
   std::thread SigtermOnceRanksSleep() {
@@ -187,7 +191,7 @@ TEST_F(JobTest, DataServiceNeverReadyTimesOut) {
 
 TEST_F(JobTest, DataServiceDyingDuringTrainingStopsMpirunAndNamesIt) {
   SetEnv("STOKER_FAKE_DATA_SERVICE", "exit_after_ready:9:300");
-  SetEnv("STOKER_FAKE_TRAINER_SLEEP", "1000");
+  KeepTheRanksTraining();
   JobResult result = Run();
   EXPECT_EQ(result.exit_code, kExitPeerLost);
   const pid_t data_service = PidFrom("data_service.pid");
@@ -201,7 +205,7 @@ TEST_F(JobTest, DataServiceDyingDuringTrainingStopsMpirunAndNamesIt) {
 
 TEST_F(JobTest, DataServiceKilledBySignalReportsTheSignal) {
   SetEnv("STOKER_FAKE_DATA_SERVICE", "crash_after_ready:300");
-  SetEnv("STOKER_FAKE_TRAINER_SLEEP", "1000");
+  KeepTheRanksTraining();
   JobResult result = Run();
   EXPECT_EQ(result.exit_code, kExitPeerLost);
   EXPECT_THAT(std::string(result.status.message()),
@@ -236,7 +240,7 @@ TEST_F(JobTest, DataServiceIgnoringSigtermIsKilledAfterTheGracePeriod) {
 }
 
 TEST_F(JobTest, SigtermStopsTheJobAndExitsWith143) {
-  SetEnv("STOKER_FAKE_TRAINER_SLEEP", "1000");
+  KeepTheRanksTraining();
   std::thread sender = SigtermOnceRanksSleep();
   JobResult result = Run();
   sender.join();
@@ -249,7 +253,7 @@ TEST_F(JobTest, SigtermStopsTheJobAndExitsWith143) {
 TEST_F(JobTest, SigtermLetsTheRanksStopWithACheckpointBeforeAnythingIsKilled) {
   // Each rank's "checkpoint" takes 6 s, more than --shutdown_grace (5 s here): only the
   // stop grace lets it finish.
-  SetEnv("STOKER_FAKE_TRAINER_SLEEP", "1000");
+  KeepTheRanksTraining();
   SetEnv("STOKER_FAKE_TRAINER_STOP_S", "6");
   config_.stop_grace = absl::Seconds(30);
   std::thread sender = SigtermOnceRanksSleep();
@@ -266,7 +270,7 @@ TEST_F(JobTest, SigtermLetsTheRanksStopWithACheckpointBeforeAnythingIsKilled) {
 }
 
 TEST_F(JobTest, RanksThatDoNotStopWithinTheStopGraceAreStopped) {
-  SetEnv("STOKER_FAKE_TRAINER_SLEEP", "1000");
+  KeepTheRanksTraining();
   SetEnv("STOKER_FAKE_TRAINER_STOP_S", "1000");
   config_.stop_grace = absl::Seconds(1);
   config_.shutdown_grace = absl::Seconds(1);
@@ -328,7 +332,7 @@ TEST_F(RealMpirunJobTest, FailingRankMakesTheJobFail) {
 }
 
 TEST_F(RealMpirunJobTest, SigtermReachesTheRanksThroughMpirun) {
-  SetEnv("STOKER_FAKE_TRAINER_SLEEP", "1000");
+  KeepTheRanksTraining();
   std::thread sender([this] {
     if (WaitForFile(out_ + "/trainer.1.sleep.pid", absl::Seconds(30)) &&
         WaitForFile(out_ + "/trainer.0.sleep.pid", absl::Seconds(30))) {
@@ -345,7 +349,7 @@ TEST_F(RealMpirunJobTest, SigtermReachesTheRanksThroughMpirun) {
 }
 
 TEST_F(RealMpirunJobTest, RanksOrphanedByAKilledMpirunAreKilled) {
-  SetEnv("STOKER_FAKE_TRAINER_SLEEP", "1000");
+  KeepTheRanksTraining();
   std::thread killer([this] {
     if (WaitForFile(out_ + "/trainer.1.sleep.pid", absl::Seconds(30)) &&
         WaitForFile(out_ + "/trainer.0.sleep.pid", absl::Seconds(30))) {
@@ -458,7 +462,7 @@ TEST_F(ClusterJobTest, FailingRankFailsTheJobWithItsCode) {
 }
 
 TEST_F(ClusterJobTest, SigtermIsForwardedToSrunAndTheJobExits143) {
-  SetEnv("STOKER_FAKE_TRAINER_SLEEP", "1000");
+  KeepTheRanksTraining();
   std::thread sender = SigtermOnceRanksSleep();
   JobResult result = Run();
   sender.join();

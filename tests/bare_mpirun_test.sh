@@ -25,13 +25,7 @@ grep -q "\[data_service node 0 .*rank 0 of 2" "$out/log" || { echo "FAIL: rank 0
 grep -q "\[data_service node 0 .*rank 1 of 2" "$out/log" || { echo "FAIL: rank 1 never registered"; exit 1; }
 
 # 1024 samples / 2 ranks / 32 = 16 steps per epoch, 2 epochs.
-steps=$(wc -l < "$out/loss.txt")
-[[ "$steps" -eq 32 ]] || { echo "FAIL: expected 32 logged steps, got $steps"; exit 1; }
-first=$(head -n 4 "$out/loss.txt" | awk '{s += $3} END {print s / NR}')
-last=$(tail -n 4 "$out/loss.txt" | awk '{s += $3} END {print s / NR}')
-echo "mean loss of the first 4 steps $first, of the last 4 steps $last"
-awk -v a="$first" -v b="$last" 'BEGIN {exit !(b < 0.8 * a)}' ||
-  { echo "FAIL: the loss did not fall by 20%"; exit 1; }
+expect_loss_falls "$out/loss.txt" 32 0.8
 cmp "$out/params.rank0" "$out/params.rank1" || { echo "FAIL: parameters differ across ranks"; exit 1; }
 
 assert_nothing_left "$job" "$pid"

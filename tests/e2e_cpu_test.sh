@@ -14,13 +14,7 @@ job="e2e-$$-$RANDOM"
   --log_every=6 --loss_log="$out/loss.txt" --final_params_out="$out/params" 2>&1 | tee "$out/log"
 
 # 1536 samples / 2 ranks / 32 = 24 steps per epoch, 2 epochs.
-steps=$(wc -l < "$out/loss.txt")
-[[ "$steps" -eq 48 ]] || { echo "FAIL: expected 48 logged steps, got $steps"; exit 1; }
-python_or_awk_first=$(head -n 4 "$out/loss.txt" | awk '{s += $3} END {print s / NR}')
-last=$(tail -n 4 "$out/loss.txt" | awk '{s += $3} END {print s / NR}')
-echo "mean loss of the first 4 steps $python_or_awk_first, of the last 4 steps $last"
-awk -v a="$python_or_awk_first" -v b="$last" 'BEGIN {exit !(b < 0.7 * a)}' ||
-  { echo "FAIL: the loss did not fall by 30%"; exit 1; }
+expect_loss_falls "$out/loss.txt" 48 0.7
 
 cmp "$out/params.rank0" "$out/params.rank1" || { echo "FAIL: parameters differ across ranks"; exit 1; }
 echo "parameters bit-identical across ranks ($(stat -c %s "$out/params.rank0") bytes)"

@@ -41,31 +41,19 @@ PY
 
 train() {  # train NAME [trainer flags...]; sets $rc
   local name="$1"; shift
-  local job="exported-$name-$$-$RANDOM"
-  set +e
-  "$root/launcher/launcher" --np=2 --job_id="$job" \
-    --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
+  run_launcher_job 0 exported "$name" \
     --dataset=imagefolder --train_dir="$out/digits/train" --val_dir="$out/digits/val" \
     --data_threads=1 -- \
     --model="$out/digits_net.pt2" --num_classes=10 --image_size=32 --batch_size=32 \
     --optimizer=sgd --lr=0.2 --nesterov --weight_decay=5e-4 --no_decay_bn_bias \
-    --lr_schedule=cosine --warmup_epochs=1 "$@" > "$out/$name.log" 2>&1
-  rc=$?
-  set -e
-  assert_nothing_left "$job"
+    --lr_schedule=cosine --warmup_epochs=1 "$@"
 }
 
 # A damaged archive is refused at load on every rank, before any step, and the job ends.
 head -c 100000 "$out/digits_net.pt2" > "$out/damaged.pt2"
-job="exported-damaged-$$-$RANDOM"
-set +e
-"$root/launcher/launcher" --np=2 --job_id="$job" \
-  --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
+run_launcher_job 0 exported damaged \
   --dataset=imagefolder --train_dir="$out/digits/train" --val_dir="$out/digits/val" --data_threads=1 -- \
-  --model="$out/damaged.pt2" --num_classes=10 --image_size=32 > "$out/damaged.log" 2>&1
-rc=$?
-set -e
-assert_nothing_left "$job"
+  --model="$out/damaged.pt2" --num_classes=10 --image_size=32
 [[ $rc -ne 0 ]] || { cat "$out/damaged.log"; echo "FAIL: a damaged archive trained"; exit 1; }
 grep -q "damaged.pt2: not a readable torch.export archive (truncated" "$out/damaged.log" ||
   { cat "$out/damaged.log"; echo "FAIL: the refusal does not say why"; exit 1; }

@@ -13,12 +13,9 @@ if [[ "$gpus" -lt 2 ]]; then echo "SKIP: needs 2 GPUs (found ${gpus:-0})"; exit 
 job="gpustall-$$-$RANDOM"
 log="$out/gpu_stall.log"
 
-stall_rank "$log" "$out/loss" 5 2 1 10 -- \
-  timeout --signal=KILL 240 "$root/launcher/launcher" --np=2 --job_id="$job" \
-  --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
+stall_launcher_job "$log" "$out/loss" 5 2 1 240 \
   --dataset=synthetic --synthetic_samples=65536 --synthetic_classes=10 --data_threads=4 -- \
-  --device=cuda --model=resnet18 --num_classes=10 --image_size=64 --batch_size=64 --epochs=100 \
-  --log_every=1 --loss_log="$out/loss" --collective_timeout_s=10 --data_timeout_s=9 --collective_abort_grace_s=5 ||
+  --device=cuda --model=resnet18 --num_classes=10 --image_size=64 --batch_size=64 --epochs=100 ||
   exit 1
 check_stall_report "$log" \
   "\[trainer rank 0 .*collective watchdog: collective #[0-9]* (allreduce) on the \(NCCL\|MPI\) communicator" \

@@ -76,16 +76,8 @@ assert_nothing_left "$job" "$service_pid" "${rank_pid[@]}"
 # the data service) in the background; sets job, log, launcher_pid (mpirun's), service_pid
 # and rank_pid once training is under way.
 start_bare_job() {
-  job="$1-$$-$RANDOM"
-  log="$out/$1.log"
-  timeout --signal=KILL 180 mpirun -np 2 "$root/trainer/trainer" --job_id="$job" \
-    --data_service="$root/data_service/data_service" \
-    --data_service_args="--dataset=synthetic --synthetic_samples=4096 --synthetic_classes=4 --threads=1" \
-    --model=small_cnn --num_classes=4 --image_size=32 --batch_size=16 --epochs=1000 \
-    --log_every=1 --loss_log="$log.loss" > "$log" 2>&1 &
-  launcher_pid=$!
-  await_training "$log" "$launcher_pid"
-  service_pid=$(pid_records "$log" role=data_service node=0 | head -n 1)
+  launch_bare_training_job "$1" 180 4096 900
+  launcher_pid=$mpirun_pid
   find_rank_pids
   echo "job $job: data service $service_pid, ranks ${rank_pid[*]}"
   [[ -n "$(ls /dev/shm | grep -F "stoker.$job." || true)" ]] || { echo "FAIL: no segments while training"; exit 1; }

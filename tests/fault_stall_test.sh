@@ -13,13 +13,9 @@ begin_job_test
 job="stall-$$-$RANDOM"
 log="$out/stall.log"
 
-stall_rank "$log" "$out/loss" 3 3 1 10 -- \
-  timeout --signal=KILL 180 "$root/launcher/launcher" --np=3 --job_id="$job" \
-  --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
+stall_launcher_job "$log" "$out/loss" 3 3 1 180 \
   --dataset=synthetic --synthetic_samples=4096 --synthetic_classes=4 --data_threads=1 -- \
-  --model=small_cnn --num_classes=4 --image_size=32 --batch_size=16 --epochs=1000 \
-  --log_every=1 --loss_log="$out/loss" --collective_timeout_s=10 --data_timeout_s=9 --collective_abort_grace_s=5 ||
-  exit 1
+  --model=small_cnn --num_classes=4 --image_size=32 --batch_size=16 --epochs=1000 || exit 1
 
 # The waiting ranks name the stalled rank and the last collective each rank completed.
 check_stall_report "$log" \

@@ -1,7 +1,9 @@
 # What the cross-program tests share (sourced): their set-up, a private mount namespace, the
-# check that a job left nothing behind, the pids of a job's processes, waiting for a job's
-# training to start, a short two-rank launcher job, the stalled-rank fault (SIGSTOP of a
-# rank, then the collective watchdogs' report), and the first error line of a job's output.
+# check that a job left nothing behind, the pids of a job's processes, long training jobs
+# (through the launcher or a bare mpirun) and waiting for their training to start, a short
+# two-rank launcher job, the stalled-rank fault (SIGSTOP of a
+# rank, then the collective watchdogs' report), the first error line of a job's output, and
+# the check that a job's loss fell.
 # A test starts with
 #
 #   set -euo pipefail
@@ -105,6 +107,27 @@ launch_training_job() {
   await_training "$log" "$launcher_pid"
 }
 
+# launch_bare_training_job NAME TIMEOUT_S SAMPLES TENTHS [TRAINER FLAGS...]: starts, in the
+# background, a 2-rank `mpirun trainer` job (no launcher: local rank 0 starts the node's data
+# service, on SAMPLES synthetic samples) that trains the small CNN until stopped (a loss line
+# a step), and waits until it trains (await_training with TENTHS); sets job, log (OUT/NAME.log;
+# rank 0's losses in LOG.loss), mpirun_pid and service_pid. mpirun is SIGKILLed after
+# TIMEOUT_S seconds.
+launch_bare_training_job() {
+  local timeout_s="$2" samples="$3" tenths="$4"
+  job="$1-$$-$RANDOM"
+  log="$out/$1.log"
+  shift 4
+  timeout --signal=KILL "$timeout_s" mpirun -np 2 "$root/trainer/trainer" --job_id="$job" \
+    --data_service="$root/data_service/data_service" \
+    --data_service_args="--dataset=synthetic --synthetic_samples=$samples --synthetic_classes=4 --threads=1" \
+    --model=small_cnn --num_classes=4 --image_size=32 --batch_size=16 --epochs=1000 \
+    --log_every=1 --loss_log="$log.loss" "$@" > "$log" 2>&1 &
+  mpirun_pid=$!
+  await_training "$log" "$mpirun_pid" "$tenths"
+  service_pid=$(pid_records "$log" role=data_service node=0 | head -n 1)
+}
+
 # await_training LOG PID [TENTHS]: waits (at most TENTHS tenths of a second, 900 by default)
 # until LOG.loss, rank 0's --loss_log, has two steps. Fails, printing LOG, when PID (the job)
 # ends first or training does not start in time (then PID gets SIGTERM).
@@ -138,21 +161,43 @@ expect_exit() {
   echo "exit $got; first error line: $line"
 }
 
-# run_small_job PREFIX NAME [TRAINER FLAGS...]: a two-rank launcher job (job id
-# PREFIX-NAME-..., the small CNN on 1024 synthetic samples, batch 32: 16 steps per epoch,
-# one epoch) with its output in $out/NAME.log; sets rc to its exit code and checks that it
-# left nothing behind.
-run_small_job() {
-  local job="$1-$2-$$-$RANDOM" name="$2"; shift 2
+# expect_loss_falls LOSS_FILE STEPS FACTOR: LOSS_FILE (a --loss_log: the loss is the third
+# field) has STEPS lines, and the mean loss of its last 4 steps is below FACTOR times that of
+# its first 4; else a FAIL line and returns 1.
+expect_loss_falls() {
+  local file="$1" want="$2" factor="$3" steps first last
+  steps=$(wc -l < "$file")
+  [[ "$steps" -eq "$want" ]] || { echo "FAIL: expected $want logged steps, got $steps"; return 1; }
+  first=$(head -n 4 "$file" | awk '{s += $3} END {print s / NR}')
+  last=$(tail -n 4 "$file" | awk '{s += $3} END {print s / NR}')
+  echo "mean loss of the first 4 steps $first, of the last 4 steps $last"
+  awk -v a="$first" -v b="$last" -v f="$factor" 'BEGIN {exit !(b < f * a)}' ||
+    { echo "FAIL: the loss did not fall by $(awk -v f="$factor" 'BEGIN {print (1 - f) * 100}')%"; return 1; }
+}
+
+# run_launcher_job TIMEOUT_S PREFIX NAME [LAUNCHER FLAGS...] [-- TRAINER FLAGS...]: a
+# two-rank launcher job of the trainer and the data service (job id PREFIX-NAME-...), sent
+# SIGTERM after TIMEOUT_S seconds (0: never), with its output in $out/NAME.log; sets rc to its
+# exit code and checks that it left nothing behind.
+run_launcher_job() {
+  local timeout_s="$1" job="$2-$3-$$-$RANDOM" name="$3"; shift 3
   set +e
-  timeout 300 "$root/launcher/launcher" --np=2 --job_id="$job" \
+  timeout "$timeout_s" "$root/launcher/launcher" --np=2 --job_id="$job" \
     --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
-    --dataset=synthetic --synthetic_samples=1024 --synthetic_classes=4 --data_threads=1 -- \
-    --model=small_cnn --num_classes=4 --image_size=32 --batch_size=32 --epochs=1 --lr=0.05 \
-    --log_every=4 "$@" > "$out/$name.log" 2>&1
+    "$@" > "$out/$name.log" 2>&1
   rc=$?
   set -e
   assert_nothing_left "$job"
+}
+
+# run_small_job PREFIX NAME [TRAINER FLAGS...]: run_launcher_job (at most 300 s) of the small
+# CNN on 1024 synthetic samples, batch 32: 16 steps per epoch, one epoch.
+run_small_job() {
+  local prefix="$1" name="$2"; shift 2
+  run_launcher_job 300 "$prefix" "$name" \
+    --dataset=synthetic --synthetic_samples=1024 --synthetic_classes=4 --data_threads=1 -- \
+    --model=small_cnn --num_classes=4 --image_size=32 --batch_size=32 --epochs=1 --lr=0.05 \
+    --log_every=4 "$@"
 }
 
 # stall_rank LOG LOSS_FILE MIN_STEPS NP RANK TIMEOUT_S -- COMMAND...: runs COMMAND (a job of
@@ -197,6 +242,20 @@ stall_rank() {
   [[ "$elapsed" -le 60 ]] || { cat "$log"; echo "FAIL: the job took more than 60 s to end"; return 1; }
   [[ "$elapsed" -ge $((timeout_s - 1)) ]] ||
     { cat "$log"; echo "FAIL: the job ended before the collective timeout ($timeout_s s)"; return 1; }
+}
+
+# stall_launcher_job LOG LOSS_FILE MIN_STEPS NP RANK KILL_AFTER_S [LAUNCHER FLAGS...] --
+# [TRAINER FLAGS...]: stall_rank of job $job through the launcher, NP ranks (SIGKILLed after
+# KILL_AFTER_S seconds), a loss line a step in LOSS_FILE, whose watchdogs time a collective
+# out after 10 s (data after 9 s) and give an abort 5 s.
+stall_launcher_job() {
+  local log="$1" loss="$2" min_steps="$3" np="$4" rank="$5" kill_after_s="$6"
+  shift 6
+  stall_rank "$log" "$loss" "$min_steps" "$np" "$rank" 10 -- \
+    timeout --signal=KILL "$kill_after_s" "$root/launcher/launcher" --np="$np" --job_id="$job" \
+    --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
+    "$@" --log_every=1 --loss_log="$loss" --collective_timeout_s=10 --data_timeout_s=9 \
+    --collective_abort_grace_s=5
 }
 
 # check_stall_report LOG PATTERN RANK NODE NODE_RANK...: the first line of LOG that matches

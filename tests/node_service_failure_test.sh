@@ -14,17 +14,8 @@ begin_job_test
 # Starts a long job in the background; sets job, log, mpirun_pid, service_pid, rank0_pid
 # once training is under way.
 start_job() {
-  job="$1-$$-$RANDOM"
-  log="$out/$1.log"
-  timeout --signal=KILL 120 mpirun -np 2 "$root/trainer/trainer" --job_id="$job" \
-    --data_service="$root/data_service/data_service" \
-    --data_service_args="--dataset=synthetic --synthetic_samples=256 --synthetic_classes=4 --threads=1" \
-    --model=small_cnn --num_classes=4 --image_size=32 --batch_size=16 --epochs=1000 \
-    --log_every=1 --data_timeout_s=60 --loss_log="$log.loss" > "$log" 2>&1 &
-  mpirun_pid=$!
   # Under way once rank 0 has logged the loss of two steps.
-  await_training "$log" "$mpirun_pid" 600
-  service_pid=$(pid_records "$log" role=data_service node=0 | head -n 1)
+  launch_bare_training_job "$1" 120 256 600 --data_timeout_s=60
   rank0_pid=$(ps -o ppid= -p "$service_pid" | tr -d ' ')
   echo "job $job: data service pid $service_pid, started by local rank 0 (pid $rank0_pid)"
 }

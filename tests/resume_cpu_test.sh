@@ -13,18 +13,12 @@ begin_job_test
 # 12 optimizer steps of 2 micro-batches per epoch (the last one of 1).
 run() {  # run NAME [trainer flags...]; sets $rc
   local name="$1"; shift
-  local job="resume-$name-$$-$RANDOM"
-  set +e
-  "$root/launcher/launcher" --np=2 --job_id="$job" \
-    --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
+  run_launcher_job 0 resume "$name" \
     --dataset=synthetic --synthetic_samples=1500 --synthetic_classes=4 --data_threads=1 -- \
     --model=small_cnn --num_classes=4 --image_size=32 --batch_size=32 --accumulate=2 \
     --epochs=3 --lr=0.1 --lr_schedule=cosine --warmup_epochs=0.5 --weight_decay=1e-4 \
     --no_decay_bn_bias --nesterov --label_smoothing=0.1 --clip_grad_norm=5 --log_every=5 \
-    --val_every=1 "$@" > "$out/$name.log" 2>&1
-  rc=$?
-  set -e
-  assert_nothing_left "$job"
+    --val_every=1 "$@"
 }
 
 same_losses() {  # same_losses REFERENCE PARTS...: every line of the parts is the reference's

@@ -16,14 +16,18 @@ def cuda_cc_test(name, **kwargs):
     if CUDA_ENABLED:
         native.cc_test(name = name, **kwargs)
 
-def cuda_kernel_library(name, src, hdrs, deps = [], **kwargs):
-    """Compiles one .cu file with nvcc into a cc_library (Bazel 4.2.3 has no CUDA rules)."""
+def cuda_kernel_library(name, src, hdrs, kernel_hdrs = [], deps = [], **kwargs):
+    """Compiles one .cu file with nvcc into a cc_library (Bazel 4.2.3 has no CUDA rules).
+
+    kernel_hdrs: the other headers `src` includes (device-only ones, and those of the
+    libraries in deps), which nvcc reads but the cc_library does not export.
+    """
     if not CUDA_ENABLED:
         return
     obj = name + "_kernel.pic.o"
     native.genrule(
         name = name + "_nvcc",
-        srcs = [src] + hdrs,
+        srcs = [src] + hdrs + kernel_hdrs,
         outs = [obj],
         cmd = "%s %s -I. -c $(location %s) -o $@" % (NVCC, _NVCC_FLAGS, src),
     )

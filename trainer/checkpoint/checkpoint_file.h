@@ -14,6 +14,7 @@
 #ifndef STOKER_TRAINER_CHECKPOINT_CHECKPOINT_FILE_H_
 #define STOKER_TRAINER_CHECKPOINT_CHECKPOINT_FILE_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -28,6 +29,12 @@
 namespace stoker::trainer {
 
 inline constexpr uint32_t kCheckpointFormatVersion = 1;
+inline constexpr size_t kCheckpointHeaderBytes = 32;
+
+// For tests and fuzzers: `file` with its first kCheckpointHeaderBytes rewritten as a writer
+// would have written them for the payload that follows (magic, format version, payload
+// length, both checksums), its entry count kept; a file shorter than a header unchanged.
+std::string SealedCheckpointForTesting(std::string file);
 
 // Builds a checkpoint's bytes in memory. Thread-compatible.
 //

@@ -9,8 +9,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "gtest/gtest.h"
 #include "common/test_tmpfs.h"
+#include "gtest/gtest.h"
 #include "trainer/checkpoint/atomic_file.h"
 #include "trainer/checkpoint/test_dir.h"
 
@@ -50,7 +50,8 @@ TEST(CheckpointFileTest, MissingOrMistypedEntriesAreNamed) {
   auto reader = CheckpointReader::Parse(Sample(1), "ckpt-a");
   ASSERT_TRUE(reader.ok());
   EXPECT_TRUE(absl::IsNotFound(reader->Int("epoch").status()));
-  EXPECT_TRUE(absl::StrContains(reader->Int("epoch").status().message(), "ckpt-a: no entry \"epoch\""));
+  EXPECT_TRUE(
+      absl::StrContains(reader->Int("epoch").status().message(), "ckpt-a: no entry \"epoch\""));
   EXPECT_TRUE(absl::IsInvalidArgument(reader->Int("lr").status()));
 }
 
@@ -75,6 +76,21 @@ TEST(CheckpointFileTest, EveryFlippedBitIsCaught) {
   }
 }
 
+TEST(CheckpointFileTest, SealingGivesAnEditedPayloadTheHeaderAWriterWouldHaveGiven) {
+  const std::string bytes = Sample(7);
+  EXPECT_EQ(SealedCheckpointForTesting(bytes), bytes);
+  std::string edited = bytes;
+  edited.back() ^= 0x10;  // the last byte of the "scalar" tensor's data
+  ASSERT_FALSE(CheckpointReader::Parse(edited, "edited").ok());
+  auto reader = CheckpointReader::Parse(SealedCheckpointForTesting(edited), "sealed");
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  auto scalar = reader->Tensor("scalar");
+  ASSERT_TRUE(scalar.ok());
+  EXPECT_EQ(scalar->data, absl::string_view(edited).substr(edited.size() - 8));
+  const std::string short_file(kCheckpointHeaderBytes - 1, 'x');
+  EXPECT_EQ(SealedCheckpointForTesting(short_file), short_file);
+}
+
 TEST(CheckpointFileTest, OtherFilesAndVersionsAreRefusedClearly) {
   auto other = CheckpointReader::Parse(std::string(100, 'z'), "junk");
   EXPECT_TRUE(absl::IsInvalidArgument(other.status()));
@@ -84,7 +100,8 @@ TEST(CheckpointFileTest, OtherFilesAndVersionsAreRefusedClearly) {
 TEST(CheckpointDirectoryTest, KeepsTheNewestAndFallsBackPastCorruptOnes) {
   const std::string dir = TestDir("ckpt_dir");
   for (int64_t step : {5, 10, 15, 20}) {
-    ASSERT_TRUE(WriteFileAtomically(absl::StrCat(dir, "/", CheckpointFileName(step)), Sample(step)).ok());
+    ASSERT_TRUE(
+        WriteFileAtomically(absl::StrCat(dir, "/", CheckpointFileName(step)), Sample(step)).ok());
   }
   ASSERT_TRUE(RemoveOldCheckpoints(dir, 3).ok());
   auto listed = ListCheckpoints(dir);
@@ -130,7 +147,8 @@ TEST(CheckpointDirectoryTest, StaleTemporariesAreRemoved) {
 TEST(CheckpointDirectoryTest, ACorruptNewestCheckpointIsRefusedByNameAndTheOneBeforeIsUsed) {
   const std::string dir = TestDir("ckpt_corrupt");
   for (int64_t step : {4, 8}) {
-    ASSERT_TRUE(WriteFileAtomically(absl::StrCat(dir, "/", CheckpointFileName(step)), Sample(step)).ok());
+    ASSERT_TRUE(
+        WriteFileAtomically(absl::StrCat(dir, "/", CheckpointFileName(step)), Sample(step)).ok());
   }
   // One flipped bit in the payload of the newest (bit rot, a bad copy).
   const std::string newest = absl::StrCat(dir, "/", CheckpointFileName(8));
@@ -140,7 +158,8 @@ TEST(CheckpointDirectoryTest, ACorruptNewestCheckpointIsRefusedByNameAndTheOneBe
 
   const absl::StatusOr<CheckpointReader> direct = LoadCheckpoint(newest);
   EXPECT_TRUE(absl::IsDataLoss(direct.status())) << direct.status();
-  EXPECT_TRUE(absl::StartsWith(direct.status().message(), newest + ": checksum mismatch")) << direct.status();
+  EXPECT_TRUE(absl::StartsWith(direct.status().message(), newest + ": checksum mismatch"))
+      << direct.status();
 
   std::vector<std::string> skipped;
   auto loaded = LoadNewestValidCheckpoint(dir, &skipped);

@@ -61,35 +61,53 @@ absl::StatusOr<std::unique_ptr<CollectiveWatchdog>> Watch(std::vector<Communicat
                                    RecordExit(std::move(record)));
 }
 
+// A watchdog (Watch()) that saw a collective never complete, and what it did about it.
+struct StuckCollective {
+  std::shared_ptr<ExitRecord> record = std::make_shared<ExitRecord>();
+  std::unique_ptr<CollectiveWatchdog> watchdog;
+  int64_t nanos_to_exit = -1;  // from the collective's issue; -1: no exit within 10 s
+};
+
+// Starts a watchdog (Watch()) over `watched`, issues on `stuck` (one of them) a collective
+// that never completes, and waits (at most 10 s) for the exit.
+absl::StatusOr<StuckCollective> WatchAStuckCollective(std::vector<Communicator*> watched,
+                                                      FakeCommunicator& stuck) {
+  StuckCollective outcome;
+  absl::StatusOr<std::unique_ptr<CollectiveWatchdog>> watchdog =
+      Watch(std::move(watched), outcome.record);
+  if (!watchdog.ok()) return watchdog.status();
+  outcome.watchdog = std::move(*watchdog);
+  const int64_t start = MonotonicNanos();
+  stuck.ledger()->Issue(CollectiveKind::kAllReduce);
+  if (outcome.record->exited.WaitForNotificationWithTimeout(absl::Seconds(10))) {
+    outcome.nanos_to_exit = outcome.record->at_ns.load() - start;
+  }
+  return outcome;
+}
+
 TEST(CollectiveWatchdogTest, AStuckMpiCollectiveEndsTheProcessAtOnce) {
   auto mpi_rank = Fake(/*can_abort=*/false);
   FakeCommunicator& mpi = *mpi_rank;
-  auto record = std::make_shared<ExitRecord>();
-  auto watchdog = Watch({&mpi}, record);
-  ASSERT_TRUE(watchdog.ok()) << watchdog.status();
-  const int64_t start = MonotonicNanos();
-  mpi.ledger()->Issue(CollectiveKind::kAllReduce);  // never completes
-  ASSERT_TRUE(record->exited.WaitForNotificationWithTimeout(absl::Seconds(10)));
-  EXPECT_EQ(record->code.load(), 1);
-  EXPECT_GE(record->at_ns.load() - start, 200'000'000);
-  EXPECT_LT(record->at_ns.load() - start, 250'000'000 + 300'000'000);  // well before the grace
+  absl::StatusOr<StuckCollective> stuck = WatchAStuckCollective({&mpi}, mpi);
+  ASSERT_TRUE(stuck.ok()) << stuck.status();
+  ASSERT_NE(stuck->nanos_to_exit, -1) << "no exit";
+  EXPECT_EQ(stuck->record->code.load(), 1);
+  EXPECT_GE(stuck->nanos_to_exit, 200'000'000);
+  EXPECT_LT(stuck->nanos_to_exit, 250'000'000 + 300'000'000);  // well before the grace
   EXPECT_EQ(mpi.aborts(), 1);
-  EXPECT_TRUE((*watchdog)->fired());
+  EXPECT_TRUE(stuck->watchdog->fired());
 }
 
 TEST(CollectiveWatchdogTest, AnAbortedCommunicatorStillMeetsTheProcessDeadline) {
   auto nccl_rank = Fake(/*can_abort=*/true, "NCCL");
   FakeCommunicator& nccl = *nccl_rank;
-  auto record = std::make_shared<ExitRecord>();
-  auto watchdog = Watch({&nccl}, record);
-  ASSERT_TRUE(watchdog.ok()) << watchdog.status();
-  const int64_t start = MonotonicNanos();
-  nccl.ledger()->Issue(CollectiveKind::kAllReduce);
+  absl::StatusOr<StuckCollective> stuck = WatchAStuckCollective({&nccl}, nccl);
+  ASSERT_TRUE(stuck.ok()) << stuck.status();
   // The abort "did not end the process": the deadline thread does, after the grace.
-  ASSERT_TRUE(record->exited.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_NE(stuck->nanos_to_exit, -1) << "no exit";
   EXPECT_EQ(nccl.aborts(), 1);
-  EXPECT_EQ(record->code.load(), 1);
-  EXPECT_GE(record->at_ns.load() - start, 500'000'000);  // timeout + grace
+  EXPECT_EQ(stuck->record->code.load(), 1);
+  EXPECT_GE(stuck->nanos_to_exit, 500'000'000);  // timeout + grace
 }
 
 TEST(CollectiveWatchdogTest, AnAbortThatHangsStillMeetsTheProcessDeadline) {
@@ -98,15 +116,12 @@ TEST(CollectiveWatchdogTest, AnAbortThatHangsStillMeetsTheProcessDeadline) {
   FakeCommunicator& nccl = *nccl_rank;
   absl::Notification release;
   nccl.set_on_abort([&release] { release.WaitForNotification(); });
-  auto record = std::make_shared<ExitRecord>();
-  auto watchdog = Watch({&nccl}, record);
-  ASSERT_TRUE(watchdog.ok()) << watchdog.status();
-  const int64_t start = MonotonicNanos();
-  nccl.ledger()->Issue(CollectiveKind::kAllReduce);
-  ASSERT_TRUE(record->exited.WaitForNotificationWithTimeout(absl::Seconds(10)));
-  EXPECT_EQ(record->code.load(), 1);
-  EXPECT_GE(record->at_ns.load() - start, 500'000'000);  // timeout + grace
-  EXPECT_LT(record->at_ns.load() - start, 2'000'000'000);
+  absl::StatusOr<StuckCollective> stuck = WatchAStuckCollective({&nccl}, nccl);
+  ASSERT_TRUE(stuck.ok()) << stuck.status();
+  ASSERT_NE(stuck->nanos_to_exit, -1) << "no exit";
+  EXPECT_EQ(stuck->record->code.load(), 1);
+  EXPECT_GE(stuck->nanos_to_exit, 500'000'000);  // timeout + grace
+  EXPECT_LT(stuck->nanos_to_exit, 2'000'000'000);
   release.Notify();  // lets the watchdog thread finish, so that it can be joined
 }
 
@@ -139,19 +154,18 @@ TEST(CollectiveWatchdogTest, AnIdleMpiCommunicatorDoesNotCutTheNcclAbortShort) {
   auto mpi_rank = Fake(/*can_abort=*/false, "MPI");
   FakeCommunicator& nccl = *nccl_rank;
   FakeCommunicator& mpi = *mpi_rank;
-  auto record = std::make_shared<ExitRecord>();
-  auto watchdog = Watch({&nccl, &mpi}, record);
-  ASSERT_TRUE(watchdog.ok()) << watchdog.status();
-  const int64_t start = MonotonicNanos();
-  nccl.ledger()->Issue(CollectiveKind::kAllReduce);  // stuck on the device; MPI is idle
-  ASSERT_TRUE(record->exited.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  // Stuck on the device; MPI is idle.
+  absl::StatusOr<StuckCollective> stuck = WatchAStuckCollective({&nccl, &mpi}, nccl);
+  ASSERT_TRUE(stuck.ok()) << stuck.status();
+  ASSERT_NE(stuck->nanos_to_exit, -1) << "no exit";
   EXPECT_EQ(nccl.aborts(), 1);
   EXPECT_EQ(mpi.aborts(), 1);
-  EXPECT_GE(record->at_ns.load() - start, 500'000'000);  // the grace, not at once
+  EXPECT_GE(stuck->nanos_to_exit, 500'000'000);  // the grace, not at once
 }
 
 TEST(CollectiveWatchdogTest, ARankWhoseNodeIsCaughtUpLetsTheCulpritsNodeReportFirst) {
-  auto table = CollectiveProgressTable::Create(absl::StrCat("/stoker.watchdogtest-", getpid(), "-defer"), 2);
+  auto table =
+      CollectiveProgressTable::Create(absl::StrCat("/stoker.watchdogtest-", getpid(), "-defer"), 2);
   ASSERT_TRUE(table.ok()) << table.status();
   ASSERT_TRUE(table->Unlink().ok());
   // Two local ranks of a 4-rank job, both waiting in #1: the hold-up is on the other node.
@@ -159,10 +173,10 @@ TEST(CollectiveWatchdogTest, ARankWhoseNodeIsCaughtUpLetsTheCulpritsNodeReportFi
   FakeCommunicator &first = *first_rank, &second = *second_rank;
   auto first_exit = std::make_shared<ExitRecord>();
   auto second_exit = std::make_shared<ExitRecord>();
-  auto first_watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{0, 4, 0, 0}, {&first}, &*table,
-                                                  RecordExit(first_exit));
-  auto second_watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{1, 4, 1, 0}, {&second}, &*table,
-                                                   RecordExit(second_exit));
+  auto first_watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{0, 4, 0, 0}, {&first},
+                                                  &*table, RecordExit(first_exit));
+  auto second_watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{1, 4, 1, 0}, {&second},
+                                                   &*table, RecordExit(second_exit));
   ASSERT_TRUE(first_watchdog.ok() && second_watchdog.ok());
   const int64_t start = MonotonicNanos();
   first.ledger()->Issue(CollectiveKind::kAllReduce);
@@ -173,7 +187,8 @@ TEST(CollectiveWatchdogTest, ARankWhoseNodeIsCaughtUpLetsTheCulpritsNodeReportFi
 }
 
 TEST(CollectiveWatchdogTest, ARankWithAStalledLocalPeerFiresAtTheTimeout) {
-  auto table = CollectiveProgressTable::Create(absl::StrCat("/stoker.watchdogtest-", getpid(), "-nodefer"), 2);
+  auto table = CollectiveProgressTable::Create(
+      absl::StrCat("/stoker.watchdogtest-", getpid(), "-nodefer"), 2);
   ASSERT_TRUE(table.ok()) << table.status();
   ASSERT_TRUE(table->Unlink().ok());
   RankProgress& stopped = table->slot(1);
@@ -183,7 +198,8 @@ TEST(CollectiveWatchdogTest, ARankWithAStalledLocalPeerFiresAtTheTimeout) {
   auto mpi_rank = Fake(false);
   FakeCommunicator& mpi = *mpi_rank;
   auto record = std::make_shared<ExitRecord>();
-  auto watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{0, 4, 0, 0}, {&mpi}, &*table, RecordExit(record));
+  auto watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{0, 4, 0, 0}, {&mpi}, &*table,
+                                            RecordExit(record));
   ASSERT_TRUE(watchdog.ok()) << watchdog.status();
   const int64_t start = MonotonicNanos();
   mpi.ledger()->Issue(CollectiveKind::kAllReduce);
@@ -236,7 +252,8 @@ TEST(CollectiveWatchdogTest, TheDefaultPollIntervalFollowsTheTimeout) {
 }
 
 TEST(CollectiveWatchdogTest, TheWatchdogPublishesItsRankProgressAndHeartbeat) {
-  auto table = CollectiveProgressTable::Create(absl::StrCat("/stoker.watchdogtest-", getpid(), "-pub"), 2);
+  auto table =
+      CollectiveProgressTable::Create(absl::StrCat("/stoker.watchdogtest-", getpid(), "-pub"), 2);
   ASSERT_TRUE(table.ok()) << table.status();
   ASSERT_TRUE(table->Unlink().ok());
   auto mpi_rank = Fake(false);
@@ -254,7 +271,8 @@ TEST(CollectiveWatchdogTest, TheWatchdogPublishesItsRankProgressAndHeartbeat) {
 }
 
 TEST(CollectiveWatchdogTest, NodeProgressTellsStoppedGoneAndWaitingRanksApart) {
-  auto table = CollectiveProgressTable::Create(absl::StrCat("/stoker.watchdogtest-", getpid(), "-read"), 3);
+  auto table =
+      CollectiveProgressTable::Create(absl::StrCat("/stoker.watchdogtest-", getpid(), "-read"), 3);
   ASSERT_TRUE(table.ok()) << table.status();
   ASSERT_TRUE(table->Unlink().ok());
   const int64_t now = MonotonicNanos();
@@ -319,10 +337,14 @@ TEST(DescribeStalledCollectiveTest, NamesTheStalledRankAndTheLastCollectiveOfEac
   const std::string text = DescribeStalledCollective(ThreeRanksOnTwoNodes());
   EXPECT_THAT(text, HasSubstr("collective #58 (allreduce) on the MPI communicator has not "
                               "completed after 10.0s (--collective_timeout_s=10)"));
-  EXPECT_THAT(text, HasSubstr("not reached by rank 1 (pid 101): stalled: no heartbeat for 10.4s (stopped or hung)"));
-  EXPECT_THAT(text, HasSubstr("Last collective each rank of node 0 completed: rank 0 #57 (allreduce), "
-                              "waiting in #58 for 10.0s; rank 1 #57 (allreduce), no heartbeat for "
-                              "10.4s; rank 2 #57 (allreduce), waiting in #58 for 9.9s"));
+  EXPECT_THAT(
+      text,
+      HasSubstr(
+          "not reached by rank 1 (pid 101): stalled: no heartbeat for 10.4s (stopped or hung)"));
+  EXPECT_THAT(text,
+              HasSubstr("Last collective each rank of node 0 completed: rank 0 #57 (allreduce), "
+                        "waiting in #58 for 10.0s; rank 1 #57 (allreduce), no heartbeat for "
+                        "10.4s; rank 2 #57 (allreduce), waiting in #58 for 9.9s"));
   EXPECT_THAT(text, HasSubstr("2 of 5 ranks are on other nodes and not visible here"));
   EXPECT_THAT(text, Not(HasSubstr("not reached by rank 0")));
 }
@@ -331,21 +353,27 @@ TEST(DescribeStalledCollectiveTest, GoneRanksAndRanksElsewhereAreSaidSo) {
   StalledCollective stall = ThreeRanksOnTwoNodes();
   stall.node[1].stalled = false;
   stall.node[1].gone = true;
-  EXPECT_THAT(DescribeStalledCollective(stall), HasSubstr("rank 1 (pid 101): gone: pid 101 no longer exists"));
-  stall.node[1].issued = 58;  // it reached #58 and died inside it
   EXPECT_THAT(DescribeStalledCollective(stall),
-              HasSubstr("every rank of node 0 reached it; stuck inside it: rank 1 (pid 101): gone"));
+              HasSubstr("rank 1 (pid 101): gone: pid 101 no longer exists"));
+  stall.node[1].issued = 58;  // it reached #58 and died inside it
+  EXPECT_THAT(
+      DescribeStalledCollective(stall),
+      HasSubstr("every rank of node 0 reached it; stuck inside it: rank 1 (pid 101): gone"));
   stall.node[1].gone = false;  // alive and waiting in #58 like the others
   stall.node[1].waiting_s = 10.0;
-  EXPECT_THAT(DescribeStalledCollective(stall),
-              HasSubstr("every rank of node 0 reached it, so the ranks holding it up are on other nodes. "));
+  EXPECT_THAT(
+      DescribeStalledCollective(stall),
+      HasSubstr(
+          "every rank of node 0 reached it, so the ranks holding it up are on other nodes. "));
   stall.node[1].gone = true;
-  EXPECT_THAT(DescribeStalledCollective(stall), HasSubstr("rank 1 #57 (allreduce), inside #58, gone"));
+  EXPECT_THAT(DescribeStalledCollective(stall),
+              HasSubstr("rank 1 #57 (allreduce), inside #58, gone"));
 }
 
 TEST(DescribeStalledCollectiveTest, ARankWaitingInAnEarlierCollectiveIsSaidToBe) {
   StalledCollective stall = ThreeRanksOnTwoNodes();
-  stall.node[1] = NodeRankState{1, 101, false, 0.1, false, 57, 56, CollectiveKind::kAllReduce, 10.0};
+  stall.node[1] =
+      NodeRankState{1, 101, false, 0.1, false, 57, 56, CollectiveKind::kAllReduce, 10.0};
   EXPECT_THAT(DescribeStalledCollective(stall),
               HasSubstr("not reached by rank 1 (pid 101): waiting in the earlier #57 for 10.0s"));
   stall.node[1].issued = 56;

@@ -286,20 +286,11 @@ TEST(GpuJpegDecoderTest, BadFileInTheGpuShareIsCountedAndReplaced) {
   DecodeOnGpu(**decoder, batch, &failed);
   EXPECT_EQ(failed, std::vector<int32_t>{bad});
 
-  FeederOptions options;
-  options.batch_size = 6;
-  options.image_size = 160;
-  options.dtype = at::kFloat;
-  for (int c = 0; c < 3; ++c) {
-    options.mean[c] = 0.0f;
-    options.stddev[c] = 1.0f / 255.0f;  // the bytes, as floats
-  }
-  options.timeout = absl::Seconds(30);
   OneBatchSource source(batch);
   CudaFeederStats stats;
   {
     absl::StatusOr<std::unique_ptr<BatchFeeder>> feeder =
-        MakeCudaBatchFeeder(&source, options, 0, &stats);
+        MakeCudaBatchFeeder(&source, IdentityOptions(6, 160), 0, &stats);
     ASSERT_TRUE(feeder.ok()) << feeder.status();
     absl::StatusOr<TrainingBatch> next = (*feeder)->Next();
     ASSERT_TRUE(next.ok()) << next.status();

@@ -11,6 +11,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include "trainer/nn/fused_kernels.h"
+#include "trainer/nn/max_pool_kernels.h"
 #endif
 
 namespace stoker::trainer {
@@ -302,10 +303,14 @@ bool FusedMaxPoolApplies(const torch::Tensor& x, int kernel) {
 
 namespace {
 
-// BatchNormReLU and BatchNorm through the kernels: bn's side effects, then FusedBatchNorm.
-torch::Tensor FusedModuleBatchNorm(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
-                                   const torch::Tensor& residual, bool relu) {
+// BatchNormReLU and BatchNorm with `fused`: the kernels where FusedBatchNormApplies (bn's
+// side effects, then FusedBatchNorm), else the composition.
+torch::Tensor ModuleBatchNorm(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
+                              const torch::Tensor& residual, bool relu) {
   BatchNormArguments arguments = ArgumentsOf(bn);
+  if (!FusedBatchNormApplies(arguments, x, residual)) {
+    return relu ? ComposedBatchNormReLU(bn, x, residual) : bn.forward(x);
+  }
   if (bn.is_training()) {
     // The momentum as torch::nn::BatchNorm2d's forward derives it.
     c10::NoGradGuard no_grad;
@@ -321,15 +326,13 @@ torch::Tensor FusedModuleBatchNorm(torch::nn::BatchNorm2dImpl& bn, const torch::
 
 torch::Tensor BatchNormReLU(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
                             const torch::Tensor& residual, bool fused) {
-  if (!fused || !FusedBatchNormApplies(bn, x, residual)) {
-    return ComposedBatchNormReLU(bn, x, residual);
-  }
-  return FusedModuleBatchNorm(bn, x, residual, /*relu=*/true);
+  if (!fused) return ComposedBatchNormReLU(bn, x, residual);
+  return ModuleBatchNorm(bn, x, residual, /*relu=*/true);
 }
 
 torch::Tensor BatchNorm(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x, bool fused) {
-  if (!fused || !FusedBatchNormApplies(bn, x, /*residual=*/{})) return bn.forward(x);
-  return FusedModuleBatchNorm(bn, x, /*residual=*/{}, /*relu=*/false);
+  if (!fused) return bn.forward(x);
+  return ModuleBatchNorm(bn, x, /*residual=*/{}, /*relu=*/false);
 }
 
 torch::Tensor MaxPool2d(const torch::Tensor& x, int kernel, int stride, int padding, bool fused) {

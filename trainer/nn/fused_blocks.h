@@ -3,7 +3,8 @@
 // backward written as few passes over the activation as the maths allows.
 //
 // Note [Fused blocks]: on a CUDA tensor in channels_last layout (fp32, fp16 or bf16 with
-// fp32 batch-norm parameters) the blocks run Stoker's kernels (fused_kernels.h):
+// fp32 batch-norm parameters) the blocks run Stoker's kernels (fused_kernels.h,
+// max_pool_kernels.h):
 // - batch norm + (add +) ReLU forward: one pass for the batch statistics, one that writes
 //   relu((x - mean) * scale + bias (+ residual)); backward: one reduction pass over
 //   (dy, y, x) that also writes the residual's gradient, one pass that writes dx. Nothing is

@@ -1,61 +1,16 @@
 #include "trainer/nn/fused_kernels.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <algorithm>
-#include <initializer_list>
-#include <type_traits>
+
+#include "trainer/nn/kernel_elements.cuh"
 
 namespace stoker::trainer {
 namespace {
 
-// Element conversions; arithmetic is fp32 throughout.
-__device__ __forceinline__ float ToFloat(float v) { return v; }
-__device__ __forceinline__ float ToFloat(__half v) { return __half2float(v); }
-__device__ __forceinline__ float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T>
-__device__ __forceinline__ T FromFloat(float v);
-template <>
-__device__ __forceinline__ float FromFloat<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __half FromFloat<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-
-// V consecutive elements as one access: 16 bytes when V * sizeof(T) == 16, else scalar.
-template <typename T, int V>
-__device__ __forceinline__ void Load(const T* p, float (&out)[V]) {
-  if constexpr (V * sizeof(T) == 16) {
-    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
-    const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-    for (int i = 0; i < V; ++i) out[i] = ToFloat(e[i]);
-  } else {
-#pragma unroll
-    for (int i = 0; i < V; ++i) out[i] = ToFloat(p[i]);
-  }
-}
-
-template <typename T, int V>
-__device__ __forceinline__ void Store(T* p, const float (&in)[V]) {
-  if constexpr (V * sizeof(T) == 16) {
-    uint4 raw;
-    T* e = reinterpret_cast<T*>(&raw);
-#pragma unroll
-    for (int i = 0; i < V; ++i) e[i] = FromFloat<T>(in[i]);
-    *reinterpret_cast<uint4*>(p) = raw;
-  } else {
-#pragma unroll
-    for (int i = 0; i < V; ++i) p[i] = FromFloat<T>(in[i]);
-  }
-}
+using internal::Dispatch;
+using internal::Load;
+using internal::Store;
+using internal::VectorWidth;
 
 // Note [Reduction layout]: a block is TX x TY threads; thread (tx, ty) owns V consecutive
 // channels (c0 = (blockIdx.x * TX + tx) * V) and the rows ty + TY * (blockIdx.y + gridDim.y
@@ -121,6 +76,38 @@ Scratch Carve(float* scratch, ChannelRows s, const Plan& p) {
 // log2(TY) steps: at step `stride`, row ty (a multiple of 2 * stride) takes in row
 // ty + stride. The rows read at a step (odd multiples of stride) and the rows written
 // (multiples of 2 * stride) are disjoint, and a barrier ends each step.
+//
+// MergeRowsAsTree runs that tree for the calling thread, row `row` of `rows`: publish() writes
+// the thread's partial to its place in shared memory, merge(other) takes in row `other`'s;
+// row 0 ends with the merge of all rows. Every thread of the block calls it.
+template <typename Publish, typename Merge>
+__device__ __forceinline__ void MergeRowsAsTree(int row, int rows, Publish&& publish,
+                                                Merge&& merge) {
+  publish();
+  __syncthreads();
+  for (int stride = 1; stride < rows; stride *= 2) {
+    if (row % (2 * stride) == 0 && row + stride < rows) {
+      merge(row + stride);
+      publish();
+    }
+    __syncthreads();
+  }
+}
+
+// Writes a block's partials of channels c0 .. c0 + V - 1 into row blockIdx.y of `first` and
+// `second` (each [row_blocks][channels], Note [Reduction layout]).
+template <int V>
+__device__ __forceinline__ void WritePartials(int channels, int c0, const float (&a)[V],
+                                              const float (&b)[V], float* __restrict__ first,
+                                              float* __restrict__ second) {
+  const int64_t base = static_cast<int64_t>(blockIdx.y) * channels + c0;
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    first[base + i] = a[i];
+    second[base + i] = b[i];
+  }
+}
+
 template <typename T, int V>
 __global__ void StatisticsKernel(const T* __restrict__ x, int64_t rows, int channels,
                                  float* __restrict__ part_mean, float* __restrict__ part_m2,
@@ -172,23 +159,12 @@ __global__ void StatisticsKernel(const T* __restrict__ x, int64_t rows, int chan
     }
     s_n[slot] = n;
   };
-  publish();
-  __syncthreads();
-  for (int stride = 1; stride < TY; stride *= 2) {
-    if (ty % (2 * stride) == 0 && ty + stride < TY) {
-      const int other = slot + stride * TX;
-      MergeWelford<V>(n, mean, m2, s_n[other], s_mean + other * V, s_m2 + other * V);
-      publish();
-    }
-    __syncthreads();
-  }
+  MergeRowsAsTree(ty, TY, publish, [&](int row) {
+    const int other = row * TX + tx;
+    MergeWelford<V>(n, mean, m2, s_n[other], s_mean + other * V, s_m2 + other * V);
+  });
   if (ty != 0 || c0 >= channels) return;
-  const int64_t base = static_cast<int64_t>(blockIdx.y) * channels + c0;
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    part_mean[base + i] = mean[i];
-    part_m2[base + i] = m2[i];
-  }
+  WritePartials<V>(channels, c0, mean, m2, part_mean, part_m2);
   if (blockIdx.x == 0 && tx == 0) part_count[blockIdx.y] = n;
 }
 
@@ -237,16 +213,9 @@ __global__ void StatisticsFinalizeKernel(const float* __restrict__ part_mean,
     s_mean[lane][tx] = mean[0];
     s_m2[lane][tx] = m2[0];
   };
-  publish();
-  __syncthreads();
-  for (int stride = 1; stride < kFinalizeLanes; stride *= 2) {
-    if (lane % (2 * stride) == 0) {
-      const int other = lane + stride;
-      MergeWelford<1>(n, mean, m2, s_n[other][tx], &s_mean[other][tx], &s_m2[other][tx]);
-      publish();
-    }
-    __syncthreads();
-  }
+  MergeRowsAsTree(lane, kFinalizeLanes, publish, [&](int other) {
+    MergeWelford<1>(n, mean, m2, s_n[other][tx], &s_mean[other][tx], &s_m2[other][tx]);
+  });
   if (lane != 0 || c >= channels) return;
   const float var = m2[0] / n;
   const float invstd = rsqrtf(var + eps);
@@ -306,35 +275,6 @@ __global__ void ApplyKernel(const T* __restrict__ x, const T* __restrict__ resid
   }
 }
 
-// V argmax bytes as one access (V is 1, 4 or 8, and V-aligned).
-template <int V>
-__device__ __forceinline__ void LoadBytes(const uint8_t* p, uint8_t (&out)[V]) {
-  if constexpr (V == 8) {
-    const uint2 raw = __ldg(reinterpret_cast<const uint2*>(p));
-    memcpy(out, &raw, 8);
-  } else if constexpr (V == 4) {
-    const uint32_t raw = __ldg(reinterpret_cast<const unsigned int*>(p));
-    memcpy(out, &raw, 4);
-  } else {
-    out[0] = p[0];
-  }
-}
-
-template <int V>
-__device__ __forceinline__ void StoreBytes(uint8_t* p, const uint8_t (&in)[V]) {
-  if constexpr (V == 8) {
-    uint2 raw;
-    memcpy(&raw, in, 8);
-    *reinterpret_cast<uint2*>(p) = raw;
-  } else if constexpr (V == 4) {
-    uint32_t raw;
-    memcpy(&raw, in, 4);
-    *reinterpret_cast<uint32_t*>(p) = raw;
-  } else {
-    p[0] = in[0];
-  }
-}
-
 // g = dy masked by y > 0 (ReLU) for V channels of one row.
 template <typename T, int V, bool kRelu>
 __device__ __forceinline__ void OutputGrad(const T* dy, const T* y, float (&g)[V]) {
@@ -385,27 +325,16 @@ __global__ void BackwardReduceKernel(const T* __restrict__ dy, const T* __restri
       s_gx[slot * V + i] = sum_gx[i];
     }
   };
-  publish();
-  __syncthreads();
-  for (int stride = 1; stride < TY; stride *= 2) {
-    if (ty % (2 * stride) == 0 && ty + stride < TY) {
-      const int other = slot + stride * TX;
+  MergeRowsAsTree(ty, TY, publish, [&](int row) {
+    const int other = row * TX + tx;
 #pragma unroll
-      for (int i = 0; i < V; ++i) {
-        sum_g[i] += s_g[other * V + i];
-        sum_gx[i] += s_gx[other * V + i];
-      }
-      publish();
+    for (int i = 0; i < V; ++i) {
+      sum_g[i] += s_g[other * V + i];
+      sum_gx[i] += s_gx[other * V + i];
     }
-    __syncthreads();
-  }
+  });
   if (ty != 0 || c0 >= channels) return;
-  const int64_t base = static_cast<int64_t>(blockIdx.y) * channels + c0;
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    part_g[base + i] = sum_g[i];
-    part_gx[base + i] = sum_gx[i];
-  }
+  WritePartials<V>(channels, c0, sum_g, sum_gx, part_g, part_gx);
 }
 
 // Parameter gradients and x_grad = A * g + B * x + C (Note [Finalize layout]).
@@ -437,18 +366,14 @@ __global__ void BackwardFinalizeKernel(const float* __restrict__ part_g,
       }
     }
   }
-  s_g[lane][tx] = g;
-  s_gx[lane][tx] = gx;
-  __syncthreads();
-  for (int stride = 1; stride < kFinalizeLanes; stride *= 2) {
-    if (lane % (2 * stride) == 0) {
-      g += s_g[lane + stride][tx];
-      gx += s_gx[lane + stride][tx];
-      s_g[lane][tx] = g;
-      s_gx[lane][tx] = gx;
-    }
-    __syncthreads();
-  }
+  auto publish = [&] {
+    s_g[lane][tx] = g;
+    s_gx[lane][tx] = gx;
+  };
+  MergeRowsAsTree(lane, kFinalizeLanes, publish, [&](int other) {
+    g += s_g[other][tx];
+    gx += s_gx[other][tx];
+  });
   if (lane != 0 || c >= channels) return;
   const float s = invstd[c];
   const float dweight = gx * s;
@@ -493,115 +418,6 @@ __global__ void BackwardApplyKernel(const T* __restrict__ dy, const T* __restric
     for (int i = 0; i < V; ++i) v[i] = a[i] * g[i] + b[i] * v[i] + k[i];
     Store<T, V>(dx + at, v);
   }
-}
-
-template <typename T, int V>
-__global__ void MaxPoolForwardKernel(const T* __restrict__ x, T* __restrict__ y,
-                                     uint8_t* __restrict__ argmax, PoolGeometry g) {
-  const int vectors = g.channels / V;
-  const int64_t total = g.batch * g.out_height * g.out_width * vectors;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int c0 = static_cast<int>(i % vectors) * V;
-    int64_t t = i / vectors;
-    const int ow = static_cast<int>(t % g.out_width);
-    t /= g.out_width;
-    const int oh = static_cast<int>(t % g.out_height);
-    const int64_t n = t / g.out_height;
-    const int h0 = oh * g.stride - g.padding, w0 = ow * g.stride - g.padding;
-    const int first = (max(h0, 0) - h0) * g.kernel + (max(w0, 0) - w0);
-    float best[V];
-    uint8_t pick[V];
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      best[j] = -INFINITY;
-      pick[j] = static_cast<uint8_t>(first);
-    }
-    for (int kh = 0; kh < g.kernel; ++kh) {
-      const int h = h0 + kh;
-      if (h < 0 || h >= g.height) continue;
-      for (int kw = 0; kw < g.kernel; ++kw) {
-        const int w = w0 + kw;
-        if (w < 0 || w >= g.width) continue;
-        float v[V];
-        Load<T, V>(x + ((n * g.height + h) * g.width + w) * g.channels + c0, v);
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          if (v[j] > best[j] || isnan(v[j])) {
-            best[j] = v[j];
-            pick[j] = static_cast<uint8_t>(kh * g.kernel + kw);
-          }
-        }
-      }
-    }
-    const int64_t out = ((n * g.out_height + oh) * g.out_width + ow) * g.channels + c0;
-    Store<T, V>(y + out, best);
-    StoreBytes<V>(argmax + out, pick);
-  }
-}
-
-template <typename T, int V>
-__global__ void MaxPoolBackwardKernel(const T* __restrict__ dy, const uint8_t* __restrict__ argmax,
-                                      T* __restrict__ dx, PoolGeometry g) {
-  const int vectors = g.channels / V;
-  const int64_t total = g.batch * g.height * g.width * vectors;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int c0 = static_cast<int>(i % vectors) * V;
-    int64_t t = i / vectors;
-    const int w = static_cast<int>(t % g.width);
-    t /= g.width;
-    const int h = static_cast<int>(t % g.height);
-    const int64_t n = t / g.height;
-    // Windows oh with oh * stride - padding <= h <= oh * stride - padding + kernel - 1.
-    const int hi = h + g.padding, wi = w + g.padding;
-    const int oh_lo = hi - g.kernel + 1 <= 0 ? 0 : (hi - g.kernel + g.stride) / g.stride;
-    const int ow_lo = wi - g.kernel + 1 <= 0 ? 0 : (wi - g.kernel + g.stride) / g.stride;
-    const int oh_hi = min(hi / g.stride, g.out_height - 1);
-    const int ow_hi = min(wi / g.stride, g.out_width - 1);
-    float sum[V] = {};
-    for (int oh = oh_lo; oh <= oh_hi; ++oh) {
-      for (int ow = ow_lo; ow <= ow_hi; ++ow) {
-        const int offset = (hi - oh * g.stride) * g.kernel + (wi - ow * g.stride);
-        const int64_t out = ((n * g.out_height + oh) * g.out_width + ow) * g.channels + c0;
-        float d[V];
-        uint8_t pick[V];
-        Load<T, V>(dy + out, d);
-        LoadBytes<V>(argmax + out, pick);
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          if (pick[j] == offset) sum[j] += d[j];
-        }
-      }
-    }
-    Store<T, V>(dx + ((n * g.height + h) * g.width + w) * g.channels + c0, sum);
-  }
-}
-
-int VectorWidth(ElementType type, int channels, std::initializer_list<const void*> pointers) {
-  const int vec = type == ElementType::kFloat32 ? 4 : 8;
-  if (channels % vec != 0) return 1;
-  for (const void* p : pointers) {
-    if (p != nullptr && reinterpret_cast<uintptr_t>(p) % 16 != 0) return 1;
-  }
-  return vec;
-}
-
-// Calls f(T{}, std::integral_constant<int, V>{}) for the element type and vector width.
-template <typename F>
-cudaError_t Dispatch(ElementType type, int vec, F&& f) {
-  switch (type) {
-    case ElementType::kFloat32:
-      return vec == 1 ? f(float{}, std::integral_constant<int, 1>{})
-                      : f(float{}, std::integral_constant<int, 4>{});
-    case ElementType::kFloat16:
-      return vec == 1 ? f(__half{}, std::integral_constant<int, 1>{})
-                      : f(__half{}, std::integral_constant<int, 8>{});
-    case ElementType::kBFloat16:
-      return vec == 1 ? f(__nv_bfloat16{}, std::integral_constant<int, 1>{})
-                      : f(__nv_bfloat16{}, std::integral_constant<int, 8>{});
-  }
-  return cudaErrorInvalidValue;
 }
 
 // Grid for the row-walking elementwise kernels: enough row blocks to fill the GPU a few
@@ -749,35 +565,6 @@ cudaError_t LaunchBatchNormBackward(const void* dy, const void* y, const void* x
       BackwardApplyKernel<T, V, false, false>
           <<<grid, block, 0, stream>>>(d, out, rg, in, rows, c, s.coefficients, dx);
     }
-    return cudaGetLastError();
-  });
-}
-
-cudaError_t LaunchMaxPoolForward(const void* x, ElementType type, const PoolGeometry& g, void* y,
-                                 uint8_t* argmax, cudaStream_t stream) {
-  // The argmax of V channels is one V-byte access, aligned where y's V-element one is.
-  const int vec = VectorWidth(type, g.channels, {x, y, argmax});
-  const int64_t total = g.batch * g.out_height * g.out_width * (g.channels / vec);
-  const int blocks =
-      static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((total + 255) / 256, 132 * 32)));
-  return Dispatch(type, vec, [&](auto t, auto v) {
-    using T = decltype(t);
-    MaxPoolForwardKernel<T, decltype(v)::value>
-        <<<blocks, 256, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), argmax, g);
-    return cudaGetLastError();
-  });
-}
-
-cudaError_t LaunchMaxPoolBackward(const void* dy, const uint8_t* argmax, ElementType type,
-                                  const PoolGeometry& g, void* dx, cudaStream_t stream) {
-  const int vec = VectorWidth(type, g.channels, {dy, dx, argmax});
-  const int64_t total = g.batch * g.height * g.width * (g.channels / vec);
-  const int blocks =
-      static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((total + 255) / 256, 132 * 32)));
-  return Dispatch(type, vec, [&](auto t, auto v) {
-    using T = decltype(t);
-    MaxPoolBackwardKernel<T, decltype(v)::value>
-        <<<blocks, 256, 0, stream>>>(static_cast<const T*>(dy), argmax, static_cast<T*>(dx), g);
     return cudaGetLastError();
   });
 }

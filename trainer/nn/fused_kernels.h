@@ -1,6 +1,6 @@
-// The CUDA kernels behind the fused blocks (fused_blocks.h): batch norm with its residual
-// add and ReLU, forward and backward, and max pooling that keeps a one-byte argmax per
-// output instead of an int64 index. Activations are NHWC in memory (a channels_last
+// The CUDA kernels behind the fused batch norm of fused_blocks.h: batch norm with its
+// residual add and ReLU, forward and backward (max pooling: max_pool_kernels.h), and the
+// element types of every fused kernel. Activations are NHWC in memory (a channels_last
 // [N, C, H, W] tensor): `rows` = N * H * W rows of `channels` contiguous values, of one
 // ElementType. Per-channel arrays (weight, bias, statistics) are fp32. Every function
 // enqueues on `stream`, takes device pointers and returns the first launch error.
@@ -57,24 +57,6 @@ cudaError_t LaunchBatchNormBackward(const void* dy, const void* y, const void* x
                                     const float* weight, bool relu, bool batch_statistics,
                                     void* x_grad, void* residual_grad, float* weight_grad,
                                     float* bias_grad, float* scratch, cudaStream_t stream);
-
-// A max-pooling geometry on NHWC tensors (dilation 1, floor mode); kernel * kernel <= 255.
-struct PoolGeometry {
-  int64_t batch = 0;
-  int height = 0, width = 0, channels = 0;
-  int out_height = 0, out_width = 0;
-  int kernel = 0, stride = 0, padding = 0;
-};
-
-// y = the maximum of each window, as torch.max_pool2d picks it (the first maximum in window
-// order, NaN wins); argmax[i] = kh * kernel + kw of the chosen element.
-cudaError_t LaunchMaxPoolForward(const void* x, ElementType type, const PoolGeometry& g, void* y,
-                                 uint8_t* argmax, cudaStream_t stream);
-
-// dx = the sum of dy over the windows whose argmax is that element; every element of dx is
-// written (no zero-fill pass, no atomics: the sum's order is fixed).
-cudaError_t LaunchMaxPoolBackward(const void* dy, const uint8_t* argmax, ElementType type,
-                                  const PoolGeometry& g, void* dx, cudaStream_t stream);
 
 }  // namespace stoker::trainer
 

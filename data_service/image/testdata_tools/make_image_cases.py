@@ -105,6 +105,23 @@ def pil_rgb(path):
         return im.convert("RGB")
 
 
+def save_case_image(img, out, name):
+    """img saved as out/name: a JPEG of quality 90 for a .jpg name, else as the name's
+    ending says. Returns the path."""
+    path = os.path.join(out, name)
+    if name.endswith(".jpg"):
+        img.save(path, quality=90)
+    else:
+        img.save(path)
+    return path
+
+
+def write_manifest(out, lines):
+    """out/manifest.txt: the cases, one a line."""
+    with open(os.path.join(out, "manifest.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
 # ---------------------------------------------------------------------------------------
 
 def cmd_formats(out):
@@ -172,8 +189,7 @@ def cmd_formats(out):
     add_pil("really_png.jpg", "png")
     base.save(os.path.join(out, "really_jpeg.png"), format="JPEG", quality=90)
     add_pil("really_jpeg.png", "jpeg")
-    with open(os.path.join(out, "manifest.txt"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    write_manifest(out, lines)
 
 
 def cmd_bad(out):
@@ -214,8 +230,7 @@ def cmd_bad(out):
     for name, data in cases.items():
         with open(os.path.join(out, name), "wb") as f:
             f.write(data)
-    with open(os.path.join(out, "manifest.txt"), "w") as f:
-        f.write("\n".join(cases) + "\n")
+    write_manifest(out, cases)
     with open(os.path.join(out, "good.jpg"), "wb") as f:
         f.write(good)
     with open(os.path.join(out, "good.png"), "wb") as f:
@@ -234,11 +249,7 @@ def cmd_eval(out):
         img = natural_image(w, h, seed=100 + n)
         for ext in ("jpg", "png"):
             name = f"eval_{w}x{h}.{ext}"
-            path = os.path.join(out, name)
-            if ext == "jpg":
-                img.save(path, quality=90)
-            else:
-                img.save(path)
+            path = save_case_image(img, out, name)
             save_raw(path + ".rgb", transform(pil_rgb(path)))
             lines.append(f"{name} {w} {h}")
     # Grayscale and CMYK JPEGs through the same transform.
@@ -249,8 +260,7 @@ def cmd_eval(out):
         path = os.path.join(out, name)
         save_raw(path + ".rgb", transform(pil_rgb(path)))
         lines.append(f"{name} 500 375")
-    with open(os.path.join(out, "manifest.txt"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    write_manifest(out, lines)
 
 
 def cmd_resize(out):
@@ -267,8 +277,7 @@ def cmd_resize(out):
         small = resize(pil_rgb(path))
         save_raw(path + ".rgb", small)
         lines.append(f"{name} {small.width} {small.height}")
-    with open(os.path.join(out, "manifest.txt"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    write_manifest(out, lines)
 
 
 def cmd_train(out):
@@ -282,11 +291,7 @@ def cmd_train(out):
         img = natural_image(w, h, seed=200 + n)
         for ext in ("jpg", "png"):
             name = f"train_{w}x{h}.{ext}"
-            path = os.path.join(out, name)
-            if ext == "jpg":
-                img.save(path, quality=90)
-            else:
-                img.save(path)
+            path = save_case_image(img, out, name)
             decoded = pil_rgb(path)
             rrc = v2.RandomResizedCrop(size, antialias=True)
             params = [rrc.make_params([decoded]) for _ in range(6)]
@@ -300,8 +305,7 @@ def cmd_train(out):
                 ref = f"{name}.{k}.rgb"
                 save_raw(os.path.join(out, ref), result)
                 lines.append(f"{name} {ref} {top} {left} {ch} {cw} {flip}")
-    with open(os.path.join(out, "manifest.txt"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    write_manifest(out, lines)
 
 
 RRC_SIZES = [(500, 375), (1000, 100), (100, 1000), (64, 64), (3, 2)]
@@ -322,8 +326,7 @@ def cmd_rrc(out, draws):
                 p = rrc.make_params([img])
                 f.write(f"{p['top']} {p['left']} {p['height']} {p['width']}\n")
         lines.append(f"{name} {w} {h}")
-    with open(os.path.join(out, "manifest.txt"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    write_manifest(out, lines)
 
 
 def cmd_entropy(out):
@@ -349,8 +352,7 @@ def cmd_entropy(out):
     for name, image, options, installs in cases:
         image.save(os.path.join(out, name), **options)
         lines.append(f"{name} {installs}")
-    with open(os.path.join(out, "manifest.txt"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    write_manifest(out, lines)
 
 
 def main(argv):
@@ -358,18 +360,8 @@ def main(argv):
         sys.exit(__doc__)
     command, out = argv[1], argv[2]
     os.makedirs(out, exist_ok=True)
-    if command == "formats":
-        cmd_formats(out)
-    elif command == "bad":
-        cmd_bad(out)
-    elif command == "eval":
-        cmd_eval(out)
-    elif command == "train":
-        cmd_train(out)
-    elif command == "resize":
-        cmd_resize(out)
-    elif command == "entropy":
-        cmd_entropy(out)
+    if command in ("formats", "bad", "eval", "train", "resize", "entropy"):
+        globals()["cmd_" + command](out)
     elif command == "rrc":
         cmd_rrc(out, int(argv[3]))
     else:

@@ -157,23 +157,22 @@ check cuda_batch_feeder "$stoker" cuda_batch_feeder_test
 grep -E "copies .* ms" "$out/cuda_batch_feeder.log" || true
 # A gtest that skips is not a pass: ran_unskipped LOG fails when LOG has a skipped test.
 ran_unskipped() { ! grep -q "SKIPPED" "$1"; }
-check cuda_stream_owners "$stoker" cuda_stream_test
-check cuda_stream_owners_ran ran_unskipped "$out/cuda_stream_owners.log"
-grep -E "^\[ device \]|tests? ran|PASSED" "$out/cuda_stream_owners.log" || true
+# gtest_check NAME TAG COMMAND...: a GPU gtest binary as check NAME, check NAME_ran that
+# none of its tests skipped, and its own "[ TAG ]" lines with the counts.
+gtest_check() {
+  local name="$1" tag="$2"; shift 2
+  check "$name" "$@"
+  check "${name}_ran" ran_unskipped "$out/$name.log"
+  grep -E "^\[ $tag \]|tests? ran|PASSED|FAILED" "$out/$name.log" 2>/dev/null || true
+}
+gtest_check cuda_stream_owners device "$stoker" cuda_stream_test
 
-check gpu_jpeg_decoder "$stoker" gpu_jpeg_decoder_gpu_test
-check gpu_jpeg_decoder_ran ran_unskipped "$out/gpu_jpeg_decoder.log"
-grep -E "^\[ hybrid \]|tests? ran|PASSED|FAILED" "$out/gpu_jpeg_decoder.log" || true
+gtest_check gpu_jpeg_decoder hybrid "$stoker" gpu_jpeg_decoder_gpu_test
 
-check fused_blocks "$stoker" fused_blocks_gpu_test
-check fused_blocks_ran ran_unskipped "$out/fused_blocks.log"
-grep -E "^\[ fused \]|tests? ran|PASSED|FAILED" "$out/fused_blocks.log" || true
-check cuda_graphs "$stoker" cuda_graph_gpu_test
-check cuda_graphs_ran ran_unskipped "$out/cuda_graphs.log"
-grep -E "^\[ graphs \]|tests? ran|PASSED|FAILED" "$out/cuda_graphs.log" || true
-check nccl_graph_capture mpirun -np 1 "$stoker" nccl_communicator_test_ranks --gtest_filter='*CapturedInACudaGraph*'
-check nccl_graph_capture_ran ran_unskipped "$out/nccl_graph_capture.log"
-grep -E "^\[ graphs \]|tests? ran|PASSED|FAILED" "$out/nccl_graph_capture.log" || true
+gtest_check fused_blocks fused "$stoker" fused_blocks_gpu_test
+gtest_check cuda_graphs graphs "$stoker" cuda_graph_gpu_test
+gtest_check nccl_graph_capture graphs mpirun -np 1 "$stoker" nccl_communicator_test_ranks \
+  --gtest_filter='*CapturedInACudaGraph*'
 check graphs_bitwise_bf16 graphs_bitwise graphs_bf16
 grep -hE "CUDA graphs:|^steps|identical|differ" "$out/graphs_bitwise_bf16.log" || true
 check graphs_bitwise_fp16 graphs_bitwise graphs_fp16 --precision=fp16 --accumulate=2 --clip_grad_norm=1 \
@@ -191,8 +190,7 @@ check digits_fused digits_run fused
 check digits_plain digits_run plain --nofused_blocks --nocuda_graphs
 check digits_accuracy digits_compare
 cat "$out/digits_accuracy.log"
-check pinning_memlock "$stoker" pinning_memlock_test
-check pinning_memlock_ran ran_unskipped "$out/pinning_memlock.log"
+gtest_check pinning_memlock memlock "$stoker" pinning_memlock_test
 
 # The same for a model exported from Python, run by the graph runner (its batch norms and
 # max pool as fused blocks, or the plain graph with --nofused_blocks).

@@ -289,8 +289,8 @@ std::shared_ptr<BatchProducer::InFlightBatch> BatchProducer::StartBatch(const Wr
   batch->options.max_pixels = max_image_pixels_;
   batch->options.exact_jpeg = exact_jpeg_;
   // Note [The requested GPU decode share]: read once, here, for the whole batch.
-  batch->gpu_decode_share = gpu_decode_share_.has_value() ? *gpu_decode_share_
-                                                          : producer_.RequestedGpuDecodeShare();
+  batch->gpu_decode_share =
+      gpu_decode_share_.has_value() ? *gpu_decode_share_ : producer_.RequestedGpuDecodeShare();
   if (batch->gpu_decode_share > 0.0) {
     absl::StatusOr<image::TransformSpec> spec = SampleTransform(batch->options);
     batch->spec_ok = spec.ok();
@@ -329,7 +329,8 @@ void BatchProducer::ProduceSample(InFlightBatch& batch, int32_t i, SampleScratch
 
   // Named in the shutdown's message should this read never return (a hung mount).
   WorkerPool::NoteActivity(absl::StrCat("rank ", request_.rank, ", ", dataset_->Describe(index)));
-  if (batch.spec_ok && IsGpuDecodePosition(i, batch.gpu_decode_share) && TryDefer(batch, i, scratch)) {
+  if (batch.spec_ok && IsGpuDecodePosition(i, batch.gpu_decode_share) &&
+      TryDefer(batch, i, scratch)) {
     return;
   }
   absl::Status status = LoadSample(*dataset_, index, batch.options, scratch, dst);

@@ -310,8 +310,8 @@ void ExpectBatchOfShare(const ReadableSlot& slot, double share) {
   for (int32_t i = 0; i < slot.count; ++i) {
     const bool gpu = IsGpuDecodePosition(i, share);
     expected += gpu ? 1 : 0;
-    EXPECT_EQ(slot.sample_kinds[i], static_cast<uint8_t>(gpu ? SampleKind::kDeferredJpeg
-                                                                : SampleKind::kPixels))
+    EXPECT_EQ(slot.sample_kinds[i],
+              static_cast<uint8_t>(gpu ? SampleKind::kDeferredJpeg : SampleKind::kPixels))
         << "epoch " << slot.epoch << " step " << slot.step << " position " << i << " share "
         << share;
   }

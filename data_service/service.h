@@ -5,12 +5,12 @@
 #ifndef STOKER_DATA_SERVICE_SERVICE_H_
 #define STOKER_DATA_SERVICE_SERVICE_H_
 
+#include <sys/types.h>
 #include <cstdint>
 #include <list>
 #include <memory>
 #include <optional>
 #include <string>
-#include <sys/types.h>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"

@@ -22,7 +22,12 @@ ABSL_FLAG(uint64_t, seed, 0, "Base seed for weights, sampling order and augmenta
 ABSL_FLAG(std::string, data_split, "train", "Which split to train on: train (with augmentation) or val (evaluation transform).");
 ABSL_FLAG(bool, drop_last_batch, true, "Skip each epoch's short last batch, so that every step has one shape (cudnn.benchmark tunes once).");
 ABSL_FLAG(int, ring_slots, 4, "Batches in flight in this rank's shared-memory ring (>= 3).");
-ABSL_FLAG(std::string, gpu_decode_share, "auto", "Share of each batch whose baseline JPEGs this rank asks the data service to leave undecoded, for its GPU's JPEG engines (nvJPEG): auto = adapt on a GPU, hill-climbing on the images/s trained (0.25, fixed, with --deterministic), 0 on the CPU; a number in [0, 1] fixes it (above 0 needs a GPU); 0 turns GPU decode off. A data service started with its own --gpu_decode_share=F (in --data_service_args) uses F whatever this asks.");
+ABSL_FLAG(std::string, gpu_decode_share, "auto",
+          "Share of each batch whose baseline JPEGs this rank asks the data service to leave "
+          "undecoded, for its GPU's JPEG engines (nvJPEG): auto = adapt on a GPU, hill-climbing on "
+          "the images/s trained (0.25, fixed, with --deterministic), 0 on the CPU; a number in [0, "
+          "1] fixes it (above 0 needs a GPU); 0 turns GPU decode off. A data service started with "
+          "its own --gpu_decode_share=F (in --data_service_args) uses F whatever this asks.");
 ABSL_FLAG(int, data_timeout_s, 120, "Seconds to wait for a batch before failing.");
 ABSL_FLAG(int, collective_timeout_s, 300, "Seconds a collective (gradient allreduce, stop vote, broadcast) may take before the rank reports which collective stalled and which ranks of its node have not reached it, and aborts. MPI_Finalize, which waits for every rank, has the same bound.");
 ABSL_FLAG(int, collective_abort_grace_s, 30, "Seconds after a collective timed out (and the communicators were aborted) before the rank exits whatever it is doing.");
@@ -106,8 +111,8 @@ FlagSpec TrainerFlagSpec() {
   spec.positional_hint = "the trainer takes only --name=value flags";
   spec.sections = {
       {"Data and model",
-       {"data_socket", "model", "init_weights", "num_classes", "image_size", "batch_size",
-        "epochs", "seed", "data_split", "drop_last_batch", "ring_slots", "gpu_decode_share", "data_timeout_s",
+       {"data_socket", "model", "init_weights", "num_classes", "image_size", "batch_size", "epochs",
+        "seed", "data_split", "drop_last_batch", "ring_slots", "gpu_decode_share", "data_timeout_s",
         "bucket_mb"}},
       {"Optimizer and schedule",
        {"optimizer", "lr", "momentum", "nesterov", "weight_decay", "no_decay_bn_bias", "adam_beta1",

@@ -42,8 +42,12 @@ TEST(ValidateOptionsTest, EveryBadValueIsRefusedNamingItsFlag) {
       {"--lr=", [](TrainerOptions& o) { o.optimizer.learning_rate = -1; }},
       {"--momentum=", [](TrainerOptions& o) { o.optimizer.momentum = 1.0; }},
       {"--momentum=", [](TrainerOptions& o) { o.optimizer.momentum = -0.1; }},
-      {"--nesterov=", [](TrainerOptions& o) { o.optimizer.nesterov = true, o.optimizer.momentum = 0; }},
-      {"--nesterov=", [](TrainerOptions& o) { o.optimizer.nesterov = true, o.optimizer.kind = OptimizerKind::kAdamW; }},
+      {"--nesterov=",
+       [](TrainerOptions& o) { o.optimizer.nesterov = true, o.optimizer.momentum = 0; }},
+      {"--nesterov=",
+       [](TrainerOptions& o) {
+         o.optimizer.nesterov = true, o.optimizer.kind = OptimizerKind::kAdamW;
+       }},
       {"--weight_decay=", [](TrainerOptions& o) { o.optimizer.weight_decay = -1e-4; }},
       {"--adam_beta1=", [](TrainerOptions& o) { o.optimizer.beta1 = 1.0; }},
       {"--adam_beta2=", [](TrainerOptions& o) { o.optimizer.beta2 = -0.5; }},
@@ -53,12 +57,17 @@ TEST(ValidateOptionsTest, EveryBadValueIsRefusedNamingItsFlag) {
       {"--lr_step_epochs=", [](TrainerOptions& o) { o.schedule.kind = LrSchedule::kStep; }},
       {"--lr_step_epochs=", [](TrainerOptions& o) { o.schedule.step_epochs = {3}; }},
       {"--lr_step_epochs=",
-       [](TrainerOptions& o) { o.schedule.kind = LrSchedule::kStep, o.schedule.step_epochs = {5, 3}; }},
+       [](TrainerOptions& o) {
+         o.schedule.kind = LrSchedule::kStep, o.schedule.step_epochs = {5, 3};
+       }},
       {"--lr_step_epochs=",
-       [](TrainerOptions& o) { o.schedule.kind = LrSchedule::kStep, o.schedule.step_epochs = {0}; }},
+       [](TrainerOptions& o) {
+         o.schedule.kind = LrSchedule::kStep, o.schedule.step_epochs = {0};
+       }},
       {"--lr_step_gamma=", [](TrainerOptions& o) { o.schedule.gamma = 0; }},
       {"--lr_step_gamma=", [](TrainerOptions& o) { o.schedule.gamma = 1.5; }},
-      {"--lr_min=", [](TrainerOptions& o) { o.schedule.kind = LrSchedule::kCosine, o.schedule.lr_min = 0.5; }},
+      {"--lr_min=",
+       [](TrainerOptions& o) { o.schedule.kind = LrSchedule::kCosine, o.schedule.lr_min = 0.5; }},
       {"--lr_min=", [](TrainerOptions& o) { o.schedule.lr_min = 0.01; }},
       {"--label_smoothing=", [](TrainerOptions& o) { o.step.label_smoothing = 1.0; }},
       {"--label_smoothing=", [](TrainerOptions& o) { o.step.label_smoothing = -0.1; }},
@@ -76,16 +85,20 @@ TEST(ValidateOptionsTest, EveryBadValueIsRefusedNamingItsFlag) {
       {"--profile_steps=", [](TrainerOptions& o) { o.report.profile_steps = -1; }},
       {"--synthetic_steps=", [](TrainerOptions& o) { o.input.synthetic_steps = -1; }},
       {"--warmup_steps=", [](TrainerOptions& o) { o.benchmark.warmup_steps = -1; }},
-      {"--data_only=", [](TrainerOptions& o) { o.input.synthetic_steps = 5, o.benchmark.data_only = true; }},
+      {"--data_only=",
+       [](TrainerOptions& o) { o.input.synthetic_steps = 5, o.benchmark.data_only = true; }},
       {"--cache_release_fraction=", [](TrainerOptions& o) { o.device.cache_release_fraction = 0; }},
-      {"--cache_release_fraction=", [](TrainerOptions& o) { o.device.cache_release_fraction = 1.5; }},
+      {"--cache_release_fraction=",
+       [](TrainerOptions& o) { o.device.cache_release_fraction = 1.5; }},
       {"--init_scale=", [](TrainerOptions& o) { o.scaler.init_scale = 0; }},
       {"--growth_factor=", [](TrainerOptions& o) { o.scaler.growth_factor = 1.0; }},
       {"--backoff_factor=", [](TrainerOptions& o) { o.scaler.backoff_factor = 1.0; }},
       {"--growth_interval=", [](TrainerOptions& o) { o.scaler.growth_interval = 0; }},
       {"--gpu_decode_share=", [](TrainerOptions& o) { o.input.gpu_decode_share = 1.5; }},
       {"--gpu_decode_share=",
-       [](TrainerOptions& o) { o.device.device = DeviceChoice::kCpu, o.input.gpu_decode_share = 0.5; }},
+       [](TrainerOptions& o) {
+         o.device.device = DeviceChoice::kCpu, o.input.gpu_decode_share = 0.5;
+       }},
   };
   for (const BadCase& c : cases) {
     TrainerOptions options = Good();

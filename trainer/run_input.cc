@@ -95,8 +95,9 @@ class RingInput final : public RunInput {
 
   // The GPU decode share of the training ring (`training_ring`) or the validation ring
   // (PlanGpuDecodeShare), with auto turned off, and a warning, where libnvjpeg is missing.
-  static absl::StatusOr<GpuDecodeSharePlan> SharePlan(const TrainerOptions& o, const RunContext& context,
-                                                      at::Device device, bool training_ring);
+  static absl::StatusOr<GpuDecodeSharePlan> SharePlan(const TrainerOptions& o,
+                                                      const RunContext& context, at::Device device,
+                                                      bool training_ring);
 
   FeederOptions feeder_options_;
   at::Device device_;
@@ -109,10 +110,12 @@ class RingInput final : public RunInput {
   std::unique_ptr<BatchFeeder> feeder_;
 };
 
-absl::StatusOr<GpuDecodeSharePlan> RingInput::SharePlan(const TrainerOptions& o, const RunContext& context,
-                                                       at::Device device, bool training_ring) {
-  ASSIGN_OR_RETURN(GpuDecodeSharePlan plan, PlanGpuDecodeShare(o.input.gpu_decode_share, device.is_cuda(),
-                                                               o.device.deterministic, training_ring));
+absl::StatusOr<GpuDecodeSharePlan> RingInput::SharePlan(const TrainerOptions& o,
+                                                        const RunContext& context,
+                                                        at::Device device, bool training_ring) {
+  ASSIGN_OR_RETURN(GpuDecodeSharePlan plan,
+                   PlanGpuDecodeShare(o.input.gpu_decode_share, device.is_cuda(),
+                                      o.device.deterministic, training_ring));
   if (!o.input.gpu_decode_share.has_value() && (plan.adaptive || plan.initial > 0)) {
     if (absl::Status usable = CheckGpuJpegDecode(device); !usable.ok()) {
       if (context.rank0() && training_ring) {
@@ -127,7 +130,8 @@ absl::StatusOr<GpuDecodeSharePlan> RingInput::SharePlan(const TrainerOptions& o,
 absl::StatusOr<std::unique_ptr<RingInput>> RingInput::Open(const TrainerOptions& o, const RunContext& context,
                                                            const InputStart& start) {
   std::unique_ptr<RingInput> input(new RingInput(FeederOptionsFor(o, context), TrainingDevice(context), start.seed));
-  ASSIGN_OR_RETURN(const GpuDecodeSharePlan share_plan, SharePlan(o, context, input->device_, /*training_ring=*/true));
+  ASSIGN_OR_RETURN(const GpuDecodeSharePlan share_plan,
+                   SharePlan(o, context, input->device_, /*training_ring=*/true));
   RingRequest request;
   request.rank = context.rank.rank;
   request.world_size = context.world_size();
@@ -155,7 +159,8 @@ absl::StatusOr<std::unique_ptr<RingInput>> RingInput::Open(const TrainerOptions&
     RingRequest val_request = request;
     val_request.train = false;
     val_request.batch_size = o.validation.batch_size > 0 ? o.validation.batch_size : o.input.batch_size;
-    ASSIGN_OR_RETURN(const GpuDecodeSharePlan val_plan, SharePlan(o, context, input->device_, /*training_ring=*/false));
+    ASSIGN_OR_RETURN(const GpuDecodeSharePlan val_plan,
+                     SharePlan(o, context, input->device_, /*training_ring=*/false));
     val_request.gpu_decode_share = val_plan.initial;
     absl::StatusOr<std::unique_ptr<RingClient>> val =
         RingClient::Connect(o.input.data_socket, val_request, o.input.data_timeout);
@@ -180,7 +185,9 @@ absl::StatusOr<std::unique_ptr<RingInput>> RingInput::Open(const TrainerOptions&
                    MakeBatchFeeder(input->source_.get(), input->feeder_options_, input->device_));
   ShareControl control;
   control.plan = share_plan;
-  control.request = [ring = input->ring_.get()](double share) { ring->RequestGpuDecodeShare(share); };
+  control.request = [ring = input->ring_.get()](double share) {
+    ring->RequestGpuDecodeShare(share);
+  };
   control.gauge = o.report.decode_share.get();
   control.log_changes = context.rank0();
   input->feeder_ = MakeShareControlledFeeder(std::move(feeder), std::move(control));

@@ -124,8 +124,8 @@ void DecodeShareController::Decide(double rate, double wait_share) {
   }
 }
 
-double DecodeShareController::Observe(double batch_share, int64_t images,
-                                      absl::Duration data_wait, absl::Time now) {
+double DecodeShareController::Observe(double batch_share, int64_t images, absl::Duration data_wait,
+                                      absl::Time now) {
   delivered_ = batch_share;
   const bool gap = seen_batch_ && now - last_batch_ > options_.max_gap;
   seen_batch_ = true;

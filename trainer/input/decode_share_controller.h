@@ -35,11 +35,11 @@
 namespace stoker::trainer {
 
 struct DecodeShareControllerOptions {
-  double step = 0.125;           // one move of the share
-  double max_share = 1.0;        // never above
-  int warmup_batches = 24;       // ignored at the start (cuDNN tuning, first allocations)
-  int settle_batches = 8;        // ignored after each change has reached the batches
-  int window_batches = 32;       // a window has at least this many batches...
+  double step = 0.125;      // one move of the share
+  double max_share = 1.0;   // never above
+  int warmup_batches = 24;  // ignored at the start (cuDNN tuning, first allocations)
+  int settle_batches = 8;   // ignored after each change has reached the batches
+  int window_batches = 32;  // a window has at least this many batches...
   absl::Duration min_window = absl::Seconds(1);  // ...and lasts at least this long
   double min_gain = 0.02;        // a move must raise images/s by more than this fraction
   double wait_threshold = 0.05;  // the trainer waits for data: data wait above this share
@@ -55,11 +55,11 @@ struct DecodeShareControllerOptions {
 class DecodeShareController {
  public:
   enum class Phase {
-    kMeasuringBase,  // the current share's throughput, before a move
-    kTryingUp,       // one step up, measuring whether it pays
-    kTryingDown,     // one step down, measuring whether it pays
-    kSettled,        // watching for a clear drop
-    kFixedByService, // the batches do not follow the request: no more adapting
+    kMeasuringBase,   // the current share's throughput, before a move
+    kTryingUp,        // one step up, measuring whether it pays
+    kTryingDown,      // one step down, measuring whether it pays
+    kSettled,         // watching for a clear drop
+    kFixedByService,  // the batches do not follow the request: no more adapting
   };
 
   explicit DecodeShareController(const DecodeShareControllerOptions& options,
@@ -100,9 +100,9 @@ class DecodeShareController {
   double last_rate_share_ = 0.0;
 
   // The current window.
-  int skip_ = 0;               // batches of the requested share still to ignore
-  int mismatched_ = 0;         // consecutive batches of another share than requested
-  bool window_open_ = false;   // window_start_ is set
+  int skip_ = 0;              // batches of the requested share still to ignore
+  int mismatched_ = 0;        // consecutive batches of another share than requested
+  bool window_open_ = false;  // window_start_ is set
   absl::Time window_start_;
   absl::Time last_batch_;
   bool seen_batch_ = false;

@@ -57,9 +57,11 @@ class Simulation {
       const double wobble = noise * std::sin(static_cast<double>(++count_) * 12.9898);
       const double seconds = kBatch / p.images_per_second * (1 + wobble);
       now_ += absl::Seconds(seconds);
-      const double want = controller_.Observe(share, kBatch, absl::Seconds(seconds * p.wait_share), now_);
+      const double want =
+          controller_.Observe(share, kBatch, absl::Seconds(seconds * p.wait_share), now_);
       if (want > controller_.requested() + 1e-12 || want < controller_.requested() - 1e-12) {
-        ADD_FAILURE() << "Observe returned " << want << " but requested() is " << controller_.requested();
+        ADD_FAILURE() << "Observe returned " << want << " but requested() is "
+                      << controller_.requested();
       }
       if (want > max_requested_) max_requested_ = want;
       requested_history_.push_back(want);
@@ -94,8 +96,13 @@ class Simulation {
 // The measured H200 figures for ResNet-18 from JPEG (share: images/s), filled in between:
 // best at 0.25, where the trainer stops waiting for data.
 Curve ResNet18Like() {
-  return Interpolated({{0, 13700}, {0.125, 15400}, {0.25, 16700}, {0.375, 16100}, {0.5, 15200},
-                       {0.75, 13300}, {1, 12000}},
+  return Interpolated({{0, 13700},
+                       {0.125, 15400},
+                       {0.25, 16700},
+                       {0.375, 16100},
+                       {0.5, 15200},
+                       {0.75, 13300},
+                       {1, 12000}},
                       /*wait_below=*/0.25);
 }
 

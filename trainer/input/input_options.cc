@@ -31,16 +31,15 @@ absl::StatusOr<std::optional<double>> ParseGpuDecodeShareFlag(absl::string_view 
   if (value == "auto") return std::optional<double>();
   double share = 0;
   if (!absl::SimpleAtod(value, &share) || !(share >= 0.0 && share <= 1.0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--gpu_decode_share=", value,
-        ": must be auto (adapt on a GPU, 0 on the CPU) or a share in [0, 1]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--gpu_decode_share=", value,
+                     ": must be auto (adapt on a GPU, 0 on the CPU) or a share in [0, 1]"));
   }
   return std::optional<double>(share);
 }
 
-absl::StatusOr<GpuDecodeSharePlan> PlanGpuDecodeShare(const std::optional<double>& flag,
-                                                      bool cuda, bool deterministic,
-                                                      bool training_ring) {
+absl::StatusOr<GpuDecodeSharePlan> PlanGpuDecodeShare(const std::optional<double>& flag, bool cuda,
+                                                      bool deterministic, bool training_ring) {
   if (flag.has_value()) {
     if (!cuda && *flag > 0.0) {
       return absl::InvalidArgumentError(absl::StrCat(

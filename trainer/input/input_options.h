@@ -62,9 +62,8 @@ struct GpuDecodeSharePlan {
 //   auto, CUDA, validation ring:         kAutoFixedGpuDecodeShare
 //   F:                                   F, fixed (F > 0 on the CPU: InvalidArgument,
 //                                        naming the flag)
-absl::StatusOr<GpuDecodeSharePlan> PlanGpuDecodeShare(const std::optional<double>& flag,
-                                                      bool cuda, bool deterministic,
-                                                      bool training_ring);
+absl::StatusOr<GpuDecodeSharePlan> PlanGpuDecodeShare(const std::optional<double>& flag, bool cuda,
+                                                      bool deterministic, bool training_ring);
 
 }  // namespace stoker::trainer
 

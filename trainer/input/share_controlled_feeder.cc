@@ -21,10 +21,11 @@ class ShareControlledFeeder final : public BatchFeeder {
 
   ~ShareControlledFeeder() override {
     if (!control_.log_changes || !controller_.has_value()) return;
-    LogInfo("GPU decode share at the end: %.3f (%s); the last window at %.3f: %.0f images/s on this "
-            "rank",
-            controller_->requested(), DecodeSharePhaseName(controller_->phase()),
-            controller_->last_rate_share(), controller_->last_rate());
+    LogInfo(
+        "GPU decode share at the end: %.3f (%s); the last window at %.3f: %.0f images/s on this "
+        "rank",
+        controller_->requested(), DecodeSharePhaseName(controller_->phase()),
+        controller_->last_rate_share(), controller_->last_rate());
   }
 
   absl::StatusOr<TrainingBatch> Next() override {
@@ -33,8 +34,8 @@ class ShareControlledFeeder final : public BatchFeeder {
     reading.share = batch.gpu_decode_share;
     if (controller_.has_value()) {
       const DecodeShareController::Phase before = controller_->phase();
-      const double want = controller_->Observe(batch.gpu_decode_share, batch.count,
-                                               batch.data_wait, control_.clock());
+      const double want = controller_->Observe(batch.gpu_decode_share, batch.count, batch.data_wait,
+                                               control_.clock());
       if (!SameShare(want, requested_)) {
         requested_ = want;
         if (control_.request) control_.request(want);

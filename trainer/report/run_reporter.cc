@@ -176,7 +176,8 @@ absl::Status RunReporter::Progress(const TrainProgress& p) {
                                 {"train/data_wait_share", data_wait}},
                                p.global_step));
     if (share_shown) {
-      RETURN_IF_ERROR(tensorboard_->AddScalar("train/gpu_decode_share", share.share, p.global_step));
+      RETURN_IF_ERROR(
+          tensorboard_->AddScalar("train/gpu_decode_share", share.share, p.global_step));
     }
     if (has_norm) RETURN_IF_ERROR(tensorboard_->AddScalar("train/grad_norm", p.grad_norm, p.global_step));
   }

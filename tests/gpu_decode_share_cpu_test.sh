@@ -23,7 +23,7 @@ rng = np.random.default_rng(0)
 for c, name in enumerate(["a", "b"]):
     os.makedirs(os.path.join(root, name), exist_ok=True)
     for i in range(12):
-        pixels = rng.integers(0, 60, (40, 40, 3), dtype=np.uint8)
+        pixels = rng.integers(0, 16, (40, 40, 3), dtype=np.uint8)
         pixels[..., c] += 150
         Image.fromarray(pixels).save(os.path.join(root, name, f"{i:04d}.jpg"), quality=90)
 PY

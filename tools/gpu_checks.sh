@@ -123,8 +123,11 @@ rng = np.random.default_rng(0)
 for c in range(10):
     os.makedirs(os.path.join(sys.argv[1], f"c{c}"), exist_ok=True)
     for i in range(64):
-        pixels = rng.integers(0, 80, (120, 160, 3), dtype=np.uint8)
-        pixels[..., c % 3] += 120
+        # Smooth (a gradient and mild noise), so that each JPEG fits a 64 x 64 sample's place.
+        y, x = np.mgrid[0:120, 0:160]
+        pixels = np.stack([(x + 8 * i) % 160, (y + 5 * c) % 120, (x + y) // 3], -1).astype(np.uint8)
+        pixels += rng.integers(0, 8, pixels.shape, dtype=np.uint8)
+        pixels[..., c % 3] //= 2
         Image.fromarray(pixels).save(os.path.join(sys.argv[1], f"c{c}", f"{i:03d}.jpg"), quality=90)
 PY
   "$stoker" launcher --np=1 --dataset=imagefolder --train_dir="$data" --data_threads=4 --seed=4 -- \

@@ -426,9 +426,25 @@ def stoker_auto(out, name, root, data_only, reps):
     return row
 
 
-def hybrid_chart(out, fixed, auto_train, auto_data):
+def hybrid_rows(out):
+    """The latest hybrid rows of OUT/bench.jsonl, by name: the chart draws what every
+    invocation of the phase measured into OUT, so the phase may run in parts."""
+    rows = {}
+    path = os.path.join(out, "bench.jsonl")
+    if os.path.exists(path):
+        for line in open(path):
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if r.get("who") == "stoker" and str(r.get("what", "")).startswith("hybrid_"):
+                rows[r["what"]] = r
+    return rows
+
+
+def hybrid_chart(out):
     """OUT/hybrid_share.png: images/s against the share, data-only (median, min-max) and
-    training, fixed shares as lines, auto as stars at the share it settled on."""
+    training, fixed shares as lines, auto as stars at the share each run settled on."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -436,20 +452,32 @@ def hybrid_chart(out, fixed, auto_train, auto_data):
     except ImportError as e:
         log(f"no chart: {e}")
         return
-    shares = sorted(fixed)
+    rows = hybrid_rows(out)
+    def fixed(prefix):
+        points = []
+        for what, r in rows.items():
+            m = re.fullmatch(prefix + r"([0-9.]+)", what)
+            if m and r.get("images_per_second"):
+                points.append((float(m.group(1)), r))
+        return sorted(points, key=lambda p: p[0])
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    d = [fixed[s][1].get("images_per_second") for s in shares]
-    lo = [fixed[s][1].get("min") or v for s, v in zip(shares, d)]
-    hi = [fixed[s][1].get("max") or v for s, v in zip(shares, d)]
-    ax.errorbar(shares, d, yerr=[[v - l for v, l in zip(d, lo)], [h - v for v, h in zip(d, hi)]],
-                marker="o", capsize=3, label="data only (median, min-max of 3)")
-    ax.plot(shares, [fixed[s][0].get("images_per_second") for s in shares], marker="s",
-            label="ResNet-18 training")
-    for row, label, color in ((auto_data, "auto, data only", "C0"), (auto_train, "auto, training", "C1")):
-        for r in row.get("runs", []):
+    data = fixed("hybrid_data_only_share")
+    if data:
+        x = [s for s, _ in data]
+        y = [r["images_per_second"] for _, r in data]
+        lo = [y_ - (r.get("min") or y_) for y_, (_, r) in zip(y, data)]
+        hi = [(r.get("max") or y_) - y_ for y_, (_, r) in zip(y, data)]
+        ax.errorbar(x, y, yerr=[lo, hi], marker="o", capsize=3, color="C0", label="data only (median, min-max)")
+    train = fixed("hybrid_jpeg_resnet18_share")
+    if train:
+        ax.plot([s for s, _ in train], [r["images_per_second"] for _, r in train], marker="s", color="C1",
+                label="ResNet-18 training")
+    for what, label, color in (("hybrid_data_only_auto", "auto, data only (settled)", "C0"),
+                               ("hybrid_jpeg_resnet18_auto", "auto, training (settled)", "C1")):
+        for r in rows.get(what, {}).get("runs", []):
             if r.get("gpu_decode_share") is not None and r.get("settled_images_per_second"):
-                ax.plot([r["gpu_decode_share"]], [r["settled_images_per_second"]], marker="*", markersize=14,
-                        color=color, linestyle="none", label=label)
+                ax.plot([r["gpu_decode_share"]], [r["settled_images_per_second"]], marker="*", markersize=15,
+                        color=color, markeredgecolor="black", linestyle="none", label=label)
                 label = None
     ax.set_xlabel("GPU decode share")
     ax.set_ylabel("images/s (1 H200, 16 cores)")
@@ -462,18 +490,21 @@ def hybrid_chart(out, fixed, auto_train, auto_data):
     log(f"chart: {path}")
 
 
-def phase_hybrid(out, shares=(0.25, 0.5, 0.75)):
-    """Hybrid decode: the data service alone with --gpu_decode_share 0 and with each share
-    (its CPU cores per 1,000 images/s: the benchmark's ms CPU per image), the data service
-    into a data-only rank that decodes the deferred samples on its GPU (3 runs each), and
-    ResNet-18 from JPEG with each share, all on 16 cores; then both with the trainer's
-    --gpu_decode_share=auto (3 data-only runs, 1 training run, longer, so that the share
-    has time to settle), the share each settled on beside the fixed figures, and a chart."""
+def phase_hybrid(out, shares=(0.0, 0.25, 0.5, 0.75, "auto")):
+    """Hybrid decode, for each of `shares` (numbers, and "auto"): for a number F, the data
+    service alone with --gpu_decode_share F (its CPU cores per 1,000 images/s: the
+    benchmark's ms CPU per image), the data service into a data-only rank whose trainer
+    asks for F and decodes the deferred samples on its GPU (3 runs), and ResNet-18 from JPEG
+    with the trainer's --gpu_decode_share=F; for auto, both with the trainer's
+    --gpu_decode_share=auto (3 data-only runs, 1 training run, longer, so that the share has
+    time to settle) and the share each settled on. All on 16 cores. Then the chart of
+    everything the phase has measured into OUT (so it may run in parts)."""
     root = dataset(12000)
-    for share in (0.0,) + tuple(shares):
+    numbers = [s for s in shares if s != "auto"]
+    for share in numbers:
         data_service_alone(out, root, 15, f"hybrid_data_service_alone_share{share}", share=share)
     rows = {}
-    for share in (0.0,) + tuple(shares):
+    for share in numbers:
         # The trainer asks the data service (whose --gpu_decode_share is auto) for the share.
         extra = (f"--gpu_decode_share={share}",)
         d = data_only_repeated(out, f"hybrid_data_only_share{share}", 1, root, cores=CORES_1GPU, extra=extra)
@@ -481,26 +512,30 @@ def phase_hybrid(out, shares=(0.25, 0.5, 0.75)):
                          cores=CORES_1GPU, extra=extra)
         beside(t, d)
         rows[share] = (t, d)
-    auto_data = stoker_auto(out, "hybrid_data_only_auto", root, data_only=True, reps=DATA_ONLY_REPS)
-    auto_train = stoker_auto(out, "hybrid_jpeg_resnet18_auto", root, data_only=False, reps=1)
     for share, (t, d) in rows.items():
         log(f"share {share}: ResNet-18 from JPEG {t.get('images_per_second')} images/s "
             f"({t.get('cores_per_1000_img_s')} cores per 1,000 images/s); data only "
             f"{d.get('images_per_second')} (min {d.get('min')}, max {d.get('max')})")
-    for what, row in (("ResNet-18 from JPEG", auto_train), ("data only", auto_data)):
-        log(f"auto, {what}: settled on {row.get('settled_shares')} "
-            f"({[r.get('gpu_decode_settled') for r in row.get('runs', [])]} settled); "
-            f"{row.get('settled_images_per_second')} images/s once settled "
-            f"(whole run {[r.get('images_per_second') for r in row.get('runs', [])]}); "
-            f"shares seen {[r.get('shares_seen') for r in row.get('runs', [])]}")
-    record(out, who="stoker", what="hybrid_auto_summary",
-           training_settled_share=auto_train.get("settled_shares"),
-           training_settled_images_per_second=auto_train.get("settled_images_per_second"),
-           data_only_settled_shares=auto_data.get("settled_shares"),
-           data_only_settled_images_per_second=auto_data.get("settled_images_per_second"),
-           fixed={str(s): {"training": t.get("images_per_second"), "data_only": d.get("images_per_second")}
-                  for s, (t, d) in rows.items()})
-    hybrid_chart(out, rows, auto_train, auto_data)
+    if "auto" in shares:
+        auto_data = stoker_auto(out, "hybrid_data_only_auto", root, data_only=True, reps=DATA_ONLY_REPS)
+        auto_train = stoker_auto(out, "hybrid_jpeg_resnet18_auto", root, data_only=False, reps=1)
+        for what, row in (("ResNet-18 from JPEG", auto_train), ("data only", auto_data)):
+            log(f"auto, {what}: settled on {row.get('settled_shares')} "
+                f"(phases {[r.get('gpu_decode_phase') for r in row.get('runs', [])]}); "
+                f"{row.get('settled_images_per_second')} images/s once settled "
+                f"(whole run {[r.get('images_per_second') for r in row.get('runs', [])]}); "
+                f"shares seen {[r.get('shares_seen') for r in row.get('runs', [])]}")
+    measured = hybrid_rows(out)
+    record(out, who="stoker", what="summary_hybrid_auto",
+           training_settled_share=measured.get("hybrid_jpeg_resnet18_auto", {}).get("settled_shares"),
+           training_settled_images_per_second=measured.get("hybrid_jpeg_resnet18_auto", {}).get(
+               "settled_images_per_second"),
+           data_only_settled_shares=measured.get("hybrid_data_only_auto", {}).get("settled_shares"),
+           data_only_settled_images_per_second=measured.get("hybrid_data_only_auto", {}).get(
+               "settled_images_per_second"),
+           fixed={w: r.get("images_per_second") for w, r in sorted(measured.items())
+                  if "_share" in w and "alone" not in w})
+    hybrid_chart(out)
 
 
 def phase_packed(out, max_short_side=256, quality=90):
@@ -601,8 +636,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--phase", required=True, choices=["data_service", "one_gpu", "one_gpu_anchor", "step", "exported", "profile", "two_gpu",
                              "hybrid", "packed", "report"])
-    ap.add_argument("--gpu_decode_share", default="0.25,0.5,0.75",
-                    help="hybrid: comma-separated fixed shares to measure besides 0 (and auto)")
+    ap.add_argument("--gpu_decode_share", default="0,0.25,0.5,0.75,auto",
+                    help="hybrid: comma-separated shares to measure (numbers, and auto); the chart "
+                         "shows everything measured into --out, so the phase may run in parts")
     ap.add_argument("--out", required=True)
     ap.add_argument("--skip_anchor", action="store_true")
     ap.add_argument("--quick", action="store_true",
@@ -630,7 +666,7 @@ def main():
     elif a.phase == "two_gpu":
         phase_two_gpu(a.out)
     elif a.phase == "hybrid":
-        phase_hybrid(a.out, tuple(float(x) for x in a.gpu_decode_share.split(",") if x))
+        phase_hybrid(a.out, tuple(x if x == "auto" else float(x) for x in a.gpu_decode_share.split(",") if x))
     elif a.phase == "packed":
         phase_packed(a.out)
     else:

@@ -8,6 +8,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -90,6 +91,22 @@ absl::Status CheckGpuDecodeShare(double share) {
   return absl::OkStatus();
 }
 
+absl::Status CheckGpuDecodeShare(const std::optional<double>& share) {
+  return share.has_value() ? CheckGpuDecodeShare(*share) : absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<double>> ParseGpuDecodeShare(absl::string_view value) {
+  if (value == "auto") return std::optional<double>();
+  double share = 0;
+  if (!absl::SimpleAtod(value, &share) || !(share >= 0.0 && share <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--gpu_decode_share: must be auto (follow each trainer's request) or a number in "
+        "[0, 1], got '",
+        value, "'"));
+  }
+  return std::optional<double>(share);
+}
+
 bool IsGpuDecodePosition(int32_t i, double share) {
   if (share <= 0.0) return false;
   if (share >= 1.0) return true;
@@ -103,6 +120,7 @@ struct BatchProducer::InFlightBatch {
   int32_t count = 0;
   std::shared_ptr<const std::vector<int64_t>> order;  // the epoch's indices for this rank
   int64_t first = 0;                                  // position of sample 0 in `order`
+  double gpu_decode_share = 0.0;  // fixed when the batch starts, for all its samples
   SampleOptions options;
   image::TransformSpec spec;  // options' transform, for deferred samples
   bool spec_ok = false;
@@ -270,7 +288,10 @@ std::shared_ptr<BatchProducer::InFlightBatch> BatchProducer::StartBatch(const Wr
   batch->options.eval_resize = eval_resize_;
   batch->options.max_pixels = max_image_pixels_;
   batch->options.exact_jpeg = exact_jpeg_;
-  if (gpu_decode_share_ > 0.0) {
+  // Note [The requested GPU decode share]: read once, here, for the whole batch.
+  batch->gpu_decode_share =
+      gpu_decode_share_.has_value() ? *gpu_decode_share_ : producer_.RequestedGpuDecodeShare();
+  if (batch->gpu_decode_share > 0.0) {
     absl::StatusOr<image::TransformSpec> spec = SampleTransform(batch->options);
     batch->spec_ok = spec.ok();
     if (spec.ok()) batch->spec = *spec;
@@ -308,7 +329,8 @@ void BatchProducer::ProduceSample(InFlightBatch& batch, int32_t i, SampleScratch
 
   // Named in the shutdown's message should this read never return (a hung mount).
   WorkerPool::NoteActivity(absl::StrCat("rank ", request_.rank, ", ", dataset_->Describe(index)));
-  if (batch.spec_ok && IsGpuDecodePosition(i, gpu_decode_share_) && TryDefer(batch, i, scratch)) {
+  if (batch.spec_ok && IsGpuDecodePosition(i, batch.gpu_decode_share) &&
+      TryDefer(batch, i, scratch)) {
     return;
   }
   absl::Status status = LoadSample(*dataset_, index, batch.options, scratch, dst);
@@ -390,7 +412,8 @@ void BatchProducer::ProductionLoop() {
         status = batch->status;
       }
       if (status.ok()) {
-        status = producer_.Publish(batch->slot, batch->epoch, batch->step, batch->count);
+        status = producer_.Publish(batch->slot, batch->epoch, batch->step, batch->count,
+                                   batch->gpu_decode_share);
       }
       if (!status.ok()) {
         // The job's first error line, often: it names the cause (common/exit_codes.h).

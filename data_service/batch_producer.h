@@ -12,6 +12,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,8 +42,11 @@ struct BatchProducerOptions {
   int64_t max_image_pixels = image::kDefaultMaxPixels;
   bool exact_jpeg = false;  // SampleOptions::exact_jpeg
   // Share of each batch's samples, in [0, 1], whose JPEG the trainer decodes on its GPU
-  // (Note [Deferred samples] in data_service/image/deferred_jpeg.h); 0: none.
-  double gpu_decode_share = 0.0;
+  // (Note [Deferred samples] in data_service/image/deferred_jpeg.h), the same for every
+  // batch whatever the trainer asks for; nullopt (--gpu_decode_share=auto): each batch
+  // takes the share the ring's consumer requests when the batch starts (Note [The
+  // requested GPU decode share] in data_service/ring/ring.h).
+  std::optional<double> gpu_decode_share;
   // The dataset's bad-sample policy and memory (Note [Replacing bad samples]); shared by
   // the producers of one split and outliving them. Null: every failing sample stops
   // production, as --bad_files=fail does.
@@ -53,8 +57,13 @@ struct BatchProducerOptions {
 // `max_image_pixels` is positive (BatchProducerOptions' and ServiceOptions' fields).
 absl::Status CheckImageOptions(double eval_resize_ratio, int64_t max_image_pixels);
 
-// InvalidArgument, naming the flag, unless `share` is in [0, 1].
+// InvalidArgument, naming the flag, unless `share` is in [0, 1] (or nullopt).
 absl::Status CheckGpuDecodeShare(double share);
+absl::Status CheckGpuDecodeShare(const std::optional<double>& share);
+
+// --gpu_decode_share's value: "auto" (nullopt: each ring follows its trainer's request) or
+// a number in [0, 1]. InvalidArgument naming the flag otherwise.
+absl::StatusOr<std::optional<double>> ParseGpuDecodeShare(absl::string_view value);
 
 // Whether position `i` of a batch is one the trainer is asked to decode, for a share
 // `share` of each batch: exactly floor(n * share) of the first n positions are, spread
@@ -143,7 +152,7 @@ class BatchProducer {
   const int32_t eval_resize_;
   const int64_t max_image_pixels_;
   const bool exact_jpeg_;
-  const double gpu_decode_share_;
+  const std::optional<double> gpu_decode_share_;  // nullopt: the consumer's request
   BadSampleTracker* const bad_samples_;
   const std::shared_ptr<const Dataset> dataset_;
   WorkerPool* const pool_;

@@ -278,6 +278,8 @@ TEST(DataServiceBinaryTest, FlagErrorsExitWithCode2AndNameTheFlag) {
       {{socket, "--job_id=j", "--max_image_pixels=0"}, "--max_image_pixels"},
       {{socket, "--job_id=j", "--eval_resize_ratio=0.5"}, "--eval_resize_ratio"},
       {{socket, "--job_id=j", "--gpu_decode_share=1.5"}, "--gpu_decode_share"},
+      {{socket, "--job_id=j", "--gpu_decode_share=half"}, "--gpu_decode_share"},
+      {{socket, "--job_id=j", "--gpu_decode_share="}, "--gpu_decode_share"},
       {{socket, "--job_id=j", "--dataset=packed"}, "--train_dir"},
       {{socket, "--job_id=j", "--dataset=packed", "--train_dir=/nonexistent/t.stkpack"},
        "--train_dir"},

@@ -3,10 +3,13 @@
 // a deferred sample (header, then the file's bytes), its geometry equal to the CPU
 // path's, images the hardware cannot take kept as pixels, batches identical whatever the
 // thread count, and bad files on the deferred positions replaced as on the CPU path.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -246,6 +249,184 @@ TEST(DeferredSamplesTest, BadFilesAtDeferredPositionsAreReplacedAsOnTheCpuPath) 
     EXPECT_EQ(cpu_bad.stats().bad_files, 5);
     EXPECT_EQ(gpu_bad.stats().bad_files, 5);
     EXPECT_EQ(gpu_bad.stats().samples_skipped, cpu_bad.stats().samples_skipped);
+  }
+}
+
+// Baseline 4:2:0 JPEGs only, 2 classes of 12: every GPU decode position is deferred.
+std::string BaselineFolder(const std::string& name) {
+  const std::string root = test_util::TestDirectory(name);
+  std::filesystem::remove_all(root);
+  for (int c = 0; c < 2; ++c) {
+    const std::string dir = absl::StrCat(root, "/class", c);
+    std::filesystem::create_directories(dir);
+    for (int i = 0; i < 12; ++i) {
+      const int width = 40 + 3 * i, height = 36 + 2 * c;
+      const std::vector<uint8_t> rgb = test_util::PhotoLikeImage(width, height, c * 100 + i);
+      EXPECT_TRUE(test_util::WriteFileBytes(
+                      absl::StrCat(dir, "/img", i, ".jpg"),
+                      test_util::EncodeJpeg(width, height, rgb, 90, TJSAMP_420, false))
+                      .ok());
+    }
+  }
+  return root;
+}
+
+// A producer that follows its consumer's request (fixed_share nullopt) or not, with the
+// consumer attached to its ring.
+struct RequestRig {
+  std::unique_ptr<WorkerPool> pool;
+  std::unique_ptr<BatchProducer> producer;
+  SharedMemorySegment segment;
+  std::optional<RingConsumer> consumer;
+
+  RequestRig(std::shared_ptr<const Dataset> dataset, std::optional<double> fixed_share) {
+    static int counter = 0;
+    pool = std::make_unique<WorkerPool>(2);
+    BatchProducerOptions options;
+    options.segment_name =
+        absl::StrCat("/stoker.deferredtest.", test_util::UniqueId(), ".request.", counter++);
+    options.request.batch_size = kBatch;
+    options.request.image_size = kImageSize;
+    options.request.slot_count = 3;
+    options.gpu_decode_share = fixed_share;
+    auto created = BatchProducer::Create(options, dataset, pool.get(), [](const absl::Status& s) {
+      ADD_FAILURE() << "unexpected error: " << s;
+    });
+    EXPECT_TRUE(created.ok()) << created.status();
+    producer = std::move(*created);
+    auto opened = SharedMemorySegment::Open(producer->segment_name());
+    EXPECT_TRUE(opened.ok()) << opened.status();
+    segment = std::move(*opened);
+    auto attached = RingConsumer::Attach(segment.data(), segment.size());
+    EXPECT_TRUE(attached.ok()) << attached.status();
+    consumer.emplace(std::move(*attached));
+  }
+};
+
+// Every sample at a GPU position of `share` is deferred, no other one is, and the slot
+// says it was produced with `share`.
+void ExpectBatchOfShare(const ReadableSlot& slot, double share) {
+  int32_t expected = 0;
+  for (int32_t i = 0; i < slot.count; ++i) {
+    const bool gpu = IsGpuDecodePosition(i, share);
+    expected += gpu ? 1 : 0;
+    EXPECT_EQ(slot.sample_kinds[i],
+              static_cast<uint8_t>(gpu ? SampleKind::kDeferredJpeg : SampleKind::kPixels))
+        << "epoch " << slot.epoch << " step " << slot.step << " position " << i << " share "
+        << share;
+  }
+  EXPECT_EQ(slot.deferred_count, expected) << "share " << share;
+}
+
+TEST(GpuDecodeShareTest, FlagIsAutoOrAShare) {
+  auto automatic = ParseGpuDecodeShare("auto");
+  ASSERT_TRUE(automatic.ok());
+  EXPECT_FALSE(automatic->has_value());
+  auto quarter = ParseGpuDecodeShare("0.25");
+  ASSERT_TRUE(quarter.ok());
+  EXPECT_EQ(**quarter, 0.25);
+  for (const char* bad : {"", "half", "1.5", "-0", "-0.1", "nan", "0.5x"}) {
+    auto parsed = ParseGpuDecodeShare(bad);
+    if (std::string(bad) == "-0") {
+      EXPECT_TRUE(parsed.ok());  // negative zero is zero
+      continue;
+    }
+    ASSERT_FALSE(parsed.ok()) << bad;
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(parsed.status().message().find("--gpu_decode_share"), absl::string_view::npos);
+  }
+}
+
+TEST(RequestedShareTest, TheProducerDefersTheShareItsConsumerRequests) {
+  auto dataset = OpenFolder(BaselineFolder("request_honoured"));
+  for (double share : {0.0, 0.25, 0.5, 1.0}) {
+    RequestRig rig(dataset, std::nullopt);
+    rig.consumer->RequestGpuDecodeShare(share);
+    auto epoch = rig.producer->QueueEpoch(0, kSeed);
+    ASSERT_TRUE(epoch.ok());
+    for (int64_t b = 0; b < epoch->batches; ++b) {
+      auto slot = rig.consumer->Acquire(absl::Seconds(20));
+      ASSERT_TRUE(slot.ok()) << slot.status();
+      EXPECT_EQ(slot->gpu_decode_share, share);
+      EXPECT_EQ(slot->deferred_count, static_cast<int32_t>(std::floor(slot->count * share)));
+      ExpectBatchOfShare(*slot, share);
+      ASSERT_TRUE(rig.consumer->Release(slot->slot).ok());
+    }
+  }
+}
+
+TEST(RequestedShareTest, WithoutARequestNothingIsDeferred) {
+  auto dataset = OpenFolder(BaselineFolder("request_none"));
+  RequestRig rig(dataset, std::nullopt);
+  auto epoch = rig.producer->QueueEpoch(0, kSeed);
+  ASSERT_TRUE(epoch.ok());
+  for (int64_t b = 0; b < epoch->batches; ++b) {
+    auto slot = rig.consumer->Acquire(absl::Seconds(20));
+    ASSERT_TRUE(slot.ok()) << slot.status();
+    EXPECT_EQ(slot->deferred_count, 0);
+    EXPECT_EQ(slot->gpu_decode_share, 0.0);
+    ASSERT_TRUE(rig.consumer->Release(slot->slot).ok());
+  }
+}
+
+// A request changed while batches are being produced applies from a later batch on, and
+// never splits one: every batch is all of one share, recorded in its slot.
+TEST(RequestedShareTest, ChangesTakeEffectAtABatchBoundary) {
+  auto dataset = OpenFolder(BaselineFolder("request_boundary"));
+  RequestRig rig(dataset, std::nullopt);
+  std::vector<int64_t> batches;
+  for (int64_t e = 0; e < 6; ++e) {
+    auto epoch = rig.producer->QueueEpoch(e, kSeed);
+    ASSERT_TRUE(epoch.ok());
+    batches.push_back(epoch->batches);
+  }
+  const double shares[] = {0.25, 0.75};
+  std::vector<double> seen;
+  int requests = 0;
+  for (int64_t e = 0; e < 6; ++e) {
+    for (int64_t b = 0; b < batches[e]; ++b) {
+      // Change the request while the producer has batches in flight.
+      rig.consumer->RequestGpuDecodeShare(shares[requests++ % 2]);
+      auto slot = rig.consumer->Acquire(absl::Seconds(20));
+      ASSERT_TRUE(slot.ok()) << slot.status();
+      EXPECT_TRUE(slot->gpu_decode_share == 0.0 || slot->gpu_decode_share == 0.25 ||
+                  slot->gpu_decode_share == 0.75)
+          << slot->gpu_decode_share;
+      ExpectBatchOfShare(*slot, slot->gpu_decode_share);
+      seen.push_back(slot->gpu_decode_share);
+      ASSERT_TRUE(rig.consumer->Release(slot->slot).ok());
+    }
+  }
+  // Once the requests alternate, both shares appear; the first batches may precede them.
+  EXPECT_NE(std::find(seen.begin(), seen.end(), 0.25), seen.end());
+  EXPECT_NE(std::find(seen.begin(), seen.end(), 0.75), seen.end());
+  // A steady request holds from the next batch the producer starts on.
+  rig.consumer->RequestGpuDecodeShare(0.5);
+  auto epoch = rig.producer->QueueEpoch(6, kSeed);
+  ASSERT_TRUE(epoch.ok());
+  int64_t at_half = 0;
+  for (int64_t b = 0; b < epoch->batches; ++b) {
+    auto slot = rig.consumer->Acquire(absl::Seconds(20));
+    ASSERT_TRUE(slot.ok()) << slot.status();
+    ExpectBatchOfShare(*slot, slot->gpu_decode_share);
+    at_half += slot->gpu_decode_share == 0.5 ? 1 : 0;
+    ASSERT_TRUE(rig.consumer->Release(slot->slot).ok());
+  }
+  EXPECT_EQ(at_half, epoch->batches) << "the epoch was queued after the request";
+}
+
+TEST(RequestedShareTest, AFixedShareIgnoresTheRequest) {
+  auto dataset = OpenFolder(BaselineFolder("request_fixed"));
+  RequestRig rig(dataset, 0.5);
+  rig.consumer->RequestGpuDecodeShare(0.0);
+  auto epoch = rig.producer->QueueEpoch(0, kSeed);
+  ASSERT_TRUE(epoch.ok());
+  for (int64_t b = 0; b < epoch->batches; ++b) {
+    auto slot = rig.consumer->Acquire(absl::Seconds(20));
+    ASSERT_TRUE(slot.ok()) << slot.status();
+    EXPECT_EQ(slot->gpu_decode_share, 0.5);
+    ExpectBatchOfShare(*slot, 0.5);
+    ASSERT_TRUE(rig.consumer->Release(slot->slot).ok());
   }
 }
 

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -66,10 +67,12 @@ ABSL_FLAG(int64_t, max_image_pixels, stoker::data_service::image::kDefaultMaxPix
 ABSL_FLAG(std::string, jpeg_decode, "fast",
           "JPEG reconstruction: fast (integer IDCT, plain chroma upsampling: ~10% faster, ~43 dB "
           "from Pillow's pixels on 500x375 photos) or exact (Pillow's pixels)");
-ABSL_FLAG(double, gpu_decode_share, 0.0,
-          "share of each batch, in [0, 1], whose baseline JPEGs are sent to the trainer "
-          "undecoded, with their crop, for its GPU's JPEG engines to decode (the trainer "
-          "needs libnvjpeg); 0: every sample is decoded here");
+ABSL_FLAG(std::string, gpu_decode_share, "auto",
+          "share of each batch whose baseline JPEGs are sent to the trainer undecoded, with "
+          "their crop, for its GPU's JPEG engines to decode (the trainer needs libnvjpeg): "
+          "auto = what each trainer asks for (its own --gpu_decode_share: adaptive on a GPU, "
+          "0 on the CPU); a number in [0, 1] = that share for every ring, whatever the "
+          "trainers ask; 0: every sample is decoded here");
 ABSL_FLAG(std::string, follow_links, "yes",
           "imagefolder: yes = follow symlinks whose target is outside the dataset folder, "
           "naming them in a warning; no = refuse the folder at start, naming the link");
@@ -138,7 +141,7 @@ void ParseFlags(int argc, char** argv) {
         "[--dataset=synthetic|imagefolder|packed] [--train_dir=DIR|INDEX] [--val_dir=DIR|INDEX] "
         "[--synthetic_samples=N] [--synthetic_classes=K] [--data_seed=S] [--threads=N] "
         "[--prefetch=N] [--bad_files=skip|fail] [--max_bad_fraction=F] [--max_image_pixels=N] "
-        "[--eval_resize_ratio=R] [--jpeg_decode=fast|exact] [--gpu_decode_share=F] "
+        "[--eval_resize_ratio=R] [--jpeg_decode=fast|exact] [--gpu_decode_share=auto|F] "
         "[--follow_links=yes|no] "
         "[--scan_timeout_s=N] [--shutdown_timeout_s=N] [--max_memory=auto|none|SIZE] "
         "[--sandbox]\n%s",
@@ -168,9 +171,9 @@ int Main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_max_image_pixels) < 1) FlagError("--max_image_pixels: must be positive");
   const double ratio = absl::GetFlag(FLAGS_eval_resize_ratio);
   if (!(ratio >= 1.0 && ratio <= 8.0)) FlagError("--eval_resize_ratio: must be in [1, 8]");
-  if (absl::Status s = CheckGpuDecodeShare(absl::GetFlag(FLAGS_gpu_decode_share)); !s.ok()) {
-    FlagError(s.message());
-  }
+  const absl::StatusOr<std::optional<double>> gpu_decode_share =
+      ParseGpuDecodeShare(absl::GetFlag(FLAGS_gpu_decode_share));
+  if (!gpu_decode_share.ok()) FlagError(gpu_decode_share.status().message());
   const std::string jpeg_decode = absl::GetFlag(FLAGS_jpeg_decode);
   if (jpeg_decode != "fast" && jpeg_decode != "exact") {
     FlagError(absl::StrCat("--jpeg_decode=", jpeg_decode, ": must be fast or exact"));
@@ -227,7 +230,7 @@ int Main(int argc, char** argv) {
   options.eval_resize_ratio = ratio;
   options.max_image_pixels = absl::GetFlag(FLAGS_max_image_pixels);
   options.exact_jpeg = jpeg_decode == "exact";
-  options.gpu_decode_share = absl::GetFlag(FLAGS_gpu_decode_share);
+  options.gpu_decode_share = *gpu_decode_share;
   options.bad_samples = bad_samples;
   options.shutdown_timeout = absl::Seconds(absl::GetFlag(FLAGS_shutdown_timeout_s));
   options.max_memory = *max_memory;

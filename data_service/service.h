@@ -5,11 +5,12 @@
 #ifndef STOKER_DATA_SERVICE_SERVICE_H_
 #define STOKER_DATA_SERVICE_SERVICE_H_
 
+#include <sys/types.h>
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <optional>
 #include <string>
-#include <sys/types.h>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -42,8 +43,9 @@ struct ServiceOptions {
   int64_t max_image_pixels = image::kDefaultMaxPixels;
   bool exact_jpeg = false;  // SampleOptions::exact_jpeg
   // BatchProducerOptions::gpu_decode_share, in [0, 1]: the share of each batch whose JPEG
-  // the trainer decodes (Note [Deferred samples] in data_service/image/deferred_jpeg.h).
-  double gpu_decode_share = 0.0;
+  // the trainer decodes (Note [Deferred samples] in data_service/image/deferred_jpeg.h),
+  // fixed for every ring; nullopt: each ring follows its trainer's request.
+  std::optional<double> gpu_decode_share;
   BadSampleOptions bad_samples;
   // How long Shutdown(), or a closed connection, waits for the samples being decoded
   // (Note [Abandoned decodes at shutdown]); positive. Below the launcher's

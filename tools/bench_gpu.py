@@ -7,7 +7,7 @@ Runs from the bundle (tools/bundle.sh) on a host with torch, torchvision and 1 o
     python3 bundle/bin/bench_gpu.py --phase step --out OUT       # the step against torch.compile
     python3 bundle/bin/bench_gpu.py --phase exported --out OUT   # torch.export models (own OUT)
     python3 bundle/bin/bench_gpu.py --phase two_gpu --out OUT
-    python3 bundle/bin/bench_gpu.py --phase hybrid --out OUT     # GPU JPEG decode for a share
+    python3 bundle/bin/bench_gpu.py --phase hybrid --out OUT     # GPU JPEG decode: fixed shares, auto, chart
     python3 bundle/bin/bench_gpu.py --phase packed --out OUT     # the pre-resized packed format
     python3 bundle/bin/bench_gpu.py --phase report --out OUT   # ratios, JSON, PNG chart
 Each phase appends JSON lines to OUT/bench.jsonl. One-GPU phases are pinned to 16 cores
@@ -128,6 +128,14 @@ def stoker_train(out, name, ranks, model, root=None, synthetic_steps=0, data_onl
         if gpu:
             row.update(gpu_decoded=sum(int(g[0]) for g in gpu), nvjpeg_backend=gpu[-1][1],
                        gpu_refused=sum(int(g[2]) for g in gpu), cuda_backend_decodes=sum(int(g[3]) for g in gpu))
+        for k in ("gpu_decode_share", "gpu_decode_mode", "gpu_decode_settled"):
+            if k in m:
+                row[k] = m[k]
+        end = re.findall(r"GPU decode share at the end: ([0-9.]+) \(([^)]*)\); the last window at ([0-9.]+): "
+                         r"([0-9]+) images/s", p.stdout)
+        if end:
+            row.update(gpu_decode_phase=end[-1][1], last_window_share=float(end[-1][2]),
+                       last_window_images_per_second=float(end[-1][3]))
         ips = m.get("images_per_second")
         if not synthetic_steps and ips:
             row["cores_per_1000_img_s"] = round(cpu / wall / (ips / 1000.0), 3)
@@ -387,27 +395,170 @@ def phase_two_gpu(out):
     anchor_lines(out, p, "python", {"ranks": 2})
 
 
-def phase_hybrid(out, shares=(0.5,)):
-    """Hybrid decode: the data service alone with --gpu_decode_share 0 and with each share
-    (its CPU cores per 1,000 images/s: the benchmark's ms CPU per image), the data service
-    into a data-only rank that decodes the deferred samples on its GPU (3 runs each), and
-    ResNet-18 from JPEG with each share, all on 16 cores."""
+AUTO_TRAIN_EPOCHS = 12  # ~550 steps: time for the controller to climb, settle and be measured settled
+AUTO_DATA_ONLY_EPOCHS = 30  # the data-only rank takes ~3x the batches per second
+
+
+def settled_rate(jsonl):
+    """From a run's --metrics_jsonl: the median images/s of the progress windows in the last
+    third of the run (after the share has settled, if it did), and the shares seen in order."""
+    rows = []
+    if os.path.exists(jsonl):
+        for line in open(jsonl):
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if r.get("type") == "train" and r.get("images_per_second"):
+                rows.append(r)
+    shares = []
+    for r in rows:
+        if "gpu_decode_share" in r and (not shares or shares[-1] != r["gpu_decode_share"]):
+            shares.append(r["gpu_decode_share"])
+    tail = rows[len(rows) * 2 // 3:]
+    rate = statistics.median(r["images_per_second"] for r in tail) if tail else None
+    return rate, shares
+
+
+def stoker_auto(out, name, root, data_only, reps):
+    """`reps` runs of ResNet-18 from JPEG (or a data-only rank) with --gpu_decode_share=auto:
+    the share each settled on, its images/s over the whole run and once settled."""
+    runs = []
+    for i in range(reps):
+        jsonl = os.path.join(WORK, f"{name}_{i}.jsonl")
+        if os.path.exists(jsonl):
+            os.remove(jsonl)
+        r = stoker_train(out, name, 1, "resnet18", root=root, cores=CORES_1GPU, data_only=data_only, quiet=True,
+                         epochs=AUTO_DATA_ONLY_EPOCHS if data_only else AUTO_TRAIN_EPOCHS,
+                         extra=("--gpu_decode_share=auto", "--metrics_jsonl=" + jsonl))
+        r["settled_images_per_second"], r["shares_seen"] = settled_rate(jsonl)
+        if not r["settled_images_per_second"] and r.get("last_window_share") == r.get("gpu_decode_share"):
+            # A data-only rank writes no progress records: its last window at the final share.
+            r["settled_images_per_second"] = r.get("last_window_images_per_second")
+        runs.append(r)
+    row = dict(runs[-1])
+    shares = [r.get("gpu_decode_share") for r in runs]
+    settled = [r.get("settled_images_per_second") for r in runs if r.get("settled_images_per_second")]
+    row.update(runs=[{k: r.get(k) for k in ("gpu_decode_share", "gpu_decode_settled", "gpu_decode_phase",
+                                          "images_per_second", "settled_images_per_second", "shares_seen")}
+                     for r in runs],
+               settled_shares=shares)
+    if settled:
+        row.update(settled_images_per_second=statistics.median(settled), min=min(settled), max=max(settled))
+    record(out, **row)
+    return row
+
+
+def hybrid_rows(out):
+    """The latest hybrid rows of OUT/bench.jsonl, by name: the chart draws what every
+    invocation of the phase measured into OUT, so the phase may run in parts."""
+    rows = {}
+    path = os.path.join(out, "bench.jsonl")
+    if os.path.exists(path):
+        for line in open(path):
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if r.get("who") == "stoker" and str(r.get("what", "")).startswith("hybrid_"):
+                rows[r["what"]] = r
+    return rows
+
+
+def hybrid_chart(out):
+    """OUT/hybrid_share.png: images/s against the share, data-only (median, min-max) and
+    training, fixed shares as lines, auto as stars at the share each run settled on."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        log(f"no chart: {e}")
+        return
+    rows = hybrid_rows(out)
+    def fixed(prefix):
+        points = []
+        for what, r in rows.items():
+            m = re.fullmatch(prefix + r"([0-9.]+)", what)
+            if m and r.get("images_per_second"):
+                points.append((float(m.group(1)), r))
+        return sorted(points, key=lambda p: p[0])
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    data = fixed("hybrid_data_only_share")
+    if data:
+        x = [s for s, _ in data]
+        y = [r["images_per_second"] for _, r in data]
+        lo = [y_ - (r.get("min") or y_) for y_, (_, r) in zip(y, data)]
+        hi = [(r.get("max") or y_) - y_ for y_, (_, r) in zip(y, data)]
+        ax.errorbar(x, y, yerr=[lo, hi], marker="o", capsize=3, color="C0", label="data only (median, min-max)")
+    train = fixed("hybrid_jpeg_resnet18_share")
+    if train:
+        ax.plot([s for s, _ in train], [r["images_per_second"] for _, r in train], marker="s", color="C1",
+                label="ResNet-18 training")
+    for what, label, color in (("hybrid_data_only_auto", "auto, data only (settled)", "C0"),
+                               ("hybrid_jpeg_resnet18_auto", "auto, training (settled)", "C1")):
+        for r in rows.get(what, {}).get("runs", []):
+            if r.get("gpu_decode_share") is not None and r.get("settled_images_per_second"):
+                ax.plot([r["gpu_decode_share"]], [r["settled_images_per_second"]], marker="*", markersize=15,
+                        color=color, markeredgecolor="black", linestyle="none", label=label)
+                label = None
+    ax.set_xlabel("GPU decode share")
+    ax.set_ylabel("images/s (1 H200, 16 cores)")
+    ax.set_title("Hybrid JPEG decode: throughput against the share")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    path = os.path.join(out, "hybrid_share.png")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    log(f"chart: {path}")
+
+
+def phase_hybrid(out, shares=(0.0, 0.25, 0.5, 0.75, "auto")):
+    """Hybrid decode, for each of `shares` (numbers, and "auto"): for a number F, the data
+    service alone with --gpu_decode_share F (its CPU cores per 1,000 images/s: the
+    benchmark's ms CPU per image), the data service into a data-only rank whose trainer
+    asks for F and decodes the deferred samples on its GPU (3 runs), and ResNet-18 from JPEG
+    with the trainer's --gpu_decode_share=F; for auto, both with the trainer's
+    --gpu_decode_share=auto (3 data-only runs, 1 training run, longer, so that the share has
+    time to settle) and the share each settled on. All on 16 cores. Then the chart of
+    everything the phase has measured into OUT (so it may run in parts)."""
     root = dataset(12000)
-    for share in (0.0,) + tuple(shares):
+    numbers = [s for s in shares if s != "auto"]
+    for share in numbers:
         data_service_alone(out, root, 15, f"hybrid_data_service_alone_share{share}", share=share)
     rows = {}
-    for share in (0.0,) + tuple(shares):
-        args = f"--gpu_decode_share={share}" if share else ""
-        d = data_only_repeated(out, f"hybrid_data_only_share{share}", 1, root, cores=CORES_1GPU,
-                               service_args=args)
+    for share in numbers:
+        # The trainer asks the data service (whose --gpu_decode_share is auto) for the share.
+        extra = (f"--gpu_decode_share={share}",)
+        d = data_only_repeated(out, f"hybrid_data_only_share{share}", 1, root, cores=CORES_1GPU, extra=extra)
         t = stoker_train(out, f"hybrid_jpeg_resnet18_share{share}", 1, "resnet18", root=root,
-                         cores=CORES_1GPU, service_args=args)
+                         cores=CORES_1GPU, extra=extra)
         beside(t, d)
         rows[share] = (t, d)
     for share, (t, d) in rows.items():
         log(f"share {share}: ResNet-18 from JPEG {t.get('images_per_second')} images/s "
             f"({t.get('cores_per_1000_img_s')} cores per 1,000 images/s); data only "
             f"{d.get('images_per_second')} (min {d.get('min')}, max {d.get('max')})")
+    if "auto" in shares:
+        auto_data = stoker_auto(out, "hybrid_data_only_auto", root, data_only=True, reps=DATA_ONLY_REPS)
+        auto_train = stoker_auto(out, "hybrid_jpeg_resnet18_auto", root, data_only=False, reps=1)
+        for what, row in (("ResNet-18 from JPEG", auto_train), ("data only", auto_data)):
+            log(f"auto, {what}: settled on {row.get('settled_shares')} "
+                f"(phases {[r.get('gpu_decode_phase') for r in row.get('runs', [])]}); "
+                f"{row.get('settled_images_per_second')} images/s once settled "
+                f"(whole run {[r.get('images_per_second') for r in row.get('runs', [])]}); "
+                f"shares seen {[r.get('shares_seen') for r in row.get('runs', [])]}")
+    measured = hybrid_rows(out)
+    record(out, who="stoker", what="summary_hybrid_auto",
+           training_settled_share=measured.get("hybrid_jpeg_resnet18_auto", {}).get("settled_shares"),
+           training_settled_images_per_second=measured.get("hybrid_jpeg_resnet18_auto", {}).get(
+               "settled_images_per_second"),
+           data_only_settled_shares=measured.get("hybrid_data_only_auto", {}).get("settled_shares"),
+           data_only_settled_images_per_second=measured.get("hybrid_data_only_auto", {}).get(
+               "settled_images_per_second"),
+           fixed={w: r.get("images_per_second") for w, r in sorted(measured.items())
+                  if "_share" in w and "alone" not in w})
+    hybrid_chart(out)
 
 
 def phase_packed(out, max_short_side=256, quality=90):
@@ -508,8 +659,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--phase", required=True, choices=["data_service", "one_gpu", "one_gpu_anchor", "step", "exported", "profile", "two_gpu",
                              "hybrid", "packed", "report"])
-    ap.add_argument("--gpu_decode_share", default="0.5",
-                    help="hybrid: comma-separated shares to measure besides 0")
+    ap.add_argument("--gpu_decode_share", default="0,0.25,0.5,0.75,auto",
+                    help="hybrid: comma-separated shares to measure (numbers, and auto); the chart "
+                         "shows everything measured into --out, so the phase may run in parts")
     ap.add_argument("--out", required=True)
     ap.add_argument("--skip_anchor", action="store_true",
                     help="one_gpu: no recipes; step: the synthetic runs alone")
@@ -538,7 +690,7 @@ def main():
     elif a.phase == "two_gpu":
         phase_two_gpu(a.out)
     elif a.phase == "hybrid":
-        phase_hybrid(a.out, tuple(float(x) for x in a.gpu_decode_share.split(",") if x))
+        phase_hybrid(a.out, tuple(x if x == "auto" else float(x) for x in a.gpu_decode_share.split(",") if x))
     elif a.phase == "packed":
         phase_packed(a.out)
     else:

@@ -124,6 +124,54 @@ two_gpu_training() {
   cmp "$out/params.rank0" "$out/params.rank1" && echo "parameters identical on both ranks"
 }
 
+# --gpu_decode_share=auto from JPEG (docs/INPUT_SPEED.md): under --deterministic it is the
+# fixed 0.25, the GPU decodes deferred samples, and two runs give the same losses bit for
+# bit; without it the share adapts (mode adaptive in --metrics_out) and the run completes.
+decode_share_run() {  # decode_share_run NAME [TRAINER FLAGS...]
+  local data="$out/decode_share_jpegs"
+  [[ -d "$data" ]] || python3 - "$data" <<'PY'
+import os, sys
+import numpy as np
+from PIL import Image
+rng = np.random.default_rng(0)
+for c in range(10):
+    os.makedirs(os.path.join(sys.argv[1], f"c{c}"), exist_ok=True)
+    for i in range(64):
+        # Smooth (a gradient and mild noise), so that each JPEG fits a 64 x 64 sample's place.
+        y, x = np.mgrid[0:120, 0:160]
+        pixels = np.stack([(x + 8 * i) % 160, (y + 5 * c) % 120, (x + y) // 3], -1).astype(np.uint8)
+        pixels += rng.integers(0, 8, pixels.shape, dtype=np.uint8)
+        pixels[..., c % 3] //= 2
+        Image.fromarray(pixels).save(os.path.join(sys.argv[1], f"c{c}", f"{i:03d}.jpg"), quality=90)
+PY
+  "$stoker" launcher --np=1 --dataset=imagefolder --train_dir="$data" --data_threads=4 --seed=4 -- \
+    --model=resnet18 --num_classes=10 --image_size=64 --batch_size=32 --epochs=2 --log_every=5 \
+    --loss_log="$out/loss_decode_$1.txt" --metrics_out="$out/decode_$1.json" "${@:2}"
+}
+decode_share_deterministic() {
+  decode_share_run det1 --deterministic > "$out/decode_det1.log" 2>&1 || { cat "$out/decode_det1.log"; return 1; }
+  decode_share_run det2 --deterministic > "$out/decode_det2.log" 2>&1 || { cat "$out/decode_det2.log"; return 1; }
+  grep -h "GPU decode share\|deferred samples" "$out/decode_det1.log" "$out/decode_det2.log"
+  grep -q "decoded [1-9][0-9]* deferred samples" "$out/decode_det1.log" || { echo "no sample was decoded on the GPU"; return 1; }
+  python3 - "$out/decode_det1.json" <<'PY' || return 1
+import json, sys
+m = json.load(open(sys.argv[1]))
+print(m["gpu_decode_share"], m["gpu_decode_mode"])
+assert m["gpu_decode_share"] == 0.25 and m["gpu_decode_mode"] == "fixed", m
+PY
+  cmp "$out/loss_decode_det1.txt" "$out/loss_decode_det2.txt" && echo "losses identical bit for bit ($(wc -l < "$out/loss_decode_det1.txt") steps)"
+}
+decode_share_adaptive() {
+  decode_share_run adaptive --epochs=6 || return 1
+  python3 - "$out/decode_adaptive.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+print("share", m["gpu_decode_share"], m["gpu_decode_mode"], "settled" if m["gpu_decode_settled"] else "not settled",
+      m["images_per_second"], "images/s")
+assert m["gpu_decode_mode"] == "adaptive", m
+PY
+}
+
 # The GPU tests that are scripts (tests/*_test.sh, tag gpu) run in a tree laid out like
 # their Bazel runfiles, whose programs are the bundle's (run through bundle/stoker).
 runfiles_test() {  # runfiles_test SCRIPT
@@ -141,7 +189,7 @@ check() {  # check NAME COMMAND...: runs it (a program or a function below) with
   local name="$1"; shift
   [[ -z "${STOKER_GPU_CHECKS:-}" || "$name" =~ $STOKER_GPU_CHECKS ]] || return 0
   echo "=== $name"
-  if timeout --signal=KILL 300 bash -c "$(declare -f precision_run precision_compare resume_run resume_bitwise graphs_bitwise digits_run digits_compare export_resnet18 two_gpu_training runfiles_test ran_unskipped); \"\$@\"" \
+  if timeout --signal=KILL 300 bash -c "$(declare -f precision_run precision_compare resume_run resume_bitwise graphs_bitwise digits_run digits_compare export_resnet18 two_gpu_training runfiles_test ran_unskipped decode_share_run decode_share_deterministic decode_share_adaptive); \"\$@\"" \
       check "$@" >"$out/$name.log" 2>&1; then
     echo "PASS $name"; passed=$((passed + 1))
   else
@@ -185,6 +233,8 @@ check precision_bf16_plain precision_run bf16_plain bf16 --nofused_blocks --nocu
 check precision_tracks_fp32 precision_compare fp32_plain bf16_fused fp16_fused bf16_plain
 cat "$out/precision_tracks_fp32.log"
 check resume_bitwise resume_bitwise
+check decode_share_deterministic decode_share_deterministic
+check decode_share_adaptive decode_share_adaptive
 grep -E "^steps|identical|differ" "$out/resume_bitwise.log" || true
 check digits_fused digits_run fused
 check digits_plain digits_run plain --nofused_blocks --nocuda_graphs

@@ -36,6 +36,12 @@ ABSL_FLAG(bool, drop_last_batch, true,
           "Skip each epoch's short last batch, so that every step has one shape (cudnn.benchmark "
           "tunes once).");
 ABSL_FLAG(int, ring_slots, 4, "Batches in flight in this rank's shared-memory ring (>= 3).");
+ABSL_FLAG(std::string, gpu_decode_share, "auto",
+          "Share of each batch whose baseline JPEGs this rank asks the data service to leave "
+          "undecoded, for its GPU's JPEG engines (nvJPEG): auto = adapt on a GPU, hill-climbing on "
+          "the images/s trained (0.25, fixed, with --deterministic), 0 on the CPU; a number in [0, "
+          "1] fixes it (above 0 needs a GPU); 0 turns GPU decode off. A data service started with "
+          "its own --gpu_decode_share=F (in --data_service_args) uses F whatever this asks.");
 ABSL_FLAG(int, data_timeout_s, 120, "Seconds to wait for a batch before failing.");
 ABSL_FLAG(int, collective_timeout_s, 300,
           "Seconds a collective (gradient allreduce, stop vote, broadcast) may take before the "
@@ -177,7 +183,8 @@ FlagSpec TrainerFlagSpec() {
   spec.sections = {
       {"Data and model",
        {"data_socket", "model", "init_weights", "num_classes", "image_size", "batch_size", "epochs",
-        "seed", "data_split", "drop_last_batch", "ring_slots", "data_timeout_s", "bucket_mb"}},
+        "seed", "data_split", "drop_last_batch", "ring_slots", "gpu_decode_share", "data_timeout_s",
+        "bucket_mb"}},
       {"Optimizer and schedule",
        {"optimizer", "lr", "momentum", "nesterov", "weight_decay", "no_decay_bn_bias", "adam_beta1",
         "adam_beta2", "adam_eps", "lr_schedule", "warmup_epochs", "lr_step_epochs", "lr_step_gamma",
@@ -238,6 +245,8 @@ absl::StatusOr<TrainerOptions> OptionsFromFlags() {
   input.ring_slots = absl::GetFlag(FLAGS_ring_slots);
   input.data_timeout = absl::Seconds(absl::GetFlag(FLAGS_data_timeout_s));
   input.synthetic_steps = absl::GetFlag(FLAGS_synthetic_steps);
+  ASSIGN_OR_RETURN(input.gpu_decode_share,
+                   ParseGpuDecodeShareFlag(absl::GetFlag(FLAGS_gpu_decode_share)));
 
   CommOptions& comm = o.comm;
   comm.collective_timeout = absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_s));

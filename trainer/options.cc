@@ -96,6 +96,12 @@ absl::Status ValidateOptions(const TrainerOptions& o) {
     return Bad("data_only", "true", "measures the data service; not with --synthetic_steps");
   }
   RETURN_IF_ERROR(o.device.Validate());
+  if (o.device.device == DeviceChoice::kCpu) {
+    // The same check, and message, as the ring's once a device is chosen.
+    RETURN_IF_ERROR(PlanGpuDecodeShare(o.input.gpu_decode_share, /*cuda=*/false,
+                                       o.device.deterministic, /*training_ring=*/true)
+                        .status());
+  }
   RETURN_IF_ERROR(o.scaler.Validate());
   return absl::OkStatus();
 }

@@ -2,6 +2,7 @@
 #include "trainer/options.h"
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -41,8 +42,12 @@ TEST(ValidateOptionsTest, EveryBadValueIsRefusedNamingItsFlag) {
       {"--lr=", [](TrainerOptions& o) { o.optimizer.learning_rate = -1; }},
       {"--momentum=", [](TrainerOptions& o) { o.optimizer.momentum = 1.0; }},
       {"--momentum=", [](TrainerOptions& o) { o.optimizer.momentum = -0.1; }},
-      {"--nesterov=", [](TrainerOptions& o) { o.optimizer.nesterov = true, o.optimizer.momentum = 0; }},
-      {"--nesterov=", [](TrainerOptions& o) { o.optimizer.nesterov = true, o.optimizer.kind = OptimizerKind::kAdamW; }},
+      {"--nesterov=",
+       [](TrainerOptions& o) { o.optimizer.nesterov = true, o.optimizer.momentum = 0; }},
+      {"--nesterov=",
+       [](TrainerOptions& o) {
+         o.optimizer.nesterov = true, o.optimizer.kind = OptimizerKind::kAdamW;
+       }},
       {"--weight_decay=", [](TrainerOptions& o) { o.optimizer.weight_decay = -1e-4; }},
       {"--adam_beta1=", [](TrainerOptions& o) { o.optimizer.beta1 = 1.0; }},
       {"--adam_beta2=", [](TrainerOptions& o) { o.optimizer.beta2 = -0.5; }},
@@ -52,12 +57,17 @@ TEST(ValidateOptionsTest, EveryBadValueIsRefusedNamingItsFlag) {
       {"--lr_step_epochs=", [](TrainerOptions& o) { o.schedule.kind = LrSchedule::kStep; }},
       {"--lr_step_epochs=", [](TrainerOptions& o) { o.schedule.step_epochs = {3}; }},
       {"--lr_step_epochs=",
-       [](TrainerOptions& o) { o.schedule.kind = LrSchedule::kStep, o.schedule.step_epochs = {5, 3}; }},
+       [](TrainerOptions& o) {
+         o.schedule.kind = LrSchedule::kStep, o.schedule.step_epochs = {5, 3};
+       }},
       {"--lr_step_epochs=",
-       [](TrainerOptions& o) { o.schedule.kind = LrSchedule::kStep, o.schedule.step_epochs = {0}; }},
+       [](TrainerOptions& o) {
+         o.schedule.kind = LrSchedule::kStep, o.schedule.step_epochs = {0};
+       }},
       {"--lr_step_gamma=", [](TrainerOptions& o) { o.schedule.gamma = 0; }},
       {"--lr_step_gamma=", [](TrainerOptions& o) { o.schedule.gamma = 1.5; }},
-      {"--lr_min=", [](TrainerOptions& o) { o.schedule.kind = LrSchedule::kCosine, o.schedule.lr_min = 0.5; }},
+      {"--lr_min=",
+       [](TrainerOptions& o) { o.schedule.kind = LrSchedule::kCosine, o.schedule.lr_min = 0.5; }},
       {"--lr_min=", [](TrainerOptions& o) { o.schedule.lr_min = 0.01; }},
       {"--label_smoothing=", [](TrainerOptions& o) { o.step.label_smoothing = 1.0; }},
       {"--label_smoothing=", [](TrainerOptions& o) { o.step.label_smoothing = -0.1; }},
@@ -75,13 +85,20 @@ TEST(ValidateOptionsTest, EveryBadValueIsRefusedNamingItsFlag) {
       {"--profile_steps=", [](TrainerOptions& o) { o.report.profile_steps = -1; }},
       {"--synthetic_steps=", [](TrainerOptions& o) { o.input.synthetic_steps = -1; }},
       {"--warmup_steps=", [](TrainerOptions& o) { o.benchmark.warmup_steps = -1; }},
-      {"--data_only=", [](TrainerOptions& o) { o.input.synthetic_steps = 5, o.benchmark.data_only = true; }},
+      {"--data_only=",
+       [](TrainerOptions& o) { o.input.synthetic_steps = 5, o.benchmark.data_only = true; }},
       {"--cache_release_fraction=", [](TrainerOptions& o) { o.device.cache_release_fraction = 0; }},
-      {"--cache_release_fraction=", [](TrainerOptions& o) { o.device.cache_release_fraction = 1.5; }},
+      {"--cache_release_fraction=",
+       [](TrainerOptions& o) { o.device.cache_release_fraction = 1.5; }},
       {"--init_scale=", [](TrainerOptions& o) { o.scaler.init_scale = 0; }},
       {"--growth_factor=", [](TrainerOptions& o) { o.scaler.growth_factor = 1.0; }},
       {"--backoff_factor=", [](TrainerOptions& o) { o.scaler.backoff_factor = 1.0; }},
       {"--growth_interval=", [](TrainerOptions& o) { o.scaler.growth_interval = 0; }},
+      {"--gpu_decode_share=", [](TrainerOptions& o) { o.input.gpu_decode_share = 1.5; }},
+      {"--gpu_decode_share=",
+       [](TrainerOptions& o) {
+         o.device.device = DeviceChoice::kCpu, o.input.gpu_decode_share = 0.5;
+       }},
   };
   for (const BadCase& c : cases) {
     TrainerOptions options = Good();
@@ -98,6 +115,8 @@ TEST(ValidateOptionsTest, EveryUnknownChoiceIsRefusedNamingItsFlag) {
   const std::pair<const char*, absl::Status> cases[] = {
       {"--optimizer=", ParseOptimizerKind("lamb").status()},
       {"--lr_schedule=", ParseLrSchedule("linear").status()},
+      {"--gpu_decode_share=", ParseGpuDecodeShareFlag("most").status()},
+      {"--gpu_decode_share=", ParseGpuDecodeShareFlag("1.01").status()},
       {"--device=", ParseDeviceChoice("tpu").status()},
       {"--precision=", ParsePrecision("fp8").status()},
       {"--progress=", ParseProgressMode("fancy").status()},
@@ -108,6 +127,34 @@ TEST(ValidateOptionsTest, EveryUnknownChoiceIsRefusedNamingItsFlag) {
     EXPECT_NE(std::string(status.message()).find(flag), std::string::npos)
         << "expected the message to name " << flag << ", got: " << status.message();
   }
+}
+
+// --gpu_decode_share (PlanGpuDecodeShare): auto adapts on a GPU's training ring, is fixed
+// at kAutoFixedGpuDecodeShare under --deterministic and on the validation ring, and is 0
+// on the CPU, where only 0 may be fixed.
+TEST(GpuDecodeSharePlanTest, AutoResolvesByDeviceDeterminismAndRing) {
+  auto plan = [](std::optional<double> flag, bool cuda, bool deterministic, bool training) {
+    absl::StatusOr<GpuDecodeSharePlan> p = PlanGpuDecodeShare(flag, cuda, deterministic, training);
+    EXPECT_TRUE(p.ok()) << p.status();
+    return p.ok() ? *p : GpuDecodeSharePlan{-1, false};
+  };
+  EXPECT_TRUE(plan(std::nullopt, true, false, true).adaptive);
+  EXPECT_EQ(plan(std::nullopt, true, false, true).initial, 0.0);
+  EXPECT_FALSE(plan(std::nullopt, true, true, true).adaptive);
+  EXPECT_EQ(plan(std::nullopt, true, true, true).initial, kAutoFixedGpuDecodeShare);
+  EXPECT_EQ(plan(std::nullopt, true, false, false).initial, kAutoFixedGpuDecodeShare);
+  EXPECT_FALSE(plan(std::nullopt, false, false, true).adaptive);
+  EXPECT_EQ(plan(std::nullopt, false, false, true).initial, 0.0);
+  EXPECT_EQ(plan(std::nullopt, false, true, false).initial, 0.0);
+  EXPECT_EQ(plan(0.5, true, false, true).initial, 0.5);
+  EXPECT_FALSE(plan(0.5, true, false, true).adaptive);
+  EXPECT_EQ(plan(0.0, false, false, true).initial, 0.0);
+  const absl::Status cpu = PlanGpuDecodeShare(0.5, false, false, true).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(cpu)) << cpu;
+  EXPECT_NE(std::string(cpu.message()).find("--gpu_decode_share=0.5"), std::string::npos) << cpu;
+  ASSERT_TRUE(ParseGpuDecodeShareFlag("auto").ok());
+  EXPECT_FALSE(ParseGpuDecodeShareFlag("auto")->has_value());
+  EXPECT_EQ(**ParseGpuDecodeShareFlag("0.25"), 0.25);
 }
 
 TEST(ValidateOptionsTest, ADataTimeoutBelowTheCollectiveTimeoutIsValid) {

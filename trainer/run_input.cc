@@ -10,6 +10,7 @@
 #include "data_service/ring/ring_client.h"
 #include "trainer/device.h"
 #include "trainer/input/make_feeder.h"
+#include "trainer/input/share_controlled_feeder.h"
 #include "trainer/input/synthetic_feeder.h"
 
 namespace stoker::trainer {
@@ -92,6 +93,12 @@ class RingInput final : public RunInput {
   RingInput(FeederOptions feeder_options, at::Device device, uint64_t seed)
       : feeder_options_(feeder_options), device_(device), seed_(seed) {}
 
+  // The GPU decode share of the training ring (`training_ring`) or the validation ring
+  // (PlanGpuDecodeShare), with auto turned off, and a warning, where libnvjpeg is missing.
+  static absl::StatusOr<GpuDecodeSharePlan> SharePlan(const TrainerOptions& o,
+                                                      const RunContext& context, at::Device device,
+                                                      bool training_ring);
+
   FeederOptions feeder_options_;
   at::Device device_;
   uint64_t seed_;
@@ -103,9 +110,28 @@ class RingInput final : public RunInput {
   std::unique_ptr<BatchFeeder> feeder_;
 };
 
+absl::StatusOr<GpuDecodeSharePlan> RingInput::SharePlan(const TrainerOptions& o,
+                                                        const RunContext& context,
+                                                        at::Device device, bool training_ring) {
+  ASSIGN_OR_RETURN(GpuDecodeSharePlan plan,
+                   PlanGpuDecodeShare(o.input.gpu_decode_share, device.is_cuda(),
+                                      o.device.deterministic, training_ring));
+  if (!o.input.gpu_decode_share.has_value() && (plan.adaptive || plan.initial > 0)) {
+    if (absl::Status usable = CheckGpuJpegDecode(device); !usable.ok()) {
+      if (context.rank0() && training_ring) {
+        LogWarning("--gpu_decode_share=auto: GPU JPEG decode is off: %s", usable.message());
+      }
+      return GpuDecodeSharePlan{0.0, false};
+    }
+  }
+  return plan;
+}
+
 absl::StatusOr<std::unique_ptr<RingInput>> RingInput::Open(const TrainerOptions& o, const RunContext& context,
                                                            const InputStart& start) {
   std::unique_ptr<RingInput> input(new RingInput(FeederOptionsFor(o, context), TrainingDevice(context), start.seed));
+  ASSIGN_OR_RETURN(const GpuDecodeSharePlan share_plan,
+                   SharePlan(o, context, input->device_, /*training_ring=*/true));
   RingRequest request;
   request.rank = context.rank.rank;
   request.world_size = context.world_size();
@@ -114,6 +140,7 @@ absl::StatusOr<std::unique_ptr<RingInput>> RingInput::Open(const TrainerOptions&
   request.slot_count = o.input.ring_slots;
   request.train = o.input.train_split;
   request.num_classes = o.model.num_classes;
+  request.gpu_decode_share = share_plan.initial;
   ASSIGN_OR_RETURN(input->ring_, RingClient::Connect(o.input.data_socket, request, o.input.data_timeout));
   ASSIGN_OR_RETURN(EpochInfo first, input->ring_->StartEpoch(start.epoch, start.seed));
   input->batches_per_epoch_ = first.batches;
@@ -132,6 +159,9 @@ absl::StatusOr<std::unique_ptr<RingInput>> RingInput::Open(const TrainerOptions&
     RingRequest val_request = request;
     val_request.train = false;
     val_request.batch_size = o.validation.batch_size > 0 ? o.validation.batch_size : o.input.batch_size;
+    ASSIGN_OR_RETURN(const GpuDecodeSharePlan val_plan,
+                     SharePlan(o, context, input->device_, /*training_ring=*/false));
+    val_request.gpu_decode_share = val_plan.initial;
     absl::StatusOr<std::unique_ptr<RingClient>> val =
         RingClient::Connect(o.input.data_socket, val_request, o.input.data_timeout);
     // Every rank sees the same answer from its node's service (same datasets on every
@@ -151,7 +181,16 @@ absl::StatusOr<std::unique_ptr<RingInput>> RingInput::Open(const TrainerOptions&
   if (start.batches_done > 0) {
     input->source_ = std::make_unique<SkippingBatchSource>(std::move(input->source_), start.epoch, start.batches_done);
   }
-  ASSIGN_OR_RETURN(input->feeder_, MakeBatchFeeder(input->source_.get(), input->feeder_options_, input->device_));
+  ASSIGN_OR_RETURN(std::unique_ptr<BatchFeeder> feeder,
+                   MakeBatchFeeder(input->source_.get(), input->feeder_options_, input->device_));
+  ShareControl control;
+  control.plan = share_plan;
+  control.request = [ring = input->ring_.get()](double share) {
+    ring->RequestGpuDecodeShare(share);
+  };
+  control.gauge = o.report.decode_share.get();
+  control.log_changes = context.rank0();
+  input->feeder_ = MakeShareControlledFeeder(std::move(feeder), std::move(control));
   return input;
 }
 

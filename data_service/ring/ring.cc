@@ -179,8 +179,13 @@ absl::StatusOr<WritableSlot> RingProducer::Claim(absl::Duration timeout) {
   return writable;
 }
 
+double RingProducer::RequestedGpuDecodeShare() const {
+  const RingHeader* header = reinterpret_cast<const RingHeader*>(base_);
+  return ShareFromUnits(LoadAcquire(&header->requested_gpu_decode_share));
+}
+
 absl::Status RingProducer::Publish(const WritableSlot& slot, int64_t epoch, int64_t step,
-                                   int32_t count) {
+                                   int32_t count, double gpu_decode_share) {
   if (next_publish_ == next_claim_ || slot.position != next_publish_ ||
       slot.slot != static_cast<int32_t>(slot.position % layout_.geometry.slot_count)) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -205,6 +210,7 @@ absl::Status RingProducer::Publish(const WritableSlot& slot, int64_t epoch, int6
   }
   meta->count = count;
   meta->deferred_count = deferred;
+  meta->gpu_decode_share = ShareToUnits(gpu_decode_share);
   meta->epoch = epoch;
   meta->step = step;
   meta->position = slot.position;
@@ -263,6 +269,7 @@ absl::StatusOr<ReadableSlot> RingConsumer::Acquire(absl::Duration timeout) {
   readable.step = meta->step;
   readable.count = meta->count;
   readable.deferred_count = meta->deferred_count;
+  readable.gpu_decode_share = ShareFromUnits(meta->gpu_decode_share);
   if (meta->position != position || readable.count < 1 ||
       readable.count > layout_.geometry.batch_size || readable.deferred_count < 0 ||
       readable.deferred_count > readable.count) {
@@ -278,6 +285,11 @@ absl::StatusOr<ReadableSlot> RingConsumer::Acquire(absl::Duration timeout) {
   held_[slot] = position;
   ++next_acquire_;
   return readable;
+}
+
+void RingConsumer::RequestGpuDecodeShare(double share) {
+  RingHeader* header = reinterpret_cast<RingHeader*>(base_);
+  StoreRelease(&header->requested_gpu_decode_share, ShareToUnits(share));
 }
 
 absl::Status RingConsumer::Release(int32_t slot) {

@@ -77,7 +77,19 @@ struct ReadableSlot {
   const int64_t* sample_indices = nullptr;
   const uint8_t* sample_kinds = nullptr;  // SampleKind of each of the `count` samples
   int32_t deferred_count = 0;             // how many of them are kDeferredJpeg
+  double gpu_decode_share = 0.0;          // the share the batch was produced with
 };
+
+// Note [The requested GPU decode share]
+// Only the trainer knows whether it decodes JPEGs on a GPU, and how much of that pays
+// (trainer/input/decode_share_controller.h), so the consumer asks for a share of each
+// batch through one word of the ring's header, RingHeader::requested_gpu_decode_share,
+// which it may rewrite at any time (one atomic store, release). The producer reads it
+// (acquire) once when it starts a batch and uses that value for the whole batch, so a
+// change takes effect at a batch boundary, never inside a batch; batches already being
+// produced keep the share they started with. Each published slot records the share it
+// was produced with (RingSlotMeta::gpu_decode_share), which the consumer can compare with
+// its request: the service may fix the share instead (its --gpu_decode_share=F).
 
 // The writing end of a ring. Owned by one thread (the service's production thread for
 // the rank). Several slots may be claimed at once; they are published in claim order.
@@ -97,8 +109,13 @@ class RingProducer {
   absl::StatusOr<WritableSlot> Claim(absl::Duration timeout);
 
   // Publishes the oldest claimed slot, which must be `slot`: its contents become visible
-  // to the consumer with release ordering. `count` in 1..batch_size.
-  absl::Status Publish(const WritableSlot& slot, int64_t epoch, int64_t step, int32_t count);
+  // to the consumer with release ordering. `count` in 1..batch_size; `gpu_decode_share`
+  // (in [0, 1]) is the share the batch was produced with.
+  absl::Status Publish(const WritableSlot& slot, int64_t epoch, int64_t step, int32_t count,
+                       double gpu_decode_share = 0.0);
+
+  // The share the consumer asks for now (Note [The requested GPU decode share]).
+  double RequestedGpuDecodeShare() const;
 
   // Claimed and not yet published slots.
   int64_t claimed() const { return static_cast<int64_t>(next_claim_ - next_publish_); }
@@ -127,6 +144,11 @@ class RingConsumer {
 
   // Gives `slot` back to the producer. FailedPrecondition if it is not held.
   absl::Status Release(int32_t slot);
+
+  // Asks the producer for `share` (clamped to [0, 1]) from the next batch it starts on
+  // (Note [The requested GPU decode share]). Unlike the rest of this class, callable from
+  // any thread: it is one atomic store into the header.
+  void RequestGpuDecodeShare(double share);
 
   const RingLayout& layout() const { return layout_; }
 

@@ -208,6 +208,7 @@ absl::StatusOr<std::unique_ptr<RingClient>> RingClient::Connect(const std::strin
     return absl::InternalError(
         absl::StrCat("ring ", segment_name, " does not have the requested geometry"));
   }
+  consumer->RequestGpuDecodeShare(request.gpu_decode_share);
   return std::unique_ptr<RingClient>(new RingClient(std::make_unique<State>(
       socket_path, request, std::move(*control), std::move(*segment), std::move(*consumer))));
 }
@@ -271,6 +272,7 @@ absl::StatusOr<BatchView> RingClient::Acquire(absl::Duration timeout) {
       view.sample_indices = slot->sample_indices;
       view.sample_kinds = slot->sample_kinds;
       view.deferred_count = slot->deferred_count;
+      view.gpu_decode_share = slot->gpu_decode_share;
       return view;
     }
     if (!absl::IsDeadlineExceeded(slot.status())) return slot.status();
@@ -295,6 +297,10 @@ absl::StatusOr<BatchView> RingClient::Acquire(absl::Duration timeout) {
 
 absl::Status RingClient::Release(const BatchView& batch) {
   return state_->consumer.Release(batch.slot);
+}
+
+void RingClient::RequestGpuDecodeShare(double share) {
+  state_->consumer.RequestGpuDecodeShare(share);
 }
 
 void* RingClient::ring_base() const { return state_->segment.data(); }

@@ -29,6 +29,9 @@ struct BatchView {
   // JPEG in the sample's place, for the trainer to decode; checked by Acquire()).
   const uint8_t* sample_kinds = nullptr;
   int32_t deferred_count = 0;  // samples of kind kDeferredJpeg
+  // The share of GPU decode positions the batch was produced with (Note [The requested
+  // GPU decode share] in data_service/ring/ring.h).
+  double gpu_decode_share = 0.0;
 };
 
 // Owns the control connection to the data service and this rank's mapped ring.
@@ -40,7 +43,8 @@ struct BatchView {
 class RingClient {
  public:
   // Connects to the service's Unix socket, registers `request`, and maps the ring the
-  // service created for this rank. Unavailable if the service is not there within
+  // service created for this rank, asking for request.gpu_decode_share in its header
+  // before the first batch. Unavailable if the service is not there within
   // `timeout`; InvalidArgument if it refuses the request (the message says why), but
   // OutOfRange if its dataset has more classes than request.num_classes.
   static absl::StatusOr<std::unique_ptr<RingClient>> Connect(const std::string& socket_path,
@@ -63,6 +67,13 @@ class RingClient {
   // Gives the batch's slot back to the producer. Call only once nothing reads the slot
   // any more (on a GPU: after the copy from it has completed).
   absl::Status Release(const BatchView& batch);
+
+  // Asks the service for `share` (in [0, 1]) of each batch as deferred samples from the
+  // next batch it starts on; batches already produced or being produced keep theirs
+  // (Note [The requested GPU decode share] in data_service/ring/ring.h). Connect() has
+  // already asked for request.gpu_decode_share. Unlike the rest of this class, callable
+  // from any thread.
+  void RequestGpuDecodeShare(double share);
 
   // The whole mapped ring (for cudaHostRegister) and the geometry it was made with.
   void* ring_base() const;

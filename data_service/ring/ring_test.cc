@@ -189,6 +189,34 @@ TEST_F(RingTest, SampleKindsStartAsPixelsAndDeferredSamplesAreCounted) {
   }
 }
 
+// Note [The requested GPU decode share]: the consumer's word in the header reaches the
+// producer, starting at 0; each slot carries the share it was published with.
+TEST_F(RingTest, RequestedShareReachesTheProducerAndSlotsCarryTheirShare) {
+  MakeRing({2, 4, 4});
+  RingProducer producer = Producer();
+  RingConsumer consumer = Consumer();
+  EXPECT_EQ(producer.RequestedGpuDecodeShare(), 0.0);
+  for (double share : {0.25, 1.0, 0.125, 0.0, 0.3}) {
+    consumer.RequestGpuDecodeShare(share);
+    EXPECT_EQ(producer.RequestedGpuDecodeShare(), share);
+    auto w = producer.Claim(absl::Seconds(1));
+    ASSERT_TRUE(w.ok()) << w.status();
+    Fill(producer.layout(), *w, 4);
+    ASSERT_TRUE(producer.Publish(*w, 0, 0, 4, producer.RequestedGpuDecodeShare()).ok());
+    auto r = consumer.Acquire(absl::Seconds(1));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->gpu_decode_share, share);
+    ASSERT_TRUE(consumer.Release(r->slot).ok());
+  }
+  consumer.RequestGpuDecodeShare(7.5);
+  EXPECT_EQ(producer.RequestedGpuDecodeShare(), 1.0);
+  consumer.RequestGpuDecodeShare(-1);
+  EXPECT_EQ(producer.RequestedGpuDecodeShare(), 0.0);
+  // Memory another process wrote: out-of-range words read as 1.
+  static_cast<RingHeader*>(segment_.data())->requested_gpu_decode_share = ~uint32_t{0};
+  EXPECT_EQ(producer.RequestedGpuDecodeShare(), 1.0);
+}
+
 TEST_F(RingTest, PublishRefusesAnUnknownSampleKind) {
   MakeRing({1, 2, 4});
   RingProducer producer = Producer();

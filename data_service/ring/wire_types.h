@@ -9,6 +9,8 @@
 #ifndef STOKER_DATA_SERVICE_RING_WIRE_TYPES_H_
 #define STOKER_DATA_SERVICE_RING_WIRE_TYPES_H_
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -18,9 +20,22 @@ namespace stoker::data_service {
 // ---- The ring, in shared memory ----
 
 inline constexpr uint64_t kRingMagic = 0x31474e49524b5453ULL;  // "STKRING1", little-endian
-inline constexpr uint32_t kRingVersion = 2;
+inline constexpr uint32_t kRingVersion = 3;
 
-// Header at offset 0 of a ring. Written once by the producer before any consumer maps it.
+// A share of a batch's samples in [0, 1] as it crosses shared memory: millionths.
+inline constexpr uint32_t kShareUnits = 1000000;
+inline uint32_t ShareToUnits(double share) {
+  if (!(share > 0.0)) return 0;  // NaN too
+  return static_cast<uint32_t>(std::lround(std::clamp(share, 0.0, 1.0) * kShareUnits));
+}
+// Values above kShareUnits (memory another process wrote) read as 1.
+inline double ShareFromUnits(uint32_t units) {
+  return static_cast<double>(std::min(units, kShareUnits)) / kShareUnits;
+}
+
+// Header at offset 0 of a ring. Written once by the producer before any consumer maps it,
+// except `requested_gpu_decode_share`, the one word the consumer writes (Note [The
+// requested GPU decode share] in data_service/ring/ring.h).
 struct RingHeader {
   uint64_t magic;
   uint32_t version;
@@ -34,7 +49,11 @@ struct RingHeader {
   uint64_t image_offset;
   uint64_t image_stride;
   uint64_t total_bytes;
-  uint8_t reserved[56];
+  // Written by the consumer (atomically, common/shm_atomic.h), read by the producer when it
+  // starts each batch: the share of each batch, in kShareUnits, that the trainer asks to
+  // decode itself. The producer initialises it to 0.
+  uint32_t requested_gpu_decode_share;
+  uint8_t reserved[52];
 };
 static_assert(std::is_trivially_copyable_v<RingHeader>);
 static_assert(sizeof(RingHeader) == 128, "RingHeader is part of the shared-memory ABI");
@@ -50,7 +69,10 @@ struct RingSlotMeta {
   int64_t step;      // batch index within the epoch
   uint64_t position; // the ring position (0, 1, 2, ...) this slot was written for
   int32_t deferred_count;  // samples of kind kDeferredJpeg among the first `count`
-  uint8_t reserved[28];
+  // The share (kShareUnits) of GPU decode positions the batch was produced with, whether
+  // the consumer's request or the service's fixed --gpu_decode_share.
+  uint32_t gpu_decode_share;
+  uint8_t reserved[24];
 };
 static_assert(std::is_trivially_copyable_v<RingSlotMeta>);
 static_assert(sizeof(RingSlotMeta) == 64, "RingSlotMeta is part of the shared-memory ABI");
@@ -164,6 +186,11 @@ struct RingRequest {
   // refuses a dataset with more classes (OutOfRange, naming both counts), and the client
   // checks every batch's labels. 0: not checked.
   int32_t num_classes = 0;
+  // The share of each batch, in [0, 1], whose JPEGs this rank asks to decode on its GPU
+  // (Note [Deferred samples] in data_service/image/deferred_jpeg.h). Not sent over the
+  // socket: RingClient::Connect writes it into the ring's header before it returns, so it
+  // holds from the first batch; RingClient::RequestGpuDecodeShare changes it later.
+  double gpu_decode_share = 0.0;
 };
 
 // One epoch as the service will deliver it to this rank.

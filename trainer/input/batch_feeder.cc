@@ -23,13 +23,15 @@ class CpuBatchFeeder final : public BatchFeeder {
       (void)source_->Release(view);
       return absl::FailedPreconditionError(
           "the ring holds deferred samples (the data service's --gpu_decode_share is above 0), "
-          "which only a CUDA trainer decodes; run the data service with --gpu_decode_share=0");
+          "which only a CUDA trainer decodes; run the data service with --gpu_decode_share=auto "
+          "(the default: it follows the trainer, which asks for 0 on the CPU) or 0");
     }
     TrainingBatch batch;
     batch.data_wait = absl::Now() - start;
     batch.epoch = view.epoch;
     batch.step = view.step;
     batch.count = view.count;
+    batch.gpu_decode_share = view.gpu_decode_share;
     if (view.sample_indices != nullptr) {
       batch.sample_indices.assign(view.sample_indices, view.sample_indices + view.count);
     }

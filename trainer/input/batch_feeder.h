@@ -64,6 +64,9 @@ struct TrainingBatch {
   int64_t step = 0;
   int32_t count = 0;
   absl::Duration data_wait;  // how long Next() waited for the data service
+  // The share of GPU decode positions the data service produced the batch with (Note [The
+  // requested GPU decode share] in data_service/ring/ring.h); 0 for synthetic batches.
+  double gpu_decode_share = 0.0;
   // The dataset index of each sample (host memory; empty for synthetic batches): lets
   // validation count each sample once although the sampler pads by wrap-around.
   std::vector<int64_t> sample_indices;

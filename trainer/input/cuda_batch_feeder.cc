@@ -85,6 +85,7 @@ struct Ready {
   int64_t step = 0;
   int32_t count = 0;
   std::vector<int64_t> sample_indices;
+  double gpu_decode_share = 0.0;
 };
 
 class CudaBatchFeeder final : public BatchFeeder {
@@ -171,6 +172,7 @@ class CudaBatchFeeder final : public BatchFeeder {
     batch.epoch = ready.epoch;
     batch.step = ready.step;
     batch.count = ready.count;
+    batch.gpu_decode_share = ready.gpu_decode_share;
     batch.sample_indices = std::move(ready.sample_indices);
     Staging& staging = staging_[ready.buffer];
     RETURN_IF_ERROR(TorchCall("CUDA feeder: normalising a batch", [&]() -> absl::Status {
@@ -254,7 +256,7 @@ class CudaBatchFeeder final : public BatchFeeder {
     RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(staging.labels.data_ptr(), view->labels,
                                          view->count * sizeof(int32_t), cudaMemcpyHostToDevice,
                                          copy_stream_.get()));
-    Ready ready{buffer, view->epoch, view->step, view->count, {}};
+    Ready ready{buffer, view->epoch, view->step, view->count, {}, view->gpu_decode_share};
     if (view->sample_indices != nullptr) {
       ready.sample_indices.assign(view->sample_indices, view->sample_indices + view->count);
     }

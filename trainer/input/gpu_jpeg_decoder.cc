@@ -117,12 +117,13 @@ absl::StatusOr<NvjpegApi> LoadNvjpeg() {
   if (library == nullptr) {
     const char* why = dlerror();
     return absl::FailedPreconditionError(absl::StrCat(
-        "the ring holds deferred samples (the data service's --gpu_decode_share is above 0), "
+        "the ring holds deferred samples (--gpu_decode_share is above 0, or auto on a GPU), "
         "which need nvJPEG, but ",
         name, " cannot be loaded: ", why != nullptr ? why : "?",
         ". Install it (`pip install nvidia-nvjpeg`, which puts libnvjpeg.so.13 in "
         "nvidia/cu13/lib), point STOKER_NVJPEG_LIBRARY at a copy (torchvision ships one in "
-        "torchvision.libs), or run the data service with --gpu_decode_share=0"));
+        "torchvision.libs), or run the trainer with --gpu_decode_share=0 (and the data "
+        "service with its default, --gpu_decode_share=auto)"));
   }
   // The library stays loaded for the life of the process: nvJPEG keeps threads and
   // CUDA state that a dlclose would pull from under them.
@@ -175,6 +176,8 @@ struct Pending {
 };
 
 }  // namespace
+
+absl::Status CheckNvjpegLoadable() { return LoadNvjpeg().status(); }
 
 std::string NvjpegLibraryName() {
   const char* path = std::getenv("STOKER_NVJPEG_LIBRARY");

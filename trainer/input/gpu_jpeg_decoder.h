@@ -27,6 +27,10 @@ struct NvjpegState;
 // libnvjpeg.so.13 from the library path.
 std::string NvjpegLibraryName();
 
+// OK when NvjpegLibraryName() loads (and stays loaded); else GpuJpegDecoder::Create's
+// FailedPrecondition.
+absl::Status CheckNvjpegLoadable();
+
 // Owned by one thread (the feeder's prefetch thread). Not thread-safe.
 //
 //   ASSIGN_OR_RETURN(auto decoder, GpuJpegDecoder::Create(device, batch_size, image_size));

@@ -1,5 +1,6 @@
 #include "trainer/input/input_options.h"
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace stoker::trainer {
@@ -19,7 +20,38 @@ absl::Status InputOptions::Validate() const {
   if (synthetic_steps < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--synthetic_steps=", synthetic_steps, ": must be >= 0"));
   }
+  if (gpu_decode_share.has_value() && !(*gpu_decode_share >= 0.0 && *gpu_decode_share <= 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--gpu_decode_share=", *gpu_decode_share, ": must be auto or in [0, 1]"));
+  }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<double>> ParseGpuDecodeShareFlag(absl::string_view value) {
+  if (value == "auto") return std::optional<double>();
+  double share = 0;
+  if (!absl::SimpleAtod(value, &share) || !(share >= 0.0 && share <= 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--gpu_decode_share=", value,
+                     ": must be auto (adapt on a GPU, 0 on the CPU) or a share in [0, 1]"));
+  }
+  return std::optional<double>(share);
+}
+
+absl::StatusOr<GpuDecodeSharePlan> PlanGpuDecodeShare(const std::optional<double>& flag, bool cuda,
+                                                      bool deterministic, bool training_ring) {
+  if (flag.has_value()) {
+    if (!cuda && *flag > 0.0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--gpu_decode_share=", *flag,
+          ": this rank trains on the CPU, which cannot decode JPEGs for the data service; use "
+          "auto (the default, 0 on the CPU) or 0"));
+    }
+    return GpuDecodeSharePlan{*flag, false};
+  }
+  if (!cuda) return GpuDecodeSharePlan{0.0, false};
+  if (deterministic || !training_ring) return GpuDecodeSharePlan{kAutoFixedGpuDecodeShare, false};
+  return GpuDecodeSharePlan{0.0, true};
 }
 
 }  // namespace stoker::trainer

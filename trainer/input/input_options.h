@@ -4,9 +4,12 @@
 #ifndef STOKER_TRAINER_INPUT_INPUT_OPTIONS_H_
 #define STOKER_TRAINER_INPUT_INPUT_OPTIONS_H_
 
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace stoker::trainer {
@@ -26,10 +29,41 @@ struct InputOptions {
   // Benchmarking: one batch made on the device and reused for this many steps per epoch,
   // no data service. 0: off.
   int synthetic_steps = 0;
+  // --gpu_decode_share: the share of each batch whose JPEGs this rank decodes on its GPU
+  // (Note [Deferred samples] in data_service/image/deferred_jpeg.h), in [0, 1]; nullopt
+  // is auto (PlanGpuDecodeShare).
+  std::optional<double> gpu_decode_share;
 
   // InvalidArgument naming the flag at fault.
   absl::Status Validate() const;
 };
+
+// --gpu_decode_share's value: "auto" (nullopt) or a number in [0, 1]. InvalidArgument
+// naming the flag otherwise.
+absl::StatusOr<std::optional<double>> ParseGpuDecodeShareFlag(absl::string_view value);
+
+// What `auto` resolves to where the share does not adapt: under --deterministic (which
+// samples the GPU decodes depends on the share, so an adapting share would change the
+// bits between runs) and on the validation ring. The best share measured for ResNet-18
+// from JPEG on one H200 (docs/INPUT_SPEED.md).
+inline constexpr double kAutoFixedGpuDecodeShare = 0.25;
+
+// How one ring's GPU decode share is chosen: the share asked for from its first batch, and
+// whether a DecodeShareController adapts it from there.
+struct GpuDecodeSharePlan {
+  double initial = 0.0;
+  bool adaptive = false;
+};
+
+// --gpu_decode_share for a ring of a rank that trains on a CUDA device (`cuda`) or the CPU:
+//   auto, CPU:                           0 (the CPU trainer refuses deferred samples)
+//   auto, CUDA, training ring:           adaptive from 0; kAutoFixedGpuDecodeShare with
+//                                        `deterministic`
+//   auto, CUDA, validation ring:         kAutoFixedGpuDecodeShare
+//   F:                                   F, fixed (F > 0 on the CPU: InvalidArgument,
+//                                        naming the flag)
+absl::StatusOr<GpuDecodeSharePlan> PlanGpuDecodeShare(const std::optional<double>& flag, bool cuda,
+                                                      bool deterministic, bool training_ring);
 
 }  // namespace stoker::trainer
 

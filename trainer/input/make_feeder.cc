@@ -2,6 +2,7 @@
 
 #ifdef STOKER_WITH_CUDA
 #include "trainer/input/cuda_batch_feeder.h"
+#include "trainer/input/gpu_jpeg_decoder.h"
 #endif
 
 namespace stoker::trainer {
@@ -13,6 +14,15 @@ absl::StatusOr<std::unique_ptr<BatchFeeder>> MakeBatchFeeder(BatchSource* source
   if (device.is_cuda()) return MakeCudaBatchFeeder(source, options, device.index());
 #endif
   return absl::UnimplementedError("no batch feeder for this device in this build");
+}
+
+absl::Status CheckGpuJpegDecode(at::Device device) {
+  if (!device.is_cuda()) return absl::FailedPreconditionError("JPEGs are decoded on a GPU only");
+#ifdef STOKER_WITH_CUDA
+  return CheckNvjpegLoadable();
+#else
+  return absl::FailedPreconditionError("this build has no CUDA");
+#endif
 }
 
 }  // namespace stoker::trainer

@@ -15,6 +15,10 @@ namespace stoker::trainer {
 absl::StatusOr<std::unique_ptr<BatchFeeder>> MakeBatchFeeder(BatchSource* source, const FeederOptions& options,
                                                              at::Device device);
 
+// OK when batches with deferred samples can be fed onto `device`: a CUDA device in a build
+// with CUDA, and libnvjpeg loads. Otherwise FailedPrecondition saying why.
+absl::Status CheckGpuJpegDecode(at::Device device);
+
 }  // namespace stoker::trainer
 
 #endif  // STOKER_TRAINER_INPUT_MAKE_FEEDER_H_

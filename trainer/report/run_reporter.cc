@@ -144,6 +144,11 @@ absl::Status RunReporter::Progress(const TrainProgress& p) {
   snapshot.data_wait_share = data_wait;
   snapshot.memory = p.memory;
   snapshot.eta_seconds = eta;
+  const DecodeShareGauge::Reading share = options_.decode_share != nullptr
+                                              ? options_.decode_share->Read()
+                                              : DecodeShareGauge::Reading{};
+  const bool share_shown = share.mode != DecodeShareMode::kUnset;
+  if (share_shown) snapshot.gpu_decode_share = share.share;
   progress_->Update(FormatProgressLine(snapshot));
   const bool has_norm = !std::isnan(p.grad_norm);
   if (jsonl_ != nullptr) {
@@ -157,6 +162,10 @@ absl::Status RunReporter::Progress(const TrainProgress& p) {
         .Add("lr", p.learning_rate);
     AddRatesAndTime(record, images_per_second, data_wait, Seconds(now - run_start_));
     if (has_norm) record.Add("grad_norm", p.grad_norm);
+    if (share_shown) {
+      record.Add("gpu_decode_share", share.share)
+          .Add("gpu_decode_mode", DecodeShareModeName(share.mode));
+    }
     RETURN_IF_ERROR(jsonl_->Write(record));
   }
   if (tensorboard_ != nullptr) {
@@ -166,6 +175,10 @@ absl::Status RunReporter::Progress(const TrainProgress& p) {
                                 {"train/images_per_second", images_per_second},
                                 {"train/data_wait_share", data_wait}},
                                p.global_step));
+    if (share_shown) {
+      RETURN_IF_ERROR(
+          tensorboard_->AddScalar("train/gpu_decode_share", share.share, p.global_step));
+    }
     if (has_norm) RETURN_IF_ERROR(tensorboard_->AddScalar("train/grad_norm", p.grad_norm, p.global_step));
   }
   return absl::OkStatus();
@@ -250,6 +263,16 @@ absl::Status RunReporter::Finished(const RunSummary& s) {
     LogInfo("validation: final top-1 %.2f%%, top-5 %.2f%% (%d samples); best top-1 %.2f%% after epoch %d",
             100 * last_val_->top1, 100 * last_val_->top5, last_val_->samples, 100 * best_top1_, best_epoch_);
   }
+  const DecodeShareGauge::Reading share = options_.decode_share != nullptr
+                                              ? options_.decode_share->Read()
+                                              : DecodeShareGauge::Reading{};
+  const bool share_shown = share.mode != DecodeShareMode::kUnset;
+  if (share_shown) {
+    LogInfo("GPU decode share %.3f (%s%s)", share.share, DecodeShareModeName(share.mode),
+            share.mode != DecodeShareMode::kAdaptive ? ""
+            : share.settled                          ? ", settled"
+                                                     : ", not settled yet");
+  }
   if (profiled) LogInfo("%s", s.profiler->Report());
   if (!s.exported.empty()) LogInfo("exported the model's state dict to %s", s.exported);
   if (jsonl_ != nullptr) {
@@ -260,6 +283,11 @@ absl::Status RunReporter::Finished(const RunSummary& s) {
     AddRatesAndTime(record, images_per_second, data_wait_share, Seconds(now - run_start_));
     if (last_val_.has_value()) {
       record.Add("val_top1", last_val_->top1).Add("val_top5", last_val_->top5).Add("best_top1", best_top1_);
+    }
+    if (share_shown) {
+      record.Add("gpu_decode_share", share.share)
+          .Add("gpu_decode_mode", DecodeShareModeName(share.mode))
+          .Add("gpu_decode_settled", share.settled);
     }
     RETURN_IF_ERROR(jsonl_->Write(record));
   }
@@ -277,6 +305,11 @@ absl::Status RunReporter::Finished(const RunSummary& s) {
       .Add("measured_steps", measured_steps_)
       .Add("global_step", s.global_step)
       .Add("final_loss", last_loss_);
+  if (share_shown) {
+    summary.Add("gpu_decode_share", share.share)
+        .Add("gpu_decode_mode", DecodeShareModeName(share.mode))
+        .Add("gpu_decode_settled", share.settled);
+  }
   if (last_val_.has_value()) {
     summary.Add("val_top1", last_val_->top1).Add("val_top5", last_val_->top5).Add("val_samples", last_val_->samples);
   }

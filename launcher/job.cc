@@ -384,13 +384,22 @@ absl::StatusOr<JobPlan> PlanJob(const JobConfig& config) {
     data_service.job_id = config.job_id;
     ASSIGN_OR_RETURN(const std::string data_service_program,
                      ResolveProgram(data_service.program, config.search_path, "--data_service"));
-    // The data service runs here, so its folders must be here.
-    for (const auto& [flag, dir] :
+    // The data service runs here, so its folders (or packed index files) must be here.
+    const bool packed = data_service.dataset == "packed";
+    for (const auto& [flag, path] :
          {std::pair<const char*, const std::string&>{"--train_dir", data_service.train_dir},
           {"--val_dir", data_service.val_dir}}) {
       struct stat info;
-      if (!dir.empty() && (stat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode))) {
-        return absl::InvalidArgumentError(absl::StrCat(flag, "=", dir, ": not a directory"));
+      if (path.empty()) continue;
+      const bool found = stat(path.c_str(), &info) == 0;
+      if (packed && !(found && S_ISREG(info.st_mode))) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(flag, "=", path,
+                         ": not a file (--dataset=packed takes the index that "
+                         "pack_imagefolder wrote)"));
+      }
+      if (!packed && !(found && S_ISDIR(info.st_mode))) {
+        return absl::InvalidArgumentError(absl::StrCat(flag, "=", path, ": not a directory"));
       }
     }
     ASSIGN_OR_RETURN(std::vector<std::string> data_service_argv,

@@ -387,6 +387,16 @@ TEST(PlanJobTest, RejectsBadValuesNamingTheFlag) {
   config.data_service.train_dir = "/nonexistent/train";
   EXPECT_THAT(std::string(PlanJob(config).status().message()),
               HasSubstr("--train_dir=/nonexistent/train: not a directory"));
+  // A packed dataset is its index file: a folder is refused, the file is taken.
+  config.data_service.dataset = "packed";
+  config.data_service.train_dir = ::testing::TempDir();
+  EXPECT_THAT(std::string(PlanJob(config).status().message()),
+              HasSubstr(absl::StrCat("--train_dir=", ::testing::TempDir(), ": not a file")));
+  const std::string index = absl::StrCat(::testing::TempDir(), "/train.stkpack");
+  { std::ofstream(index) << "index"; }
+  config.data_service.train_dir = index;
+  EXPECT_THAT(std::string(PlanJob(config).status().message()),
+              ::testing::Not(HasSubstr("--train_dir")));
 }
 
 TEST(PlanJobTest, PlansBothCommandsWithNvlsOff) {

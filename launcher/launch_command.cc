@@ -71,18 +71,17 @@ absl::StatusOr<std::vector<std::string>> HostPlacement(const TrainerLaunch& laun
   for (const HostSlots& host : launch.hosts) {
     if (launch.ranks_per_node == 0) {
       if (host.slots < 1) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            flag, ": host ", host.host, " states no slot count; write ",
-            launch.mode == LaunchMode::kHostfile ? "'HOST slots=N'" : "HOST:N",
-            " or pass --np=RANKS_PER_NODE"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(flag, ": host ", host.host, " states no slot count; write ",
+                         launch.mode == LaunchMode::kHostfile ? "'HOST slots=N'" : "HOST:N",
+                         " or pass --np=RANKS_PER_NODE"));
       }
       total += host.slots;
     } else {
       if (host.slots > 0 && host.slots < launch.ranks_per_node) {
-        return absl::InvalidArgumentError(absl::StrCat("--np=", launch.ranks_per_node,
-                                                       " ranks per node, but ", flag, " gives ",
-                                                       host.host, " only ", host.slots,
-                                                       " slot(s)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("--np=", launch.ranks_per_node, " ranks per node, but ", flag, " gives ",
+                         host.host, " only ", host.slots, " slot(s)"));
       }
       total += launch.ranks_per_node;
     }
@@ -156,10 +155,9 @@ absl::StatusOr<std::vector<std::string>> BuildTrainerArgv(const TrainerLaunch& l
   const bool srun = launch.mode == LaunchMode::kSlurm;
   for (const std::string& arg : srun ? launch.srun_args : launch.mpirun_args) {
     absl::string_view name = FlagNameOf(arg);
-    const bool sets_count =
-        srun ? (name == "n" || name == "ntasks" || name == "N" || name == "nodes" ||
-                name == "ntasks-per-node")
-             : (name == "np" || name == "n" || name == "c");
+    const bool sets_count = srun ? (name == "n" || name == "ntasks" || name == "N" ||
+                                    name == "nodes" || name == "ntasks-per-node")
+                                 : (name == "np" || name == "n" || name == "c");
     if (sets_count) {
       return absl::InvalidArgumentError(
           absl::StrCat(srun ? "--srun_args" : "--mpirun_args", " must not set the rank count ('",
@@ -224,7 +222,8 @@ absl::StatusOr<std::vector<std::string>> BuildTrainerArgv(const TrainerLaunch& l
     if (!launch.data_service.empty()) {
       argv.push_back(absl::StrCat("--data_service=", launch.data_service));
     }
-    argv.push_back(absl::StrCat("--data_service_args=", absl::StrJoin(launch.data_service_args, " ")));
+    argv.push_back(
+        absl::StrCat("--data_service_args=", absl::StrJoin(launch.data_service_args, " ")));
   } else {
     argv.push_back(absl::StrCat("--data_socket=", launch.data_socket));
     argv.push_back(absl::StrCat("--seed=", launch.seed));
@@ -234,12 +233,14 @@ absl::StatusOr<std::vector<std::string>> BuildTrainerArgv(const TrainerLaunch& l
 }
 
 absl::StatusOr<std::vector<std::string>> DataServiceDatasetArgs(const DataServiceLaunch& launch) {
-  if (launch.dataset != "" && launch.dataset != "synthetic" && launch.dataset != "imagefolder") {
+  if (launch.dataset != "" && launch.dataset != "synthetic" && launch.dataset != "imagefolder" &&
+      launch.dataset != "packed") {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--dataset must be 'synthetic' or 'imagefolder' (got '", launch.dataset, "')"));
+        "--dataset must be 'synthetic', 'imagefolder' or 'packed' (got '", launch.dataset, "')"));
   }
-  if (launch.dataset == "imagefolder" && launch.train_dir.empty()) {
-    return absl::InvalidArgumentError("--dataset=imagefolder needs --train_dir");
+  if ((launch.dataset == "imagefolder" || launch.dataset == "packed") && launch.train_dir.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dataset=", launch.dataset, " needs --train_dir"));
   }
   RETURN_IF_ERROR(ValidateDataServiceArgs(launch.extra_args));
   struct NonNegative {
@@ -305,7 +306,8 @@ std::string FormatCommand(absl::Span<const std::string> env, absl::Span<const st
     // NAME=VALUE: only the value may need quoting, or the shell would not see an assignment.
     const size_t equals = entry.find('=');
     if (equals != std::string::npos && IsEnvironmentName(entry.substr(0, equals))) {
-      words.push_back(absl::StrCat(entry.substr(0, equals + 1), ShellQuote(entry.substr(equals + 1))));
+      words.push_back(
+          absl::StrCat(entry.substr(0, equals + 1), ShellQuote(entry.substr(equals + 1))));
     } else {
       words.push_back(ShellQuote(entry));
     }

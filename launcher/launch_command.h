@@ -74,8 +74,8 @@ struct DataServiceLaunch {
   std::string socket;   // --socket
   std::string job_id;   // --job_id
   int node_id = 0;      // --node_id
-  std::string dataset;  // --dataset: "", "synthetic" or "imagefolder"
-  std::string train_dir;
+  std::string dataset;  // --dataset: "", "synthetic", "imagefolder" or "packed"
+  std::string train_dir;  // a folder (imagefolder) or a packed index file (packed)
   std::string val_dir;
   int64_t synthetic_samples = 0;
   int synthetic_classes = 0;

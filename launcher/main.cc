@@ -60,9 +60,9 @@ ABSL_FLAG(uint64_t, seed, 0,
 ABSL_FLAG(std::string, job_id, "",
           "Job id, naming /tmp/stoker.<job_id>/ and /dev/shm/stoker.<job_id>.*. "
           "Default: <host>-<pid>-<random>.");
-ABSL_FLAG(std::string, dataset, "", "Data service --dataset: synthetic or imagefolder.");
-ABSL_FLAG(std::string, train_dir, "", "Data service --train_dir (imagefolder).");
-ABSL_FLAG(std::string, val_dir, "", "Data service --val_dir (imagefolder).");
+ABSL_FLAG(std::string, dataset, "", "Data service --dataset: synthetic, imagefolder or packed.");
+ABSL_FLAG(std::string, train_dir, "", "Data service --train_dir: the folder (imagefolder) or the index file (packed).");
+ABSL_FLAG(std::string, val_dir, "", "Data service --val_dir: the folder (imagefolder) or the index file (packed).");
 ABSL_FLAG(int64_t, synthetic_samples, 0, "Data service --synthetic_samples (0: its default).");
 ABSL_FLAG(int, synthetic_classes, 0, "Data service --synthetic_classes (0: its default).");
 ABSL_FLAG(int, data_threads, 0, "Data service --threads (0: its default).");

@@ -114,7 +114,7 @@ TEST_F(LauncherTest, UsageErrorsExitTwoNamingTheFlag) {
       {{"--np=many"}, "--np=many is not a valid value"},
       {{"--bogus=1"}, "unknown flag --bogus"},
       {{"train.py"}, "unexpected argument 'train.py'"},
-      {{"--dataset=lmdb"}, "--dataset must be 'synthetic' or 'imagefolder'"},
+      {{"--dataset=lmdb"}, "--dataset must be 'synthetic', 'imagefolder' or 'packed'"},
       {{"--job_id=a.b"}, "--job_id 'a.b'"},
       {{"--ready_timeout=0s"}, "--ready_timeout must be > 0"},
       {{"--trainer=/nonexistent/trainer"}, "--trainer=/nonexistent/trainer"},

@@ -88,9 +88,13 @@ class JobTest : public ::testing::Test {
 
   // A thread that sends this process (the launcher's job) SIGTERM once the fake trainer's
   // last rank has started sleeping; join it after Run().
+  // SIGTERM to this process once both ranks sleep: each has set its stop trap by then.
   std::thread SigtermOnceRanksSleep() {
     return std::thread([this] {
-      if (WaitForFile(out_ + "/trainer.1.sleep.pid", absl::Seconds(20))) kill(getpid(), SIGTERM);
+      if (WaitForFile(out_ + "/trainer.0.sleep.pid", absl::Seconds(20)) &&
+          WaitForFile(out_ + "/trainer.1.sleep.pid", absl::Seconds(20))) {
+        kill(getpid(), SIGTERM);
+      }
     });
   }
 

@@ -452,17 +452,9 @@ def stoker_auto(out, name, root, data_only, reps):
 def hybrid_rows(out):
     """The latest hybrid rows of OUT/bench.jsonl, by name: the chart draws what every
     invocation of the phase measured into OUT, so the phase may run in parts."""
-    rows = {}
     path = os.path.join(out, "bench.jsonl")
-    if os.path.exists(path):
-        for line in open(path):
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if r.get("who") == "stoker" and str(r.get("what", "")).startswith("hybrid_"):
-                rows[r["what"]] = r
-    return rows
+    rows = [json.loads(line) for line in open(path) if line.strip()] if os.path.exists(path) else []
+    return {r["what"]: r for r in rows if r.get("who") == "stoker" and str(r.get("what", "")).startswith("hybrid_")}
 
 
 def hybrid_chart(out):

@@ -17,6 +17,17 @@ absl::StatusOr<StepProfiler*> ProfiledSteps::Start(int64_t step, const TrainingM
   return profiler_.get();
 }
 
+absl::Status ProfiledSteps::DataArrived(StepProfiler* profiler, absl::Duration data_wait) {
+  if (profiler == nullptr) return absl::OkStatus();
+  const double wait = absl::ToDoubleSeconds(data_wait);
+  if (profiler->on_gpu()) {
+    profiler->AddHostSeconds(StepPhase::kDataWait, wait);
+  } else {
+    profiler->MoveHostSeconds(StepPhase::kHostToDevice, StepPhase::kDataWait, wait);
+  }
+  return profiler->Mark(StepPhase::kDataWait);
+}
+
 absl::Status ProfiledSteps::End(int64_t step, const TrainingModel& trained) {
   if (!in_step_) return absl::OkStatus();
   in_step_ = false;

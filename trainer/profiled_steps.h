@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "trainer/report/step_profiler.h"
 #include "trainer/run_context.h"
 #include "trainer/training_model.h"
@@ -24,6 +25,10 @@ class ProfiledSteps {
 
   // The started profiler when step `step` is profiled, else nullptr.
   absl::StatusOr<StepProfiler*> Start(int64_t step, const TrainingModel& trained);
+  // After a profiled step's batch arrived (`profiler` from Start, nullptr when unprofiled):
+  // the feeder's wait for the data service becomes the data-wait phase, which then also
+  // takes the stop vote's wait for the other ranks' data.
+  absl::Status DataArrived(StepProfiler* profiler, absl::Duration data_wait);
   // Ends the step Start profiled; nothing when it profiled none.
   absl::Status End(int64_t step, const TrainingModel& trained);
 

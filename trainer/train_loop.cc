@@ -13,15 +13,12 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/torch_status.h"
-#include "trainer/checkpoint/atomic_file.h"
 #include "trainer/checkpoint/run_checkpoints.h"
 #include "trainer/checkpoint/training_state.h"
-#include "trainer/comm/collective_watchdog.h"
-#include "trainer/comm/node_progress_table.h"
+#include "trainer/comm/rank_watch.h"
 #include "trainer/data_only.h"
 #include "trainer/device.h"
 #include "trainer/evaluation.h"
-#include "trainer/nn/state_dict.h"
 #include "trainer/optim/lr_schedule.h"
 #include "trainer/profiled_steps.h"
 #include "trainer/report/run_reporter.h"
@@ -233,16 +230,7 @@ absl::StatusOr<int> Trainer::NextMicroBatch(int64_t epoch, int64_t index, Traini
   ASSIGN_OR_RETURN(int stop, AgreeOnStop(host_, local));
   if (stop != 0) return stop;
   *batch = std::move(*next);
-  if (profiler != nullptr) {
-    const double wait = absl::ToDoubleSeconds(batch->data_wait);
-    if (profiler->on_gpu()) {
-      profiler->AddHostSeconds(StepPhase::kDataWait, wait);
-    } else {
-      profiler->MoveHostSeconds(StepPhase::kHostToDevice, StepPhase::kDataWait, wait);
-    }
-    RETURN_IF_ERROR(
-        profiler->Mark(StepPhase::kDataWait));  // the vote: waiting for the other ranks' data
-  }
+  RETURN_IF_ERROR(profiled_->DataArrived(profiler, batch->data_wait));
   reporter_->AddBatch(epoch, index, batch->data_wait, batch->sample_indices);
   return 0;
 }
@@ -353,14 +341,7 @@ absl::StatusOr<TrainingOutcome> Trainer::Finish() {
   RunSummary summary;
   if (context_.rank0() && trains && !o_.report.export_path.empty()) {
     const Clock::time_point start = Clock::now();
-    ASSIGN_OR_RETURN(std::string weights, PickleStateDict(trained_->model()));
-    absl::Status written =
-        WriteFileAtomically(o_.report.export_path, weights, o_.checkpoint.file_mode);
-    if (!written.ok()) {
-      return WithExitCode(
-          absl::Status(written.code(), absl::StrCat("--export: ", written.message())),
-          kExitCheckpointIo);
-    }
+    RETURN_IF_ERROR(trained_->ExportWeights(o_.report.export_path, o_.checkpoint.file_mode));
     reporter_->ExcludeSince(start);  // writing the weights is not training
     summary.exported = o_.report.export_path;
   }
@@ -408,20 +389,9 @@ absl::StatusOr<TrainingOutcome> RunTraining(const TrainerOptions& options,
   }
   // Every collective gets a deadline (Note [Collective deadline] in
   // trainer/comm/collective_watchdog.h).
-  const launcher::RankInfo& rank = context.rank;
   ASSIGN_OR_RETURN(
-      CollectiveProgressTable progress_table,
-      ShareNodeProgressTable(host, NodePlace{rank.local_rank, rank.local_size, rank.node_index},
-                             context.job_id));
-  CollectiveWatchdogOptions watch;
-  watch.timeout = options.comm.collective_timeout;
-  watch.abort_grace = options.comm.collective_abort_grace;
-  watch.exit_code = ::stoker::kExitTimeout;
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<CollectiveWatchdog> watchdog,
-      CollectiveWatchdog::Start(
-          watch, WatchedRank{rank.rank, rank.world_size, rank.local_rank, rank.node_index},
-          {&gradients, &host}, &progress_table));
+      std::unique_ptr<RankWatch> watch,
+      WatchRank(options.comm, context.rank, context.job_id, host, {&gradients, &host}));
   Trainer trainer(options, context, gradients, host, std::move(open_input));
   return TorchCall("training", [&] { return trainer.Run(); });
 }

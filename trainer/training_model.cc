@@ -7,11 +7,14 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/exit_codes.h"
 #include "common/seed_mix.h"
 #include "common/status_macros.h"
+#include "trainer/checkpoint/atomic_file.h"
 #include "trainer/cuda_graph.h"
 #include "trainer/device.h"
 #include "trainer/nn/models.h"
+#include "trainer/nn/state_dict.h"
 #include "trainer/nn/state_dict_file.h"
 
 namespace stoker::trainer {
@@ -112,6 +115,14 @@ absl::Status TrainingModel::BroadcastState(Communicator& communicator) {
   for (at::Tensor& b : model_->buffers())
     RETURN_IF_ERROR(communicator.Broadcast(b.data_ptr(), b.nbytes(), 0));
   return communicator.Synchronize();
+}
+
+absl::Status TrainingModel::ExportWeights(const std::string& path, uint32_t file_mode) {
+  ASSIGN_OR_RETURN(std::string weights, PickleStateDict(*model_));
+  absl::Status written = WriteFileAtomically(path, weights, file_mode);
+  if (written.ok()) return written;
+  return WithExitCode(absl::Status(written.code(), absl::StrCat("--export: ", written.message())),
+                      kExitCheckpointIo);
 }
 
 absl::Status TrainingModel::WriteParameters(const std::string& path) {

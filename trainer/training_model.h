@@ -48,6 +48,10 @@ class TrainingModel {
   absl::Status BroadcastState(Communicator& communicator);
   // The raw bytes of every parameter, in registration order, to `path` (tests).
   absl::Status WriteParameters(const std::string& path);
+  // The model's state dict, pickled as torch.save writes it (torchvision's names and
+  // layout), to `path` atomically with `file_mode` (--export). A write failure names the flag
+  // and carries the checkpoint I/O exit code.
+  absl::Status ExportWeights(const std::string& path, uint32_t file_mode);
   // CPU profiling: seconds spent inside the gradient allreduces so far (0 when not timed).
   double allreduce_seconds() const { return timed_ != nullptr ? timed_->seconds() : 0; }
   bool allreduce_timed() const { return timed_ != nullptr; }

@@ -14,19 +14,7 @@ begin_job_test
 
 # Classes a and b, 12 baseline JPEGs each (40 x 40: they fit a 48 x 48 sample's place).
 data="$out/jpegs"
-"$python" - "$data" <<'PY'
-import os, sys
-import numpy as np
-from PIL import Image
-root = sys.argv[1]
-rng = np.random.default_rng(0)
-for c, name in enumerate(["a", "b"]):
-    os.makedirs(os.path.join(root, name), exist_ok=True)
-    for i in range(12):
-        pixels = rng.integers(0, 16, (40, 40, 3), dtype=np.uint8)
-        pixels[..., c] += 150
-        Image.fromarray(pixels).save(os.path.join(root, name, f"{i:04d}.jpg"), quality=90)
-PY
+make_jpeg_classes "$data" 40 16 12 12
 
 run() {  # run NAME [launcher flags...] -- [trainer flags...]; sets $rc, log in $out/NAME.log
   local name="$1"; shift

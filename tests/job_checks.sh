@@ -48,6 +48,26 @@ stoker_python() {
   echo "${STOKER_PYTHON:-python3}"
 }
 
+# make_jpeg_classes DIR SIDE LEVELS COUNT_A COUNT_B: an image folder of two classes, a and
+# b, of COUNT_A and COUNT_B baseline JPEGs (SIDE x SIDE, quality 90): noise in [0, LEVELS)
+# with the class's own channel raised by 150, from a fixed seed.
+make_jpeg_classes() {
+  "$python" - "$@" <<'PY'
+import os, sys
+import numpy as np
+from PIL import Image
+root, side, levels = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+counts = [int(sys.argv[4]), int(sys.argv[5])]
+rng = np.random.default_rng(0)
+for c, name in enumerate(["a", "b"]):
+    os.makedirs(os.path.join(root, name), exist_ok=True)
+    for i in range(counts[c]):
+        pixels = rng.integers(0, levels, (side, side, 3), dtype=np.uint8)
+        pixels[..., c] += 150
+        Image.fromarray(pixels).save(os.path.join(root, name, f"{i:04d}.jpg"), quality=90)
+PY
+}
+
 # in_private_mount_namespace SCRIPT [ARGS...]: unless ARGS start with --inside, runs SCRIPT
 # again (exec) in a mount namespace of its own, as root or else as root of a user namespace,
 # with --inside first; mounts made there vanish with it and never reach the host. Fails when

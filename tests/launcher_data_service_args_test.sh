@@ -16,19 +16,7 @@ begin_job_test
 # Classes a and b, 12 samples each (a's last one corrupt): 6 full batches of 4, 3 per rank
 # with 2 ranks, so that every sample (the corrupt one too) is loaded.
 data="$out/jpegs"
-"$python" - "$data" <<'PY'
-import os, sys
-import numpy as np
-from PIL import Image
-root = sys.argv[1]
-rng = np.random.default_rng(0)
-for c, name in enumerate(["a", "b"]):
-    os.makedirs(os.path.join(root, name), exist_ok=True)
-    for i in range(12 if name == "b" else 11):
-        pixels = rng.integers(0, 60, (24, 24, 3), dtype=np.uint8)
-        pixels[..., c] += 150
-        Image.fromarray(pixels).save(os.path.join(root, name, f"{i:04d}.jpg"), quality=90)
-PY
+make_jpeg_classes "$data" 24 60 11 12
 # A JPEG header, then garbage: a real start of image that cannot be decoded.
 { head -c 200 "$data/b/0000.jpg"; head -c 400 /dev/urandom; } > "$data/a/corrupt.jpg"
 

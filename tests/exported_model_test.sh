@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A model brought from Python trains end to end: the small CNN written as a PyTorch module
 # (with dropout before its head), exported by tools/export_model.py, trained by 2 CPU ranks
-# under mpirun on scikit-learn's digits with digits_convergence_test.sh's recipe, reaches
-# that test's band (>= 95% top-1 on the validation split), and its exported weights load
+# under mpirun on scikit-learn's digits with digits_convergence_test.sh's recipe over 40
+# epochs instead of 30 (with its dropout, 30 end at the band's edge, 94.7% on some CPUs),
+# reaches that test's band (>= 95% top-1 on the validation split), and its exported weights load
 # (strict) into the module, which classifies the validation images about as well, and
 # start a fine-tuning run (--init_weights) that stays in the band. A
 # shorter run stopped after a mid-epoch step and resumed from its checkpoint has the
@@ -60,7 +61,7 @@ grep -q "damaged.pt2: not a readable torch.export archive (truncated" "$out/dama
 ! grep -q "epoch 1" "$out/damaged.log" || { echo "FAIL: training started"; exit 1; }
 echo "a damaged archive: exit $rc, refused by name"
 
-train converge --epochs=30 --val_every=3 --log_every=11 --metrics_jsonl="$out/metrics.jsonl" \
+train converge --epochs=40 --val_every=4 --log_every=11 --metrics_jsonl="$out/metrics.jsonl" \
   --export="$out/digits_net_trained.pt"
 [[ $rc -eq 0 ]] || { cat "$out/converge.log"; echo "FAIL: training exited $rc"; exit 1; }
 tail -n 3 "$out/converge.log"
@@ -78,7 +79,7 @@ from digits_net import DigitsNet
 val = [r for r in map(json.loads, open(os.path.join(out, "metrics.jsonl"))) if r["type"] == "val"]
 print(f"validation top-1 by epoch: {[(r['epoch'], round(100 * r['top1'], 1)) for r in val]}")
 final = val[-1]
-assert final["epoch"] == 30 and final["samples"] == 360, final
+assert final["epoch"] == 40 and final["samples"] == 360, final
 assert final["top1"] >= 0.95, f"final validation top-1 {final['top1']:.4f} < 0.95"
 
 model = DigitsNet(10)

@@ -128,6 +128,10 @@ def stoker_train(out, name, ranks, model, root=None, synthetic_steps=0, data_onl
         if gpu:
             row.update(gpu_decoded=sum(int(g[0]) for g in gpu), nvjpeg_backend=gpu[-1][1],
                        gpu_refused=sum(int(g[2]) for g in gpu), cuda_backend_decodes=sum(int(g[3]) for g in gpu))
+        latency = re.findall(r"input: [0-9]+ batches, ([0-9.]+) ms on average from a ring slot to the batch in "
+                             r"GPU memory \(copy and GPU decode; longest ([0-9.]+) ms\)", p.stdout)
+        if latency:
+            row.update(slot_to_gpu_ms=float(latency[-1][0]), slot_to_gpu_longest_ms=float(latency[-1][1]))
         for k in ("gpu_decode_share", "gpu_decode_mode", "gpu_decode_settled"):
             if k in m:
                 row[k] = m[k]
@@ -570,8 +574,15 @@ def phase_packed(out, max_short_side=256, quality=90):
     for kind, index in packs.items():
         data_service_alone(out, index, 15, f"{kind}_data_service_alone", dataset_kind="packed")
         d = data_only_repeated(out, f"{kind}_data_only", 1, index, cores=CORES_1GPU, dataset_kind="packed")
+        # Long enough for the adaptive share to settle; the settled figure is the last third's.
+        jsonl = os.path.join(WORK, f"{kind}_jpeg_resnet18_1gpu.jsonl")
+        if os.path.exists(jsonl):
+            os.remove(jsonl)
         t = stoker_train(out, f"{kind}_jpeg_resnet18_1gpu", 1, "resnet18", root=index, cores=CORES_1GPU,
-                         dataset_kind="packed")
+                         dataset_kind="packed", epochs=AUTO_TRAIN_EPOCHS, quiet=True,
+                         extra=("--metrics_jsonl=" + jsonl,))
+        t["settled_images_per_second"], t["shares_seen"] = settled_rate(jsonl)
+        record(out, **t)
         beside(t, d)
 
 

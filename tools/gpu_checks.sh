@@ -80,34 +80,49 @@ graphs_bitwise() {  # graphs_bitwise PREFIX [FLAGS...]
 }
 # ResNet-18 trained on scikit-learn's digits (the bundle's image folder, 32x32, the data
 # service's training transform), bf16: the validation accuracy reached with the default step
-# (fused blocks, CUDA graphs) and with the plain path, each sample counted once. Two runs whose numerics differ diverge,
-# so "the same accuracy" is the same within the sampling error of 360 validation images:
-# the gap must be under twice the binomial standard error of the difference.
-digits_run() {  # digits_run NAME [TRAINER FLAGS...]
-  "$stoker" launcher --np=1 --dataset=imagefolder --train_dir="$bundle/digits/train" \
-    --val_dir="$bundle/digits/val" --data_threads=4 --seed=3 -- --model=resnet18 --num_classes=10 \
-    --image_size=32 --batch_size=64 --epochs=30 --optimizer=sgd --lr=0.05 --nesterov \
-    --weight_decay=5e-4 --no_decay_bn_bias --lr_schedule=cosine --warmup_epochs=1 --val_every=10 \
-    --precision=bf16 --log_every=100 --metrics_jsonl="$out/digits_$1.jsonl" "${@:2}"
+# (fused blocks, CUDA graphs) and with the plain path, each sample counted once. Two paths
+# whose numerics differ diverge, and one run of each differs by more than the validation
+# set's sampling error alone (cuDNN's autotuned kernels are not deterministic), so each side
+# is trained from DIGITS_SEEDS seeds (each seed fixes the initialisation and the data order)
+# and their means are compared: "the same accuracy" is a gap under three standard errors of
+# the difference of the means, each run's variance taken as the larger of the spread seen
+# across seeds and the binomial variance of 360 validation images.
+export DIGITS_SEEDS="${DIGITS_SEEDS:-1 2 3 4}"
+digits_run() {  # digits_run NAME [TRAINER FLAGS...]: one run per seed of DIGITS_SEEDS
+  local seed
+  for seed in $DIGITS_SEEDS; do
+    "$stoker" launcher --np=1 --dataset=imagefolder --train_dir="$bundle/digits/train" \
+      --val_dir="$bundle/digits/val" --data_threads=4 --seed="$seed" -- --model=resnet18 --num_classes=10 \
+      --image_size=32 --batch_size=64 --epochs=30 --optimizer=sgd --lr=0.05 --nesterov \
+      --weight_decay=5e-4 --no_decay_bn_bias --lr_schedule=cosine --warmup_epochs=1 --val_every=10 \
+      --precision=bf16 --log_every=100 --metrics_jsonl="$out/digits_$1_seed$seed.jsonl" "${@:2}" || return 1
+  done
 }
 digits_compare() {
-  python3 - "$out" "$(find "$bundle/digits/val" -type f | wc -l)" <<'PY'
-import json, math, sys
-out, val_files = sys.argv[1], int(sys.argv[2])
-top1 = {}
+  python3 - "$out" "$(find "$bundle/digits/val" -type f | wc -l)" $DIGITS_SEEDS <<'PY'
+import json, math, statistics, sys
+out, val_files, seeds = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+runs = {}
 for name in ("fused", "plain"):
-    val = [r for r in map(json.loads, open(f"{out}/digits_{name}.jsonl")) if r["type"] == "val"]
-    last = val[-1]
-    print(f"{name}: validation top-1 {100 * last['top1']:.2f}% on {last['samples']} samples "
-          f"({val_files} files) after epoch {last['epoch']}; by epoch: "
-          + ", ".join(f"{100 * r['top1']:.1f}%" for r in val))
-    assert last["samples"] == val_files, f"{name}: {last['samples']} samples counted, {val_files} files"
-    top1[name] = last["top1"]
-gap = top1["fused"] - top1["plain"]
-se = math.sqrt(sum(p * (1 - p) for p in top1.values()) / val_files)
+    runs[name] = []
+    for seed in seeds:
+        val = [r for r in map(json.loads, open(f"{out}/digits_{name}_seed{seed}.jsonl")) if r["type"] == "val"]
+        last = val[-1]
+        assert last["samples"] == val_files, f"{name} seed {seed}: {last['samples']} samples counted, {val_files} files"
+        print(f"{name} seed {seed}: validation top-1 {100 * last['top1']:.2f}% on {last['samples']} samples "
+              f"after epoch {last['epoch']}; by epoch: " + ", ".join(f"{100 * r['top1']:.1f}%" for r in val))
+        runs[name].append(last["top1"])
+mean = {name: statistics.fmean(a) for name, a in runs.items()}
+spread = {name: statistics.stdev(a) if len(a) > 1 else 0.0 for name, a in runs.items()}
+variance = {name: max(spread[name] ** 2, mean[name] * (1 - mean[name]) / val_files) for name in runs}
+se = math.sqrt(sum(v / len(seeds) for v in variance.values()))
+gap = mean["fused"] - mean["plain"]
+for name in runs:
+    print(f"{name}: mean {100 * mean[name]:.2f}% over {len(seeds)} seeds (spread {100 * spread[name]:.2f} points)")
 print(f"fused - plain: {100 * gap:+.2f} points; standard error of the difference {100 * se:.2f} points")
-assert min(top1.values()) >= 0.85, "accuracy below 85%"
-assert abs(gap) <= 2 * se, f"fused and plain differ by {100 * abs(gap):.2f} points, over twice the standard error"
+assert min(min(a) for a in runs.values()) >= 0.85, "a run below 85%"
+assert abs(gap) <= 3 * se, f"fused and plain differ by {100 * abs(gap):.2f} points, over three standard errors"
+print("the same accuracy: the gap is within three standard errors")
 PY
 }
 # torchvision's ResNet-18, exported by tools/export_model.py for the runs above.

@@ -5,9 +5,11 @@
 # (a report fails the config even when its test passed, e.g. one from a child process).
 #
 #   tools/sanitizers.sh [--configs="asan tsan"] [--out=bench/results/sanitizers-DATE]
-#                       [--asan_output_base=DIR] [--tsan_output_base=DIR] [--jobs=2] [TARGET...]
+#                       [--asan_output_base=DIR] [--tsan_output_base=DIR] [--jobs=2]
+#                       [--groups="plain torch mpi"] [TARGET...]
 #
-# Without TARGETs the suite is `tests(//...)` less the `gpu` ones, in two groups (below).
+# Without TARGETs the suite is `tests(//...)` less the `gpu` ones, in three groups (below;
+# --groups runs some of them).
 # The sanitizer flags are copts, which do not change Bazel's output directory: give each
 # config an output base of its own to keep both builds (and the plain one) instead of
 # rebuilding everything at every switch.
@@ -21,6 +23,7 @@ configs="asan tsan"
 out="$root/bench/results/sanitizers-$(date -u +%F)"
 declare -A output_base
 jobs=2
+groups="plain torch mpi"
 targets=()
 for arg in "$@"; do
   case "$arg" in
@@ -29,7 +32,8 @@ for arg in "$@"; do
     --asan_output_base=*) output_base[asan]="${arg#*=}" ;;
     --tsan_output_base=*) output_base[tsan]="${arg#*=}" ;;
     --jobs=*) jobs="${arg#*=}" ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    --groups=*) groups="${arg#*=}" ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     -*) echo "tools/sanitizers.sh: unknown flag $arg (see --help)" >&2; exit 2 ;;
     *) targets+=("$arg") ;;
   esac
@@ -113,9 +117,13 @@ for config in $configs; do
     "with libtorch (both with the leak check), ${#mpi_targets[@]} with Open MPI (without)" | tee -a "$log"
   marker=$(mktemp)
   rc=0
-  run_group "$config" "${unit_env[$config]}" "${plain_targets[@]}"
-  [[ ${#torch_targets[@]} -eq 0 ]] || run_group "$config" "${unit_env[$config]}" "${torch_targets[@]}"
-  [[ ${#mpi_targets[@]} -eq 0 ]] || run_group "$config" "${mpi_env[$config]}" "${mpi_targets[@]}"
+  # --groups picks which of the three run (explicit TARGETs are the first group's).
+  [[ " $groups " != *" plain "* || ${#plain_targets[@]} -eq 0 ]] ||
+    run_group "$config" "${unit_env[$config]}" "${plain_targets[@]}"
+  [[ " $groups " != *" torch "* || ${#torch_targets[@]} -eq 0 ]] ||
+    run_group "$config" "${unit_env[$config]}" "${torch_targets[@]}"
+  [[ " $groups " != *" mpi "* || ${#mpi_targets[@]} -eq 0 ]] ||
+    run_group "$config" "${mpi_env[$config]}" "${mpi_targets[@]}"
   testlogs=$(cd "$root" && "${bazel[@]}" info --config="$config" bazel-testlogs 2>/dev/null)
   # Every sanitizer report in the test logs of this run, whoever printed it.
   reports=$(find "$testlogs" -name test.log -newer "$marker" -print0 2>/dev/null |

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
 #include "trainer/report/progress.h"
@@ -42,6 +43,25 @@ void ConfigureDevice(const DeviceOptions& options, const RunContext& context) {
   } else {
     at::globalContext().setBenchmarkCuDNN(options.cudnn_benchmark);
   }
+}
+
+void ConfigureCudaAllocator(const DeviceOptions& options) {
+#ifdef STOKER_WITH_CUDA
+  for (const char* variable : {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"}) {
+    const char* value = std::getenv(variable);
+    if (value != nullptr && absl::StrContains(value, "expandable_segments")) {
+      LogInfo(
+          "%s=%s: the caching allocator's segments are as it says (--expandable_segments "
+          "is not applied)",
+          variable, value);
+      return;
+    }
+  }
+  c10::CachingAllocator::setAllocatorSettings(
+      options.expandable_segments ? "expandable_segments:True" : "expandable_segments:False");
+#else
+  (void)options;
+#endif
 }
 
 at::ScalarType InputDtype(const DeviceOptions& options, const RunContext& context) {

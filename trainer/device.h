@@ -24,6 +24,18 @@ at::Device TrainingDevice(const RunContext& context);
 // fixed workspace) with --deterministic.
 void ConfigureDevice(const DeviceOptions& options, const RunContext& context);
 
+// Note [Expandable segments]
+// With --expandable_segments (the default on a GPU), the caching allocator grows one
+// virtual range per stream and maps physical pages into it as it needs them, instead of
+// reserving fixed segments that a later request of another size cannot reuse: the
+// reserved peak then follows the allocated peak. It is set once, before the rank's first
+// allocation. A PYTORCH_CUDA_ALLOC_CONF (or PYTORCH_ALLOC_CONF) that names
+// expandable_segments wins over the flag.
+
+// GPU only: configures libtorch's caching allocator (Note [Expandable segments]). Call
+// before anything allocates device memory through libtorch.
+void ConfigureCudaAllocator(const DeviceOptions& options);
+
 // The dtype of normalised input batches: the autocast dtype on the GPU, else float32.
 at::ScalarType InputDtype(const DeviceOptions& options, const RunContext& context);
 

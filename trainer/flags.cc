@@ -160,6 +160,10 @@ ABSL_FLAG(double, backoff_factor, 0.5, "fp16 loss scaler: backoff factor.");
 ABSL_FLAG(int, growth_interval, 2000, "fp16 loss scaler: steps without inf/NaN before growing.");
 ABSL_FLAG(double, cache_release_fraction, 0.9,
           "Release cached device blocks when reserved memory passes this share of the GPU.");
+ABSL_FLAG(bool, expandable_segments, true,
+          "GPU: the caching allocator maps pages into growing segments instead of reserving fixed "
+          "ones, so that reserved memory follows what tensors hold (a PYTORCH_CUDA_ALLOC_CONF "
+          "naming expandable_segments wins).");
 
 // Benchmarking.
 ABSL_FLAG(int, synthetic_steps, 0,
@@ -199,7 +203,7 @@ FlagSpec TrainerFlagSpec() {
       {"Device and precision",
        {"device", "precision", "channels_last", "fused_blocks", "cuda_graphs", "cudnn_benchmark",
         "deterministic", "init_scale", "growth_factor", "backoff_factor", "growth_interval",
-        "cache_release_fraction"}},
+        "cache_release_fraction", "expandable_segments"}},
       {"Benchmarking", {"synthetic_steps", "warmup_steps", "data_only"}},
       {"Fault handling", {"collective_timeout_s", "collective_abort_grace_s"}},
       {"Node data service (without --data_socket)",
@@ -307,6 +311,7 @@ absl::StatusOr<TrainerOptions> OptionsFromFlags() {
   device.cudnn_benchmark = absl::GetFlag(FLAGS_cudnn_benchmark);
   device.deterministic = absl::GetFlag(FLAGS_deterministic);
   device.cache_release_fraction = absl::GetFlag(FLAGS_cache_release_fraction);
+  device.expandable_segments = absl::GetFlag(FLAGS_expandable_segments);
 
   o.scaler.init_scale = absl::GetFlag(FLAGS_init_scale);
   o.scaler.growth_factor = absl::GetFlag(FLAGS_growth_factor);

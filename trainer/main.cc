@@ -19,6 +19,7 @@
 #include "launcher/node_data_service.h"
 #include "launcher/rank_setup.h"
 #include "trainer/comm/mpi_communicator.h"
+#include "trainer/device.h"
 #include "trainer/flags.h"
 #include "trainer/stop_signal.h"
 #include "trainer/train_loop.h"
@@ -154,6 +155,7 @@ int main(int argc, char** argv) {
 #ifdef STOKER_WITH_CUDA
       context.use_cuda = true;
       context.cuda_device = rank.local_rank;
+      stoker::trainer::ConfigureCudaAllocator(options->device);
       auto nccl = stoker::trainer::NcclCommunicator::Create((*session)->world(), rank.local_rank,
                                                             options->comm.collective_timeout);
       if (nccl.ok()) communicator = std::move(*nccl);

@@ -141,6 +141,7 @@ absl::StatusOr<std::unique_ptr<RingInput>> RingInput::Open(const TrainerOptions&
   request.train = o.input.train_split;
   request.num_classes = o.model.num_classes;
   request.gpu_decode_share = share_plan.initial;
+  input->feeder_options_.gpu_decode = share_plan.adaptive || share_plan.initial > 0;
   ASSIGN_OR_RETURN(input->ring_, RingClient::Connect(o.input.data_socket, request, o.input.data_timeout));
   ASSIGN_OR_RETURN(EpochInfo first, input->ring_->StartEpoch(start.epoch, start.seed));
   input->batches_per_epoch_ = first.batches;
@@ -202,6 +203,7 @@ absl::StatusOr<ValidationPass> RingInput::StartValidation(int64_t epoch) {
   pass.source = std::make_unique<RingBatchSource>(val_ring_.get());
   FeederOptions options = feeder_options_;
   options.batch_size = pass.batch_size;
+  options.gpu_decode = val_ring_->request().gpu_decode_share > 0;
   ASSIGN_OR_RETURN(pass.feeder, MakeBatchFeeder(pass.source.get(), options, device_));
   return pass;
 }

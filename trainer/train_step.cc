@@ -134,8 +134,6 @@ absl::StatusOr<TrainStep::MicroBatchGraph*> TrainStep::GraphForMicroBatch(
     graph.images = at::empty_like(images);
     graph.labels = at::empty_like(labels);
     graph.loss = at::empty({}, images.options().dtype(at::kFloat));
-    graph.images.copy_(images);
-    graph.labels.copy_(labels);
   }));
   absl::StatusOr<std::unique_ptr<CudaGraph>> captured =
       CudaGraph::Capture(graphs_->pool, model_.DeviceGenerators(), [&]() -> absl::Status {

@@ -53,6 +53,9 @@ struct FeederOptions {
   float mean[3] = {0.485f, 0.456f, 0.406f};
   float stddev[3] = {0.229f, 0.224f, 0.225f};
   absl::Duration timeout = absl::Seconds(120);  // for one batch to arrive
+  // Batches may hold deferred samples (a GPU decode share above 0, or adaptive): the CUDA
+  // feeder makes its JPEG decoder at start, not in the middle of training.
+  bool gpu_decode = false;
 };
 
 // One batch on the training device. `images` is [count, 3, H, W] in channels_last

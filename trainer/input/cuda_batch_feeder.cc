@@ -101,6 +101,15 @@ class CudaBatchFeeder final : public BatchFeeder {
     }
     if (prefetch_thread_.joinable()) prefetch_thread_.join();
     if (copy_stream_.get() != nullptr) cudaStreamSynchronize(copy_stream_.get());
+    if (decoder_ != nullptr && decoder_->times().batches > 0) {
+      // Note [Decoding waits on the host] in gpu_jpeg_decoder.cc.
+      const GpuDecodeTimes times = decoder_->times();
+      LogInfo("GPU %d decode: %lld batches, %lld of them re-initialising nvJPEG's batch; %.3f ms "
+              "of host time per batch in nvJPEG (longest %.2f ms)",
+              device_, static_cast<long long>(times.batches),
+              static_cast<long long>(times.initializations), times.host_ms / times.batches,
+              times.longest_host_ms);
+    }
     if (decoder_ != nullptr) {
       LogInfo(
           "GPU %d decoded %lld deferred samples with nvJPEG's %s backend; %lld refused and "
@@ -144,6 +153,7 @@ class CudaBatchFeeder final : public BatchFeeder {
       ASSIGN_OR_RETURN(staging.consumed, CudaEvent::Create(cudaEventDisableTiming));
       free_.push_back(i);
     }
+    if (options_.gpu_decode) RETURN_IF_ERROR(MakeDecoder());
     // The staging buffers were allocated on the current stream: let that work finish
     // before the copy stream writes into them.
     RETURN_IF_CUDA_ERROR(cudaDeviceSynchronize());
@@ -279,15 +289,20 @@ class CudaBatchFeeder final : public BatchFeeder {
     return absl::OkStatus();
   }
 
+  // In Start() (before the prefetch thread), or on the prefetch thread at the first deferred
+  // sample.
+  absl::Status MakeDecoder() {
+    ASSIGN_OR_RETURN(decoder_,
+                     GpuJpegDecoder::Create(device_, options_.batch_size, options_.image_size));
+    if (stats_ != nullptr) stats_->gpu_decode_hardware = decoder_->hardware();
+    return absl::OkStatus();
+  }
+
   // Prefetch thread: decodes the deferred samples of `view` into `staging` on the copy
   // stream, after the batch's copy, and replaces those nvJPEG refuses (Note [Replacing
   // samples the GPU cannot decode]).
   absl::Status DecodeDeferred(const data_service::BatchView& view, Staging& staging, Ready& ready) {
-    if (decoder_ == nullptr) {
-      ASSIGN_OR_RETURN(decoder_,
-                       GpuJpegDecoder::Create(device_, options_.batch_size, options_.image_size));
-      if (stats_ != nullptr) stats_->gpu_decode_hardware = decoder_->hardware();
-    }
+    if (decoder_ == nullptr) RETURN_IF_ERROR(MakeDecoder());
     uint8_t* images = staging.images.data_ptr<uint8_t>();
     ASSIGN_OR_RETURN(std::vector<int32_t> failed,
                      decoder_->Decode(view, images, copy_stream_.get()));
@@ -331,7 +346,7 @@ class CudaBatchFeeder final : public BatchFeeder {
   CudaFeederStats* stats_;
   std::unique_ptr<PinnedHostRange> pinned_;
   CudaStream copy_stream_;     // created in Start()
-  std::unique_ptr<GpuJpegDecoder> decoder_;  // at the first deferred sample; prefetch thread
+  std::unique_ptr<GpuJpegDecoder> decoder_;  // see MakeDecoder(); used by the prefetch thread
   int64_t gpu_decoded_ = 0;                  // prefetch thread
   int64_t gpu_refused_ = 0;                  // prefetch thread
   Staging staging_[kBuffers];  // their events are recorded on copy_stream_ and the compute stream

@@ -31,6 +31,16 @@ std::string NvjpegLibraryName();
 // FailedPrecondition.
 absl::Status CheckNvjpegLoadable();
 
+// Where the prefetch thread's time goes in nvJPEG: batched decodes, how many of them had
+// to re-initialise nvJPEG's batch (the number of deferred samples changed), and the host
+// time spent in those calls (Note [Decoding waits on the host] in gpu_jpeg_decoder.cc).
+struct GpuDecodeTimes {
+  int64_t batches = 0;
+  int64_t initializations = 0;
+  double host_ms = 0.0;
+  double longest_host_ms = 0.0;
+};
+
 // Owned by one thread (the feeder's prefetch thread). Not thread-safe.
 //
 //   ASSIGN_OR_RETURN(auto decoder, GpuJpegDecoder::Create(device, batch_size, image_size));
@@ -62,6 +72,8 @@ class GpuJpegDecoder {
   // Images the hardware backend refused that nvJPEG's CUDA backend then decoded (Note
   // [Hardware refusals] in gpu_jpeg_decoder.cc).
   int64_t cuda_backend_decodes() const;
+  // What the decodes so far waited for (GpuDecodeTimes).
+  GpuDecodeTimes times() const;
 
  private:
   explicit GpuJpegDecoder(std::unique_ptr<internal::NvjpegState> state);

@@ -2,7 +2,8 @@
 # --gpu_decode_share on the CPU, end to end (launcher, data service, trainer), over an image
 # folder of baseline JPEGs that the data service can defer:
 #  - with every default (the service's auto follows the trainer, whose auto asks for 0 on
-#    the CPU) the job trains, gets no deferred samples and reports the share as off;
+#    the CPU) the job trains, gets no deferred samples and reports the share as off (its
+#    progress lines show none);
 #  - a data service with a fixed --gpu_decode_share=1 does defer them, and the CPU trainer
 #    refuses them, naming the flag (so the first case is not vacuous);
 #  - a share above 0 fixed for a CPU trainer, and malformed values on either side, are
@@ -39,6 +40,8 @@ run default --
 [[ $rc -eq 0 ]] || fail default "should complete, got exit $rc"
 [[ $(wc -l < "$out/default.loss") -eq 12 ]] || fail default "expected 12 steps, got $(wc -l < "$out/default.loss")"
 grep -q "GPU decode share 0.000 (off)" "$out/default.log" || fail default "the summary does not report the share as off"
+grep -q "epoch 2/2  step 6/6" "$out/default.log" || fail default "no progress line"
+! grep -q "gpu-decode" "$out/default.log" || fail default "the progress line shows a GPU decode share on the CPU"
 "$python" - "$out/default.json" <<'PY' || fail default "--metrics_out does not say share 0, off"
 import json, sys
 m = json.load(open(sys.argv[1]))

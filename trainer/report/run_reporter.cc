@@ -147,8 +147,9 @@ absl::Status RunReporter::Progress(const TrainProgress& p) {
   const DecodeShareGauge::Reading share = options_.decode_share != nullptr
                                               ? options_.decode_share->Read()
                                               : DecodeShareGauge::Reading{};
+  // The progress line shows the share only where some of it may be decoded on the GPU.
   const bool share_shown = share.mode != DecodeShareMode::kUnset;
-  if (share_shown) snapshot.gpu_decode_share = share.share;
+  if (share_shown && share.mode != DecodeShareMode::kOff) snapshot.gpu_decode_share = share.share;
   progress_->Update(FormatProgressLine(snapshot));
   const bool has_norm = !std::isnan(p.grad_norm);
   if (jsonl_ != nullptr) {

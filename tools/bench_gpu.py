@@ -83,15 +83,19 @@ def children_cpu_seconds():
 
 def stoker_train(out, name, ranks, model, root=None, synthetic_steps=0, data_only=False,
                  cores=None, data_threads=15, epochs=2, extra=(), batch=256, service_args="",
-                 dataset_kind="imagefolder", quiet=False):
+                 dataset_kind="imagefolder", quiet=False, jsonl=None):
     """Runs one Stoker job and records its images/s (and, for JPEG runs, the CPU cores
     the whole job used per 1,000 images/s: CPU seconds of every process over the run's
-    wall time, divided by images/s / 1000). Returns the recorded row."""
+    wall time, divided by images/s / 1000). With `jsonl` (a file name in WORK) the run
+    writes its progress records there and the row gets their settled_rate. Returns the row."""
     os.makedirs(WORK, exist_ok=True)
     metrics = os.path.join(WORK, f"{name}.json")
     trainer = ["--model=" + model, "--num_classes=1000", "--image_size=224", f"--batch_size={batch}",
                "--precision=bf16", "--optimizer=adamw", "--lr=1e-3", "--weight_decay=1e-4",
                "--warmup_steps=8", "--log_every=10", "--metrics_out=" + metrics, *extra]
+    if jsonl:
+        jsonl = os.path.join(WORK, jsonl)
+        trainer.append("--metrics_jsonl=" + jsonl)
     if data_only:
         trainer.append("--data_only")
     if synthetic_steps:
@@ -105,8 +109,9 @@ def stoker_train(out, name, ranks, model, root=None, synthetic_steps=0, data_onl
         if service_args:
             cmd.append("--data_service_args=" + service_args)
         cmd += ["--", f"--epochs={epochs}", "--data_split=val"] + trainer
-    if os.path.exists(metrics):
-        os.remove(metrics)
+    for stale in (metrics, jsonl):
+        if stale and os.path.exists(stale):
+            os.remove(stale)
     cpu0, wall0 = children_cpu_seconds(), time.time()
     p = run(cmd, cores=cores)
     cpu, wall = children_cpu_seconds() - cpu0, time.time() - wall0
@@ -128,10 +133,10 @@ def stoker_train(out, name, ranks, model, root=None, synthetic_steps=0, data_onl
         if gpu:
             row.update(gpu_decoded=sum(int(g[0]) for g in gpu), nvjpeg_backend=gpu[-1][1],
                        gpu_refused=sum(int(g[2]) for g in gpu), cuda_backend_decodes=sum(int(g[3]) for g in gpu))
-        latency = re.findall(r"input: [0-9]+ batches, ([0-9.]+) ms on average from a ring slot to the batch in "
-                             r"GPU memory \(copy and GPU decode; longest ([0-9.]+) ms\)", p.stdout)
-        if latency:
-            row.update(slot_to_gpu_ms=float(latency[-1][0]), slot_to_gpu_longest_ms=float(latency[-1][1]))
+        waits = re.findall(r"decode: [0-9]+ batches, [0-9]+ of them re-initialising nvJPEG's batch; ([0-9.]+) ms "
+                           r"of host time per batch in nvJPEG", p.stdout)
+        if waits:
+            row["nvjpeg_host_ms_per_batch"] = float(waits[-1])
         for k in ("gpu_decode_share", "gpu_decode_mode", "gpu_decode_settled"):
             if k in m:
                 row[k] = m[k]
@@ -145,6 +150,8 @@ def stoker_train(out, name, ranks, model, root=None, synthetic_steps=0, data_onl
             row["cores_per_1000_img_s"] = round(cpu / wall / (ips / 1000.0), 3)
     else:
         row["error"] = p.returncode
+    if jsonl:
+        row["settled_images_per_second"], row["shares_seen"] = settled_rate(jsonl)
     if quiet:
         return row
     record(out, **row)
@@ -429,13 +436,9 @@ def stoker_auto(out, name, root, data_only, reps):
     the share each settled on, its images/s over the whole run and once settled."""
     runs = []
     for i in range(reps):
-        jsonl = os.path.join(WORK, f"{name}_{i}.jsonl")
-        if os.path.exists(jsonl):
-            os.remove(jsonl)
         r = stoker_train(out, name, 1, "resnet18", root=root, cores=CORES_1GPU, data_only=data_only, quiet=True,
                          epochs=AUTO_DATA_ONLY_EPOCHS if data_only else AUTO_TRAIN_EPOCHS,
-                         extra=("--gpu_decode_share=auto", "--metrics_jsonl=" + jsonl))
-        r["settled_images_per_second"], r["shares_seen"] = settled_rate(jsonl)
+                         extra=("--gpu_decode_share=auto",), jsonl=f"{name}_{i}.jsonl")
         if not r["settled_images_per_second"] and r.get("last_window_share") == r.get("gpu_decode_share"):
             # A data-only rank writes no progress records: its last window at the final share.
             r["settled_images_per_second"] = r.get("last_window_images_per_second")
@@ -558,9 +561,8 @@ def phase_hybrid(out, shares=(0.0, 0.25, 0.5, 0.75, "auto")):
 
 
 def phase_packed(out, max_short_side=256, quality=90):
-    """ResNet-18 from the pre-resized packed format (pack_imagefolder --max_short_side)
-    against the same images packed as they are and the folder itself; data service alone and
-    data-only beside each."""
+    """ResNet-18 from the pre-resized pack (pack_imagefolder --max_short_side) and from the
+    images packed as they are, 12 epochs (settled), with the data service alone and data-only."""
     root = dataset(12000)
     pack = os.path.join(BUNDLE, "bin", "pack_imagefolder")
     packs = {}
@@ -574,15 +576,8 @@ def phase_packed(out, max_short_side=256, quality=90):
     for kind, index in packs.items():
         data_service_alone(out, index, 15, f"{kind}_data_service_alone", dataset_kind="packed")
         d = data_only_repeated(out, f"{kind}_data_only", 1, index, cores=CORES_1GPU, dataset_kind="packed")
-        # Long enough for the adaptive share to settle; the settled figure is the last third's.
-        jsonl = os.path.join(WORK, f"{kind}_jpeg_resnet18_1gpu.jsonl")
-        if os.path.exists(jsonl):
-            os.remove(jsonl)
         t = stoker_train(out, f"{kind}_jpeg_resnet18_1gpu", 1, "resnet18", root=index, cores=CORES_1GPU,
-                         dataset_kind="packed", epochs=AUTO_TRAIN_EPOCHS, quiet=True,
-                         extra=("--metrics_jsonl=" + jsonl,))
-        t["settled_images_per_second"], t["shares_seen"] = settled_rate(jsonl)
-        record(out, **t)
+                         dataset_kind="packed", epochs=AUTO_TRAIN_EPOCHS, jsonl=f"{kind}_jpeg_resnet18_1gpu.jsonl")
         beside(t, d)
 
 

@@ -93,9 +93,9 @@ def stoker_train(out, name, ranks, model, root=None, synthetic_steps=0, data_onl
     trainer = ["--model=" + model, "--num_classes=1000", "--image_size=224", f"--batch_size={batch}",
                "--precision=bf16", "--optimizer=adamw", "--lr=1e-3", "--weight_decay=1e-4",
                "--warmup_steps=8", "--log_every=10", "--metrics_out=" + metrics, *extra]
-    if jsonl:
-        jsonl = os.path.join(WORK, jsonl)
-        trainer.append("--metrics_jsonl=" + jsonl)
+    records = os.path.join(WORK, jsonl) if jsonl else None
+    if records:
+        trainer.append("--metrics_jsonl=" + records)
     if data_only:
         trainer.append("--data_only")
     if synthetic_steps:
@@ -109,7 +109,7 @@ def stoker_train(out, name, ranks, model, root=None, synthetic_steps=0, data_onl
         if service_args:
             cmd.append("--data_service_args=" + service_args)
         cmd += ["--", f"--epochs={epochs}", "--data_split=val"] + trainer
-    for stale in (metrics, jsonl):
+    for stale in (metrics, records):
         if stale and os.path.exists(stale):
             os.remove(stale)
     cpu0, wall0 = children_cpu_seconds(), time.time()
@@ -150,8 +150,8 @@ def stoker_train(out, name, ranks, model, root=None, synthetic_steps=0, data_onl
             row["cores_per_1000_img_s"] = round(cpu / wall / (ips / 1000.0), 3)
     else:
         row["error"] = p.returncode
-    if jsonl:
-        row["settled_images_per_second"], row["shares_seen"] = settled_rate(jsonl)
+    if records:
+        row["settled_images_per_second"], row["shares_seen"] = settled_rate(records)
     if quiet:
         return row
     record(out, **row)

@@ -127,7 +127,8 @@ def stoker_train(out, name, ranks, model, root=None, synthetic_steps=0, data_onl
             row.update(graphs_captured=int(graphs[-1][0]), graph_replays=int(graphs[-1][1]))
         row.update(peak_gib=float(peak[-1]) if peak else None,
                    peak_reserved_gib=float(reserved[-1]) if reserved else None,
-                   **{k: m[k] for k in ("images_per_second", "data_wait_share", "measured_steps")})
+                   **{k: m.get(k) for k in ("images_per_second", "data_wait_share", "gpu_input_wait_share",
+                                           "measured_steps")})
         gpu = re.findall(r"decoded ([0-9]+) deferred samples with nvJPEG's (\w+) backend; ([0-9]+) refused "
                          r"and replaced; ([0-9]+) of the decoded", p.stdout)
         if gpu:

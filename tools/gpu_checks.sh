@@ -140,7 +140,7 @@ two_gpu_training() {
 }
 
 # --gpu_decode_share=auto from JPEG (docs/INPUT_SPEED.md): under --deterministic it is the
-# fixed 0.25, the GPU decodes deferred samples, and two runs give the same losses bit for
+# fixed 0.375, the GPU decodes deferred samples, and two runs give the same losses bit for
 # bit; without it the share adapts (mode adaptive in --metrics_out) and the run completes.
 decode_share_run() {  # decode_share_run NAME [TRAINER FLAGS...]
   local data="$out/decode_share_jpegs"
@@ -172,7 +172,7 @@ decode_share_deterministic() {
 import json, sys
 m = json.load(open(sys.argv[1]))
 print(m["gpu_decode_share"], m["gpu_decode_mode"])
-assert m["gpu_decode_share"] == 0.25 and m["gpu_decode_mode"] == "fixed", m
+assert m["gpu_decode_share"] == 0.375 and m["gpu_decode_mode"] == "fixed", m
 PY
   cmp "$out/loss_decode_det1.txt" "$out/loss_decode_det2.txt" && echo "losses identical bit for bit ($(wc -l < "$out/loss_decode_det1.txt") steps)"
 }

@@ -39,7 +39,7 @@ ABSL_FLAG(int, ring_slots, 4, "Batches in flight in this rank's shared-memory ri
 ABSL_FLAG(std::string, gpu_decode_share, "auto",
           "Share of each batch whose baseline JPEGs this rank asks the data service to leave "
           "undecoded, for its GPU's JPEG engines (nvJPEG): auto = adapt on a GPU, hill-climbing on "
-          "the images/s trained (0.25, fixed, with --deterministic), 0 on the CPU; a number in [0, "
+          "the images/s trained (0.375, fixed, with --deterministic), 0 on the CPU; a number in [0, "
           "1] fixes it (above 0 needs a GPU); 0 turns GPU decode off. A data service started with "
           "its own --gpu_decode_share=F (in --data_service_args) uses F whatever this asks.");
 ABSL_FLAG(int, data_timeout_s, 120, "Seconds to wait for a batch before failing.");

@@ -10,6 +10,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "common/cuda_work_queues.h"
 #include "common/exit_codes.h"
 #include "common/logging.h"
 #include "common/shm_segment.h"
@@ -68,6 +69,8 @@ absl::StatusOr<bool> BindDevice(stoker::trainer::DeviceChoice device, const stok
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before any CUDA call: CUDA reads it when it makes the context.
+  stoker::UseAllCudaWorkQueues();  // Note [Hardware work queues]
   stoker::SetLogIdentity("trainer");
   absl::StatusOr<stoker::trainer::TrainerCommandLine> command_line =
       stoker::trainer::ParseTrainerCommandLine(absl::MakeConstSpan(argv + 1, argc - 1));

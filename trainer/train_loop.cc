@@ -231,7 +231,8 @@ absl::StatusOr<int> Trainer::NextMicroBatch(int64_t epoch, int64_t index, Traini
   if (stop != 0) return stop;
   *batch = std::move(*next);
   RETURN_IF_ERROR(profiled_->DataArrived(profiler, batch->data_wait));
-  reporter_->AddBatch(epoch, index, batch->data_wait, batch->sample_indices);
+  reporter_->AddBatch(epoch, index, batch->data_wait, batch->gpu_input_wait,
+                      batch->sample_indices);
   return 0;
 }
 

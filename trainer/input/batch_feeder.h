@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -67,6 +68,10 @@ struct TrainingBatch {
   int64_t step = 0;
   int32_t count = 0;
   absl::Duration data_wait;  // how long Next() waited for the data service
+  // How long the GPU stood idle waiting for input, summed over the batches whose wait
+  // became known since the last batch (it lags a batch or two); absent from a feeder that
+  // cannot see the GPU (Note [The GPU's wait for input] in cuda_batch_feeder.cc).
+  std::optional<absl::Duration> gpu_input_wait;
   // The share of GPU decode positions the data service produced the batch with (Note [The
   // requested GPU decode share] in data_service/ring/ring.h); 0 for synthetic batches.
   double gpu_decode_share = 0.0;

@@ -49,6 +49,24 @@ namespace {
 // the batch keeps its size and stays a pure function of the batch's contents. A batch
 // whose samples are all refused is an error.
 
+// Note [The GPU's wait for input]
+// The host's wait in Next() says little about the GPU: with CUDA graphs the training thread
+// runs steps ahead of the GPU, and waits in Next() while the GPU still works through the
+// queued steps. So Next() also times the GPU's own wait, with two timing events on the
+// compute stream: one recorded when Next() is called, which the GPU reaches once it has
+// done the work queued before it (the previous step), and one after the compute stream's
+// wait for the batch's copy. The time between them is how long the GPU stood idle for this
+// batch: for the host to get it, then for its copy and GPU decode. A GPU that is behind the
+// host passes the first event late and waits little or nothing. The events are read when
+// the GPU has passed them, without waiting: each batch carries the waits that completed
+// since the batch before (TrainingBatch::gpu_input_wait).
+
+// The two events that time the GPU's wait for one batch.
+struct InputWaitTimer {
+  CudaEvent asked;  // on the compute stream when Next() is called
+  CudaEvent fed;    // on the compute stream after its wait for the batch's copy
+};
+
 // Page-locks a host range with cudaHostRegister for the life of the object.
 class PinnedHostRange {
  public:
@@ -163,6 +181,12 @@ class CudaBatchFeeder final : public BatchFeeder {
 
   absl::StatusOr<TrainingBatch> Next() override {
     const absl::Time start = absl::Now();
+    cudaStream_t compute = nullptr;
+    RETURN_IF_ERROR(TorchCall("CUDA feeder: the current stream", [&] {
+      compute = c10::cuda::getCurrentCUDAStream(device_).stream();
+    }));
+    ASSIGN_OR_RETURN(InputWaitTimer timer, TakeTimer());
+    RETURN_IF_ERROR(timer.asked.Record(compute));
     Ready ready;
     {
       absl::MutexLock lock(&mu_);
@@ -186,8 +210,8 @@ class CudaBatchFeeder final : public BatchFeeder {
     batch.sample_indices = std::move(ready.sample_indices);
     Staging& staging = staging_[ready.buffer];
     RETURN_IF_ERROR(TorchCall("CUDA feeder: normalising a batch", [&]() -> absl::Status {
-      cudaStream_t compute = c10::cuda::getCurrentCUDAStream(device_).stream();
       RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(compute, staging.copied.get(), 0));
+      RETURN_IF_ERROR(timer.fed.Record(compute));
       const int64_t s = options_.image_size;
       batch.images = at::empty({ready.count, 3, s, s},
                                at::TensorOptions().device(at::kCUDA, device_).dtype(options_.dtype),
@@ -204,6 +228,8 @@ class CudaBatchFeeder final : public BatchFeeder {
       absl::MutexLock lock(&mu_);
       free_.push_back(ready.buffer);
     }
+    timing_.push_back(std::move(timer));
+    ASSIGN_OR_RETURN(batch.gpu_input_wait, CompletedInputWaits());
     return batch;
   }
 
@@ -221,6 +247,34 @@ class CudaBatchFeeder final : public BatchFeeder {
       default:
         return absl::InvalidArgumentError("input dtype must be float32, float16 or bfloat16");
     }
+  }
+
+  // Training thread: a timer from the spares, or a new one.
+  absl::StatusOr<InputWaitTimer> TakeTimer() {
+    if (!spare_timers_.empty()) {
+      InputWaitTimer timer = std::move(spare_timers_.back());
+      spare_timers_.pop_back();
+      return timer;
+    }
+    InputWaitTimer timer;
+    ASSIGN_OR_RETURN(timer.asked, CudaEvent::Create(cudaEventDefault));
+    ASSIGN_OR_RETURN(timer.fed, CudaEvent::Create(cudaEventDefault));
+    return timer;
+  }
+
+  // Training thread: the sum of the waits, oldest first, that the GPU has passed (Note [The
+  // GPU's wait for input]); their timers go back to the spares.
+  absl::StatusOr<absl::Duration> CompletedInputWaits() {
+    absl::Duration total;
+    while (!timing_.empty()) {
+      ASSIGN_OR_RETURN(bool passed, timing_.front().fed.Query());
+      if (!passed) break;
+      ASSIGN_OR_RETURN(float ms, timing_.front().fed.ElapsedMs(timing_.front().asked));
+      total += absl::Microseconds(static_cast<int64_t>(1e3 * std::max(0.0f, ms)));
+      spare_timers_.push_back(std::move(timing_.front()));
+      timing_.pop_front();
+    }
+    return total;
   }
 
   // Owned by prefetch_thread_: the only user of source_ after Start().
@@ -350,6 +404,8 @@ class CudaBatchFeeder final : public BatchFeeder {
   int64_t gpu_decoded_ = 0;                  // prefetch thread
   int64_t gpu_refused_ = 0;                  // prefetch thread
   Staging staging_[kBuffers];  // their events are recorded on copy_stream_ and the compute stream
+  std::deque<InputWaitTimer> timing_;        // training thread: recorded, not yet read
+  std::vector<InputWaitTimer> spare_timers_;  // training thread
 
   absl::Mutex mu_;
   std::deque<int> free_ ABSL_GUARDED_BY(mu_);      // staging buffers the prefetcher may fill

@@ -1,5 +1,6 @@
 // GPU tests of the CUDA batch feeder (tag gpu): slots go back only after their copies
-// completed, copies overlap compute, and the fused normalisation is exact.
+// completed, copies overlap compute, the fused normalisation is exact, and the GPU's wait
+// for input is measured.
 #include "trainer/input/cuda_batch_feeder.h"
 
 #include <ATen/ATen.h>
@@ -11,6 +12,7 @@
 #include <deque>
 #include <random>
 
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace stoker::trainer {
@@ -22,12 +24,14 @@ namespace {
 class PoisoningSource final : public BatchSource {
  public:
   // With `refill` false the slots are written once here and never poisoned: a source
-  // that costs nothing, for timing.
-  PoisoningSource(int slots, int batch, int image_size, int batches, bool refill = true)
+  // that costs nothing, for timing. Each batch takes `delay` to arrive.
+  PoisoningSource(int slots, int batch, int image_size, int batches, bool refill = true,
+                  absl::Duration delay = absl::ZeroDuration())
       : slot_bytes_(static_cast<size_t>(batch) * image_size * image_size * 3),
         batch_(batch),
         batches_(batches),
         refill_(refill),
+        delay_(delay),
         memory_(slots * (slot_bytes_ + batch * sizeof(int32_t)) + 4096) {
     for (int i = 0; i < slots; ++i) free_.push_back(i);
     if (!refill_) std::memset(memory_.data(), 7, memory_.size());
@@ -41,6 +45,7 @@ class PoisoningSource final : public BatchSource {
   absl::StatusOr<data_service::BatchView> Acquire(absl::Duration) override {
     if (next_ >= batches_) return absl::OutOfRangeError("no more batches");
     if (free_.empty()) return absl::DeadlineExceededError("ring empty");
+    absl::SleepFor(delay_);
     const int slot = free_.front();
     free_.pop_front();
     uint8_t* images = SlotImages(slot);
@@ -76,6 +81,7 @@ class PoisoningSource final : public BatchSource {
   int batch_;
   int batches_;
   bool refill_;
+  absl::Duration delay_;
   std::vector<uint8_t> memory_;
   std::deque<int> free_;
   int64_t next_ = 0;
@@ -202,6 +208,72 @@ TEST(CudaBatchFeederTest, CopiesOverlapCompute) {
   std::printf("per batch: copy %.3f ms; %d step(s): compute %.2f ms, both %.2f ms, serial would be %.2f ms\n",
               copy_ms, batches - 1, compute_ms, both_ms, serial_ms);
   EXPECT_LT(both_ms, compute_ms + 0.5f * (serial_ms - compute_ms)) << "copies did not overlap compute";
+}
+
+// Note [The GPU's wait for input]: a GPU with nothing to do but wait for a slow source
+// waits for nearly all of its time; a GPU whose steps take longer than the input barely
+// waits, although the host then waits in Next() for most of the run.
+TEST(CudaBatchFeederTest, MeasuresTheGpusWaitForInput) {
+  if (!HaveGpu()) GTEST_SKIP() << "needs a GPU";
+  const int batch = 32, size = 64, batches = 24;
+  at::Tensor a = at::randn({4096, 4096}, at::TensorOptions().device(at::kCUDA));
+  at::Tensor b = at::randn({4096, 4096}, at::TensorOptions().device(at::kCUDA));
+  auto compute = [&](int n) {
+    for (int i = 0; i < n; ++i) b = at::mm(a, b).mul_(1e-3);
+  };
+  // Runs `batches` batches, each followed by `per_step` products; returns the GPU's wait
+  // for input (and the host's) summed over the batches, and the wall time.
+  struct Waits {
+    double gpu_ms = 0, host_ms = 0, wall_ms = 0;
+    int measured = 0;  // batches that carried a GPU wait
+  };
+  auto run = [&](PoisoningSource& source, int per_step) {
+    Waits waits;
+    auto feeder = MakeCudaBatchFeeder(&source, IdentityOptions(batch, size), 0);
+    EXPECT_TRUE(feeder.ok()) << feeder.status();
+    if (!feeder.ok()) return waits;
+    cudaDeviceSynchronize();
+    const absl::Time start = absl::Now();
+    for (int i = 0; i < batches; ++i) {
+      auto next = (*feeder)->Next();
+      EXPECT_TRUE(next.ok()) << next.status();
+      if (!next.ok()) return waits;
+      EXPECT_TRUE(next->gpu_input_wait.has_value());
+      if (next->gpu_input_wait.has_value()) {
+        waits.gpu_ms += absl::ToDoubleMilliseconds(*next->gpu_input_wait);
+        ++waits.measured;
+      }
+      waits.host_ms += absl::ToDoubleMilliseconds(next->data_wait);
+      compute(per_step);
+    }
+    cudaDeviceSynchronize();
+    waits.wall_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+    return waits;
+  };
+  compute(3);  // warm-up
+  cudaDeviceSynchronize();
+  const absl::Time timed = absl::Now();
+  compute(20);
+  cudaDeviceSynchronize();
+  const double mm_ms = absl::ToDoubleMilliseconds(absl::Now() - timed) / 20;
+
+  // Starved: 20 ms per batch from the source, no compute.
+  PoisoningSource slow(4, batch, size, batches, /*refill=*/false, absl::Milliseconds(20));
+  const Waits starved = run(slow, 0);
+  // Busy: each step about 15 ms of compute, the source instant.
+  PoisoningSource fast(4, batch, size, batches, /*refill=*/false);
+  const int per_step = std::max(1, static_cast<int>(15.0 / mm_ms + 0.5));
+  const Waits busy = run(fast, per_step);
+  std::printf("GPU wait for input over %d batches: starved %.1f ms of %.1f ms (host %.1f ms); "
+              "busy (%d products of %.2f ms per step) %.2f ms of %.1f ms (host %.1f ms)\n",
+              batches, starved.gpu_ms, starved.wall_ms, starved.host_ms, per_step, mm_ms,
+              busy.gpu_ms, busy.wall_ms, busy.host_ms);
+  EXPECT_EQ(starved.measured, batches);
+  // The waits of the last batch or two are still unread when the run ends.
+  EXPECT_GT(starved.gpu_ms, 0.7 * 20.0 * (batches - 3));
+  EXPECT_LE(starved.gpu_ms, starved.wall_ms);
+  EXPECT_LT(busy.gpu_ms, 0.05 * busy.wall_ms);
+  EXPECT_GT(busy.host_ms, 0.5 * busy.wall_ms) << "the host should have run ahead of the GPU";
 }
 
 }  // namespace

@@ -7,9 +7,10 @@
 // Decoding on the GPU relieves the data service's CPUs but costs the GPU time that the
 // step would use (its JPEG engines are separate, the crop and resize kernels and the
 // copies are not), so the best share depends on the model and the machine. The
-// controller starts at 0 and, while the trainer waits for data (its data wait is more than
-// wait_threshold of the window) and each step up of `step` raises the throughput by more
-// than min_gain, keeps stepping up; a step that does not pay is taken back, and the share
+// controller starts at 0 and, while the trainer waits for data (the wait it is given is more
+// than wait_threshold of the window: the GPU's wait for input where the feeder measures it,
+// ShareControlledFeeder) and each step up of `step` raises the throughput by more than
+// min_gain, keeps stepping up; a step that does not pay is taken back, and the share
 // settles there. It never raises the share in a window where the trainer did not wait for
 // data. Settled, it keeps measuring, and only a window whose throughput falls below
 // (1 - reprobe_drop) of the settled figure starts a new probe from the current share:

@@ -51,12 +51,16 @@ struct NvjpegState {
   size_t arena_bytes = 0;
   ResampleJob* host_jobs = nullptr;    // pinned, max_batch entries
   ResampleJob* device_jobs = nullptr;  // device, max_batch entries
-  cudaEvent_t done = nullptr;          // after the last Decode()'s work
+  // nvJPEG's stream, which holds nothing else (Note [Decoding waits on the host]).
+  cudaStream_t decode_stream = nullptr;
+  cudaEvent_t decoded = nullptr;  // on decode_stream, after the last batch's decode
+  cudaEvent_t done = nullptr;     // on the caller's stream, after the last Decode()'s work
   bool pending = false;
   GpuDecodeTimes times;
 
   ~NvjpegState() {
     if (pending && done != nullptr) cudaEventSynchronize(done);
+    if (decode_stream != nullptr) cudaStreamSynchronize(decode_stream);
     if (cuda_state != nullptr) api.JpegStateDestroy(cuda_state);
     if (cuda_handle != nullptr) api.Destroy(cuda_handle);
     if (jpeg_state != nullptr) api.JpegStateDestroy(jpeg_state);
@@ -65,6 +69,8 @@ struct NvjpegState {
     if (device_jobs != nullptr) cudaFree(device_jobs);
     if (host_jobs != nullptr) cudaFreeHost(host_jobs);
     if (done != nullptr) cudaEventDestroy(done);
+    if (decoded != nullptr) cudaEventDestroy(decoded);
+    if (decode_stream != nullptr) cudaStreamDestroy(decode_stream);
   }
 };
 
@@ -157,12 +163,14 @@ ResampleAxis ToResampleAxis(const data_service::DeferredAxis& axis) {
 
 // Note [Decoding waits on the host]
 // nvjpegDecodeBatched on the hardware backend returns only once its batch is decoded, so
-// the prefetch thread spends that time in the call (GpuDecodeTimes). Measured on an H200
-// with 16 cores: about 25 us per image while the GPU does nothing else, 80 to 120 us while
-// a ResNet-18 step runs (a quarter to a half of each batch deferred), which bounds the share
-// worth giving the GPU. Neither the copy stream's priority, nor nvJPEG allocating from
-// stream-ordered pools, nor a third staging buffer, nor four threads each decoding a part of
-// the batch (each with its own handle, state and stream) shortened the batch's wait.
+// the prefetch thread spends that time in the call (GpuDecodeTimes): about 35 us per image
+// on an idle H200. nvJPEG runs its kernels on streams of its own, which wait behind another
+// stream's work only where the two share a hardware queue (Note [Hardware work queues] in
+// common/cuda_work_queues.h). The decoder gives nvJPEG a stream of its own too, so that a
+// batch's decode is not ordered behind the copy stream's wait for the compute stream to
+// release the staging buffer: the decode reads only the batch's host bytes and writes only
+// the decoder's arena, and the caller's stream waits for it (an event) before the crops
+// that write into the batch.
 
 // Note [Hardware refusals]
 // When a batched decode fails, each of its images is decoded alone to find the one at
@@ -232,6 +240,8 @@ absl::StatusOr<std::unique_ptr<GpuJpegDecoder>> GpuJpegDecoder::Create(int devic
       cudaMallocHost(reinterpret_cast<void**>(&state->host_jobs), sizeof(ResampleJob) * max_batch));
   RETURN_IF_CUDA_ERROR(
       cudaMalloc(reinterpret_cast<void**>(&state->device_jobs), sizeof(ResampleJob) * max_batch));
+  RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&state->decode_stream, cudaStreamNonBlocking));
+  RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(&state->decoded, cudaEventDisableTiming));
   RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(&state->done, cudaEventDisableTiming));
   return std::unique_ptr<GpuJpegDecoder>(new GpuJpegDecoder(std::move(state)));
 }
@@ -311,8 +321,8 @@ absl::StatusOr<std::vector<int32_t>> GpuJpegDecoder::Decode(const data_service::
     s.initialized_batch = n;
     ++s.times.initializations;
   }
-  const nvjpegStatus_t decoded = s.api.DecodeBatched(s.handle, s.jpeg_state, data.data(),
-                                                     lengths.data(), images.data(), stream);
+  const nvjpegStatus_t decoded = s.api.DecodeBatched(
+      s.handle, s.jpeg_state, data.data(), lengths.data(), images.data(), s.decode_stream);
   const double host_ms = absl::ToDoubleMilliseconds(absl::Now() - started);
   ++s.times.batches;
   s.times.host_ms += host_ms;
@@ -326,8 +336,8 @@ absl::StatusOr<std::vector<int32_t>> GpuJpegDecoder::Decode(const data_service::
     for (size_t k = 0; k < work.size(); ++k) {
       RETURN_IF_NVJPEG_ERROR(
           s.api.DecodeBatchedInitialize(s.handle, s.jpeg_state, 1, 1, NVJPEG_OUTPUT_RGBI));
-      nvjpegStatus_t one =
-          s.api.DecodeBatched(s.handle, s.jpeg_state, &data[k], &lengths[k], &images[k], stream);
+      nvjpegStatus_t one = s.api.DecodeBatched(s.handle, s.jpeg_state, &data[k], &lengths[k],
+                                               &images[k], s.decode_stream);
       if (one == NVJPEG_STATUS_ALLOCATOR_FAILURE) return NvjpegStatus(one, "nvjpegDecodeBatched");
       if (one != NVJPEG_STATUS_SUCCESS && s.hardware) {
         // Note [Hardware refusals].
@@ -339,7 +349,7 @@ absl::StatusOr<std::vector<int32_t>> GpuJpegDecoder::Decode(const data_service::
         RETURN_IF_NVJPEG_ERROR(
             s.api.DecodeBatchedInitialize(s.cuda_handle, s.cuda_state, 1, 1, NVJPEG_OUTPUT_RGBI));
         one = s.api.DecodeBatched(s.cuda_handle, s.cuda_state, &data[k], &lengths[k], &images[k],
-                                  stream);
+                                  s.decode_stream);
         if (one == NVJPEG_STATUS_ALLOCATOR_FAILURE) {
           return NvjpegStatus(one, "nvjpegDecodeBatched");
         }
@@ -353,6 +363,8 @@ absl::StatusOr<std::vector<int32_t>> GpuJpegDecoder::Decode(const data_service::
     s.initialized_batch = 1;
   }
 
+  RETURN_IF_CUDA_ERROR(cudaEventRecord(s.decoded, s.decode_stream));
+  RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(stream, s.decoded, 0));
   int jobs = 0;
   for (const Pending& p : work) {
     if (!p.ok) continue;

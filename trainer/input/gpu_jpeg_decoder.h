@@ -1,9 +1,10 @@
 // GpuJpegDecoder: the trainer's half of deferred samples (Note [Deferred samples] in
 // data_service/image/deferred_jpeg.h). It decodes the JPEGs that a batch carries in
-// place of pixels with nvJPEG's hardware backend (the GPU's JPEG engines), batched, and
-// crops, resizes and flips each into its place in the batch's device images, all on the
-// caller's stream. libnvjpeg is loaded at run time (dlopen): the trainer builds and runs
-// without it, and only a ring with deferred samples needs it.
+// place of pixels with nvJPEG's hardware backend (the GPU's JPEG engines), batched, on a
+// stream of its own, and crops, resizes and flips each into its place in the batch's device
+// images on the caller's stream, after the decode. libnvjpeg is loaded at run time
+// (dlopen): the trainer builds and runs without it, and only a ring with deferred samples
+// needs it.
 #ifndef STOKER_TRAINER_INPUT_GPU_JPEG_DECODER_H_
 #define STOKER_TRAINER_INPUT_GPU_JPEG_DECODER_H_
 
@@ -57,9 +58,9 @@ class GpuJpegDecoder {
   GpuJpegDecoder(const GpuJpegDecoder&) = delete;
   GpuJpegDecoder& operator=(const GpuJpegDecoder&) = delete;
 
-  // Enqueues on `stream` the decode of every kDeferredJpeg sample of `batch` (host memory,
-  // which must stay unchanged until the work on `stream` has completed) and the writing
-  // of each into `device_images` (count x S x S x 3 bytes, HWC) at its position. Pixel
+  // Decodes every kDeferredJpeg sample of `batch` (host memory, which must stay unchanged
+  // until the work on `stream` has completed) and enqueues on `stream`, after the decode
+  // and after the work already queued there, the writing of each into `device_images` (count x S x S x 3 bytes, HWC) at its position. Pixel
   // samples are not touched. Returns the positions whose JPEG nvJPEG refused (their
   // place is left unspecified), in increasing order; errors are CUDA's or nvJPEG's
   // failures that are not one image's fault. Waits for the previous call's work on the

@@ -5,16 +5,23 @@
 #include "trainer/input/gpu_jpeg_decoder.h"
 
 #include <ATen/ATen.h>
+#include <ATen/cuda/Sleep.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 #include <turbojpeg.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <optional>
+#include <thread>
 #include <vector>
 
+#include "common/cuda_work_queues.h"
 #include "data_service/image/deferred_jpeg.h"
 #include "data_service/image/transforms.h"
 #include "data_service/ring/wire_types.h"
@@ -33,6 +40,9 @@ using data_service::SampleKind;
 // reconstruction): the two JPEG decoders and the resamplers' rounding differ, not the
 // geometry. A wrong crop, flip or channel order gives well under 20 dB.
 constexpr double kMinPsnrDb = 30.0;
+
+// As the trainer does, before the first CUDA call (Note [Hardware work queues]).
+const std::string kWorkQueues = UseAllCudaWorkQueues();
 
 bool HaveGpu() {
   int count = 0;
@@ -307,6 +317,80 @@ TEST(GpuJpegDecoderTest, BadFileInTheGpuShareIsCountedAndReplaced) {
   std::printf("[ hybrid ] bad file: %lld refused and replaced, %lld decoded on the GPU\n",
               static_cast<long long>(stats.gpu_decode_failures),
               static_cast<long long>(stats.gpu_decoded));
+}
+
+// Note [Hardware work queues]: how long one batch's decode keeps the host while other work
+// is queued on the device, on another stream: one thread spinning (the GPU's cores free) or
+// matrix products (its cores busy), and while every CPU core spins. With too few hardware
+// queues the decode waits for all of the other stream's work.
+TEST(GpuJpegDecoderTest, DecodeTimeBesideOtherWork) {
+  if (!HaveGpu()) GTEST_SKIP() << "needs a GPU";
+  const int count = 64;
+  const HostBatch batch = MakeBatch(TestJpegs(), count, image::TransformSpec::Eval(256, 224));
+  absl::StatusOr<std::unique_ptr<GpuJpegDecoder>> decoder = GpuJpegDecoder::Create(0, count, 224);
+  ASSERT_TRUE(decoder.ok()) << decoder.status();
+  uint8_t* device = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&device), batch.images.size()), cudaSuccess);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  int khz = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0), cudaSuccess);
+  const c10::cuda::CUDAStream other = c10::cuda::getStreamFromPool(false, 0);
+  at::Tensor a = at::randn({8192, 8192}, at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16));
+  at::Tensor b = a.clone();
+  auto ms_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+  };
+  // The median host time of Decode() over 7 batches, `load` enqueued before each.
+  auto decode_ms = [&](auto&& load) {
+    std::vector<double> times;
+    for (int rep = 0; rep < 7; ++rep) {
+      cudaDeviceSynchronize();
+      {
+        c10::cuda::CUDAStreamGuard guard(other);
+        load();
+      }
+      const auto start = std::chrono::steady_clock::now();
+      absl::StatusOr<std::vector<int32_t>> refused = (*decoder)->Decode(batch.View(), device, stream);
+      times.push_back(ms_since(start));
+      EXPECT_TRUE(refused.ok() && refused->empty());
+      cudaStreamSynchronize(stream);
+    }
+    cudaDeviceSynchronize();
+    std::sort(times.begin(), times.end());
+    return times[times.size() / 2];
+  };
+  decode_ms([] {});  // warm-up
+  const double idle = decode_ms([] {});
+  const double spin = decode_ms([&] { at::cuda::sleep(static_cast<int64_t>(khz) * 100); });
+  b = at::mm(a, b);
+  cudaDeviceSynchronize();
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 4; ++i) b = at::mm(a, b);
+  cudaDeviceSynchronize();
+  const int products = std::max(1, static_cast<int>(100.0 / (ms_since(start) / 4)));
+  const double busy = decode_ms([&] {
+    for (int i = 0; i < products; ++i) b = at::mm(a, b);
+  });
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> spinners;
+  for (unsigned i = 0; i < std::thread::hardware_concurrency(); ++i) {
+    spinners.emplace_back([&] {
+      while (!stop.load(std::memory_order_relaxed)) {
+      }
+    });
+  }
+  const double cpu = decode_ms([] {});
+  stop = true;
+  for (std::thread& t : spinners) t.join();
+  std::printf("[ hybrid ] decode of %d images, host time: %.2f ms on an idle GPU; %.2f ms beside "
+              "100 ms of one spinning GPU thread; %.2f ms beside 100 ms of matrix products (%d); "
+              "%.2f ms with every CPU core spinning; CUDA_DEVICE_MAX_CONNECTIONS=%s\n",
+              count, idle, spin, busy, products, cpu, kWorkQueues.c_str());
+  EXPECT_LT(spin, idle + 50.0) << "the decode waited for another stream's work";
+  EXPECT_LT(busy, idle + 50.0) << "the decode waited for all of another stream's work";
+  cudaStreamDestroy(stream);
+  cudaFree(device);
 }
 
 }  // namespace

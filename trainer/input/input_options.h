@@ -46,7 +46,7 @@ absl::StatusOr<std::optional<double>> ParseGpuDecodeShareFlag(absl::string_view 
 // samples the GPU decodes depends on the share, so an adapting share would change the
 // bits between runs) and on the validation ring. The best share measured for ResNet-18
 // from JPEG on one H200 (docs/INPUT_SPEED.md).
-inline constexpr double kAutoFixedGpuDecodeShare = 0.25;
+inline constexpr double kAutoFixedGpuDecodeShare = 0.375;
 
 // How one ring's GPU decode share is chosen: the share asked for from its first batch, and
 // whether a DecodeShareController adapts it from there.

@@ -34,7 +34,10 @@ class ShareControlledFeeder final : public BatchFeeder {
     reading.share = batch.gpu_decode_share;
     if (controller_.has_value()) {
       const DecodeShareController::Phase before = controller_->phase();
-      const double want = controller_->Observe(batch.gpu_decode_share, batch.count, batch.data_wait,
+      // The GPU's own wait where the feeder measures it: the host's wait for a batch is long
+      // whenever the training thread runs steps ahead of the GPU.
+      const double want = controller_->Observe(batch.gpu_decode_share, batch.count,
+                                               batch.gpu_input_wait.value_or(batch.data_wait),
                                                control_.clock());
       if (!SameShare(want, requested_)) {
         requested_ = want;

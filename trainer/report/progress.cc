@@ -25,6 +25,9 @@ std::string FormatProgressLine(const ProgressSnapshot& p) {
       "epoch %d/%d  step %d/%d  loss %.4f  lr %.4g  %.0f img/s  data %.1f%%", p.epoch, p.epochs,
       p.step, p.steps_per_epoch, p.loss, p.learning_rate, p.images_per_second,
       100.0 * p.data_wait_share);
+  if (p.gpu_input_wait_share >= 0) {
+    absl::StrAppend(&line, absl::StrFormat("  gpu-wait %.1f%%", 100.0 * p.gpu_input_wait_share));
+  }
   if (p.gpu_decode_share >= 0) {
     absl::StrAppend(&line, absl::StrFormat("  gpu-decode %.1f%%", 100.0 * p.gpu_decode_share));
   }

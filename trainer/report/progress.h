@@ -25,14 +25,15 @@ struct ProgressSnapshot {
   double loss = 0;
   double learning_rate = 0;
   double images_per_second = 0;
-  double data_wait_share = 0;  // 0..1
+  double data_wait_share = 0;  // 0..1, the host's wait
+  double gpu_input_wait_share = -1;  // 0..1, the GPU's wait for input; negative: not shown
   double gpu_decode_share = -1;  // 0..1, of each batch decoded on the GPU; negative: not shown
   std::string memory;          // e.g. "GPU 3.2/80.0 GiB" or "RSS 1.1 GiB"; empty: not shown
   double eta_seconds = -1;     // negative: unknown
 };
 
-// "epoch 2/10  step 120/390  loss 1.2345  lr 0.0800  1234 img/s  data 3.0%  gpu-decode 25%
-//  RSS 1.1 GiB  ETA 5m12s" (on one line)
+// "epoch 2/10  step 120/390  loss 1.2345  lr 0.0800  1234 img/s  data 3.0%  gpu-wait 0.4%
+//  gpu-decode 25%  RSS 1.1 GiB  ETA 5m12s" (on one line)
 std::string FormatProgressLine(const ProgressSnapshot& snapshot);
 
 // "42s", "5m12s", "3h07m", "2d04h".

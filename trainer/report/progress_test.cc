@@ -29,6 +29,23 @@ TEST(ProgressTest, LineShowsEveryField) {
             "epoch 2/10  step 120/390  loss 1.2346  lr 0.08  1234 img/s  data 3.0%  RSS 1.1 GiB  ETA 5m12s");
 }
 
+TEST(ProgressTest, LineShowsTheGpusWaitAndDecodeShareWhereKnown) {
+  ProgressSnapshot p;
+  p.epoch = 1;
+  p.epochs = 2;
+  p.step = 10;
+  p.steps_per_epoch = 47;
+  p.loss = 5.0;
+  p.learning_rate = 0.001;
+  p.images_per_second = 18000;
+  p.data_wait_share = 0.8;
+  p.gpu_input_wait_share = 0.004;
+  p.gpu_decode_share = 0.375;
+  EXPECT_EQ(FormatProgressLine(p),
+            "epoch 1/2  step 10/47  loss 5.0000  lr 0.001  18000 img/s  data 80.0%  gpu-wait 0.4%  "
+            "gpu-decode 37.5%");
+}
+
 TEST(ProgressTest, EtaReadsNaturally) {
   EXPECT_EQ(FormatEta(42), "42s");
   EXPECT_EQ(FormatEta(312), "5m12s");

@@ -29,11 +29,12 @@ bool ProgressInPlace(ProgressMode mode) {
 }
 
 // Adds the fields that end the "train" and "end" records, in this order.
+// A negative gpu_input_wait_share (not measured) is left out.
 JsonObject& AddRatesAndTime(JsonObject& record, double images_per_second, double data_wait_share,
-                            double elapsed_s) {
-  return record.Add("images_per_second", images_per_second)
-      .Add("data_wait_share", data_wait_share)
-      .Add("elapsed_s", elapsed_s)
+                            double gpu_input_wait_share, double elapsed_s) {
+  record.Add("images_per_second", images_per_second).Add("data_wait_share", data_wait_share);
+  if (gpu_input_wait_share >= 0) record.Add("gpu_input_wait_share", gpu_input_wait_share);
+  return record.Add("elapsed_s", elapsed_s)
       .Add("time", UnixSeconds());
 }
 
@@ -90,9 +91,14 @@ void RunReporter::ExcludeSince(Clock::time_point since) {
 }
 
 void RunReporter::AddBatch(int64_t epoch, int64_t index, absl::Duration data_wait,
+                           std::optional<absl::Duration> gpu_input_wait,
                            const std::vector<int64_t>& samples) {
   window_.AddDataWait(data_wait);
   measured_.AddDataWait(data_wait);
+  if (gpu_input_wait.has_value()) {
+    window_.AddGpuInputWait(*gpu_input_wait);
+    measured_.AddGpuInputWait(*gpu_input_wait);
+  }
   if (!sample_log_.is_open()) return;
   sample_log_ << epoch << " " << index;
   for (int64_t sample : samples) sample_log_ << " " << sample;
@@ -128,6 +134,7 @@ absl::Status RunReporter::Progress(const TrainProgress& p) {
   const Clock::time_point now = Clock::now();
   const double images_per_second = window_.ImagesPerSecond(now);
   const double data_wait = window_.DataWaitShare(now, /*capped=*/true);
+  const double gpu_input_wait = window_.GpuInputWaitShare(now);
   window_.Restart(now);
   double eta = -1;
   if (p.steps_this_run > 1) {
@@ -142,6 +149,7 @@ absl::Status RunReporter::Progress(const TrainProgress& p) {
   snapshot.learning_rate = p.learning_rate;
   snapshot.images_per_second = images_per_second;
   snapshot.data_wait_share = data_wait;
+  snapshot.gpu_input_wait_share = gpu_input_wait;
   snapshot.memory = p.memory;
   snapshot.eta_seconds = eta;
   const DecodeShareGauge::Reading share = options_.decode_share != nullptr
@@ -161,7 +169,8 @@ absl::Status RunReporter::Progress(const TrainProgress& p) {
         .Add("global_step", p.global_step)
         .Add("loss", p.loss)
         .Add("lr", p.learning_rate);
-    AddRatesAndTime(record, images_per_second, data_wait, Seconds(now - run_start_));
+    AddRatesAndTime(record, images_per_second, data_wait, gpu_input_wait,
+                    Seconds(now - run_start_));
     if (has_norm) record.Add("grad_norm", p.grad_norm);
     if (share_shown) {
       record.Add("gpu_decode_share", share.share)
@@ -176,6 +185,10 @@ absl::Status RunReporter::Progress(const TrainProgress& p) {
                                 {"train/images_per_second", images_per_second},
                                 {"train/data_wait_share", data_wait}},
                                p.global_step));
+    if (gpu_input_wait >= 0) {
+      RETURN_IF_ERROR(
+          tensorboard_->AddScalar("train/gpu_input_wait_share", gpu_input_wait, p.global_step));
+    }
     if (share_shown) {
       RETURN_IF_ERROR(
           tensorboard_->AddScalar("train/gpu_decode_share", share.share, p.global_step));
@@ -250,12 +263,16 @@ absl::Status RunReporter::Finished(const RunSummary& s) {
   const Clock::time_point now = Clock::now();
   const double images_per_second = measured_.ImagesPerSecond(now);
   const double data_wait_share = measured_.DataWaitShare(now);
+  const double gpu_input_wait_share = measured_.GpuInputWaitShare(now);
   const bool profiled = s.profiler != nullptr && s.profiler->steps() > 0;
   progress_->Finish();
   LogInfo("done: %d epochs, %d optimizer steps (%d in this run); %.1f images/s over %d ranks after "
-          "%d warm-up steps; data wait %.1f%% of the time",
+          "%d warm-up steps; data wait %.1f%% of the time%s",
           run_.epochs, s.global_step, s.steps_this_run, images_per_second, run_.world_size, run_.warmup_steps,
-          100 * data_wait_share);
+          100 * data_wait_share,
+          gpu_input_wait_share < 0
+              ? ""
+              : absl::StrFormat(" (the GPU's wait for input: %.1f%%)", 100 * gpu_input_wait_share));
   if (s.loss_scaling) {
     LogInfo("fp16 loss scale %.0f; %d step(s) skipped for inf/NaN gradients", s.loss_scale,
             static_cast<int>(s.skipped_steps));
@@ -281,7 +298,8 @@ absl::Status RunReporter::Finished(const RunSummary& s) {
     record.Add("type", "end")
         .Add("epochs", run_.epochs)
         .Add("global_step", s.global_step);
-    AddRatesAndTime(record, images_per_second, data_wait_share, Seconds(now - run_start_));
+    AddRatesAndTime(record, images_per_second, data_wait_share, gpu_input_wait_share,
+                    Seconds(now - run_start_));
     if (last_val_.has_value()) {
       record.Add("val_top1", last_val_->top1).Add("val_top5", last_val_->top5).Add("best_top1", best_top1_);
     }
@@ -301,8 +319,9 @@ absl::Status RunReporter::Finished(const RunSummary& s) {
       .Add("image_size", run_.image_size)
       .Add("synthetic", run_.synthetic)
       .Add("images_per_second", images_per_second)
-      .Add("data_wait_share", data_wait_share)
-      .Add("data_only", run_.data_only)
+      .Add("data_wait_share", data_wait_share);
+  if (gpu_input_wait_share >= 0) summary.Add("gpu_input_wait_share", gpu_input_wait_share);
+  summary.Add("data_only", run_.data_only)
       .Add("measured_steps", measured_steps_)
       .Add("global_step", s.global_step)
       .Add("final_loss", last_loss_);

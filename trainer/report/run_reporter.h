@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -85,8 +86,10 @@ class RunReporter {
   // Leaves the time since `since` (validation, a checkpoint) out of the throughput figures.
   void ExcludeSince(Clock::time_point since);
 
-  // Per micro-batch: its wait for data, and --sample_log's line.
-  void AddBatch(int64_t epoch, int64_t index, absl::Duration data_wait, const std::vector<int64_t>& samples);
+  // Per micro-batch: its wait for data (the host's, and the GPU's where the feeder measures
+  // it: TrainingBatch::gpu_input_wait), and --sample_log's line.
+  void AddBatch(int64_t epoch, int64_t index, absl::Duration data_wait,
+                std::optional<absl::Duration> gpu_input_wait, const std::vector<int64_t>& samples);
   // --loss_log: one micro-batch's loss (waits for it on the device). No-op without it.
   absl::Status LogLoss(int64_t epoch, int64_t index, const at::Tensor& loss);
   // Per optimizer step: the images it trained (over all ranks) and its mean loss (undefined

@@ -8,6 +8,8 @@ void ThroughputMeter::Restart(Clock::time_point now) {
   start_ = now;
   images_ = 0;
   data_wait_ = absl::ZeroDuration();
+  gpu_input_wait_ = absl::ZeroDuration();
+  gpu_input_known_ = false;
 }
 
 double ThroughputMeter::Seconds(Clock::time_point now) const {
@@ -17,6 +19,11 @@ double ThroughputMeter::Seconds(Clock::time_point now) const {
 double ThroughputMeter::DataWaitShare(Clock::time_point now, bool capped) const {
   const double share = absl::ToDoubleSeconds(data_wait_) / Seconds(now);
   return capped ? std::min(1.0, share) : share;
+}
+
+double ThroughputMeter::GpuInputWaitShare(Clock::time_point now) const {
+  if (!gpu_input_known_) return -1;
+  return std::min(1.0, absl::ToDoubleSeconds(gpu_input_wait_) / Seconds(now));
 }
 
 }  // namespace stoker::trainer

@@ -1,5 +1,6 @@
-// ThroughputMeter: images per second and the share of time spent waiting for data, over a
-// stretch of wall time from which pauses (validation, checkpoints) are left out.
+// ThroughputMeter: images per second and the share of time spent waiting for data (the
+// host's wait, and the GPU's where the feeder measures it), over a stretch of wall time
+// from which pauses (validation, checkpoints) are left out.
 #ifndef STOKER_TRAINER_REPORT_THROUGHPUT_METER_H_
 #define STOKER_TRAINER_REPORT_THROUGHPUT_METER_H_
 
@@ -27,6 +28,10 @@ class ThroughputMeter {
   void Restart(Clock::time_point now = Clock::now());
   void AddImages(int64_t images) { images_ += images; }
   void AddDataWait(absl::Duration wait) { data_wait_ += wait; }
+  void AddGpuInputWait(absl::Duration wait) {
+    gpu_input_wait_ += wait;
+    gpu_input_known_ = true;
+  }
   // Leaves `paused` out of the measured time.
   void Exclude(Clock::duration paused) { start_ += paused; }
 
@@ -35,11 +40,16 @@ class ThroughputMeter {
   double ImagesPerSecond(Clock::time_point now = Clock::now()) const { return images_ / Seconds(now); }
   // Time waiting for data over the measured time; at most 1 when `capped`.
   double DataWaitShare(Clock::time_point now = Clock::now(), bool capped = false) const;
+  // The GPU's wait for input over the measured time, at most 1; negative when no batch
+  // since the start carried it.
+  double GpuInputWaitShare(Clock::time_point now = Clock::now()) const;
 
  private:
   Clock::time_point start_;
   int64_t images_ = 0;
   absl::Duration data_wait_;
+  absl::Duration gpu_input_wait_;
+  bool gpu_input_known_ = false;
 };
 
 }  // namespace stoker::trainer

@@ -270,7 +270,7 @@ class CudaBatchFeeder final : public BatchFeeder {
       ASSIGN_OR_RETURN(bool passed, timing_.front().fed.Query());
       if (!passed) break;
       ASSIGN_OR_RETURN(float ms, timing_.front().fed.ElapsedMs(timing_.front().asked));
-      total += absl::Microseconds(static_cast<int64_t>(1e3 * std::max(0.0f, ms)));
+      total += absl::Milliseconds(std::max(0.0f, ms));
       spare_timers_.push_back(std::move(timing_.front()));
       timing_.pop_front();
     }

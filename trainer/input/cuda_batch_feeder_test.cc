@@ -92,6 +92,22 @@ bool HaveGpu() {
   return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
 }
 
+// GPU work for a step: compute(n) enqueues n products of 4096 x 4096 fp32 matrices on the
+// current stream.
+class MatrixProducts {
+ public:
+  MatrixProducts()
+      : a_(at::randn({4096, 4096}, at::TensorOptions().device(at::kCUDA))),
+        b_(at::randn({4096, 4096}, at::TensorOptions().device(at::kCUDA))) {}
+  void operator()(int n) {
+    for (int i = 0; i < n; ++i) b_ = at::mm(a_, b_).mul_(1e-3);
+  }
+
+ private:
+  at::Tensor a_;
+  at::Tensor b_;
+};
+
 FeederOptions IdentityOptions(int batch, int image_size) {
   FeederOptions options;
   options.batch_size = batch;
@@ -159,11 +175,7 @@ TEST(CudaBatchFeederTest, NormalisesToBf16ChannelsLast) {
 TEST(CudaBatchFeederTest, CopiesOverlapCompute) {
   if (!HaveGpu()) GTEST_SKIP() << "needs a GPU";
   const int batch = 256, size = 224, batches = 16;
-  at::Tensor a = at::randn({4096, 4096}, at::TensorOptions().device(at::kCUDA));
-  at::Tensor b = at::randn({4096, 4096}, at::TensorOptions().device(at::kCUDA));
-  auto compute = [&](int n) {
-    for (int i = 0; i < n; ++i) b = at::mm(a, b).mul_(1e-3);
-  };
+  MatrixProducts compute;
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
@@ -216,11 +228,7 @@ TEST(CudaBatchFeederTest, CopiesOverlapCompute) {
 TEST(CudaBatchFeederTest, MeasuresTheGpusWaitForInput) {
   if (!HaveGpu()) GTEST_SKIP() << "needs a GPU";
   const int batch = 32, size = 64, batches = 24;
-  at::Tensor a = at::randn({4096, 4096}, at::TensorOptions().device(at::kCUDA));
-  at::Tensor b = at::randn({4096, 4096}, at::TensorOptions().device(at::kCUDA));
-  auto compute = [&](int n) {
-    for (int i = 0; i < n; ++i) b = at::mm(a, b).mul_(1e-3);
-  };
+  MatrixProducts compute;
   // Runs `batches` batches, each followed by `per_step` products; returns the GPU's wait
   // for input (and the host's) summed over the batches, and the wall time.
   struct Waits {

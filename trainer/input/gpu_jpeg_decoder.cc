@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/cuda_status.h"
+#include "common/cuda_stream.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "data_service/ring/wire_types.h"
@@ -52,15 +53,15 @@ struct NvjpegState {
   ResampleJob* host_jobs = nullptr;    // pinned, max_batch entries
   ResampleJob* device_jobs = nullptr;  // device, max_batch entries
   // nvJPEG's stream, which holds nothing else (Note [Decoding waits on the host]).
-  cudaStream_t decode_stream = nullptr;
-  cudaEvent_t decoded = nullptr;  // on decode_stream, after the last batch's decode
-  cudaEvent_t done = nullptr;     // on the caller's stream, after the last Decode()'s work
+  CudaStream decode_stream;
+  CudaEvent decoded;  // on decode_stream, after the last batch's decode
+  CudaEvent done;     // on the caller's stream, after the last Decode()'s work
   bool pending = false;
   GpuDecodeTimes times;
 
   ~NvjpegState() {
-    if (pending && done != nullptr) cudaEventSynchronize(done);
-    if (decode_stream != nullptr) cudaStreamSynchronize(decode_stream);
+    if (pending) (void)done.Synchronize();
+    if (decode_stream.get() != nullptr) (void)decode_stream.Synchronize();
     if (cuda_state != nullptr) api.JpegStateDestroy(cuda_state);
     if (cuda_handle != nullptr) api.Destroy(cuda_handle);
     if (jpeg_state != nullptr) api.JpegStateDestroy(jpeg_state);
@@ -68,9 +69,6 @@ struct NvjpegState {
     if (arena != nullptr) cudaFree(arena);
     if (device_jobs != nullptr) cudaFree(device_jobs);
     if (host_jobs != nullptr) cudaFreeHost(host_jobs);
-    if (done != nullptr) cudaEventDestroy(done);
-    if (decoded != nullptr) cudaEventDestroy(decoded);
-    if (decode_stream != nullptr) cudaStreamDestroy(decode_stream);
   }
 };
 
@@ -240,9 +238,9 @@ absl::StatusOr<std::unique_ptr<GpuJpegDecoder>> GpuJpegDecoder::Create(int devic
       cudaMallocHost(reinterpret_cast<void**>(&state->host_jobs), sizeof(ResampleJob) * max_batch));
   RETURN_IF_CUDA_ERROR(
       cudaMalloc(reinterpret_cast<void**>(&state->device_jobs), sizeof(ResampleJob) * max_batch));
-  RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&state->decode_stream, cudaStreamNonBlocking));
-  RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(&state->decoded, cudaEventDisableTiming));
-  RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(&state->done, cudaEventDisableTiming));
+  ASSIGN_OR_RETURN(state->decode_stream, CudaStream::Create(device));
+  ASSIGN_OR_RETURN(state->decoded, CudaEvent::Create());
+  ASSIGN_OR_RETURN(state->done, CudaEvent::Create());
   return std::unique_ptr<GpuJpegDecoder>(new GpuJpegDecoder(std::move(state)));
 }
 
@@ -259,7 +257,7 @@ absl::StatusOr<std::vector<int32_t>> GpuJpegDecoder::Decode(const data_service::
   const size_t sample_bytes = static_cast<size_t>(s.image_size) * s.image_size * 3;
   // The arena and the job table are reused: the previous batch's work must be done.
   if (s.pending) {
-    RETURN_IF_CUDA_ERROR(cudaEventSynchronize(s.done));
+    RETURN_IF_ERROR(s.done.Synchronize());
     s.pending = false;
   }
 
@@ -322,7 +320,7 @@ absl::StatusOr<std::vector<int32_t>> GpuJpegDecoder::Decode(const data_service::
     ++s.times.initializations;
   }
   const nvjpegStatus_t decoded = s.api.DecodeBatched(
-      s.handle, s.jpeg_state, data.data(), lengths.data(), images.data(), s.decode_stream);
+      s.handle, s.jpeg_state, data.data(), lengths.data(), images.data(), s.decode_stream.get());
   const double host_ms = absl::ToDoubleMilliseconds(absl::Now() - started);
   ++s.times.batches;
   s.times.host_ms += host_ms;
@@ -337,7 +335,7 @@ absl::StatusOr<std::vector<int32_t>> GpuJpegDecoder::Decode(const data_service::
       RETURN_IF_NVJPEG_ERROR(
           s.api.DecodeBatchedInitialize(s.handle, s.jpeg_state, 1, 1, NVJPEG_OUTPUT_RGBI));
       nvjpegStatus_t one = s.api.DecodeBatched(s.handle, s.jpeg_state, &data[k], &lengths[k],
-                                               &images[k], s.decode_stream);
+                                               &images[k], s.decode_stream.get());
       if (one == NVJPEG_STATUS_ALLOCATOR_FAILURE) return NvjpegStatus(one, "nvjpegDecodeBatched");
       if (one != NVJPEG_STATUS_SUCCESS && s.hardware) {
         // Note [Hardware refusals].
@@ -349,7 +347,7 @@ absl::StatusOr<std::vector<int32_t>> GpuJpegDecoder::Decode(const data_service::
         RETURN_IF_NVJPEG_ERROR(
             s.api.DecodeBatchedInitialize(s.cuda_handle, s.cuda_state, 1, 1, NVJPEG_OUTPUT_RGBI));
         one = s.api.DecodeBatched(s.cuda_handle, s.cuda_state, &data[k], &lengths[k], &images[k],
-                                  s.decode_stream);
+                                  s.decode_stream.get());
         if (one == NVJPEG_STATUS_ALLOCATOR_FAILURE) {
           return NvjpegStatus(one, "nvjpegDecodeBatched");
         }
@@ -363,8 +361,8 @@ absl::StatusOr<std::vector<int32_t>> GpuJpegDecoder::Decode(const data_service::
     s.initialized_batch = 1;
   }
 
-  RETURN_IF_CUDA_ERROR(cudaEventRecord(s.decoded, s.decode_stream));
-  RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(stream, s.decoded, 0));
+  RETURN_IF_ERROR(s.decoded.Record(s.decode_stream.get()));
+  RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(stream, s.decoded.get(), 0));
   int jobs = 0;
   for (const Pending& p : work) {
     if (!p.ok) continue;
@@ -380,7 +378,7 @@ absl::StatusOr<std::vector<int32_t>> GpuJpegDecoder::Decode(const data_service::
   RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(s.device_jobs, s.host_jobs, sizeof(ResampleJob) * jobs,
                                        cudaMemcpyHostToDevice, stream));
   RETURN_IF_CUDA_ERROR(LaunchDeferredResample(s.device_jobs, jobs, s.image_size, stream));
-  RETURN_IF_CUDA_ERROR(cudaEventRecord(s.done, stream));
+  RETURN_IF_ERROR(s.done.Record(stream));
   s.pending = true;
   std::sort(failed.begin(), failed.end());
   return failed;

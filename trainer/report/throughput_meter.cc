@@ -8,8 +8,7 @@ void ThroughputMeter::Restart(Clock::time_point now) {
   start_ = now;
   images_ = 0;
   data_wait_ = absl::ZeroDuration();
-  gpu_input_wait_ = absl::ZeroDuration();
-  gpu_input_known_ = false;
+  gpu_input_wait_.reset();
 }
 
 double ThroughputMeter::Seconds(Clock::time_point now) const {
@@ -22,8 +21,8 @@ double ThroughputMeter::DataWaitShare(Clock::time_point now, bool capped) const 
 }
 
 double ThroughputMeter::GpuInputWaitShare(Clock::time_point now) const {
-  if (!gpu_input_known_) return -1;
-  return std::min(1.0, absl::ToDoubleSeconds(gpu_input_wait_) / Seconds(now));
+  if (!gpu_input_wait_.has_value()) return -1;
+  return std::min(1.0, absl::ToDoubleSeconds(*gpu_input_wait_) / Seconds(now));
 }
 
 }  // namespace stoker::trainer

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 
 #include "absl/time/time.h"
 
@@ -29,8 +30,7 @@ class ThroughputMeter {
   void AddImages(int64_t images) { images_ += images; }
   void AddDataWait(absl::Duration wait) { data_wait_ += wait; }
   void AddGpuInputWait(absl::Duration wait) {
-    gpu_input_wait_ += wait;
-    gpu_input_known_ = true;
+    gpu_input_wait_ = gpu_input_wait_.value_or(absl::ZeroDuration()) + wait;
   }
   // Leaves `paused` out of the measured time.
   void Exclude(Clock::duration paused) { start_ += paused; }
@@ -48,8 +48,7 @@ class ThroughputMeter {
   Clock::time_point start_;
   int64_t images_ = 0;
   absl::Duration data_wait_;
-  absl::Duration gpu_input_wait_;
-  bool gpu_input_known_ = false;
+  std::optional<absl::Duration> gpu_input_wait_;  // none until a batch carries it
 };
 
 }  // namespace stoker::trainer

@@ -8,12 +8,14 @@ set -euo pipefail
 source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
 begin_job_test
 
+# Six epochs, so that each job's ring segments live long enough (a few seconds) for the
+# sampling loop below to see them on a loaded machine.
 run_job() {  # NAME [--job_id=ID]: a small job in the background, its log in $out/NAME.log
   local name="$1"; shift
   "$root/launcher/launcher" --np=2 "$@" \
     --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
     --dataset=synthetic --synthetic_samples=256 --synthetic_classes=4 --data_threads=1 -- \
-    --model=small_cnn --num_classes=4 --image_size=16 --batch_size=16 --epochs=2 --lr=0.05 \
+    --model=small_cnn --num_classes=4 --image_size=16 --batch_size=16 --epochs=6 --lr=0.05 \
     --log_every=1 --loss_log="$out/$name.loss" > "$out/$name.log" 2>&1 &
 }
 
@@ -65,10 +67,10 @@ for path in "${!seen[@]}"; do
     { echo "FAIL: $path belongs to neither job"; exit 1; }
 done
 
-# Both trained to the end: 256 samples / 2 ranks / 16 = 8 steps per epoch, 2 epochs.
+# Both trained to the end: 256 samples / 2 ranks / 16 = 8 steps per epoch, 6 epochs.
 for name in a b; do
   steps=$(wc -l < "$out/$name.loss")
-  [[ "$steps" -eq 16 ]] || { echo "FAIL: job $name logged $steps steps, not 16"; exit 1; }
+  [[ "$steps" -eq 48 ]] || { echo "FAIL: job $name logged $steps steps, not 48"; exit 1; }
 done
 
 # A launch that reuses a running job's id is refused and leaves that job alone.

@@ -9,9 +9,14 @@ source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
 begin_job_test
 
 # Six epochs, so that each job's ring segments live long enough (a few seconds) for the
-# sampling loop below to see them on a loaded machine.
+# sampling loop below to see them on a loaded machine. Each job's mpirun has a session
+# directory of its own: two mpiruns that create the same one at the same moment can both try
+# its mkdir, and the loser fails to start ("File exists").
 run_job() {  # NAME [--job_id=ID]: a small job in the background, its log in $out/NAME.log
   local name="$1"; shift
+  local session="$STOKER_TEST_OMPI_DIR/$name"
+  mkdir -p "$session"
+  OMPI_MCA_orte_tmpdir_base="$session" OMPI_MCA_btl_vader_backing_directory="$session" \
   "$root/launcher/launcher" --np=2 "$@" \
     --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
     --dataset=synthetic --synthetic_samples=256 --synthetic_classes=4 --data_threads=1 -- \

@@ -3,8 +3,8 @@
 // give torchvision's model the same function. Writes the input batch and the logits as raw
 // float32 files (NCHW and [batch, classes], C order).
 //
-//   checkpoint_logits --checkpoint=ckpt-...stoker --model=resnet18 --num_classes=10 \
-//       --image_size=32 --input_out=x.f32 --logits_out=y.f32
+//   checkpoint_logits --checkpoint=ckpt-...stoker --model=resnet18 --num_classes=10
+//       --image_size=32 --input_out=x.f32 --logits_out=y.f32   (one command line)
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 

@@ -119,23 +119,7 @@ class CudaBatchFeeder final : public BatchFeeder {
     }
     if (prefetch_thread_.joinable()) prefetch_thread_.join();
     if (copy_stream_.get() != nullptr) cudaStreamSynchronize(copy_stream_.get());
-    if (decoder_ != nullptr && decoder_->times().batches > 0) {
-      // Note [Decoding waits on the host] in gpu_jpeg_decoder.cc.
-      const GpuDecodeTimes times = decoder_->times();
-      LogInfo("GPU %d decode: %lld batches, %lld of them re-initialising nvJPEG's batch; %.3f ms "
-              "of host time per batch in nvJPEG (longest %.2f ms)",
-              device_, static_cast<long long>(times.batches),
-              static_cast<long long>(times.initializations), times.host_ms / times.batches,
-              times.longest_host_ms);
-    }
-    if (decoder_ != nullptr) {
-      LogInfo(
-          "GPU %d decoded %lld deferred samples with nvJPEG's %s backend; %lld refused and "
-          "replaced; %lld of the decoded ones left by the JPEG engines to the CUDA backend",
-          device_, static_cast<long long>(gpu_decoded_), decoder_->hardware() ? "hardware" : "CUDA",
-          static_cast<long long>(gpu_refused_),
-          static_cast<long long>(decoder_->cuda_backend_decodes()));
-    }
+    if (decoder_ != nullptr) LogDecoderTotals();
     // The members go in reverse order: the staging buffers and their events, the copy
     // stream, the pinned range.
   }
@@ -234,6 +218,25 @@ class CudaBatchFeeder final : public BatchFeeder {
   }
 
  private:
+  // What the GPU decoder did over the feeder's life; the host times are Note [Decoding waits
+  // on the host] in gpu_jpeg_decoder.cc.
+  void LogDecoderTotals() const {
+    const GpuDecodeTimes times = decoder_->times();
+    if (times.batches > 0) {
+      LogInfo("GPU %d decode: %lld batches, %lld of them re-initialising nvJPEG's batch; %.3f ms "
+              "of host time per batch in nvJPEG (longest %.2f ms)",
+              device_, static_cast<long long>(times.batches),
+              static_cast<long long>(times.initializations), times.host_ms / times.batches,
+              times.longest_host_ms);
+    }
+    LogInfo(
+        "GPU %d decoded %lld deferred samples with nvJPEG's %s backend; %lld refused and "
+        "replaced; %lld of the decoded ones left by the JPEG engines to the CUDA backend",
+        device_, static_cast<long long>(gpu_decoded_), decoder_->hardware() ? "hardware" : "CUDA",
+        static_cast<long long>(gpu_refused_),
+        static_cast<long long>(decoder_->cuda_backend_decodes()));
+  }
+
   static constexpr int kBuffers = 2;
 
   static absl::StatusOr<NormalizedType> TypeOf(at::ScalarType dtype) {

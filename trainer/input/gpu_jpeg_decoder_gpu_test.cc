@@ -183,7 +183,7 @@ TEST(GpuJpegDecoderTest, GpuDecodedSamplesMatchCpuDecodedOnes) {
     }
     std::printf(
         "[ hybrid ] %s: GPU vs CPU (Pillow reconstruction) PSNR min %.1f dB, mean %.1f "
-        "dB over %zu samples; hardware backend: %s\n",
+        "dB over %zu samples; hardware backend: %s, %lld of them left to the CUDA backend\n",
         spec.mode == image::TransformMode::kTrain ? "train" : "eval", worst,
         total / batch.keys.size(), batch.keys.size(), (*decoder)->hardware() ? "yes" : "no",
         static_cast<long long>((*decoder)->cuda_backend_decodes()));

@@ -323,7 +323,7 @@ absl::Status RunReporter::Finished(const RunSummary& s) {
       .Add("final_loss", last_loss_);
   if (share_shown) {
     summary.Add("gpu_decode_share", share.share)
-        .Add("gpu_decode_mode", DecodeShareModeName(share.mode))
+        .Add("gpu_decode_mode", share.mode)
         .Add("gpu_decode_settled", share.settled);
   }
   if (last_val_.has_value()) {

@@ -14,4 +14,5 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
 fi
 targets=("$@")
 (( ${#targets[@]} )) || targets=(//...)
+tools/check_visibility.sh
 exec bazel test "${args[@]}" "${targets[@]}"

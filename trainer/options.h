@@ -23,7 +23,7 @@
 
 namespace stoker::trainer {
 
-// The model to build (trainer/nn/models.h) and its output.
+// The model to build (trainer/model_registry.h) and its output.
 struct ModelOptions {
   std::string name = "small_cnn";  // or a torch.export archive's path ("m.pt2")
   int num_classes = 10;

@@ -81,7 +81,8 @@ class SyntheticInput final : public RunInput {
 class RingInput final : public RunInput {
  public:
   static absl::StatusOr<std::unique_ptr<RingInput>> Open(const TrainerOptions& o, const RunContext& context,
-                                                         const InputStart& start);
+                                                         const InputStart& start,
+                                                         DecodeShareGauge* decode_share);
   int64_t batches_per_epoch() const override { return batches_per_epoch_; }
   int64_t trained_per_epoch() const override { return trained_per_epoch_; }
   BatchFeeder& feeder() override { return *feeder_; }
@@ -128,7 +129,8 @@ absl::StatusOr<GpuDecodeSharePlan> RingInput::SharePlan(const TrainerOptions& o,
 }
 
 absl::StatusOr<std::unique_ptr<RingInput>> RingInput::Open(const TrainerOptions& o, const RunContext& context,
-                                                           const InputStart& start) {
+                                                           const InputStart& start,
+                                                           DecodeShareGauge* decode_share) {
   std::unique_ptr<RingInput> input(new RingInput(FeederOptionsFor(o, context), TrainingDevice(context), start.seed));
   ASSIGN_OR_RETURN(const GpuDecodeSharePlan share_plan,
                    SharePlan(o, context, input->device_, /*training_ring=*/true));
@@ -189,7 +191,7 @@ absl::StatusOr<std::unique_ptr<RingInput>> RingInput::Open(const TrainerOptions&
   control.request = [ring = input->ring_.get()](double share) {
     ring->RequestGpuDecodeShare(share);
   };
-  control.gauge = o.report.decode_share.get();
+  control.gauge = decode_share;
   control.log_changes = context.rank0();
   input->feeder_ = MakeShareControlledFeeder(std::move(feeder), std::move(control));
   return input;
@@ -211,9 +213,11 @@ absl::StatusOr<ValidationPass> RingInput::StartValidation(int64_t epoch) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RunInput>> OpenRunInput(const TrainerOptions& options, const RunContext& context,
-                                                       const InputStart& start) {
+                                                       const InputStart& start,
+                                                       DecodeShareGauge* decode_share) {
   if (options.input.synthetic_steps > 0) return std::make_unique<SyntheticInput>(options, context, start);
-  ASSIGN_OR_RETURN(std::unique_ptr<RingInput> input, RingInput::Open(options, context, start));
+  ASSIGN_OR_RETURN(std::unique_ptr<RingInput> input,
+                   RingInput::Open(options, context, start, decode_share));
   return std::unique_ptr<RunInput>(std::move(input));
 }
 

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "trainer/input/batch_feeder.h"
+#include "trainer/input/decode_share_gauge.h"
 #include "trainer/options.h"
 #include "trainer/run_context.h"
 
@@ -54,9 +55,12 @@ struct InputStart {
 using RunInputFactory = std::function<absl::StatusOr<std::unique_ptr<RunInput>>(const InputStart&)>;
 
 // The input `options` describe: synthetic batches with --synthetic_steps, else the rings of
-// the node's data service at --data_socket. Batches land on the context's device.
+// the node's data service at --data_socket. Batches land on the context's device. The
+// rings' input sets the GPU decode share it uses in `decode_share` (may be null; outlives
+// the input).
 absl::StatusOr<std::unique_ptr<RunInput>> OpenRunInput(const TrainerOptions& options, const RunContext& context,
-                                                       const InputStart& start);
+                                                       const InputStart& start,
+                                                       DecodeShareGauge* decode_share = nullptr);
 
 }  // namespace stoker::trainer
 

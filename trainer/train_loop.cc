@@ -19,6 +19,7 @@
 #include "trainer/data_only.h"
 #include "trainer/device.h"
 #include "trainer/evaluation.h"
+#include "trainer/input/decode_share_gauge.h"
 #include "trainer/optim/lr_schedule.h"
 #include "trainer/profiled_steps.h"
 #include "trainer/report/run_reporter.h"
@@ -33,17 +34,31 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 
 using Stopped = absl::optional<TrainingOutcome>;  // a run that ends early, or none
 
+// The input side's GPU decode share as the reports show it.
+DecodeShareReport ReportOf(const DecodeShareGauge::Reading& reading) {
+  DecodeShareReport report;
+  if (reading.mode == DecodeShareMode::kUnset) return report;
+  report.mode = DecodeShareModeName(reading.mode);
+  report.share = reading.share;
+  report.off = reading.mode == DecodeShareMode::kOff;
+  report.adaptive = reading.mode == DecodeShareMode::kAdaptive;
+  report.settled = reading.settled;
+  return report;
+}
+
 // One rank's run. Members are declared in dependency order; the destructor releases them
 // in reverse (the input before the model it feeds).
 class Trainer {
  public:
+  // `decode_share` is where the run's input sets the GPU decode share it uses.
   Trainer(const TrainerOptions& options, const RunContext& context, Communicator& gradients,
-          Communicator& host, RunInputFactory open_input)
+          Communicator& host, RunInputFactory open_input, const DecodeShareGauge& decode_share)
       : o_(options),
         context_(context),
         gradients_(gradients),
         host_(host),
-        open_input_(std::move(open_input)) {}
+        open_input_(std::move(open_input)),
+        decode_share_(decode_share) {}
 
   absl::StatusOr<TrainingOutcome> Run();
 
@@ -65,6 +80,7 @@ class Trainer {
   Communicator& gradients_;
   Communicator& host_;
   RunInputFactory open_input_;
+  const DecodeShareGauge& decode_share_;
   uint64_t seed_ = 0;
   RunPosition start_;
   absl::optional<RunGeometry> saved_;  // the resumed checkpoint's shape
@@ -115,7 +131,9 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
                            context_.world_size(),  o_.input.batch_size,
                            o_.input.image_size,    o_.input.synthetic_steps > 0,
                            o_.benchmark.data_only, o_.benchmark.warmup_steps};
-  ASSIGN_OR_RETURN(reporter_, RunReporter::Create(o_.report, context_.rank.rank, run));
+  ASSIGN_OR_RETURN(reporter_,
+                   RunReporter::Create(o_.report, context_.rank.rank, run,
+                                       [this] { return ReportOf(decode_share_.Read()); }));
   CheckpointOptions checkpoint_options = o_.checkpoint;
   checkpoint_options.run_identity = RunIdentity(o_);
   ASSIGN_OR_RETURN(RunCheckpoints checkpoints,
@@ -385,15 +403,18 @@ absl::StatusOr<TrainingOutcome> RunTraining(const TrainerOptions& options,
                                             const RunContext& context, Communicator& gradients,
                                             Communicator& host, RunInputFactory open_input) {
   RETURN_IF_ERROR(ValidateOptions(options));
+  DecodeShareGauge decode_share;
   if (open_input == nullptr) {
-    open_input = [&](const InputStart& start) { return OpenRunInput(options, context, start); };
+    open_input = [&](const InputStart& start) {
+      return OpenRunInput(options, context, start, &decode_share);
+    };
   }
   // Every collective gets a deadline (Note [Collective deadline] in
   // trainer/comm/collective_watchdog.h).
   ASSIGN_OR_RETURN(
       std::unique_ptr<RankWatch> watch,
       WatchRank(options.comm, context.rank, context.job_id, host, {&gradients, &host}));
-  Trainer trainer(options, context, gradients, host, std::move(open_input));
+  Trainer trainer(options, context, gradients, host, std::move(open_input), decode_share);
   return TorchCall("training", [&] { return trainer.Run(); });
 }
 

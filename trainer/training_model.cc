@@ -7,13 +7,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
 #include "common/exit_codes.h"
 #include "common/seed_mix.h"
 #include "common/status_macros.h"
-#include "trainer/checkpoint/atomic_file.h"
 #include "trainer/cuda_graph.h"
 #include "trainer/device.h"
-#include "trainer/nn/models.h"
+#include "trainer/model_registry.h"
 #include "trainer/nn/state_dict.h"
 #include "trainer/nn/state_dict_file.h"
 

@@ -13,11 +13,11 @@
 #include "trainer/checkpoint/training_state.h"
 #include "trainer/comm/communicator.h"
 #include "trainer/comm/grad_buckets.h"
+#include "trainer/comm/timed_communicator.h"
 #include "trainer/nn/image_classifier.h"
 #include "trainer/nn/loss_scaler.h"
 #include "trainer/optim/fused_optimizer.h"
 #include "trainer/options.h"
-#include "trainer/report/step_profiler.h"
 #include "trainer/run_context.h"
 #include "trainer/train_step.h"
 

@@ -12,10 +12,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "common/atomic_file.h"
+#include "common/crc32c.h"
 #include "common/errno_status.h"
 #include "common/status_macros.h"
-#include "trainer/checkpoint/atomic_file.h"
-#include "trainer/checkpoint/crc32c.h"
 
 namespace stoker::trainer {
 namespace {

@@ -14,11 +14,11 @@
 #include "absl/flags/flag.h"
 #include "common/flags.h"
 #include "trainer/checkpoint/checkpoint_file.h"
-#include "trainer/nn/models.h"
 #include "trainer/checkpoint/training_state.h"
+#include "trainer/nn/builtin_models.h"
 
 ABSL_FLAG(std::string, checkpoint, "", "A trainer checkpoint file.");
-ABSL_FLAG(std::string, model, "resnet18", "The checkpoint's model.");
+ABSL_FLAG(std::string, model, "resnet18", "The checkpoint's model (a built-in one).");
 ABSL_FLAG(int, num_classes, 10, "The checkpoint's number of classes.");
 ABSL_FLAG(int, image_size, 32, "Input size.");
 ABSL_FLAG(int, batch, 4, "Images in the batch.");
@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
       "a checkpoint's model on a random batch");
   auto checkpoint = stoker::trainer::LoadCheckpoint(absl::GetFlag(FLAGS_checkpoint));
   if (!checkpoint.ok()) return Fail(std::string(checkpoint.status().message()));
-  auto model = stoker::trainer::MakeModel(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_num_classes));
+  auto model = stoker::trainer::MakeBuiltinModel(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_num_classes));
   if (!model.ok()) return Fail(std::string(model.status().message()));
   if (absl::Status s = stoker::trainer::RestoreModelState(*checkpoint, **model); !s.ok()) {
     return Fail(std::string(s.message()));

@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
 #include "common/errno_status.h"
 #include "common/exit_codes.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "trainer/checkpoint/atomic_file.h"
 
 namespace stoker::trainer {
 namespace {

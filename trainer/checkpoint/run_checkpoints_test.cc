@@ -11,10 +11,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
 #include "common/exit_codes.h"
+#include "common/test_dir.h"
 #include "gtest/gtest.h"
-#include "trainer/checkpoint/atomic_file.h"
-#include "trainer/checkpoint/test_dir.h"
 
 namespace stoker::trainer {
 namespace {

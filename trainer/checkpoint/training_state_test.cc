@@ -6,7 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
-#include "trainer/nn/models.h"
+#include "trainer/nn/builtin_models.h"
 #include "trainer/nn/state_dict.h"
 
 namespace stoker::trainer {
@@ -24,7 +24,7 @@ struct TrainedRun {
 
 TrainedRun MakeRun(uint64_t seed, bool scaling) {
   torch::manual_seed(seed);
-  std::shared_ptr<ImageClassifier> model = *MakeModel("small_cnn", 4);
+  std::shared_ptr<ImageClassifier> model = *MakeBuiltinModel("small_cnn", 4);
   std::vector<at::Tensor> params;
   std::vector<std::string> names;
   for (const auto& item : model->named_parameters()) {
@@ -122,7 +122,7 @@ TEST(TrainingStateTest, ATensorOfAnotherShapeIsNamed) {
   ASSERT_TRUE(bytes.ok());
   auto checkpoint = CheckpointReader::Parse(*bytes, "ckpt-x");
   torch::manual_seed(3);
-  std::shared_ptr<ImageClassifier> wider = *MakeModel("small_cnn", 7);
+  std::shared_ptr<ImageClassifier> wider = *MakeBuiltinModel("small_cnn", 7);
   TrainedRun other = MakeRun(1, false);
   other.model = wider;
   const absl::Status status = RestoreTrainingState(*checkpoint, other.refs());

@@ -7,14 +7,13 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "common/element_type.h"
 #include "trainer/comm/collective_ledger.h"
 
 namespace stoker::trainer {
 
-enum class ElementType { kFloat32, kFloat16, kBFloat16, kInt64, kUInt8 };
+// The elements a collective reduces are an ElementType (common/element_type.h).
 enum class ReduceOp { kSum, kAverage };
-
-size_t ElementSize(ElementType type);
 
 // Collective operations over a fixed group of ranks. Every method but the accessors is
 // a collective: it must be called in the same order on every rank. Host communicators

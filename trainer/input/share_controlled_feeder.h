@@ -10,8 +10,8 @@
 #include "absl/time/time.h"
 #include "trainer/input/batch_feeder.h"
 #include "trainer/input/decode_share_controller.h"
+#include "trainer/input/decode_share_gauge.h"
 #include "trainer/input/input_options.h"
-#include "trainer/report/decode_share_gauge.h"
 
 namespace stoker::trainer {
 

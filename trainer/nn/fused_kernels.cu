@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "trainer/nn/kernel_elements.cuh"
+#include "trainer/nn/multiprocessors.h"
 
 namespace stoker::trainer {
 namespace {
@@ -16,8 +17,9 @@ using internal::VectorWidth;
 // channels (c0 = (blockIdx.x * TX + tx) * V) and the rows ty + TY * (blockIdx.y + gridDim.y
 // * k). Each thread reduces its rows, the block merges its TY partials in shared memory, and
 // block row blockIdx.y writes one partial per channel to scratch; a finalize kernel merges
-// the gridDim.y partials (Note [Finalize layout]). The plan is a function of the shape alone, so
-// BatchNormScratchFloats and the launches agree.
+// the gridDim.y partials (Note [Finalize layout]). The plan is a function of the shape and
+// the current device's multiprocessor count alone, so BatchNormScratchFloats and the launches
+// agree on one device.
 struct Plan {
   int vec, tx, ty;
   int channel_tiles, row_blocks;
@@ -25,9 +27,10 @@ struct Plan {
 
 constexpr int kThreads = 256;
 constexpr int kMaxRowBlocks = 1024;
-constexpr int kTargetBlocks = 132 * 8;  // a few blocks per multiprocessor of an H100/H200
+constexpr int kBlocksPerMultiprocessor = 8;  // a few blocks per multiprocessor
 
 Plan MakePlan(ChannelRows s, int vec) {
+  const int target_blocks = kBlocksPerMultiprocessor * CurrentDeviceMultiprocessors();
   Plan p;
   p.vec = vec;
   const int vectors = (s.channels + vec - 1) / vec;
@@ -35,7 +38,7 @@ Plan MakePlan(ChannelRows s, int vec) {
   p.ty = kThreads / p.tx;
   p.channel_tiles = (vectors + p.tx - 1) / p.tx;
   const int64_t row_groups = (s.rows + p.ty - 1) / p.ty;
-  const int64_t wanted = (kTargetBlocks + p.channel_tiles - 1) / p.channel_tiles;
+  const int64_t wanted = (target_blocks + p.channel_tiles - 1) / p.channel_tiles;
   p.row_blocks = static_cast<int>(
       std::max<int64_t>(1, std::min<int64_t>({wanted, row_groups, kMaxRowBlocks})));
   return p;

@@ -1,8 +1,9 @@
 // The CUDA kernels behind the fused batch norm of fused_blocks.h: batch norm with its
-// residual add and ReLU, forward and backward (max pooling: max_pool_kernels.h), and the
-// element types of every fused kernel. Activations are NHWC in memory (a channels_last
-// [N, C, H, W] tensor): `rows` = N * H * W rows of `channels` contiguous values, of one
-// ElementType. Per-channel arrays (weight, bias, statistics) are fp32. Every function
+// residual add and ReLU, forward and backward (max pooling: max_pool_kernels.h).
+// Activations are NHWC in memory (a channels_last [N, C, H, W] tensor): `rows` = N * H * W
+// rows of `channels` contiguous values, of one floating ElementType (common/element_type.h:
+// kFloat32, kFloat16 or kBFloat16; the others are refused with cudaErrorInvalidValue).
+// Per-channel arrays (weight, bias, statistics) are fp32. Every function
 // enqueues on `stream`, takes device pointers and returns the first launch error.
 #ifndef STOKER_TRAINER_NN_FUSED_KERNELS_H_
 #define STOKER_TRAINER_NN_FUSED_KERNELS_H_
@@ -11,16 +12,17 @@
 
 #include <cstdint>
 
-namespace stoker::trainer {
+#include "common/element_type.h"
 
-enum class ElementType { kFloat32, kFloat16, kBFloat16 };
+namespace stoker::trainer {
 
 struct ChannelRows {
   int64_t rows = 0;
   int channels = 0;
 };
 
-// The fp32 scratch the batch-norm launches below need (per-block partial reductions).
+// The fp32 scratch the batch-norm launches below need on the current device (per-block
+// partial reductions; the device's multiprocessor count sizes the grid).
 int64_t BatchNormScratchFloats(ChannelRows shape);
 
 // Batch statistics of x in one pass (Welford per thread, merged exactly across threads and

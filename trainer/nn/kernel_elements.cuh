@@ -88,6 +88,9 @@ cudaError_t Dispatch(ElementType type, int vec, F&& f) {
     case ElementType::kBFloat16:
       return vec == 1 ? f(__nv_bfloat16{}, std::integral_constant<int, 1>{})
                       : f(__nv_bfloat16{}, std::integral_constant<int, 8>{});
+    case ElementType::kInt64:
+    case ElementType::kUInt8:
+      break;  // not a type of the fused kernels
   }
   return cudaErrorInvalidValue;
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "trainer/nn/kernel_elements.cuh"
+#include "trainer/nn/multiprocessors.h"
 
 namespace stoker::trainer {
 namespace {
@@ -11,10 +12,11 @@ namespace {
 constexpr int kPoolThreads = 256;
 
 // Blocks of kPoolThreads for a grid-stride loop over `total` items: one item per thread
-// where that is few enough, else 32 blocks per multiprocessor of an H100/H200.
+// where that is few enough, else 32 blocks per multiprocessor of the current device.
 int GridStrideBlocks(int64_t total) {
+  const int64_t most = 32 * static_cast<int64_t>(CurrentDeviceMultiprocessors());
   return static_cast<int>(
-      std::max<int64_t>(1, std::min<int64_t>((total + kPoolThreads - 1) / kPoolThreads, 132 * 32)));
+      std::max<int64_t>(1, std::min<int64_t>((total + kPoolThreads - 1) / kPoolThreads, most)));
 }
 
 // Calls f(n, h, w, c0) for every vector of V channels of an NHWC tensor [batch, height,

@@ -21,7 +21,7 @@ namespace stoker::trainer {
 // channels_last, under autocast or not); output: logits [N, num_classes].
 // With `fused_blocks`, batch norm + ReLU, batch norm + add + ReLU and the stem's max pool
 // are the fused blocks of fused_blocks.h (same results within rounding on the GPU; the
-// same ops on the CPU). Precondition: num_classes >= 1 (MakeModel checks it).
+// same ops on the CPU). Precondition: num_classes >= 1 (MakeBuiltinModel checks it).
 // Thread-compatible, like any torch::nn::Module.
 std::shared_ptr<ImageClassifier> MakeResNet18(int num_classes, bool fused_blocks = true);
 std::shared_ptr<ImageClassifier> MakeResNet50(int num_classes, bool fused_blocks = true);

@@ -15,7 +15,7 @@
 #include "common/testing/python_runner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "trainer/nn/models.h"
+#include "trainer/nn/builtin_models.h"
 #include "trainer/nn/state_dict.h"
 
 namespace stoker::trainer {
@@ -52,7 +52,7 @@ class StateDictFileTest : public ::testing::Test {
   static void SetUpTestSuite() {
     torch::manual_seed(kSeed);
     const std::string source = TempPath("source.pt");
-    std::ofstream(source, std::ios::binary) << *PickleStateDict(**MakeModel("small_cnn", 4));
+    std::ofstream(source, std::ios::binary) << *PickleStateDict(**MakeBuiltinModel("small_cnn", 4));
     absl::StatusOr<std::string> written =
         testing::RunPython(kWriteStateDicts, {source, std::getenv("TEST_TMPDIR")});
     ASSERT_TRUE(written.ok()) << written.status();
@@ -61,7 +61,7 @@ class StateDictFileTest : public ::testing::Test {
   // The model the files were written from, with its initial weights.
   void SetUp() override {
     torch::manual_seed(kSeed);
-    model_ = *MakeModel("small_cnn", 4);
+    model_ = *MakeBuiltinModel("small_cnn", 4);
   }
 
   absl::Status Load(absl::string_view name) {

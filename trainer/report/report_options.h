@@ -4,13 +4,11 @@
 #ifndef STOKER_TRAINER_REPORT_REPORT_OPTIONS_H_
 #define STOKER_TRAINER_REPORT_REPORT_OPTIONS_H_
 
-#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "trainer/report/decode_share_gauge.h"
 
 namespace stoker::trainer {
 
@@ -34,9 +32,6 @@ struct ReportOptions {
   // trained batch to <path>.rank<r>: what tests check sampling and seeding with.
   std::string sample_log;
   int profile_steps = 0;  // time breakdown over this many steps after the warm-up
-  // Not a flag: where the input side reports the GPU decode share that the progress line,
-  // the JSON lines and the summary show. Copies of the options share it.
-  std::shared_ptr<DecodeShareGauge> decode_share = std::make_shared<DecodeShareGauge>();
 
   // InvalidArgument naming the flag at fault.
   absl::Status Validate() const;

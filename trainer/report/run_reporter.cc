@@ -48,8 +48,9 @@ absl::Status AddScalars(TensorBoardWriter& writer,
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RunReporter>> RunReporter::Create(const ReportOptions& options, int rank,
-                                                                 const RunDescription& run) {
-  std::unique_ptr<RunReporter> reporter(new RunReporter(options, rank, run));
+                                                                 const RunDescription& run,
+                                                                 DecodeShareSource decode_share) {
+  std::unique_ptr<RunReporter> reporter(new RunReporter(options, rank, run, std::move(decode_share)));
   if (!options.sample_log.empty()) {
     const std::string path = absl::StrCat(options.sample_log, ".rank", rank);
     reporter->sample_log_.open(path, std::ios::trunc);
@@ -152,12 +153,10 @@ absl::Status RunReporter::Progress(const TrainProgress& p) {
   snapshot.gpu_input_wait_share = gpu_input_wait;
   snapshot.memory = p.memory;
   snapshot.eta_seconds = eta;
-  const DecodeShareGauge::Reading share = options_.decode_share != nullptr
-                                              ? options_.decode_share->Read()
-                                              : DecodeShareGauge::Reading{};
+  const DecodeShareReport share = ReadDecodeShare();
   // The progress line shows the share only where some of it may be decoded on the GPU.
-  const bool share_shown = share.mode != DecodeShareMode::kUnset;
-  if (share_shown && share.mode != DecodeShareMode::kOff) snapshot.gpu_decode_share = share.share;
+  const bool share_shown = !share.mode.empty();
+  if (share_shown && !share.off) snapshot.gpu_decode_share = share.share;
   progress_->Update(FormatProgressLine(snapshot));
   const bool has_norm = !std::isnan(p.grad_norm);
   if (jsonl_ != nullptr) {
@@ -173,8 +172,7 @@ absl::Status RunReporter::Progress(const TrainProgress& p) {
                     Seconds(now - run_start_));
     if (has_norm) record.Add("grad_norm", p.grad_norm);
     if (share_shown) {
-      record.Add("gpu_decode_share", share.share)
-          .Add("gpu_decode_mode", DecodeShareModeName(share.mode));
+      record.Add("gpu_decode_share", share.share).Add("gpu_decode_mode", share.mode);
     }
     RETURN_IF_ERROR(jsonl_->Write(record));
   }
@@ -281,15 +279,13 @@ absl::Status RunReporter::Finished(const RunSummary& s) {
     LogInfo("validation: final top-1 %.2f%%, top-5 %.2f%% (%d samples); best top-1 %.2f%% after epoch %d",
             100 * last_val_->top1, 100 * last_val_->top5, last_val_->samples, 100 * best_top1_, best_epoch_);
   }
-  const DecodeShareGauge::Reading share = options_.decode_share != nullptr
-                                              ? options_.decode_share->Read()
-                                              : DecodeShareGauge::Reading{};
-  const bool share_shown = share.mode != DecodeShareMode::kUnset;
+  const DecodeShareReport share = ReadDecodeShare();
+  const bool share_shown = !share.mode.empty();
   if (share_shown) {
-    LogInfo("GPU decode share %.3f (%s%s)", share.share, DecodeShareModeName(share.mode),
-            share.mode != DecodeShareMode::kAdaptive ? ""
-            : share.settled                          ? ", settled"
-                                                     : ", not settled yet");
+    LogInfo("GPU decode share %.3f (%s%s)", share.share, share.mode,
+            !share.adaptive ? ""
+            : share.settled ? ", settled"
+                            : ", not settled yet");
   }
   if (profiled) LogInfo("%s", s.profiler->Report());
   if (!s.exported.empty()) LogInfo("exported the model's state dict to %s", s.exported);
@@ -305,7 +301,7 @@ absl::Status RunReporter::Finished(const RunSummary& s) {
     }
     if (share_shown) {
       record.Add("gpu_decode_share", share.share)
-          .Add("gpu_decode_mode", DecodeShareModeName(share.mode))
+          .Add("gpu_decode_mode", share.mode)
           .Add("gpu_decode_settled", share.settled);
     }
     RETURN_IF_ERROR(jsonl_->Write(record));
@@ -327,7 +323,7 @@ absl::Status RunReporter::Finished(const RunSummary& s) {
       .Add("final_loss", last_loss_);
   if (share_shown) {
     summary.Add("gpu_decode_share", share.share)
-        .Add("gpu_decode_mode", DecodeShareModeName(share.mode))
+        .Add("gpu_decode_mode", share.mode)
         .Add("gpu_decode_settled", share.settled);
   }
   if (last_val_.has_value()) {

@@ -10,9 +10,11 @@
 
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -67,15 +69,31 @@ struct RunSummary {
   const StepProfiler* profiler = nullptr;  // with measured steps, or nullptr
 };
 
+// The GPU decode share as the reports show it. The run hands the reporter a source of
+// these (it reads the share its input side sets), and the progress line, the JSON lines and
+// the summary call it each time they are written.
+struct DecodeShareReport {
+  // How the share came about ("off", "fixed", "adaptive", "data service"); empty when no
+  // ring of this rank reports a share (synthetic input, or not opened yet): nothing is said.
+  std::string mode;
+  double share = 0.0;     // of the last batch trained
+  bool off = false;       // nothing is decoded on the GPU: the progress line leaves it out
+  bool adaptive = false;  // the summary says whether the controller has settled
+  bool settled = false;   // adaptive: the controller has settled on `share`
+};
+using DecodeShareSource = std::function<DecodeShareReport()>;
+
 // Owned by the training thread.
 class RunReporter {
  public:
   using Clock = ThroughputMeter::Clock;
 
   // Opens the outputs `options` names: --sample_log on every rank, the rest on rank 0.
-  // Errors name the flag.
+  // Errors name the flag. `decode_share` (may be null: nothing is said about it) is called
+  // on the training thread.
   static absl::StatusOr<std::unique_ptr<RunReporter>> Create(const ReportOptions& options, int rank,
-                                                            const RunDescription& run);
+                                                            const RunDescription& run,
+                                                            DecodeShareSource decode_share = nullptr);
 
   bool rank0() const { return rank_ == 0; }
 
@@ -114,12 +132,18 @@ class RunReporter {
   absl::Status Finished(const RunSummary& summary);
 
  private:
-  RunReporter(const ReportOptions& options, int rank, const RunDescription& run)
-      : options_(options), rank_(rank), run_(run) {}
+  RunReporter(const ReportOptions& options, int rank, const RunDescription& run,
+              DecodeShareSource decode_share)
+      : options_(options), rank_(rank), run_(run), decode_share_(std::move(decode_share)) {}
+
+  DecodeShareReport ReadDecodeShare() const {
+    return decode_share_ != nullptr ? decode_share_() : DecodeShareReport{};
+  }
 
   ReportOptions options_;
   int rank_;
   RunDescription run_;
+  DecodeShareSource decode_share_;
   std::ofstream sample_log_;
   std::ofstream loss_log_;
   std::unique_ptr<JsonlWriter> jsonl_;

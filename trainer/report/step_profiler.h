@@ -4,7 +4,7 @@
 // compute stream (the GPU's own timeline, stalls included) and data wait is the host's
 // time blocked in BatchFeeder::Next; on the CPU everything is host clocks and the time
 // spent inside gradient allreduces (which run in backward's hooks there) is moved from
-// backward to allreduce wait with the help of a TimedCommunicator.
+// backward to allreduce wait by the caller, who measures it (MoveHostSeconds).
 #ifndef STOKER_TRAINER_REPORT_STEP_PROFILER_H_
 #define STOKER_TRAINER_REPORT_STEP_PROFILER_H_
 
@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "trainer/comm/communicator.h"
 
 namespace stoker::trainer {
 
@@ -74,24 +73,6 @@ class StepProfiler {
   std::array<double, kStepPhaseCount> host_{};    // host seconds added this step
   int steps_ = 0;
   bool in_step_ = false;
-};
-
-// A Communicator that passes every call on and adds the seconds spent in it (host time;
-// meaningful for host communicators such as MPI, whose calls return when done).
-class TimedCommunicator final : public Communicator {
- public:
-  explicit TimedCommunicator(Communicator* inner) : inner_(inner) {}
-  int rank() const override { return inner_->rank(); }
-  int world_size() const override { return inner_->world_size(); }
-  absl::Status AllReduce(void* data, size_t count, ElementType type, ReduceOp op) override;
-  absl::Status Broadcast(void* data, size_t bytes, int root) override;
-  absl::Status Synchronize() override;
-  double seconds() const { return seconds_; }
-  void reset() { seconds_ = 0; }
-
- private:
-  Communicator* inner_;
-  double seconds_ = 0;
 };
 
 }  // namespace stoker::trainer

@@ -6,7 +6,6 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
-#include "trainer/comm/fake_communicator.h"
 
 namespace stoker::trainer {
 namespace {
@@ -53,18 +52,6 @@ TEST(StepProfilerTest, MarksOutsideAStepAreIgnored) {
   ASSERT_TRUE((*profiler)->Mark(StepPhase::kForward).ok());
   ASSERT_TRUE((*profiler)->EndStep().ok());
   EXPECT_EQ((*profiler)->steps(), 0);
-}
-
-TEST(TimedCommunicatorTest, AddsTheTimeSpentInCalls) {
-  std::vector<std::unique_ptr<FakeCommunicator>> slow = FakeCommunicator::Group(1);
-  slow[0]->set_latency(absl::Milliseconds(10));
-  TimedCommunicator timed(slow[0].get());
-  float x = 0;
-  ASSERT_TRUE(timed.AllReduce(&x, 1, ElementType::kFloat32, ReduceOp::kSum).ok());
-  ASSERT_TRUE(timed.AllReduce(&x, 1, ElementType::kFloat32, ReduceOp::kSum).ok());
-  EXPECT_GE(timed.seconds(), 0.019);
-  timed.reset();
-  EXPECT_EQ(timed.seconds(), 0);
 }
 
 }  // namespace

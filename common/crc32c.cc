@@ -1,4 +1,4 @@
-#include "trainer/checkpoint/crc32c.h"
+#include "common/crc32c.h"
 
 #include <array>
 #include <cstring>
@@ -7,7 +7,7 @@
 #include <nmmintrin.h>
 #endif
 
-namespace stoker::trainer {
+namespace stoker {
 namespace {
 
 constexpr uint32_t kPolynomial = 0x82f63b78u;  // reflected Castagnoli
@@ -86,4 +86,4 @@ uint32_t Crc32cSoftwareForTest(const void* data, size_t size) {
 }
 }  // namespace internal
 
-}  // namespace stoker::trainer
+}  // namespace stoker

@@ -1,4 +1,4 @@
-#include "trainer/checkpoint/atomic_file.h"
+#include "common/atomic_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,7 +14,7 @@
 #include "common/errno_status.h"
 #include "common/unique_fd.h"
 
-namespace stoker::trainer {
+namespace stoker {
 namespace {
 
 std::string DirectoryOf(const std::string& path) {
@@ -141,4 +141,4 @@ absl::Status MakeDirectories(const std::string& path, mode_t mode) {
   return absl::OkStatus();
 }
 
-}  // namespace stoker::trainer
+}  // namespace stoker

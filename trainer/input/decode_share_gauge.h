@@ -1,8 +1,8 @@
 // DecodeShareGauge: the GPU decode share a rank's training ring uses, as its input side
-// (trainer/input/share_controlled_feeder.h) sets it and its reporter (run_reporter.h)
-// shows it. Free of libtorch.
-#ifndef STOKER_TRAINER_REPORT_DECODE_SHARE_GAUGE_H_
-#define STOKER_TRAINER_REPORT_DECODE_SHARE_GAUGE_H_
+// (share_controlled_feeder.h) sets it, for whoever shows it (the run's reporter reads it).
+// Free of libtorch.
+#ifndef STOKER_TRAINER_INPUT_DECODE_SHARE_GAUGE_H_
+#define STOKER_TRAINER_INPUT_DECODE_SHARE_GAUGE_H_
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -20,7 +20,7 @@ enum class DecodeShareMode {
 
 const char* DecodeShareModeName(DecodeShareMode mode);
 
-// Thread-safe. One per run, shared by the options of its parts (ReportOptions).
+// Thread-safe. One per run: its input side writes it, its reporter reads it.
 class DecodeShareGauge {
  public:
   struct Reading {
@@ -61,4 +61,4 @@ inline const char* DecodeShareModeName(DecodeShareMode mode) {
 
 }  // namespace stoker::trainer
 
-#endif  // STOKER_TRAINER_REPORT_DECODE_SHARE_GAUGE_H_
+#endif  // STOKER_TRAINER_INPUT_DECODE_SHARE_GAUGE_H_

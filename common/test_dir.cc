@@ -1,13 +1,13 @@
-#include "trainer/checkpoint/test_dir.h"
+#include "common/test_dir.h"
 
 #include <cstdlib>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
 #include "gtest/gtest.h"
-#include "trainer/checkpoint/atomic_file.h"
 
-namespace stoker::trainer {
+namespace stoker {
 
 std::string TestDir(const std::string& name) {
   const char* tmp = std::getenv("TEST_TMPDIR");
@@ -16,4 +16,4 @@ std::string TestDir(const std::string& name) {
   return dir;
 }
 
-}  // namespace stoker::trainer
+}  // namespace stoker

@@ -1,4 +1,4 @@
-#include "trainer/nn/models.h"
+#include "trainer/nn/builtin_models.h"
 
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/conv.h>
@@ -6,11 +6,9 @@
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/functional/pooling.h>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/torch_status.h"
-#include "trainer/graph/graph_model.h"
 #include "trainer/nn/resnet.h"
 
 namespace stoker::trainer {
@@ -47,27 +45,21 @@ class SmallCnn final : public ImageClassifier {
 
 }  // namespace
 
-std::vector<std::string> ModelNames() { return {"small_cnn", "resnet18", "resnet50"}; }
+std::vector<std::string> BuiltinModelNames() { return {"small_cnn", "resnet18", "resnet50"}; }
 
-absl::StatusOr<std::shared_ptr<ImageClassifier>> MakeModel(const std::string& name,
-                                                           int num_classes, int image_size,
-                                                           bool fused_blocks) {
+absl::StatusOr<std::shared_ptr<ImageClassifier>> MakeBuiltinModel(const std::string& name,
+                                                                  int num_classes,
+                                                                  bool fused_blocks) {
   if (num_classes < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--num_classes must be >= 1, got ", num_classes));
-  }
-  if (absl::EndsWith(name, kExportedModelSuffix)) {
-    absl::StatusOr<std::shared_ptr<GraphModel>> graph =
-        GraphModel::Load(name, {num_classes, image_size, fused_blocks});
-    if (!graph.ok()) return graph.status();
-    return std::shared_ptr<ImageClassifier>(*std::move(graph));
   }
   using Model = absl::StatusOr<std::shared_ptr<ImageClassifier>>;
   return TorchCall(absl::StrCat("building model ", name), [&]() -> Model {
     if (name == "small_cnn") return std::make_shared<SmallCnn>(num_classes);
     if (name == "resnet18") return MakeResNet18(num_classes, fused_blocks);
     if (name == "resnet50") return MakeResNet50(num_classes, fused_blocks);
-    return absl::InvalidArgumentError(absl::StrCat("--model: unknown model '", name,
-                                                   "'; known: ", absl::StrJoin(ModelNames(), ", ")));
+    return absl::InvalidArgumentError(absl::StrCat("--model: unknown model '", name, "'; known: ",
+                                                   absl::StrJoin(BuiltinModelNames(), ", ")));
   });
 }
 

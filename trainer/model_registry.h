@@ -1,21 +1,16 @@
-// The image classifiers Stoker trains, chosen by name: "small_cnn" (a few seconds an
-// epoch on a CPU; the demo and the CPU tests), "resnet18" and "resnet50" (torchvision's
-// architectures and parameter names), or the path of a torch.export archive ("m.pt2": a
-// model brought from Python, trainer/graph/graph_model.h).
-#ifndef STOKER_TRAINER_NN_MODELS_H_
-#define STOKER_TRAINER_NN_MODELS_H_
+// The model a run trains, chosen by --model: a model built into Stoker by name
+// ("small_cnn", "resnet18", "resnet50": trainer/nn/builtin_models.h), or the path of a
+// torch.export archive ("m.pt2": a model brought from Python, trainer/graph/graph_model.h).
+#ifndef STOKER_TRAINER_MODEL_REGISTRY_H_
+#define STOKER_TRAINER_MODEL_REGISTRY_H_
 
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "absl/status/statusor.h"
 #include "trainer/nn/image_classifier.h"
 
 namespace stoker::trainer {
-
-// The names of the built-in models MakeModel accepts.
-std::vector<std::string> ModelNames();
 
 // A name ending so is a torch.export archive to load.
 inline constexpr char kExportedModelSuffix[] = ".pt2";
@@ -24,12 +19,12 @@ inline constexpr char kExportedModelSuffix[] = ".pt2";
 // seed it first for reproducible weights), or loads the exported model at that path with
 // the archive's weights, checking it against `num_classes` and `image_size` (0: any).
 // Built-in ResNets, and the batch norms and max pools of exported models, use the fused
-// blocks (trainer/nn/fused_blocks.h) unless `fused_blocks` is false. InvalidArgument for an unknown name or an archive Stoker refuses (the message
-// says why).
+// blocks (trainer/nn/fused_blocks.h) unless `fused_blocks` is false. InvalidArgument for an
+// unknown name or an archive Stoker refuses (the message says why).
 absl::StatusOr<std::shared_ptr<ImageClassifier>> MakeModel(const std::string& name,
                                                            int num_classes, int image_size = 0,
                                                            bool fused_blocks = true);
 
 }  // namespace stoker::trainer
 
-#endif  // STOKER_TRAINER_NN_MODELS_H_
+#endif  // STOKER_TRAINER_MODEL_REGISTRY_H_

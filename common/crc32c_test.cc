@@ -1,11 +1,11 @@
 // CRC-32C against the published check values (RFC 3720's examples and "123456789").
-#include "trainer/checkpoint/crc32c.h"
+#include "common/crc32c.h"
 
 #include <string>
 
 #include "gtest/gtest.h"
 
-namespace stoker::trainer {
+namespace stoker {
 namespace internal {
 uint32_t Crc32cSoftwareForTest(const void* data, size_t size);
 }  // namespace internal
@@ -47,4 +47,4 @@ TEST(Crc32cTest, MaskIsTfRecords) {
 }
 
 }  // namespace
-}  // namespace stoker::trainer
+}  // namespace stoker

@@ -2,8 +2,8 @@
 // temporary file in the same directory, fsyncs it, renames it over the destination and
 // fsyncs the directory, so that a crash or a kill at any moment leaves the old file or the
 // new one, never a torn one. Checkpoints and exported weights are written this way.
-#ifndef STOKER_TRAINER_CHECKPOINT_ATOMIC_FILE_H_
-#define STOKER_TRAINER_CHECKPOINT_ATOMIC_FILE_H_
+#ifndef STOKER_COMMON_ATOMIC_FILE_H_
+#define STOKER_COMMON_ATOMIC_FILE_H_
 
 #include <sys/types.h>
 
@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace stoker::trainer {
+namespace stoker {
 
 // The mark of the temporary files WriteFileAtomically makes (".<name>.tmp-<pid>-<random>"),
 // so that a directory scan can recognise and remove those left by a killed process.
@@ -43,6 +43,6 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
 // theirs); OK if it exists.
 absl::Status MakeDirectories(const std::string& path, mode_t mode = kPrivateDirectoryMode);
 
-}  // namespace stoker::trainer
+}  // namespace stoker
 
-#endif  // STOKER_TRAINER_CHECKPOINT_ATOMIC_FILE_H_
+#endif  // STOKER_COMMON_ATOMIC_FILE_H_

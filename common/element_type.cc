@@ -1,6 +1,6 @@
-#include "trainer/comm/communicator.h"
+#include "common/element_type.h"
 
-namespace stoker::trainer {
+namespace stoker {
 
 size_t ElementSize(ElementType type) {
   switch (type) {
@@ -17,4 +17,4 @@ size_t ElementSize(ElementType type) {
   return 0;
 }
 
-}  // namespace stoker::trainer
+}  // namespace stoker

@@ -1,6 +1,6 @@
 // Atomic replacement of files, whole-file reads and directory creation; a full disk (a
 // real ENOSPC from a small tmpfs) leaves the old file and no temporary.
-#include "trainer/checkpoint/atomic_file.h"
+#include "common/atomic_file.h"
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "common/test_dir.h"
 #include "common/test_tmpfs.h"
 #include "gtest/gtest.h"
-#include "trainer/checkpoint/test_dir.h"
 
-namespace stoker::trainer {
+namespace stoker {
 namespace {
 
 std::vector<std::string> Entries(const std::string& dir) {
@@ -133,4 +133,4 @@ TEST(AtomicFileTest, DirectoriesArePrivateByDefault) {
 }
 
 }  // namespace
-}  // namespace stoker::trainer
+}  // namespace stoker

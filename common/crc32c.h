@@ -1,14 +1,14 @@
 // CRC-32C (Castagnoli), the checksum of checkpoints and of TensorBoard's TFRecord framing,
 // with the SSE4.2 instruction where the CPU has it and a table-driven fallback.
-#ifndef STOKER_TRAINER_CHECKPOINT_CRC32C_H_
-#define STOKER_TRAINER_CHECKPOINT_CRC32C_H_
+#ifndef STOKER_COMMON_CRC32C_H_
+#define STOKER_COMMON_CRC32C_H_
 
 #include <cstddef>
 #include <cstdint>
 
 #include "absl/strings/string_view.h"
 
-namespace stoker::trainer {
+namespace stoker {
 
 // Extends `crc` (the CRC-32C of some prefix; 0 for none) by `size` bytes at `data`.
 // Thread-safe.
@@ -19,6 +19,6 @@ inline uint32_t Crc32c(absl::string_view data) { return Crc32cExtend(0, data.dat
 // TFRecord's (and LevelDB's) masked form, for a CRC stored next to the data it covers.
 inline uint32_t MaskCrc32c(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
 
-}  // namespace stoker::trainer
+}  // namespace stoker
 
-#endif  // STOKER_TRAINER_CHECKPOINT_CRC32C_H_
+#endif  // STOKER_COMMON_CRC32C_H_

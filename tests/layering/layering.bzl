@@ -1,0 +1,17 @@
+"""room_deps: what a trainer room reaches, for //tests/layering:room_deps_test."""
+
+def room_deps(name = "room_deps"):
+    """A genquery of deps() of every rule of the calling package.
+
+    Call it last in the BUILD file: it covers the rules defined before it. (genquery takes
+    no wildcards such as :all, so the rules are named one by one.)
+    """
+    package = native.package_name()
+    rules = sorted(native.existing_rules().keys())
+    native.genquery(
+        name = name,
+        testonly = True,
+        expression = "deps(set(%s))" % " ".join(["//%s:%s" % (package, r) for r in rules]),
+        scope = [":" + r for r in rules],
+        visibility = ["//tests/layering:__pkg__"],
+    )

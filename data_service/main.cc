@@ -34,11 +34,11 @@ ABSL_FLAG(std::string, job_id, "", "job id; rings are /dev/shm/stoker.<job_id>.r
 ABSL_FLAG(int32_t, node_id, 0, "this node's index, for log lines");
 ABSL_FLAG(std::string, owner_record, "",
           "a file to remove on shutdown, after the rings and the socket: the job owner record "
-          "of the rank that started this service (launcher/node_data_service.h), so that "
+          "of the rank that started this service (launcher/rank/node_data_service.h), so that "
           "nothing is left when that rank dies first");
 ABSL_FLAG(bool, remove_socket_dir, false,
           "on shutdown, after the rings and the socket, remove the socket's directory too when "
-          "nothing else is left in it (a node's job directory, launcher/job_files.h)");
+          "nothing else is left in it (a node's job directory, launcher/rank/job_files.h)");
 ABSL_FLAG(std::string, dataset, "synthetic",
           "synthetic, imagefolder (a folder per class of image files) or packed (an index "
           "file plus shard files, made by pack_imagefolder)");

@@ -22,13 +22,13 @@
 #include "common/exit_codes.h"
 #include "common/flags.h"
 #include "common/logging.h"
-#include "launcher/data_service_args.h"
+#include "launcher/rank/data_service_args.h"
 #include "launcher/doctor.h"
 #include "launcher/job.h"
-#include "launcher/job_files.h"
+#include "launcher/rank/job_files.h"
 #include "launcher/launch_command.h"
 #include "launcher/placement.h"
-#include "launcher/program_paths.h"
+#include "launcher/rank/program_paths.h"
 
 extern char** environ;
 

@@ -321,7 +321,7 @@ absl::StatusOr<TrainerOptions> OptionsFromFlags() {
   o.benchmark.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
   o.benchmark.data_only = absl::GetFlag(FLAGS_data_only);
   // Without --data_socket the node's local rank 0 starts the data service after MPI start-up
-  // and sets it (launcher/node_data_service.h); check the rest now.
+  // and sets it (launcher/rank/node_data_service.h); check the rest now.
   TrainerOptions checked = o;
   if (checked.input.data_socket.empty()) checked.input.data_socket = "(started by local rank 0)";
   RETURN_IF_ERROR(ValidateOptions(checked));

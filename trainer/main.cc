@@ -15,10 +15,10 @@
 #include "common/logging.h"
 #include "common/shm_segment.h"
 #include "common/status_macros.h"
-#include "launcher/data_service_args.h"
-#include "launcher/job_files.h"
-#include "launcher/node_data_service.h"
-#include "launcher/rank_setup.h"
+#include "launcher/rank/data_service_args.h"
+#include "launcher/rank/job_files.h"
+#include "launcher/rank/node_data_service.h"
+#include "launcher/rank/rank_setup.h"
 #include "trainer/comm/mpi_communicator.h"
 #include "trainer/device.h"
 #include "trainer/flags.h"
@@ -32,7 +32,7 @@
 #include "trainer/comm/nccl_communicator.h"
 #endif
 
-// The node data service flags (launcher/node_data_service.h); the run's flags are in
+// The node data service flags (launcher/rank/node_data_service.h); the run's flags are in
 // trainer/flags.cc.
 ABSL_FLAG(std::string, job_id, "", "Without --data_socket: the job id naming the node data services' sockets and segments; rank 0's value counts; empty: rank 0 makes one.");
 ABSL_FLAG(std::string, data_service, "", "Without --data_socket: the data_service program; default: next to the trainer, or ../data_service/data_service.");
@@ -95,10 +95,10 @@ int main(int argc, char** argv) {
   stoker::launcher::RankSetupOptions rank_setup;
   rank_setup.ranks_per_node = absl::GetFlag(FLAGS_ranks_per_node);
   // MPI_Finalize waits for every rank: bounded like a collective (Note [Bounded
-  // MPI_Finalize] in launcher/rank_setup.h).
+  // MPI_Finalize] in launcher/rank/rank_setup.h).
   rank_setup.finalize_timeout = options->comm.collective_timeout;
   // The start-up collectives have the same bound (Note [Start-up and teardown deadlines]
-  // in launcher/phase_deadline.h).
+  // in launcher/rank/phase_deadline.h).
   rank_setup.startup_timeout = options->comm.collective_timeout;
   auto session = stoker::launcher::MpiSession::Create(&argc, &argv, rank_setup);
   if (!session.ok()) {

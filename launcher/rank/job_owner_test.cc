@@ -1,4 +1,4 @@
-#include "launcher/job_owner.h"
+#include "launcher/rank/job_owner.h"
 
 #include <fcntl.h>
 #include <sys/file.h>

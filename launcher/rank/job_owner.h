@@ -1,13 +1,13 @@
 // Who owns a job's files on this machine, and the removal of the files of jobs whose owner
 // is gone. The launcher (or, for a job no launcher on the machine owns, the local rank 0 that
-// starts the node's data service: launcher/node_data_service.h) writes
+// starts the node's data service: launcher/rank/node_data_service.h) writes
 // <tmp>/stoker.<job_id>.owner (0600) naming itself when a job starts and removes it when the
 // job's files are gone; an owner killed with SIGKILL leaves it, with whatever its children
 // left (the job directory and the sockets in it, segments /dev/shm/stoker.<job_id>.*). The next
 // launcher or local rank 0 on the machine finds such records whose process no longer exists
 // and removes those files (Note [Stale jobs]).
-#ifndef STOKER_LAUNCHER_JOB_OWNER_H_
-#define STOKER_LAUNCHER_JOB_OWNER_H_
+#ifndef STOKER_LAUNCHER_RANK_JOB_OWNER_H_
+#define STOKER_LAUNCHER_RANK_JOB_OWNER_H_
 
 #include <sys/types.h>
 
@@ -112,4 +112,4 @@ void RemoveStaleJobsAndLog(absl::string_view parent, absl::string_view shm_dir,
 
 }  // namespace stoker::launcher
 
-#endif  // STOKER_LAUNCHER_JOB_OWNER_H_
+#endif  // STOKER_LAUNCHER_RANK_JOB_OWNER_H_

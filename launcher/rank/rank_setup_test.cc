@@ -1,7 +1,7 @@
 // Rank setup under mpirun -np 3 (run by //tests:run_mpi_test.sh, MPI started by
 // //tests:mpi_test_main): ranks, local ranks and node numbering, by shared memory and with
 // a forced node split; and the GPU choice, which needs no MPI.
-#include "launcher/rank_setup.h"
+#include "launcher/rank/rank_setup.h"
 
 #include <mpi.h>
 

@@ -1,4 +1,4 @@
-#include "launcher/data_service_args.h"
+#include "launcher/rank/data_service_args.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"

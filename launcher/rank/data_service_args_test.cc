@@ -1,6 +1,6 @@
 // Tests of --data_service_args parsing: splitting on spaces, the words that are refused,
 // and the messages that name the flag and the word.
-#include "launcher/data_service_args.h"
+#include "launcher/rank/data_service_args.h"
 
 #include <string>
 #include <vector>

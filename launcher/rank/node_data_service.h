@@ -1,8 +1,8 @@
 // The data service of one node, started from inside the job by the node's local rank 0 when
 // no launcher can start it (several hosts under mpirun, srun, or a bare `mpirun trainer`):
 // //launcher:node_data_service, called by the trainer right after MPI start-up.
-#ifndef STOKER_LAUNCHER_NODE_DATA_SERVICE_H_
-#define STOKER_LAUNCHER_NODE_DATA_SERVICE_H_
+#ifndef STOKER_LAUNCHER_RANK_NODE_DATA_SERVICE_H_
+#define STOKER_LAUNCHER_RANK_NODE_DATA_SERVICE_H_
 
 #include <mpi.h>
 
@@ -15,9 +15,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/optional.h"
-#include "launcher/child_process.h"
-#include "launcher/job_owner.h"
-#include "launcher/rank_setup.h"
+#include "launcher/rank/child_process.h"
+#include "launcher/rank/job_owner.h"
+#include "launcher/rank/rank_setup.h"
 
 namespace stoker::launcher {
 
@@ -41,11 +41,11 @@ namespace stoker::launcher {
 // on the node (no local rank reads from it any more), then SIGTERM, which it must answer
 // by exiting 0. The socket is <socket_dir>/stoker.<job_id>/node<N>.sock, in the job
 // directory local rank 0 makes or finds (Note [Job directory of the nodes] in
-// launcher/job_files.h); the service is started with --remove_socket_dir, so that it removes
+// launcher/rank/job_files.h); the service is started with --remove_socket_dir, so that it removes
 // the directory after its socket when local rank 0 died first, and nothing is left.
 // When local rank 0 and its data service die together (both SIGKILLed, the node's OOM
 // killer), neither can clean up. So unless a live launcher owns the job on this machine,
-// local rank 0 holds the job's owner record (Note [Stale jobs] in launcher/job_owner.h)
+// local rank 0 holds the job's owner record (Note [Stale jobs] in launcher/rank/job_owner.h)
 // from before it starts the service until the service and its files are gone; the next
 // job started on the node finds the record's owner gone and removes what is left.
 
@@ -61,7 +61,7 @@ struct NodeDataServiceOptions {
   uint64_t seed = 0;
   // More data service flags, passed verbatim (--dataset, --train_dir, --threads, ...): the
   // trainer's --data_service_args, parsed by ParseDataServiceArgs
-  // (launcher/data_service_args.h). Must not set --socket, --job_id or --node_id.
+  // (launcher/rank/data_service_args.h). Must not set --socket, --job_id or --node_id.
   std::vector<std::string> args;
   std::string socket_dir = "/tmp";
   std::string shm_dir = "/dev/shm";
@@ -72,7 +72,7 @@ struct NodeDataServiceOptions {
   absl::Duration stop_timeout = absl::Seconds(300);
   // How long Start()'s collectives wait for the slowest rank, beyond ready_timeout for the
   // node's local rank 0, which starts the service (Note [Start-up and teardown deadlines]
-  // in launcher/phase_deadline.h).
+  // in launcher/rank/phase_deadline.h).
   absl::Duration startup_timeout = absl::Seconds(300);
 };
 
@@ -142,4 +142,4 @@ class NodeDataService {
 
 }  // namespace stoker::launcher
 
-#endif  // STOKER_LAUNCHER_NODE_DATA_SERVICE_H_
+#endif  // STOKER_LAUNCHER_RANK_NODE_DATA_SERVICE_H_

@@ -2,8 +2,8 @@
 // /tmp/stoker.<job_id>/ (mode 0700) holding the data service sockets (data.sock when the
 // launcher runs the service, node<N>.sock when a node's local rank 0 does), and the
 // shared-memory segments /dev/shm/stoker.<job_id>.* that the data service creates.
-#ifndef STOKER_LAUNCHER_JOB_FILES_H_
-#define STOKER_LAUNCHER_JOB_FILES_H_
+#ifndef STOKER_LAUNCHER_RANK_JOB_FILES_H_
+#define STOKER_LAUNCHER_RANK_JOB_FILES_H_
 
 #include <string>
 #include <vector>
@@ -77,7 +77,7 @@ absl::Status CheckDataSocketPath(absl::string_view parent, absl::string_view job
 
 // "<parent>/stoker.<job_id>/node<node_index>.sock": where node `node_index`'s data service
 // listens when the node's local rank 0 started it (Note [Data service per node] in
-// launcher/node_data_service.h), inside the job directory that MakeNodeJobDirectory makes.
+// launcher/rank/node_data_service.h), inside the job directory that MakeNodeJobDirectory makes.
 std::string NodeSocketPath(absl::string_view parent, absl::string_view job_id, int node_index);
 
 // InvalidArgument when NodeSocketPath(parent, job_id, node_index) does not fit a Unix
@@ -94,7 +94,7 @@ absl::Status CheckNodeSocketPath(absl::string_view parent, absl::string_view job
 // reach or replace the sockets inside. Each node removes its socket when its data service
 // stops, and the directory when that leaves it empty: the last node on the machine removes
 // it. A node killed with its data service leaves both; the stale-job sweep removes them
-// (Note [Stale jobs] in launcher/job_owner.h).
+// (Note [Stale jobs] in launcher/rank/job_owner.h).
 
 // Makes <parent>/stoker.<job_id> with mode 0700 whatever the umask, or accepts it as it is
 // (Note [Job directory of the nodes]). Returns its path; FailedPrecondition naming the path,
@@ -113,4 +113,4 @@ std::vector<std::string> RemoveSharedMemoryLeftovers(absl::string_view shm_dir,
 
 }  // namespace stoker::launcher
 
-#endif  // STOKER_LAUNCHER_JOB_FILES_H_
+#endif  // STOKER_LAUNCHER_RANK_JOB_FILES_H_

@@ -1,4 +1,4 @@
-#include "launcher/node_data_service.h"
+#include "launcher/rank/node_data_service.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,12 +15,12 @@
 #include "common/mpi_status.h"
 #include "common/names.h"
 #include "common/status_macros.h"
-#include "launcher/data_service_args.h"
-#include "launcher/job_files.h"
-#include "launcher/job_owner.h"
-#include "launcher/phase_deadline.h"
-#include "launcher/program_paths.h"
-#include "launcher/readiness.h"
+#include "launcher/rank/data_service_args.h"
+#include "launcher/rank/job_files.h"
+#include "launcher/rank/job_owner.h"
+#include "launcher/rank/phase_deadline.h"
+#include "launcher/rank/program_paths.h"
+#include "launcher/rank/readiness.h"
 
 namespace stoker::launcher {
 namespace {
@@ -75,7 +75,7 @@ absl::StatusOr<ChildProcess> StartOnThisNode(const RankInfo& rank, const std::st
                                              const NodeDataServiceOptions& options,
                                              absl::optional<JobOwnerRecord>* owner_record) {
   RETURN_IF_ERROR(CheckNodeSocketPath(options.socket_dir, job_id, rank.node_index));
-  // What dead jobs left on this node (Note [Stale jobs] in launcher/job_owner.h).
+  // What dead jobs left on this node (Note [Stale jobs] in launcher/rank/job_owner.h).
   RemoveStaleJobsAndLog(options.socket_dir, options.shm_dir,
                         absl::StrCat("node ", rank.node_index, ": "));
   absl::StatusOr<JobOwnerRecord> record =
@@ -180,7 +180,7 @@ absl::StatusOr<std::vector<std::string>> BuildNodeDataServiceArgv(
 
 absl::StatusOr<std::unique_ptr<NodeDataService>> NodeDataService::Start(
     const RankInfo& rank, MPI_Comm world, MPI_Comm node, const NodeDataServiceOptions& options) {
-  // Note [Start-up and teardown deadlines] in launcher/phase_deadline.h.
+  // Note [Start-up and teardown deadlines] in launcher/rank/phase_deadline.h.
   RETURN_IF_ERROR(AwaitPhase(world, "node data services: the job id", options.startup_timeout));
   absl::optional<JobIdentity> agreed;
   std::vector<int> node_ranks(rank.local_size);
@@ -283,7 +283,7 @@ void NodeDataService::RemoveLeftovers() {
       LogWarning("cannot remove %s: %s", path, std::strerror(errno));
     }
   }
-  // Note [Job directory of the nodes] in launcher/job_files.h: the last node here removes it.
+  // Note [Job directory of the nodes] in launcher/rank/job_files.h: the last node here removes it.
   RemoveJobDirectoryIfEmpty(JobDirectoryPath(socket_dir_, job_id_));
 }
 

@@ -3,8 +3,8 @@
 // modes) or a trainer under a bare mpirun (whose node's local rank 0 starts it). One string,
 // split into words on spaces, each word one --name=value flag of data_service. Both
 // programs parse it here, so that one value means the same in both.
-#ifndef STOKER_LAUNCHER_DATA_SERVICE_ARGS_H_
-#define STOKER_LAUNCHER_DATA_SERVICE_ARGS_H_
+#ifndef STOKER_LAUNCHER_RANK_DATA_SERVICE_ARGS_H_
+#define STOKER_LAUNCHER_RANK_DATA_SERVICE_ARGS_H_
 
 #include <string>
 #include <vector>
@@ -33,4 +33,4 @@ absl::string_view FlagNameOf(absl::string_view arg);
 
 }  // namespace stoker::launcher
 
-#endif  // STOKER_LAUNCHER_DATA_SERVICE_ARGS_H_
+#endif  // STOKER_LAUNCHER_RANK_DATA_SERVICE_ARGS_H_

@@ -1,4 +1,4 @@
-#include "launcher/phase_deadline.h"
+#include "launcher/rank/phase_deadline.h"
 
 #include <algorithm>
 #include <cstdint>

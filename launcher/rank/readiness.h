@@ -1,13 +1,13 @@
 // Readiness of a data service: it is ready once connect(2) to its Unix socket succeeds.
 // The probe connects and closes at once, sending nothing.
-#ifndef STOKER_LAUNCHER_READINESS_H_
-#define STOKER_LAUNCHER_READINESS_H_
+#ifndef STOKER_LAUNCHER_RANK_READINESS_H_
+#define STOKER_LAUNCHER_RANK_READINESS_H_
 
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "launcher/child_process.h"
+#include "launcher/rank/child_process.h"
 
 namespace stoker::launcher {
 
@@ -26,4 +26,4 @@ absl::Status AwaitAcceptingSocket(ChildProcess& child, const std::string& path,
 
 }  // namespace stoker::launcher
 
-#endif  // STOKER_LAUNCHER_READINESS_H_
+#endif  // STOKER_LAUNCHER_RANK_READINESS_H_

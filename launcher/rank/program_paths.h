@@ -1,8 +1,8 @@
 // Finding the programs the launcher runs: mpirun on PATH, and trainer and data_service next
 // to the launcher's own binary (a bundle keeps them in one folder; bazel-bin keeps each in
 // its package folder).
-#ifndef STOKER_LAUNCHER_PROGRAM_PATHS_H_
-#define STOKER_LAUNCHER_PROGRAM_PATHS_H_
+#ifndef STOKER_LAUNCHER_RANK_PROGRAM_PATHS_H_
+#define STOKER_LAUNCHER_RANK_PROGRAM_PATHS_H_
 
 #include <string>
 
@@ -33,4 +33,4 @@ absl::StatusOr<std::string> FindSiblingProgram(absl::string_view directory,
 
 }  // namespace stoker::launcher
 
-#endif  // STOKER_LAUNCHER_PROGRAM_PATHS_H_
+#endif  // STOKER_LAUNCHER_RANK_PROGRAM_PATHS_H_

@@ -2,8 +2,8 @@
 // (global rank, local rank on its node, the node's index), taken from MPI itself so that it
 // works under the launcher, a bare `mpirun` and `srun` alike; and the choice of the GPU a
 // rank trains on. This is the launcher's library inside every rank (//launcher:rank_setup).
-#ifndef STOKER_LAUNCHER_RANK_SETUP_H_
-#define STOKER_LAUNCHER_RANK_SETUP_H_
+#ifndef STOKER_LAUNCHER_RANK_RANK_SETUP_H_
+#define STOKER_LAUNCHER_RANK_RANK_SETUP_H_
 
 #include <mpi.h>
 
@@ -37,7 +37,7 @@ struct RankSetupOptions {
   // How long MPI_Finalize may take (Note [Bounded MPI_Finalize]).
   absl::Duration finalize_timeout = absl::Seconds(300);
   // How long the rank-setup collectives may wait for the slowest rank (Note [Start-up and
-  // teardown deadlines] in launcher/phase_deadline.h).
+  // teardown deadlines] in launcher/rank/phase_deadline.h).
   absl::Duration startup_timeout = absl::Seconds(300);
   // A fault seam for tests: runs on every rank after MPI_Init, before the rank-setup
   // collectives (with this rank's rank in MPI_COMM_WORLD).
@@ -106,4 +106,4 @@ absl::StatusOr<int> GpuForLocalRank(const RankInfo& rank, int visible_gpus,
 
 }  // namespace stoker::launcher
 
-#endif  // STOKER_LAUNCHER_RANK_SETUP_H_
+#endif  // STOKER_LAUNCHER_RANK_RANK_SETUP_H_

@@ -1,7 +1,7 @@
 // Tests of PhaseDeadline: a call that returns in time ends nothing; one that does not ends
 // the process with 124, naming it. (AwaitPhase runs across ranks:
 // //tests:fault_startup_stall_test.)
-#include "launcher/phase_deadline.h"
+#include "launcher/rank/phase_deadline.h"
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"

@@ -3,7 +3,7 @@
 // of the node reaches it, rank 0's job id and seed count everywhere, the sockets live in the
 // job's owner-only directory (one found with another mode is refused), a start-up failure
 // reaches every local rank, and Stop leaves no process, socket or directory behind.
-#include "launcher/node_data_service.h"
+#include "launcher/rank/node_data_service.h"
 
 #include <mpi.h>
 #include <sys/stat.h>
@@ -18,9 +18,9 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "launcher/job_files.h"
-#include "launcher/rank_setup.h"
-#include "launcher/readiness.h"
+#include "launcher/rank/job_files.h"
+#include "launcher/rank/rank_setup.h"
+#include "launcher/rank/readiness.h"
 #include "launcher/testing/process_probe.h"
 
 namespace stoker::launcher {

@@ -1,4 +1,4 @@
-#include "launcher/rank_setup.h"
+#include "launcher/rank/rank_setup.h"
 
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -15,7 +15,7 @@
 #include "common/logging.h"
 #include "common/mpi_status.h"
 #include "common/status_macros.h"
-#include "launcher/phase_deadline.h"
+#include "launcher/rank/phase_deadline.h"
 
 namespace stoker::launcher {
 
@@ -78,7 +78,7 @@ absl::StatusOr<std::unique_ptr<MpiSession>> MpiSession::Create(int* argc, char**
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     options.before_rank_setup(world_rank);
   }
-  // Note [Start-up and teardown deadlines] in launcher/phase_deadline.h.
+  // Note [Start-up and teardown deadlines] in launcher/rank/phase_deadline.h.
   if (absl::Status arrived = AwaitPhase(MPI_COMM_WORLD, "MPI rank setup", options.startup_timeout);
       !arrived.ok()) {
     return arrived;

@@ -1,4 +1,4 @@
-#include "launcher/readiness.h"
+#include "launcher/rank/readiness.h"
 
 #include <sys/socket.h>
 

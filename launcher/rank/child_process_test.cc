@@ -1,4 +1,4 @@
-#include "launcher/child_process.h"
+#include "launcher/rank/child_process.h"
 
 #include <sched.h>
 #include <signal.h>

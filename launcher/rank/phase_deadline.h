@@ -3,8 +3,8 @@
 // collectives, the NCCL id broadcast and ncclCommInitRank, and at the end ncclCommDestroy
 // and stream syncs. AwaitPhase() is a barrier that gives up, naming the ranks that did not
 // come; PhaseDeadline ends the process when one blocking call does not return in time.
-#ifndef STOKER_LAUNCHER_PHASE_DEADLINE_H_
-#define STOKER_LAUNCHER_PHASE_DEADLINE_H_
+#ifndef STOKER_LAUNCHER_RANK_PHASE_DEADLINE_H_
+#define STOKER_LAUNCHER_RANK_PHASE_DEADLINE_H_
 
 #include <mpi.h>
 
@@ -60,4 +60,4 @@ class PhaseDeadline {
 
 }  // namespace stoker::launcher
 
-#endif  // STOKER_LAUNCHER_PHASE_DEADLINE_H_
+#endif  // STOKER_LAUNCHER_RANK_PHASE_DEADLINE_H_

@@ -1,4 +1,4 @@
-#include "launcher/job_files.h"
+#include "launcher/rank/job_files.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -1,11 +1,11 @@
-#include "launcher/readiness.h"
+#include "launcher/rank/readiness.h"
 
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "launcher/child_process.h"
-#include "launcher/job_files.h"
+#include "launcher/rank/child_process.h"
+#include "launcher/rank/job_files.h"
 #include "launcher/testing/process_probe.h"
 
 namespace stoker::launcher {

@@ -1,4 +1,4 @@
-#include "launcher/job_files.h"
+#include "launcher/rank/job_files.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

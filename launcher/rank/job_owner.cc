@@ -1,4 +1,4 @@
-#include "launcher/job_owner.h"
+#include "launcher/rank/job_owner.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -21,7 +21,7 @@
 #include "common/errno_status.h"
 #include "common/logging.h"
 #include "common/unique_fd.h"
-#include "launcher/job_files.h"
+#include "launcher/rank/job_files.h"
 
 namespace stoker::launcher {
 namespace {

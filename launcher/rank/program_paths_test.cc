@@ -1,4 +1,4 @@
-#include "launcher/program_paths.h"
+#include "launcher/rank/program_paths.h"
 
 #include <sys/stat.h>
 

@@ -2,8 +2,8 @@
 // and dies with the launcher (PR_SET_PDEATHSIG); the launcher waits for the first of several
 // children to exit, with a timeout, and ends a child's whole process group (SIGTERM, then
 // SIGKILL after a grace period). ChildProcess owns one child and never lets it outlive it.
-#ifndef STOKER_LAUNCHER_CHILD_PROCESS_H_
-#define STOKER_LAUNCHER_CHILD_PROCESS_H_
+#ifndef STOKER_LAUNCHER_RANK_CHILD_PROCESS_H_
+#define STOKER_LAUNCHER_RANK_CHILD_PROCESS_H_
 
 #include <signal.h>
 #include <sys/types.h>
@@ -199,4 +199,4 @@ void SetPidfdsEnabledForTesting(bool enabled);
 }  // namespace internal
 }  // namespace stoker::launcher
 
-#endif  // STOKER_LAUNCHER_CHILD_PROCESS_H_
+#endif  // STOKER_LAUNCHER_RANK_CHILD_PROCESS_H_

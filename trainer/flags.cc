@@ -7,6 +7,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/decode_share.h"
 #include "common/flags.h"
 #include "common/status_macros.h"
 
@@ -250,7 +251,7 @@ absl::StatusOr<TrainerOptions> OptionsFromFlags() {
   input.data_timeout = absl::Seconds(absl::GetFlag(FLAGS_data_timeout_s));
   input.synthetic_steps = absl::GetFlag(FLAGS_synthetic_steps);
   ASSIGN_OR_RETURN(input.gpu_decode_share,
-                   ParseGpuDecodeShareFlag(absl::GetFlag(FLAGS_gpu_decode_share)));
+                   ParseGpuDecodeShare(absl::GetFlag(FLAGS_gpu_decode_share)));
 
   CommOptions& comm = o.comm;
   comm.collective_timeout = absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_s));

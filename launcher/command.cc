@@ -155,15 +155,17 @@ absl::StatusOr<JobConfig> JobConfigFor(const LauncherOptions& options,
   switch (mode) {
     case LaunchMode::kLocal:
       break;
-    case LaunchMode::kHostfile:
+    case LaunchMode::kHostfile: {
       ASSIGN_OR_RETURN(trainers.hosts, ReadHostfile(placement.hostfile));
       trainers.hostfile = placement.hostfile;
       if (!np_given) trainers.ranks_per_node = 0;
       break;
-    case LaunchMode::kHostList:
+    }
+    case LaunchMode::kHostList: {
       ASSIGN_OR_RETURN(trainers.hosts, ParseHostList(placement.hosts));
       if (!np_given) trainers.ranks_per_node = 0;
       break;
+    }
     case LaunchMode::kSlurm: {
       if (!slurm.ok()) return slurm.status();
       const SlurmAllocation& allocation = **slurm;

@@ -1,6 +1,6 @@
 // The data service of one node, started from inside the job by the node's local rank 0 when
 // no launcher can start it (several hosts under mpirun, srun, or a bare `mpirun trainer`):
-// //launcher:node_data_service, called by the trainer right after MPI start-up.
+// //launcher/rank:node_data_service, called by the trainer right after MPI start-up.
 #ifndef STOKER_LAUNCHER_RANK_NODE_DATA_SERVICE_H_
 #define STOKER_LAUNCHER_RANK_NODE_DATA_SERVICE_H_
 

@@ -1,7 +1,7 @@
 // Rank setup for every trainer process: MPI start-up and the rank's place in the job
 // (global rank, local rank on its node, the node's index), taken from MPI itself so that it
 // works under the launcher, a bare `mpirun` and `srun` alike; and the choice of the GPU a
-// rank trains on. This is the launcher's library inside every rank (//launcher:rank_setup).
+// rank trains on. This is the launcher's library inside every rank (//launcher/rank:rank_setup).
 #ifndef STOKER_LAUNCHER_RANK_RANK_SETUP_H_
 #define STOKER_LAUNCHER_RANK_RANK_SETUP_H_
 

@@ -60,7 +60,7 @@ TEST(DataServiceFlagsTest, BadValuesAreRefusedNamingTheFlag) {
       {{"--socket=/s"}, "--job_id: required"},
       {{"--socket=/s", "--job_id=j", "--bogus=1"}, "--bogus"},
       {{"--socket=/s", "--job_id=j", "--threads=many"}, "--threads"},
-      {{"--socket=/s", "--job_id=j", "--prefetch=0"}, "--prefetch=0: must be at least 1"},
+      {{"--socket=/s", "--job_id=j", "--prefetch=0"}, "--prefetch: must be at least 1"},
       {{"--socket=/s", "--job_id=j", "--bad_files=maybe"}, "--bad_files"},
       {{"--socket=/s", "--job_id=j", "--gpu_decode_share=most"},
        "--gpu_decode_share=most: must be auto or a number in [0, 1]"},

@@ -18,7 +18,7 @@
 //
 //   FlagSpec spec;
 //   spec.program = "data_service";
-//   spec.files = {"data_service/main.cc"};
+//   spec.files = {"data_service/flags.cc"};
 //   absl::StatusOr<ParsedFlags> parsed = ParseFlags(absl::MakeConstSpan(argv + 1, argc - 1), spec);
 //   if (!parsed.ok()) { /* print parsed.status().message() */ return kExitUsage; }
 //

@@ -95,18 +95,6 @@ absl::Status CheckGpuDecodeShare(const std::optional<double>& share) {
   return share.has_value() ? CheckGpuDecodeShare(*share) : absl::OkStatus();
 }
 
-absl::StatusOr<std::optional<double>> ParseGpuDecodeShare(absl::string_view value) {
-  if (value == "auto") return std::optional<double>();
-  double share = 0;
-  if (!absl::SimpleAtod(value, &share) || !(share >= 0.0 && share <= 1.0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--gpu_decode_share: must be auto (follow each trainer's request) or a number in "
-        "[0, 1], got '",
-        value, "'"));
-  }
-  return std::optional<double>(share);
-}
-
 bool IsGpuDecodePosition(int32_t i, double share) {
   if (share <= 0.0) return false;
   if (share >= 1.0) return true;

@@ -61,10 +61,6 @@ absl::Status CheckImageOptions(double eval_resize_ratio, int64_t max_image_pixel
 absl::Status CheckGpuDecodeShare(double share);
 absl::Status CheckGpuDecodeShare(const std::optional<double>& share);
 
-// --gpu_decode_share's value: "auto" (nullopt: each ring follows its trainer's request) or
-// a number in [0, 1]. InvalidArgument naming the flag otherwise.
-absl::StatusOr<std::optional<double>> ParseGpuDecodeShare(absl::string_view value);
-
 // Whether position `i` of a batch is one the trainer is asked to decode, for a share
 // `share` of each batch: exactly floor(n * share) of the first n positions are, spread
 // evenly (position i is when floor((i + 1) * share) > floor(i * share)). A pure function

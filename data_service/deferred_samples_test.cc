@@ -318,25 +318,6 @@ void ExpectBatchOfShare(const ReadableSlot& slot, double share) {
   EXPECT_EQ(slot.deferred_count, expected) << "share " << share;
 }
 
-TEST(GpuDecodeShareTest, FlagIsAutoOrAShare) {
-  auto automatic = ParseGpuDecodeShare("auto");
-  ASSERT_TRUE(automatic.ok());
-  EXPECT_FALSE(automatic->has_value());
-  auto quarter = ParseGpuDecodeShare("0.25");
-  ASSERT_TRUE(quarter.ok());
-  EXPECT_EQ(**quarter, 0.25);
-  for (const char* bad : {"", "half", "1.5", "-0", "-0.1", "nan", "0.5x"}) {
-    auto parsed = ParseGpuDecodeShare(bad);
-    if (std::string(bad) == "-0") {
-      EXPECT_TRUE(parsed.ok());  // negative zero is zero
-      continue;
-    }
-    ASSERT_FALSE(parsed.ok()) << bad;
-    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(parsed.status().message().find("--gpu_decode_share"), absl::string_view::npos);
-  }
-}
-
 TEST(RequestedShareTest, TheProducerDefersTheShareItsConsumerRequests) {
   auto dataset = OpenFolder(BaselineFolder("request_honoured"));
   for (double share : {0.0, 0.25, 0.5, 1.0}) {

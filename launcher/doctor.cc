@@ -21,7 +21,7 @@
 #include "absl/strings/strip.h"
 #include "common/flags.h"
 #include "launcher/launch_command.h"
-#include "launcher/program_paths.h"
+#include "launcher/rank/program_paths.h"
 
 namespace stoker::launcher {
 namespace {

@@ -19,7 +19,7 @@
 #include "common/testing/python_runner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "launcher/child_process.h"
+#include "launcher/rank/child_process.h"
 #include "launcher/doctor.h"
 #include "launcher/launch_command.h"
 #include "launcher/testing/process_probe.h"

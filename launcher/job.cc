@@ -14,10 +14,10 @@
 #include "common/exit_codes.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "launcher/job_files.h"
-#include "launcher/job_owner.h"
-#include "launcher/program_paths.h"
-#include "launcher/readiness.h"
+#include "launcher/rank/job_files.h"
+#include "launcher/rank/job_owner.h"
+#include "launcher/rank/program_paths.h"
+#include "launcher/rank/readiness.h"
 #include "launcher/termination_signals.h"
 
 namespace stoker::launcher {
@@ -30,7 +30,7 @@ constexpr absl::Duration kStrayKillTimeout = absl::Seconds(5);
 
 // Note [Job lifecycle]
 // 0. Remove the files of jobs whose launcher is gone, and write this job's owner record
-//    <parent>/stoker.<job_id>.owner, removed last (Note [Stale jobs] in launcher/job_owner.h).
+//    <parent>/stoker.<job_id>.owner, removed last (Note [Stale jobs] in launcher/rank/job_owner.h).
 //    The children die with the launcher (PR_SET_PDEATHSIG): mpirun by SIGKILL (its ranks
 //    follow, theirs being SIGKILL too), the data service by SIGTERM, on which it removes
 //    its socket and segments.
@@ -54,10 +54,10 @@ constexpr absl::Duration kStrayKillTimeout = absl::Seconds(5);
 //    children]), remove /dev/shm/stoker.<job_id>.* and the job directory,
 //    warning about anything the children should have removed themselves.
 // The cluster modes skip steps 1 and 2 (the nodes' local ranks 0 run the data services,
-// Note [Data service per node] in launcher/node_data_service.h): step 3 watches mpirun or
+// Note [Data service per node] in launcher/rank/node_data_service.h): step 3 watches mpirun or
 // srun alone, and step 5 removes the job directory /tmp/stoker.<job_id> with the node sockets
 // that are still in it, in case this machine was one of the nodes (Note [Job directory of
-// the nodes] in launcher/job_files.h).
+// the nodes] in launcher/rank/job_files.h).
 
 // Note [Exit code of a job]
 // The job exits with the code of the table in common/exit_codes.h that names its first
@@ -449,14 +449,14 @@ std::string FormatPlan(const JobPlan& plan) {
 JobResult RunJob(const JobPlan& plan) {
   absl::StatusOr<TerminationSignals> signals = TerminationSignals::Install();
   if (!signals.ok()) return Failure(signals.status(), 1);
-  // Note [Stale jobs] in launcher/job_owner.h: what killed launchers left is removed first,
+  // Note [Stale jobs] in launcher/rank/job_owner.h: what killed launchers left is removed first,
   // and this job's record (removed last) lets a later launcher do the same for it.
   RemoveStaleJobsAndLog(plan.job_dir_parent, plan.shm_dir, "");
   absl::StatusOr<JobOwnerRecord> owner_record =
       JobOwnerRecord::Create(plan.job_dir_parent, plan.shm_dir, plan.job_id);
   if (!owner_record.ok()) return Failure(owner_record.status(), 1);
   // The cluster modes make no job directory here: the nodes' local ranks 0 make it for their
-  // sockets (Note [Job directory of the nodes] in launcher/job_files.h).
+  // sockets (Note [Job directory of the nodes] in launcher/rank/job_files.h).
   absl::optional<JobDirectory> job_dir;
   if (plan.data_service.has_value()) {
     absl::StatusOr<JobDirectory> created = JobDirectory::Create(plan.job_dir_parent, plan.job_id);

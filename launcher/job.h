@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/optional.h"
-#include "launcher/child_process.h"
+#include "launcher/rank/child_process.h"
 #include "launcher/launch_command.h"
 
 namespace stoker::launcher {
@@ -87,7 +87,7 @@ struct JobResult {
 // called from a thread that outlives the job (the children's parent-death signal is tied
 // to it). Returns only when both children are reaped and the job's files are removed.
 // First removes what jobs of killed launchers left on this machine, and holds this job's
-// owner record <job_dir_parent>/stoker.<job_id>.owner throughout (launcher/job_owner.h):
+// owner record <job_dir_parent>/stoker.<job_id>.owner throughout (launcher/rank/job_owner.h):
 // AlreadyExists while another live launcher holds the job id.
 JobResult RunJob(const JobPlan& plan);
 

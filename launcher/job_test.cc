@@ -20,8 +20,8 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "launcher/job_files.h"
-#include "launcher/program_paths.h"
+#include "launcher/rank/job_files.h"
+#include "launcher/rank/program_paths.h"
 #include "launcher/testing/job_leftovers.h"
 #include "launcher/testing/process_probe.h"
 

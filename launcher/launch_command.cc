@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
-#include "launcher/data_service_args.h"
+#include "launcher/rank/data_service_args.h"
 
 namespace stoker::launcher {
 namespace {
@@ -127,7 +127,7 @@ absl::StatusOr<std::vector<std::string>> SlurmPlacement(const TrainerLaunch& lau
     argv.push_back(absl::StrCat("--cpus-per-task=", launch.slurm_cpus_per_task));
   }
   // Every rank sees all of its node's GPUs and binds local rank i to GPU i itself
-  // (launcher/rank_setup.h), whatever binding the site or the sbatch options default to.
+  // (launcher/rank/rank_setup.h), whatever binding the site or the sbatch options default to.
   if (launch.slurm_gpus) argv.push_back("--gpu-bind=none");
   return argv;
 }

@@ -43,7 +43,7 @@ struct TrainerLaunch {
   std::string trainer;      // path of the trainer program (the same path on every host)
   std::string data_socket;  // kLocal: passed to every rank as --data_socket
   // The cluster modes (each node's local rank 0 starts its data service, Note [Data
-  // service per node] in launcher/node_data_service.h): passed to every rank as --job_id,
+  // service per node] in launcher/rank/node_data_service.h): passed to every rank as --job_id,
   // --data_service (when set) and --data_service_args (joined with spaces).
   std::string job_id;
   std::string data_service;
@@ -82,7 +82,7 @@ struct DataServiceLaunch {
   uint64_t data_seed = 0;
   int threads = 0;   // --threads (the launcher's --data_threads)
   int prefetch = 0;  // --prefetch (the launcher's --data_prefetch)
-  // The launcher's --data_service_args (launcher/data_service_args.h): passed verbatim
+  // The launcher's --data_service_args (launcher/rank/data_service_args.h): passed verbatim
   // after every flag above, so that where they set the same flag, these win.
   std::vector<std::string> extra_args;
 };

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A bare `mpirun -np 2 trainer ...`, no launcher: the node's local rank 0 starts the data
-# service itself (Note [Data service per node] in launcher/node_data_service.h), under a job
+# service itself (Note [Data service per node] in launcher/rank/node_data_service.h), under a job
 # id that rank 0 makes. The job must train (the loss falls, the ranks end bit-identical),
 # exit 0, and leave no process, /dev/shm segment or /tmp/stoker.* file behind (its socket is
 # /tmp/stoker.<job>/node0.sock, in the job's directory).

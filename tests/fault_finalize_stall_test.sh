@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A rank that stalls after the last collective, before MPI_Finalize (Note [Bounded
-# MPI_Finalize] in launcher/rank_setup.h): rank 1 of two stops itself (SIGSTOP); rank 0,
+# MPI_Finalize] in launcher/rank/rank_setup.h): rank 1 of two stops itself (SIGSTOP); rank 0,
 # waiting in MPI_Finalize, gives up after the finalize timeout (3 s here), names it and
 # exits 1, and mpirun ends the job, the stopped rank included. Bound: within 30 s; no
 # process left. Without the bound the job would wait for ever.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A rank that never reaches a start-up phase (Note [Start-up and teardown deadlines] in
-# launcher/phase_deadline.h): rank 1 of three sleeps before the MPI rank-setup collectives,
+# launcher/rank/phase_deadline.h): rank 1 of three sleeps before the MPI rank-setup collectives,
 # then (second case) before the node data services' first collective. The other ranks give
 # up after the start-up deadline (3 s here), each naming the phase and rank 1, and exit 124;
 # mpirun ends the job, the stalled rank included. Bound: within 30 s; no process left.

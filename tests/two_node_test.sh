@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Two "nodes" on one machine: `mpirun -np 4 trainer --ranks_per_node=2` splits the ranks into
-# nodes {0,1} and {2,3} (Note [Forced node split] in launcher/rank_setup.h). Each node's local
+# nodes {0,1} and {2,3} (Note [Forced node split] in launcher/rank/rank_setup.h). Each node's local
 # rank 0 starts its own data service (node ids 0 and 1, sockets of their own in the job's
 # owner-only directory, which both share), each rank reads
 # from its own node's service, and the whole epoch is covered exactly once across the nodes,
@@ -12,7 +12,7 @@ job="twonode-$$-$RANDOM"
 samples=512  # 4 ranks x 8 batches of 16: no padding, no short batch
 
 # While the job runs: the modes and owners of its directory and sockets, as other users see
-# them (Note [Job directory of the nodes] in launcher/job_files.h).
+# them (Note [Job directory of the nodes] in launcher/rank/job_files.h).
 (
   for _ in $(seq 2400); do
     stat -c '%n %a %u' "/tmp/stoker.$job" "/tmp/stoker.$job"/node*.sock 2>/dev/null || true

@@ -7,8 +7,10 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/decode_share.h"
 #include "common/flags.h"
 #include "common/status_macros.h"
+#include "launcher/rank/data_service_args.h"
 
 // Data and model.
 ABSL_FLAG(std::string, data_socket, "",
@@ -173,15 +175,20 @@ ABSL_FLAG(int, warmup_steps, 10, "Steps left out of the throughput figure.");
 ABSL_FLAG(bool, data_only, false,
           "Benchmark the input pipeline: fetch, copy and normalise batches, train nothing.");
 
+// Node data service (without --data_socket; launcher/rank/node_data_service.h).
+ABSL_FLAG(std::string, job_id, "", "Without --data_socket: the job id naming the node data services' sockets and segments; rank 0's value counts; empty: rank 0 makes one.");
+ABSL_FLAG(std::string, data_service, "", "Without --data_socket: the data_service program; default: next to the trainer, or ../data_service/data_service.");
+ABSL_FLAG(std::string, data_service_args, "", "Without --data_socket: more data service flags, split on spaces, each --name=value (e.g. \"--dataset=imagefolder --train_dir=/data/train\"); not --socket, --job_id or --node_id.");
+ABSL_FLAG(int, ranks_per_node, 0, "0: a node is a host (ranks sharing memory). N: ranks [kN, (k+1)N) form node k, each with its own data service (testing several nodes on one host).");
+
 namespace stoker::trainer {
 namespace {
 
-// The trainer's flags: those of this file and the node data service flags of
-// trainer/main.cc (the binary, so absent from tests of this library).
+// The trainer's flags: those of this file.
 FlagSpec TrainerFlagSpec() {
   FlagSpec spec;
   spec.program = "trainer";
-  spec.files = {"trainer/flags.cc", "trainer/main.cc"};
+  spec.files = {"trainer/flags.cc"};
   spec.flagfile_alias = true;
   spec.positional_hint = "the trainer takes only --name=value flags";
   spec.sections = {
@@ -250,7 +257,7 @@ absl::StatusOr<TrainerOptions> OptionsFromFlags() {
   input.data_timeout = absl::Seconds(absl::GetFlag(FLAGS_data_timeout_s));
   input.synthetic_steps = absl::GetFlag(FLAGS_synthetic_steps);
   ASSIGN_OR_RETURN(input.gpu_decode_share,
-                   ParseGpuDecodeShareFlag(absl::GetFlag(FLAGS_gpu_decode_share)));
+                   ParseGpuDecodeShare(absl::GetFlag(FLAGS_gpu_decode_share)));
 
   CommOptions& comm = o.comm;
   comm.collective_timeout = absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_s));
@@ -321,11 +328,20 @@ absl::StatusOr<TrainerOptions> OptionsFromFlags() {
   o.benchmark.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
   o.benchmark.data_only = absl::GetFlag(FLAGS_data_only);
   // Without --data_socket the node's local rank 0 starts the data service after MPI start-up
-  // and sets it (launcher/node_data_service.h); check the rest now.
+  // and sets it (launcher/rank/node_data_service.h); check the rest now.
   TrainerOptions checked = o;
   if (checked.input.data_socket.empty()) checked.input.data_socket = "(started by local rank 0)";
   RETURN_IF_ERROR(ValidateOptions(checked));
   return o;
+}
+
+absl::StatusOr<NodeDataServiceFlags> NodeDataServiceFlagsFromFlags() {
+  NodeDataServiceFlags node;
+  node.job_id = absl::GetFlag(FLAGS_job_id);
+  node.program = absl::GetFlag(FLAGS_data_service);
+  ASSIGN_OR_RETURN(node.args, launcher::ParseDataServiceArgs(absl::GetFlag(FLAGS_data_service_args)));
+  node.ranks_per_node = absl::GetFlag(FLAGS_ranks_per_node);
+  return node;
 }
 
 absl::StatusOr<TrainerCommandLine> ParseTrainerCommandLine(absl::Span<const char* const> args) {
@@ -334,6 +350,7 @@ absl::StatusOr<TrainerCommandLine> ParseTrainerCommandLine(absl::Span<const char
   result.help = parsed.help;
   if (result.help) return result;
   ASSIGN_OR_RETURN(result.options, OptionsFromFlags());
+  ASSIGN_OR_RETURN(result.node_data_service, NodeDataServiceFlagsFromFlags());
   return result;
 }
 

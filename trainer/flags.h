@@ -13,6 +13,7 @@
 #define STOKER_TRAINER_FLAGS_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -20,9 +21,19 @@
 
 namespace stoker::trainer {
 
+// Without --data_socket: how ranks group into nodes, and how each node's local rank 0
+// starts the node's data service (launcher/rank/node_data_service.h).
+struct NodeDataServiceFlags {
+  std::string job_id;              // --job_id; rank 0's counts; empty: rank 0 makes one
+  std::string program;             // --data_service; empty: next to the trainer
+  std::vector<std::string> args;   // --data_service_args, split (ParseDataServiceArgs)
+  int ranks_per_node = 0;          // --ranks_per_node; 0: a node is a host
+};
+
 struct TrainerCommandLine {
   bool help = false;  // --help (or -h, --helpfull): print TrainerFlagsHelp() and exit 0
   TrainerOptions options;
+  NodeDataServiceFlags node_data_service;
 };
 
 // Parses `args` (argv without argv[0]), sets the trainer's flags and returns the validated
@@ -32,6 +43,10 @@ absl::StatusOr<TrainerCommandLine> ParseTrainerCommandLine(absl::Span<const char
 
 // The current flag values as options, validated. For callers that set flags themselves.
 absl::StatusOr<TrainerOptions> OptionsFromFlags();
+
+// The current node data service flags. InvalidArgument naming --data_service_args when
+// it does not split into --name=value flags the trainer may pass on.
+absl::StatusOr<NodeDataServiceFlags> NodeDataServiceFlagsFromFlags();
 
 // Usage, every flag by section with its default and help, and the exit codes.
 std::string TrainerFlagsHelp();

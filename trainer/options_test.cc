@@ -1,6 +1,8 @@
 // ValidateOptions refuses every out-of-range value with InvalidArgument naming its flag.
 #include "trainer/options.h"
 
+#include "common/decode_share.h"
+
 #include <functional>
 #include <optional>
 #include <string>
@@ -115,8 +117,8 @@ TEST(ValidateOptionsTest, EveryUnknownChoiceIsRefusedNamingItsFlag) {
   const std::pair<const char*, absl::Status> cases[] = {
       {"--optimizer=", ParseOptimizerKind("lamb").status()},
       {"--lr_schedule=", ParseLrSchedule("linear").status()},
-      {"--gpu_decode_share=", ParseGpuDecodeShareFlag("most").status()},
-      {"--gpu_decode_share=", ParseGpuDecodeShareFlag("1.01").status()},
+      {"--gpu_decode_share=", ParseGpuDecodeShare("most").status()},
+      {"--gpu_decode_share=", ParseGpuDecodeShare("1.01").status()},
       {"--device=", ParseDeviceChoice("tpu").status()},
       {"--precision=", ParsePrecision("fp8").status()},
       {"--progress=", ParseProgressMode("fancy").status()},
@@ -152,9 +154,9 @@ TEST(GpuDecodeSharePlanTest, AutoResolvesByDeviceDeterminismAndRing) {
   const absl::Status cpu = PlanGpuDecodeShare(0.5, false, false, true).status();
   EXPECT_TRUE(absl::IsInvalidArgument(cpu)) << cpu;
   EXPECT_NE(std::string(cpu.message()).find("--gpu_decode_share=0.5"), std::string::npos) << cpu;
-  ASSERT_TRUE(ParseGpuDecodeShareFlag("auto").ok());
-  EXPECT_FALSE(ParseGpuDecodeShareFlag("auto")->has_value());
-  EXPECT_EQ(**ParseGpuDecodeShareFlag("0.25"), 0.25);
+  ASSERT_TRUE(ParseGpuDecodeShare("auto").ok());
+  EXPECT_FALSE(ParseGpuDecodeShare("auto")->has_value());
+  EXPECT_EQ(**ParseGpuDecodeShare("0.25"), 0.25);
 }
 
 TEST(ValidateOptionsTest, ADataTimeoutBelowTheCollectiveTimeoutIsValid) {

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "launcher/rank_setup.h"
+#include "launcher/rank/rank_setup.h"
 
 namespace stoker::trainer {
 

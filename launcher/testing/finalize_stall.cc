@@ -1,7 +1,7 @@
 // A two-rank MPI program for //tests:fault_finalize_stall_test: after a barrier, rank
 // --stall_rank stops itself (SIGSTOP) before MPI_Finalize; the others go into MPI_Finalize
 // through MpiSession's destructor, bounded by --finalize_timeout_s (Note [Bounded
-// MPI_Finalize] in launcher/rank_setup.h).
+// MPI_Finalize] in launcher/rank/rank_setup.h).
 #include <mpi.h>
 
 #include <csignal>
@@ -10,7 +10,7 @@
 #include "absl/flags/flag.h"
 #include "absl/time/time.h"
 #include "common/flags.h"
-#include "launcher/rank_setup.h"
+#include "launcher/rank/rank_setup.h"
 
 ABSL_FLAG(int, stall_rank, 1, "the rank that stops itself before MPI_Finalize");
 ABSL_FLAG(int, finalize_timeout_s, 3, "RankSetupOptions::finalize_timeout");

@@ -5,8 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "launcher/job_files.h"
-#include "launcher/job_owner.h"
+#include "launcher/rank/job_files.h"
+#include "launcher/rank/job_owner.h"
 #include "launcher/testing/process_probe.h"
 
 namespace stoker::launcher::testing {

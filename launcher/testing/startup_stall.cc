@@ -1,7 +1,7 @@
 // An MPI program for //tests:fault_startup_stall_test: rank --stall_rank never reaches the
 // start-up phase --stall_phase (it sleeps); the others must give up after --timeout_s,
 // naming the phase and that rank, and exit 124 (Note [Start-up and teardown deadlines] in
-// launcher/phase_deadline.h). Phases: rank_setup (MpiSession's rank-setup collectives),
+// launcher/rank/phase_deadline.h). Phases: rank_setup (MpiSession's rank-setup collectives),
 // node_data_service (NodeDataService::Start's first collective).
 #include <mpi.h>
 #include <unistd.h>
@@ -16,8 +16,8 @@
 #include "common/exit_codes.h"
 #include "common/flags.h"
 #include "common/logging.h"
-#include "launcher/node_data_service.h"
-#include "launcher/rank_setup.h"
+#include "launcher/rank/node_data_service.h"
+#include "launcher/rank/rank_setup.h"
 
 ABSL_FLAG(int, stall_rank, 1, "the rank that does not reach the phase");
 ABSL_FLAG(std::string, stall_phase, "rank_setup", "rank_setup or node_data_service");

@@ -8,7 +8,7 @@
 #include "common/logging.h"
 #include "common/mpi_status.h"
 #include "common/status_macros.h"
-#include "launcher/phase_deadline.h"
+#include "launcher/rank/phase_deadline.h"
 
 namespace stoker::trainer {
 namespace {
@@ -52,7 +52,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
   RETURN_IF_MPI_ERROR(MPI_Comm_size(bootstrap, &size));
   ncclUniqueId id;
   if (rank == 0) RETURN_IF_NCCL_ERROR(ncclGetUniqueId(&id));
-  // Note [Start-up and teardown deadlines] in launcher/phase_deadline.h.
+  // Note [Start-up and teardown deadlines] in launcher/rank/phase_deadline.h.
   RETURN_IF_ERROR(launcher::AwaitPhase(bootstrap, "NCCL id broadcast", deadline));
   {
     launcher::PhaseDeadline bounded("the NCCL id broadcast (MPI_Bcast)", deadline);

@@ -40,7 +40,7 @@ class NcclCommunicator final : public Communicator {
   // the broadcast within `deadline` (DeadlineExceeded naming those that did not), and the
   // broadcast, ncclCommInitRank and, at the end, the destructor's stream sync and
   // ncclCommDestroy must each return within it, or the process exits 124 (Note [Start-up
-  // and teardown deadlines] in launcher/phase_deadline.h). Must be called in the same order
+  // and teardown deadlines] in launcher/rank/phase_deadline.h). Must be called in the same order
   // on every rank.
   static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Create(
       MPI_Comm bootstrap, int device, absl::Duration deadline = absl::Seconds(300));

@@ -21,7 +21,7 @@ struct NodePlace {
 
 // The table's shared-memory name: "/stoker.<job_id>.collectives.<token>.node<node_index>",
 // under the job's prefix so that the sweeps of a dead job's files find it
-// (launcher/job_owner.h); "/stoker.<token>.collectives.node<node_index>" without a job id.
+// (launcher/rank/job_owner.h); "/stoker.<token>.collectives.node<node_index>" without a job id.
 std::string NodeProgressTableName(const std::string& job_id, const std::string& token,
                                   int node_index);
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "launcher/rank_setup.h"
+#include "launcher/rank/rank_setup.h"
 #include "trainer/comm/collective_progress_table.h"
 #include "trainer/comm/collective_watchdog.h"
 #include "trainer/comm/comm_options.h"

@@ -1,6 +1,5 @@
 #include "trainer/input/input_options.h"
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace stoker::trainer {
@@ -25,17 +24,6 @@ absl::Status InputOptions::Validate() const {
         absl::StrCat("--gpu_decode_share=", *gpu_decode_share, ": must be auto or in [0, 1]"));
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<std::optional<double>> ParseGpuDecodeShareFlag(absl::string_view value) {
-  if (value == "auto") return std::optional<double>();
-  double share = 0;
-  if (!absl::SimpleAtod(value, &share) || !(share >= 0.0 && share <= 1.0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--gpu_decode_share=", value,
-                     ": must be auto (adapt on a GPU, 0 on the CPU) or a share in [0, 1]"));
-  }
-  return std::optional<double>(share);
 }
 
 absl::StatusOr<GpuDecodeSharePlan> PlanGpuDecodeShare(const std::optional<double>& flag, bool cuda,

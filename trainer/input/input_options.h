@@ -38,10 +38,6 @@ struct InputOptions {
   absl::Status Validate() const;
 };
 
-// --gpu_decode_share's value: "auto" (nullopt) or a number in [0, 1]. InvalidArgument
-// naming the flag otherwise.
-absl::StatusOr<std::optional<double>> ParseGpuDecodeShareFlag(absl::string_view value);
-
 // What `auto` resolves to where the share does not adapt: under --deterministic (which
 // samples the GPU decodes depends on the share, so an adapting share would change the
 // bits between runs) and on the validation ring. The best share measured for ResNet-18

@@ -1,0 +1,165 @@
+#include "data_service/flags.h"
+
+#include <cstdint>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/decode_share.h"
+#include "common/flags.h"
+#include "common/status_macros.h"
+#include "data_service/dataset/bad_samples.h"
+#include "data_service/image/decode.h"
+#include "data_service/memory_limit.h"
+
+ABSL_FLAG(std::string, socket, "",
+          "Unix socket to listen on (created 0600; its directory must exist)");
+ABSL_FLAG(std::string, job_id, "", "job id; rings are /dev/shm/stoker.<job_id>.ring.<rank>");
+ABSL_FLAG(int32_t, node_id, 0, "this node's index, for log lines");
+ABSL_FLAG(std::string, owner_record, "",
+          "a file to remove on shutdown, after the rings and the socket: the job owner record "
+          "of the rank that started this service (launcher/rank/node_data_service.h), so that "
+          "nothing is left when that rank dies first");
+ABSL_FLAG(bool, remove_socket_dir, false,
+          "on shutdown, after the rings and the socket, remove the socket's directory too when "
+          "nothing else is left in it (a node's job directory, launcher/rank/job_files.h)");
+ABSL_FLAG(std::string, dataset, "synthetic",
+          "synthetic, imagefolder (a folder per class of image files) or packed (an index "
+          "file plus shard files, made by pack_imagefolder)");
+ABSL_FLAG(std::string, train_dir, "",
+          "the training split: imagefolder: its root folder (<class>/<image>); packed: its "
+          "index file (e.g. /data/train.stkpack)");
+ABSL_FLAG(std::string, val_dir, "",
+          "the validation split (optional), as --train_dir: a root folder or an index file");
+ABSL_FLAG(int64_t, synthetic_samples, 4096, "synthetic: training samples (validation: a tenth)");
+ABSL_FLAG(int32_t, synthetic_classes, 10, "synthetic: number of classes");
+ABSL_FLAG(uint64_t, data_seed, 0, "synthetic: seed of the generated images");
+ABSL_FLAG(int32_t, threads, 0,
+          "decode threads; 0: automatic, the cores less one per trainer rank registered on "
+          "this node, at least one");
+ABSL_FLAG(int32_t, prefetch, 2, "batches per ring decoded at the same time (at most its slots)");
+ABSL_FLAG(std::string, bad_files, "skip",
+          "an unusable image (missing, unreadable, empty, corrupt, truncated, not an image, "
+          "more than --max_image_pixels): skip = replace it by the next usable sample of the "
+          "epoch's order and warn once per file; fail = stop with an error naming the file");
+ABSL_FLAG(double, max_bad_fraction, 0.01,
+          "with --bad_files=skip: fail once more than this fraction of the samples seen "
+          "(counted over at least 1000) had to be replaced");
+ABSL_FLAG(int64_t, max_image_pixels, stoker::data_service::image::kDefaultMaxPixels,
+          "images with more pixels (width x height) are unusable (decompression bombs); the "
+          "default is Pillow's limit");
+ABSL_FLAG(std::string, jpeg_decode, "fast",
+          "JPEG reconstruction: fast (integer IDCT, plain chroma upsampling: ~10% faster, ~43 dB "
+          "from Pillow's pixels on 500x375 photos) or exact (Pillow's pixels)");
+ABSL_FLAG(std::string, gpu_decode_share, "auto",
+          "share of each batch whose baseline JPEGs are sent to the trainer undecoded, with "
+          "their crop, for its GPU's JPEG engines to decode (the trainer needs libnvjpeg): "
+          "auto = what each trainer asks for (its own --gpu_decode_share: adaptive on a GPU, "
+          "0 on the CPU); a number in [0, 1] = that share for every ring, whatever the "
+          "trainers ask; 0: every sample is decoded here");
+ABSL_FLAG(std::string, follow_links, "yes",
+          "imagefolder: yes = follow symlinks whose target is outside the dataset folder, "
+          "naming them in a warning; no = refuse the folder at start, naming the link");
+ABSL_FLAG(int32_t, scan_timeout_s, 600,
+          "imagefolder: listing a folder at start fails after this many seconds (a hung or "
+          "very slow file system), naming the folder and how far it got");
+ABSL_FLAG(int32_t, shutdown_timeout_s, 5,
+          "on SIGTERM (and when a rank disconnects) wait this long for the samples being "
+          "decoded; past it (a read stuck on a hung mount) log each busy decode thread and its "
+          "file, remove the rings and the socket, and exit 124. Keep it below the launcher's "
+          "--shutdown_grace");
+ABSL_FLAG(std::string, max_memory, "auto",
+          "the service's address-space limit (RLIMIT_AS): auto = what it uses at start + "
+          "640 MiB per decode thread + 1 GiB + each ring while mapped (logged at start); none; "
+          "or a size (8G, 512MiB). An image that needs more fails as an unusable file; a ring "
+          "that does not fit under a size is refused");
+ABSL_FLAG(bool, sandbox, false,
+          "once initialised, refuse the system calls the service never needs (running "
+          "programs, tracing, new sockets, mounts, identity changes...) with a seccomp filter "
+          "and PR_SET_NO_NEW_PRIVS (data_service/sandbox.h)");
+ABSL_FLAG(double, eval_resize_ratio, 256.0 / 224.0,
+          "validation transform: Resize(round(image_size x this)) then CenterCrop(image_size)");
+
+namespace stoker::data_service {
+namespace {
+
+// data_service's own flags (this file's; not the ones libraries register).
+FlagSpec DataServiceFlagSpec() {
+  FlagSpec spec;
+  spec.program = "data_service";
+  spec.files = {"data_service/flags.cc"};
+  spec.sections = {
+      {"Flags",
+       {"socket",           "job_id",           "node_id",           "dataset",
+        "train_dir",        "val_dir",          "synthetic_samples", "synthetic_classes",
+        "data_seed",        "threads",          "prefetch",          "bad_files",
+        "max_bad_fraction", "max_image_pixels", "eval_resize_ratio", "jpeg_decode",
+        "gpu_decode_share", "follow_links",     "scan_timeout_s",    "shutdown_timeout_s",
+        "max_memory",       "sandbox",          "owner_record",      "remove_socket_dir"}}};
+  return spec;
+}
+
+}  // namespace
+
+absl::StatusOr<DataServiceOptions> OptionsFromFlags() {
+  DataServiceOptions o;
+  DatasetConfig& dataset = o.dataset;
+  dataset.kind = absl::GetFlag(FLAGS_dataset);
+  dataset.train_dir = absl::GetFlag(FLAGS_train_dir);
+  dataset.val_dir = absl::GetFlag(FLAGS_val_dir);
+  dataset.synthetic_samples = absl::GetFlag(FLAGS_synthetic_samples);
+  dataset.synthetic_classes = absl::GetFlag(FLAGS_synthetic_classes);
+  dataset.data_seed = absl::GetFlag(FLAGS_data_seed);
+  ASSIGN_OR_RETURN(dataset.image_folder.follow_links_outside_root,
+                   ParseFollowLinks(absl::GetFlag(FLAGS_follow_links)));
+  dataset.image_folder.scan_timeout = absl::Seconds(absl::GetFlag(FLAGS_scan_timeout_s));
+
+  ServiceOptions& service = o.service;
+  service.socket_path = absl::GetFlag(FLAGS_socket);
+  service.job_id = absl::GetFlag(FLAGS_job_id);
+  service.node_id = absl::GetFlag(FLAGS_node_id);
+  service.threads = absl::GetFlag(FLAGS_threads);
+  service.prefetch = absl::GetFlag(FLAGS_prefetch);
+  service.eval_resize_ratio = absl::GetFlag(FLAGS_eval_resize_ratio);
+  service.max_image_pixels = absl::GetFlag(FLAGS_max_image_pixels);
+  ASSIGN_OR_RETURN(service.exact_jpeg, ParseJpegDecode(absl::GetFlag(FLAGS_jpeg_decode)));
+  ASSIGN_OR_RETURN(service.gpu_decode_share,
+                   ParseGpuDecodeShare(absl::GetFlag(FLAGS_gpu_decode_share)));
+  ASSIGN_OR_RETURN(service.bad_samples.policy,
+                   ParseBadFilePolicy(absl::GetFlag(FLAGS_bad_files)));
+  service.bad_samples.max_fraction = absl::GetFlag(FLAGS_max_bad_fraction);
+  service.shutdown_timeout = absl::Seconds(absl::GetFlag(FLAGS_shutdown_timeout_s));
+  ASSIGN_OR_RETURN(service.max_memory, ParseMaxMemory(absl::GetFlag(FLAGS_max_memory)));
+
+  o.owner_record = absl::GetFlag(FLAGS_owner_record);
+  o.remove_socket_dir = absl::GetFlag(FLAGS_remove_socket_dir);
+  o.sandbox = absl::GetFlag(FLAGS_sandbox);
+  RETURN_IF_ERROR(o.Validate());
+  return o;
+}
+
+absl::StatusOr<DataServiceCommandLine> ParseDataServiceCommandLine(
+    absl::Span<const char* const> args) {
+  DataServiceCommandLine result;
+  ASSIGN_OR_RETURN(const ParsedFlags parsed, ParseFlags(args, DataServiceFlagSpec()));
+  result.help = parsed.help;
+  if (result.help) return result;
+  ASSIGN_OR_RETURN(result.options, OptionsFromFlags());
+  return result;
+}
+
+std::string DataServiceFlagsHelp() {
+  return absl::StrCat(
+      "data_service --socket=PATH --job_id=ID [--node_id=N] "
+      "[--dataset=synthetic|imagefolder|packed] [--train_dir=DIR|INDEX] [--val_dir=DIR|INDEX] "
+      "[--synthetic_samples=N] [--synthetic_classes=K] [--data_seed=S] [--threads=N] "
+      "[--prefetch=N] [--bad_files=skip|fail] [--max_bad_fraction=F] [--max_image_pixels=N] "
+      "[--eval_resize_ratio=R] [--jpeg_decode=fast|exact] [--gpu_decode_share=auto|F] "
+      "[--follow_links=yes|no] "
+      "[--scan_timeout_s=N] [--shutdown_timeout_s=N] [--max_memory=auto|none|SIZE] "
+      "[--sandbox]\n",
+      FlagsHelp(DataServiceFlagSpec()));
+}
+
+}  // namespace stoker::data_service

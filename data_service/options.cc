@@ -1,0 +1,63 @@
+#include "data_service/options.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/names.h"
+#include "common/status_macros.h"
+#include "data_service/batch_producer.h"
+
+namespace stoker::data_service {
+namespace {
+
+template <typename T>
+absl::Status Bad(absl::string_view flag, const T& value, absl::string_view need) {
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", value, ": ", need));
+}
+
+// `--flag: why`, the wording data_service's users and scripts match on for its ranges.
+absl::Status Refused(absl::string_view flag, absl::string_view need) {
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", need));
+}
+
+}  // namespace
+
+absl::StatusOr<bool> ParseJpegDecode(absl::string_view value) {
+  if (value == "fast") return false;
+  if (value == "exact") return true;
+  return Bad("jpeg_decode", value, "must be fast or exact");
+}
+
+absl::StatusOr<bool> ParseFollowLinks(absl::string_view value) {
+  if (value == "yes") return true;
+  if (value == "no") return false;
+  return Bad("follow_links", value, "must be yes or no");
+}
+
+absl::Status DataServiceOptions::Validate() const {
+  const ServiceOptions& s = service;
+  if (s.socket_path.empty()) return absl::InvalidArgumentError("--socket: required");
+  if (s.job_id.empty()) return absl::InvalidArgumentError("--job_id: required");
+  RETURN_IF_ERROR(ValidateJobId(s.job_id));
+  if (s.node_id < 0) return Refused("node_id", "must not be negative");
+  if (s.threads < 0) return Refused("threads", "must be 0 (automatic) or positive");
+  if (s.prefetch < 1) return Refused("prefetch", "must be at least 1");
+  if (dataset.kind != "imagefolder" && dataset.kind != "packed" &&
+      (!dataset.train_dir.empty() || !dataset.val_dir.empty())) {
+    return absl::InvalidArgumentError(
+        "--train_dir/--val_dir: only used with --dataset=imagefolder or packed");
+  }
+  RETURN_IF_ERROR(s.bad_samples.Validate());
+  if (s.max_image_pixels < 1) return Refused("max_image_pixels", "must be positive");
+  if (!(s.eval_resize_ratio >= 1.0 && s.eval_resize_ratio <= 8.0)) {
+    return Refused("eval_resize_ratio", "must be in [1, 8]");
+  }
+  RETURN_IF_ERROR(CheckGpuDecodeShare(s.gpu_decode_share));
+  if (dataset.image_folder.scan_timeout < absl::Seconds(1)) {
+    return Refused("scan_timeout_s", "must be positive");
+  }
+  if (s.shutdown_timeout < absl::Seconds(1)) {
+    return Refused("shutdown_timeout_s", "must be positive");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace stoker::data_service

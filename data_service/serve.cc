@@ -1,0 +1,122 @@
+#include "data_service/serve.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/exit_codes.h"
+#include "common/logging.h"
+#include "common/shm_segment.h"
+#include "data_service/dataset/dataset_config.h"
+#include "data_service/sandbox.h"
+#include "data_service/service.h"
+
+namespace stoker::data_service {
+namespace {
+
+// Removes the directory of `socket_path` when it is empty; another node's socket in it (two
+// nodes of one job on one machine) keeps it.
+void RemoveSocketDirectoryIfEmpty(const std::string& socket_path) {
+  const size_t slash = socket_path.rfind('/');
+  if (slash == std::string::npos || slash == 0) return;
+  const std::string dir = socket_path.substr(0, slash);
+  if (rmdir(dir.c_str()) != 0 && errno != ENOENT && errno != ENOTEMPTY && errno != EEXIST) {
+    LogWarning("cannot remove the socket's directory %s: %s", dir, std::strerror(errno));
+  }
+}
+
+// A refusal of the options the flags gave is a usage error (exit 2).
+absl::Status AsUsageError(absl::Status status) {
+  return WithExitCode(std::move(status), kExitUsage);
+}
+
+// Waits for SIGTERM or SIGINT (blocked in `signals`) while the service stays healthy.
+// OK on a signal; the service's failure otherwise.
+absl::Status ServeUntilSignal(DataService& service, const sigset_t& signals) {
+  while (true) {
+    const timespec one_second{1, 0};
+    const int signal = sigtimedwait(&signals, nullptr, &one_second);
+    if (signal == SIGTERM || signal == SIGINT) {
+      LogInfo("%s: shutting down", signal == SIGTERM ? "SIGTERM" : "SIGINT");
+      return absl::OkStatus();
+    }
+    if (absl::Status health = service.health(); !health.ok()) {
+      return absl::Status(health.code(),
+                          absl::StrCat("cannot serve any more: ", health.message()));
+    }
+  }
+}
+
+}  // namespace
+
+ServeOutcome ServeUntilStopped(const DataServiceOptions& options) {
+  ServeOutcome outcome;
+  // Block the termination signals in every thread; this thread takes them with
+  // sigtimedwait. Threads created below inherit the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  // Note [Truncated shared memory] in common/shm_segment.h.
+  if (absl::Status guarded = InstallTruncatedSharedMemoryGuard(
+          kExitFailure, absl::StrCat("data_service node ", options.service.node_id));
+      !guarded.ok()) {
+    outcome.status = guarded;
+    return outcome;
+  }
+
+  absl::StatusOr<Datasets> datasets = OpenDatasets(options.dataset);
+  if (!datasets.ok()) {
+    const bool usage =
+        absl::IsInvalidArgument(datasets.status()) || absl::IsNotFound(datasets.status());
+    outcome.status = usage ? AsUsageError(datasets.status()) : datasets.status();
+    return outcome;
+  }
+  absl::StatusOr<std::unique_ptr<DataService>> service =
+      DataService::Start(options.service, std::move(*datasets));
+  if (!service.ok()) {
+    const bool usage = absl::IsInvalidArgument(service.status());
+    outcome.status = usage ? AsUsageError(service.status()) : service.status();
+    return outcome;
+  }
+
+  if (options.sandbox) {
+    if (absl::Status sandboxed = InstallSandbox(); !sandboxed.ok()) {
+      (void)(*service)->Shutdown();
+      outcome.status = sandboxed;
+      return outcome;
+    }
+    LogInfo("sandbox on: %s refused (EPERM)", absl::StrJoin(SandboxRefusedSyscalls(), ", "));
+  }
+
+  outcome.status = ServeUntilSignal(**service, signals);
+  const absl::Status stopped = (*service)->Shutdown();
+  if (!stopped.ok()) {
+    // The first failure is the outcome (main() reports it); a later one is logged here.
+    if (outcome.status.ok()) {
+      outcome.status = stopped;
+    } else {
+      LogWarning("the shutdown failed too: %s", StatusText(stopped));
+    }
+    outcome.decodes_abandoned = true;
+  }
+  if (options.remove_socket_dir) RemoveSocketDirectoryIfEmpty(options.service.socket_path);
+  if (!options.owner_record.empty()) {
+    if (unlink(options.owner_record.c_str()) != 0 && errno != ENOENT) {
+      LogWarning("cannot remove the job owner record %s: %s", options.owner_record,
+                 std::strerror(errno));
+    }
+  }
+  return outcome;
+}
+
+}  // namespace stoker::data_service

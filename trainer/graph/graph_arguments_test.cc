@@ -220,7 +220,8 @@ TEST_F(GraphArgumentsTest, ReturnsAreSlotsAndTheirCountMustMatch) {
             "m.pt2: node split (torch.ops.aten.split.Tensor): the node has 2 outputs, the "
             "operator returns 1");
 
-  EXPECT_EQ(OutputSlot({{"as_sym_int", {{"as_name", "s2"}}}}, plan_), plan_.FindSlot("s2"));
+  const int size = OutputSlot({{"as_sym_int", {{"as_name", "s2"}}}}, plan_);
+  EXPECT_EQ(size, plan_.FindSlot("s2"));
   EXPECT_EQ(OutputSlot({{"as_none", true}}, plan_), -1);
 }
 

@@ -1,6 +1,10 @@
 // GraphProgram: one torch.export program (its serialised graph_module) turned, once at
 // load, into a list of calls that run op by op through c10::Dispatcher, so that autograd,
-// autocast and every ATen kernel apply as in eager PyTorch. No Python runs.
+// autocast and every ATen kernel apply as in eager PyTorch. No Python runs. Build is a
+// pipeline of the package's stages: the signature checked (graph_signature.h), its values
+// given slots (buffer_plan.h), then per node: read (graph_node.h), its operator resolved
+// (graph_schema.h), its arguments and outputs converted (graph_arguments.h); last the
+// fused-block rewrite (graph_fusion.h).
 #ifndef STOKER_TRAINER_GRAPH_GRAPH_PROGRAM_H_
 #define STOKER_TRAINER_GRAPH_GRAPH_PROGRAM_H_
 
@@ -16,17 +20,12 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "trainer/graph/buffer_plan.h"
 #include "trainer/graph/graph_call.h"
 #include "trainer/graph/graph_fusion.h"
+#include "trainer/graph/graph_signature.h"
 
 namespace stoker::trainer {
-
-// What a program's inputs are bound to, by state-dict name. The tensors are the model's own
-// (same TensorImpl), so moving the model (`to`, `set_data`) moves what the program reads.
-struct GraphState {
-  std::map<std::string, at::Tensor> parameters;
-  std::map<std::string, at::Tensor> buffers;
-};
 
 struct GraphProgramOptions {
   // Where errors point: "--model=m.pt2 (train program)".
@@ -82,12 +81,8 @@ class GraphProgram {
  private:
   GraphProgram();
 
-  std::vector<c10::IValue> values_;  // one slot per named graph value
-  std::vector<bool> persistent_;     // slot holds a parameter or buffer
+  BufferPlan values_;  // one slot per named graph value
   std::vector<std::unique_ptr<GraphCall>> calls_;
-  int input_slot_ = -1;
-  int output_slot_ = -1;
-  std::vector<std::pair<int, at::Tensor>> buffer_mutations_;  // slot -> buffer it updates
   int num_classes_ = 0;
   int image_size_ = 0;
   int channels_ = 3;

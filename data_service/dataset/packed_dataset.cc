@@ -65,16 +65,13 @@ absl::string_view PackedDataset::SampleName(int64_t index) const {
   return absl::string_view(strings_.data() + offset + sizeof(length), length);
 }
 
-absl::StatusOr<std::unique_ptr<PackedDataset>> PackedDataset::Open(const std::string& index_path) {
-  UniqueFd fd(open(index_path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-  if (!fd.valid()) {
-    if (errno == ENOENT) {
-      return absl::NotFoundError(absl::StrCat("packed index ", index_path, " does not exist"));
-    }
-    return ErrnoToStatus(errno, absl::StrCat("open packed index ", index_path));
-  }
+namespace {
+
+// The index's header, checked against the file it came from: magic, version, sizes, and
+// every section inside the file.
+absl::StatusOr<PackedIndexHeader> ReadIndexHeader(int fd, const std::string& index_path) {
   struct stat st;
-  if (fstat(fd.get(), &st) != 0) return ErrnoToStatus(errno, absl::StrCat("fstat ", index_path));
+  if (fstat(fd, &st) != 0) return ErrnoToStatus(errno, absl::StrCat("fstat ", index_path));
   if (!S_ISREG(st.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "packed index ", index_path, " is not a regular file (a packed dataset is named by "
@@ -84,7 +81,7 @@ absl::StatusOr<std::unique_ptr<PackedDataset>> PackedDataset::Open(const std::st
   PackedIndexHeader header;
   if (file_bytes < sizeof(header)) return Corrupt(index_path, "shorter than its header");
   if (file_bytes > kMaxIndexBytes) return Corrupt(index_path, "larger than 64 GiB");
-  if (absl::Status s = ReadExactly(fd.get(), &header, sizeof(header), 0, index_path); !s.ok()) {
+  if (absl::Status s = ReadExactly(fd, &header, sizeof(header), 0, index_path); !s.ok()) {
     return s;
   }
   if (std::memcmp(header.magic, kPackedIndexMagic, sizeof(header.magic)) != 0) {
@@ -111,12 +108,80 @@ absl::StatusOr<std::unique_ptr<PackedDataset>> PackedDataset::Open(const std::st
       file_bytes - header.strings_offset > std::numeric_limits<uint32_t>::max()) {
     return Corrupt(index_path, "a section lies outside the file");
   }
+  return header;
+}
+
+// The string at `offset` of the index's string table (a uint32 length, then the bytes),
+// refused unless the whole string lies inside the table.
+absl::StatusOr<absl::string_view> StringAt(const std::string& strings, uint32_t offset,
+                                           const std::string& index_path) {
+  uint32_t length = 0;
+  if (offset > strings.size() || strings.size() - offset < sizeof(length)) {
+    return Corrupt(index_path, absl::StrCat("string offset ", offset, " out of bounds"));
+  }
+  std::memcpy(&length, strings.data() + offset, sizeof(length));
+  if (length > strings.size() - offset - sizeof(length)) {
+    return Corrupt(index_path, absl::StrCat("string at ", offset, " runs past the table"));
+  }
+  return absl::string_view(strings.data() + offset + sizeof(length), length);
+}
+
+// Opens shard `k` at `path` and checks it against its index entry: a regular file of the
+// recorded size whose header names it shard `k` of this version.
+absl::StatusOr<UniqueFd> OpenShard(const std::string& path, uint64_t k,
+                                   const PackedShard& entry, const std::string& index_path) {
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (!fd.valid()) {
+    if (errno == ENOENT) {
+      return absl::NotFoundError(
+          absl::StrCat("shard ", path, " of packed index ", index_path, " does not exist"));
+    }
+    return ErrnoToStatus(errno, absl::StrCat("open shard ", path));
+  }
+  struct stat shard_stat;
+  if (fstat(fd.get(), &shard_stat) != 0) return ErrnoToStatus(errno, absl::StrCat("fstat ", path));
+  if (!S_ISREG(shard_stat.st_mode) || static_cast<uint64_t>(shard_stat.st_size) != entry.bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shard ", path, " is ", shard_stat.st_size, " bytes but packed index ", index_path,
+        " expects ", entry.bytes, " (truncated, or from another packing: pack again)"));
+  }
+  PackedShardHeader shard_header;
+  if (entry.bytes < sizeof(shard_header)) {
+    return Corrupt(index_path, absl::StrCat("shard ", path, " is shorter than its header"));
+  }
+  if (absl::Status s = ReadExactly(fd.get(), &shard_header, sizeof(shard_header), 0, path);
+      !s.ok()) {
+    return s;
+  }
+  if (std::memcmp(shard_header.magic, kPackedShardMagic, sizeof(shard_header.magic)) != 0 ||
+      shard_header.version != kPackedVersion || shard_header.shard != k) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, " is not shard ", k, " of a version ", kPackedVersion, " packed dataset (bad header)"));
+  }
+  return fd;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PackedDataset>> PackedDataset::Open(const std::string& index_path) {
+  UniqueFd fd(open(index_path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (!fd.valid()) {
+    if (errno == ENOENT) {
+      return absl::NotFoundError(absl::StrCat("packed index ", index_path, " does not exist"));
+    }
+    return ErrnoToStatus(errno, absl::StrCat("open packed index ", index_path));
+  }
+  absl::StatusOr<PackedIndexHeader> read_header = ReadIndexHeader(fd.get(), index_path);
+  if (!read_header.ok()) return read_header.status();
+  const PackedIndexHeader& header = *read_header;
+  const uint64_t samples = static_cast<uint64_t>(header.sample_count);
+  const uint64_t shards = static_cast<uint64_t>(header.shard_count);
 
   auto dataset = std::unique_ptr<PackedDataset>(new PackedDataset());
   dataset->index_path_ = index_path;
   dataset->samples_.resize(samples);
   std::vector<PackedShard> shard_entries(shards);
-  dataset->strings_.resize(file_bytes - header.strings_offset);
+  dataset->strings_.resize(header.file_bytes - header.strings_offset);
   for (const auto& [data, bytes, offset] :
        {std::tuple<void*, size_t, uint64_t>{dataset->samples_.data(),
                                             samples * sizeof(PackedSample),
@@ -128,23 +193,12 @@ absl::StatusOr<std::unique_ptr<PackedDataset>> PackedDataset::Open(const std::st
     }
   }
   fd.Reset();
-
-  // Strings: every reference must point at a whole string of the table.
   const std::string& strings = dataset->strings_;
-  auto string_at = [&](uint32_t offset) -> absl::StatusOr<absl::string_view> {
-    uint32_t length = 0;
-    if (offset > strings.size() || strings.size() - offset < sizeof(length)) {
-      return Corrupt(index_path, absl::StrCat("string offset ", offset, " out of bounds"));
-    }
-    std::memcpy(&length, strings.data() + offset, sizeof(length));
-    if (length > strings.size() - offset - sizeof(length)) {
-      return Corrupt(index_path, absl::StrCat("string at ", offset, " runs past the table"));
-    }
-    return absl::string_view(strings.data() + offset + sizeof(length), length);
-  };
+
+  // Classes: the first class_count strings of the table, in order.
   uint32_t offset = 0;
   for (int32_t c = 0; c < header.class_count; ++c) {
-    absl::StatusOr<absl::string_view> name = string_at(offset);
+    absl::StatusOr<absl::string_view> name = StringAt(strings, offset, index_path);
     if (!name.ok()) return name.status();
     dataset->classes_.emplace_back(*name);
     offset += static_cast<uint32_t>(sizeof(uint32_t) + name->size());
@@ -153,7 +207,7 @@ absl::StatusOr<std::unique_ptr<PackedDataset>> PackedDataset::Open(const std::st
   // Shards: plain file names beside the index, each the size the index records.
   const std::filesystem::path directory = std::filesystem::path(index_path).parent_path();
   for (uint64_t k = 0; k < shards; ++k) {
-    absl::StatusOr<absl::string_view> name = string_at(shard_entries[k].name);
+    absl::StatusOr<absl::string_view> name = StringAt(strings, shard_entries[k].name, index_path);
     if (!name.ok()) return name.status();
     if (name->empty() || absl::StrContains(*name, '/') || *name == "." || *name == "..") {
       return Corrupt(index_path, absl::StrCat("shard ", k, " has the bad file name \"", *name,
@@ -161,40 +215,9 @@ absl::StatusOr<std::unique_ptr<PackedDataset>> PackedDataset::Open(const std::st
     }
     Shard shard;
     shard.path = (directory / std::string(*name)).string();
-    shard.fd = UniqueFd(open(shard.path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-    if (!shard.fd.valid()) {
-      if (errno == ENOENT) {
-        return absl::NotFoundError(absl::StrCat("shard ", shard.path, " of packed index ",
-                                                index_path, " does not exist"));
-      }
-      return ErrnoToStatus(errno, absl::StrCat("open shard ", shard.path));
-    }
-    struct stat shard_stat;
-    if (fstat(shard.fd.get(), &shard_stat) != 0) {
-      return ErrnoToStatus(errno, absl::StrCat("fstat ", shard.path));
-    }
-    if (!S_ISREG(shard_stat.st_mode) ||
-        static_cast<uint64_t>(shard_stat.st_size) != shard_entries[k].bytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "shard ", shard.path, " is ", shard_stat.st_size, " bytes but packed index ",
-          index_path, " expects ", shard_entries[k].bytes,
-          " (truncated, or from another packing: pack again)"));
-    }
-    PackedShardHeader shard_header;
-    if (shard_entries[k].bytes < sizeof(shard_header)) {
-      return Corrupt(index_path, absl::StrCat("shard ", shard.path, " is shorter than its header"));
-    }
-    if (absl::Status s = ReadExactly(shard.fd.get(), &shard_header, sizeof(shard_header), 0,
-                                     shard.path);
-        !s.ok()) {
-      return s;
-    }
-    if (std::memcmp(shard_header.magic, kPackedShardMagic, sizeof(shard_header.magic)) != 0 ||
-        shard_header.version != kPackedVersion || shard_header.shard != k) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          shard.path, " is not shard ", k, " of a version ", kPackedVersion,
-          " packed dataset (bad header)"));
-    }
+    absl::StatusOr<UniqueFd> shard_fd = OpenShard(shard.path, k, shard_entries[k], index_path);
+    if (!shard_fd.ok()) return shard_fd.status();
+    shard.fd = std::move(*shard_fd);
     dataset->shards_.push_back(std::move(shard));
   }
 
@@ -214,7 +237,8 @@ absl::StatusOr<std::unique_ptr<PackedDataset>> PackedDataset::Open(const std::st
         sample.length > shard_bytes - sample.offset) {
       return Corrupt(index_path, absl::StrCat("sample ", i, " lies outside its shard"));
     }
-    if (absl::StatusOr<absl::string_view> name = string_at(sample.name); !name.ok()) {
+    if (absl::StatusOr<absl::string_view> name = StringAt(strings, sample.name, index_path);
+        !name.ok()) {
       return name.status();
     }
   }

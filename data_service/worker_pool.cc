@@ -114,8 +114,7 @@ void WorkerPool::WorkLoop(Worker* worker) {
       // Inactive workers wait; on shutdown every worker helps drain the queue.
       mu_.Await(absl::Condition(
           +[](Worker* w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->pool->mu_) {
-            const WorkerPool& pool = *w->pool;
-            return pool.stopping_ || (!pool.tasks_.empty() && w->index < pool.active_);
+            return w->pool->stopping_ || (!w->pool->tasks_.empty() && w->index < w->pool->active_);
           },
           worker));
       if (tasks_.empty()) {  // stopping, and everything submitted has run

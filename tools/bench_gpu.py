@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Stoker against the Python recipes on the GPU host, side by side in one run.
 
-Runs from the bundle (tools/bundle.sh) on a host with torch, torchvision and 1 or 2 GPUs:
+Runs from the bundle (tools/bundle.sh) on a host with torch, torchvision and 1 or 2 GPUs,
+phase by phase, usually through `bundle/bin/gpu.sh bench OUT PHASE...`:
     python3 bundle/bin/bench_gpu.py --phase data_service --out OUT   # the data service alone
     python3 bundle/bin/bench_gpu.py --phase one_gpu --out OUT
     python3 bundle/bin/bench_gpu.py --phase step --out OUT       # the step against torch.compile

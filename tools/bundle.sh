@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Packs Stoker for a GPU host that has torch, CUDA, NCCL and Open MPI but no Bazel:
-#   bundle/bin/   the three programs, the GPU test binaries and the checks
+#   bundle/bin/   the three programs, the GPU test binaries, and gpu.sh: the entry point for
+#                 the GPU checks, smoke runs, benchmarks and kernel profiles (with the
+#                 scripts it runs)
 #   bundle/lib/   the shared libraries such a host lacks (Abseil, libturbojpeg, and the
 #                 test binaries' Bazel-built libraries), found with ldd
-#   bundle/stoker the entry point: `bundle/stoker PROGRAM ARGS...` sets the library path to
+#   bundle/stoker the program runner: `bundle/stoker PROGRAM ARGS...` sets the library path to
 #                 the bundle, the host's torch (and the CUDA/NCCL libraries beside it),
 #                 and runs bin/PROGRAM
 # Usage: tools/bundle.sh [OUT_DIR]   (default: bundle/)
@@ -24,7 +26,7 @@ for target in "${programs[@]}" "${gpu_tests[@]}"; do
   path="${target#//}"; path="${path/://}"
   cp -L "$bin/$path" "$out/bin/"
 done
-cp tools/gpu_checks.sh tools/bench_gpu.py tools/loader_bench.py tools/kernel_breakdown.py tools/profile_peer.py tools/profile_gpu.sh tools/export_model.py tests/mpi_env.sh \
+cp tools/gpu.sh tools/gpu_checks.sh tools/bench_gpu.py tools/loader_bench.py tools/kernel_breakdown.py tools/profile_peer.py tools/export_model.py tests/mpi_env.sh \
   data_service/image/bench_vs_torchvision.py "$out/bin/"
 # scikit-learn's digits as an image folder, for the accuracy check (the host may lack sklearn).
 python3 tools/make_digits.py "$out/digits" > /dev/null

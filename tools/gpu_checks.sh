@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU tests, run on a GPU host from the bundle (tools/bundle.sh):
-#   bundle/bin/gpu_checks.sh [OUT_DIR]
+# The GPU tests, run on a GPU host from the bundle (tools/bundle.sh) by its entry point:
+#   bundle/bin/gpu.sh checks [OUT_DIR]
 # Each check prints PASS or FAIL; the last line counts them. Logs go to OUT_DIR.
 # STOKER_GPU_CHECKS=REGEX runs only the checks whose names match it.
 set -uo pipefail

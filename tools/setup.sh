@@ -15,6 +15,7 @@ APT_PACKAGES=(
   libgtest-dev
   libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev
   nlohmann-json3-dev   # JSON of torch.export archives (models brought from Python)
+  clang clang-format   # tools/check_thread_safety.sh and tools/check_format.sh
 )
 # torch is pinned to the GPU hosts' version so that binaries built here run there.
 PIP_PACKAGES=(

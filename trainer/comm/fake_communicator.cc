@@ -315,9 +315,12 @@ absl::Status FakeCommunicator::Collective(const Call& call) {
   const absl::Time deadline = absl::Now() + group.options.peer_timeout;
 
   absl::MutexLock lock(&group.mu);
-  auto [it, created] = group.rounds.try_emplace(id);
+  // Not a structured binding: leave_failed below captures the iterator, and C++17 lambdas
+  // cannot capture structured bindings.
+  const auto emplaced = group.rounds.try_emplace(id);
+  const auto it = emplaced.first;
   Rendezvous::Round& round = it->second;
-  if (created) {
+  if (emplaced.second) {
     round.call = call;
     round.buffers.assign(group.world_size, nullptr);
   }

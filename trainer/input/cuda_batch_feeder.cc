@@ -153,7 +153,10 @@ class CudaBatchFeeder final : public BatchFeeder {
       }));
       ASSIGN_OR_RETURN(staging.copied, CudaEvent::Create(cudaEventDisableTiming | cudaEventBlockingSync));
       ASSIGN_OR_RETURN(staging.consumed, CudaEvent::Create(cudaEventDisableTiming));
-      free_.push_back(i);
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      for (int i = 0; i < kBuffers; ++i) free_.push_back(i);
     }
     if (options_.gpu_decode) RETURN_IF_ERROR(MakeDecoder());
     // The staging buffers were allocated on the current stream: let that work finish

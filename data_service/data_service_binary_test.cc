@@ -302,8 +302,8 @@ TEST(DataServiceBinaryTest, FlagErrorsExitWithCode2AndNameTheFlag) {
 
 TEST(DataServiceBinaryTest, ServesAnImageFolderOfJpegs) {
   ASSERT_FALSE(BinaryPath().empty());
-  const std::string root = test_util::TestDirectory("binary_imagefolder");
-  fs::remove_all(root);
+  ASSERT_OK_AND_ASSIGN(const TempDir root_temp, TempDir::Create("binary_imagefolder"));
+  const std::string root = root_temp.path();
   // "blue" sorts before "red": labels 0 and 1.
   for (int c = 0; c < 2; ++c) {
     const std::string class_dir = root + (c == 0 ? "/blue" : "/red");
@@ -403,8 +403,8 @@ int64_t ProcStatusBytes(pid_t pid, const std::string& field) {
 
 TEST(DataServiceBinaryTest, ImagesThatDeclareTenGigabytesAreBadFilesAndDoNotRaiseItsMemory) {
   ASSERT_FALSE(BinaryPath().empty());
-  const std::string root = test_util::TestDirectory("binary_bombs");
-  fs::remove_all(root);
+  ASSERT_OK_AND_ASSIGN(const TempDir root_temp, TempDir::Create("binary_bombs"));
+  const std::string root = root_temp.path();
   for (int c = 0; c < 2; ++c) {
     const std::string class_dir = absl::StrCat(root, "/c", c);
     fs::create_directories(class_dir);
@@ -600,8 +600,8 @@ Delivered ServeOneEpoch(const std::vector<std::string>& dataset_flags, int threa
 
 TEST(DataServiceBinaryTest, APackedDatasetServesTheSameBatchesAsItsFolder) {
   ASSERT_FALSE(BinaryPath().empty());
-  const std::string root = test_util::TestDirectory("binary_packed_source");
-  fs::remove_all(root);
+  ASSERT_OK_AND_ASSIGN(const TempDir root_temp, TempDir::Create("binary_packed_source"));
+  const std::string root = root_temp.path();
   for (int c = 0; c < 3; ++c) {
     fs::create_directories(absl::StrCat(root, "/c", c));
     for (int i = 0; i < 6; ++i) {
@@ -609,9 +609,8 @@ TEST(DataServiceBinaryTest, APackedDatasetServesTheSameBatchesAsItsFolder) {
     }
   }
   ASSERT_OK(test_util::WriteFileBytes(root + "/c1/4.jpg", {0xff, 0xd8, 0xff, 'x'}));
-  const std::string out = test_util::TestDirectory("binary_packed");
-  fs::remove_all(out);
-  fs::create_directories(out);
+  ASSERT_OK_AND_ASSIGN(const TempDir out_temp, TempDir::Create("binary_packed"));
+  const std::string out = out_temp.path();
   PackOptions options;
   options.shard_bytes = 10000;
   auto stats = PackImageFolder(root, out + "/train.stkpack", options);

@@ -4,6 +4,7 @@
 #define STOKER_COMMON_TESTING_TEMP_DIR_H_
 
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"

@@ -1,11 +1,11 @@
 #include "common/testing/temp_dir.h"
 
+#include <ftw.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include <cerrno>
 #include <cstdlib>
-#include <filesystem>
-#include <system_error>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -14,6 +14,15 @@
 #include "common/errno_status.h"
 
 namespace stoker::testing {
+namespace {
+
+// nftw's callback: removes each entry, the directories after their contents.
+int RemoveEntry(const char* path, const struct stat*, int, struct FTW*) {
+  ::remove(path);
+  return 0;
+}
+
+}  // namespace
 
 absl::StatusOr<TempDir> TempDir::Create(absl::string_view prefix) {
   const char* test_tmpdir = std::getenv("TEST_TMPDIR");
@@ -51,8 +60,9 @@ std::string TempDir::Join(absl::string_view name) const { return absl::StrCat(pa
 
 void TempDir::Remove() {
   if (path_.empty()) return;
-  std::error_code ignored;
-  std::filesystem::remove_all(path_, ignored);
+  // nftw rather than std::filesystem::remove_all: libtorch exports a remove_all of its own
+  // that a test linking it would call instead, and that one crashes.
+  ::nftw(path_.c_str(), RemoveEntry, /*nopenfd=*/16, FTW_DEPTH | FTW_PHYS);
   path_.clear();
 }
 

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "absl/time/clock.h"
+#include "common/testing/status_matchers.h"
 #include "gtest/gtest.h"
 #include "trainer/input/fake_batch_source.h"
 #include "trainer/input/feeder_conformance.h"

@@ -4,12 +4,13 @@
 #include "trainer/report/run_reporter.h"
 
 #include <ATen/ATen.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -41,6 +42,25 @@ std::string ReadFile(const std::string& path) {
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+// The names in directory `path` (std::filesystem is not used: libtorch exports functions of
+// its own under its names).
+std::vector<std::string> Entries(const std::string& path) {
+  std::vector<std::string> names;
+  DIR* dir = ::opendir(path.c_str());
+  if (dir == nullptr) return names;
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  ::closedir(dir);
+  return names;
+}
+
+bool Exists(const std::string& path) {
+  struct stat info;
+  return ::stat(path.c_str(), &info) == 0;
 }
 
 std::vector<std::string> Lines(const std::string& text) {
@@ -214,10 +234,7 @@ TEST_F(RunReporterTest, ValidationStopAndEndAreJsonLinesAndTheSummaryIsWritten) 
 
 TEST_F(RunReporterTest, ATensorBoardEventFileIsCreatedAndHoldsTheScalars) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<RunReporter> reporter, RunReporter::Create(options_, 0, Run()));
-  std::vector<std::string> files;
-  for (const auto& entry : std::filesystem::directory_iterator(options_.tensorboard_dir)) {
-    files.push_back(entry.path().filename().string());
-  }
+  const std::vector<std::string> files = Entries(options_.tensorboard_dir);
   ASSERT_THAT(files, SizeIs(1));
   EXPECT_THAT(files[0], StartsWith("events.out.tfevents."));
   const std::string path = options_.tensorboard_dir + "/" + files[0];
@@ -258,7 +275,7 @@ TEST_F(RunReporterTest, OtherRanksWriteOnlyTheirSampleLog) {
   EXPECT_THAT(Lines(ReadFile(options_.sample_log + ".rank1")), SizeIs(3));
   for (const std::string& path : {options_.metrics_jsonl, options_.metrics_out, options_.loss_log,
                                   options_.tensorboard_dir, options_.sample_log + ".rank0"}) {
-    EXPECT_FALSE(std::filesystem::exists(path)) << path;
+    EXPECT_FALSE(Exists(path)) << path;
   }
 }
 

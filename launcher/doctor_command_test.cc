@@ -42,8 +42,11 @@ struct DoctorRun {
 };
 
 DoctorRun RunDoctor(const std::vector<std::string>& args, std::vector<std::string> env = {}) {
-  ASSERT_OK_AND_ASSIGN(const TempDir out_temp, TempDir::Create("doctor"));
-  const std::string out = out_temp.path();
+  DoctorRun run;
+  absl::StatusOr<TempDir> out_temp = TempDir::Create("doctor");
+  EXPECT_OK(out_temp);
+  if (!out_temp.ok()) return run;
+  const std::string out = out_temp->path();
   std::vector<std::string> argv = {Runfile("launcher/launcher"), "doctor"};
   argv.insert(argv.end(), args.begin(), args.end());
   const std::string script = absl::StrCat("exec ", FormatCommand({}, argv), " >", out,
@@ -51,7 +54,6 @@ DoctorRun RunDoctor(const std::vector<std::string>& args, std::vector<std::strin
   absl::StatusOr<ChildProcess> child =
       ChildProcess::Spawn({"doctor", "/bin/sh", {"sh", "-c", script}, std::move(env)});
   EXPECT_OK(child);
-  DoctorRun run;
   if (!child.ok()) return run;
   absl::StatusOr<ExitStatus> status = child->Wait(absl::Seconds(60));
   EXPECT_OK(status);

@@ -35,8 +35,7 @@ class IsOkMatcherImpl : public ::testing::MatcherInterface<StatusType> {
  public:
   void DescribeTo(std::ostream* os) const override { *os << "is OK"; }
   void DescribeNegationTo(std::ostream* os) const override { *os << "is not OK"; }
-  bool MatchAndExplain(StatusType actual,
-                       ::testing::MatchResultListener* listener) const override {
+  bool MatchAndExplain(StatusType actual, ::testing::MatchResultListener* listener) const override {
     const absl::Status& status = GetStatus(actual);
     if (status.ok()) return true;
     *listener << "whose status is " << Describe(status);
@@ -68,8 +67,7 @@ class StatusIsMatcherImpl : public ::testing::MatcherInterface<StatusType> {
         << " or a message that ";
     message_.DescribeNegationTo(os);
   }
-  bool MatchAndExplain(StatusType actual,
-                       ::testing::MatchResultListener* listener) const override {
+  bool MatchAndExplain(StatusType actual, ::testing::MatchResultListener* listener) const override {
     const absl::Status& status = GetStatus(actual);
     if (status.code() != code_) {
       *listener << "whose status is " << Describe(status);

@@ -38,7 +38,7 @@ void FakeBatchSource::FailAcquireOf(int64_t number, absl::Status status) {
 int FakeBatchSource::CountOf(int64_t number) const {
   const bool last_of_epoch = number % options_.batches_per_epoch == options_.batches_per_epoch - 1;
   return last_of_epoch && options_.last_batch_count > 0 ? options_.last_batch_count
-                                                         : options_.batch_size;
+                                                        : options_.batch_size;
 }
 
 absl::StatusOr<data_service::BatchView> FakeBatchSource::Acquire(absl::Duration timeout) {
@@ -49,9 +49,8 @@ absl::StatusOr<data_service::BatchView> FakeBatchSource::Acquire(absl::Duration 
   if (next_ >= options_.batches || free_.empty()) {
     // As the ring does when nothing is ready: wait, then say so.
     absl::SleepFor(std::min(timeout, kLongestWait));
-    return absl::DeadlineExceededError(next_ >= options_.batches
-                                           ? "no more batches"
-                                           : "every slot is taken: none was released");
+    return absl::DeadlineExceededError(
+        next_ >= options_.batches ? "no more batches" : "every slot is taken: none was released");
   }
   absl::SleepFor(options_.delay);
   const int slot = free_.front();

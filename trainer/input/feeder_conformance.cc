@@ -16,7 +16,8 @@ namespace stoker::trainer {
 
 void PrintTo(const FeederConformanceParam& param, std::ostream* os) { *os << param.name; }
 
-std::string FeederConformanceParamName(const ::testing::TestParamInfo<FeederConformanceParam>& info) {
+std::string FeederConformanceParamName(
+    const ::testing::TestParamInfo<FeederConformanceParam>& info) {
   return info.param.name;
 }
 
@@ -106,9 +107,9 @@ TEST_P(FeederConformanceTest, HandsOutEveryBatchInOrderAcrossEpochs) {
   }
 }
 
-// Note [Slot release after copy] in cuda_batch_feeder.cc: with two slots poisoned on release, a feeder that gave a
-// slot back before its copy completed would hand out poison, and one that never gave it
-// back would stall.
+// Note [Slot release after copy] in cuda_batch_feeder.cc: with two slots poisoned on release, a
+// feeder that gave a slot back before its copy completed would hand out poison, and one that never
+// gave it back would stall.
 TEST_P(FeederConformanceTest, ASlotGoesBackOnlyAfterItsBytesWereCopiedAndAlwaysGoesBack) {
   FakeBatchSourceOptions options;
   options.slots = 2;

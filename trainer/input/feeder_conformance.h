@@ -7,8 +7,8 @@
 //
 //   INSTANTIATE_TEST_SUITE_P(
 //       Cpu, FeederConformanceTest,
-//       ::testing::Values(FeederConformanceParam{"cpu", [] { return std::make_unique<CpuTarget>(); }}),
-//       FeederConformanceParamName);
+//       ::testing::Values(FeederConformanceParam{"cpu", [] { return std::make_unique<CpuTarget>();
+//       }}), FeederConformanceParamName);
 //
 // The test binary links //trainer/input:feeder_conformance (which holds the tests).
 #ifndef STOKER_TRAINER_INPUT_FEEDER_CONFORMANCE_H_
@@ -55,7 +55,8 @@ struct FeederConformanceParam {
 
 void PrintTo(const FeederConformanceParam& param, std::ostream* os);
 // The name generator for INSTANTIATE_TEST_SUITE_P: the param's name.
-std::string FeederConformanceParamName(const ::testing::TestParamInfo<FeederConformanceParam>& info);
+std::string FeederConformanceParamName(
+    const ::testing::TestParamInfo<FeederConformanceParam>& info);
 
 class FeederConformanceTest : public ::testing::TestWithParam<FeederConformanceParam> {
  protected:

@@ -96,7 +96,7 @@ class StderrCapture {
   int saved_ = -1;
 };
 
-RunDescription Run() {
+RunDescription Description() {
   RunDescription run;
   run.model = "resnet18";
   run.epochs = 3;
@@ -155,30 +155,32 @@ class RunReporterTest : public ::testing::Test {
 TEST_F(RunReporterTest, RankZeroPrintsTheProgressLineAndWritesItsJsonLine) {
   StderrCapture capture(dir_.Join("stderr"));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<RunReporter> reporter,
-                       RunReporter::Create(options_, /*rank=*/0, Run()));
+                       RunReporter::Create(options_, /*rank=*/0, Description()));
   EXPECT_TRUE(reporter->rank0());
   TrainThreeSteps(*reporter);
   TrainProgress with_norm = ProgressAt(4, 1.5);
   with_norm.grad_norm = 0.75;
   ASSERT_OK(reporter->Progress(with_norm));
   const std::string printed = capture.Text();
-  EXPECT_THAT(printed, AllOf(HasSubstr("epoch 1/3"), HasSubstr("step 3/10"), HasSubstr("loss 2.0000"),
-                             HasSubstr("lr 0.25  "), HasSubstr("step 4/10")));
+  EXPECT_THAT(printed,
+              AllOf(HasSubstr("epoch 1/3"), HasSubstr("step 3/10"), HasSubstr("loss 2.0000"),
+                    HasSubstr("lr 0.25  "), HasSubstr("step 4/10")));
 
   const std::vector<std::string> records = Lines(ReadFile(options_.metrics_jsonl));
   ASSERT_THAT(records, SizeIs(2));
   EXPECT_THAT(records[0], StartsWith("{\"type\": \"train\", \"epoch\": 1, \"step\": 3, "
                                      "\"steps_per_epoch\": 10, \"global_step\": 3, \"loss\": 2, "
                                      "\"lr\": 0.25, \"images_per_second\": "));
-  EXPECT_THAT(records[0], AllOf(HasSubstr("\"data_wait_share\": "), HasSubstr("\"elapsed_s\": "),
-                                HasSubstr("\"time\": "), Not(HasSubstr("grad_norm")),
-                                Not(HasSubstr("gpu_input_wait_share")),
-                                Not(HasSubstr("gpu_decode_share"))));
+  EXPECT_THAT(records[0],
+              AllOf(HasSubstr("\"data_wait_share\": "), HasSubstr("\"elapsed_s\": "),
+                    HasSubstr("\"time\": "), Not(HasSubstr("grad_norm")),
+                    Not(HasSubstr("gpu_input_wait_share")), Not(HasSubstr("gpu_decode_share"))));
   EXPECT_THAT(records[1], AllOf(HasSubstr("\"step\": 4"), HasSubstr("\"grad_norm\": 0.75")));
 }
 
 TEST_F(RunReporterTest, TheGpusWaitForInputIsReportedWhereTheFeederMeasuredIt) {
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RunReporter> reporter, RunReporter::Create(options_, 0, Run()));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RunReporter> reporter,
+                       RunReporter::Create(options_, 0, Description()));
   reporter->StartRun();
   reporter->AddBatch(0, 0, absl::Milliseconds(1), absl::Milliseconds(2), {0});
   reporter->AddStep(32, at::full({}, 1.0, at::kFloat), true);
@@ -188,7 +190,8 @@ TEST_F(RunReporterTest, TheGpusWaitForInputIsReportedWhereTheFeederMeasuredIt) {
 
 TEST_F(RunReporterTest, ValidationStopAndEndAreJsonLinesAndTheSummaryIsWritten) {
   StderrCapture capture(dir_.Join("stderr"));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RunReporter> reporter, RunReporter::Create(options_, 0, Run()));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RunReporter> reporter,
+                       RunReporter::Create(options_, 0, Description()));
   TrainThreeSteps(*reporter);
   ValidationScores scores;
   scores.samples = 100;
@@ -203,10 +206,12 @@ TEST_F(RunReporterTest, ValidationStopAndEndAreJsonLinesAndTheSummaryIsWritten) 
   ASSERT_OK(reporter->Finished(summary));
 
   const std::string printed = capture.Text();
-  EXPECT_THAT(printed, HasSubstr("validation after epoch 1: top-1 50.00%  top-5 75.00%  loss 1.2500  "
-                                 "(100 samples, 2.0 s)"));
-  EXPECT_THAT(printed, HasSubstr("stopped by SIGTERM at epoch 1, batch 3 of 10 (step 3); resume with "
-                                 "--resume=auto (/ckpt/ckpt-3)"));
+  EXPECT_THAT(printed,
+              HasSubstr("validation after epoch 1: top-1 50.00%  top-5 75.00%  loss 1.2500  "
+                        "(100 samples, 2.0 s)"));
+  EXPECT_THAT(printed,
+              HasSubstr("stopped by SIGTERM at epoch 1, batch 3 of 10 (step 3); resume with "
+                        "--resume=auto (/ckpt/ckpt-3)"));
   EXPECT_THAT(printed, HasSubstr("done: 3 epochs, 3 optimizer steps (3 in this run)"));
   EXPECT_THAT(printed, HasSubstr("validation: final top-1 50.00%, top-5 75.00% (100 samples); best "
                                  "top-1 50.00% after epoch 1"));
@@ -214,8 +219,9 @@ TEST_F(RunReporterTest, ValidationStopAndEndAreJsonLinesAndTheSummaryIsWritten) 
   const std::vector<std::string> records = Lines(ReadFile(options_.metrics_jsonl));
   ASSERT_THAT(records, SizeIs(4));
   EXPECT_THAT(records[0], StartsWith("{\"type\": \"train\""));
-  EXPECT_THAT(records[1], StartsWith("{\"type\": \"val\", \"epoch\": 1, \"global_step\": 3, \"top1\": "
-                                     "0.5, \"top5\": 0.75, \"loss\": 1.25, \"samples\": 100, "));
+  EXPECT_THAT(records[1],
+              StartsWith("{\"type\": \"val\", \"epoch\": 1, \"global_step\": 3, \"top1\": "
+                         "0.5, \"top5\": 0.75, \"loss\": 1.25, \"samples\": 100, "));
   EXPECT_EQ(records[2],
             "{\"type\": \"stop\", \"reason\": \"signal\", \"epoch\": 1, \"step\": 3, "
             "\"global_step\": 3, \"checkpoint\": \"/ckpt/ckpt-3\"}");
@@ -224,8 +230,9 @@ TEST_F(RunReporterTest, ValidationStopAndEndAreJsonLinesAndTheSummaryIsWritten) 
   EXPECT_THAT(records[3], AllOf(HasSubstr("\"val_top1\": 0.5"), HasSubstr("\"best_top1\": 0.5")));
 
   const std::string metrics = ReadFile(options_.metrics_out);
-  EXPECT_THAT(metrics, StartsWith("{\"model\": \"resnet18\", \"world_size\": 2, \"batch_size\": 16, "
-                                  "\"image_size\": 32, \"synthetic\": true, \"images_per_second\": "));
+  EXPECT_THAT(metrics,
+              StartsWith("{\"model\": \"resnet18\", \"world_size\": 2, \"batch_size\": 16, "
+                         "\"image_size\": 32, \"synthetic\": true, \"images_per_second\": "));
   EXPECT_THAT(metrics, AllOf(HasSubstr("\"data_only\": false"), HasSubstr("\"measured_steps\": 3"),
                              HasSubstr("\"global_step\": 3"), HasSubstr("\"final_loss\": 2"),
                              HasSubstr("\"val_top1\": 0.5"), HasSubstr("\"val_samples\": 100")));
@@ -233,7 +240,8 @@ TEST_F(RunReporterTest, ValidationStopAndEndAreJsonLinesAndTheSummaryIsWritten) 
 }
 
 TEST_F(RunReporterTest, ATensorBoardEventFileIsCreatedAndHoldsTheScalars) {
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RunReporter> reporter, RunReporter::Create(options_, 0, Run()));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RunReporter> reporter,
+                       RunReporter::Create(options_, 0, Description()));
   const std::vector<std::string> files = Entries(options_.tensorboard_dir);
   ASSERT_THAT(files, SizeIs(1));
   EXPECT_THAT(files[0], StartsWith("events.out.tfevents."));
@@ -255,7 +263,8 @@ TEST_F(RunReporterTest, ATensorBoardEventFileIsCreatedAndHoldsTheScalars) {
 }
 
 TEST_F(RunReporterTest, TheLossAndSampleLogsHaveALinePerBatch) {
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RunReporter> reporter, RunReporter::Create(options_, 0, Run()));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RunReporter> reporter,
+                       RunReporter::Create(options_, 0, Description()));
   TrainThreeSteps(*reporter);
   EXPECT_THAT(Lines(ReadFile(options_.loss_log)), ElementsAre("0 0 3", "0 1 2", "0 2 1"));
   reporter.reset();  // flushes the sample log
@@ -265,7 +274,8 @@ TEST_F(RunReporterTest, TheLossAndSampleLogsHaveALinePerBatch) {
 
 TEST_F(RunReporterTest, OtherRanksWriteOnlyTheirSampleLog) {
   StderrCapture capture(dir_.Join("stderr"));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RunReporter> reporter, RunReporter::Create(options_, 1, Run()));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RunReporter> reporter,
+                       RunReporter::Create(options_, 1, Description()));
   EXPECT_FALSE(reporter->rank0());
   TrainThreeSteps(*reporter);
   reporter->Note("a note only rank 0 prints");
@@ -282,17 +292,18 @@ TEST_F(RunReporterTest, OtherRanksWriteOnlyTheirSampleLog) {
 TEST_F(RunReporterTest, AnOutputThatCannotBeOpenedIsRefusedNamingItsFlag) {
   ReportOptions options;
   options.sample_log = dir_.Join("missing/samples.log");
-  EXPECT_THAT(RunReporter::Create(options, 0, Run()),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--sample_log: cannot write")));
+  EXPECT_THAT(
+      RunReporter::Create(options, 0, Description()),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--sample_log: cannot write")));
   options = ReportOptions();
   options.loss_log = dir_.Join("missing/loss.log");
-  EXPECT_THAT(RunReporter::Create(options, 0, Run()),
+  EXPECT_THAT(RunReporter::Create(options, 0, Description()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--loss_log: cannot write")));
   options = ReportOptions();
   options.metrics_jsonl = dir_.Join("missing/metrics.jsonl");
-  EXPECT_THAT(RunReporter::Create(options, 0, Run()), Not(IsOk()));
+  EXPECT_THAT(RunReporter::Create(options, 0, Description()), Not(IsOk()));
   // Rank 1 opens nothing but its sample log.
-  EXPECT_OK(RunReporter::Create(options, 1, Run()));
+  EXPECT_OK(RunReporter::Create(options, 1, Description()));
 }
 
 }  // namespace

@@ -10,12 +10,18 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "common/test_dir.h"
 #include "common/test_tmpfs.h"
+#include "common/testing/status_matchers.h"
+#include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
 
 namespace stoker {
 namespace {
+
+using ::stoker::testing::StatusIs;
+using ::stoker::testing::TempDir;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
 
 std::vector<std::string> Entries(const std::string& dir) {
   std::vector<std::string> names;
@@ -29,71 +35,76 @@ std::vector<std::string> Entries(const std::string& dir) {
 }
 
 TEST(AtomicFileTest, WritesThenReplacesAndLeavesNoTemporary) {
-  const std::string dir = TestDir("atomic_write");
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("atomic_write"));
+  const std::string dir = dir_temp.path();
   const std::string path = dir + "/weights.pt";
-  ASSERT_TRUE(WriteFileAtomically(path, "first").ok());
-  ASSERT_TRUE(WriteFileAtomically(path, std::string(100000, 'x')).ok());
+  ASSERT_OK(WriteFileAtomically(path, "first"));
+  ASSERT_OK(WriteFileAtomically(path, std::string(100000, 'x')));
   auto read = ReadWholeFile(path);
-  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_OK(read);
   EXPECT_EQ(*read, std::string(100000, 'x'));
   EXPECT_EQ(Entries(dir), std::vector<std::string>{"weights.pt"});
 }
 
 TEST(AtomicFileTest, AFailedWriteNamesThePathAndLeavesNothing) {
-  const std::string dir = TestDir("atomic_fail");
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("atomic_fail"));
+  const std::string dir = dir_temp.path();
   const absl::Status status = WriteFileAtomically(dir + "/missing/sub/file", "data");
-  EXPECT_TRUE(absl::IsNotFound(status)) << status;
-  EXPECT_TRUE(absl::StrContains(status.message(), dir + "/missing/sub")) << status;
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kNotFound, HasSubstr(dir + "/missing/sub")));
   EXPECT_TRUE(Entries(dir).empty());
 }
 
 TEST(AtomicFileTest, ReadingAMissingFileIsNotFound) {
-  EXPECT_TRUE(absl::IsNotFound(ReadWholeFile("/nonexistent/stoker/file").status()));
+  EXPECT_THAT(ReadWholeFile("/nonexistent/stoker/file"), StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST(AtomicFileTest, MakeDirectoriesCreatesParentsAndAcceptsExisting) {
-  const std::string dir = TestDir("mkdirs") + "/a/b/c";
-  ASSERT_TRUE(MakeDirectories(dir).ok());
-  ASSERT_TRUE(MakeDirectories(dir).ok());
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("mkdirs"));
+  const std::string dir = dir_temp.path() + "/a/b/c";
+  ASSERT_OK(MakeDirectories(dir));
+  ASSERT_OK(MakeDirectories(dir));
   struct stat st;
   ASSERT_EQ(stat(dir.c_str(), &st), 0);
   EXPECT_TRUE(S_ISDIR(st.st_mode));
-  ASSERT_TRUE(WriteFileAtomically(dir + "/f", "x").ok());
-  EXPECT_TRUE(absl::IsInvalidArgument(MakeDirectories(dir + "/f")));
+  ASSERT_OK(WriteFileAtomically(dir + "/f", "x"));
+  EXPECT_THAT(MakeDirectories(dir + "/f"), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(AtomicFileTest, AFullDiskLeavesTheOldFileAndNoTemporaryAndSaysENOSPC) {
-  const std::string dir = TestDir("atomic_full");
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("atomic_full"));
+  const std::string dir = dir_temp.path();
   // 64 KiB: the first file fits, a 100 KB replacement does not.
   if (absl::Status mounted = MountPrivateTmpfs(dir, 64 << 10); !mounted.ok()) {
     GTEST_SKIP() << "needs a small tmpfs: " << mounted;
   }
   const std::string path = dir + "/ckpt";
   const std::string old_contents(20000, 'o');
-  ASSERT_TRUE(WriteFileAtomically(path, old_contents).ok());
+  ASSERT_OK(WriteFileAtomically(path, old_contents));
 
   const absl::Status status = WriteFileAtomically(path, std::string(100000, 'n'));
-  EXPECT_TRUE(absl::IsResourceExhausted(status)) << status;
-  EXPECT_TRUE(absl::StrContains(status.message(), "cannot write " + path)) << status;
-  EXPECT_TRUE(absl::StrContains(status.message(), "No space left on device")) << status;
-  EXPECT_TRUE(absl::StrContains(status.message(), "ENOSPC")) << status;
-  EXPECT_TRUE(absl::StrContains(status.message(), "nothing at " + path + " was replaced")) << status;
+  EXPECT_THAT(status,
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       AllOf(HasSubstr("cannot write " + path),
+                             HasSubstr("No space left on device"),
+                             HasSubstr("ENOSPC"),
+                             HasSubstr("nothing at " + path + " was replaced"))));
   EXPECT_EQ(Entries(dir), std::vector<std::string>{"ckpt"});
   auto read = ReadWholeFile(path);
-  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_OK(read);
   EXPECT_EQ(*read, old_contents);
 
   // The space of the removed temporary is free again.
-  ASSERT_TRUE(WriteFileAtomically(path, std::string(30000, 's')).ok());
+  ASSERT_OK(WriteFileAtomically(path, std::string(30000, 's')));
   EXPECT_EQ(ReadWholeFile(path)->size(), 30000u);
 }
 
 TEST(AtomicFileTest, FilesGetExactlyTheirModeWhateverTheUmask) {
-  const std::string dir = TestDir("atomic_mode");
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("atomic_mode"));
+  const std::string dir = dir_temp.path();
   const mode_t old_umask = umask(0);
-  ASSERT_TRUE(WriteFileAtomically(dir + "/private.ckpt", "x").ok());
+  ASSERT_OK(WriteFileAtomically(dir + "/private.ckpt", "x"));
   umask(077);
-  ASSERT_TRUE(WriteFileAtomically(dir + "/shared.ckpt", "x", 0640).ok());
+  ASSERT_OK(WriteFileAtomically(dir + "/shared.ckpt", "x", 0640));
   umask(old_umask);
   struct stat st;
   ASSERT_EQ(stat((dir + "/private.ckpt").c_str(), &st), 0);
@@ -103,11 +114,12 @@ TEST(AtomicFileTest, FilesGetExactlyTheirModeWhateverTheUmask) {
 }
 
 TEST(AtomicFileTest, ASymlinkAtTheDestinationIsReplacedNotWrittenThrough) {
-  const std::string dir = TestDir("atomic_symlink");
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("atomic_symlink"));
+  const std::string dir = dir_temp.path();
   const std::string target = dir + "/someone_elses_file";
-  ASSERT_TRUE(WriteFileAtomically(target, "theirs").ok());
+  ASSERT_OK(WriteFileAtomically(target, "theirs"));
   ASSERT_EQ(symlink(target.c_str(), (dir + "/weights.pt").c_str()), 0);
-  ASSERT_TRUE(WriteFileAtomically(dir + "/weights.pt", "mine").ok());
+  ASSERT_OK(WriteFileAtomically(dir + "/weights.pt", "mine"));
   EXPECT_EQ(*ReadWholeFile(target), "theirs");
   struct stat st;
   ASSERT_EQ(lstat((dir + "/weights.pt").c_str(), &st), 0);
@@ -116,10 +128,11 @@ TEST(AtomicFileTest, ASymlinkAtTheDestinationIsReplacedNotWrittenThrough) {
 }
 
 TEST(AtomicFileTest, DirectoriesArePrivateByDefault) {
-  const std::string dir = TestDir("atomic_dirs");
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("atomic_dirs"));
+  const std::string dir = dir_temp.path();
   const mode_t old_umask = umask(0);
-  ASSERT_TRUE(MakeDirectories(dir + "/a/b").ok());
-  ASSERT_TRUE(MakeDirectories(dir + "/c", DirectoryModeFor(0640)).ok());
+  ASSERT_OK(MakeDirectories(dir + "/a/b"));
+  ASSERT_OK(MakeDirectories(dir + "/c", DirectoryModeFor(0640)));
   umask(old_umask);
   struct stat st;
   for (const char* sub : {"/a", "/a/b"}) {

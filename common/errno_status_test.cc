@@ -4,17 +4,20 @@
 
 #include "absl/status/statusor.h"
 #include "common/status_macros.h"
+#include "common/testing/status_matchers.h"
 #include "gtest/gtest.h"
 
 namespace stoker {
 namespace {
 
+using ::stoker::testing::StatusIs;
+using ::testing::HasSubstr;
+
 TEST(ErrnoStatusTest, MapsErrnoToCanonicalCodeAndNamesTheCall) {
   absl::Status status = ErrnoToStatus(ENOENT, "open /x");
-  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
-  EXPECT_NE(status.message().find("open /x"), absl::string_view::npos);
-  EXPECT_EQ(ErrnoToStatus(ENOSPC, "write").code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(ErrnoToStatus(EACCES, "open").code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kNotFound, HasSubstr("open /x")));
+  EXPECT_THAT(ErrnoToStatus(ENOSPC, "write"), StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(ErrnoToStatus(EACCES, "open"), StatusIs(absl::StatusCode::kPermissionDenied));
 }
 
 absl::StatusOr<int> Half(int x) {
@@ -35,8 +38,8 @@ absl::Status CheckEven(int x) {
 
 TEST(StatusMacrosTest, PropagateErrorsAndValues) {
   EXPECT_EQ(*Quarter(8), 2);
-  EXPECT_EQ(Quarter(6).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(CheckEven(2).ok());
+  EXPECT_THAT(Quarter(6), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_OK(CheckEven(2));
   EXPECT_FALSE(CheckEven(3).ok());
 }
 

@@ -3,6 +3,7 @@
 #include <csignal>
 
 #include "absl/status/status.h"
+#include "common/testing/status_matchers.h"
 #include "gtest/gtest.h"
 
 namespace stoker {
@@ -35,7 +36,7 @@ TEST(ExitCodesTest, ATagWinsOverTheCanonicalCodeAndSurvivesACopy) {
   const absl::Status copy = tagged;
   EXPECT_EQ(ExitCodeOf(copy), kExitCheckpointIo);
   EXPECT_EQ(ExitCodeOf(WithExitCode(tagged, kExitUsage)), kExitUsage);
-  EXPECT_TRUE(WithExitCode(absl::OkStatus(), kExitUsage).ok());
+  EXPECT_OK(WithExitCode(absl::OkStatus(), kExitUsage));
 }
 
 TEST(ExitCodesTest, StatusTextLeavesThePayloadOut) {

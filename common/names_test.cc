@@ -4,30 +4,33 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "common/testing/status_matchers.h"
 #include "gtest/gtest.h"
 
 namespace stoker {
 namespace {
 
+using ::stoker::testing::StatusIs;
+
 TEST(NamesTest, JobIdsOfLettersDigitsUnderscoresAndDashesAreValid) {
-  EXPECT_TRUE(ValidateJobId("gpu07-4242-9f31c2aa").ok());
-  EXPECT_TRUE(ValidateJobId("run_1").ok());
-  EXPECT_TRUE(ValidateJobId("A").ok());
-  EXPECT_TRUE(ValidateJobId(std::string(kMaxJobIdLength, 'a')).ok());
+  EXPECT_OK(ValidateJobId("gpu07-4242-9f31c2aa"));
+  EXPECT_OK(ValidateJobId("run_1"));
+  EXPECT_OK(ValidateJobId("A"));
+  EXPECT_OK(ValidateJobId(std::string(kMaxJobIdLength, 'a')));
 }
 
 TEST(NamesTest, JobIdsWithADotSlashOrSpaceAreRefused) {
   for (const char* id : {"a.b", ".", "../x", "bad/job", "a b", "a\nb"}) {
     const absl::Status status = ValidateJobId(id);
-    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << id;
+    EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument)) << id;
     EXPECT_TRUE(absl::StrContains(status.message(), "--job_id")) << status;
   }
 }
 
 TEST(NamesTest, EmptyAndOverlongJobIdsAreRefused) {
-  EXPECT_EQ(ValidateJobId("").code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ValidateJobId(std::string(kMaxJobIdLength + 1, 'a')).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ValidateJobId(""), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ValidateJobId(std::string(kMaxJobIdLength + 1, 'a')),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(NamesTest, RingSegmentNamesCarryJobRankAndSplit) {

@@ -21,10 +21,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/test_tmpfs.h"
+#include "common/testing/status_matchers.h"
 #include "gtest/gtest.h"
 
 namespace stoker {
 namespace {
+
+using ::stoker::testing::StatusIs;
+using ::testing::HasSubstr;
 
 // Names unique to this run (Bazel's sandbox gives every test the same pid).
 std::string TestName(absl::string_view what) {
@@ -44,7 +48,7 @@ TEST(SharedMemorySegmentTest, CreateMakesAnOwnerOnlySegmentAndUnlinksIt) {
   const std::string name = TestName("create");
   {
     auto segment = SharedMemorySegment::Create(name, 10000);
-    ASSERT_TRUE(segment.ok()) << segment.status();
+    ASSERT_OK(segment);
     EXPECT_EQ(segment->size(), 10000u);
     EXPECT_TRUE(segment->owns_name());
     EXPECT_EQ(reinterpret_cast<uintptr_t>(segment->data()) % 4096, 0u);
@@ -61,10 +65,9 @@ TEST(SharedMemorySegmentTest, CreateMakesAnOwnerOnlySegmentAndUnlinksIt) {
 TEST(SharedMemorySegmentTest, CreateRefusesAnExistingName) {
   const std::string name = TestName("exists");
   auto first = SharedMemorySegment::Create(name, 100);
-  ASSERT_TRUE(first.ok());
+  ASSERT_OK(first);
   auto second = SharedMemorySegment::Create(name, 100);
-  EXPECT_EQ(second.status().code(), absl::StatusCode::kAlreadyExists);
-  EXPECT_NE(second.status().message().find(name), std::string::npos);
+  EXPECT_THAT(second, StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr(name)));
   // The failed attempt must not have unlinked the first owner's segment.
   EXPECT_TRUE(Exists(name));
 }
@@ -72,11 +75,11 @@ TEST(SharedMemorySegmentTest, CreateRefusesAnExistingName) {
 TEST(SharedMemorySegmentTest, OpenMapsTheSameBytesWithoutOwningTheName) {
   const std::string name = TestName("open");
   auto owner = SharedMemorySegment::Create(name, 8192);
-  ASSERT_TRUE(owner.ok());
+  ASSERT_OK(owner);
   std::memcpy(owner->data(), "hello", 6);
   {
     auto opened = SharedMemorySegment::Open(name);
-    ASSERT_TRUE(opened.ok()) << opened.status();
+    ASSERT_OK(opened);
     EXPECT_FALSE(opened->owns_name());
     EXPECT_EQ(opened->size(), 8192u);
     EXPECT_STREQ(static_cast<const char*>(opened->data()), "hello");
@@ -91,19 +94,16 @@ TEST(SharedMemorySegmentTest, OpenRefusesASegmentOthersMayUseOrOfAnotherUser) {
   ASSERT_EQ(ftruncate(fd, 4096), 0);
   ASSERT_EQ(fchmod(fd, 0644), 0);
   absl::StatusOr<SharedMemorySegment> opened = SharedMemorySegment::Open(name);
-  EXPECT_EQ(opened.status().code(), absl::StatusCode::kPermissionDenied) << opened.status();
-  EXPECT_TRUE(absl::StrContains(opened.status().message(),
-                                absl::StrCat("shared-memory segment ", name,
-                                             " has mode 0644: other users may read or change it")))
-      << opened.status();
+  EXPECT_THAT(opened,
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr(absl::StrCat("shared-memory segment ", name, " has mode 0644: other users may read or change it"))));
   ASSERT_EQ(fchmod(fd, 0600), 0);
-  EXPECT_TRUE(SharedMemorySegment::Open(name).ok());
+  EXPECT_OK(SharedMemorySegment::Open(name));
   if (geteuid() == 0 && fchown(fd, 65534, 65534) == 0) {  // not in a sandbox's user namespace
     opened = SharedMemorySegment::Open(name);
-    EXPECT_EQ(opened.status().code(), absl::StatusCode::kPermissionDenied) << opened.status();
-    EXPECT_TRUE(
-        absl::StrContains(opened.status().message(), "belongs to uid 65534, not to this user"))
-        << opened.status();
+    EXPECT_THAT(opened,
+                StatusIs(absl::StatusCode::kPermissionDenied,
+                         HasSubstr("belongs to uid 65534, not to this user")));
   }
   close(fd);
   shm_unlink(name.c_str());
@@ -112,7 +112,7 @@ TEST(SharedMemorySegmentTest, OpenRefusesASegmentOthersMayUseOrOfAnotherUser) {
 TEST(SharedMemorySegmentTest, MoveTransfersOwnership) {
   const std::string name = TestName("move");
   auto created = SharedMemorySegment::Create(name, 100);
-  ASSERT_TRUE(created.ok());
+  ASSERT_OK(created);
   SharedMemorySegment a = std::move(*created);
   SharedMemorySegment b;
   b = std::move(a);
@@ -126,18 +126,17 @@ TEST(SharedMemorySegmentTest, MoveTransfersOwnership) {
 TEST(SharedMemorySegmentTest, UnlinkRemovesTheNameOnceAndKeepsTheMapping) {
   const std::string name = TestName("unlink");
   auto owner = SharedMemorySegment::Create(name, 4096);
-  ASSERT_TRUE(owner.ok()) << owner.status();
+  ASSERT_OK(owner);
   auto opened = SharedMemorySegment::Open(name);
-  ASSERT_TRUE(opened.ok()) << opened.status();
+  ASSERT_OK(opened);
   const absl::Status by_opener = opened->Unlink();
-  EXPECT_EQ(by_opener.code(), absl::StatusCode::kFailedPrecondition) << by_opener;
-  EXPECT_NE(by_opener.message().find(name), std::string::npos) << by_opener;
+  EXPECT_THAT(by_opener, StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr(name)));
   EXPECT_TRUE(Exists(name));
 
-  ASSERT_TRUE(owner->Unlink().ok());
+  ASSERT_OK(owner->Unlink());
   EXPECT_FALSE(owner->owns_name());
   EXPECT_FALSE(Exists(name));
-  EXPECT_EQ(owner->Unlink().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(owner->Unlink(), StatusIs(absl::StatusCode::kFailedPrecondition));
   // Both mappings still share their bytes.
   std::memcpy(owner->data(), "still", 6);
   EXPECT_STREQ(static_cast<const char*>(opened->data()), "still");
@@ -145,7 +144,7 @@ TEST(SharedMemorySegmentTest, UnlinkRemovesTheNameOnceAndKeepsTheMapping) {
   // The name is free again: a new segment can take it, and the old owner's destruction
   // must not remove the new one's name.
   auto successor = SharedMemorySegment::Create(name, 4096);
-  ASSERT_TRUE(successor.ok()) << successor.status();
+  ASSERT_OK(successor);
   *owner = SharedMemorySegment();
   EXPECT_TRUE(Exists(name));
 }
@@ -154,9 +153,9 @@ TEST(SharedMemorySegmentTest, ATruncatedSegmentEndsTheProcessNamingItInsteadOfAS
   const std::string name = TestName("truncated");
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   auto created = SharedMemorySegment::Create(name, 4 * page);
-  ASSERT_TRUE(created.ok()) << created.status();
+  ASSERT_OK(created);
   auto opened = SharedMemorySegment::Open(name);
-  ASSERT_TRUE(opened.ok()) << opened.status();
+  ASSERT_OK(opened);
   volatile const uint8_t* last_page = static_cast<const uint8_t*>(opened->data()) + 3 * page;
   const auto truncate_and_read = [&] {
     if (!InstallTruncatedSharedMemoryGuard(1, "trainer rank 0").ok()) _exit(3);
@@ -184,16 +183,16 @@ TEST(SharedMemorySegmentTest, ATruncatedSegmentEndsTheProcessNamingItInsteadOfAS
 }
 
 TEST(SharedMemorySegmentTest, ErrorsAreClear) {
-  EXPECT_EQ(SharedMemorySegment::Open(TestName("missing")).status().code(),
-            absl::StatusCode::kNotFound);
-  EXPECT_EQ(SharedMemorySegment::Create("no-slash", 10).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(SharedMemorySegment::Create("/a/b", 10).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(SharedMemorySegment::Create(TestName("empty"), 0).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(SharedMemorySegment::Create(TestName("huge"), size_t{1} << 50).status().code(),
-            absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(SharedMemorySegment::Open(TestName("missing")),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(SharedMemorySegment::Create("no-slash", 10),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(SharedMemorySegment::Create("/a/b", 10),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(SharedMemorySegment::Create(TestName("empty"), 0),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(SharedMemorySegment::Create(TestName("huge"), size_t{1} << 50),
+              StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_FALSE(Exists(TestName("huge")));
 }
 

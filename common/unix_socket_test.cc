@@ -11,22 +11,22 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/testing/status_matchers.h"
+#include "common/testing/temp_dir.h"
 #include "common/unique_fd.h"
 #include "gtest/gtest.h"
 
 namespace stoker {
 namespace {
 
-// A fresh directory in /tmp (TEST_TMPDIR is too long a parent for a socket path).
-std::string ShortTempDir() {
-  std::string dir = "/tmp/unixsockXXXXXX";
-  if (mkdtemp(dir.data()) == nullptr) ADD_FAILURE() << "mkdtemp: " << std::strerror(errno);
-  return dir;
-}
+using ::stoker::testing::StatusIs;
+using ::stoker::testing::TempDir;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
 
 TEST(UnixSocketTest, AddressHoldsThePathNulTerminated) {
   absl::StatusOr<sockaddr_un> address = UnixSocketAddress("/tmp/x.sock");
-  ASSERT_TRUE(address.ok()) << address.status();
+  ASSERT_OK(address);
   EXPECT_EQ(address->sun_family, AF_UNIX);
   EXPECT_STREQ(address->sun_path, "/tmp/x.sock");
 }
@@ -35,27 +35,27 @@ TEST(UnixSocketTest, ThePathMayFillSunPathLessItsNul) {
   EXPECT_EQ(kMaxUnixSocketPathBytes, sizeof(sockaddr_un::sun_path) - 1);
   const std::string longest(kMaxUnixSocketPathBytes, 'a');
   absl::StatusOr<sockaddr_un> address = UnixSocketAddress(longest);
-  ASSERT_TRUE(address.ok()) << address.status();
+  ASSERT_OK(address);
   EXPECT_EQ(address->sun_path[kMaxUnixSocketPathBytes], '\0');
   EXPECT_EQ(std::string(address->sun_path), longest);
 }
 
 TEST(UnixSocketTest, EmptyAndOverlongPathsAreInvalidArguments) {
-  EXPECT_EQ(UnixSocketAddress("").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(UnixSocketAddress(""), StatusIs(absl::StatusCode::kInvalidArgument));
   const std::string too_long(kMaxUnixSocketPathBytes + 1, 'a');
   const absl::Status status = UnixSocketAddress(too_long).status();
-  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(absl::StrContains(status.message(), absl::StrCat(too_long.size(), " bytes")))
-      << status;
-  EXPECT_TRUE(absl::StrContains(status.message(), absl::StrCat("at most ", kMaxUnixSocketPathBytes)))
-      << status;
+  EXPECT_THAT(status,
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr(absl::StrCat(too_long.size(), " bytes")),
+                             HasSubstr(absl::StrCat("at most ", kMaxUnixSocketPathBytes)))));
 }
 
 TEST(UnixSocketTest, ConnectReachesABoundListener) {
-  const std::string dir = ShortTempDir();
-  const std::string path = dir + "/s.sock";
+  // In /tmp: TEST_TMPDIR is too long a parent for a socket path.
+  ASSERT_OK_AND_ASSIGN(const TempDir dir, TempDir::CreateShort("unixsock"));
+  const std::string path = dir.Join("s.sock");
   absl::StatusOr<sockaddr_un> address = UnixSocketAddress(path);
-  ASSERT_TRUE(address.ok()) << address.status();
+  ASSERT_OK(address);
 
   UniqueFd client(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   ASSERT_TRUE(client.valid());
@@ -70,8 +70,6 @@ TEST(UnixSocketTest, ConnectReachesABoundListener) {
   UniqueFd second(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   EXPECT_EQ(ConnectUnixSocket(second.get(), *address), 0);
 
-  unlink(path.c_str());
-  rmdir(dir.c_str());
 }
 
 }  // namespace

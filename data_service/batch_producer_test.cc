@@ -23,18 +23,24 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/testing/status_matchers.h"
 #include "data_service/dataset/bad_samples.h"
 #include "data_service/dataset/image_folder_dataset.h"
 #include "data_service/dataset/packed_dataset.h"
 #include "data_service/dataset/packed_writer.h"
 #include "data_service/dataset/sampler.h"
 #include "data_service/dataset/synthetic_dataset.h"
+#include "data_service/dataset/testing/forwarding_dataset.h"
 #include "data_service/ring/ring.h"
 #include "data_service/test_util.h"
 #include "gtest/gtest.h"
 
 namespace stoker::data_service {
 namespace {
+
+using ::stoker::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
 
 std::string SegmentName() {
   static int counter = 0;
@@ -84,23 +90,23 @@ class ReportedErrors {
 std::vector<Received> Drain(const BatchProducer& producer, int64_t batches) {
   std::vector<Received> received;
   auto segment = SharedMemorySegment::Open(producer.segment_name());
-  EXPECT_TRUE(segment.ok()) << segment.status();
+  EXPECT_OK(segment);
   auto consumer = RingConsumer::Attach(segment->data(), segment->size());
-  EXPECT_TRUE(consumer.ok()) << consumer.status();
+  EXPECT_OK(consumer);
   const size_t image_bytes = producer.layout().batch_image_bytes / producer.layout().geometry.batch_size;
   for (int64_t b = 0; b < batches; ++b) {
     auto slot = consumer->Acquire(absl::Seconds(20));
-    EXPECT_TRUE(slot.ok()) << slot.status();
+    EXPECT_OK(slot);
     if (!slot.ok()) break;
     Received r{slot->epoch, slot->step,
                std::vector<int64_t>(slot->sample_indices, slot->sample_indices + slot->count),
                std::vector<int32_t>(slot->labels, slot->labels + slot->count),
                std::vector<uint8_t>(slot->images, slot->images + image_bytes * slot->count)};
     received.push_back(std::move(r));
-    EXPECT_TRUE(consumer->Release(slot->slot).ok());
+    EXPECT_OK(consumer->Release(slot->slot));
   }
-  EXPECT_EQ(consumer->Acquire(absl::Milliseconds(50)).status().code(),
-            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(consumer->Acquire(absl::Milliseconds(50)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded));
   return received;
 }
 
@@ -114,7 +120,7 @@ std::unique_ptr<BatchProducer> Make(std::shared_ptr<const Dataset> dataset, Work
   BatchProducerOptions options{name, request, 2};
   options.bad_samples = bad_samples;
   auto producer = BatchProducer::Create(options, std::move(dataset), pool, std::move(on_error));
-  EXPECT_TRUE(producer.ok()) << producer.status();
+  EXPECT_OK(producer);
   return producer.ok() ? std::move(*producer) : nullptr;
 }
 
@@ -125,7 +131,7 @@ TEST(BatchProducerTest, DeliversTheSamplersIndicesWithTheDatasetsLabelsAndBytes)
   auto producer = Make(dataset, &pool, request);
   ASSERT_NE(producer, nullptr);
   auto info = producer->QueueEpoch(0, 77);
-  ASSERT_TRUE(info.ok()) << info.status();
+  ASSERT_OK(info);
   EXPECT_EQ(info->samples, 27);  // ceil(53 / 2)
   EXPECT_EQ(info->batches, 7);   // ceil(27 / 4)
   std::vector<Received> batches = Drain(*producer, info->batches);
@@ -142,7 +148,7 @@ TEST(BatchProducerTest, DeliversTheSamplersIndicesWithTheDatasetsLabelsAndBytes)
       EXPECT_EQ(batches[b].labels[i], dataset->Label(index));
       std::vector<uint8_t> image(8 * 8 * 3);
       SampleScratch scratch;
-      ASSERT_TRUE(dataset->Load(index, {8, true, 77, 0}, scratch, image.data()).ok());
+      ASSERT_OK(dataset->Load(index, {8, true, 77, 0}, scratch, image.data()));
       EXPECT_TRUE(std::equal(image.begin(), image.end(), batches[b].images.begin() + i * image.size()))
           << "sample " << index;
     }
@@ -195,7 +201,7 @@ TEST(BatchProducerTest, ValidationRingsAreNotShuffled) {
   auto producer = Make(Synthetic(10), &pool, request);
   ASSERT_NE(producer, nullptr);
   auto info = producer->QueueEpoch(0, 1);
-  ASSERT_TRUE(info.ok());
+  ASSERT_OK(info);
   std::vector<Received> batches = Drain(*producer, info->batches);
   ASSERT_EQ(batches.size(), 1u);
   EXPECT_EQ(batches[0].indices, (std::vector<int64_t>{0, 3, 6, 9}));
@@ -221,7 +227,7 @@ TEST(BatchProducerTest, RejectsBadRequestsNamingTheField) {
   for (const Case& c : cases) {
     const std::string name = SegmentName();
     auto producer = BatchProducer::Create({name, c.request, 2}, dataset, &pool, on_error);
-    EXPECT_EQ(producer.status().code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_THAT(producer, StatusIs(absl::StatusCode::kInvalidArgument)) << c.field;
     EXPECT_NE(producer.status().message().find(c.field), std::string::npos)
         << producer.status();
     EXPECT_FALSE(SegmentExists(name));
@@ -231,8 +237,7 @@ TEST(BatchProducerTest, RejectsBadRequestsNamingTheField) {
   huge.image_size = kMaxImageSize;
   const std::string name = SegmentName();
   auto producer = BatchProducer::Create({name, huge, 2}, dataset, &pool, on_error);
-  EXPECT_EQ(producer.status().code(), absl::StatusCode::kResourceExhausted) << producer.status();
-  EXPECT_NE(producer.status().message().find("/dev/shm"), std::string::npos);
+  EXPECT_THAT(producer, StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("/dev/shm")));
   EXPECT_FALSE(SegmentExists(name));
 }
 
@@ -240,28 +245,24 @@ TEST(BatchProducerTest, EpochsMustBeNonNegativeAndIncreasing) {
   WorkerPool pool(1);
   auto producer = Make(Synthetic(), &pool, Request());
   ASSERT_NE(producer, nullptr);
-  EXPECT_EQ(producer->QueueEpoch(-1, 0).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(producer->QueueEpoch(2, 0).ok());
-  EXPECT_EQ(producer->QueueEpoch(2, 0).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(producer->QueueEpoch(1, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(producer->QueueEpoch(-1, 0), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_OK(producer->QueueEpoch(2, 0));
+  EXPECT_THAT(producer->QueueEpoch(2, 0), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(producer->QueueEpoch(1, 0), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 // Fails on one index, otherwise delegates.
-class FailingDataset : public Dataset {
+class FailingDataset final : public test_util::ForwardingDataset {
  public:
-  FailingDataset(std::shared_ptr<const Dataset> base, int64_t bad) : base_(base), bad_(bad) {}
-  int64_t size() const override { return base_->size(); }
-  int32_t num_classes() const override { return base_->num_classes(); }
-  int32_t Label(int64_t index) const override { return base_->Label(index); }
+  FailingDataset(std::shared_ptr<const Dataset> base, int64_t bad)
+      : ForwardingDataset(std::move(base)), bad_(bad) {}
   absl::Status Load(int64_t index, const SampleOptions& options, SampleScratch& scratch,
                     uint8_t* dst) const override {
     if (index == bad_) return absl::InvalidArgumentError("corrupt image");
-    return base_->Load(index, options, scratch, dst);
+    return ForwardingDataset::Load(index, options, scratch, dst);
   }
-  std::string Describe(int64_t index) const override { return base_->Describe(index); }
 
  private:
-  std::shared_ptr<const Dataset> base_;
   int64_t bad_;
 };
 
@@ -271,25 +272,26 @@ TEST(BatchProducerTest, AFailingSampleStopsProductionAndIsReportedByName) {
   auto dataset = std::make_shared<FailingDataset>(Synthetic(30), 17);
   auto producer = Make(dataset, &pool, Request(), SegmentName(), reported.Callback());
   ASSERT_NE(producer, nullptr);
-  ASSERT_TRUE(producer->QueueEpoch(0, 3).ok());
+  ASSERT_OK(producer->QueueEpoch(0, 3));
   auto segment = SharedMemorySegment::Open(producer->segment_name());
-  ASSERT_TRUE(segment.ok());
+  ASSERT_OK(segment);
   auto consumer = RingConsumer::Attach(segment->data(), segment->size());
-  ASSERT_TRUE(consumer.ok());
+  ASSERT_OK(consumer);
   // Consume until production stops.
   while (true) {
     auto slot = consumer->Acquire(absl::Seconds(2));
     if (!slot.ok()) break;
     for (int i = 0; i < slot->count; ++i) EXPECT_NE(slot->sample_indices[i], 17);
-    ASSERT_TRUE(consumer->Release(slot->slot).ok());
+    ASSERT_OK(consumer->Release(slot->slot));
   }
   const std::vector<absl::Status> errors = reported.errors();
   ASSERT_EQ(errors.size(), 1u);
-  EXPECT_EQ(errors[0].code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(errors[0].message().find("sample 17"), std::string::npos) << errors[0];
-  EXPECT_NE(errors[0].message().find("corrupt image"), std::string::npos) << errors[0];
-  EXPECT_NE(errors[0].message().find("rank 0, epoch 0"), std::string::npos) << errors[0];
-  EXPECT_EQ(producer->QueueEpoch(1, 3).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(errors[0],
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("sample 17"),
+                             HasSubstr("corrupt image"),
+                             HasSubstr("rank 0, epoch 0"))));
+  EXPECT_THAT(producer->QueueEpoch(1, 3), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 TEST(BatchProducerTest, DestroyingAProducerBlockedOnAFullRingUnlinksTheRing) {
@@ -297,7 +299,7 @@ TEST(BatchProducerTest, DestroyingAProducerBlockedOnAFullRingUnlinksTheRing) {
   const std::string name = SegmentName();
   auto producer = Make(Synthetic(200), &pool, Request(), name);
   ASSERT_NE(producer, nullptr);
-  ASSERT_TRUE(producer->QueueEpoch(0, 1).ok());  // 50 batches into 3 slots: it blocks
+  ASSERT_OK(producer->QueueEpoch(0, 1));  // 50 batches into 3 slots: it blocks
   absl::SleepFor(absl::Milliseconds(200));
   EXPECT_TRUE(SegmentExists(name));
   const absl::Time start = absl::Now();
@@ -319,20 +321,19 @@ std::string JpegFolder(const std::string& name, int per_class, int classes = 3,
       const int width = 40 + 7 * ((i + c) % 5), height = 30 + 5 * ((i * 3 + c) % 4);
       const std::vector<uint8_t> rgb = test_util::PhotoLikeImage(width, height, c * 1000 + i);
       const std::string path = absl::StrCat(dir, "/img", i, i % 7 == 3 ? ".png" : ".jpg");
-      EXPECT_TRUE((i % 7 == 3 ? test_util::WritePng(path, width, height, rgb)
-                              : test_util::WriteJpeg(path, width, height, rgb, 90))
-                      .ok());
+      EXPECT_OK(i % 7 == 3 ? test_util::WritePng(path, width, height, rgb)
+                           : test_util::WriteJpeg(path, width, height, rgb, 90));
     }
   }
   if (with_bad_files) {
-    EXPECT_TRUE(test_util::WriteBadImageFiles(root + "/class0").ok());
+    EXPECT_OK(test_util::WriteBadImageFiles(root + "/class0"));
   }
   return root;
 }
 
 std::shared_ptr<const Dataset> OpenFolder(const std::string& root) {
   auto dataset = ImageFolderDataset::Open(root);
-  EXPECT_TRUE(dataset.ok()) << dataset.status();
+  EXPECT_OK(dataset);
   return std::shared_ptr<const Dataset>(std::move(*dataset));
 }
 
@@ -341,9 +342,9 @@ std::shared_ptr<const Dataset> OpenPacked(const std::string& folder, const std::
   PackOptions options;
   options.shard_bytes = 20000;
   auto stats = PackImageFolder(folder, index, options);
-  EXPECT_TRUE(stats.ok()) << stats.status();
+  EXPECT_OK(stats);
   auto dataset = PackedDataset::Open(index);
-  EXPECT_TRUE(dataset.ok()) << dataset.status();
+  EXPECT_OK(dataset);
   return std::shared_ptr<const Dataset>(std::move(*dataset));
 }
 
@@ -391,7 +392,7 @@ TEST(BatchProducerTest, JpegBatchesAreBitIdenticalWithOneOrThreeThreads) {
     SampleScratch scratch;
     std::vector<uint8_t> image(24 * 24 * 3);
     const int64_t index = one[5].indices[2];
-    ASSERT_TRUE(dataset->Load(index, {24, train, 31, one[5].epoch}, scratch, image.data()).ok());
+    ASSERT_OK(dataset->Load(index, {24, train, 31, one[5].epoch}, scratch, image.data()));
     EXPECT_TRUE(std::equal(image.begin(), image.end(), one[5].images.begin() + 2 * image.size()));
     if (train) {
       EXPECT_NE(one[0].images, one[4].images) << "epochs draw new crops";
@@ -428,27 +429,27 @@ TEST(BatchProducerTest, TheNextEpochsFirstBatchIsReadyWhenTheCurrentEpochEnds) {
   auto producer = Make(dataset, &pool, request);
   ASSERT_NE(producer, nullptr);
   auto segment = SharedMemorySegment::Open(producer->segment_name());
-  ASSERT_TRUE(segment.ok());
+  ASSERT_OK(segment);
   auto consumer = RingConsumer::Attach(segment->data(), segment->size());
-  ASSERT_TRUE(consumer.ok());
+  ASSERT_OK(consumer);
   for (int64_t epoch = 0; epoch < 3; ++epoch) {
     if (epoch == 0) {
-      ASSERT_TRUE(producer->QueueEpoch(0, 5).ok());
+      ASSERT_OK(producer->QueueEpoch(0, 5));
     }
     for (int64_t step = 0; step < 4; ++step) {
       // Every batch after the very first must already be published: no stall, not even
       // at the epoch boundary.
       auto slot = consumer->Acquire(epoch == 0 && step == 0 ? absl::Seconds(20)
                                                             : absl::ZeroDuration());
-      ASSERT_TRUE(slot.ok()) << "epoch " << epoch << " step " << step << ": " << slot.status();
+      ASSERT_OK(slot) << "epoch " << epoch << " step " << step << ": " << slot.status();
       EXPECT_EQ(slot->epoch, epoch);
       EXPECT_EQ(slot->step, step);
       // As the trainer does: ask for the next epoch at the start of this one.
       if (step == 0) {
-        ASSERT_TRUE(producer->QueueEpoch(epoch + 1, 5).ok());
+        ASSERT_OK(producer->QueueEpoch(epoch + 1, 5));
       }
       absl::SleepFor(absl::Milliseconds(400));  // the training step
-      ASSERT_TRUE(consumer->Release(slot->slot).ok());
+      ASSERT_OK(consumer->Release(slot->slot));
     }
   }
 }
@@ -557,7 +558,7 @@ TEST(BatchProducerTest, BadFilesAreReplacedByTheNextUsableSampleOfTheEpoch) {
 
 TEST(BatchProducerTest, WithBadFilesFailTheFirstUnusableSampleStopsProductionNamingItsFile) {
   const std::string folder = JpegFolder("fail_jpegs", 4, 1);
-  ASSERT_TRUE(test_util::WriteFileBytes(folder + "/class0/img2.jpg", {0xff, 0xd8, 0xff, 0x00}).ok());
+  ASSERT_OK(test_util::WriteFileBytes(folder + "/class0/img2.jpg", {0xff, 0xd8, 0xff, 0x00}));
   auto dataset = OpenFolder(folder);
   BadSampleOptions options;
   options.policy = BadFilePolicy::kFail;
@@ -568,23 +569,24 @@ TEST(BatchProducerTest, WithBadFilesFailTheFirstUnusableSampleStopsProductionNam
   request.batch_size = 1;
   auto producer = Make(dataset, &pool, request, SegmentName(), reported.Callback(), &bad);
   ASSERT_NE(producer, nullptr);
-  ASSERT_TRUE(producer->QueueEpoch(0, 1).ok());
+  ASSERT_OK(producer->QueueEpoch(0, 1));
   auto segment = SharedMemorySegment::Open(producer->segment_name());
   auto consumer = RingConsumer::Attach(segment->data(), segment->size());
-  ASSERT_TRUE(consumer.ok());
+  ASSERT_OK(consumer);
   std::vector<int64_t> delivered;
   while (true) {
     auto slot = consumer->Acquire(absl::Seconds(2));
     if (!slot.ok()) break;
     delivered.push_back(slot->sample_indices[0]);
-    ASSERT_TRUE(consumer->Release(slot->slot).ok());
+    ASSERT_OK(consumer->Release(slot->slot));
   }
   EXPECT_EQ(delivered, (std::vector<int64_t>{0, 1}));  // validation order; index 2 is bad
   const std::vector<absl::Status> errors = reported.errors();
   ASSERT_EQ(errors.size(), 1u);
-  EXPECT_EQ(errors[0].code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(errors[0].message().find("class0/img2.jpg"), std::string::npos) << errors[0];
-  EXPECT_NE(errors[0].message().find("--bad_files=fail"), std::string::npos) << errors[0];
+  EXPECT_THAT(errors[0],
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("class0/img2.jpg"),
+                             HasSubstr("--bad_files=fail"))));
 }
 
 TEST(BatchProducerTest, TooManyBadFilesStopProductionWithACount) {
@@ -598,16 +600,14 @@ TEST(BatchProducerTest, TooManyBadFilesStopProductionWithACount) {
   ReportedErrors reported;
   auto producer = Make(dataset, &pool, JpegRequest(), SegmentName(), reported.Callback(), &bad);
   ASSERT_NE(producer, nullptr);
-  ASSERT_TRUE(producer->QueueEpoch(0, 1).ok());
+  ASSERT_OK(producer->QueueEpoch(0, 1));
   auto segment = SharedMemorySegment::Open(producer->segment_name());
   auto consumer = RingConsumer::Attach(segment->data(), segment->size());
-  ASSERT_TRUE(consumer.ok());
-  EXPECT_EQ(consumer->Acquire(absl::Seconds(2)).status().code(),
-            absl::StatusCode::kDeadlineExceeded);
+  ASSERT_OK(consumer);
+  EXPECT_THAT(consumer->Acquire(absl::Seconds(2)), StatusIs(absl::StatusCode::kDeadlineExceeded));
   const std::vector<absl::Status> errors = reported.errors();
   ASSERT_EQ(errors.size(), 1u);
-  EXPECT_EQ(errors[0].code(), absl::StatusCode::kDataLoss) << errors[0];
-  EXPECT_NE(errors[0].message().find("--max_bad_fraction"), std::string::npos) << errors[0];
+  EXPECT_THAT(errors[0], StatusIs(absl::StatusCode::kDataLoss, HasSubstr("--max_bad_fraction")));
 }
 
 }  // namespace

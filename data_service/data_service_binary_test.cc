@@ -25,6 +25,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/testing/status_matchers.h"
+#include "common/testing/temp_dir.h"
 #include "data_service/dataset/packed_writer.h"
 #include "data_service/dataset/sampler.h"
 #include "data_service/dataset/synthetic_dataset.h"
@@ -34,6 +36,9 @@
 
 namespace stoker::data_service {
 namespace {
+
+using ::stoker::testing::StatusIs;
+using ::stoker::testing::TempDir;
 
 namespace fs = std::filesystem;
 
@@ -114,13 +119,6 @@ std::vector<std::string> SegmentsOfJob(const std::string& job) {
   return found;
 }
 
-// A short private directory for the socket (TEST_TMPDIR is too long for sun_path).
-std::string SocketDirectory() {
-  char dir[] = "/tmp/stoker-bintest-XXXXXX";
-  EXPECT_NE(mkdtemp(dir), nullptr);
-  return dir;
-}
-
 constexpr int64_t kSamples = 101;
 constexpr int32_t kClasses = 7;
 constexpr uint64_t kDataSeed = 3;
@@ -137,7 +135,11 @@ struct RunResult {
 
 RunResult RunTwoRanksTwoEpochs(int threads) {
   RunResult result;
-  const std::string dir = SocketDirectory();
+  // A short private directory for the socket (TEST_TMPDIR is too long for sun_path).
+  absl::StatusOr<TempDir> dir_temp = TempDir::CreateShort("stoker-bintest");
+  EXPECT_OK(dir_temp);
+  if (!dir_temp.ok()) return result;
+  const std::string dir = dir_temp->path();
   const std::string socket = dir + "/ds.sock";
   const std::string job = absl::StrCat("bintest", test_util::UniqueId(), "t", threads);
   ServiceProcess service({"--socket=" + socket, "--job_id=" + job, "--node_id=0",
@@ -154,7 +156,7 @@ RunResult RunTwoRanksTwoEpochs(int threads) {
     request.image_size = kImageSize;
     request.slot_count = 3;
     auto client = RingClient::Connect(socket, request, absl::Seconds(60));
-    EXPECT_TRUE(client.ok()) << client.status() << "\n" << service.Log();
+    EXPECT_OK(client) << client.status() << "\n" << service.Log();
     if (!client.ok()) return result;
     clients.push_back(std::move(*client));
   }
@@ -167,7 +169,7 @@ RunResult RunTwoRanksTwoEpochs(int threads) {
   for (int rank = 0; rank < 2; ++rank) {
     for (int64_t epoch = 0; epoch < 2; ++epoch) {
       auto info = clients[rank]->StartEpoch(epoch, kSeed);
-      EXPECT_TRUE(info.ok()) << info.status();
+      EXPECT_OK(info);
       if (!info.ok()) return result;
       EXPECT_EQ(info->samples, 51);
       EXPECT_EQ(info->batches, 7);
@@ -179,7 +181,7 @@ RunResult RunTwoRanksTwoEpochs(int threads) {
     for (int64_t epoch = 0; epoch < 2; ++epoch) {
       for (int64_t step = 0; step < infos[rank][epoch].batches; ++step) {
         auto batch = clients[rank]->Acquire(absl::Seconds(30));
-        EXPECT_TRUE(batch.ok()) << batch.status();
+        EXPECT_OK(batch);
         if (!batch.ok()) return result;
         EXPECT_EQ(batch->epoch, epoch);
         EXPECT_EQ(batch->step, step);
@@ -193,7 +195,7 @@ RunResult RunTwoRanksTwoEpochs(int threads) {
           // Padding and the second epoch repeat indices: the bytes must repeat too.
           EXPECT_EQ(it->second, image) << "sample " << index;
         }
-        EXPECT_TRUE(clients[rank]->Release(*batch).ok());
+        EXPECT_OK(clients[rank]->Release(*batch));
       }
     }
   }
@@ -205,9 +207,8 @@ RunResult RunTwoRanksTwoEpochs(int threads) {
   EXPECT_NE(stat(socket.c_str(), &st), 0) << "socket " << socket << " is still there";
   // The clients see the service gone.
   auto after = clients[0]->StartEpoch(2, kSeed);
-  EXPECT_EQ(after.status().code(), absl::StatusCode::kUnavailable) << after.status();
+  EXPECT_THAT(after, StatusIs(absl::StatusCode::kUnavailable));
   clients.clear();
-  rmdir(dir.c_str());
   return result;
 }
 
@@ -239,19 +240,20 @@ TEST(DataServiceBinaryTest, TwoRanksGetEveryIndexOncePerEpochAndIdenticalBytesAt
   EXPECT_TRUE(one.images == three.images) << "images differ between --threads=1 and --threads=3";
   // And the bytes are the synthetic dataset's.
   auto dataset = SyntheticDataset::Create({kSamples, kClasses, kDataSeed});
-  ASSERT_TRUE(dataset.ok());
+  ASSERT_OK(dataset);
   for (const auto& [index, image] : one.images) {
     std::vector<uint8_t> expected(kImageBytes);
     SampleScratch scratch;
-    ASSERT_TRUE(
-        (*dataset)->Load(index, {kImageSize, true, kSeed, 0}, scratch, expected.data()).ok());
+    ASSERT_OK((*dataset)->Load(index, {kImageSize, true, kSeed, 0}, scratch, expected.data()));
     EXPECT_EQ(image, expected) << "sample " << index;
   }
 }
 
 TEST(DataServiceBinaryTest, FlagErrorsExitWithCode2AndNameTheFlag) {
   ASSERT_FALSE(BinaryPath().empty());
-  const std::string dir = SocketDirectory();
+  // A short private directory for the socket (TEST_TMPDIR is too long for sun_path).
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::CreateShort("stoker-bintest"));
+  const std::string dir = dir_temp.path();
   const std::string socket = "--socket=" + dir + "/s.sock";
   struct Case {
     std::vector<std::string> flags;
@@ -298,13 +300,12 @@ TEST(DataServiceBinaryTest, FlagErrorsExitWithCode2AndNameTheFlag) {
         << service.Log();
   }
   EXPECT_TRUE(SegmentsOfJob("j").empty());
-  rmdir(dir.c_str());
 }
 
 TEST(DataServiceBinaryTest, ServesAnImageFolderOfJpegs) {
   ASSERT_FALSE(BinaryPath().empty());
-  const std::string root = test_util::TestDirectory("binary_imagefolder");
-  fs::remove_all(root);
+  ASSERT_OK_AND_ASSIGN(const TempDir root_temp, TempDir::Create("binary_imagefolder"));
+  const std::string root = root_temp.path();
   // "blue" sorts before "red": labels 0 and 1.
   for (int c = 0; c < 2; ++c) {
     const std::string class_dir = root + (c == 0 ? "/blue" : "/red");
@@ -312,10 +313,12 @@ TEST(DataServiceBinaryTest, ServesAnImageFolderOfJpegs) {
     for (int i = 0; i < 3; ++i) {
       std::vector<uint8_t> rgb(40 * 30 * 3, 0);
       for (size_t p = 0; p < rgb.size(); p += 3) rgb[p + (c == 0 ? 2 : 0)] = 240;
-      ASSERT_TRUE(test_util::WriteJpeg(absl::StrCat(class_dir, "/", i, ".jpg"), 40, 30, rgb).ok());
+      ASSERT_OK(test_util::WriteJpeg(absl::StrCat(class_dir, "/", i, ".jpg"), 40, 30, rgb));
     }
   }
-  const std::string dir = SocketDirectory();
+  // A short private directory for the socket (TEST_TMPDIR is too long for sun_path).
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::CreateShort("stoker-bintest"));
+  const std::string dir = dir_temp.path();
   const std::string socket = dir + "/ds.sock";
   const std::string job = absl::StrCat("binfolder", test_util::UniqueId());
   ServiceProcess service({"--socket=" + socket, "--job_id=" + job, "--dataset=imagefolder",
@@ -324,15 +327,15 @@ TEST(DataServiceBinaryTest, ServesAnImageFolderOfJpegs) {
   request.batch_size = 4;
   request.image_size = 8;
   auto client = RingClient::Connect(socket, request, absl::Seconds(60));
-  ASSERT_TRUE(client.ok()) << client.status() << "\n" << service.Log();
+  ASSERT_OK(client) << client.status() << "\n" << service.Log();
   auto info = (*client)->StartEpoch(0, 1);
-  ASSERT_TRUE(info.ok()) << info.status();
+  ASSERT_OK(info);
   EXPECT_EQ(info->samples, 6);
   EXPECT_EQ(info->batches, 2);
   std::set<int64_t> seen;
   for (int64_t step = 0; step < 2; ++step) {
     auto batch = (*client)->Acquire(absl::Seconds(30));
-    ASSERT_TRUE(batch.ok()) << batch.status() << "\n" << service.Log();
+    ASSERT_OK(batch) << batch.status() << "\n" << service.Log();
     for (int i = 0; i < batch->count; ++i) {
       const int64_t index = batch->sample_indices[i];
       seen.insert(index);
@@ -342,14 +345,13 @@ TEST(DataServiceBinaryTest, ServesAnImageFolderOfJpegs) {
       EXPECT_GT(pixel[bright], 200) << "sample " << index;
       EXPECT_LT(pixel[2 - bright], 40) << "sample " << index;
     }
-    ASSERT_TRUE((*client)->Release(*batch).ok());
+    ASSERT_OK((*client)->Release(*batch));
   }
   EXPECT_EQ(seen.size(), 6u);
   client->reset();
   service.Signal(SIGINT);
   EXPECT_EQ(service.Wait(absl::Seconds(20)), 0) << service.Log();
   EXPECT_TRUE(SegmentsOfJob(job).empty());
-  rmdir(dir.c_str());
 }
 
 // The CRC-32 of PNG chunks (ISO 3309, as zlib's crc32).
@@ -370,7 +372,7 @@ void PutBigEndian(std::vector<uint8_t>& bytes, size_t at, uint32_t value, int wi
 // A small valid image whose header declares `width` x `height`: a few hundred bytes on
 // disk that would need width x height x 3 bytes decoded.
 std::vector<uint8_t> PngDeclaring(const std::string& path, uint32_t width, uint32_t height) {
-  EXPECT_TRUE(test_util::WritePng(path, 16, 16, std::vector<uint8_t>(16 * 16 * 3, 128)).ok());
+  EXPECT_OK(test_util::WritePng(path, 16, 16, std::vector<uint8_t>(16 * 16 * 3, 128)));
   std::vector<uint8_t> bytes = test_util::ReadFileBytes(path);
   PutBigEndian(bytes, 16, width, 4);  // IHDR data starts after the signature, length, type
   PutBigEndian(bytes, 20, height, 4);
@@ -403,23 +405,21 @@ int64_t ProcStatusBytes(pid_t pid, const std::string& field) {
 
 TEST(DataServiceBinaryTest, ImagesThatDeclareTenGigabytesAreBadFilesAndDoNotRaiseItsMemory) {
   ASSERT_FALSE(BinaryPath().empty());
-  const std::string root = test_util::TestDirectory("binary_bombs");
-  fs::remove_all(root);
+  ASSERT_OK_AND_ASSIGN(const TempDir root_temp, TempDir::Create("binary_bombs"));
+  const std::string root = root_temp.path();
   for (int c = 0; c < 2; ++c) {
     const std::string class_dir = absl::StrCat(root, "/c", c);
     fs::create_directories(class_dir);
     for (int i = 0; i < 12; ++i) {
-      ASSERT_TRUE(test_util::WriteJpeg(absl::StrCat(class_dir, "/", i, ".jpg"), 64, 48,
-                                       test_util::PhotoLikeImage(64, 48, 10 * c + i))
-                      .ok());
+      ASSERT_OK(test_util::WriteJpeg(absl::StrCat(class_dir, "/", i, ".jpg"), 64, 48, test_util::PhotoLikeImage(64, 48, 10 * c + i)));
     }
   }
   // 60000 x 60000 x 3 = 10.8 GB and 65000 x 65000 x 3 = 12.7 GB of pixels.
-  ASSERT_TRUE(test_util::WriteFileBytes(root + "/c0/huge.png",
-                                        PngDeclaring(root + "/c0/huge.png", 60000, 60000))
-                  .ok());
-  ASSERT_TRUE(test_util::WriteFileBytes(root + "/c1/huge.jpg", JpegDeclaring(65000, 65000)).ok());
-  const std::string dir = SocketDirectory();
+  ASSERT_OK(test_util::WriteFileBytes(root + "/c0/huge.png", PngDeclaring(root + "/c0/huge.png", 60000, 60000)));
+  ASSERT_OK(test_util::WriteFileBytes(root + "/c1/huge.jpg", JpegDeclaring(65000, 65000)));
+  // A short private directory for the socket (TEST_TMPDIR is too long for sun_path).
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::CreateShort("stoker-bintest"));
+  const std::string dir = dir_temp.path();
   const std::string socket = dir + "/ds.sock";
   const std::string job = absl::StrCat("binbombs", test_util::UniqueId());
   ServiceProcess service({"--socket=" + socket, "--job_id=" + job, "--dataset=imagefolder",
@@ -428,17 +428,17 @@ TEST(DataServiceBinaryTest, ImagesThatDeclareTenGigabytesAreBadFilesAndDoNotRais
   request.batch_size = 4;
   request.image_size = 32;
   auto client = RingClient::Connect(socket, request, absl::Seconds(60));
-  ASSERT_TRUE(client.ok()) << client.status() << "\n" << service.Log();
+  ASSERT_OK(client) << client.status() << "\n" << service.Log();
   const int64_t peak_before = ProcStatusBytes(service.pid(), "VmHWM");
   const int64_t anon_before = ProcStatusBytes(service.pid(), "RssAnon");
   ASSERT_GT(peak_before, 0);
   for (int64_t epoch = 0; epoch < 3; ++epoch) {
     auto info = (*client)->StartEpoch(epoch, 1);
-    ASSERT_TRUE(info.ok()) << info.status();
+    ASSERT_OK(info);
     for (int64_t step = 0; step < info->batches; ++step) {
       auto batch = (*client)->Acquire(absl::Seconds(30));
-      ASSERT_TRUE(batch.ok()) << batch.status() << "\n" << service.Log();
-      ASSERT_TRUE((*client)->Release(*batch).ok());
+      ASSERT_OK(batch) << batch.status() << "\n" << service.Log();
+      ASSERT_OK((*client)->Release(*batch));
     }
   }
   const int64_t peak_after = ProcStatusBytes(service.pid(), "VmHWM");
@@ -467,12 +467,13 @@ TEST(DataServiceBinaryTest, ImagesThatDeclareTenGigabytesAreBadFilesAndDoNotRais
     EXPECT_NE(log.find(expected), std::string::npos) << expected << "\n" << log;
   }
   EXPECT_TRUE(SegmentsOfJob(job).empty());
-  rmdir(dir.c_str());
 }
 
 TEST(DataServiceBinaryTest, WithTheSandboxTheServiceStillServesAndStopsCleanly) {
   ASSERT_FALSE(BinaryPath().empty());
-  const std::string dir = SocketDirectory();
+  // A short private directory for the socket (TEST_TMPDIR is too long for sun_path).
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::CreateShort("stoker-bintest"));
+  const std::string dir = dir_temp.path();
   const std::string socket = dir + "/ds.sock";
   const std::string job = absl::StrCat("binsandbox", test_util::UniqueId());
   ServiceProcess service({"--socket=" + socket, "--job_id=" + job, "--threads=2",
@@ -481,14 +482,14 @@ TEST(DataServiceBinaryTest, WithTheSandboxTheServiceStillServesAndStopsCleanly) 
   request.batch_size = 8;
   request.image_size = 16;
   auto client = RingClient::Connect(socket, request, absl::Seconds(60));
-  ASSERT_TRUE(client.ok()) << client.status() << "\n" << service.Log();
+  ASSERT_OK(client) << client.status() << "\n" << service.Log();
   for (int64_t epoch = 0; epoch < 2; ++epoch) {
     auto info = (*client)->StartEpoch(epoch, 3);
-    ASSERT_TRUE(info.ok()) << info.status();
+    ASSERT_OK(info);
     for (int64_t step = 0; step < info->batches; ++step) {
       auto batch = (*client)->Acquire(absl::Seconds(30));
-      ASSERT_TRUE(batch.ok()) << batch.status() << "\n" << service.Log();
-      ASSERT_TRUE((*client)->Release(*batch).ok());
+      ASSERT_OK(batch) << batch.status() << "\n" << service.Log();
+      ASSERT_OK((*client)->Release(*batch));
     }
   }
   client->reset();
@@ -499,7 +500,6 @@ TEST(DataServiceBinaryTest, WithTheSandboxTheServiceStillServesAndStopsCleanly) 
   EXPECT_TRUE(SegmentsOfJob(job).empty());
   struct stat st;
   EXPECT_NE(lstat(socket.c_str(), &st), 0) << "the socket was left";
-  rmdir(dir.c_str());
 }
 
 // Whether `path` exists within `timeout`.
@@ -516,7 +516,9 @@ bool AppearsWithin(const std::string& path, absl::Duration timeout) {
 TEST(DataServiceBinaryTest, RemoveSocketDirRemovesTheDirectoryOnlyOnceItIsEmpty) {
   ASSERT_FALSE(BinaryPath().empty());
   // Two nodes of one job on one machine: their sockets share the job's directory.
-  const std::string dir = SocketDirectory();
+  // A short private directory for the socket (TEST_TMPDIR is too long for sun_path).
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::CreateShort("stoker-bintest"));
+  const std::string dir = dir_temp.path();
   const std::string job = absl::StrCat("binsockdir", test_util::UniqueId());
   std::vector<std::unique_ptr<ServiceProcess>> services;
   for (int node = 0; node < 2; ++node) {
@@ -535,7 +537,6 @@ TEST(DataServiceBinaryTest, RemoveSocketDirRemovesTheDirectoryOnlyOnceItIsEmpty)
   services[1]->Signal(SIGTERM);
   EXPECT_EQ(services[1]->Wait(absl::Seconds(20)), 0) << services[1]->Log();
   EXPECT_NE(lstat(dir.c_str(), &st), 0) << dir << " was left";
-  rmdir(dir.c_str());
 }
 
 TEST(DataServiceBinaryTest, HelpListsEveryFlag) {
@@ -558,7 +559,11 @@ struct Delivered {
 
 Delivered ServeOneEpoch(const std::vector<std::string>& dataset_flags, int threads, bool train) {
   Delivered delivered;
-  const std::string dir = SocketDirectory();
+  // A short private directory for the socket (TEST_TMPDIR is too long for sun_path).
+  absl::StatusOr<TempDir> dir_temp = TempDir::CreateShort("stoker-bintest");
+  EXPECT_OK(dir_temp);
+  if (!dir_temp.ok()) return delivered;
+  const std::string dir = dir_temp->path();
   const std::string socket = dir + "/ds.sock";
   const std::string job = absl::StrCat("binpacked", test_util::UniqueId());
   std::vector<std::string> flags = {"--socket=" + socket, "--job_id=" + job,
@@ -572,20 +577,20 @@ Delivered ServeOneEpoch(const std::vector<std::string>& dataset_flags, int threa
   request.image_size = 32;
   request.train = train;
   auto client = RingClient::Connect(socket, request, absl::Seconds(60));
-  EXPECT_TRUE(client.ok()) << client.status() << "\n" << service.Log();
+  EXPECT_OK(client) << client.status() << "\n" << service.Log();
   if (!client.ok()) return delivered;
   auto info = (*client)->StartEpoch(0, 77);
-  EXPECT_TRUE(info.ok()) << info.status();
+  EXPECT_OK(info);
   for (int64_t step = 0; info.ok() && step < info->batches; ++step) {
     auto batch = (*client)->Acquire(absl::Seconds(30));
-    EXPECT_TRUE(batch.ok()) << batch.status() << "\n" << service.Log();
+    EXPECT_OK(batch) << batch.status() << "\n" << service.Log();
     if (!batch.ok()) break;
     delivered.indices.insert(delivered.indices.end(), batch->sample_indices,
                              batch->sample_indices + batch->count);
     delivered.labels.insert(delivered.labels.end(), batch->labels, batch->labels + batch->count);
     delivered.images.insert(delivered.images.end(), batch->images,
                             batch->images + size_t{32} * 32 * 3 * batch->count);
-    EXPECT_TRUE((*client)->Release(*batch).ok());
+    EXPECT_OK((*client)->Release(*batch));
   }
   client->reset();
   service.Signal(SIGTERM);
@@ -594,30 +599,26 @@ Delivered ServeOneEpoch(const std::vector<std::string>& dataset_flags, int threa
     EXPECT_NE(service.Log().find("unusable sample 10 ("), std::string::npos) << service.Log();
     EXPECT_EQ(delivered.indices, (std::vector<int64_t>{1, 4, 7, 13, 13, 16}));
   }
-  rmdir(dir.c_str());
   return delivered;
 }
 
 TEST(DataServiceBinaryTest, APackedDatasetServesTheSameBatchesAsItsFolder) {
   ASSERT_FALSE(BinaryPath().empty());
-  const std::string root = test_util::TestDirectory("binary_packed_source");
-  fs::remove_all(root);
+  ASSERT_OK_AND_ASSIGN(const TempDir root_temp, TempDir::Create("binary_packed_source"));
+  const std::string root = root_temp.path();
   for (int c = 0; c < 3; ++c) {
     fs::create_directories(absl::StrCat(root, "/c", c));
     for (int i = 0; i < 6; ++i) {
-      ASSERT_TRUE(test_util::WriteJpeg(absl::StrCat(root, "/c", c, "/", i, ".jpg"), 70, 50,
-                                       test_util::PhotoLikeImage(70, 50, c * 100 + i), 90)
-                      .ok());
+      ASSERT_OK(test_util::WriteJpeg(absl::StrCat(root, "/c", c, "/", i, ".jpg"), 70, 50, test_util::PhotoLikeImage(70, 50, c * 100 + i), 90));
     }
   }
-  ASSERT_TRUE(test_util::WriteFileBytes(root + "/c1/4.jpg", {0xff, 0xd8, 0xff, 'x'}).ok());
-  const std::string out = test_util::TestDirectory("binary_packed");
-  fs::remove_all(out);
-  fs::create_directories(out);
+  ASSERT_OK(test_util::WriteFileBytes(root + "/c1/4.jpg", {0xff, 0xd8, 0xff, 'x'}));
+  ASSERT_OK_AND_ASSIGN(const TempDir out_temp, TempDir::Create("binary_packed"));
+  const std::string out = out_temp.path();
   PackOptions options;
   options.shard_bytes = 10000;
   auto stats = PackImageFolder(root, out + "/train.stkpack", options);
-  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_OK(stats);
   for (bool train : {true, false}) {
     SCOPED_TRACE(train ? "training" : "validation");
     const Delivered folder = ServeOneEpoch(
@@ -635,7 +636,9 @@ TEST(DataServiceBinaryTest, APackedDatasetServesTheSameBatchesAsItsFolder) {
 
 TEST(DataServiceBinaryTest, AKilledServiceIsReportedAsUnavailableByAcquire) {
   ASSERT_FALSE(BinaryPath().empty());
-  const std::string dir = SocketDirectory();
+  // A short private directory for the socket (TEST_TMPDIR is too long for sun_path).
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::CreateShort("stoker-bintest"));
+  const std::string dir = dir_temp.path();
   const std::string socket = dir + "/ds.sock";
   const std::string job = absl::StrCat("binkill", test_util::UniqueId());
   ServiceProcess service({"--socket=" + socket, "--job_id=" + job, "--threads=1"});
@@ -644,8 +647,8 @@ TEST(DataServiceBinaryTest, AKilledServiceIsReportedAsUnavailableByAcquire) {
   request.image_size = 8;
   request.slot_count = 2;
   auto client = RingClient::Connect(socket, request, absl::Seconds(60));
-  ASSERT_TRUE(client.ok()) << client.status() << "\n" << service.Log();
-  ASSERT_TRUE((*client)->StartEpoch(0, 1).ok());
+  ASSERT_OK(client) << client.status() << "\n" << service.Log();
+  ASSERT_OK((*client)->StartEpoch(0, 1));
   // Let the service fill the ring, then kill it without a chance to clean up.
   absl::SleepFor(absl::Milliseconds(300));
   service.Signal(SIGKILL);
@@ -659,10 +662,10 @@ TEST(DataServiceBinaryTest, AKilledServiceIsReportedAsUnavailableByAcquire) {
     status = batch.status();
     if (batch.ok()) {
       ++delivered;
-      EXPECT_TRUE((*client)->Release(*batch).ok());
+      EXPECT_OK((*client)->Release(*batch));
     }
   }
-  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_LE(delivered, 2);
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   client->reset();
@@ -670,7 +673,6 @@ TEST(DataServiceBinaryTest, AKilledServiceIsReportedAsUnavailableByAcquire) {
   // socket file; remove them as the launcher would.
   for (const std::string& name : SegmentsOfJob(job)) shm_unlink(("/" + name).c_str());
   unlink(socket.c_str());
-  rmdir(dir.c_str());
 }
 
 }  // namespace

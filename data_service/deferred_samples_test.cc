@@ -16,6 +16,7 @@
 #include <turbojpeg.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/testing/status_matchers.h"
 #include "data_service/batch_producer.h"
 #include "data_service/dataset/bad_samples.h"
 #include "data_service/dataset/encoded_image.h"
@@ -27,6 +28,9 @@
 
 namespace stoker::data_service {
 namespace {
+
+using ::stoker::testing::StatusIs;
+using ::testing::HasSubstr;
 
 constexpr int kImageSize = 48;
 constexpr int kBatch = 8;
@@ -54,29 +58,22 @@ std::string MixedFolder(const std::string& name, bool with_bad_files = false) {
     for (int i = 0; i < 9; ++i) {
       const int width = 40 + 7 * ((i + c) % 5), height = 30 + 5 * ((i * 3 + c) % 4);
       const std::vector<uint8_t> rgb = test_util::PhotoLikeImage(width, height, c * 100 + i);
-      EXPECT_TRUE(test_util::WriteFileBytes(
-                      absl::StrCat(dir, "/img", i, ".jpg"),
-                      test_util::EncodeJpeg(width, height, rgb, 90, samplings[i % 3], false))
-                      .ok());
+      EXPECT_OK(test_util::WriteFileBytes( absl::StrCat(dir, "/img", i, ".jpg"), test_util::EncodeJpeg(width, height, rgb, 90, samplings[i % 3], false)));
     }
   }
   const std::vector<uint8_t> rgb = test_util::PhotoLikeImage(48, 36, 5);
-  EXPECT_TRUE(test_util::WritePng(root + "/class0/other.png", 48, 36, rgb).ok());
-  EXPECT_TRUE(test_util::WriteFileBytes(root + "/class0/progressive.jpg",
-                                        test_util::EncodeJpeg(48, 36, rgb, 90, TJSAMP_420, true))
-                  .ok());
-  EXPECT_TRUE(test_util::WriteFileBytes(root + "/class0/gray.jpg",
-                                        test_util::EncodeJpeg(48, 36, rgb, 90, TJSAMP_GRAY, false))
-                  .ok());
+  EXPECT_OK(test_util::WritePng(root + "/class0/other.png", 48, 36, rgb));
+  EXPECT_OK(test_util::WriteFileBytes(root + "/class0/progressive.jpg", test_util::EncodeJpeg(48, 36, rgb, 90, TJSAMP_420, true)));
+  EXPECT_OK(test_util::WriteFileBytes(root + "/class0/gray.jpg", test_util::EncodeJpeg(48, 36, rgb, 90, TJSAMP_GRAY, false)));
   if (with_bad_files) {
-    EXPECT_TRUE(test_util::WriteBadImageFiles(root + "/class0").ok());
+    EXPECT_OK(test_util::WriteBadImageFiles(root + "/class0"));
   }
   return root;
 }
 
 std::shared_ptr<const Dataset> OpenFolder(const std::string& root) {
   auto dataset = ImageFolderDataset::Open(root);
-  EXPECT_TRUE(dataset.ok()) << dataset.status();
+  EXPECT_OK(dataset);
   return std::shared_ptr<const Dataset>(std::move(*dataset));
 }
 
@@ -97,20 +94,20 @@ std::vector<Received> TwoEpochs(std::shared_ptr<const Dataset> dataset, int thre
   auto producer = BatchProducer::Create(options, dataset, &pool, [](const absl::Status& s) {
     ADD_FAILURE() << "unexpected error: " << s;
   });
-  EXPECT_TRUE(producer.ok()) << producer.status();
+  EXPECT_OK(producer);
   if (!producer.ok()) return {};
   auto a = (*producer)->QueueEpoch(0, kSeed);
   auto b = (*producer)->QueueEpoch(1, kSeed);
   EXPECT_TRUE(a.ok() && b.ok());
   auto segment = SharedMemorySegment::Open((*producer)->segment_name());
-  EXPECT_TRUE(segment.ok()) << segment.status();
+  EXPECT_OK(segment);
   auto consumer = RingConsumer::Attach(segment->data(), segment->size());
-  EXPECT_TRUE(consumer.ok()) << consumer.status();
+  EXPECT_OK(consumer);
   const size_t image_bytes = size_t{kImageSize} * kImageSize * 3;
   std::vector<Received> received;
   for (int64_t n = 0; n < a->batches + b->batches; ++n) {
     auto slot = consumer->Acquire(absl::Seconds(20));
-    EXPECT_TRUE(slot.ok()) << slot.status();
+    EXPECT_OK(slot);
     if (!slot.ok()) break;
     received.push_back(
         Received{slot->epoch, slot->step,
@@ -119,7 +116,7 @@ std::vector<Received> TwoEpochs(std::shared_ptr<const Dataset> dataset, int thre
                  std::vector<uint8_t>(slot->sample_kinds, slot->sample_kinds + slot->count),
                  slot->deferred_count,
                  std::vector<uint8_t>(slot->images, slot->images + image_bytes * slot->count)});
-    EXPECT_TRUE(consumer->Release(slot->slot).ok());
+    EXPECT_OK(consumer->Release(slot->slot));
   }
   return received;
 }
@@ -133,12 +130,11 @@ TEST(GpuDecodeShareTest, PositionsAreSpreadEvenlyAndCountExactly) {
   EXPECT_FALSE(IsGpuDecodePosition(0, 0.5));
   EXPECT_TRUE(IsGpuDecodePosition(1, 0.5));
   EXPECT_FALSE(IsGpuDecodePosition(2, 0.5));
-  EXPECT_TRUE(CheckGpuDecodeShare(0.0).ok());
-  EXPECT_TRUE(CheckGpuDecodeShare(1.0).ok());
+  EXPECT_OK(CheckGpuDecodeShare(0.0));
+  EXPECT_OK(CheckGpuDecodeShare(1.0));
   for (double bad : {-0.1, 1.5, std::numeric_limits<double>::quiet_NaN()}) {
     absl::Status s = CheckGpuDecodeShare(bad);
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(s.message().find("--gpu_decode_share"), absl::string_view::npos);
+    EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--gpu_decode_share")));
   }
 }
 
@@ -166,7 +162,7 @@ TEST(DeferredSamplesTest, SlotsCarryTheFileAndTheCpuPathsGeometry) {
             EXPECT_TRUE(name_cpu_only) << dataset->Describe(index) << " was not deferred";
             ++kept;
           }
-          ASSERT_TRUE(dataset->Load(index, options, scratch, pixels.data()).ok());
+          ASSERT_OK(dataset->Load(index, options, scratch, pixels.data()));
           EXPECT_EQ(std::memcmp(place, pixels.data(), image_bytes), 0) << dataset->Describe(index);
           continue;
         }
@@ -180,23 +176,21 @@ TEST(DeferredSamplesTest, SlotsCarryTheFileAndTheCpuPathsGeometry) {
         EXPECT_EQ(header.magic, kDeferredMagic);
         EXPECT_EQ(header.version, kDeferredVersion);
         auto file = dataset->ReadEncoded(index, scratch);
-        ASSERT_TRUE(file.ok());
+        ASSERT_OK(file);
         ASSERT_EQ(header.encoded_bytes, file->size());
         EXPECT_EQ(std::memcmp(place + sizeof(header), file->data(), file->size()), 0);
         // The geometry the CPU path would have applied to this (seed, epoch, index).
         auto spec = SampleTransform(options);
-        ASSERT_TRUE(spec.ok());
+        ASSERT_OK(spec);
         const image::SampleKey key{kSeed, b.epoch, index};
         auto geometry = image::PlanSampleGeometry(header.width, header.height, *spec, &key);
-        ASSERT_TRUE(geometry.ok());
+        ASSERT_OK(geometry);
         EXPECT_EQ(image::FromDeferredAxis(header.x), geometry->x);
         EXPECT_EQ(image::FromDeferredAxis(header.y), geometry->y);
         EXPECT_EQ(header.flip != 0, geometry->flip);
         EXPECT_EQ(header.train != 0, train);
         image::TransformTrace trace;
-        ASSERT_TRUE(
-            image::DecodeAndTransform(*file, *spec, key, scratch.transform, pixels.data(), &trace)
-                .ok());
+        ASSERT_OK(image::DecodeAndTransform(*file, *spec, key, scratch.transform, pixels.data(), &trace));
         EXPECT_EQ(trace.header.width, header.width);
         EXPECT_EQ(trace.train.crop.left, geometry->train.crop.left);
         EXPECT_EQ(trace.train.crop.width, geometry->train.crop.width);
@@ -262,10 +256,7 @@ std::string BaselineFolder(const std::string& name) {
     for (int i = 0; i < 12; ++i) {
       const int width = 40 + 3 * i, height = 36 + 2 * c;
       const std::vector<uint8_t> rgb = test_util::PhotoLikeImage(width, height, c * 100 + i);
-      EXPECT_TRUE(test_util::WriteFileBytes(
-                      absl::StrCat(dir, "/img", i, ".jpg"),
-                      test_util::EncodeJpeg(width, height, rgb, 90, TJSAMP_420, false))
-                      .ok());
+      EXPECT_OK(test_util::WriteFileBytes( absl::StrCat(dir, "/img", i, ".jpg"), test_util::EncodeJpeg(width, height, rgb, 90, TJSAMP_420, false)));
     }
   }
   return root;
@@ -292,13 +283,13 @@ struct RequestRig {
     auto created = BatchProducer::Create(options, dataset, pool.get(), [](const absl::Status& s) {
       ADD_FAILURE() << "unexpected error: " << s;
     });
-    EXPECT_TRUE(created.ok()) << created.status();
+    EXPECT_OK(created);
     producer = std::move(*created);
     auto opened = SharedMemorySegment::Open(producer->segment_name());
-    EXPECT_TRUE(opened.ok()) << opened.status();
+    EXPECT_OK(opened);
     segment = std::move(*opened);
     auto attached = RingConsumer::Attach(segment.data(), segment.size());
-    EXPECT_TRUE(attached.ok()) << attached.status();
+    EXPECT_OK(attached);
     consumer.emplace(std::move(*attached));
   }
 };
@@ -324,14 +315,14 @@ TEST(RequestedShareTest, TheProducerDefersTheShareItsConsumerRequests) {
     RequestRig rig(dataset, std::nullopt);
     rig.consumer->RequestGpuDecodeShare(share);
     auto epoch = rig.producer->QueueEpoch(0, kSeed);
-    ASSERT_TRUE(epoch.ok());
+    ASSERT_OK(epoch);
     for (int64_t b = 0; b < epoch->batches; ++b) {
       auto slot = rig.consumer->Acquire(absl::Seconds(20));
-      ASSERT_TRUE(slot.ok()) << slot.status();
+      ASSERT_OK(slot);
       EXPECT_EQ(slot->gpu_decode_share, share);
       EXPECT_EQ(slot->deferred_count, static_cast<int32_t>(std::floor(slot->count * share)));
       ExpectBatchOfShare(*slot, share);
-      ASSERT_TRUE(rig.consumer->Release(slot->slot).ok());
+      ASSERT_OK(rig.consumer->Release(slot->slot));
     }
   }
 }
@@ -340,13 +331,13 @@ TEST(RequestedShareTest, WithoutARequestNothingIsDeferred) {
   auto dataset = OpenFolder(BaselineFolder("request_none"));
   RequestRig rig(dataset, std::nullopt);
   auto epoch = rig.producer->QueueEpoch(0, kSeed);
-  ASSERT_TRUE(epoch.ok());
+  ASSERT_OK(epoch);
   for (int64_t b = 0; b < epoch->batches; ++b) {
     auto slot = rig.consumer->Acquire(absl::Seconds(20));
-    ASSERT_TRUE(slot.ok()) << slot.status();
+    ASSERT_OK(slot);
     EXPECT_EQ(slot->deferred_count, 0);
     EXPECT_EQ(slot->gpu_decode_share, 0.0);
-    ASSERT_TRUE(rig.consumer->Release(slot->slot).ok());
+    ASSERT_OK(rig.consumer->Release(slot->slot));
   }
 }
 
@@ -358,7 +349,7 @@ TEST(RequestedShareTest, ChangesTakeEffectAtABatchBoundary) {
   std::vector<int64_t> batches;
   for (int64_t e = 0; e < 6; ++e) {
     auto epoch = rig.producer->QueueEpoch(e, kSeed);
-    ASSERT_TRUE(epoch.ok());
+    ASSERT_OK(epoch);
     batches.push_back(epoch->batches);
   }
   const double shares[] = {0.25, 0.75};
@@ -369,13 +360,13 @@ TEST(RequestedShareTest, ChangesTakeEffectAtABatchBoundary) {
       // Change the request while the producer has batches in flight.
       rig.consumer->RequestGpuDecodeShare(shares[requests++ % 2]);
       auto slot = rig.consumer->Acquire(absl::Seconds(20));
-      ASSERT_TRUE(slot.ok()) << slot.status();
+      ASSERT_OK(slot);
       EXPECT_TRUE(slot->gpu_decode_share == 0.0 || slot->gpu_decode_share == 0.25 ||
                   slot->gpu_decode_share == 0.75)
           << slot->gpu_decode_share;
       ExpectBatchOfShare(*slot, slot->gpu_decode_share);
       seen.push_back(slot->gpu_decode_share);
-      ASSERT_TRUE(rig.consumer->Release(slot->slot).ok());
+      ASSERT_OK(rig.consumer->Release(slot->slot));
     }
   }
   // Once the requests alternate, both shares appear; the first batches may precede them.
@@ -384,14 +375,14 @@ TEST(RequestedShareTest, ChangesTakeEffectAtABatchBoundary) {
   // A steady request holds from the next batch the producer starts on.
   rig.consumer->RequestGpuDecodeShare(0.5);
   auto epoch = rig.producer->QueueEpoch(6, kSeed);
-  ASSERT_TRUE(epoch.ok());
+  ASSERT_OK(epoch);
   int64_t at_half = 0;
   for (int64_t b = 0; b < epoch->batches; ++b) {
     auto slot = rig.consumer->Acquire(absl::Seconds(20));
-    ASSERT_TRUE(slot.ok()) << slot.status();
+    ASSERT_OK(slot);
     ExpectBatchOfShare(*slot, slot->gpu_decode_share);
     at_half += slot->gpu_decode_share == 0.5 ? 1 : 0;
-    ASSERT_TRUE(rig.consumer->Release(slot->slot).ok());
+    ASSERT_OK(rig.consumer->Release(slot->slot));
   }
   EXPECT_EQ(at_half, epoch->batches) << "the epoch was queued after the request";
 }
@@ -401,13 +392,13 @@ TEST(RequestedShareTest, AFixedShareIgnoresTheRequest) {
   RequestRig rig(dataset, 0.5);
   rig.consumer->RequestGpuDecodeShare(0.0);
   auto epoch = rig.producer->QueueEpoch(0, kSeed);
-  ASSERT_TRUE(epoch.ok());
+  ASSERT_OK(epoch);
   for (int64_t b = 0; b < epoch->batches; ++b) {
     auto slot = rig.consumer->Acquire(absl::Seconds(20));
-    ASSERT_TRUE(slot.ok()) << slot.status();
+    ASSERT_OK(slot);
     EXPECT_EQ(slot->gpu_decode_share, 0.5);
     ExpectBatchOfShare(*slot, 0.5);
-    ASSERT_TRUE(rig.consumer->Release(slot->slot).ok());
+    ASSERT_OK(rig.consumer->Release(slot->slot));
   }
 }
 

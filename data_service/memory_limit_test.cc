@@ -13,12 +13,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/testing/in_child.h"
+#include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace stoker::data_service {
 namespace {
 
+using ::stoker::testing::StatusIs;
 using ::testing::HasSubstr;
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
@@ -46,13 +48,13 @@ TEST(ParseMaxMemoryTest, TakesAutoNoneAndSizes) {
       {"1073741824", kGiB}, {"64k", 64 << 10},  {"2T", 2048 * kGiB},    {"100B", 100}};
   for (const auto& [text, bytes] : sizes) {
     absl::StatusOr<MaxMemory> max = ParseMaxMemory(text);
-    ASSERT_TRUE(max.ok()) << text << ": " << max.status();
+    ASSERT_OK(max) << text << ": " << max.status();
     EXPECT_EQ(max->kind, MaxMemory::Kind::kBytes) << text;
     EXPECT_EQ(max->bytes, bytes) << text;
   }
   for (const char* bad : {"", "0", "-1", "8X", "G", "1.5G", "auto2", "99999999999999999999"}) {
     absl::StatusOr<MaxMemory> max = ParseMaxMemory(bad);
-    EXPECT_TRUE(absl::IsInvalidArgument(max.status())) << bad;
+    EXPECT_THAT(max, StatusIs(absl::StatusCode::kInvalidArgument)) << bad;
     EXPECT_THAT(max.status().message(), HasSubstr("--max_memory=")) << bad;
   }
 }
@@ -131,13 +133,13 @@ TEST(MemoryLimitTest, AFixedLimitRefusesARingThatDoesNotFit) {
 TEST(MemoryLimitTest, AFixedLimitBelowWhatTheServiceUsesIsRefusedAndNoneSetsNothing) {
   const uint64_t before = SoftLimit();
   auto small = MemoryLimit::Install(MaxMemory{MaxMemory::Kind::kBytes, 16 * kMiB}, 1);
-  EXPECT_TRUE(absl::IsInvalidArgument(small.status())) << small.status();
+  EXPECT_THAT(small, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(small.status().message(),
               HasSubstr("--max_memory=16777216: the data service already uses"));
   auto none = MemoryLimit::Install(MaxMemory{MaxMemory::Kind::kNone, 0}, 1);
-  ASSERT_TRUE(none.ok()) << none.status();
+  ASSERT_OK(none);
   EXPECT_EQ((*none)->limit_bytes(), 0u);
-  EXPECT_TRUE((*none)->AddRing("/r", kGiB).ok());
+  EXPECT_OK((*none)->AddRing("/r", kGiB));
   EXPECT_EQ(SoftLimit(), before);
   EXPECT_EQ((*none)->Describe(), "--max_memory=none: no memory limit");
 }

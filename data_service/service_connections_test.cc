@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "common/testing/status_matchers.h"
 #include "common/unique_fd.h"
 #include "common/unix_socket.h"
 #include "data_service/dataset/synthetic_dataset.h"
@@ -37,8 +38,7 @@ int ThreadCount() {
 class ServiceConnectionsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    address_ = test_util::NewServiceAddress("connectionstest");
-    ASSERT_FALSE(address_.dir.empty());
+    ASSERT_OK_AND_ASSIGN(address_, test_util::NewServiceAddress("connectionstest"));
     ServiceOptions options;
     options.socket_path = address_.socket_path;
     options.job_id = address_.job_id;
@@ -47,18 +47,17 @@ class ServiceConnectionsTest : public ::testing::Test {
         options,
         {std::shared_ptr<const Dataset>(std::move(*SyntheticDataset::Create({64, 10, 1, false}))),
          nullptr});
-    ASSERT_TRUE(service.ok()) << service.status();
+    ASSERT_OK(service);
     service_ = std::move(*service);
   }
   void TearDown() override {
     service_.reset();
-    rmdir(address_.dir.c_str());
   }
 
   UniqueFd IdleConnection() {
     UniqueFd fd(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
     absl::StatusOr<sockaddr_un> address = UnixSocketAddress(address_.socket_path);
-    EXPECT_TRUE(address.ok()) << address.status();
+    EXPECT_OK(address);
     EXPECT_EQ(ConnectUnixSocket(fd.get(), *address), 0);
     return fd;
   }
@@ -66,10 +65,10 @@ class ServiceConnectionsTest : public ::testing::Test {
   // One epoch's first batch through a real client.
   void ServeARealClient() {
     auto client = test_util::ClientWithFirstEpochStarted(address_.socket_path);
-    ASSERT_TRUE(client.ok()) << client.status();
+    ASSERT_OK(client);
     auto batch = (*client)->Acquire(absl::Seconds(10));
-    ASSERT_TRUE(batch.ok()) << batch.status();
-    EXPECT_TRUE((*client)->Release(*batch).ok());
+    ASSERT_OK(batch);
+    EXPECT_OK((*client)->Release(*batch));
     client->reset();
     // Its connection ends (and its ring is unlinked) before the next client of rank 0.
     const absl::Time deadline = absl::Now() + absl::Seconds(10);

@@ -14,9 +14,11 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/exit_codes.h"
+#include "common/testing/status_matchers.h"
 #include "common/unique_fd.h"
 #include "common/unix_socket.h"
 #include "data_service/dataset/synthetic_dataset.h"
+#include "data_service/dataset/testing/forwarding_dataset.h"
 #include "data_service/ring/control_protocol.h"
 #include "data_service/ring/ring_client.h"
 #include "data_service/service.h"
@@ -28,6 +30,7 @@
 namespace stoker::data_service {
 namespace {
 
+using ::stoker::testing::StatusIs;
 using ::testing::HasSubstr;
 
 bool SegmentExists(const std::string& name) {
@@ -42,12 +45,9 @@ bool SocketExists(const std::string& path) {
 
 // The first Load blocks until Release(), as a read on a hung mount does; every other Load
 // is the synthetic dataset's. Describe() names a file, as a folder dataset's does.
-class HangingDataset : public Dataset {
+class HangingDataset final : public test_util::ForwardingDataset {
  public:
-  explicit HangingDataset(std::shared_ptr<const Dataset> base) : base_(std::move(base)) {}
-  int64_t size() const override { return base_->size(); }
-  int32_t num_classes() const override { return base_->num_classes(); }
-  int32_t Label(int64_t index) const override { return base_->Label(index); }
+  using ForwardingDataset::ForwardingDataset;
   absl::Status Load(int64_t index, const SampleOptions& options, SampleScratch& scratch,
                     uint8_t* dst) const override {
     if (!hung_.exchange(true)) {
@@ -56,7 +56,7 @@ class HangingDataset : public Dataset {
       release_.WaitForNotification();
       if (fail_after_release_) return absl::InternalError("the disk controller was reset");
     }
-    return base_->Load(index, options, scratch, dst);
+    return ForwardingDataset::Load(index, options, scratch, dst);
   }
   std::string Describe(int64_t index) const override {
     return absl::StrCat("sample ", index, " (/mnt/hung/class0/", index, ".jpg)");
@@ -71,7 +71,6 @@ class HangingDataset : public Dataset {
   void FailAfterRelease() { fail_after_release_ = true; }
 
  private:
-  std::shared_ptr<const Dataset> base_;
   mutable std::atomic<bool> hung_{false};
   std::atomic<bool> fail_after_release_{false};
   mutable int64_t hung_index_ = -1;  // written before entered_ is notified
@@ -82,8 +81,7 @@ class HangingDataset : public Dataset {
 class ServiceShutdownTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    address_ = test_util::NewServiceAddress("shutdowntest");
-    ASSERT_FALSE(address_.dir.empty());
+    ASSERT_OK_AND_ASSIGN(address_, test_util::NewServiceAddress("shutdowntest"));
     dataset_ = std::make_shared<HangingDataset>(
         std::shared_ptr<const Dataset>(std::move(*SyntheticDataset::Create({64, 10, 1, false}))));
     ServiceOptions options;
@@ -92,20 +90,19 @@ class ServiceShutdownTest : public ::testing::Test {
     options.threads = 2;
     options.shutdown_timeout = absl::Seconds(1);
     auto service = DataService::Start(options, {dataset_, nullptr});
-    ASSERT_TRUE(service.ok()) << service.status();
+    ASSERT_OK(service);
     service_ = std::move(*service);
   }
   void TearDown() override {
     dataset_->Release();  // the stuck read returns; what it still uses was kept alive
     service_.reset();
-    rmdir(address_.dir.c_str());
     EXPECT_FALSE(SegmentExists(RingSegmentName(address_.job_id, 0, true)));
   }
 
   // A client of rank 0 whose first epoch is under way, with one decode stuck.
   std::unique_ptr<RingClient> ClientWithAHungRead() {
     auto client = test_util::ClientWithFirstEpochStarted(address_.socket_path);
-    EXPECT_TRUE(client.ok()) << client.status();
+    EXPECT_OK(client);
     if (!client.ok()) return nullptr;
     EXPECT_TRUE(dataset_->WaitUntilHung());
     EXPECT_TRUE(SegmentExists(RingSegmentName(address_.job_id, 0, true)));
@@ -123,7 +120,7 @@ TEST_F(ServiceShutdownTest, AHungReadHoldsShutdownOnlyUntilItsTimeoutAndIsNamed)
   const absl::Time start = absl::Now();
   const absl::Status stopped = service_->Shutdown();
   const absl::Duration took = absl::Now() - start;
-  EXPECT_EQ(stopped.code(), absl::StatusCode::kDeadlineExceeded) << stopped;
+  EXPECT_THAT(stopped, StatusIs(absl::StatusCode::kDeadlineExceeded));
   EXPECT_EQ(ExitCodeOf(stopped), kExitTimeout);
   EXPECT_GE(took, absl::Milliseconds(900));
   EXPECT_LT(took, absl::Seconds(3)) << "the shutdown took " << took;
@@ -149,7 +146,7 @@ TEST_F(ServiceShutdownTest, ARankThatLeavesWhileAReadHangsStopsTheServiceWithinT
   }
   const absl::Duration took = absl::Now() - start;
   const absl::Status health = service_->health();
-  EXPECT_EQ(health.code(), absl::StatusCode::kDeadlineExceeded) << health;
+  EXPECT_THAT(health, StatusIs(absl::StatusCode::kDeadlineExceeded));
   EXPECT_LT(took, absl::Seconds(3)) << "the service noticed after " << took;
   EXPECT_THAT(health.message(), HasSubstr("rank 0 disconnected but rank 0: 1 sample(s)"));
   EXPECT_THAT(health.message(),
@@ -159,7 +156,7 @@ TEST_F(ServiceShutdownTest, ARankThatLeavesWhileAReadHangsStopsTheServiceWithinT
   const absl::Time shutdown_start = absl::Now();
   const absl::Status stopped = service_->Shutdown();
   EXPECT_LT(absl::Now() - shutdown_start, absl::Seconds(3));
-  EXPECT_EQ(stopped.code(), absl::StatusCode::kDeadlineExceeded) << stopped;
+  EXPECT_THAT(stopped, StatusIs(absl::StatusCode::kDeadlineExceeded));
   EXPECT_THAT(stopped.message(), HasSubstr("the decode threads did not end in time"));
   EXPECT_FALSE(SocketExists(address_.socket_path));
 }
@@ -168,17 +165,17 @@ TEST_F(ServiceShutdownTest, AProductionErrorThatCannotReachItsRankIsLoggedNaming
   dataset_->FailAfterRelease();
   UniqueFd fd(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   absl::StatusOr<sockaddr_un> address = UnixSocketAddress(address_.socket_path);
-  ASSERT_TRUE(address.ok()) << address.status();
+  ASSERT_OK(address);
   ASSERT_EQ(ConnectUnixSocket(fd.get(), *address), 0);
   ControlMessage reg = NewMessage(MessageType::kRegister, 1);
   SetRequest(test_util::TrainRequest(0, 1, /*batch_size=*/8, /*image_size=*/16), &reg);
-  ASSERT_TRUE(SendMessage(fd.get(), reg).ok());
-  ASSERT_TRUE(ReceiveMessage(fd.get(), absl::Seconds(10)).ok());
+  ASSERT_OK(SendMessage(fd.get(), reg));
+  ASSERT_OK(ReceiveMessage(fd.get(), absl::Seconds(10)));
   ControlMessage start = NewMessage(MessageType::kStartEpoch, 2);
   start.epoch = 0;
   start.seed = 1;
-  ASSERT_TRUE(SendMessage(fd.get(), start).ok());
-  ASSERT_TRUE(ReceiveMessage(fd.get(), absl::Seconds(10)).ok());
+  ASSERT_OK(SendMessage(fd.get(), start));
+  ASSERT_OK(ReceiveMessage(fd.get(), absl::Seconds(10)));
   ASSERT_TRUE(dataset_->WaitUntilHung());
   // The rank reads nothing more: the service's error message cannot reach it.
   ASSERT_EQ(shutdown(fd.get(), SHUT_RD), 0);
@@ -195,10 +192,10 @@ TEST_F(ServiceShutdownTest, AProductionErrorThatCannotReachItsRankIsLoggedNaming
 TEST_F(ServiceShutdownTest, WithoutAHungReadShutdownIsOk) {
   dataset_->Release();
   auto client = test_util::ClientWithFirstEpochStarted(address_.socket_path);
-  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_OK(client);
   auto batch = (*client)->Acquire(absl::Seconds(10));
-  ASSERT_TRUE(batch.ok()) << batch.status();
-  EXPECT_TRUE(service_->Shutdown().ok());
+  ASSERT_OK(batch);
+  EXPECT_OK(service_->Shutdown());
   EXPECT_FALSE(SegmentExists(RingSegmentName(address_.job_id, 0, true)));
   EXPECT_FALSE(SocketExists(address_.socket_path));
 }

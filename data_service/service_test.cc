@@ -18,11 +18,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/testing/status_matchers.h"
 #include "common/unique_fd.h"
 #include "common/unix_socket.h"
 #include "data_service/dataset/image_folder_dataset.h"
 #include "data_service/dataset/sampler.h"
 #include "data_service/dataset/synthetic_dataset.h"
+#include "data_service/dataset/testing/forwarding_dataset.h"
 #include "data_service/ring/control_protocol.h"
 #include "data_service/ring/ring.h"
 #include "data_service/ring/ring_client.h"
@@ -32,6 +34,10 @@
 
 namespace stoker::data_service {
 namespace {
+
+using ::stoker::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
 
 bool SegmentExists(const std::string& name) {
   struct stat st;
@@ -50,21 +56,14 @@ bool Eventually(Condition condition) {
 }
 
 // Sleeps in every Load, so that the ring stays empty for a while.
-class SlowDataset : public Dataset {
+class SlowDataset : public test_util::ForwardingDataset {
  public:
-  explicit SlowDataset(std::shared_ptr<const Dataset> base) : base_(std::move(base)) {}
-  int64_t size() const override { return base_->size(); }
-  int32_t num_classes() const override { return base_->num_classes(); }
-  int32_t Label(int64_t index) const override { return base_->Label(index); }
+  using ForwardingDataset::ForwardingDataset;
   absl::Status Load(int64_t index, const SampleOptions& options, SampleScratch& scratch,
                     uint8_t* dst) const override {
     absl::SleepFor(absl::Milliseconds(300));
-    return base_->Load(index, options, scratch, dst);
+    return ForwardingDataset::Load(index, options, scratch, dst);
   }
-  std::string Describe(int64_t index) const override { return base_->Describe(index); }
-
- private:
-  std::shared_ptr<const Dataset> base_;
 };
 
 // Fails every Load.
@@ -85,15 +84,14 @@ std::shared_ptr<const Dataset> Synthetic(int64_t samples, bool validation = fals
 class ServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const test_util::ServiceAddress address = test_util::NewServiceAddress("servicetest");
-    ASSERT_FALSE(address.dir.empty());
-    dir_ = address.dir;
+    ASSERT_OK_AND_ASSIGN(test_util::ServiceAddress address,
+                         test_util::NewServiceAddress("servicetest"));
+    dir_ = std::move(address.dir);
     socket_ = address.socket_path;
     job_ = address.job_id;
   }
   void TearDown() override {
     service_.reset();
-    rmdir(dir_.c_str());
     EXPECT_FALSE(SegmentExists(RingSegmentName(job_, 0, true)));
     EXPECT_FALSE(SegmentExists(RingSegmentName(job_, 1, true)));
   }
@@ -106,7 +104,7 @@ class ServiceTest : public ::testing::Test {
     options.threads = threads;
     options.bad_samples = bad_samples;
     auto service = DataService::Start(options, std::move(datasets));
-    ASSERT_TRUE(service.ok()) << service.status();
+    ASSERT_OK(service);
     service_ = std::move(*service);
   }
 
@@ -123,19 +121,19 @@ class ServiceTest : public ::testing::Test {
 
   std::unique_ptr<RingClient> Connect(const RingRequest& request) {
     auto client = RingClient::Connect(socket_, request, absl::Seconds(10));
-    EXPECT_TRUE(client.ok()) << client.status();
+    EXPECT_OK(client);
     return client.ok() ? std::move(*client) : nullptr;
   }
 
   UniqueFd RawConnection() {
     UniqueFd fd(socket(AF_UNIX, SOCK_SEQPACKET, 0));
     absl::StatusOr<sockaddr_un> address = UnixSocketAddress(socket_);
-    EXPECT_TRUE(address.ok()) << address.status();
+    EXPECT_OK(address);
     EXPECT_EQ(ConnectUnixSocket(fd.get(), *address), 0);
     return fd;
   }
 
-  std::string dir_;
+  stoker::testing::TempDir dir_;
   std::string socket_;
   std::string job_;
   std::unique_ptr<DataService> service_;
@@ -167,7 +165,7 @@ TEST_F(ServiceTest, ClientReceivesEveryBatchOfTwoQueuedEpochs) {
     std::vector<int64_t> indices;
     for (int64_t step = 0; step < info.batches; ++step) {
       auto batch = client->Acquire(absl::Seconds(20));
-      ASSERT_TRUE(batch.ok()) << batch.status();
+      ASSERT_OK(batch);
       EXPECT_EQ(batch->epoch, info.epoch);
       EXPECT_EQ(batch->step, step);
       EXPECT_EQ(batch->count, step + 1 < info.batches ? 8 : 2);
@@ -179,12 +177,12 @@ TEST_F(ServiceTest, ClientReceivesEveryBatchOfTwoQueuedEpochs) {
         indices.push_back(batch->sample_indices[i]);
         EXPECT_EQ(batch->labels[i], batch->sample_indices[i] % 10);
       }
-      ASSERT_TRUE(client->Release(*batch).ok());
+      ASSERT_OK(client->Release(*batch));
     }
     EXPECT_EQ(indices, sampler->EpochIndices(42, info.epoch));
   }
   auto extra = client->Acquire(absl::Milliseconds(10));
-  EXPECT_EQ(extra.status().code(), absl::StatusCode::kFailedPrecondition) << extra.status();
+  EXPECT_THAT(extra, StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 TEST_F(ServiceTest, ValidationRingsGetTheirOwnSegment) {
@@ -195,10 +193,10 @@ TEST_F(ServiceTest, ValidationRingsGetTheirOwnSegment) {
   ASSERT_NE(val, nullptr);
   EXPECT_TRUE(SegmentExists(RingSegmentName(job_, 0, false)));
   auto info = val->StartEpoch(0, 5);
-  ASSERT_TRUE(info.ok()) << info.status();
+  ASSERT_OK(info);
   EXPECT_EQ(info->samples, 10);
   auto batch = val->Acquire(absl::Seconds(20));
-  ASSERT_TRUE(batch.ok()) << batch.status();
+  ASSERT_OK(batch);
   EXPECT_EQ(batch->sample_indices[0], 0);
   EXPECT_EQ(batch->sample_indices[7], 7);
   val.reset();
@@ -210,19 +208,17 @@ TEST_F(ServiceTest, BadRequestsAreRefusedWithInvalidArgument) {
   RingRequest request = Request();
   request.image_size = 0;
   auto refused = RingClient::Connect(socket_, request, absl::Seconds(10));
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(refused.status().message().find("image_size"), std::string::npos) << refused.status();
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("image_size")));
 
   request = Request();
   request.batch_size = kMaxBatchSize;
   request.image_size = kMaxImageSize;
   refused = RingClient::Connect(socket_, request, absl::Seconds(10));
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(refused.status().message().find("/dev/shm"), std::string::npos) << refused.status();
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("/dev/shm")));
 
   request = Request(3, 2);
   refused = RingClient::Connect(socket_, request, absl::Seconds(10));
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kInvalidArgument));
 
   // The service is unharmed.
   EXPECT_NE(Connect(Request()), nullptr);
@@ -235,11 +231,9 @@ TEST_F(ServiceTest, ADatasetWithMoreClassesThanTheTrainersIsRefusedNamingBothCou
   const absl::Time start = absl::Now();
   auto refused = RingClient::Connect(socket_, request, absl::Seconds(10));
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kOutOfRange) << refused.status();
-  EXPECT_NE(refused.status().message().find(
-                "the training dataset has 10 classes but the trainer has --num_classes=4"),
-            std::string::npos)
-      << refused.status();
+  EXPECT_THAT(refused,
+              StatusIs(absl::StatusCode::kOutOfRange,
+                       HasSubstr("the training dataset has 10 classes but the trainer has --num_classes=4")));
   EXPECT_FALSE(SegmentExists(RingSegmentName(job_, 0, true)));
 
   // As many classes as the trainer's, or fewer, is fine.
@@ -247,30 +241,20 @@ TEST_F(ServiceTest, ADatasetWithMoreClassesThanTheTrainersIsRefusedNamingBothCou
     request.num_classes = classes;
     auto client = Connect(request);
     ASSERT_NE(client, nullptr);
-    ASSERT_TRUE(client->StartEpoch(0, 1).ok());
+    ASSERT_OK(client->StartEpoch(0, 1));
     auto batch = client->Acquire(absl::Seconds(20));
-    ASSERT_TRUE(batch.ok()) << batch.status();
-    ASSERT_TRUE(client->Release(*batch).ok());
+    ASSERT_OK(batch);
+    ASSERT_OK(client->Release(*batch));
     client.reset();
     EXPECT_TRUE(Eventually([&] { return !SegmentExists(RingSegmentName(job_, 0, true)); }));
   }
 }
 
 // Says it has 4 classes, but labels its samples 0..9 (a broken dataset, or a corrupted ring).
-class MislabelledDataset : public Dataset {
+class MislabelledDataset final : public test_util::ForwardingDataset {
  public:
-  explicit MislabelledDataset(std::shared_ptr<const Dataset> base) : base_(std::move(base)) {}
-  int64_t size() const override { return base_->size(); }
+  using ForwardingDataset::ForwardingDataset;
   int32_t num_classes() const override { return 4; }
-  int32_t Label(int64_t index) const override { return base_->Label(index); }
-  absl::Status Load(int64_t index, const SampleOptions& options, SampleScratch& scratch,
-                    uint8_t* dst) const override {
-    return base_->Load(index, options, scratch, dst);
-  }
-  std::string Describe(int64_t index) const override { return base_->Describe(index); }
-
- private:
-  std::shared_ptr<const Dataset> base_;
 };
 
 TEST_F(ServiceTest, ALabelOutsideNumClassesInASlotFailsTheClient) {
@@ -279,21 +263,21 @@ TEST_F(ServiceTest, ALabelOutsideNumClassesInASlotFailsTheClient) {
   request.num_classes = 4;
   auto client = Connect(request);
   ASSERT_NE(client, nullptr);
-  ASSERT_TRUE(client->StartEpoch(0, 1).ok());
+  ASSERT_OK(client->StartEpoch(0, 1));
   absl::Status failed;
   for (int step = 0; step < 13 && failed.ok(); ++step) {
     auto batch = client->Acquire(absl::Seconds(20));
     failed = batch.status();
     if (batch.ok()) {
-      ASSERT_TRUE(client->Release(*batch).ok());
+      ASSERT_OK(client->Release(*batch));
     }
   }
-  EXPECT_EQ(failed.code(), absl::StatusCode::kOutOfRange) << failed;
-  EXPECT_NE(failed.message().find("rank 0: ring slot "), std::string::npos) << failed;
-  EXPECT_NE(failed.message().find("labels must be in [0, 4) (--num_classes)"), std::string::npos)
-      << failed;
+  EXPECT_THAT(failed,
+              StatusIs(absl::StatusCode::kOutOfRange,
+                       AllOf(HasSubstr("rank 0: ring slot "),
+                             HasSubstr("labels must be in [0, 4) (--num_classes)"))));
   // Fatal for the ring: the next call says the same.
-  EXPECT_EQ(client->Acquire(absl::Seconds(1)).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(client->Acquire(absl::Seconds(1)), StatusIs(absl::StatusCode::kOutOfRange));
 }
 
 TEST_F(ServiceTest, ARankCanHoldOnlyOneRing) {
@@ -301,9 +285,7 @@ TEST_F(ServiceTest, ARankCanHoldOnlyOneRing) {
   auto first = Connect(Request());
   ASSERT_NE(first, nullptr);
   auto second = RingClient::Connect(socket_, Request(), absl::Seconds(10));
-  EXPECT_EQ(second.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(second.status().message().find("already exists"), std::string::npos)
-      << second.status();
+  EXPECT_THAT(second, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("already exists")));
   // The refusal must not have removed the first client's ring.
   EXPECT_TRUE(SegmentExists(RingSegmentName(job_, 0, true)));
 }
@@ -312,16 +294,16 @@ TEST_F(ServiceTest, EpochsMustIncrease) {
   StartService();
   auto client = Connect(Request());
   ASSERT_NE(client, nullptr);
-  ASSERT_TRUE(client->StartEpoch(4, 1).ok());
-  EXPECT_EQ(client->StartEpoch(4, 1).status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(client->StartEpoch(5, 1).ok());
+  ASSERT_OK(client->StartEpoch(4, 1));
+  EXPECT_THAT(client->StartEpoch(4, 1), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_OK(client->StartEpoch(5, 1));
 }
 
 TEST_F(ServiceTest, ClosingAClientUnmapsAndUnlinksItsRing) {
   StartService();
   auto client = Connect(Request());
   ASSERT_NE(client, nullptr);
-  ASSERT_TRUE(client->StartEpoch(0, 1).ok());
+  ASSERT_OK(client->StartEpoch(0, 1));
   EXPECT_EQ(service_->connection_count(), 1);
   client.reset();  // with batches still in flight
   EXPECT_TRUE(Eventually([&] { return !SegmentExists(RingSegmentName(job_, 0, true)); }));
@@ -336,20 +318,20 @@ TEST_F(ServiceTest, ShutdownUnlinksEveryRingAndRemovesTheSocket) {
   auto b = Connect(Request(1, 2));
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
-  ASSERT_TRUE(a->StartEpoch(0, 1).ok());
-  EXPECT_TRUE(service_->Shutdown().ok());
+  ASSERT_OK(a->StartEpoch(0, 1));
+  EXPECT_OK(service_->Shutdown());
   EXPECT_FALSE(SegmentExists(RingSegmentName(job_, 0, true)));
   EXPECT_FALSE(SegmentExists(RingSegmentName(job_, 1, true)));
   struct stat st;
   EXPECT_NE(stat(socket_.c_str(), &st), 0);
-  EXPECT_TRUE(service_->Shutdown().ok());  // idempotent
+  EXPECT_OK(service_->Shutdown());  // idempotent
 }
 
 TEST_F(ServiceTest, AcquireReturnsUnavailableSoonAfterTheServiceDies) {
   StartService({std::make_shared<SlowDataset>(Synthetic(100)), nullptr}, 1);
   auto client = Connect(Request());
   ASSERT_NE(client, nullptr);
-  ASSERT_TRUE(client->StartEpoch(0, 1).ok());
+  ASSERT_OK(client->StartEpoch(0, 1));
   std::thread killer([&] {
     absl::SleepFor(absl::Milliseconds(300));
     (void)service_->Shutdown();
@@ -357,20 +339,20 @@ TEST_F(ServiceTest, AcquireReturnsUnavailableSoonAfterTheServiceDies) {
   const absl::Time start = absl::Now();
   auto batch = client->Acquire(absl::Seconds(30));
   killer.join();
-  EXPECT_EQ(batch.status().code(), absl::StatusCode::kUnavailable) << batch.status();
+  EXPECT_THAT(batch, StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
-  EXPECT_EQ(client->StartEpoch(1, 1).status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(client->Acquire(absl::Seconds(1)).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(client->StartEpoch(1, 1), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(client->Acquire(absl::Seconds(1)), StatusIs(absl::StatusCode::kUnavailable));
 }
 
 TEST_F(ServiceTest, AcquireTimesOutWithDeadlineExceeded) {
   StartService({std::make_shared<SlowDataset>(Synthetic(100)), nullptr}, 1);
   auto client = Connect(Request());
   ASSERT_NE(client, nullptr);
-  ASSERT_TRUE(client->StartEpoch(0, 1).ok());
+  ASSERT_OK(client->StartEpoch(0, 1));
   const absl::Time start = absl::Now();
   auto batch = client->Acquire(absl::Milliseconds(250));
-  EXPECT_EQ(batch.status().code(), absl::StatusCode::kDeadlineExceeded) << batch.status();
+  EXPECT_THAT(batch, StatusIs(absl::StatusCode::kDeadlineExceeded));
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(240));
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
 }
@@ -383,11 +365,12 @@ TEST_F(ServiceTest, AFailedSampleReachesTheClientAsItsError) {
   auto info = client->StartEpoch(0, 1);
   absl::Status status = info.status();
   if (info.ok()) status = client->Acquire(absl::Seconds(20)).status();
-  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
-  EXPECT_NE(status.message().find("truncated file"), std::string::npos) << status;
-  EXPECT_NE(status.message().find("epoch 0, step 0"), std::string::npos) << status;
-  EXPECT_EQ(client->Acquire(absl::Seconds(1)).status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(client->StartEpoch(1, 1).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status,
+              StatusIs(absl::StatusCode::kDataLoss,
+                       AllOf(HasSubstr("truncated file"),
+                             HasSubstr("epoch 0, step 0"))));
+  EXPECT_THAT(client->Acquire(absl::Seconds(1)), StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_THAT(client->StartEpoch(1, 1), StatusIs(absl::StatusCode::kDataLoss));
 }
 
 // An ImageFolder of `good` photo-like JPEGs in one class, plus class0/broken.jpg (not
@@ -397,15 +380,13 @@ std::shared_ptr<const Dataset> JpegFolder(const std::string& name, int good, boo
   std::filesystem::remove_all(root);
   std::filesystem::create_directories(root + "/class0");
   for (int i = 0; i < good; ++i) {
-    EXPECT_TRUE(test_util::WriteJpeg(absl::StrCat(root, "/class0/", i, ".jpg"), 64, 48,
-                                     test_util::PhotoLikeImage(64, 48, i))
-                    .ok());
+    EXPECT_OK(test_util::WriteJpeg(absl::StrCat(root, "/class0/", i, ".jpg"), 64, 48, test_util::PhotoLikeImage(64, 48, i)));
   }
   if (broken) {
-    EXPECT_TRUE(test_util::WriteFileBytes(root + "/class0/broken.jpg", {'n', 'o'}).ok());
+    EXPECT_OK(test_util::WriteFileBytes(root + "/class0/broken.jpg", {'n', 'o'}));
   }
   auto dataset = ImageFolderDataset::Open(root);
-  EXPECT_TRUE(dataset.ok()) << dataset.status();
+  EXPECT_OK(dataset);
   return std::shared_ptr<const Dataset>(std::move(*dataset));
 }
 
@@ -421,12 +402,13 @@ TEST_F(ServiceTest, AnUnusableFileFailsTheClientNamingItWithBadFilesFail) {
     auto batch = client->Acquire(absl::Seconds(20));
     status = batch.status();
     if (batch.ok()) {
-      ASSERT_TRUE(client->Release(*batch).ok());
+      ASSERT_OK(client->Release(*batch));
     }
   }
-  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
-  EXPECT_NE(status.message().find("class0/broken.jpg"), std::string::npos) << status;
-  EXPECT_NE(status.message().find("not a JPEG or PNG"), std::string::npos) << status;
+  EXPECT_THAT(status,
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("class0/broken.jpg"),
+                             HasSubstr("not a JPEG or PNG"))));
   EXPECT_EQ(service_->stats().bad_samples.bad_files, 1);
 }
 
@@ -444,12 +426,12 @@ TEST_F(ServiceTest, StatsReportRingsScratchAndReplacedSamples) {
   EXPECT_EQ(stats.rings, 2);
   EXPECT_EQ(stats.local_ranks, 1) << "a rank's training and validation rings are one rank";
   EXPECT_EQ(stats.ring_bytes, train->ring_bytes() + val->ring_bytes());
-  ASSERT_TRUE(train->StartEpoch(0, 3).ok());
+  ASSERT_OK(train->StartEpoch(0, 3));
   for (int step = 0; step < 2; ++step) {
     auto batch = train->Acquire(absl::Seconds(20));
-    ASSERT_TRUE(batch.ok()) << batch.status();
+    ASSERT_OK(batch);
     EXPECT_EQ(batch->count, 8) << "the broken file's place is filled";
-    ASSERT_TRUE(train->Release(*batch).ok());
+    ASSERT_OK(train->Release(*batch));
   }
   stats = service_->stats();
   EXPECT_GT(stats.scratch_bytes, 0u);
@@ -506,11 +488,11 @@ TEST_F(ServiceTest, ResidentMemoryStaysFlatOverEpochs) {
     ASSERT_NE(client, nullptr);
     auto run_epoch = [&](int64_t epoch) {
       auto info = client->StartEpoch(epoch, 5);
-      ASSERT_TRUE(info.ok()) << info.status();
+      ASSERT_OK(info);
       for (int64_t step = 0; step < info->batches; ++step) {
         auto batch = client->Acquire(absl::Seconds(20));
-        ASSERT_TRUE(batch.ok()) << batch.status();
-        ASSERT_TRUE(client->Release(*batch).ok());
+        ASSERT_OK(batch);
+        ASSERT_OK(client->Release(*batch));
       }
     };
     for (int64_t epoch = 0; epoch < 2; ++epoch) run_epoch(epoch);  // rings touched, buffers grown
@@ -535,8 +517,7 @@ TEST_F(ServiceTest, ResidentMemoryStaysFlatOverEpochs) {
 TEST_F(ServiceTest, NoValidationSplitMeansValidationRingsAreRefused) {
   StartService({Synthetic(100), nullptr});
   auto refused = RingClient::Connect(socket_, ValidationRequest(), absl::Seconds(10));
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(refused.status().message().find("--val_dir"), std::string::npos);
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--val_dir")));
 }
 
 TEST_F(ServiceTest, MalformedMessagesCloseOnlyTheirConnection) {
@@ -548,52 +529,52 @@ TEST_F(ServiceTest, MalformedMessagesCloseOnlyTheirConnection) {
     const char garbage[17] = "not a message at";
     ASSERT_EQ(send(raw.get(), garbage, sizeof(garbage), 0), static_cast<ssize_t>(sizeof(garbage)));
     auto reply = ReceiveMessage(raw.get(), absl::Seconds(5));
-    ASSERT_TRUE(reply.ok()) << reply.status();
+    ASSERT_OK(reply);
     EXPECT_EQ(reply->type, static_cast<uint16_t>(MessageType::kError));
-    EXPECT_EQ(ReceiveMessage(raw.get(), absl::Seconds(5)).status().code(),
-              absl::StatusCode::kUnavailable);
+    EXPECT_THAT(ReceiveMessage(raw.get(), absl::Seconds(5)),
+                StatusIs(absl::StatusCode::kUnavailable));
   }
   {
     UniqueFd raw = RawConnection();
     ControlMessage message = NewMessage(MessageType::kRegister, 1);
     message.version = 77;
-    ASSERT_TRUE(SendMessage(raw.get(), message).ok());
+    ASSERT_OK(SendMessage(raw.get(), message));
     auto reply = ReceiveMessage(raw.get(), absl::Seconds(5));
-    ASSERT_TRUE(reply.ok()) << reply.status();
+    ASSERT_OK(reply);
     EXPECT_NE(Text(*reply).find("version"), absl::string_view::npos);
   }
   {
     // StartEpoch before Register: an error reply, and the connection stays usable.
     UniqueFd raw = RawConnection();
-    ASSERT_TRUE(SendMessage(raw.get(), NewMessage(MessageType::kStartEpoch, 9)).ok());
+    ASSERT_OK(SendMessage(raw.get(), NewMessage(MessageType::kStartEpoch, 9)));
     auto reply = ReceiveMessage(raw.get(), absl::Seconds(5));
-    ASSERT_TRUE(reply.ok()) << reply.status();
+    ASSERT_OK(reply);
     EXPECT_EQ(reply->request_id, 9u);
-    EXPECT_EQ(StatusFromError(*reply).code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(StatusFromError(*reply), StatusIs(absl::StatusCode::kFailedPrecondition));
     ControlMessage reg = NewMessage(MessageType::kRegister, 10);
     RingRequest request = Request(1, 2);
     SetRequest(request, &reg);
-    ASSERT_TRUE(SendMessage(raw.get(), reg).ok());
+    ASSERT_OK(SendMessage(raw.get(), reg));
     reply = ReceiveMessage(raw.get(), absl::Seconds(5));
-    ASSERT_TRUE(reply.ok()) << reply.status();
+    ASSERT_OK(reply);
     EXPECT_EQ(reply->type, static_cast<uint16_t>(MessageType::kRegistered));
     // A reply type sent by a client is a protocol violation.
-    ASSERT_TRUE(SendMessage(raw.get(), NewMessage(MessageType::kEpochStarted, 11)).ok());
+    ASSERT_OK(SendMessage(raw.get(), NewMessage(MessageType::kEpochStarted, 11)));
     reply = ReceiveMessage(raw.get(), absl::Seconds(5));
-    ASSERT_TRUE(reply.ok()) << reply.status();
+    ASSERT_OK(reply);
     EXPECT_EQ(reply->type, static_cast<uint16_t>(MessageType::kError));
   }
   EXPECT_TRUE(Eventually([&] { return !SegmentExists(RingSegmentName(job_, 1, true)); }));
   // The well-behaved client is unaffected.
-  ASSERT_TRUE(good->StartEpoch(0, 1).ok());
-  EXPECT_TRUE(good->Acquire(absl::Seconds(20)).ok());
+  ASSERT_OK(good->StartEpoch(0, 1));
+  EXPECT_OK(good->Acquire(absl::Seconds(20)));
 }
 
 TEST_F(ServiceTest, ConnectionsOfOtherUsersAreRefused) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to act as another user";
   StartService();
   // Open the socket's mode so that only the credential check stands in the way.
-  ASSERT_EQ(chmod(dir_.c_str(), 0755), 0);
+  ASSERT_EQ(chmod(dir_.path().c_str(), 0755), 0);
   ASSERT_EQ(chmod(socket_.c_str(), 0777), 0);
   const pid_t child = fork();
   ASSERT_GE(child, 0);
@@ -624,21 +605,19 @@ TEST_F(ServiceTest, StartRefusesBadOptionsAndALiveSocket) {
   options.socket_path = socket_;
   options.job_id = "bad/job";
   auto bad = DataService::Start(options, {Synthetic(10), nullptr});
-  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("--job_id"), std::string::npos);
+  EXPECT_THAT(bad, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--job_id")));
   options.job_id = job_;
   options.socket_path = "/nonexistent/dir/x.sock";
   bad = DataService::Start(options, {Synthetic(10), nullptr});
-  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("--socket"), std::string::npos);
+  EXPECT_THAT(bad, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--socket")));
   options.socket_path = std::string(200, 'x');
-  EXPECT_EQ(DataService::Start(options, {Synthetic(10), nullptr}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(DataService::Start(options, {Synthetic(10), nullptr}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 
   StartService();
   options.socket_path = socket_;
   auto second = DataService::Start(options, {Synthetic(10), nullptr});
-  EXPECT_EQ(second.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(second, StatusIs(absl::StatusCode::kAlreadyExists));
   // The failed start must leave the running service's socket alone.
   EXPECT_NE(Connect(Request()), nullptr);
 }
@@ -647,7 +626,7 @@ TEST_F(ServiceTest, AStaleSocketIsReplaced) {
   {
     UniqueFd fd(socket(AF_UNIX, SOCK_SEQPACKET, 0));
     absl::StatusOr<sockaddr_un> address = UnixSocketAddress(socket_);
-    ASSERT_TRUE(address.ok()) << address.status();
+    ASSERT_OK(address);
     ASSERT_EQ(BindUnixSocket(fd.get(), *address), 0);
   }  // closed without unlinking: a dead service's leftover
   StartService();
@@ -657,7 +636,7 @@ TEST_F(ServiceTest, AStaleSocketIsReplaced) {
 TEST_F(ServiceTest, ConnectWithoutAServiceIsUnavailableAfterTheTimeout) {
   const absl::Time start = absl::Now();
   auto client = RingClient::Connect(socket_, Request(), absl::Milliseconds(300));
-  EXPECT_EQ(client.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(client, StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(290));
 }
 
@@ -668,7 +647,7 @@ TEST_F(ServiceTest, ConnectWaitsForAServiceThatIsStarting) {
   });
   auto client = RingClient::Connect(socket_, Request(), absl::Seconds(20));
   starter.join();
-  EXPECT_TRUE(client.ok()) << client.status();
+  EXPECT_OK(client);
 }
 
 }  // namespace

@@ -1,7 +1,5 @@
 #include "data_service/service_testing.h"
 
-#include <stdlib.h>
-
 #include <atomic>
 
 #include "absl/strings/str_cat.h"
@@ -11,13 +9,11 @@
 
 namespace stoker::data_service::test_util {
 
-ServiceAddress NewServiceAddress(const std::string& name) {
+absl::StatusOr<ServiceAddress> NewServiceAddress(const std::string& name) {
   static std::atomic<int> services{0};
   ServiceAddress address;
-  std::string dir = absl::StrCat("/tmp/stoker-", name, "-XXXXXX");
-  if (mkdtemp(dir.data()) == nullptr) return address;
-  address.dir = dir;
-  address.socket_path = dir + "/data.sock";
+  ASSIGN_OR_RETURN(address.dir, stoker::testing::TempDir::CreateShort("stoker-" + name));
+  address.socket_path = address.dir.Join("data.sock");
   address.job_id = absl::StrCat(name, UniqueId(), "_", services++);
   return address;
 }

@@ -7,20 +7,22 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/testing/temp_dir.h"
 #include "data_service/ring/ring_client.h"
 
 namespace stoker::data_service::test_util {
 
 // Where a test's data service listens: a new private directory under /tmp (a socket path
-// under $TEST_TMPDIR can be too long for sun_path), the socket in it, and a job id that no
-// other service of this or a concurrent test run has. `name` begins the directory's and the
-// job's names. `dir` is empty if the directory could not be made.
+// under $TEST_TMPDIR can be too long for sun_path), removed with what is left in it when
+// the address goes, the socket in it, and a job id that no other service of this or a
+// concurrent test run has. `name` begins the directory's and the job's names. The error of
+// making the directory if it could not be made.
 struct ServiceAddress {
-  std::string dir;
+  stoker::testing::TempDir dir;
   std::string socket_path;
   std::string job_id;
 };
-ServiceAddress NewServiceAddress(const std::string& name);
+absl::StatusOr<ServiceAddress> NewServiceAddress(const std::string& name);
 
 // A client of the service at `socket_path` as rank 0 of 1, for training batches of 8 images
 // of 16 x 16 pixels (TrainRequest), with epoch 0 (seed 1) started.

@@ -11,12 +11,18 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/testing/status_matchers.h"
+#include "common/testing/temp_dir.h"
 #include "data_service/image/transforms.h"
 #include "data_service/test_util.h"
 #include "gtest/gtest.h"
 
 namespace stoker::data_service {
 namespace {
+
+using ::stoker::testing::StatusIs;
+using ::stoker::testing::TempDir;
+using ::testing::HasSubstr;
 
 TEST(WorkerPoolTest, RunsEveryTaskExactlyOnce) {
   std::vector<std::atomic<int>> runs(1000);
@@ -96,10 +102,9 @@ TEST(WorkerPoolTest, ReportsTheScratchItsWorkersKeep) {
 TEST(WorkerPoolTest, AnOutliersDecodeBuffersAreFreedAfterItsTask) {
   constexpr int kWidth = 8000;
   constexpr int kHeight = 1200;
-  const std::string path = test_util::TestDirectory("worker_pool") + "/wide.png";
-  ASSERT_TRUE(test_util::WritePng(path, kWidth, kHeight,
-                                  std::vector<uint8_t>(size_t{kWidth} * kHeight * 3, 90))
-                  .ok());
+  ASSERT_OK_AND_ASSIGN(const TempDir path_temp, TempDir::Create("worker_pool"));
+  const std::string path = path_temp.path() + "/wide.png";
+  ASSERT_OK(test_util::WritePng(path, kWidth, kHeight, std::vector<uint8_t>(size_t{kWidth} * kHeight * 3, 90)));
   const std::vector<uint8_t> bytes = test_util::ReadFileBytes(path);
   WorkerPool pool(1);
   std::atomic<size_t> grown{0};
@@ -108,9 +113,7 @@ TEST(WorkerPoolTest, AnOutliersDecodeBuffersAreFreedAfterItsTask) {
     image::TrainParams params;
     params.crop = image::CropBox{0, 0, kHeight, kWidth};
     std::vector<uint8_t> out(224 * 224 * 3);
-    EXPECT_TRUE(image::DecodeAndTransformWithParams(bytes, image::TransformSpec::Train(224), params,
-                                                    scratch.transform, out.data())
-                    .ok());
+    EXPECT_OK(image::DecodeAndTransformWithParams(bytes, image::TransformSpec::Train(224), params, scratch.transform, out.data()));
     grown = scratch.capacity_bytes();
   });
   pool.Submit([&](SampleScratch&) { done.Notify(); });
@@ -148,12 +151,11 @@ TEST(WorkerPoolTest, StopNamesAWorkerStuckInATaskAtTheDeadline) {
   const absl::Time start = absl::Now();
   const absl::Status stopped = pool->Stop(start + absl::Milliseconds(300));
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
-  EXPECT_EQ(stopped.code(), absl::StatusCode::kDeadlineExceeded) << stopped;
-  EXPECT_NE(stopped.message().find("has been on sample 3 (/mnt/hung/a.jpg) for "),
-            absl::string_view::npos)
-      << stopped;
+  EXPECT_THAT(stopped,
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       HasSubstr("has been on sample 3 (/mnt/hung/a.jpg) for ")));
   release.Notify();
-  EXPECT_TRUE(pool->Stop(absl::Now() + absl::Seconds(10)).ok());
+  EXPECT_OK(pool->Stop(absl::Now() + absl::Seconds(10)));
   EXPECT_TRUE(pool->busy_workers().empty());
 }
 
@@ -161,8 +163,8 @@ TEST(WorkerPoolTest, NoteActivityOffThePoolIsANoOp) {
   WorkerPool::NoteActivity("not a worker");
   WorkerPool pool(1);
   EXPECT_TRUE(pool.busy_workers().empty());
-  EXPECT_TRUE(pool.Stop(absl::Now() + absl::Seconds(10)).ok());
-  EXPECT_TRUE(pool.Stop(absl::Now()).ok());  // idempotent
+  EXPECT_OK(pool.Stop(absl::Now() + absl::Seconds(10)));
+  EXPECT_OK(pool.Stop(absl::Now()));  // idempotent
 }
 
 }  // namespace

@@ -17,6 +17,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/testing/python_runner.h"
+#include "common/testing/status_matchers.h"
+#include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/rank/child_process.h"
@@ -27,7 +29,7 @@
 namespace stoker::launcher {
 namespace {
 
-using ::stoker::launcher::testing::MakeTempDir;
+using ::stoker::testing::TempDir;
 using ::stoker::launcher::testing::ReadFileOrEmpty;
 using ::stoker::launcher::testing::Runfile;
 using ::testing::HasSubstr;
@@ -40,18 +42,21 @@ struct DoctorRun {
 };
 
 DoctorRun RunDoctor(const std::vector<std::string>& args, std::vector<std::string> env = {}) {
-  const std::string out = MakeTempDir("doctor");
+  DoctorRun run;
+  absl::StatusOr<TempDir> out_temp = TempDir::Create("doctor");
+  EXPECT_OK(out_temp);
+  if (!out_temp.ok()) return run;
+  const std::string out = out_temp->path();
   std::vector<std::string> argv = {Runfile("launcher/launcher"), "doctor"};
   argv.insert(argv.end(), args.begin(), args.end());
   const std::string script = absl::StrCat("exec ", FormatCommand({}, argv), " >", out,
                                           "/stdout 2>", out, "/stderr");
   absl::StatusOr<ChildProcess> child =
       ChildProcess::Spawn({"doctor", "/bin/sh", {"sh", "-c", script}, std::move(env)});
-  EXPECT_TRUE(child.ok()) << child.status();
-  DoctorRun run;
+  EXPECT_OK(child);
   if (!child.ok()) return run;
   absl::StatusOr<ExitStatus> status = child->Wait(absl::Seconds(60));
-  EXPECT_TRUE(status.ok()) << status.status();
+  EXPECT_OK(status);
   if (status.ok()) run.status = *status;
   run.stdout_text = ReadFileOrEmpty(out + "/stdout");
   run.stderr_text = ReadFileOrEmpty(out + "/stderr");

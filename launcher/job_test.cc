@@ -18,6 +18,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/testing/status_matchers.h"
+#include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/rank/job_files.h"
@@ -29,11 +31,12 @@ namespace stoker::launcher {
 namespace {
 
 using ::stoker::launcher::testing::ExpectNothingLeftOfJob;
-using ::stoker::launcher::testing::MakeTempDir;
 using ::stoker::launcher::testing::PathExists;
 using ::stoker::launcher::testing::ReadFileOrEmpty;
 using ::stoker::launcher::testing::Runfile;
 using ::stoker::launcher::testing::WaitForFile;
+using ::stoker::testing::StatusIs;
+using ::stoker::testing::TempDir;
 using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -52,8 +55,8 @@ std::vector<std::string> Lines(const std::string& path) {
 class JobTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    out_ = MakeTempDir("job");
-    ASSERT_FALSE(out_.empty());
+    ASSERT_OK_AND_ASSIGN(out_dir_, TempDir::Create("job"));
+    out_ = out_dir_.path();
     // Random: parallel runs of this test share /tmp and /dev/shm, and may share pids too
     // (each runs in a pid namespace of its own).
     config_.job_id = GenerateJobId();
@@ -100,7 +103,7 @@ class JobTest : public ::testing::Test {
 
   JobResult Run() {
     absl::StatusOr<JobPlan> plan = PlanJob(config_);
-    EXPECT_TRUE(plan.ok()) << plan.status();
+    EXPECT_OK(plan);
     if (!plan.ok()) return JobResult{plan.status(), 1};
     const absl::Time start = absl::Now();
     JobResult result = RunJob(*plan);
@@ -116,6 +119,7 @@ class JobTest : public ::testing::Test {
     return pid;
   }
 
+  TempDir out_dir_;
   std::string out_;
   JobConfig config_;
   absl::Duration elapsed_;
@@ -123,7 +127,7 @@ class JobTest : public ::testing::Test {
 
 TEST_F(JobTest, SuccessfulJobRunsBothProgramsAndCleansUp) {
   JobResult result = Run();
-  EXPECT_TRUE(result.status.ok()) << result.status;
+  EXPECT_OK(result.status);
   EXPECT_EQ(result.exit_code, 0);
 
   const std::string socket = DataSocketPath("/tmp", config_.job_id);
@@ -168,7 +172,7 @@ TEST_F(JobTest, DataServiceExitingBeforeReadyIsAPeerLostAndNoTrainerStarts) {
   SetEnv("STOKER_FAKE_DATA_SERVICE", "exit_before_ready:7");
   JobResult result = Run();
   EXPECT_EQ(result.exit_code, kExitPeerLost);
-  EXPECT_EQ(result.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(result.status, StatusIs(absl::StatusCode::kUnavailable));
   const pid_t data_service = PidFrom("data_service.pid");
   EXPECT_THAT(std::string(result.status.message()),
               HasSubstr(absl::StrCat("data service (pid ", data_service, ") exited with code 7")));
@@ -187,7 +191,7 @@ TEST_F(JobTest, DataServiceNeverReadyTimesOut) {
   config_.ready_timeout = absl::Milliseconds(500);
   JobResult result = Run();
   EXPECT_EQ(result.exit_code, kExitTimeout);
-  EXPECT_EQ(result.status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(result.status, StatusIs(absl::StatusCode::kDeadlineExceeded));
   EXPECT_THAT(std::string(result.status.message()), HasSubstr("--ready_timeout"));
   EXPECT_LT(elapsed_, absl::Seconds(5));
   EXPECT_FALSE(PathExists(out_ + "/mpirun.pid"));
@@ -221,7 +225,7 @@ TEST_F(JobTest, FailingTrainerReturnsMpirunsCodeAndStopsTheDataService) {
   SetEnv("STOKER_FAKE_TRAINER_FAILING_RANK", "1");
   JobResult result = Run();
   EXPECT_EQ(result.exit_code, 3);
-  EXPECT_EQ(result.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(result.status, StatusIs(absl::StatusCode::kUnavailable));
   const pid_t mpirun = PidFrom("mpirun.pid");
   EXPECT_THAT(std::string(result.status.message()),
               HasSubstr(absl::StrCat("mpirun (pid ", mpirun, ") exited with code 3")));
@@ -249,7 +253,7 @@ TEST_F(JobTest, SigtermStopsTheJobAndExitsWith143) {
   JobResult result = Run();
   sender.join();
   EXPECT_EQ(result.exit_code, 128 + SIGTERM);
-  EXPECT_EQ(result.status.code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(result.status, StatusIs(absl::StatusCode::kCancelled));
   EXPECT_THAT(std::string(result.status.message()), HasSubstr("SIGTERM"));
   EXPECT_LT(elapsed_, absl::Seconds(10));
 }
@@ -264,7 +268,7 @@ TEST_F(JobTest, SigtermLetsTheRanksStopWithACheckpointBeforeAnythingIsKilled) {
   JobResult result = Run();
   sender.join();
   EXPECT_EQ(result.exit_code, 128 + SIGTERM);
-  EXPECT_EQ(result.status.code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(result.status, StatusIs(absl::StatusCode::kCancelled));
   for (const char* rank : {"0", "1"}) {
     EXPECT_EQ(ReadFileOrEmpty(absl::StrCat(out_, "/trainer.", rank, ".stopped")), "stopped\n")
         << rank;
@@ -291,7 +295,7 @@ TEST_F(JobTest, ExistingJobDirectoryIsRefusedAndLeftAlone) {
   ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
   JobResult result = Run();
   EXPECT_EQ(result.exit_code, 1);
-  EXPECT_EQ(result.status.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(result.status, StatusIs(absl::StatusCode::kAlreadyExists));
   EXPECT_TRUE(PathExists(dir));
   EXPECT_FALSE(PathExists(out_ + "/data_service.pid"));
   rmdir(dir.c_str());
@@ -413,7 +417,7 @@ TEST(PlanJobTest, PlansBothCommandsWithNvlsOff) {
   config.env = {"NCCL_NVLS_ENABLE=1", "STOKER_X=1"};
   config.search_path = "/nonexistent:/bin:/usr/bin";
   absl::StatusOr<JobPlan> plan = PlanJob(config);
-  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_OK(plan);
   EXPECT_EQ(plan->socket_path, "/tmp/stoker.plan1/data.sock");
   EXPECT_TRUE(absl::EndsWith(plan->trainers.program, "/true"));
   EXPECT_EQ(plan->trainers.argv[0], "true");
@@ -443,7 +447,7 @@ class ClusterJobTest : public JobTest {
 TEST_F(ClusterJobTest, SrunAloneStartsTheRanksWithJobIdAndDatasetOptions) {
   config_.data_service.synthetic_samples = 64;
   JobResult result = Run();
-  EXPECT_TRUE(result.status.ok()) << result.status;
+  EXPECT_OK(result.status);
   EXPECT_EQ(result.exit_code, 0);
   EXPECT_FALSE(PathExists(out_ + "/data_service.pid"));
   EXPECT_THAT(Lines(out_ + "/srun.args"),
@@ -457,7 +461,7 @@ TEST_F(ClusterJobTest, SrunAloneStartsTheRanksWithJobIdAndDatasetOptions) {
 
 TEST_F(ClusterJobTest, NodeSocketsLeftOnThisMachineAreRemovedWithTheJobDirectory) {
   // As if this machine were node 0 and its data service had died without cleaning up.
-  ASSERT_TRUE(MakeNodeJobDirectory("/tmp", config_.job_id).ok());
+  ASSERT_OK(MakeNodeJobDirectory("/tmp", config_.job_id));
   const std::string leftover = NodeSocketPath("/tmp", config_.job_id, 0);
   { std::ofstream(leftover) << "x"; }
   JobResult result = Run();
@@ -497,7 +501,7 @@ TEST(ClusterPlanTest, HostModesPlanMpirunWithHostsAndNoDataService) {
   config.data_service.dataset = "imagefolder";
   config.data_service.train_dir = "/remote/only/train";
   absl::StatusOr<JobPlan> plan = PlanJob(config);
-  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_OK(plan);
   EXPECT_FALSE(plan->data_service.has_value());
   EXPECT_EQ(plan->trainers.name, "mpirun");
   const std::string script = FormatPlan(*plan);

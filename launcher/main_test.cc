@@ -15,6 +15,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/testing/status_matchers.h"
+#include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/rank/child_process.h"
@@ -28,7 +30,7 @@ namespace stoker::launcher {
 namespace {
 
 using ::stoker::launcher::testing::ExpectNothingLeftOfJob;
-using ::stoker::launcher::testing::MakeTempDir;
+using ::stoker::testing::TempDir;
 using ::stoker::launcher::testing::PathExists;
 using ::stoker::launcher::testing::ReadFileOrEmpty;
 using ::stoker::launcher::testing::ReadPidFiles;
@@ -40,7 +42,8 @@ using ::testing::Not;
 class LauncherTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    out_ = MakeTempDir("launcher");
+    ASSERT_OK_AND_ASSIGN(out_dir_, TempDir::Create("launcher"));
+    out_ = out_dir_.path();
     job_id_ = GenerateJobId();  // random: parallel runs share /tmp and /dev/shm
   }
 
@@ -69,14 +72,14 @@ class LauncherTest : public ::testing::Test {
                                             "/stdout 2>", out_, "/stderr");
     absl::StatusOr<ChildProcess> child =
         ChildProcess::Spawn({"launcher", "/bin/sh", {"sh", "-c", script}, env});
-    EXPECT_TRUE(child.ok()) << child.status();
+    EXPECT_OK(child);
     return std::move(*child);
   }
 
   ExitStatus Run(const std::vector<std::string>& argv, std::vector<std::string> env = {}) {
     ChildProcess launcher = Start(argv, std::move(env));
     absl::StatusOr<ExitStatus> status = launcher.Wait(absl::Seconds(60));
-    EXPECT_TRUE(status.ok()) << status.status();
+    EXPECT_OK(status);
     return status.ok() ? *status : ExitStatus::Lost();
   }
 
@@ -90,6 +93,7 @@ class LauncherTest : public ::testing::Test {
     return "";
   }
 
+  TempDir out_dir_;
   std::string out_;
   std::string job_id_;
 };
@@ -330,7 +334,7 @@ TEST_F(LauncherTest, SigintStopsEverythingAndExits130) {
   ASSERT_TRUE(WaitForFile(out_ + "/trainer.1.sleep.pid", absl::Seconds(30)));
   kill(launcher.pid(), SIGINT);
   absl::StatusOr<ExitStatus> status = launcher.Wait(absl::Seconds(30));
-  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_OK(status);
   EXPECT_EQ(*status, ExitStatus::Exited(128 + SIGINT));
   EXPECT_THAT(Stderr(), HasSubstr("interrupted by signal 2 (SIGINT)"));
 }
@@ -343,7 +347,7 @@ TEST_F(LauncherTest, KillingTheLauncherTakesItsChildrenDown) {
       Start(LauncherWithFakes({"--np=1"}), {"STOKER_FAKE_TRAINER_SLEEP=1000"});
   ASSERT_TRUE(WaitForFile(out_ + "/trainer.0.sleep.pid", absl::Seconds(30)));
   kill(launcher.pid(), SIGKILL);
-  ASSERT_TRUE(launcher.Wait(absl::Seconds(10)).ok());
+  ASSERT_OK(launcher.Wait(absl::Seconds(10)));
   const std::string pid_file[] = {"/data_service.pid", "/mpirun.pid"};
   for (const std::string& file : pid_file) {
     const pid_t pid = std::atoi(ReadFileOrEmpty(out_ + file).c_str());

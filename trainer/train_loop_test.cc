@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/testing/status_matchers.h"
+#include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
 #include "trainer/comm/fake_communicator.h"
 
@@ -115,8 +117,8 @@ class FakeInput final : public RunInput {
 class TrainLoopTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = testing::TempDir() + "/train_loop_test." + ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::system(("rm -rf " + dir_ + " && mkdir -p " + dir_).c_str());
+    ASSERT_OK_AND_ASSIGN(temp_dir_, stoker::testing::TempDir::Create("train_loop_test"));
+    dir_ = temp_dir_.path();
     options_.input.data_socket = "(fake input)";
     options_.input.batch_size = spec_.batch_size;
     options_.input.image_size = kImage;
@@ -155,6 +157,7 @@ class TrainLoopTest : public ::testing::Test {
     return text.str();
   }
 
+  stoker::testing::TempDir temp_dir_;
   std::string dir_;
   FakeInputSpec spec_;
   TrainerOptions options_;
@@ -165,7 +168,7 @@ class TrainLoopTest : public ::testing::Test {
 
 TEST_F(TrainLoopTest, TrainsEveryBatchOfEveryEpochInOrder) {
   absl::StatusOr<TrainingOutcome> outcome = Run();
-  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  ASSERT_OK(outcome);
   EXPECT_EQ(outcome->end, TrainingOutcome::End::kFinished);
   std::vector<std::pair<int64_t, int64_t>> expected;
   for (int64_t e = 0; e < 2; ++e) {
@@ -189,7 +192,7 @@ TEST_F(TrainLoopTest, TrainsEveryBatchOfEveryEpochInOrder) {
 TEST_F(TrainLoopTest, AccumulationTakesOneOptimizerStepPerGroupOfMicroBatches) {
   options_.step.accumulate = 2;  // 5 batches: groups of 2, 2 and 1
   absl::StatusOr<TrainingOutcome> outcome = Run();
-  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  ASSERT_OK(outcome);
   EXPECT_EQ(seen_.size(), 10u);
   EXPECT_NE(Read("metrics.json").find("\"global_step\": 6"), std::string::npos) << Read("metrics.json");
 }
@@ -197,13 +200,13 @@ TEST_F(TrainLoopTest, AccumulationTakesOneOptimizerStepPerGroupOfMicroBatches) {
 TEST_F(TrainLoopTest, ValidationCountsEachSampleOnceAlthoughTheSplitIsPadded) {
   spec_.val_samples = 10;  // 3 batches of 4: the last two samples repeat the first two
   absl::StatusOr<TrainingOutcome> outcome = Run();
-  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  ASSERT_OK(outcome);
   EXPECT_NE(Read("metrics.json").find("\"val_samples\": 10"), std::string::npos) << Read("metrics.json");
 }
 
 TEST_F(TrainLoopTest, StopAfterStepsThenResumeGivesTheUninterruptedRunsWeights) {
   options_.report.final_params_out = dir_ + "/straight";
-  ASSERT_TRUE(Run().ok());
+  ASSERT_OK(Run());
   const std::string straight = Read("straight.rank0");
   ASSERT_FALSE(straight.empty());
 
@@ -212,7 +215,7 @@ TEST_F(TrainLoopTest, StopAfterStepsThenResumeGivesTheUninterruptedRunsWeights) 
   options_.checkpoint.dir = dir_ + "/checkpoints";
   options_.checkpoint.stop_after_steps = 3;
   absl::StatusOr<TrainingOutcome> stopped = Run();
-  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  ASSERT_OK(stopped);
   EXPECT_EQ(stopped->end, TrainingOutcome::End::kStopAfterSteps);
   EXPECT_EQ(ExitCodeFor(*stopped), kExitStoppedEarly);
   EXPECT_NE(stopped->checkpoint.find("/checkpoints/"), std::string::npos) << stopped->checkpoint;
@@ -222,7 +225,7 @@ TEST_F(TrainLoopTest, StopAfterStepsThenResumeGivesTheUninterruptedRunsWeights) 
   options_.checkpoint.stop_after_steps = 0;
   options_.checkpoint.resume.mode = ResumeFrom::Mode::kAuto;
   absl::StatusOr<TrainingOutcome> resumed = Run();
-  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  ASSERT_OK(resumed);
   EXPECT_EQ(resumed->end, TrainingOutcome::End::kFinished);
   ASSERT_FALSE(seen_.empty());
   EXPECT_EQ(seen_.front(), std::make_pair(int64_t{0}, int64_t{3}));  // continues after the third batch

@@ -6,20 +6,24 @@
 #include <thread>
 #include <vector>
 
+#include "common/testing/status_matchers.h"
 #include "gtest/gtest.h"
 
 namespace stoker::data_service {
 namespace {
 
+using ::stoker::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
 TEST(BadSamplesTest, ParsesThePolicyAndNamesTheFlag) {
   EXPECT_EQ(*ParseBadFilePolicy("skip"), BadFilePolicy::kSkip);
   EXPECT_EQ(*ParseBadFilePolicy("fail"), BadFilePolicy::kFail);
   auto bad = ParseBadFilePolicy("ignore");
-  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("--bad_files"), std::string::npos);
+  EXPECT_THAT(bad, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--bad_files")));
   EXPECT_EQ(BadFilePolicyName(BadFilePolicy::kFail), "fail");
   BadSampleOptions options;
-  EXPECT_TRUE(options.Validate().ok());
+  EXPECT_OK(options.Validate());
   options.max_fraction = 1.5;
   EXPECT_NE(options.Validate().message().find("--max_bad_fraction"), std::string::npos);
   options.max_fraction = -0.1;
@@ -59,13 +63,14 @@ TEST(BadSamplesTest, FailsOnceTheSkippedFractionPassesTheLimit) {
   tracker.AddSeen(10);
   for (int i = 0; i < 5; ++i) EXPECT_TRUE(tracker.CountSkip("s", absl::DataLossError("x")).ok());
   absl::Status sixth = tracker.CountSkip("sample 9 (z.jpg)", absl::DataLossError("truncated"));
-  EXPECT_EQ(sixth.code(), absl::StatusCode::kDataLoss);
-  EXPECT_NE(sixth.message().find("--max_bad_fraction"), std::string::npos) << sixth;
-  EXPECT_NE(sixth.message().find("z.jpg"), std::string::npos) << sixth;
+  EXPECT_THAT(sixth,
+              StatusIs(absl::StatusCode::kDataLoss,
+                       AllOf(HasSubstr("--max_bad_fraction"),
+                             HasSubstr("z.jpg"))));
   // Later the fraction of the samples seen counts.
   tracker.AddSeen(990);  // 1000 seen: 100 skips allowed
   for (int i = 0; i < 93; ++i) EXPECT_TRUE(tracker.CountSkip("s", absl::DataLossError("x")).ok());
-  EXPECT_TRUE(tracker.CountSkip("s", absl::DataLossError("x")).ok());  // the 100th
+  EXPECT_OK(tracker.CountSkip("s", absl::DataLossError("x")));  // the 100th
   EXPECT_FALSE(tracker.CountSkip("s", absl::DataLossError("x")).ok());
   EXPECT_EQ(tracker.stats().samples_seen, 1000);
   EXPECT_EQ(tracker.stats().samples_skipped, 101);

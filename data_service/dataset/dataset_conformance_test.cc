@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/testing/status_matchers.h"
 #include "data_service/dataset/dataset.h"
 #include "data_service/dataset/dataset_config.h"
 #include "data_service/dataset/image_folder_dataset.h"
@@ -17,6 +18,9 @@
 
 namespace stoker::data_service {
 namespace {
+
+using ::stoker::testing::StatusIs;
+using ::testing::HasSubstr;
 
 constexpr int kSize = 12;
 
@@ -37,7 +41,7 @@ std::shared_ptr<const Dataset> MakeImageFolder() {
       for (size_t p = 0; p < rgb.size(); ++p) rgb[p] = static_cast<uint8_t>(p * (c + 1) + i * 50);
       const std::string dir = root + "/class" + std::to_string(c);
       std::filesystem::create_directories(dir);
-      EXPECT_TRUE(test_util::WriteJpeg(dir + "/" + std::to_string(i) + ".jpg", 24, 18, rgb).ok());
+      EXPECT_OK(test_util::WriteJpeg(dir + "/" + std::to_string(i) + ".jpg", 24, 18, rgb));
     }
   }
   return std::shared_ptr<const Dataset>(std::move(*ImageFolderDataset::Open(root)));
@@ -49,7 +53,7 @@ std::shared_ptr<const Dataset> MakePacked() {
   PackOptions options;
   options.shard_bytes = 2000;  // several shards
   auto stats = PackImageFolder(test_util::TestDirectory("conformance_folder"), index, options);
-  EXPECT_TRUE(stats.ok()) << stats.status();
+  EXPECT_OK(stats);
   EXPECT_GT(stats->shards, 1);
   return std::shared_ptr<const Dataset>(std::move(*PackedDataset::Open(index)));
 }
@@ -61,7 +65,7 @@ class DatasetConformanceTest : public ::testing::TestWithParam<Implementation> {
     std::vector<uint8_t> image(kSize * kSize * 3, 0);
     SampleScratch scratch;
     absl::Status s = dataset_->Load(index, {kSize, true, seed, epoch}, scratch, image.data());
-    EXPECT_TRUE(s.ok()) << s;
+    EXPECT_OK(s);
     return image;
   }
   std::shared_ptr<const Dataset> dataset_;
@@ -91,7 +95,7 @@ TEST_P(DatasetConformanceTest, ConcurrentLoadsGiveTheSameBytesAsSerialOnes) {
     threads.emplace_back([&, t] {
       SampleScratch scratch;  // one per thread, reused
       for (int64_t i = t; i < dataset_->size(); i += 4) {
-        EXPECT_TRUE(dataset_->Load(i, {kSize, true, 1, 0}, scratch, parallel[i].data()).ok());
+        EXPECT_OK(dataset_->Load(i, {kSize, true, 1, 0}, scratch, parallel[i].data()));
       }
     });
   }
@@ -103,18 +107,18 @@ TEST_P(DatasetConformanceTest, OutOfRangeIndexIsAnErrorNotACrash) {
   std::vector<uint8_t> image(kSize * kSize * 3);
   SampleScratch scratch;
   absl::Status past_end = dataset_->Load(dataset_->size(), {kSize, true, 0, 0}, scratch, image.data());
-  EXPECT_EQ(past_end.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(past_end, StatusIs(absl::StatusCode::kOutOfRange));
   EXPECT_FALSE(IsBadSampleError(past_end)) << "a bad index is not a bad file";
-  EXPECT_EQ(dataset_->Load(-1, {kSize, true, 0, 0}, scratch, image.data()).code(),
-            absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(dataset_->Load(-1, {kSize, true, 0, 0}, scratch, image.data()),
+              StatusIs(absl::StatusCode::kOutOfRange));
   EXPECT_FALSE(dataset_->Describe(0).empty());
 }
 
 TEST_P(DatasetConformanceTest, EvaluationDoesNotDependOnTheSeedOrTheEpoch) {
   std::vector<uint8_t> eval(kSize * kSize * 3), eval2(kSize * kSize * 3);
   SampleScratch scratch;
-  ASSERT_TRUE(dataset_->Load(1, {kSize, false, 5, 0}, scratch, eval.data()).ok());
-  ASSERT_TRUE(dataset_->Load(1, {kSize, false, 6, 3}, scratch, eval2.data()).ok());
+  ASSERT_OK(dataset_->Load(1, {kSize, false, 5, 0}, scratch, eval.data()));
+  ASSERT_OK(dataset_->Load(1, {kSize, false, 6, 3}, scratch, eval2.data()));
   EXPECT_EQ(eval, eval2);
 }
 
@@ -122,7 +126,7 @@ TEST_P(DatasetConformanceTest, OptionsThatNoImageCanSatisfyAreNotBadSamples) {
   std::vector<uint8_t> image(kSize * kSize * 3);
   SampleScratch scratch;
   absl::Status status = dataset_->Load(0, {0, true, 0, 0}, scratch, image.data());
-  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_FALSE(IsBadSampleError(status)) << status;
 }
 
@@ -143,14 +147,13 @@ TEST(OpenDatasetsTest, ErrorsNameTheFlag) {
   config.kind = "packed";
   EXPECT_NE(OpenDatasets(config).status().message().find("--train_dir"), std::string::npos);
   config.train_dir = "/nonexistent/stoker/train.stkpack";
-  EXPECT_EQ(OpenDatasets(config).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_NE(OpenDatasets(config).status().message().find("--train_dir"), std::string::npos);
+  EXPECT_THAT(OpenDatasets(config),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("--train_dir")));
   config.kind = "imagefolder";
   config.train_dir.clear();
   config.train_dir = "/nonexistent/stoker/train";
   auto missing = OpenDatasets(config);
-  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_NE(missing.status().message().find("--train_dir"), std::string::npos);
+  EXPECT_THAT(missing, StatusIs(absl::StatusCode::kNotFound, HasSubstr("--train_dir")));
   config.kind = "synthetic";
   config.synthetic_samples = 0;
   EXPECT_NE(OpenDatasets(config).status().message().find("--synthetic_samples"),
@@ -165,7 +168,7 @@ TEST(OpenDatasetsTest, SyntheticHasATenthForValidation) {
   DatasetConfig config;
   config.synthetic_samples = 250;
   auto datasets = OpenDatasets(config);
-  ASSERT_TRUE(datasets.ok()) << datasets.status();
+  ASSERT_OK(datasets);
   EXPECT_EQ(datasets->train->size(), 250);
   ASSERT_NE(datasets->val, nullptr);
   EXPECT_EQ(datasets->val->size(), 25);
@@ -177,12 +180,12 @@ TEST(OpenDatasetsTest, ImageFolderWithoutValDirHasNoValidationSplit) {
   config.kind = "imagefolder";
   config.train_dir = test_util::TestDirectory("conformance_folder");
   auto datasets = OpenDatasets(config);
-  ASSERT_TRUE(datasets.ok()) << datasets.status();
+  ASSERT_OK(datasets);
   EXPECT_EQ(datasets->train->size(), 12);
   EXPECT_EQ(datasets->val, nullptr);
   config.val_dir = config.train_dir;
   datasets = OpenDatasets(config);
-  ASSERT_TRUE(datasets.ok()) << datasets.status();
+  ASSERT_OK(datasets);
   EXPECT_NE(datasets->val, nullptr);
   EXPECT_NE(datasets->val, datasets->train) << "each split has its own reader";
 }
@@ -194,15 +197,14 @@ TEST(OpenDatasetsTest, PackedOpensIndexFilesForBothSplits) {
   config.train_dir = test_util::TestDirectory("conformance_packed") + "/folder.stkpack";
   config.val_dir = config.train_dir;
   auto datasets = OpenDatasets(config);
-  ASSERT_TRUE(datasets.ok()) << datasets.status();
+  ASSERT_OK(datasets);
   EXPECT_EQ(datasets->train->size(), 12);
   ASSERT_NE(datasets->val, nullptr);
   EXPECT_NE(datasets->val, datasets->train);
   // A folder is not an index.
   config.val_dir = test_util::TestDirectory("conformance_folder");
   auto folder = OpenDatasets(config);
-  EXPECT_EQ(folder.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(folder.status().message().find("--val_dir"), std::string::npos) << folder.status();
+  EXPECT_THAT(folder, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--val_dir")));
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/testing/python_runner.h"
+#include "common/testing/status_matchers.h"
 #include "data_service/dataset/encoded_image.h"
 #include "data_service/image/transforms.h"
 #include "data_service/test_util.h"
@@ -30,6 +31,10 @@
 
 namespace stoker::data_service {
 namespace {
+
+using ::stoker::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
 
 namespace fs = std::filesystem;
 
@@ -62,7 +67,7 @@ std::string MakeTree() {
 TEST(ImageFolderDatasetTest, ListsClassesAndFilesInTorchvisionOrder) {
   const std::string root = MakeTree();
   auto dataset = ImageFolderDataset::Open(root);
-  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  ASSERT_OK(dataset);
   EXPECT_EQ((*dataset)->classes(), (std::vector<std::string>{"Zebra", "cat", "cat.dog", "dog"}));
   // Directories sort as whole path strings, as sorted(os.walk()) does: "dog/sub" before
   // "dog/sub dir".
@@ -92,9 +97,9 @@ TEST(ImageFolderDatasetTest, MatchesTorchvisionImageFolder) {
       "', loader=lambda p: p)\n"
       "print('CLASSES', '|'.join(d.classes))\n"
       "for p, c in d.samples: print('SAMPLE', c, p)\n"));
-  ASSERT_TRUE(output.ok()) << output.status().message();
+  ASSERT_OK(output) << output.status().message();
   auto dataset = ImageFolderDataset::Open(root);
-  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  ASSERT_OK(dataset);
   std::vector<std::string> expected, actual;
   for (absl::string_view line : absl::StrSplit(*output, '\n', absl::SkipEmpty())) {
     if (absl::ConsumePrefix(&line, "CLASSES ")) {
@@ -122,33 +127,30 @@ TEST(ImageFolderDatasetTest, RecognisesTorchvisionImageExtensions) {
 TEST(ImageFolderDatasetTest, ErrorsSayWhatIsWrong) {
   const std::string base = FreshDirectory("errors");
   auto missing = ImageFolderDataset::Open(base + "/nope");
-  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_NE(missing.status().message().find("nope"), std::string::npos);
+  EXPECT_THAT(missing, StatusIs(absl::StatusCode::kNotFound, HasSubstr("nope")));
 
   Touch(base + "/file");
-  EXPECT_EQ(ImageFolderDataset::Open(base + "/file").status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ImageFolderDataset::Open(base + "/file"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 
   fs::create_directories(base + "/no_classes");
   Touch(base + "/no_classes/a.jpg");
   auto no_classes = ImageFolderDataset::Open(base + "/no_classes");
-  EXPECT_EQ(no_classes.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(no_classes.status().message().find("no class"), std::string::npos);
+  EXPECT_THAT(no_classes, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no class")));
 
   Touch(base + "/empty_class/good/a.jpg");
   Touch(base + "/empty_class/bad/notes.txt");
   auto empty_class = ImageFolderDataset::Open(base + "/empty_class");
-  EXPECT_EQ(empty_class.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(empty_class.status().message().find("bad"), std::string::npos);
+  EXPECT_THAT(empty_class, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bad")));
 }
 
 TEST(ImageFolderDatasetTest, AnEmptyFolderIsRefusedAsEmpty) {
   const std::string root = FreshDirectory("empty_dataset");
   auto empty = ImageFolderDataset::Open(root);
-  EXPECT_EQ(empty.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(absl::StrContains(empty.status().message(), root + " has no class sub-folders"))
-      << empty.status();
-  EXPECT_TRUE(absl::StrContains(empty.status().message(), "it is empty")) << empty.status();
+  EXPECT_THAT(empty,
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr(root + " has no class sub-folders"),
+                             HasSubstr("it is empty"))));
 }
 
 TEST(ImageFolderDatasetTest, EmptyClassFoldersAreAllNamed) {
@@ -157,9 +159,9 @@ TEST(ImageFolderDatasetTest, EmptyClassFoldersAreAllNamed) {
   fs::create_directories(root + "/empty1");
   fs::create_directories(root + "/empty2/sub");
   auto opened = ImageFolderDataset::Open(root);
-  EXPECT_EQ(opened.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(absl::StrContains(opened.status().message(), "no image file for the classes empty1, empty2"))
-      << opened.status();
+  EXPECT_THAT(opened,
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("no image file for the classes empty1, empty2")));
 }
 
 TEST(ImageFolderDatasetTest, FilesWhereClassFoldersShouldBeAreIgnoredByNameOrRefusedIfAlone) {
@@ -168,7 +170,7 @@ TEST(ImageFolderDatasetTest, FilesWhereClassFoldersShouldBeAreIgnoredByNameOrRef
   Touch(root + "/cat");  // a file named like a class
   ASSERT_EQ(symlink((root + "/nowhere").c_str(), (root + "/ghost").c_str()), 0);
   auto opened = ImageFolderDataset::Open(root);
-  ASSERT_TRUE(opened.ok()) << opened.status();
+  ASSERT_OK(opened);
   EXPECT_EQ((*opened)->classes(), std::vector<std::string>{"good"});
   EXPECT_EQ((*opened)->ignored_entries(), (std::vector<std::string>{"cat", "ghost"}));
 
@@ -176,10 +178,9 @@ TEST(ImageFolderDatasetTest, FilesWhereClassFoldersShouldBeAreIgnoredByNameOrRef
   Touch(only_files + "/cat");
   Touch(only_files + "/dog.jpg");
   auto refused = ImageFolderDataset::Open(only_files);
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(absl::StrContains(refused.status().message(),
-                                "it holds only 2 file(s), which are not classes: \"cat\", \"dog.jpg\""))
-      << refused.status();
+  EXPECT_THAT(refused,
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("it holds only 2 file(s), which are not classes: \"cat\", \"dog.jpg\"")));
 }
 
 TEST(ImageFolderDatasetTest, ASymlinkLoopIsRefusedNamingTheLink) {
@@ -190,11 +191,9 @@ TEST(ImageFolderDatasetTest, ASymlinkLoopIsRefusedNamingTheLink) {
   const absl::Time start = absl::Now();
   auto opened = ImageFolderDataset::Open(root);
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
-  EXPECT_EQ(opened.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(absl::StrContains(opened.status().message(),
-                                "symlink loop in the image folder: " + root + "/cat/sub/loop -> .. leads back to " +
-                                    root + "/cat"))
-      << opened.status();
+  EXPECT_THAT(opened,
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("symlink loop in the image folder: " + root + "/cat/sub/loop -> .. leads back to " + root + "/cat")));
 
   // A link to the class folder itself, and a loop through the root.
   const std::string self = FreshDirectory("symlink_self");
@@ -211,15 +210,15 @@ TEST(ImageFolderDatasetTest, ASymlinkLoopIsRefusedNamingTheLink) {
 
 TEST(ImageFolderDatasetTest, SymlinksElsewhereAreFollowedAndLoopingFilesAreBadSamples) {
   const std::string outside = FreshDirectory("symlink_target");
-  ASSERT_TRUE(test_util::WriteJpeg(outside + "/far.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 1)).ok());
+  ASSERT_OK(test_util::WriteJpeg(outside + "/far.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 1)));
   const std::string root = FreshDirectory("symlink_ok");
   fs::create_directories(root + "/cat");
-  ASSERT_TRUE(test_util::WriteJpeg(root + "/cat/a.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 2)).ok());
+  ASSERT_OK(test_util::WriteJpeg(root + "/cat/a.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 2)));
   ASSERT_EQ(symlink(outside.c_str(), (root + "/cat/linked").c_str()), 0);
   ASSERT_EQ(symlink(outside.c_str(), (root + "/dog").c_str()), 0);  // a class folder by link
   ASSERT_EQ(symlink("self.jpg", (root + "/cat/self.jpg").c_str()), 0);  // ELOOP when opened
   auto opened = ImageFolderDataset::Open(root);
-  ASSERT_TRUE(opened.ok()) << opened.status();
+  ASSERT_OK(opened);
   std::vector<std::string> paths;
   for (const ImageFolderSample& sample : (*opened)->samples()) paths.push_back(sample.path);
   // Sorted by (directory, name), as torchvision's sorted(os.walk(...)).
@@ -227,7 +226,7 @@ TEST(ImageFolderDatasetTest, SymlinksElsewhereAreFollowedAndLoopingFilesAreBadSa
                                              root + "/cat/linked/far.jpg", root + "/dog/far.jpg"}));
   SampleScratch scratch;
   std::vector<uint8_t> dst(8 * 8 * 3);
-  EXPECT_TRUE((*opened)->Load(2, {8, false, 0, 0}, scratch, dst.data()).ok());
+  EXPECT_OK((*opened)->Load(2, {8, false, 0, 0}, scratch, dst.data()));
   const absl::Status looping = (*opened)->Load(1, {8, false, 0, 0}, scratch, dst.data());
   EXPECT_TRUE(IsBadSampleError(looping)) << looping;
   EXPECT_TRUE(absl::StrContains(looping.message(), "Too many levels of symbolic links")) << looping;
@@ -237,18 +236,18 @@ TEST(ImageFolderDatasetTest, NamesThatAreNotUtf8AreListedAndLoaded) {
   const std::string root = FreshDirectory("not_utf8");
   const std::string latin1_class = root + "/caf\xe9";  // "café" in Latin-1
   fs::create_directories(latin1_class);
-  ASSERT_TRUE(test_util::WriteJpeg(latin1_class + "/\xff\xfe.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 3)).ok());
+  ASSERT_OK(test_util::WriteJpeg(latin1_class + "/\xff\xfe.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 3)));
   fs::create_directories(root + "/plain");
-  ASSERT_TRUE(test_util::WriteJpeg(root + "/plain/b.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 4)).ok());
+  ASSERT_OK(test_util::WriteJpeg(root + "/plain/b.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 4)));
   auto opened = ImageFolderDataset::Open(root);
-  ASSERT_TRUE(opened.ok()) << opened.status();
+  ASSERT_OK(opened);
   // Sorted by bytes: "caf\xe9" < "plain".
   EXPECT_EQ((*opened)->classes(), (std::vector<std::string>{"caf\xe9", "plain"}));
   ASSERT_EQ((*opened)->size(), 2);
   EXPECT_EQ((*opened)->samples()[0].path, latin1_class + "/\xff\xfe.jpg");
   SampleScratch scratch;
   std::vector<uint8_t> dst(8 * 8 * 3);
-  EXPECT_TRUE((*opened)->Load(0, {8, true, 1, 0}, scratch, dst.data()).ok());
+  EXPECT_OK((*opened)->Load(0, {8, true, 1, 0}, scratch, dst.data()));
   // Messages name it escaped (Note [File names in messages]); the raw bytes opened it.
   EXPECT_EQ((*opened)->Describe(0), "sample 0 (" + root + "/caf\\xe9/\\xff\\xfe.jpg)");
 }
@@ -257,15 +256,15 @@ TEST(ImageFolderDatasetTest, ANameWithANewlineIsEscapedInMessagesAndStillLoads) 
   const std::string root = FreshDirectory("newline");
   fs::create_directories(root + "/a");
   const std::string forged = root + "/a/x.jpg\n[data_service node 0 12:00:00.000] E forged.jpg";
-  ASSERT_TRUE(test_util::WriteJpeg(forged, 20, 20, test_util::PhotoLikeImage(20, 20, 3)).ok());
+  ASSERT_OK(test_util::WriteJpeg(forged, 20, 20, test_util::PhotoLikeImage(20, 20, 3)));
   Touch(root + "/stray\tfile\n");
   auto opened = ImageFolderDataset::Open(root);
-  ASSERT_TRUE(opened.ok()) << opened.status();
+  ASSERT_OK(opened);
   ASSERT_EQ((*opened)->size(), 1);
   EXPECT_EQ((*opened)->samples()[0].path, forged);
   SampleScratch scratch;
   std::vector<uint8_t> dst(8 * 8 * 3);
-  EXPECT_TRUE((*opened)->Load(0, {8, true, 1, 0}, scratch, dst.data()).ok());
+  EXPECT_OK((*opened)->Load(0, {8, true, 1, 0}, scratch, dst.data()));
   const std::string described = (*opened)->Describe(0);
   EXPECT_EQ(described.find('\n'), std::string::npos) << described;
   EXPECT_EQ(described,
@@ -286,21 +285,15 @@ TEST(ImageFolderDatasetTest, ASymlinkLeavingTheRootIsNamedAndFollowedOrRefusedWi
   const std::string elsewhere = base + "/elsewhere";
   fs::create_directories(root + "/a/inner");
   fs::create_directories(elsewhere + "/more");
-  ASSERT_TRUE(
-      test_util::WriteJpeg(root + "/a/inner/0.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 1))
-          .ok());
-  ASSERT_TRUE(
-      test_util::WriteJpeg(elsewhere + "/x.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 2))
-          .ok());
-  ASSERT_TRUE(
-      test_util::WriteJpeg(elsewhere + "/more/y.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 3))
-          .ok());
+  ASSERT_OK(test_util::WriteJpeg(root + "/a/inner/0.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 1)));
+  ASSERT_OK(test_util::WriteJpeg(elsewhere + "/x.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 2)));
+  ASSERT_OK(test_util::WriteJpeg(elsewhere + "/more/y.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 3)));
   fs::create_symlink(elsewhere + "/x.jpg", root + "/a/out.jpg");   // a file outside
   fs::create_directory_symlink(elsewhere + "/more", root + "/b");  // a class outside
   fs::create_directory_symlink("inner", root + "/a/same");         // inside: not reported
 
   auto followed = ImageFolderDataset::Open(root);
-  ASSERT_TRUE(followed.ok()) << followed.status();
+  ASSERT_OK(followed);
   // a/inner/0.jpg once (Note [Bounded scan]), a/out.jpg, b/y.jpg.
   EXPECT_EQ((*followed)->size(), 3);
   EXPECT_EQ((*followed)->outside_links(),
@@ -311,12 +304,9 @@ TEST(ImageFolderDatasetTest, ASymlinkLeavingTheRootIsNamedAndFollowedOrRefusedWi
   strict.follow_links_outside_root = false;
   auto refused = ImageFolderDataset::Open(root, strict);
   ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(absl::StrContains(refused.status().message(), "the symlink " + root + "/b -> " +
-                                                                elsewhere +
-                                                                "/more leaves the image folder " +
-                                                                root + " (--follow_links=no"))
-      << refused.status();
+  EXPECT_THAT(refused,
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("the symlink " + root + "/b -> " + elsewhere + "/more leaves the image folder " + root + " (--follow_links=no")));
 }
 
 TEST(ImageFolderDatasetTest, AFolderReachedTwiceWithinAClassIsListedOnceSoALinkFarmStaysCheap) {
@@ -331,13 +321,11 @@ TEST(ImageFolderDatasetTest, AFolderReachedTwiceWithinAClassIsListedOnceSoALinkF
                                    root + "/a/L" + std::to_string(k) + name);
     }
   }
-  ASSERT_TRUE(
-      test_util::WriteJpeg(root + "/a/L20/img.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 1))
-          .ok());
+  ASSERT_OK(test_util::WriteJpeg(root + "/a/L20/img.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 1)));
   const absl::Time start = absl::Now();
   auto opened = ImageFolderDataset::Open(root);
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
-  ASSERT_TRUE(opened.ok()) << opened.status();
+  ASSERT_OK(opened);
   ASSERT_EQ((*opened)->size(), 1);
   // The first path in name order wins: a/L0/p/p/.../img.jpg.
   std::string expected = root + "/a/L0";
@@ -354,11 +342,9 @@ TEST(ImageFolderDatasetTest, TheScanHasADeadlineNamingTheFolderAndHowFarItGot) {
   auto opened = ImageFolderDataset::Open(root, hurried);
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
   ASSERT_FALSE(opened.ok());
-  EXPECT_EQ(opened.status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_TRUE(absl::StrContains(opened.status().message(),
-                                "listing the image folder " + root +
-                                    " took longer than --scan_timeout_s=0 (1 entries so far"))
-      << opened.status();
+  EXPECT_THAT(opened,
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       HasSubstr("listing the image folder " + root + " took longer than --scan_timeout_s=0 (1 entries so far")));
 }
 
 TEST(ImageFolderDatasetTest, AFolderThatVanishesMidRunIsAFailureNotABadSample) {
@@ -366,24 +352,24 @@ TEST(ImageFolderDatasetTest, AFolderThatVanishesMidRunIsAFailureNotABadSample) {
   const std::string root = base + "/data";
   for (const char* name : {"/a/0.jpg", "/a/1.jpg", "/b/0.jpg"}) {
     fs::create_directories(fs::path(root + name).parent_path());
-    ASSERT_TRUE(test_util::WriteJpeg(root + name, 20, 20, test_util::PhotoLikeImage(20, 20, 5)).ok());
+    ASSERT_OK(test_util::WriteJpeg(root + name, 20, 20, test_util::PhotoLikeImage(20, 20, 5)));
   }
   auto opened = ImageFolderDataset::Open(root);
-  ASSERT_TRUE(opened.ok()) << opened.status();
+  ASSERT_OK(opened);
   SampleScratch scratch;
   std::vector<uint8_t> dst(8 * 8 * 3);
-  ASSERT_TRUE((*opened)->Load(0, {8, true, 1, 0}, scratch, dst.data()).ok());
+  ASSERT_OK((*opened)->Load(0, {8, true, 1, 0}, scratch, dst.data()));
 
   // One file gone: a bad sample (skipped and counted under --bad_files=skip).
   fs::remove(root + "/a/1.jpg");
   absl::Status one = (*opened)->Load(1, {8, true, 1, 0}, scratch, dst.data());
   EXPECT_TRUE(IsBadSampleError(one)) << one;
-  EXPECT_EQ(one.code(), absl::StatusCode::kNotFound) << one;
+  EXPECT_THAT(one, StatusIs(absl::StatusCode::kNotFound));
 
   // A class folder gone: the dataset changed under the run.
   fs::rename(root + "/b", base + "/b_moved");
   absl::Status class_gone = (*opened)->Load(2, {8, true, 1, 0}, scratch, dst.data());
-  EXPECT_EQ(class_gone.code(), absl::StatusCode::kFailedPrecondition) << class_gone;
+  EXPECT_THAT(class_gone, StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_FALSE(IsBadSampleError(class_gone));
   EXPECT_TRUE(absl::StrContains(class_gone.message(), "the class folder " + root + "/b of the image folder is gone"))
       << class_gone;
@@ -392,7 +378,7 @@ TEST(ImageFolderDatasetTest, AFolderThatVanishesMidRunIsAFailureNotABadSample) {
   fs::remove_all(root);
   for (int64_t index : {0, 1, 2}) {
     absl::Status gone = (*opened)->Load(index, {8, false, 1, 0}, scratch, dst.data());
-    EXPECT_EQ(gone.code(), absl::StatusCode::kFailedPrecondition) << gone;
+    EXPECT_THAT(gone, StatusIs(absl::StatusCode::kFailedPrecondition));
     EXPECT_FALSE(IsBadSampleError(gone));
     EXPECT_TRUE(absl::StrContains(gone.message(), "the image folder " + root +
                                                       " is gone (No such file or directory); it was "
@@ -401,8 +387,9 @@ TEST(ImageFolderDatasetTest, AFolderThatVanishesMidRunIsAFailureNotABadSample) {
   }
   fs::create_directories(root);  // an empty mount point
   absl::Status empty = (*opened)->Load(0, {8, false, 1, 0}, scratch, dst.data());
-  EXPECT_EQ(empty.code(), absl::StatusCode::kFailedPrecondition) << empty;
-  EXPECT_TRUE(absl::StrContains(empty.message(), "class folder " + root + "/a")) << empty;
+  EXPECT_THAT(empty,
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("class folder " + root + "/a")));
 }
 
 // Left quarter red, middle half green, right quarter blue.
@@ -420,12 +407,12 @@ std::vector<uint8_t> Bands(int width, int height) {
 TEST(ImageFolderDatasetTest, EvaluationTakesTheCentreOfAJpeg) {
   const std::string root = FreshDirectory("bands");
   fs::create_directories(root + "/a");
-  ASSERT_TRUE(test_util::WriteJpeg(root + "/a/bands.jpg", 96, 32, Bands(96, 32)).ok());
+  ASSERT_OK(test_util::WriteJpeg(root + "/a/bands.jpg", 96, 32, Bands(96, 32)));
   auto dataset = ImageFolderDataset::Open(root);
-  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  ASSERT_OK(dataset);
   std::vector<uint8_t> dst(8 * 8 * 3);
   SampleScratch scratch;
-  ASSERT_TRUE((*dataset)->Load(0, {8, false, 0, 0}, scratch, dst.data()).ok());
+  ASSERT_OK((*dataset)->Load(0, {8, false, 0, 0}, scratch, dst.data()));
   for (int i = 0; i < 64; ++i) {
     EXPECT_LT(dst[i * 3], 40) << i;
     EXPECT_GT(dst[i * 3 + 1], 215) << i;
@@ -436,10 +423,10 @@ TEST(ImageFolderDatasetTest, EvaluationTakesTheCentreOfAJpeg) {
 TEST(ImageFolderDatasetTest, LoadIsDecodeAndTransformOfTheFile) {
   const std::string root = FreshDirectory("transforms");
   fs::create_directories(root + "/a");
-  ASSERT_TRUE(test_util::WriteJpeg(root + "/a/0.jpg", 90, 70, test_util::PhotoLikeImage(90, 70, 1)).ok());
-  ASSERT_TRUE(test_util::WritePng(root + "/a/1.png", 50, 80, test_util::PhotoLikeImage(50, 80, 2)).ok());
+  ASSERT_OK(test_util::WriteJpeg(root + "/a/0.jpg", 90, 70, test_util::PhotoLikeImage(90, 70, 1)));
+  ASSERT_OK(test_util::WritePng(root + "/a/1.png", 50, 80, test_util::PhotoLikeImage(50, 80, 2)));
   auto dataset = ImageFolderDataset::Open(root);
-  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  ASSERT_OK(dataset);
   SampleScratch scratch;
   image::TransformScratch reference_scratch;
   for (int64_t index : {0, 1}) {
@@ -447,47 +434,38 @@ TEST(ImageFolderDatasetTest, LoadIsDecodeAndTransformOfTheFile) {
     for (int64_t epoch : {0, 1}) {
       // Training: RandomResizedCrop(24) + flip, drawn from (seed, epoch, index).
       std::vector<uint8_t> got(24 * 24 * 3), want(24 * 24 * 3);
-      ASSERT_TRUE((*dataset)->Load(index, {24, true, 7, epoch}, scratch, got.data()).ok());
-      ASSERT_TRUE(image::DecodeAndTransform(bytes, image::TransformSpec::Train(24),
-                                            image::SampleKey{7, epoch, index}, reference_scratch,
-                                            want.data())
-                      .ok());
+      ASSERT_OK((*dataset)->Load(index, {24, true, 7, epoch}, scratch, got.data()));
+      ASSERT_OK(image::DecodeAndTransform(bytes, image::TransformSpec::Train(24), image::SampleKey{7, epoch, index}, reference_scratch, want.data()));
       EXPECT_EQ(got, want) << "index " << index << " epoch " << epoch;
     }
     // Evaluation: Resize(round(24 * 256 / 224) = 27) + CenterCrop(24), or a given resize.
     std::vector<uint8_t> got(24 * 24 * 3), want(24 * 24 * 3);
-    ASSERT_TRUE((*dataset)->Load(index, {24, false, 7, 0}, scratch, got.data()).ok());
-    ASSERT_TRUE(image::DecodeAndTransform(bytes, image::TransformSpec::Eval(27, 24),
-                                          image::SampleKey{}, reference_scratch, want.data())
-                    .ok());
+    ASSERT_OK((*dataset)->Load(index, {24, false, 7, 0}, scratch, got.data()));
+    ASSERT_OK(image::DecodeAndTransform(bytes, image::TransformSpec::Eval(27, 24), image::SampleKey{}, reference_scratch, want.data()));
     EXPECT_EQ(got, want) << "index " << index;
     SampleOptions wide{24, false, 7, 0};
     wide.eval_resize = 40;
-    ASSERT_TRUE((*dataset)->Load(index, wide, scratch, got.data()).ok());
-    ASSERT_TRUE(image::DecodeAndTransform(bytes, image::TransformSpec::Eval(40, 24),
-                                          image::SampleKey{}, reference_scratch, want.data())
-                    .ok());
+    ASSERT_OK((*dataset)->Load(index, wide, scratch, got.data()));
+    ASSERT_OK(image::DecodeAndTransform(bytes, image::TransformSpec::Eval(40, 24), image::SampleKey{}, reference_scratch, want.data()));
     EXPECT_EQ(got, want) << "index " << index;
   }
   // Different epochs draw different crops.
   std::vector<uint8_t> e0(24 * 24 * 3), e1(24 * 24 * 3);
-  ASSERT_TRUE((*dataset)->Load(0, {24, true, 7, 0}, scratch, e0.data()).ok());
-  ASSERT_TRUE((*dataset)->Load(0, {24, true, 7, 1}, scratch, e1.data()).ok());
+  ASSERT_OK((*dataset)->Load(0, {24, true, 7, 0}, scratch, e0.data()));
+  ASSERT_OK((*dataset)->Load(0, {24, true, 7, 1}, scratch, e1.data()));
   EXPECT_NE(e0, e1);
-  EXPECT_EQ((*dataset)->Load(2, {24, true, 0, 0}, scratch, e0.data()).code(),
-            absl::StatusCode::kOutOfRange);
+  EXPECT_THAT((*dataset)->Load(2, {24, true, 0, 0}, scratch, e0.data()),
+              StatusIs(absl::StatusCode::kOutOfRange));
 }
 
 TEST(ImageFolderDatasetTest, ScratchBuffersAreReusedAcrossSamples) {
   const std::string root = FreshDirectory("reuse");
   fs::create_directories(root + "/a");
   for (int i = 0; i < 4; ++i) {
-    ASSERT_TRUE(test_util::WriteJpeg(absl::StrCat(root, "/a/", i, ".jpg"), 60, 40,
-                                     test_util::PhotoLikeImage(60, 40, i))
-                    .ok());
+    ASSERT_OK(test_util::WriteJpeg(absl::StrCat(root, "/a/", i, ".jpg"), 60, 40, test_util::PhotoLikeImage(60, 40, i)));
   }
   auto dataset = ImageFolderDataset::Open(root);
-  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  ASSERT_OK(dataset);
   SampleScratch scratch;
   std::vector<uint8_t> dst(16 * 16 * 3);
   for (int i = 0; i < 4; ++i) ASSERT_TRUE((*dataset)->Load(i, {16, true, 1, 0}, scratch, dst.data()).ok());
@@ -496,7 +474,7 @@ TEST(ImageFolderDatasetTest, ScratchBuffersAreReusedAcrossSamples) {
   EXPECT_GT(capacity, 0u);
   for (int round = 0; round < 3; ++round) {
     for (int i = 0; i < 4; ++i) {
-      ASSERT_TRUE((*dataset)->Load(i, {16, true, 1, round}, scratch, dst.data()).ok());
+      ASSERT_OK((*dataset)->Load(i, {16, true, 1, round}, scratch, dst.data()));
     }
   }
   EXPECT_EQ(scratch.file_bytes.data(), buffer) << "the file buffer was reallocated";
@@ -508,13 +486,13 @@ TEST(ImageFolderDatasetTest, UnusableFilesAreBadSamplesWithClearErrors) {
   const std::string root = FreshDirectory("bad_files");
   const std::string dir = root + "/a";
   auto names = test_util::WriteBadImageFiles(dir);
-  ASSERT_TRUE(names.ok()) << names.status();
-  ASSERT_TRUE(test_util::WriteJpeg(dir + "/good.jpg", 40, 30, test_util::PhotoLikeImage(40, 30, 5)).ok());
+  ASSERT_OK(names);
+  ASSERT_OK(test_util::WriteJpeg(dir + "/good.jpg", 40, 30, test_util::PhotoLikeImage(40, 30, 5)));
   ASSERT_EQ(mkfifo((dir + "/fifo.jpg").c_str(), 0600), 0);
   ASSERT_EQ(symlink((dir + "/nowhere.jpg").c_str(), (dir + "/dangling.jpg").c_str()), 0);
-  ASSERT_TRUE(test_util::WriteJpeg(dir + "/deleted.jpg", 40, 30, test_util::PhotoLikeImage(40, 30, 6)).ok());
+  ASSERT_OK(test_util::WriteJpeg(dir + "/deleted.jpg", 40, 30, test_util::PhotoLikeImage(40, 30, 6)));
   auto dataset = ImageFolderDataset::Open(root);
-  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  ASSERT_OK(dataset);
   fs::remove(dir + "/deleted.jpg");  // gone after the listing
 
   const std::map<std::string, std::string> expected = {
@@ -537,7 +515,7 @@ TEST(ImageFolderDatasetTest, UnusableFilesAreBadSamplesWithClearErrors) {
       absl::Status status = (*dataset)->Load(i, {16, train, 3, 0}, scratch, dst.data());
       EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << name << " took long (a hang?)";
       if (name == "good.jpg") {
-        EXPECT_TRUE(status.ok()) << status;
+        EXPECT_OK(status);
         continue;
       }
       ASSERT_TRUE(expected.count(name)) << name;
@@ -567,9 +545,9 @@ TEST(ImageFolderDatasetTest, AnUnreadableFileIsABadSample) {
   const std::string root = FreshDirectory("unreadable");
   const std::string path = root + "/a/secret.jpg";
   fs::create_directories(root + "/a");
-  ASSERT_TRUE(test_util::WriteJpeg(path, 40, 30, test_util::PhotoLikeImage(40, 30, 7)).ok());
+  ASSERT_OK(test_util::WriteJpeg(path, 40, 30, test_util::PhotoLikeImage(40, 30, 7)));
   auto dataset = ImageFolderDataset::Open(root);
-  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  ASSERT_OK(dataset);
   ASSERT_EQ(chmod(path.c_str(), 0), 0);
   auto load = [&]() {
     SampleScratch scratch;
@@ -579,7 +557,7 @@ TEST(ImageFolderDatasetTest, AnUnreadableFileIsABadSample) {
   if (access(path.c_str(), R_OK) != 0) {
     absl::Status status = load();
     chmod(path.c_str(), 0600);
-    EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << status;
+    EXPECT_THAT(status, StatusIs(absl::StatusCode::kPermissionDenied));
     EXPECT_TRUE(IsBadSampleError(status)) << status;
     return;
   }

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/testing/status_matchers.h"
+#include "common/testing/temp_dir.h"
 #include "data_service/dataset/image_folder_dataset.h"
 #include "data_service/dataset/packed_dataset.h"
 #include "data_service/image/decode.h"
@@ -22,6 +24,8 @@
 
 namespace stoker::data_service {
 namespace {
+
+using ::stoker::testing::TempDir;
 
 namespace fs = std::filesystem;
 
@@ -47,19 +51,16 @@ int RunTool(const std::string& args, std::string* output) {
 }
 
 TEST(PackImagefolderTest, PacksAFolderThatReadsBackInTheSameOrder) {
-  const std::string root = test_util::TestDirectory("tool_source");
-  fs::remove_all(root);
+  ASSERT_OK_AND_ASSIGN(const TempDir root_temp, TempDir::Create("tool_source"));
+  const std::string root = root_temp.path();
   for (int c = 0; c < 3; ++c) {
     fs::create_directories(absl::StrCat(root, "/c", c));
     for (int i = 0; i < 5; ++i) {
-      ASSERT_TRUE(test_util::WriteJpeg(absl::StrCat(root, "/c", c, "/", i, ".jpg"), 48, 32,
-                                       test_util::PhotoLikeImage(48, 32, c * 10 + i))
-                      .ok());
+      ASSERT_OK(test_util::WriteJpeg(absl::StrCat(root, "/c", c, "/", i, ".jpg"), 48, 32, test_util::PhotoLikeImage(48, 32, c * 10 + i)));
     }
   }
-  const std::string out = test_util::TestDirectory("tool_output");
-  fs::remove_all(out);
-  fs::create_directories(out);
+  ASSERT_OK_AND_ASSIGN(const TempDir out_temp, TempDir::Create("tool_output"));
+  const std::string out = out_temp.path();
   std::string output;
   ASSERT_EQ(RunTool(absl::StrCat("--input=", root, " --output=", out, "/train.stkpack --shard_bytes=4096"),
                 &output),
@@ -68,8 +69,8 @@ TEST(PackImagefolderTest, PacksAFolderThatReadsBackInTheSameOrder) {
   EXPECT_NE(output.find("15 samples"), std::string::npos) << output;
   auto folder = ImageFolderDataset::Open(root);
   auto packed = PackedDataset::Open(out + "/train.stkpack");
-  ASSERT_TRUE(folder.ok());
-  ASSERT_TRUE(packed.ok()) << packed.status();
+  ASSERT_OK(folder);
+  ASSERT_OK(packed);
   EXPECT_GT((*packed)->shard_count(), 1);
   ASSERT_EQ((*packed)->size(), 15);
   for (int64_t i = 0; i < 15; ++i) {
@@ -79,26 +80,17 @@ TEST(PackImagefolderTest, PacksAFolderThatReadsBackInTheSameOrder) {
 }
 
 TEST(PackImagefolderTest, MaxShortSideStoresLargeImagesShrunkAndTheyTrainAndEvaluate) {
-  const std::string root = test_util::TestDirectory("shrink_source");
-  fs::remove_all(root);
+  ASSERT_OK_AND_ASSIGN(const TempDir root_temp, TempDir::Create("shrink_source"));
+  const std::string root = root_temp.path();
   fs::create_directories(root + "/a");
   fs::create_directories(root + "/b");
-  ASSERT_TRUE(
-      test_util::WriteJpeg(root + "/a/wide.jpg", 200, 150, test_util::PhotoLikeImage(200, 150, 1))
-          .ok());
-  ASSERT_TRUE(
-      test_util::WriteJpeg(root + "/a/tall.jpg", 120, 160, test_util::PhotoLikeImage(120, 160, 2))
-          .ok());
-  ASSERT_TRUE(
-      test_util::WritePng(root + "/b/wide.png", 180, 90, test_util::PhotoLikeImage(180, 90, 3))
-          .ok());
-  ASSERT_TRUE(
-      test_util::WriteJpeg(root + "/b/small.jpg", 60, 40, test_util::PhotoLikeImage(60, 40, 4))
-          .ok());
-  ASSERT_TRUE(test_util::WriteFileBytes(root + "/b/broken.jpg", {0xff, 0xd8, 0xff, 0x00}).ok());
-  const std::string out = test_util::TestDirectory("shrink_output");
-  fs::remove_all(out);
-  fs::create_directories(out);
+  ASSERT_OK(test_util::WriteJpeg(root + "/a/wide.jpg", 200, 150, test_util::PhotoLikeImage(200, 150, 1)));
+  ASSERT_OK(test_util::WriteJpeg(root + "/a/tall.jpg", 120, 160, test_util::PhotoLikeImage(120, 160, 2)));
+  ASSERT_OK(test_util::WritePng(root + "/b/wide.png", 180, 90, test_util::PhotoLikeImage(180, 90, 3)));
+  ASSERT_OK(test_util::WriteJpeg(root + "/b/small.jpg", 60, 40, test_util::PhotoLikeImage(60, 40, 4)));
+  ASSERT_OK(test_util::WriteFileBytes(root + "/b/broken.jpg", {0xff, 0xd8, 0xff, 0x00}));
+  ASSERT_OK_AND_ASSIGN(const TempDir out_temp, TempDir::Create("shrink_output"));
+  const std::string out = out_temp.path();
   std::string output;
   ASSERT_EQ(RunTool(absl::StrCat("--input=", root, " --output=", out,
                                  "/small.stkpack --max_short_side=64 --quality=85"),
@@ -109,8 +101,8 @@ TEST(PackImagefolderTest, MaxShortSideStoresLargeImagesShrunkAndTheyTrainAndEval
       << output;
   auto folder = ImageFolderDataset::Open(root);
   auto packed = PackedDataset::Open(out + "/small.stkpack");
-  ASSERT_TRUE(folder.ok());
-  ASSERT_TRUE(packed.ok()) << packed.status();
+  ASSERT_OK(folder);
+  ASSERT_OK(packed);
   ASSERT_EQ((*packed)->size(), 5);
   // Sizes as torchvision's Resize(64): short side 64, long side int(64 * long / short).
   const std::map<std::string, std::pair<int, int>> sizes = {{"a/wide.jpg", {85, 64}},
@@ -122,10 +114,10 @@ TEST(PackImagefolderTest, MaxShortSideStoresLargeImagesShrunkAndTheyTrainAndEval
     const std::string name((*packed)->SampleName(i));
     EXPECT_EQ((*packed)->Label(i), (*folder)->Label(i));
     auto stored = (*packed)->ReadEncoded(i, packed_scratch);
-    ASSERT_TRUE(stored.ok()) << stored.status();
+    ASSERT_OK(stored);
     const std::vector<uint8_t> kept(stored->begin(), stored->end());
     auto original = (*folder)->ReadEncoded(i, folder_scratch);
-    ASSERT_TRUE(original.ok());
+    ASSERT_OK(original);
     const bool same =
         kept.size() == original->size() && std::equal(kept.begin(), kept.end(), original->begin());
     if (name == "b/broken.jpg" || name == "b/small.jpg") {
@@ -133,14 +125,14 @@ TEST(PackImagefolderTest, MaxShortSideStoresLargeImagesShrunkAndTheyTrainAndEval
     }
     if (name == "b/broken.jpg") continue;
     auto decoded = image::DecodeImage(kept);
-    ASSERT_TRUE(decoded.ok()) << name << ": " << decoded.status();
+    ASSERT_OK(decoded) << name << ": " << decoded.status();
     EXPECT_EQ(decoded->width, sizes.at(name).first) << name;
     EXPECT_EQ(decoded->height, sizes.at(name).second) << name;
     // Training and evaluation samples load from the shrunk file.
     std::vector<uint8_t> sample(32 * 32 * 3);
     for (bool train : {true, false}) {
       const SampleOptions options{32, train, 7, 1};
-      EXPECT_TRUE((*packed)->Load(i, options, packed_scratch, sample.data()).ok()) << name;
+      EXPECT_OK((*packed)->Load(i, options, packed_scratch, sample.data())) << name;
     }
   }
   EXPECT_NE(RunTool(absl::StrCat("--input=", root, " --output=", out, "/q.stkpack ",

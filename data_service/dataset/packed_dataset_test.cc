@@ -13,6 +13,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/testing/status_matchers.h"
 #include "data_service/dataset/encoded_image.h"
 #include "data_service/dataset/image_folder_dataset.h"
 #include "data_service/dataset/packed_format.h"
@@ -22,6 +23,9 @@
 
 namespace stoker::data_service {
 namespace {
+
+using ::stoker::testing::StatusIs;
+using ::testing::HasSubstr;
 
 namespace fs = std::filesystem;
 
@@ -42,11 +46,11 @@ std::string WriteDataset(const std::string& dir, int n, uint64_t shard_bytes) {
   PackOptions options;
   options.shard_bytes = shard_bytes;
   auto writer = PackedWriter::Create(index, {"cats", "dogs"}, options);
-  EXPECT_TRUE(writer.ok()) << writer.status();
+  EXPECT_OK(writer);
   for (int i = 0; i < n; ++i) {
-    EXPECT_TRUE(writer->Add(i % 2, absl::StrCat(i % 2 ? "dogs" : "cats", "/", i, ".jpg"), Jpeg(i)).ok());
+    EXPECT_OK(writer->Add(i % 2, absl::StrCat(i % 2 ? "dogs" : "cats", "/", i, ".jpg"), Jpeg(i)));
   }
-  EXPECT_TRUE(writer->Finish().ok());
+  EXPECT_OK(writer->Finish());
   return index;
 }
 
@@ -54,7 +58,7 @@ TEST(PackedDatasetTest, ReadsBackWhatWasWritten) {
   const std::string dir = FreshDirectory("packed_roundtrip");
   const std::string index = WriteDataset(dir, 10, 8000);
   auto dataset = PackedDataset::Open(index);
-  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  ASSERT_OK(dataset);
   EXPECT_EQ((*dataset)->size(), 10);
   EXPECT_EQ((*dataset)->num_classes(), 2);
   EXPECT_EQ((*dataset)->classes(), (std::vector<std::string>{"cats", "dogs"}));
@@ -68,8 +72,8 @@ TEST(PackedDatasetTest, ReadsBackWhatWasWritten) {
     EXPECT_TRUE(absl::StrContains((*dataset)->Describe(i), (*dataset)->SampleName(i)));
     EXPECT_NE((*dataset)->Describe(i).find(".shard"), std::string::npos);
     std::vector<uint8_t> got(16 * 16 * 3), want(16 * 16 * 3);
-    ASSERT_TRUE((*dataset)->Load(i, {16, true, 3, 1}, scratch, got.data()).ok());
-    ASSERT_TRUE(DecodeSample(Jpeg(i), i, {16, true, 3, 1}, reference_scratch, want.data()).ok());
+    ASSERT_OK((*dataset)->Load(i, {16, true, 3, 1}, scratch, got.data()));
+    ASSERT_OK(DecodeSample(Jpeg(i), i, {16, true, 3, 1}, reference_scratch, want.data()));
     EXPECT_EQ(got, want) << i;
   }
   // Every file in place, nothing temporary left.
@@ -84,14 +88,14 @@ TEST(PackedDatasetTest, AnImageLargerThanAShardGetsAShardOfItsOwn) {
   PackOptions options;
   options.shard_bytes = 100;
   auto writer = PackedWriter::Create(index, {"a"}, options);
-  ASSERT_TRUE(writer.ok());
-  ASSERT_TRUE(writer->Add(0, "a/0.jpg", Jpeg(0)).ok());
-  ASSERT_TRUE(writer->Add(0, "a/1.jpg", Jpeg(1)).ok());
-  ASSERT_TRUE(writer->Add(0, "a/empty.jpg", {}).ok());
-  ASSERT_TRUE(writer->Finish().ok());
+  ASSERT_OK(writer);
+  ASSERT_OK(writer->Add(0, "a/0.jpg", Jpeg(0)));
+  ASSERT_OK(writer->Add(0, "a/1.jpg", Jpeg(1)));
+  ASSERT_OK(writer->Add(0, "a/empty.jpg", {}));
+  ASSERT_OK(writer->Finish());
   EXPECT_EQ(writer->shard_count(), 3);  // each image passes the limit alone
   auto dataset = PackedDataset::Open(index);
-  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  ASSERT_OK(dataset);
   SampleScratch scratch;
   std::vector<uint8_t> image(8 * 8 * 3);
   absl::Status empty = (*dataset)->Load(2, {8, true, 0, 0}, scratch, image.data());
@@ -106,15 +110,13 @@ TEST(PackedDatasetTest, PackImageFolderKeepsTheFoldersOrderLabelsAndBytes) {
     const int seed = static_cast<int>(std::strlen(file));
     const std::vector<uint8_t> rgb = test_util::PhotoLikeImage(50, 40, seed);
     const std::string path = root + "/" + file;
-    ASSERT_TRUE((absl::EndsWith(path, ".png") ? test_util::WritePng(path, 50, 40, rgb)
-                                              : test_util::WriteJpeg(path, 50, 40, rgb))
-                    .ok());
+    ASSERT_OK((absl::EndsWith(path, ".png") ? test_util::WritePng(path, 50, 40, rgb) : test_util::WriteJpeg(path, 50, 40, rgb)));
   }
-  ASSERT_TRUE(test_util::WriteFileBytes(root + "/c/notes.txt", {'x'}).ok());  // not a sample
-  ASSERT_TRUE(test_util::WriteFileBytes(root + "/c/broken.jpg", {'n', 'o'}).ok());  // a bad one
+  ASSERT_OK(test_util::WriteFileBytes(root + "/c/notes.txt", {'x'}));  // not a sample
+  ASSERT_OK(test_util::WriteFileBytes(root + "/c/broken.jpg", {'n', 'o'}));  // a bad one
   const std::string out = FreshDirectory("packed_output");
   auto stats = PackImageFolder(root, out + "/all.stkpack", PackOptions{});
-  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_OK(stats);
   EXPECT_EQ(stats->samples, 6);
   EXPECT_EQ(stats->shards, 1);
   EXPECT_EQ(stats->not_images, 1);
@@ -142,28 +144,27 @@ TEST(PackedDatasetTest, PackImageFolderKeepsTheFoldersOrderLabelsAndBytes) {
 TEST(PackedDatasetTest, PackingStopsAtAnUnreadableFileNamingIt) {
   const std::string root = FreshDirectory("packed_unreadable");
   fs::create_directories(root + "/a");
-  ASSERT_TRUE(test_util::WriteFileBytes(root + "/a/good.jpg", Jpeg(1)).ok());
+  ASSERT_OK(test_util::WriteFileBytes(root + "/a/good.jpg", Jpeg(1)));
   ASSERT_EQ(symlink((root + "/gone").c_str(), (root + "/a/link.jpg").c_str()), 0);
   const std::string out = FreshDirectory("packed_unreadable_out");
   auto stats = PackImageFolder(root, out + "/x.stkpack", PackOptions{});
-  EXPECT_EQ(stats.status().code(), absl::StatusCode::kNotFound) << stats.status();
-  EXPECT_NE(stats.status().message().find("link.jpg"), std::string::npos) << stats.status();
+  EXPECT_THAT(stats, StatusIs(absl::StatusCode::kNotFound, HasSubstr("link.jpg")));
   EXPECT_TRUE(fs::is_empty(out)) << "an unfinished packing leaves no files";
 }
 
 TEST(PackedDatasetTest, WriterRefusesBadInput) {
   const std::string dir = FreshDirectory("packed_writer_errors");
-  EXPECT_EQ(PackedWriter::Create(dir + "/x.stkpack", {}, {}).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(PackedWriter::Create(dir + "/missing/x.stkpack", {"a"}, {}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(PackedWriter::Create(dir + "/x.stkpack", {}, {}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(PackedWriter::Create(dir + "/missing/x.stkpack", {"a"}, {}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   auto writer = PackedWriter::Create(dir + "/x.stkpack", {"a"}, {});
-  ASSERT_TRUE(writer.ok());
-  EXPECT_EQ(writer->Add(1, "a/1.jpg", Jpeg(1)).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(writer->Finish().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_OK(writer);
+  EXPECT_THAT(writer->Add(1, "a/1.jpg", Jpeg(1)), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(writer->Finish(), StatusIs(absl::StatusCode::kFailedPrecondition));
   {
     auto unfinished = PackedWriter::Create(dir + "/y.stkpack", {"a"}, {});
-    ASSERT_TRUE(unfinished->Add(0, "a/1.jpg", Jpeg(1)).ok());
+    ASSERT_OK(unfinished->Add(0, "a/1.jpg", Jpeg(1)));
   }
   EXPECT_FALSE(fs::exists(dir + "/y.stkpack"));
   EXPECT_FALSE(fs::exists(dir + "/y.stkpack-00000.shard"));
@@ -185,7 +186,7 @@ TEST(PackedDatasetTest, DamagedFilesGiveErrorsThatNameThem) {
   const std::string shard0 = dir + "/data.stkpack-00000.shard";
   const std::vector<uint8_t> shard_bytes = test_util::ReadFileBytes(shard0);
   auto write_index = [&](const std::vector<uint8_t>& bytes) {
-    ASSERT_TRUE(test_util::WriteFileBytes(index, bytes).ok());
+    ASSERT_OK(test_util::WriteFileBytes(index, bytes));
   };
   auto header = [&]() {
     PackedIndexHeader h;
@@ -232,21 +233,19 @@ TEST(PackedDatasetTest, DamagedFilesGiveErrorsThatNameThem) {
     ExpectOpenError(index, absl::StatusCode::kInvalidArgument, "sample 3");
   }
   write_index(original);
-  ASSERT_TRUE(PackedDataset::Open(index).ok());
+  ASSERT_OK(PackedDataset::Open(index));
 
   // Shards: missing, truncated, or another shard's file.
   fs::rename(shard0, shard0 + ".away");
   ExpectOpenError(index, absl::StatusCode::kNotFound, "data.stkpack-00000.shard");
-  ASSERT_TRUE(test_util::WriteFileBytes(shard0, std::vector<uint8_t>(shard_bytes.begin(),
-                                                                     shard_bytes.end() - 100))
-                  .ok());
+  ASSERT_OK(test_util::WriteFileBytes(shard0, std::vector<uint8_t>(shard_bytes.begin(), shard_bytes.end() - 100)));
   ExpectOpenError(index, absl::StatusCode::kInvalidArgument, "truncated");
   std::vector<uint8_t> renumbered = shard_bytes;
   renumbered[12] = 1;  // PackedShardHeader::shard
-  ASSERT_TRUE(test_util::WriteFileBytes(shard0, renumbered).ok());
+  ASSERT_OK(test_util::WriteFileBytes(shard0, renumbered));
   ExpectOpenError(index, absl::StatusCode::kInvalidArgument, "is not shard 0");
-  ASSERT_TRUE(test_util::WriteFileBytes(shard0, shard_bytes).ok());
-  EXPECT_TRUE(PackedDataset::Open(index).ok());
+  ASSERT_OK(test_util::WriteFileBytes(shard0, shard_bytes));
+  EXPECT_OK(PackedDataset::Open(index));
 }
 
 }  // namespace

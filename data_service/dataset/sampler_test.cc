@@ -14,18 +14,22 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/testing/python_runner.h"
+#include "common/testing/status_matchers.h"
 #include "data_service/test_util.h"
 #include "gtest/gtest.h"
 
 namespace stoker::data_service {
 namespace {
 
+using ::stoker::testing::StatusIs;
+using ::testing::HasSubstr;
+
 std::vector<std::vector<int64_t>> AllRanks(int64_t n, int world, bool drop_last, uint64_t seed,
                                            int64_t epoch) {
   std::vector<std::vector<int64_t>> result;
   for (int r = 0; r < world; ++r) {
     auto sampler = DistributedSampler::Create({n, world, r, /*shuffle=*/true, drop_last});
-    EXPECT_TRUE(sampler.ok()) << sampler.status();
+    EXPECT_OK(sampler);
     result.push_back(sampler->EpochIndices(seed, epoch));
   }
   return result;
@@ -90,12 +94,12 @@ TEST(DistributedSamplerTest, DropLastDropsTheTailAndNeverRepeats) {
   }
   EXPECT_EQ(all.size(), 8u);
   auto sampler = DistributedSampler::Create({10, 4, 0, true, true});
-  ASSERT_TRUE(sampler.ok());
+  ASSERT_OK(sampler);
   EXPECT_EQ(sampler->num_samples(), 2);
   EXPECT_EQ(sampler->total_size(), 8);
   // Fewer samples than ranks: nothing for anyone.
   auto tiny = DistributedSampler::Create({3, 4, 1, true, true});
-  ASSERT_TRUE(tiny.ok());
+  ASSERT_OK(tiny);
   EXPECT_EQ(tiny->num_samples(), 0);
   EXPECT_TRUE(tiny->EpochIndices(0, 0).empty());
 }
@@ -113,20 +117,17 @@ TEST(DistributedSamplerTest, EachEpochHasANewOrderAndEachSeedToo) {
 
 TEST(DistributedSamplerTest, WithoutShuffleRanksTakeConsecutiveStrides) {
   auto sampler = DistributedSampler::Create({7, 3, 1, /*shuffle=*/false, false});
-  ASSERT_TRUE(sampler.ok());
+  ASSERT_OK(sampler);
   EXPECT_EQ(sampler->EpochIndices(99, 5), (std::vector<int64_t>{1, 4, 0}));
 }
 
 TEST(DistributedSamplerTest, RejectsBadOptionsWithClearErrors) {
-  EXPECT_EQ(DistributedSampler::Create({0, 1, 0}).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(DistributedSampler::Create({10, 0, 0}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(DistributedSampler::Create({0, 1, 0}), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(DistributedSampler::Create({10, 0, 0}), StatusIs(absl::StatusCode::kInvalidArgument));
   auto bad_rank = DistributedSampler::Create({10, 2, 2});
-  EXPECT_EQ(bad_rank.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(bad_rank.status().message().find("rank 2"), std::string::npos);
-  EXPECT_EQ(DistributedSampler::Create({kMaxRandpermSize, 2, 0}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad_rank, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank 2")));
+  EXPECT_THAT(DistributedSampler::Create({kMaxRandpermSize, 2, 0}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 struct TorchCase {
@@ -167,7 +168,7 @@ TEST(DistributedSamplerTest, MatchesPyTorchDistributedSampler) {
       "    s.set_epoch(epoch)\n"
       "    print(\"OUT\", \" \".join(str(i) for i in s))\n");
   absl::StatusOr<std::string> output = testing::RunPython(script);
-  ASSERT_TRUE(output.ok()) << output.status().message();
+  ASSERT_OK(output) << output.status().message();
   std::vector<std::string> lines;
   for (absl::string_view line : absl::StrSplit(*output, '\n')) {
     if (absl::StartsWith(line, "OUT")) lines.emplace_back(line.substr(3));
@@ -182,7 +183,7 @@ TEST(DistributedSamplerTest, MatchesPyTorchDistributedSampler) {
       expected.push_back(value);
     }
     auto sampler = DistributedSampler::Create({c.n, c.world, c.rank, c.shuffle, c.drop_last});
-    ASSERT_TRUE(sampler.ok()) << sampler.status();
+    ASSERT_OK(sampler);
     EXPECT_EQ(sampler->EpochIndices(c.seed, c.epoch), expected) << "case " << rows[k];
     EXPECT_EQ(static_cast<int64_t>(expected.size()), sampler->num_samples()) << rows[k];
   }

@@ -7,10 +7,13 @@
 #include <cmath>
 #include <vector>
 
+#include "common/testing/status_matchers.h"
 #include "gtest/gtest.h"
 
 namespace stoker::data_service {
 namespace {
+
+using ::stoker::testing::StatusIs;
 
 constexpr int kSize = 16;
 
@@ -19,14 +22,14 @@ std::vector<uint8_t> Image(const SyntheticDataset& dataset, int64_t index, uint6
   std::vector<uint8_t> image(size * size * 3, 0);
   SampleOptions options{size, true, seed, epoch};
   SampleScratch scratch;
-  EXPECT_TRUE(dataset.Load(index, options, scratch, image.data()).ok());
+  EXPECT_OK(dataset.Load(index, options, scratch, image.data()));
   return image;
 }
 
 std::unique_ptr<SyntheticDataset> Make(int64_t samples, int32_t classes, uint64_t seed = 3,
                                        bool validation = false) {
   auto dataset = SyntheticDataset::Create({samples, classes, seed, validation});
-  EXPECT_TRUE(dataset.ok()) << dataset.status();
+  EXPECT_OK(dataset);
   return std::move(*dataset);
 }
 
@@ -94,19 +97,17 @@ TEST(SyntheticDatasetTest, ClassesAreSeparableByANearestMeanClassifier) {
 }
 
 TEST(SyntheticDatasetTest, RejectsBadOptionsAndIndices) {
-  EXPECT_EQ(SyntheticDataset::Create({0, 10, 0}).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(SyntheticDataset::Create({10, 0, 0}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(SyntheticDataset::Create({0, 10, 0}), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(SyntheticDataset::Create({10, 0, 0}), StatusIs(absl::StatusCode::kInvalidArgument));
   auto dataset = Make(10, 2);
   std::vector<uint8_t> image(kSize * kSize * 3);
   SampleScratch scratch;
-  EXPECT_EQ(dataset->Load(10, {kSize, true, 0, 0}, scratch, image.data()).code(),
-            absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(dataset->Load(-1, {kSize, true, 0, 0}, scratch, image.data()).code(),
-            absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(dataset->Load(0, {0, true, 0, 0}, scratch, image.data()).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(dataset->Load(10, {kSize, true, 0, 0}, scratch, image.data()),
+              StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_THAT(dataset->Load(-1, {kSize, true, 0, 0}, scratch, image.data()),
+              StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_THAT(dataset->Load(0, {0, true, 0, 0}, scratch, image.data()),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 }  // namespace

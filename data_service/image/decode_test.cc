@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/testing/status_matchers.h"
 #include "data_service/image/test_support.h"
 #include "gtest/gtest.h"
 
@@ -23,6 +24,8 @@ using ::stoker::data_service::image::testing::ImageCaseDir;
 using ::stoker::data_service::image::testing::LoadFileOrFail;
 using ::stoker::data_service::image::testing::MaxAbsDiff;
 using ::stoker::data_service::image::testing::ReadTable;
+using ::stoker::testing::StatusIs;
+using ::testing::HasSubstr;
 
 TEST(DetectImageFormatTest, LooksAtTheBytesOnly) {
   const std::vector<uint8_t> jpeg = {0xff, 0xd8, 0xff, 0xe0, 0, 0};
@@ -30,13 +33,11 @@ TEST(DetectImageFormatTest, LooksAtTheBytesOnly) {
   EXPECT_EQ(*DetectImageFormat(jpeg), ImageFormat::kJpeg);
   EXPECT_EQ(*DetectImageFormat(png), ImageFormat::kPng);
   const auto empty = DetectImageFormat({});
-  EXPECT_EQ(empty.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(absl::StrContains(empty.status().message(), "empty")) << empty.status();
+  EXPECT_THAT(empty, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("empty")));
   const std::string gif = "GIF89a......";
   const auto other = DetectImageFormat(
       absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(gif.data()), gif.size()));
-  EXPECT_EQ(other.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(absl::StrContains(other.status().message(), "GIF")) << other.status();
+  EXPECT_THAT(other, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("GIF")));
 }
 
 TEST(ChooseScaleTest, PicksTheSmallestFactorThatStillCoversTheTarget) {
@@ -56,7 +57,7 @@ TEST(ImageDecoderTest, OffersTheScalesTheOptionsAllow) {
   auto offered = [&](const std::vector<uint8_t>& bytes, DctScaling scaling) {
     DecodeOptions options;
     options.dct_scaling = scaling;
-    EXPECT_TRUE(decoder.ReadHeader(bytes, options).ok());
+    EXPECT_OK(decoder.ReadHeader(bytes, options));
     std::vector<std::string> out;
     for (const ScaleFactor& s : decoder.scale_factors()) {
       out.push_back(absl::StrCat(s.num, "/", s.denom));
@@ -74,7 +75,7 @@ TEST(ImageDecoderTest, OffersTheScalesTheOptionsAllow) {
 TEST(ImageDecoderTest, DecodesEveryKindOfImageLikePillowConvertRgb) {
   const std::string& dir = ImageCaseDir("formats");
   auto table = ReadTable(dir + "/manifest.txt");
-  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_OK(table);
   ASSERT_GE(table->size(), 19u);
   for (const auto& row : *table) {
     const std::string& name = row[0];
@@ -83,7 +84,7 @@ TEST(ImageDecoderTest, DecodesEveryKindOfImageLikePillowConvertRgb) {
     const std::vector<uint8_t> bytes = LoadFileOrFail(dir + "/" + name);
     const std::vector<uint8_t> expected = LoadFileOrFail(dir + "/" + name + ".rgb");
     auto image = DecodeImage(bytes);
-    ASSERT_TRUE(image.ok()) << image.status();
+    ASSERT_OK(image);
     ASSERT_EQ(image->rgb.size(), expected.size())
         << image->width << "x" << image->height;
     const int diff = MaxAbsDiff(image->rgb.data(), expected.data(), expected.size());
@@ -132,14 +133,14 @@ TEST(ImageDecoderTest, YcckJpegDecodesLikeTurboJpegCmykThroughPillowsFormula) {
     }
   }
   auto image = DecodeImage(bytes);
-  ASSERT_TRUE(image.ok()) << image.status();
+  ASSERT_OK(image);
   EXPECT_EQ(image->rgb, expected);
 }
 
 TEST(ImageDecoderTest, EveryBadFileIsAClearInvalidArgument) {
   const std::string& dir = ImageCaseDir("bad");
   auto table = ReadTable(dir + "/manifest.txt");
-  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_OK(table);
   // Besides the empty file, which has no manifest field issue.
   const std::map<std::string, std::string> expected_words = {
       {"empty.jpg", "empty file"},
@@ -164,7 +165,7 @@ TEST(ImageDecoderTest, EveryBadFileIsAClearInvalidArgument) {
     const std::vector<uint8_t> bytes = LoadFileOrFail(dir + "/" + name);
     auto image = DecodeImage(bytes);
     ASSERT_FALSE(image.ok());
-    EXPECT_EQ(image.status().code(), absl::StatusCode::kInvalidArgument) << image.status();
+    EXPECT_THAT(image, StatusIs(absl::StatusCode::kInvalidArgument));
     ASSERT_TRUE(expected_words.count(name));
     EXPECT_TRUE(absl::StrContains(image.status().message(), expected_words.at(name)))
         << image.status();
@@ -176,14 +177,14 @@ TEST(ImageDecoderTest, EveryBadFileIsAClearInvalidArgument) {
 TEST(ImageDecoderTest, StrayBytesOutsideTheImageDataAreTolerated) {
   const std::vector<uint8_t> good = LoadFileOrFail(ImageCaseDir("bad") + "/good.jpg");
   auto reference = DecodeImage(good);
-  ASSERT_TRUE(reference.ok()) << reference.status();
+  ASSERT_OK(reference);
   ASSERT_GE(good.size(), 4u);
   ASSERT_EQ(good[good.size() - 2], 0xff);
   ASSERT_EQ(good[good.size() - 1], 0xd9);
   std::vector<uint8_t> before_eoi(good.begin(), good.end() - 2);
   before_eoi.insert(before_eoi.end(), {0x12, 0x34, 0x56, 0x00, 0xff, 0xd9});
   auto image = DecodeImage(before_eoi);
-  ASSERT_TRUE(image.ok()) << image.status();
+  ASSERT_OK(image);
   EXPECT_EQ(image->rgb, reference->rgb);
   // Junk between the first two header segments (after SOI and APP0).
   const size_t app0_end = 4 + ((size_t{good[4]} << 8) | good[5]);
@@ -191,7 +192,7 @@ TEST(ImageDecoderTest, StrayBytesOutsideTheImageDataAreTolerated) {
   in_header.insert(in_header.end(), {0x00, 0x01, 0x02});
   in_header.insert(in_header.end(), good.begin() + app0_end, good.end());
   image = DecodeImage(in_header);
-  ASSERT_TRUE(image.ok()) << image.status();
+  ASSERT_OK(image);
   EXPECT_EQ(image->rgb, reference->rgb);
 }
 
@@ -199,18 +200,17 @@ TEST(ImageDecoderTest, PixelLimitIsCheckedFromTheHeader) {
   const std::vector<uint8_t> bytes = LoadFileOrFail(ImageCaseDir("bad") + "/good.jpg");  // 160 x 120
   DecodeOptions options;
   options.max_pixels = 160 * 120;
-  EXPECT_TRUE(DecodeImage(bytes, options).ok());
+  EXPECT_OK(DecodeImage(bytes, options));
   options.max_pixels = 160 * 120 - 1;
   const auto refused = DecodeImage(bytes, options);
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(absl::StrContains(refused.status().message(), "160x120")) << refused.status();
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("160x120")));
 }
 
 TEST(ImageDecoderTest, DecodeWithoutHeaderIsFailedPrecondition) {
   ImageDecoder decoder;
   const absl::Status status =
       decoder.Decode(ScaleFactor{1, 1}, PixelRect{0, 0, 1, 1}, [](int, const uint8_t*) {});
-  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 // Decodes `region` of `bytes` at `scale` into a dense buffer.
@@ -285,7 +285,7 @@ TEST_P(RegionDecodeTest, RegionDecodeEqualsTheSameRegionOfAFullDecode) {
   for (const auto& [name, bytes] : cases) {
     SCOPED_TRACE(name);
     auto header = decoder.ReadHeader(bytes, all_scales);
-    ASSERT_TRUE(header.ok()) << header.status();
+    ASSERT_OK(header);
     const std::vector<ScaleFactor> factors(decoder.scale_factors().begin(),
                                            decoder.scale_factors().end());
     if (header->format == ImageFormat::kJpeg) {
@@ -296,7 +296,7 @@ TEST_P(RegionDecodeTest, RegionDecodeEqualsTheSameRegionOfAFullDecode) {
       const int sw = s.Apply(header->width);
       const int sh = s.Apply(header->height);
       std::vector<uint8_t> full;
-      ASSERT_TRUE(DecodeRegion(decoder, bytes, s, PixelRect{0, 0, sw, sh}, &full, fast).ok());
+      ASSERT_OK(DecodeRegion(decoder, bytes, s, PixelRect{0, 0, sw, sh}, &full, fast));
       for (int trial = 0; trial < 40; ++trial) {
         PixelRect r;
         r.x = std::uniform_int_distribution<int>(0, sw - 1)(gen);
@@ -305,7 +305,7 @@ TEST_P(RegionDecodeTest, RegionDecodeEqualsTheSameRegionOfAFullDecode) {
         r.height = std::uniform_int_distribution<int>(1, sh - r.y)(gen);
         std::vector<uint8_t> part;
         const absl::Status status = DecodeRegion(decoder, bytes, s, r, &part, fast);
-        ASSERT_TRUE(status.ok()) << status;
+        ASSERT_OK(status);
         for (int y = 0; y < r.height; ++y) {
           const uint8_t* want = &full[(static_cast<size_t>(r.y + y) * sw + r.x) * 3];
           ASSERT_EQ(std::memcmp(&part[static_cast<size_t>(y) * r.width * 3], want,
@@ -327,15 +327,13 @@ TEST(ImageDecoderTest, KeptRowsStayValidForTheRowsPromised) {
     SCOPED_TRACE(name);
     const std::vector<uint8_t> bytes = LoadFileOrFail(dir + "/" + name);
     auto header = decoder.ReadHeader(bytes, DecodeOptions{});
-    ASSERT_TRUE(header.ok()) << header.status();
+    ASSERT_OK(header);
     std::vector<uint8_t> full;
-    ASSERT_TRUE(DecodeRegion(decoder, bytes, ScaleFactor{1, 1},
-                             PixelRect{0, 0, header->width, header->height}, &full)
-                    .ok());
+    ASSERT_OK(DecodeRegion(decoder, bytes, ScaleFactor{1, 1}, PixelRect{0, 0, header->width, header->height}, &full));
     for (int keep : {0, 1, 3, 9}) {
       SCOPED_TRACE(keep);
       const PixelRect r{3, 5, header->width - 7, header->height - 9};
-      ASSERT_TRUE(decoder.ReadHeader(bytes, DecodeOptions{}).ok());
+      ASSERT_OK(decoder.ReadHeader(bytes, DecodeOptions{}));
       std::vector<const uint8_t*> seen;
       bool intact = true;
       const absl::Status status = decoder.Decode(
@@ -352,7 +350,7 @@ TEST(ImageDecoderTest, KeptRowsStayValidForTheRowsPromised) {
             }
           },
           keep);
-      ASSERT_TRUE(status.ok()) << status;
+      ASSERT_OK(status);
       EXPECT_EQ(static_cast<int>(seen.size()), r.height);
       EXPECT_TRUE(intact);
     }
@@ -378,11 +376,9 @@ TEST(ImageDecoderTest, StaysUsableAfterErrors) {
                                   PixelRect{0, 0, header->width, header->height},
                                   [](int, const uint8_t*) {}).ok());
     }
-    ASSERT_TRUE(DecodeRegion(decoder, good_jpeg, ScaleFactor{1, 1},
-                             PixelRect{0, 0, 160, 120}, &out).ok());
+    ASSERT_OK(DecodeRegion(decoder, good_jpeg, ScaleFactor{1, 1}, PixelRect{0, 0, 160, 120}, &out));
     EXPECT_EQ(out, fresh_jpeg->rgb);
-    ASSERT_TRUE(DecodeRegion(decoder, good_png, ScaleFactor{1, 1},
-                             PixelRect{0, 0, 64, 48}, &out).ok());
+    ASSERT_OK(DecodeRegion(decoder, good_png, ScaleFactor{1, 1}, PixelRect{0, 0, 64, 48}, &out));
     EXPECT_EQ(out, fresh_png->rgb);
   }
 }
@@ -408,13 +404,13 @@ TEST(ImageDecoderTest, EachImageIsDecodedWithItsOwnTables) {
   const std::vector<uint8_t> optimised = EncodeJpeg(83, 61, TJSAMP_420, TJFLAG_PROGRESSIVE);
   const std::vector<uint8_t> standard = WithoutHuffmanTables(EncodeJpeg(83, 61, TJSAMP_420));
   auto fresh = DecodeImage(standard);
-  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  ASSERT_OK(fresh);
   ImageDecoder decoder;
   std::vector<uint8_t> out;
-  ASSERT_TRUE(DecodeRegion(decoder, optimised, ScaleFactor{1, 1}, PixelRect{0, 0, 83, 61}, &out).ok());
+  ASSERT_OK(DecodeRegion(decoder, optimised, ScaleFactor{1, 1}, PixelRect{0, 0, 83, 61}, &out));
   const absl::Status second =
       DecodeRegion(decoder, standard, ScaleFactor{1, 1}, PixelRect{0, 0, 83, 61}, &out);
-  ASSERT_TRUE(second.ok()) << second;
+  ASSERT_OK(second);
   EXPECT_EQ(out, fresh->rgb);
 }
 
@@ -450,8 +446,7 @@ TEST(ImageDecoderTest, MutatedFilesNeverCrash) {
         EXPECT_EQ(image->rgb.size(), static_cast<size_t>(image->width) * image->height * 3);
       } else {
         ++failures;
-        EXPECT_EQ(image.status().code(), absl::StatusCode::kInvalidArgument)
-            << image.status();
+        EXPECT_THAT(image, StatusIs(absl::StatusCode::kInvalidArgument));
       }
     }
   }

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/testing/status_matchers.h"
 #include "data_service/image/transforms.h"
 #include "data_service/test_util.h"
 #include "gtest/gtest.h"
@@ -65,9 +66,9 @@ TEST(PlanDeferredJpegTest, GeometryIsTheCpuPathsOwn) {
           PlanDeferredJpeg(jpeg, spec, key, capacity);
       ASSERT_TRUE(header.has_value());
       TransformTrace trace;
-      ASSERT_TRUE(DecodeAndTransform(jpeg, spec, key, scratch, out.data(), &trace).ok());
+      ASSERT_OK(DecodeAndTransform(jpeg, spec, key, scratch, out.data(), &trace));
       absl::StatusOr<SampleGeometry> geometry = PlanSampleGeometry(500, 375, spec, &key);
-      ASSERT_TRUE(geometry.ok());
+      ASSERT_OK(geometry);
       EXPECT_EQ(FromDeferredAxis(header->x), geometry->x);
       EXPECT_EQ(FromDeferredAxis(header->y), geometry->y);
       EXPECT_EQ(header->flip != 0, geometry->flip);

@@ -18,6 +18,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/testing/status_matchers.h"
+#include "common/testing/temp_dir.h"
 #include "data_service/image/decode.h"
 #include "data_service/image/test_support.h"
 #include "gtest/gtest.h"
@@ -25,10 +27,10 @@
 namespace stoker::data_service::image {
 namespace {
 
-using ::stoker::data_service::image::testing::MakeTestDir;
 using ::stoker::data_service::image::testing::ReadFileBytes;
 using ::stoker::data_service::image::testing::ReadTable;
 using ::stoker::data_service::image::testing::RunPythonTool;
+using ::stoker::testing::StatusIs;
 
 struct EntropyCase {
   std::string name;
@@ -40,15 +42,19 @@ struct EntropyCase {
 const std::vector<EntropyCase>& Cases() {
   static const std::vector<EntropyCase>* const cases = [] {
     auto* out = new std::vector<EntropyCase>();
-    const std::string dir = MakeTestDir("entropy");
+    // Lives as long as the test binary.
+    absl::StatusOr<::stoker::testing::TempDir> made = ::stoker::testing::TempDir::Create("entropy");
+    EXPECT_OK(made);
+    if (!made.ok()) return out;
+    const std::string dir = (new ::stoker::testing::TempDir(std::move(*made)))->path();
     const absl::Status status = RunPythonTool("make_image_cases.py", {"entropy", dir});
-    EXPECT_TRUE(status.ok()) << status;
+    EXPECT_OK(status);
     auto table = ReadTable(dir + "/manifest.txt");
-    EXPECT_TRUE(table.ok()) << table.status();
+    EXPECT_OK(table);
     if (!table.ok()) return out;
     for (const auto& row : *table) {
       auto bytes = ReadFileBytes(dir + "/" + row[0]);
-      EXPECT_TRUE(bytes.ok()) << bytes.status();
+      EXPECT_OK(bytes);
       if (bytes.ok()) out->push_back(EntropyCase{row[0], *std::move(bytes), row[1] == "1"});
     }
     return out;
@@ -143,8 +149,8 @@ TEST(JpegHuffmanDecoderTest, GivesLibjpegsPixelsAtEveryScale) {
                                     ScaleFactor{3, 8}, ScaleFactor{1, 8}}) {
       auto ours = Decode(c.bytes, true, scale);
       auto libjpeg = Decode(c.bytes, false, scale);
-      ASSERT_TRUE(ours.ok()) << c.name << ": " << ours.status();
-      ASSERT_TRUE(libjpeg.ok()) << c.name << ": " << libjpeg.status();
+      ASSERT_OK(ours) << c.name << ": " << ours.status();
+      ASSERT_OK(libjpeg) << c.name << ": " << libjpeg.status();
       EXPECT_TRUE(*ours == *libjpeg) << c.name << " at " << scale.num << "/" << scale.denom;
     }
   }
@@ -156,8 +162,8 @@ TEST(JpegHuffmanDecoderTest, GivesLibjpegsPixelsForCroppedAndSkippedRows) {
                                PixelRect{150, 100, 53, 57}, PixelRect{0, 156, 203, 1}}) {
       auto ours = Decode(c.bytes, true, ScaleFactor{1, 1}, &r);
       auto libjpeg = Decode(c.bytes, false, ScaleFactor{1, 1}, &r);
-      ASSERT_TRUE(ours.ok()) << c.name << ": " << ours.status();
-      ASSERT_TRUE(libjpeg.ok()) << c.name << ": " << libjpeg.status();
+      ASSERT_OK(ours) << c.name << ": " << ours.status();
+      ASSERT_OK(libjpeg) << c.name << ": " << libjpeg.status();
       EXPECT_TRUE(*ours == *libjpeg)
           << c.name << " region " << r.width << "x" << r.height << " at " << r.x << "," << r.y;
     }
@@ -171,9 +177,9 @@ TEST(JpegHuffmanDecoderTest, ReusedDecoderGivesEachFileItsOwnTables) {
   for (int round = 0; round < 2; ++round) {
     for (const EntropyCase& c : Cases()) {
       auto fresh = Decode(c.bytes, true, ScaleFactor{1, 1});
-      ASSERT_TRUE(fresh.ok()) << fresh.status();
+      ASSERT_OK(fresh);
       auto header = decoder.ReadHeader(c.bytes, DecodeOptions());
-      ASSERT_TRUE(header.ok()) << header.status();
+      ASSERT_OK(header);
       std::vector<uint8_t> out(static_cast<size_t>(header->width) * header->height * 3);
       ASSERT_TRUE(decoder
                       .Decode(ScaleFactor{1, 1}, PixelRect{0, 0, header->width, header->height},
@@ -227,7 +233,7 @@ TEST(JpegHuffmanDecoderTest, DamagedDataDecodesLikeLibjpegOrIsRefused) {
         EXPECT_TRUE(*ours == *libjpeg) << c.name << " trial " << trial;
       } else if (!ours.ok()) {
         ++refused;
-        EXPECT_EQ(ours.status().code(), absl::StatusCode::kInvalidArgument) << ours.status();
+        EXPECT_THAT(ours, StatusIs(absl::StatusCode::kInvalidArgument));
       } else {
         ADD_FAILURE() << c.name << " trial " << trial
                       << ": Stoker's decoder accepted a file libjpeg refuses: "

@@ -5,12 +5,15 @@
 #include <string>
 #include <vector>
 
+#include "common/testing/status_matchers.h"
 #include "data_service/image/decode.h"
 #include "data_service/image/test_support.h"
 #include "gtest/gtest.h"
 
 namespace stoker::data_service::image {
 namespace {
+
+using ::stoker::testing::StatusIs;
 
 // Tolerances against torchvision's Resize (Pillow's antialiased bilinear): the resampler
 // rounds its weights to int16 and may run the passes in the other order (Note
@@ -25,7 +28,7 @@ TEST(ShrinkTest, MatchesTorchvisionResize) {
   const std::string& dir = testing::ImageCaseDir("resize");
   absl::StatusOr<std::vector<std::vector<std::string>>> cases =
       testing::ReadTable(dir + "/manifest.txt");
-  ASSERT_TRUE(cases.ok()) << cases.status();
+  ASSERT_OK(cases);
   ASSERT_EQ(cases->size(), 5u);
   for (const std::vector<std::string>& c : *cases) {
     SCOPED_TRACE(c[0]);
@@ -34,9 +37,9 @@ TEST(ShrinkTest, MatchesTorchvisionResize) {
     const int width = std::stoi(c[1]);
     const int height = std::stoi(c[2]);
     absl::StatusOr<DecodedImage> decoded = DecodeImage(png);
-    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    ASSERT_OK(decoded);
     absl::StatusOr<DecodedImage> small = ShrinkToShortSide(*decoded, 256);
-    ASSERT_TRUE(small.ok()) << small.status();
+    ASSERT_OK(small);
     ASSERT_EQ(small->width, width);
     ASSERT_EQ(small->height, height);
     ASSERT_EQ(expected.size(), small->rgb.size());
@@ -46,10 +49,10 @@ TEST(ShrinkTest, MatchesTorchvisionResize) {
     EXPECT_GE(psnr, kMinResizePsnrDb);
 
     absl::StatusOr<std::optional<std::vector<uint8_t>>> jpeg = ShrinkEncodedImage(png, 256, 95);
-    ASSERT_TRUE(jpeg.ok()) << jpeg.status();
+    ASSERT_OK(jpeg);
     ASSERT_TRUE(jpeg->has_value());
     absl::StatusOr<DecodedImage> reread = DecodeImage(**jpeg);
-    ASSERT_TRUE(reread.ok()) << reread.status();
+    ASSERT_OK(reread);
     ASSERT_EQ(reread->width, width);
     ASSERT_EQ(reread->height, height);
     const double reencoded = testing::Psnr(reread->rgb.data(), expected.data(), expected.size());
@@ -67,19 +70,19 @@ TEST(ShrinkTest, SmallImagesAreKeptAndBadArgumentsRefused) {
   image.height = 200;
   image.rgb.assign(300 * 200 * 3, 9);
   absl::StatusOr<DecodedImage> same = ShrinkToShortSide(image, 200);
-  ASSERT_TRUE(same.ok());
+  ASSERT_OK(same);
   EXPECT_EQ(same->width, 300);
   EXPECT_EQ(same->height, 200);
-  EXPECT_EQ(ShrinkToShortSide(image, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ShrinkToShortSide(image, 0), StatusIs(absl::StatusCode::kInvalidArgument));
   absl::StatusOr<std::vector<uint8_t>> jpeg = EncodeJpegRgb(image.rgb.data(), 300, 200, 90);
-  ASSERT_TRUE(jpeg.ok());
+  ASSERT_OK(jpeg);
   absl::StatusOr<std::optional<std::vector<uint8_t>>> kept = ShrinkEncodedImage(*jpeg, 256, 90);
-  ASSERT_TRUE(kept.ok());
+  ASSERT_OK(kept);
   EXPECT_FALSE(kept->has_value()) << "a short side of 200 needs no shrinking to 256";
-  EXPECT_EQ(EncodeJpegRgb(image.rgb.data(), 300, 200, 0).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(EncodeJpegRgb(image.rgb.data(), 300, 200, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   const std::vector<uint8_t> text = {'h', 'e', 'l', 'l', 'o'};
-  EXPECT_EQ(ShrinkEncodedImage(text, 256, 90).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ShrinkEncodedImage(text, 256, 90), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 }  // namespace

@@ -21,6 +21,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/testing/python_runner.h"
+#include "common/testing/status_matchers.h"
+#include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
 
 namespace stoker::data_service::image::testing {
@@ -32,14 +34,6 @@ std::string EnvOr(const char* name, const std::string& fallback) {
 }
 
 }  // namespace
-
-std::string MakeTestDir(const std::string& name) {
-  static int counter = 0;
-  const std::string dir = absl::StrCat(EnvOr("TEST_TMPDIR", "/tmp"), "/", name, "_",
-                                       getpid(), "_", counter++);
-  mkdir(dir.c_str(), 0700);
-  return dir;
-}
 
 absl::Status RunPythonTool(const std::string& script, const std::vector<std::string>& args,
                            absl::Duration timeout) {
@@ -91,17 +85,20 @@ absl::Status RunPythonTool(const std::string& script, const std::vector<std::str
 
 const std::string& ImageCaseDir(const std::string& command,
                                 const std::vector<std::string>& extra) {
-  static auto* dirs = new std::map<std::string, std::string>();
+  // The directories live as long as the test binary.
+  static auto* dirs = new std::map<std::string, ::stoker::testing::TempDir>();
   auto it = dirs->find(command);
   if (it == dirs->end()) {
-    const std::string dir = MakeTestDir(command);
-    std::vector<std::string> args = {command, dir};
-    args.insert(args.end(), extra.begin(), extra.end());
-    const absl::Status status = RunPythonTool("make_image_cases.py", args);
-    EXPECT_TRUE(status.ok()) << status;
-    it = dirs->emplace(command, dir).first;
+    absl::StatusOr<::stoker::testing::TempDir> dir = ::stoker::testing::TempDir::Create(command);
+    EXPECT_OK(dir);
+    if (dir.ok()) {
+      std::vector<std::string> args = {command, dir->path()};
+      args.insert(args.end(), extra.begin(), extra.end());
+      EXPECT_OK(RunPythonTool("make_image_cases.py", args));
+    }
+    it = dirs->emplace(command, dir.ok() ? std::move(*dir) : ::stoker::testing::TempDir()).first;
   }
-  return it->second;
+  return it->second.path();
 }
 
 absl::StatusOr<std::vector<uint8_t>> ReadFileBytes(const std::string& path) {

@@ -15,9 +15,6 @@
 
 namespace stoker::data_service::image::testing {
 
-// A fresh directory under TEST_TMPDIR (or /tmp), named after `name`.
-std::string MakeTestDir(const std::string& name);
-
 // Runs `$STOKER_PYTHON <runfiles>/data_service/image/testdata_tools/<script> <args...>`
 // (python3 when STOKER_PYTHON is unset), with its output going to the test log. Kills it
 // after `timeout`. FailedPrecondition with the exit status when it fails.

@@ -13,6 +13,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/testing/status_matchers.h"
+#include "common/testing/temp_dir.h"
 #include "data_service/image/decode.h"
 #include "data_service/image/test_support.h"
 #include "data_service/test_util.h"
@@ -26,6 +28,7 @@ using ::stoker::data_service::image::testing::LoadFileOrFail;
 using ::stoker::data_service::image::testing::MaxAbsDiff;
 using ::stoker::data_service::image::testing::Psnr;
 using ::stoker::data_service::image::testing::ReadTable;
+using ::stoker::testing::StatusIs;
 
 constexpr int kRrcDraws = 20000;
 
@@ -63,21 +66,21 @@ TEST(EvalGeometryTest, FollowsTorchvisionSizeAndRounding) {
 }
 
 TEST(TransformSpecTest, RejectsUnusableSpecs) {
-  EXPECT_TRUE(TransformSpec::Eval(256, 224).Validate().ok());
-  EXPECT_TRUE(TransformSpec::Train(224).Validate().ok());
-  EXPECT_EQ(TransformSpec::Eval(200, 224).Validate().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(TransformSpec::Train(0).Validate().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_OK(TransformSpec::Eval(256, 224).Validate());
+  EXPECT_OK(TransformSpec::Train(224).Validate());
+  EXPECT_THAT(TransformSpec::Eval(200, 224).Validate(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(TransformSpec::Train(0).Validate(), StatusIs(absl::StatusCode::kInvalidArgument));
   TransformSpec spec = TransformSpec::Train(224);
   spec.min_scale = 0.5;
   spec.max_scale = 0.4;
-  EXPECT_EQ(spec.Validate().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(spec.Validate(), StatusIs(absl::StatusCode::kInvalidArgument));
   spec = TransformSpec::Train(224);
   spec.min_ratio = 0.0;
-  EXPECT_EQ(spec.Validate().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(spec.Validate(), StatusIs(absl::StatusCode::kInvalidArgument));
   spec = TransformSpec::Train(224);
   spec.flip_probability = 1.5;
-  EXPECT_EQ(spec.Validate().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(spec.Validate(), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(SampleTrainParamsTest, FallbackIsTheCentreCropWithTheRatioClamped) {
@@ -110,7 +113,7 @@ bool CloseToPillow(const std::vector<uint8_t>& out, const std::vector<uint8_t>& 
 TEST(DecodeAndTransformTest, EvalMatchesTorchvisionResizeCenterCrop) {
   const std::string& dir = ImageCaseDir("eval");
   auto table = ReadTable(dir + "/manifest.txt");
-  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_OK(table);
   ASSERT_GE(table->size(), 20u);
   const TransformSpec spec = TransformSpec::Eval(256, 224);
   TransformScratch scratch;
@@ -126,8 +129,7 @@ TEST(DecodeAndTransformTest, EvalMatchesTorchvisionResizeCenterCrop) {
       TransformSpec all_scales = spec;
       all_scales.decode.dct_scaling = DctScaling::kAll;
       TransformTrace trace;
-      ASSERT_TRUE(
-          DecodeAndTransform(bytes, all_scales, SampleKey{}, scratch, out.data(), &trace).ok());
+      ASSERT_OK(DecodeAndTransform(bytes, all_scales, SampleKey{}, scratch, out.data(), &trace));
       const double psnr = Psnr(out.data(), expected.data(), out.size());
       std::printf("%-22s eval  scale %d/%d  (DctScaling::kAll)      PSNR %6.2f dB\n",
                   name.c_str(), trace.scale.num, trace.scale.denom, psnr);
@@ -135,7 +137,7 @@ TEST(DecodeAndTransformTest, EvalMatchesTorchvisionResizeCenterCrop) {
       // Pillow's own reconstruction (Note [Fast JPEG reconstruction] in decode.h).
       TransformSpec pillow = spec;
       pillow.decode = DecodeOptions();
-      ASSERT_TRUE(DecodeAndTransform(bytes, pillow, SampleKey{}, scratch, out.data()).ok());
+      ASSERT_OK(DecodeAndTransform(bytes, pillow, SampleKey{}, scratch, out.data()));
       const double pillow_psnr = Psnr(out.data(), expected.data(), out.size());
       std::printf("%-22s eval  Pillow's JPEG reconstruction           PSNR %6.2f dB\n",
                   name.c_str(), pillow_psnr);
@@ -144,7 +146,7 @@ TEST(DecodeAndTransformTest, EvalMatchesTorchvisionResizeCenterCrop) {
     TransformTrace trace;
     const absl::Status status =
         DecodeAndTransform(bytes, spec, SampleKey{}, scratch, out.data(), &trace);
-    ASSERT_TRUE(status.ok()) << status;
+    ASSERT_OK(status);
     EXPECT_EQ(trace.header.width, ToInt(row[1]));
     EXPECT_EQ(trace.header.height, ToInt(row[2]));
     const double psnr = Psnr(out.data(), expected.data(), out.size());
@@ -180,7 +182,7 @@ TEST(DecodeAndTransformTest, EvalMatchesTorchvisionResizeCenterCrop) {
 TEST(DecodeAndTransformTest, TrainMatchesTorchvisionResizedCropAndFlip) {
   const std::string& dir = ImageCaseDir("train");
   auto table = ReadTable(dir + "/manifest.txt");
-  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_OK(table);
   ASSERT_GE(table->size(), 40u);
   const TransformSpec spec = TransformSpec::Train(224);
   TransformScratch scratch;
@@ -201,7 +203,7 @@ TEST(DecodeAndTransformTest, TrainMatchesTorchvisionResizedCropAndFlip) {
     TransformTrace trace;
     const absl::Status status =
         DecodeAndTransformWithParams(bytes, spec, params, scratch, out.data(), &trace);
-    ASSERT_TRUE(status.ok()) << status;
+    ASSERT_OK(status);
     const double psnr = Psnr(out.data(), expected.data(), out.size());
     if (EndsWith(name, ".png")) {
       EXPECT_TRUE(CloseToPillow(out, expected)) << "PSNR " << psnr;
@@ -212,8 +214,7 @@ TEST(DecodeAndTransformTest, TrainMatchesTorchvisionResizedCropAndFlip) {
       worst_jpeg = std::min(worst_jpeg, psnr);
       TransformSpec pillow = spec;
       pillow.decode = DecodeOptions();
-      ASSERT_TRUE(
-          DecodeAndTransformWithParams(bytes, pillow, params, scratch, out.data()).ok());
+      ASSERT_OK(DecodeAndTransformWithParams(bytes, pillow, params, scratch, out.data()));
       const double pillow_psnr = Psnr(out.data(), expected.data(), out.size());
       EXPECT_GE(pillow_psnr, 30.0) << "Pillow's reconstruction";
       worst_pillow_jpeg = std::min(worst_pillow_jpeg, pillow_psnr);
@@ -282,7 +283,7 @@ double KsStatistic(std::vector<double> a, std::vector<double> b) {
 TEST(SampleTrainParamsTest, BoxDistributionMatchesTorchvision) {
   const std::string& dir = ImageCaseDir("rrc", {std::to_string(kRrcDraws)});
   auto table = ReadTable(dir + "/manifest.txt");
-  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_OK(table);
   ASSERT_GE(table->size(), 5u);
   const TransformSpec spec = TransformSpec::Train(224);
   for (const auto& row : *table) {
@@ -299,7 +300,7 @@ TEST(SampleTrainParamsTest, BoxDistributionMatchesTorchvision) {
 
     BoxStats torch_stats, stoker_stats;
     auto boxes = ReadTable(dir + "/" + row[0]);
-    ASSERT_TRUE(boxes.ok()) << boxes.status();
+    ASSERT_OK(boxes);
     ASSERT_EQ(boxes->size(), static_cast<size_t>(kRrcDraws));
     for (const auto& b : *boxes) {
       AddBox(CropBox{ToInt(b[0]), ToInt(b[1]), ToInt(b[2]), ToInt(b[3])}, width, height,
@@ -356,21 +357,19 @@ TEST(DecodeAndTransformTest, SameKeyGivesIdenticalOutputAndOtherKeysDiffer) {
   std::vector<uint8_t> a(224 * 224 * 3), b(224 * 224 * 3), other(224 * 224 * 3);
   for (int64_t index = 0; index < 20; ++index) {
     const SampleKey key{99, 4, index};
-    ASSERT_TRUE(DecodeAndTransform(bytes, spec, key, scratch_a, a.data()).ok());
+    ASSERT_OK(DecodeAndTransform(bytes, spec, key, scratch_a, a.data()));
     // A different scratch that has seen other images first.
-    ASSERT_TRUE(
-        DecodeAndTransform(bytes, spec, SampleKey{1, 1, index + 7}, scratch_b, other.data())
-            .ok());
-    ASSERT_TRUE(DecodeAndTransform(bytes, spec, key, scratch_b, b.data()).ok());
+    ASSERT_OK(DecodeAndTransform(bytes, spec, SampleKey{1, 1, index + 7}, scratch_b, other.data()));
+    ASSERT_OK(DecodeAndTransform(bytes, spec, key, scratch_b, b.data()));
     EXPECT_EQ(a, b) << "index " << index;
   }
   std::vector<uint8_t> base(224 * 224 * 3);
-  ASSERT_TRUE(DecodeAndTransform(bytes, spec, SampleKey{99, 4, 0}, scratch_a, base.data()).ok());
-  ASSERT_TRUE(DecodeAndTransform(bytes, spec, SampleKey{99, 4, 1}, scratch_a, other.data()).ok());
+  ASSERT_OK(DecodeAndTransform(bytes, spec, SampleKey{99, 4, 0}, scratch_a, base.data()));
+  ASSERT_OK(DecodeAndTransform(bytes, spec, SampleKey{99, 4, 1}, scratch_a, other.data()));
   EXPECT_NE(base, other) << "different index";
-  ASSERT_TRUE(DecodeAndTransform(bytes, spec, SampleKey{99, 5, 0}, scratch_a, other.data()).ok());
+  ASSERT_OK(DecodeAndTransform(bytes, spec, SampleKey{99, 5, 0}, scratch_a, other.data()));
   EXPECT_NE(base, other) << "different epoch";
-  ASSERT_TRUE(DecodeAndTransform(bytes, spec, SampleKey{98, 4, 0}, scratch_a, other.data()).ok());
+  ASSERT_OK(DecodeAndTransform(bytes, spec, SampleKey{98, 4, 0}, scratch_a, other.data()));
   EXPECT_NE(base, other) << "different seed";
 }
 
@@ -384,7 +383,7 @@ TEST(DecodeAndTransformTest, BadInputsAreInvalidArgument) {
       SCOPED_TRACE(name);
       const absl::Status status = DecodeAndTransform(LoadFileOrFail(bad + "/" + name), spec,
                                                      SampleKey{1, 0, 0}, scratch, out.data());
-      EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+      EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument));
     }
   }
   const std::vector<uint8_t> good = LoadFileOrFail(bad + "/good.jpg");  // 160 x 120
@@ -399,8 +398,7 @@ TEST(DecodeAndTransformTest, BadInputsAreInvalidArgument) {
                 .code(),
             absl::StatusCode::kInvalidArgument);
   // The scratch still works after all that.
-  EXPECT_TRUE(
-      DecodeAndTransform(good, TransformSpec::Train(224), SampleKey{}, scratch, out.data()).ok());
+  EXPECT_OK(DecodeAndTransform(good, TransformSpec::Train(224), SampleKey{}, scratch, out.data()));
 }
 
 // A constant-colour JPEG of the given size, through TurboJPEG.
@@ -430,13 +428,12 @@ TEST(DecodeAndTransformTest, TinyAndExtremeImagesGiveTheirColour) {
     SCOPED_TRACE(absl::StrCat(w, "x", h));
     const std::vector<uint8_t> bytes = SolidJpeg(w, h);
     auto decoded = DecodeImage(bytes);
-    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    ASSERT_OK(decoded);
     for (const TransformSpec& spec :
          {TransformSpec::Eval(256, 224), TransformSpec::Train(224)}) {
       for (int64_t index = 0; index < 5; ++index) {
         std::fill(out.begin(), out.end(), 0);
-        ASSERT_TRUE(
-            DecodeAndTransform(bytes, spec, SampleKey{3, 1, index}, scratch, out.data()).ok());
+        ASSERT_OK(DecodeAndTransform(bytes, spec, SampleKey{3, 1, index}, scratch, out.data()));
         // A constant image stays constant, whatever the geometry.
         for (size_t i = 0; i < out.size(); i += 3) {
           ASSERT_EQ(out[i], decoded->rgb[0]) << i;
@@ -451,7 +448,7 @@ TEST(DecodeAndTransformTest, TinyAndExtremeImagesGiveTheirColour) {
 TEST(TransformScratchTest, StopsGrowingOnceWarm) {
   const std::string& dir = ImageCaseDir("eval");
   auto table = ReadTable(dir + "/manifest.txt");
-  ASSERT_TRUE(table.ok());
+  ASSERT_OK(table);
   std::vector<std::vector<uint8_t>> files;
   for (const auto& row : *table) files.push_back(LoadFileOrFail(dir + "/" + row[0]));
   TransformScratch scratch;
@@ -461,9 +458,7 @@ TEST(TransformScratchTest, StopsGrowingOnceWarm) {
     for (size_t i = 0; i < files.size(); ++i) {
       for (const TransformSpec& spec :
            {TransformSpec::Eval(256, 224), TransformSpec::Train(224)}) {
-        ASSERT_TRUE(DecodeAndTransform(files[i], spec, SampleKey{3, 0, int64_t(i)}, scratch,
-                                       out.data())
-                        .ok());
+        ASSERT_OK(DecodeAndTransform(files[i], spec, SampleKey{3, 0, int64_t(i)}, scratch, out.data()));
       }
     }
     if (round == 0) warm = scratch.capacity_bytes();
@@ -478,27 +473,25 @@ TEST(TransformScratchTest, ReleaseBuffersGivesBackAnOutliersMemoryAndKeepsResult
   // resampled crop, 8000 x 224 x 3 bytes.
   constexpr int kWidth = 8000;
   constexpr int kHeight = 1200;
-  const std::string path = testing::MakeTestDir("release_buffers") + "/wide.png";
+  ASSERT_OK_AND_ASSIGN(const ::stoker::testing::TempDir dir,
+                       ::stoker::testing::TempDir::Create("release_buffers"));
+  const std::string path = dir.Join("wide.png");
   std::vector<uint8_t> rgb(static_cast<size_t>(kWidth) * kHeight * 3);
   for (size_t i = 0; i < rgb.size(); ++i) {
     rgb[i] = static_cast<uint8_t>((i / 3 % kWidth) * 7 + i % 3);
   }
-  ASSERT_TRUE(test_util::WritePng(path, kWidth, kHeight, rgb).ok());
+  ASSERT_OK(test_util::WritePng(path, kWidth, kHeight, rgb));
   const std::vector<uint8_t> bytes = LoadFileOrFail(path);
   TrainParams params;
   params.crop = CropBox{0, 0, kHeight, kWidth};
   TransformScratch scratch;
   std::vector<uint8_t> out(224 * 224 * 3);
-  ASSERT_TRUE(
-      DecodeAndTransformWithParams(bytes, TransformSpec::Train(224), params, scratch, out.data())
-          .ok());
+  ASSERT_OK(DecodeAndTransformWithParams(bytes, TransformSpec::Train(224), params, scratch, out.data()));
   EXPECT_GT(scratch.capacity_bytes(), size_t{kWidth} * 224 * 3);
   scratch.ReleaseBuffers();
   EXPECT_EQ(scratch.capacity_bytes(), 0u);
   std::vector<uint8_t> again(out.size());
-  ASSERT_TRUE(
-      DecodeAndTransformWithParams(bytes, TransformSpec::Train(224), params, scratch, again.data())
-          .ok());
+  ASSERT_OK(DecodeAndTransformWithParams(bytes, TransformSpec::Train(224), params, scratch, again.data()));
   EXPECT_EQ(out, again);
 }
 

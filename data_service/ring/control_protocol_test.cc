@@ -7,11 +7,15 @@
 #include <cstring>
 #include <string>
 
+#include "common/testing/status_matchers.h"
 #include "common/unique_fd.h"
 #include "gtest/gtest.h"
 
 namespace stoker::data_service {
 namespace {
+
+using ::stoker::testing::StatusIs;
+using ::testing::HasSubstr;
 
 class ControlProtocolTest : public ::testing::Test {
  protected:
@@ -38,9 +42,9 @@ TEST_F(ControlProtocolTest, RegisterRoundTripsThroughTheSocket) {
   request.drop_last = true;
   ControlMessage message = NewMessage(MessageType::kRegister, 42);
   SetRequest(request, &message);
-  ASSERT_TRUE(SendMessage(a_.get(), message).ok());
+  ASSERT_OK(SendMessage(a_.get(), message));
   auto received = ReceiveMessage(b_.get(), absl::Seconds(1));
-  ASSERT_TRUE(received.ok()) << received.status();
+  ASSERT_OK(received);
   EXPECT_EQ(received->type, static_cast<uint16_t>(MessageType::kRegister));
   EXPECT_EQ(received->request_id, 42u);
   const RingRequest decoded = GetRequest(*received);
@@ -55,40 +59,38 @@ TEST_F(ControlProtocolTest, RegisterRoundTripsThroughTheSocket) {
 
 TEST_F(ControlProtocolTest, ErrorsCarryTheirCodeAndATruncatedText) {
   const std::string long_text(1000, 'x');
-  ASSERT_TRUE(
-      SendMessage(a_.get(), ErrorMessage(absl::NotFoundError(long_text), 7)).ok());
+  ASSERT_OK(SendMessage(a_.get(), ErrorMessage(absl::NotFoundError(long_text), 7)));
   auto received = ReceiveMessage(b_.get(), absl::Seconds(1));
-  ASSERT_TRUE(received.ok()) << received.status();
+  ASSERT_OK(received);
   const absl::Status status = StatusFromError(*received);
-  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(status.message().size(), kControlTextBytes - 1);
   ControlMessage odd = ErrorMessage(absl::InternalError("x"), 0);
   odd.status_code = 1234;
-  EXPECT_EQ(StatusFromError(odd).code(), absl::StatusCode::kUnknown);
+  EXPECT_THAT(StatusFromError(odd), StatusIs(absl::StatusCode::kUnknown));
 }
 
 TEST_F(ControlProtocolTest, AnErrorWithoutAMessageHasAnEmptyText) {
   // An empty message's data() may be null (found by fuzz/control_protocol_fuzzer.cc).
   const ControlMessage message = ErrorMessage(absl::Status(absl::StatusCode::kInternal, ""), 3);
-  EXPECT_TRUE(Validate(message).ok());
+  EXPECT_OK(Validate(message));
   EXPECT_EQ(Text(message), "");
-  EXPECT_EQ(StatusFromError(message).code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(StatusFromError(message), StatusIs(absl::StatusCode::kInternal));
 }
 
 TEST_F(ControlProtocolTest, WrongSizedPacketsAreRejected) {
   const char small[10] = {};
   SendRaw(small, sizeof(small));
-  EXPECT_EQ(ReceiveMessage(b_.get(), absl::Seconds(1)).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ReceiveMessage(b_.get(), absl::Seconds(1)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   std::string big(sizeof(ControlMessage) + 50, '\0');
   ControlMessage valid = NewMessage(MessageType::kStartEpoch, 1);
   std::memcpy(big.data(), &valid, sizeof(valid));
   SendRaw(big.data(), big.size());
   absl::Status oversized = ReceiveMessage(b_.get(), absl::Seconds(1)).status();
-  EXPECT_EQ(oversized.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(oversized.message().find("control packet of 394 bytes; a message is 344"),
-            absl::string_view::npos)
-      << oversized;
+  EXPECT_THAT(oversized,
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("control packet of 394 bytes; a message is 344")));
   // A packet far larger than a message (a huge length prefix in front, say) is consumed
   // whole and named with its real size.
   std::string huge(64 * 1024, '\xff');
@@ -96,12 +98,12 @@ TEST_F(ControlProtocolTest, WrongSizedPacketsAreRejected) {
   ASSERT_EQ(setsockopt(a_.get(), SOL_SOCKET, SO_SNDBUF, &buffer, sizeof(buffer)), 0);
   SendRaw(huge.data(), huge.size());
   oversized = ReceiveMessage(b_.get(), absl::Seconds(1)).status();
-  EXPECT_EQ(oversized.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(oversized.message().find("control packet of 65536 bytes"), absl::string_view::npos)
-      << oversized;
+  EXPECT_THAT(oversized,
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("control packet of 65536 bytes")));
   // The bad packets were consumed: the next good one is read normally.
-  ASSERT_TRUE(SendMessage(a_.get(), valid).ok());
-  EXPECT_TRUE(ReceiveMessage(b_.get(), absl::Seconds(1)).ok());
+  ASSERT_OK(SendMessage(a_.get(), valid));
+  EXPECT_OK(ReceiveMessage(b_.get(), absl::Seconds(1)));
 }
 
 TEST_F(ControlProtocolTest, BadFieldsAreRejected) {
@@ -113,23 +115,22 @@ TEST_F(ControlProtocolTest, BadFieldsAreRejected) {
   bad[4].train = 2;
   std::memset(bad[5].text, 'a', kControlTextBytes);
   for (const ControlMessage& message : bad) {
-    EXPECT_EQ(Validate(message).code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(Validate(message), StatusIs(absl::StatusCode::kInvalidArgument));
     SendRaw(&message, sizeof(message));
-    EXPECT_EQ(ReceiveMessage(b_.get(), absl::Seconds(1)).status().code(),
-              absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(ReceiveMessage(b_.get(), absl::Seconds(1)),
+                StatusIs(absl::StatusCode::kInvalidArgument));
   }
 }
 
 TEST_F(ControlProtocolTest, NothingToReadIsDeadlineExceededAndAClosedPeerUnavailable) {
-  EXPECT_EQ(ReceiveMessage(b_.get(), absl::ZeroDuration()).status().code(),
-            absl::StatusCode::kDeadlineExceeded);
-  EXPECT_EQ(ReceiveMessage(b_.get(), absl::Milliseconds(50)).status().code(),
-            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(ReceiveMessage(b_.get(), absl::ZeroDuration()),
+              StatusIs(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_THAT(ReceiveMessage(b_.get(), absl::Milliseconds(50)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded));
   a_.Reset();
-  EXPECT_EQ(ReceiveMessage(b_.get(), absl::Seconds(1)).status().code(),
-            absl::StatusCode::kUnavailable);
-  EXPECT_EQ(SendMessage(b_.get(), NewMessage(MessageType::kError, 0)).code(),
-            absl::StatusCode::kUnavailable);
+  EXPECT_THAT(ReceiveMessage(b_.get(), absl::Seconds(1)), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(SendMessage(b_.get(), NewMessage(MessageType::kError, 0)),
+              StatusIs(absl::StatusCode::kUnavailable));
 }
 
 }  // namespace

@@ -12,16 +12,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/shm_segment.h"
-#include "data_service/test_util.h"
+#include "common/testing/status_matchers.h"
+#include "common/testing/unique_name.h"
 #include "gtest/gtest.h"
 
 namespace stoker::data_service {
 namespace {
 
-std::string UniqueName(absl::string_view what) {
-  static int counter = 0;
-  return absl::StrCat("/stoker.ringtest.", test_util::UniqueId(), ".", what, ".", counter++);
-}
+using ::stoker::testing::StatusIs;
+using ::stoker::testing::UniqueName;
 
 // Content of sample `i` of the batch at `position`: every byte depends on both.
 uint8_t Pixel(uint64_t position, int sample, size_t byte) {
@@ -98,19 +97,19 @@ class RingTest : public ::testing::Test {
   void MakeRing(RingGeometry geometry) {
     geometry_ = geometry;
     auto layout = RingLayout::For(geometry);
-    ASSERT_TRUE(layout.ok()) << layout.status();
-    auto segment = SharedMemorySegment::Create(UniqueName("ring"), layout->total_bytes);
-    ASSERT_TRUE(segment.ok()) << segment.status();
+    ASSERT_OK(layout);
+    auto segment = SharedMemorySegment::Create(UniqueName("/stoker.ringtest.ring"), layout->total_bytes);
+    ASSERT_OK(segment);
     segment_ = std::move(*segment);
   }
   RingProducer Producer() {
     auto producer = RingProducer::Initialize(segment_.data(), segment_.size(), geometry_);
-    EXPECT_TRUE(producer.ok()) << producer.status();
+    EXPECT_OK(producer);
     return std::move(*producer);
   }
   RingConsumer Consumer() {
     auto consumer = RingConsumer::Attach(segment_.data(), segment_.size());
-    EXPECT_TRUE(consumer.ok()) << consumer.status();
+    EXPECT_OK(consumer);
     return std::move(*consumer);
   }
 
@@ -120,7 +119,7 @@ class RingTest : public ::testing::Test {
 
 TEST(RingLayoutTest, SlotsArePageAlignedAndFitTheTotal) {
   auto layout = RingLayout::For({3, 5, 7});
-  ASSERT_TRUE(layout.ok()) << layout.status();
+  ASSERT_OK(layout);
   EXPECT_EQ(layout->image_offset % kRingPageBytes, 0u);
   EXPECT_EQ(layout->image_stride % kRingPageBytes, 0u);
   EXPECT_EQ(layout->slot_meta_stride % 64, 0u);
@@ -134,16 +133,16 @@ TEST(RingLayoutTest, SlotsArePageAlignedAndFitTheTotal) {
 }
 
 TEST(RingLayoutTest, RejectsGeometryOutOfRange) {
-  EXPECT_EQ(RingLayout::For({0, 1, 1}).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(RingLayout::For({1, 0, 1}).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(RingLayout::For({1, 1, 0}).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(RingLayout::For({1, 1, -5}).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(RingLayout::For({kMaxSlotCount + 1, 1, 1}).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(RingLayout::For({1, kMaxBatchSize + 1, 1}).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(RingLayout::For({1, 1, kMaxImageSize + 1}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(RingLayout::For({0, 1, 1}), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(RingLayout::For({1, 0, 1}), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(RingLayout::For({1, 1, 0}), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(RingLayout::For({1, 1, -5}), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(RingLayout::For({kMaxSlotCount + 1, 1, 1}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(RingLayout::For({1, kMaxBatchSize + 1, 1}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(RingLayout::For({1, 1, kMaxImageSize + 1}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST_F(RingTest, OneProducerAndOneConsumerPassBatchesInOrder) {
@@ -152,13 +151,13 @@ TEST_F(RingTest, OneProducerAndOneConsumerPassBatchesInOrder) {
   RingConsumer consumer = Consumer();
   for (uint64_t p = 0; p < 3; ++p) {
     auto slot = PublishNext(producer, CountFor(p, 3));
-    ASSERT_TRUE(slot.ok()) << slot.status();
+    ASSERT_OK(slot);
   }
   for (uint64_t p = 0; p < 3; ++p) {
     auto slot = AcquireIntact(consumer, p, CountFor(p, 3));
-    ASSERT_TRUE(slot.ok()) << slot.status();
+    ASSERT_OK(slot);
     EXPECT_EQ(slot->slot, static_cast<int32_t>(p));
-    EXPECT_TRUE(consumer.Release(slot->slot).ok());
+    EXPECT_OK(consumer.Release(slot->slot));
   }
 }
 
@@ -170,7 +169,7 @@ TEST_F(RingTest, SampleKindsStartAsPixelsAndDeferredSamplesAreCounted) {
   RingConsumer consumer = Consumer();
   for (uint64_t p = 0; p < 2; ++p) {
     auto w = producer.Claim(absl::Seconds(1));
-    ASSERT_TRUE(w.ok()) << w.status();
+    ASSERT_OK(w);
     for (int i = 0; i < 4; ++i) {
       EXPECT_EQ(w->sample_kinds[i], static_cast<uint8_t>(SampleKind::kPixels)) << p;
     }
@@ -179,13 +178,13 @@ TEST_F(RingTest, SampleKindsStartAsPixelsAndDeferredSamplesAreCounted) {
       w->sample_kinds[1] = static_cast<uint8_t>(SampleKind::kDeferredJpeg);
       w->sample_kinds[3] = static_cast<uint8_t>(SampleKind::kDeferredJpeg);
     }
-    ASSERT_TRUE(producer.Publish(*w, p / 10, p % 10, 4).ok());
+    ASSERT_OK(producer.Publish(*w, p / 10, p % 10, 4));
     auto r = consumer.Acquire(absl::Seconds(1));
-    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_OK(r);
     EXPECT_EQ(r->deferred_count, p == 0 ? 2 : 0);
     EXPECT_EQ(r->sample_kinds[1],
               static_cast<uint8_t>(p == 0 ? SampleKind::kDeferredJpeg : SampleKind::kPixels));
-    ASSERT_TRUE(consumer.Release(r->slot).ok());
+    ASSERT_OK(consumer.Release(r->slot));
   }
 }
 
@@ -200,13 +199,13 @@ TEST_F(RingTest, RequestedShareReachesTheProducerAndSlotsCarryTheirShare) {
     consumer.RequestGpuDecodeShare(share);
     EXPECT_EQ(producer.RequestedGpuDecodeShare(), share);
     auto w = producer.Claim(absl::Seconds(1));
-    ASSERT_TRUE(w.ok()) << w.status();
+    ASSERT_OK(w);
     Fill(producer.layout(), *w, 4);
-    ASSERT_TRUE(producer.Publish(*w, 0, 0, 4, producer.RequestedGpuDecodeShare()).ok());
+    ASSERT_OK(producer.Publish(*w, 0, 0, 4, producer.RequestedGpuDecodeShare()));
     auto r = consumer.Acquire(absl::Seconds(1));
-    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_OK(r);
     EXPECT_EQ(r->gpu_decode_share, share);
-    ASSERT_TRUE(consumer.Release(r->slot).ok());
+    ASSERT_OK(consumer.Release(r->slot));
   }
   consumer.RequestGpuDecodeShare(7.5);
   EXPECT_EQ(producer.RequestedGpuDecodeShare(), 1.0);
@@ -221,9 +220,9 @@ TEST_F(RingTest, PublishRefusesAnUnknownSampleKind) {
   MakeRing({1, 2, 4});
   RingProducer producer = Producer();
   auto w = producer.Claim(absl::Seconds(1));
-  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_OK(w);
   w->sample_kinds[1] = 7;
-  EXPECT_EQ(producer.Publish(*w, 0, 0, 2).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(producer.Publish(*w, 0, 0, 2), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST_F(RingTest, WrapsAroundManyTimes) {
@@ -232,11 +231,11 @@ TEST_F(RingTest, WrapsAroundManyTimes) {
   RingConsumer consumer = Consumer();
   for (uint64_t p = 0; p < 100; ++p) {
     auto w = PublishNext(producer, CountFor(p, 2));
-    ASSERT_TRUE(w.ok()) << w.status();
+    ASSERT_OK(w);
     EXPECT_EQ(w->slot, static_cast<int32_t>(p % 3));
     auto r = AcquireIntact(consumer, p, CountFor(p, 2));
-    ASSERT_TRUE(r.ok()) << r.status();
-    ASSERT_TRUE(consumer.Release(r->slot).ok());
+    ASSERT_OK(r);
+    ASSERT_OK(consumer.Release(r->slot));
   }
 }
 
@@ -246,14 +245,14 @@ TEST_F(RingTest, SingleSlotRingAlternates) {
   RingConsumer consumer = Consumer();
   for (uint64_t p = 0; p < 10; ++p) {
     auto w = PublishNext(producer, 1);
-    ASSERT_TRUE(w.ok()) << w.status();
-    EXPECT_EQ(producer.Claim(absl::ZeroDuration()).status().code(),
-              absl::StatusCode::kDeadlineExceeded);
+    ASSERT_OK(w);
+    EXPECT_THAT(producer.Claim(absl::ZeroDuration()),
+                StatusIs(absl::StatusCode::kDeadlineExceeded));
     auto r = AcquireIntact(consumer, p, 1);
-    ASSERT_TRUE(r.ok()) << r.status();
-    EXPECT_EQ(consumer.Acquire(absl::ZeroDuration()).status().code(),
-              absl::StatusCode::kFailedPrecondition);
-    ASSERT_TRUE(consumer.Release(r->slot).ok());
+    ASSERT_OK(r);
+    EXPECT_THAT(consumer.Acquire(absl::ZeroDuration()),
+                StatusIs(absl::StatusCode::kFailedPrecondition));
+    ASSERT_OK(consumer.Release(r->slot));
   }
 }
 
@@ -262,20 +261,19 @@ TEST_F(RingTest, FullRingBlocksProducerUntilTimeout) {
   RingProducer producer = Producer();
   RingConsumer consumer = Consumer();
   for (uint64_t p = 0; p < 2; ++p) {
-    ASSERT_TRUE(PublishNext(producer, 1).ok());
+    ASSERT_OK(PublishNext(producer, 1));
   }
   const absl::Time start = absl::Now();
   auto blocked = producer.Claim(absl::Milliseconds(200));
-  EXPECT_EQ(blocked.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(blocked, StatusIs(absl::StatusCode::kDeadlineExceeded));
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(190));
   // Acquiring is not enough: the slot is free only once released.
   auto r = consumer.Acquire(absl::ZeroDuration());
-  ASSERT_TRUE(r.ok());
-  EXPECT_EQ(producer.Claim(absl::ZeroDuration()).status().code(),
-            absl::StatusCode::kDeadlineExceeded);
-  ASSERT_TRUE(consumer.Release(r->slot).ok());
+  ASSERT_OK(r);
+  EXPECT_THAT(producer.Claim(absl::ZeroDuration()), StatusIs(absl::StatusCode::kDeadlineExceeded));
+  ASSERT_OK(consumer.Release(r->slot));
   auto w = producer.Claim(absl::ZeroDuration());
-  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_OK(w);
   EXPECT_EQ(w->position, 2u);
 }
 
@@ -283,16 +281,16 @@ TEST_F(RingTest, ReleaseWakesABlockedProducer) {
   MakeRing({1, 1, 2});
   RingProducer producer = Producer();
   RingConsumer consumer = Consumer();
-  ASSERT_TRUE(PublishNext(producer, 1).ok());
+  ASSERT_OK(PublishNext(producer, 1));
   auto r = consumer.Acquire(absl::ZeroDuration());
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   std::thread releaser([&] {
     absl::SleepFor(absl::Milliseconds(100));
-    ASSERT_TRUE(consumer.Release(r->slot).ok());
+    ASSERT_OK(consumer.Release(r->slot));
   });
   const absl::Time start = absl::Now();
   auto next = producer.Claim(absl::Seconds(10));
-  EXPECT_TRUE(next.ok()) << next.status();
+  EXPECT_OK(next);
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   releaser.join();
 }
@@ -303,15 +301,15 @@ TEST_F(RingTest, EmptyRingBlocksConsumerUntilDeadlineExceeded) {
   RingConsumer consumer = Consumer();
   const absl::Time start = absl::Now();
   auto r = consumer.Acquire(absl::Milliseconds(200));
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(r, StatusIs(absl::StatusCode::kDeadlineExceeded));
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(190));
   // A claimed but unpublished slot is still invisible.
   auto w = producer.Claim(absl::ZeroDuration());
-  ASSERT_TRUE(w.ok());
-  EXPECT_EQ(consumer.Acquire(absl::Milliseconds(20)).status().code(),
-            absl::StatusCode::kDeadlineExceeded);
-  ASSERT_TRUE(FillAndPublish(producer, *w, 1).ok());
-  EXPECT_TRUE(consumer.Acquire(absl::ZeroDuration()).ok());
+  ASSERT_OK(w);
+  EXPECT_THAT(consumer.Acquire(absl::Milliseconds(20)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded));
+  ASSERT_OK(FillAndPublish(producer, *w, 1));
+  EXPECT_OK(consumer.Acquire(absl::ZeroDuration()));
 }
 
 TEST_F(RingTest, SlotsMayBeReleasedOutOfOrder) {
@@ -319,18 +317,17 @@ TEST_F(RingTest, SlotsMayBeReleasedOutOfOrder) {
   RingProducer producer = Producer();
   RingConsumer consumer = Consumer();
   for (uint64_t p = 0; p < 3; ++p) {
-    ASSERT_TRUE(PublishNext(producer, 1).ok());
+    ASSERT_OK(PublishNext(producer, 1));
   }
   auto a = consumer.Acquire(absl::ZeroDuration());
   auto b = consumer.Acquire(absl::ZeroDuration());
   ASSERT_TRUE(a.ok() && b.ok());
-  ASSERT_TRUE(consumer.Release(b->slot).ok());
+  ASSERT_OK(consumer.Release(b->slot));
   // Position 3 reuses slot 0, which is still held: the producer must wait for it.
-  EXPECT_EQ(producer.Claim(absl::ZeroDuration()).status().code(),
-            absl::StatusCode::kDeadlineExceeded);
-  ASSERT_TRUE(consumer.Release(a->slot).ok());
+  EXPECT_THAT(producer.Claim(absl::ZeroDuration()), StatusIs(absl::StatusCode::kDeadlineExceeded));
+  ASSERT_OK(consumer.Release(a->slot));
   auto w = producer.Claim(absl::ZeroDuration());
-  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_OK(w);
   EXPECT_EQ(w->slot, 0);
 }
 
@@ -338,14 +335,14 @@ TEST_F(RingTest, DoubleReleaseIsAnError) {
   MakeRing({2, 1, 2});
   RingProducer producer = Producer();
   RingConsumer consumer = Consumer();
-  ASSERT_TRUE(PublishNext(producer, 1).ok());
+  ASSERT_OK(PublishNext(producer, 1));
   auto r = consumer.Acquire(absl::ZeroDuration());
-  ASSERT_TRUE(r.ok());
-  ASSERT_TRUE(consumer.Release(r->slot).ok());
-  EXPECT_EQ(consumer.Release(r->slot).code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(consumer.Release(1).code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(consumer.Release(-1).code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(consumer.Release(7).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_OK(r);
+  ASSERT_OK(consumer.Release(r->slot));
+  EXPECT_THAT(consumer.Release(r->slot), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(consumer.Release(1), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(consumer.Release(-1), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(consumer.Release(7), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 TEST_F(RingTest, ProducerRejectsOutOfOrderPublishAndBadCount) {
@@ -355,32 +352,31 @@ TEST_F(RingTest, ProducerRejectsOutOfOrderPublishAndBadCount) {
   auto b = producer.Claim(absl::ZeroDuration());
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(producer.claimed(), 2);
-  EXPECT_EQ(producer.Publish(*b, 0, 1, 1).code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(producer.Publish(*a, 0, 0, 0).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(producer.Publish(*a, 0, 0, 3).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(producer.Publish(*a, 0, 0, 2).ok());
-  EXPECT_TRUE(producer.Publish(*b, 0, 1, 2).ok());
-  EXPECT_EQ(producer.Publish(*b, 0, 1, 2).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(producer.Publish(*b, 0, 1, 1), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(producer.Publish(*a, 0, 0, 0), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(producer.Publish(*a, 0, 0, 3), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_OK(producer.Publish(*a, 0, 0, 2));
+  EXPECT_OK(producer.Publish(*b, 0, 1, 2));
+  EXPECT_THAT(producer.Publish(*b, 0, 1, 2), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 TEST_F(RingTest, ConsumerRejectsAnythingButARing) {
   MakeRing({2, 2, 2});
   std::memset(segment_.data(), 0xab, 4096);
-  EXPECT_EQ(RingConsumer::Attach(segment_.data(), segment_.size()).status().code(),
-            absl::StatusCode::kDataLoss);
-  ASSERT_TRUE(RingProducer::Initialize(segment_.data(), segment_.size(), geometry_).ok());
-  EXPECT_EQ(RingConsumer::Attach(segment_.data(), 64).status().code(),
-            absl::StatusCode::kDataLoss);
-  EXPECT_EQ(RingConsumer::Attach(segment_.data(), segment_.size() - 1).status().code(),
-            absl::StatusCode::kDataLoss);
+  EXPECT_THAT(RingConsumer::Attach(segment_.data(), segment_.size()),
+              StatusIs(absl::StatusCode::kDataLoss));
+  ASSERT_OK(RingProducer::Initialize(segment_.data(), segment_.size(), geometry_));
+  EXPECT_THAT(RingConsumer::Attach(segment_.data(), 64), StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_THAT(RingConsumer::Attach(segment_.data(), segment_.size() - 1),
+              StatusIs(absl::StatusCode::kDataLoss));
   RingHeader* header = static_cast<RingHeader*>(segment_.data());
   header->version = kRingVersion + 1;
-  EXPECT_EQ(RingConsumer::Attach(segment_.data(), segment_.size()).status().code(),
-            absl::StatusCode::kDataLoss);
+  EXPECT_THAT(RingConsumer::Attach(segment_.data(), segment_.size()),
+              StatusIs(absl::StatusCode::kDataLoss));
   header->version = kRingVersion;
   header->image_stride += 1;
-  EXPECT_EQ(RingConsumer::Attach(segment_.data(), segment_.size()).status().code(),
-            absl::StatusCode::kDataLoss);
+  EXPECT_THAT(RingConsumer::Attach(segment_.data(), segment_.size()),
+              StatusIs(absl::StatusCode::kDataLoss));
 }
 
 constexpr uint64_t kStressBatches = 3000;
@@ -408,7 +404,7 @@ void ProduceAll(RingProducer& producer) {
   while (next < kStressBatches || !claimed.empty()) {
     if (next < kStressBatches && claimed.size() < 2) {
       auto w = producer.Claim(absl::Seconds(20));
-      ASSERT_TRUE(w.ok()) << w.status();
+      ASSERT_OK(w);
       Fill(producer.layout(), *w, CountFor(next, batch));
       claimed.push_back(*w);
       ++next;
@@ -416,7 +412,7 @@ void ProduceAll(RingProducer& producer) {
     }
     const WritableSlot w = claimed.front();
     claimed.erase(claimed.begin());
-    ASSERT_TRUE(producer.Publish(w, w.position / 10, w.position % 10, CountFor(w.position, batch)).ok());
+    ASSERT_OK(producer.Publish(w, w.position / 10, w.position % 10, CountFor(w.position, batch)));
   }
 }
 

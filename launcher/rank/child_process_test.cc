@@ -12,6 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/testing/status_matchers.h"
+#include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/testing/process_probe.h"
@@ -20,10 +22,11 @@ namespace stoker::launcher {
 namespace {
 
 using ::stoker::launcher::testing::IsProcessAlive;
-using ::stoker::launcher::testing::MakeTempDir;
 using ::stoker::launcher::testing::ReadFileOrEmpty;
 using ::stoker::launcher::testing::WaitForFile;
 using ::stoker::launcher::testing::WaitForProcessExit;
+using ::stoker::testing::StatusIs;
+using ::stoker::testing::TempDir;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -74,25 +77,25 @@ TEST(ExitStatusTest, DescribesCodesAndSignalsLikeAShell) {
 
 TEST(ChildProcessTest, ReportsExitCode) {
   absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell("exit 3"));
-  ASSERT_TRUE(child.ok()) << child.status();
+  ASSERT_OK(child);
   absl::StatusOr<ExitStatus> status = child->Wait(absl::Seconds(10));
-  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_OK(status);
   EXPECT_EQ(*status, ExitStatus::Exited(3));
   EXPECT_TRUE(child->has_exited());
 }
 
 TEST(ChildProcessTest, ReportsDeathBySignal) {
   absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell("kill -SEGV $$"));
-  ASSERT_TRUE(child.ok()) << child.status();
+  ASSERT_OK(child);
   absl::StatusOr<ExitStatus> status = child->Wait(absl::Seconds(10));
-  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_OK(status);
   EXPECT_EQ(*status, ExitStatus::Signaled(SIGSEGV));
 }
 
 TEST(ChildProcessTest, MissingProgramFailsSpawnNamingChildAndProgram) {
   absl::StatusOr<ChildProcess> child =
       ChildProcess::Spawn({"data service", "/nonexistent/data_service", {}, {}});
-  EXPECT_EQ(child.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(child, StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(std::string(child.status().message()), HasSubstr("data service"));
   EXPECT_THAT(std::string(child.status().message()), HasSubstr("/nonexistent/data_service"));
   // The failed child was reaped: there is nothing left to wait for.
@@ -101,12 +104,12 @@ TEST(ChildProcessTest, MissingProgramFailsSpawnNamingChildAndProgram) {
 
 TEST(ChildProcessTest, ProgramMustBeAPath) {
   absl::StatusOr<ChildProcess> child = ChildProcess::Spawn({"mpirun", "mpirun", {}, {}});
-  EXPECT_EQ(child.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(child, StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(ChildProcessTest, RunsInItsOwnProcessGroup) {
   absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell("sleep 30"));
-  ASSERT_TRUE(child.ok()) << child.status();
+  ASSERT_OK(child);
   EXPECT_EQ(getpgid(child->pid()), child->pid());
   EXPECT_NE(getpgid(child->pid()), getpgrp());
 }
@@ -119,60 +122,62 @@ TEST(ChildProcessTest, SetsEnvironmentOverTheInheritedOne) {
       "&& test \"$STOKER_CHILD_TEST_ADDED\" = 'a b'");
   spec.env = {"STOKER_CHILD_TEST_REPLACED=new", "STOKER_CHILD_TEST_ADDED=a b"};
   absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(spec);
-  ASSERT_TRUE(child.ok()) << child.status();
+  ASSERT_OK(child);
   EXPECT_EQ(*child->Wait(absl::Seconds(10)), ExitStatus::Exited(0));
 }
 
 TEST(ChildProcessTest, AChildMayStartWithSigpipeIgnored) {
   ChildSpec spec = Shell("kill -PIPE $$; exit 7");
   absl::StatusOr<ChildProcess> dies = ChildProcess::Spawn(spec);
-  ASSERT_TRUE(dies.ok()) << dies.status();
+  ASSERT_OK(dies);
   EXPECT_EQ(*dies->Wait(absl::Seconds(10)), ExitStatus::Signaled(SIGPIPE));
   spec.ignore_sigpipe = true;
   absl::StatusOr<ChildProcess> lives = ChildProcess::Spawn(spec);
-  ASSERT_TRUE(lives.ok()) << lives.status();
+  ASSERT_OK(lives);
   EXPECT_EQ(*lives->Wait(absl::Seconds(10)), ExitStatus::Exited(7));
 }
 
 TEST(ChildProcessTest, StdinIsDevNull) {
   absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell("read line; test $? -ne 0"));
-  ASSERT_TRUE(child.ok()) << child.status();
+  ASSERT_OK(child);
   EXPECT_EQ(*child->Wait(absl::Seconds(10)), ExitStatus::Exited(0));
 }
 
 TEST(ChildProcessTest, WaitTimesOutWhileChildRuns) {
   absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell("sleep 30"));
-  ASSERT_TRUE(child.ok()) << child.status();
+  ASSERT_OK(child);
   const absl::Time start = absl::Now();
   absl::StatusOr<ExitStatus> status = child->Wait(absl::Milliseconds(100));
-  EXPECT_EQ(status.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kDeadlineExceeded));
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(100));
   EXPECT_FALSE(child->has_exited());
 }
 
 TEST(ChildProcessTest, TerminateKillsTheWholeGroupIncludingGrandchildren) {
-  const std::string dir = MakeTempDir("terminate");
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("terminate"));
+  const std::string dir = dir_temp.path();
   absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(
       Shell(absl::StrCat("sleep 1000 & echo $! > ", dir, "/grandchild; wait")));
-  ASSERT_TRUE(child.ok()) << child.status();
+  ASSERT_OK(child);
   const pid_t grandchild = ReadPid(dir + "/grandchild");
   ASSERT_TRUE(IsProcessAlive(grandchild));
 
   absl::StatusOr<ExitStatus> status = child->Terminate(absl::Seconds(10));
-  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_OK(status);
   EXPECT_EQ(*status, ExitStatus::Signaled(SIGTERM));
   EXPECT_TRUE(WaitForProcessExit(grandchild, absl::Seconds(5)));
 }
 
 TEST(ChildProcessTest, TerminateEscalatesToSigkillAfterGrace) {
-  const std::string dir = MakeTempDir("stubborn");
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("stubborn"));
+  const std::string dir = dir_temp.path();
   absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell(absl::StrCat(
       "trap '' TERM; echo ready > ", dir, "/ready; while :; do sleep 0.05; done")));
-  ASSERT_TRUE(child.ok()) << child.status();
+  ASSERT_OK(child);
   ASSERT_TRUE(WaitForFile(dir + "/ready", absl::Seconds(10)));
   const absl::Time start = absl::Now();
   absl::StatusOr<ExitStatus> status = child->Terminate(absl::Milliseconds(300));
-  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_OK(status);
   EXPECT_EQ(*status, ExitStatus::Signaled(SIGKILL));
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(300));
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
@@ -180,32 +185,34 @@ TEST(ChildProcessTest, TerminateEscalatesToSigkillAfterGrace) {
 
 TEST(ChildProcessTest, TerminateOfAnExitedChildReturnsItsStatus) {
   absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell("exit 4"));
-  ASSERT_TRUE(child.ok()) << child.status();
-  ASSERT_TRUE(child->Wait(absl::Seconds(10)).ok());
+  ASSERT_OK(child);
+  ASSERT_OK(child->Wait(absl::Seconds(10)));
   absl::StatusOr<ExitStatus> status = child->Terminate(absl::Seconds(1));
-  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_OK(status);
   EXPECT_EQ(*status, ExitStatus::Exited(4));
-  EXPECT_EQ(child->SignalGroup(SIGTERM).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(child->SignalGroup(SIGTERM), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 TEST(ChildProcessTest, ReapingSweepsWhatTheChildLeftInItsGroup) {
-  const std::string dir = MakeTempDir("sweep");
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("sweep"));
+  const std::string dir = dir_temp.path();
   absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(
       Shell(absl::StrCat("sleep 1000 & echo $! > ", dir, "/grandchild; exit 0")));
-  ASSERT_TRUE(child.ok()) << child.status();
+  ASSERT_OK(child);
   const pid_t grandchild = ReadPid(dir + "/grandchild");
   EXPECT_EQ(*child->Wait(absl::Seconds(10)), ExitStatus::Exited(0));
   EXPECT_TRUE(WaitForProcessExit(grandchild, absl::Seconds(5)));
 }
 
 TEST(ChildProcessTest, DestructorKillsAndReaps) {
-  const std::string dir = MakeTempDir("destructor");
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("destructor"));
+  const std::string dir = dir_temp.path();
   pid_t pid = -1;
   pid_t grandchild = -1;
   {
     absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(
         Shell(absl::StrCat("sleep 1000 & echo $! > ", dir, "/grandchild; wait")));
-    ASSERT_TRUE(child.ok()) << child.status();
+    ASSERT_OK(child);
     pid = child->pid();
     grandchild = ReadPid(dir + "/grandchild");
   }
@@ -217,7 +224,7 @@ TEST(ChildProcessTest, DestructorKillsAndReaps) {
 
 TEST(ChildProcessTest, MovedOwnerKeepsTheChild) {
   absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell("exit 6"));
-  ASSERT_TRUE(child.ok()) << child.status();
+  ASSERT_OK(child);
   ChildProcess moved = std::move(*child);
   EXPECT_EQ(*moved.Wait(absl::Seconds(10)), ExitStatus::Exited(6));
 }
@@ -237,7 +244,8 @@ TEST(ChildProcessTest, NothingOutlivesAKilledParent) {
 TEST(ChildProcessTest, ParentDeathSignalCanBeSigtermForChildrenThatCleanUp) {
   // As NothingOutlivesAKilledParent, but the child asked for SIGTERM and traps it, the way
   // the data service removes its socket and segments when the rank that started it dies.
-  const std::string out = MakeTempDir("pdeathsig");
+  ASSERT_OK_AND_ASSIGN(const TempDir out_temp, TempDir::Create("pdeathsig"));
+  const std::string out = out_temp.path();
   ChildSpec spec = Shell(absl::StrCat("trap 'echo cleaned > ", out,
                                       "/term; exit 0' TERM; echo $$ > ", out,
                                       "/ready; while :; do sleep 0.05; done"));
@@ -257,7 +265,8 @@ TEST(ChildProcessTest, UseAllCpusUndoesTheParentsCpuBinding) {
   cpu_set_t original;
   ASSERT_EQ(sched_getaffinity(0, sizeof(original), &original), 0);
   if (CPU_COUNT(&original) < 2) GTEST_SKIP() << "needs 2 CPUs";
-  const std::string out = MakeTempDir("affinity");
+  ASSERT_OK_AND_ASSIGN(const TempDir out_temp, TempDir::Create("affinity"));
+  const std::string out = out_temp.path();
   const std::string script =
       absl::StrCat("grep Cpus_allowed_list /proc/self/status > ", out, "/$1");
   // The test process stands in for an MPI rank bound to its first allowed CPU.
@@ -271,7 +280,7 @@ TEST(ChildProcessTest, UseAllCpusUndoesTheParentsCpuBinding) {
     ChildSpec spec{"affinity", "/bin/sh", {"sh", "-c", script, "sh", all ? "all" : "bound"}, {}};
     spec.use_all_cpus = all;
     absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(spec);
-    ASSERT_TRUE(child.ok()) << child.status();
+    ASSERT_OK(child);
     EXPECT_EQ(*child->Wait(absl::Seconds(10)), ExitStatus::Exited(0));
   }
   ASSERT_EQ(sched_setaffinity(0, sizeof(original), &original), 0);
@@ -288,7 +297,7 @@ TEST(WaitForFirstExitTest, ReturnsTheChildThatExitsFirst) {
   ASSERT_TRUE(slow.ok() && fast.ok());
   std::vector<ChildProcess*> children = {&*slow, &*fast};
   absl::StatusOr<WaitResult> result = WaitForFirstExit(children, absl::Seconds(10));
-  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_OK(result);
   EXPECT_EQ(result->event, WaitResult::Event::kExited);
   EXPECT_EQ(result->child, &*fast);
   EXPECT_EQ(fast->exit_status(), ExitStatus::Exited(5));
@@ -297,16 +306,16 @@ TEST(WaitForFirstExitTest, ReturnsTheChildThatExitsFirst) {
 
 TEST(WaitForFirstExitTest, TimesOut) {
   absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell("sleep 30"));
-  ASSERT_TRUE(child.ok());
+  ASSERT_OK(child);
   std::vector<ChildProcess*> children = {&*child};
   absl::StatusOr<WaitResult> result = WaitForFirstExit(children, absl::Milliseconds(50));
-  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_OK(result);
   EXPECT_EQ(result->event, WaitResult::Event::kTimedOut);
 }
 
 TEST(WaitForFirstExitTest, WakesWhenTheWakeFdIsReadable) {
   absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell("sleep 30"));
-  ASSERT_TRUE(child.ok());
+  ASSERT_OK(child);
   int fds[2];
   ASSERT_EQ(pipe(fds), 0);
   ASSERT_EQ(write(fds[1], "x", 1), 1);
@@ -315,7 +324,7 @@ TEST(WaitForFirstExitTest, WakesWhenTheWakeFdIsReadable) {
       WaitForFirstExit(children, absl::InfiniteDuration(), fds[0]);
   close(fds[0]);
   close(fds[1]);
-  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_OK(result);
   EXPECT_EQ(result->event, WaitResult::Event::kWoken);
 }
 
@@ -325,7 +334,7 @@ TEST(TerminateAllTest, EndsEveryChildAtOnce) {
   ASSERT_TRUE(a.ok() && b.ok());
   std::vector<ChildProcess*> children = {&*a, &*b};
   const absl::Time start = absl::Now();
-  ASSERT_TRUE(TerminateAll(children, absl::Seconds(10)).ok());
+  ASSERT_OK(TerminateAll(children, absl::Seconds(10)));
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   EXPECT_EQ(a->exit_status(), ExitStatus::Signaled(SIGTERM));
   EXPECT_EQ(b->exit_status(), ExitStatus::Signaled(SIGTERM));
@@ -334,14 +343,14 @@ TEST(TerminateAllTest, EndsEveryChildAtOnce) {
 TEST(TerminateAllTest, WakeFdCutsTheGracePeriodShort) {
   absl::StatusOr<ChildProcess> child =
       ChildProcess::Spawn(Shell("trap '' TERM; while :; do sleep 0.05; done"));
-  ASSERT_TRUE(child.ok());
+  ASSERT_OK(child);
   absl::SleepFor(absl::Milliseconds(100));  // let the shell install its trap
   int fds[2];
   ASSERT_EQ(pipe(fds), 0);
   ASSERT_EQ(write(fds[1], "x", 1), 1);
   std::vector<ChildProcess*> children = {&*child};
   const absl::Time start = absl::Now();
-  ASSERT_TRUE(TerminateAll(children, absl::Seconds(60), fds[0]).ok());
+  ASSERT_OK(TerminateAll(children, absl::Seconds(60), fds[0]));
   close(fds[0]);
   close(fds[1]);
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
@@ -357,25 +366,26 @@ TEST(WaitForFirstExitTest, WorksWithoutPidfdsByPolling) {
   ASSERT_EQ(slow->pidfd(), -1);
   std::vector<ChildProcess*> children = {&*slow, &*fast};
   absl::StatusOr<WaitResult> result = WaitForFirstExit(children, absl::Seconds(10));
-  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_OK(result);
   EXPECT_EQ(result->child, &*fast);
   result = WaitForFirstExit({&*slow}, absl::Milliseconds(50));
-  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_OK(result);
   EXPECT_EQ(result->event, WaitResult::Event::kTimedOut);
   EXPECT_EQ(*slow->Terminate(absl::Seconds(10)), ExitStatus::Signaled(SIGTERM));
 }
 
 TEST(StrayChildrenTest, SubreaperAdoptsAndKillsOrphansOfADeadChild) {
   absl::StatusOr<bool> previous = BecomeChildSubreaper();
-  ASSERT_TRUE(previous.ok()) << previous.status();
-  const std::string dir = MakeTempDir("orphans");
+  ASSERT_OK(previous);
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("orphans"));
+  const std::string dir = dir_temp.path();
   // The grandchild leaves the child's group, as an mpirun rank does, so no group kill finds
   // it; when the child dies, it is adopted by this process.
   absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell(absl::StrCat(
       "setsid sh -c 'echo $$ > ", dir, "/orphan; exec sleep 1000' & wait")));
-  ASSERT_TRUE(child.ok()) << child.status();
+  ASSERT_OK(child);
   const pid_t orphan = ReadPid(dir + "/orphan");
-  ASSERT_TRUE(child->Terminate(absl::Seconds(10)).ok());
+  ASSERT_OK(child->Terminate(absl::Seconds(10)));
   ASSERT_TRUE(IsProcessAlive(orphan));
 
   std::vector<pid_t> killed = KillStrayChildren({}, absl::Seconds(5));
@@ -386,7 +396,7 @@ TEST(StrayChildrenTest, SubreaperAdoptsAndKillsOrphansOfADeadChild) {
 
 TEST(StrayChildrenTest, LeavesKeptChildrenAlone) {
   absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell("sleep 1000"));
-  ASSERT_TRUE(child.ok());
+  ASSERT_OK(child);
   const pid_t keep[] = {child->pid()};
   EXPECT_THAT(KillStrayChildren(keep, absl::Seconds(1)), ::testing::IsEmpty());
   EXPECT_TRUE(IsProcessAlive(child->pid()));

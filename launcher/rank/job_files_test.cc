@@ -7,6 +7,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/testing/status_matchers.h"
+#include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/testing/process_probe.h"
@@ -15,8 +17,9 @@ namespace stoker::launcher {
 namespace {
 
 using ::stoker::launcher::testing::ListEntries;
-using ::stoker::launcher::testing::MakeTempDir;
 using ::stoker::launcher::testing::PathExists;
+using ::stoker::testing::StatusIs;
+using ::stoker::testing::TempDir;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -31,8 +34,8 @@ std::string UniqueId(const std::string& tag) {
 }
 
 TEST(JobIdTest, AcceptsPlainIdsAndRejectsDotsSlashesAndLongIds) {
-  EXPECT_TRUE(ValidateJobId("gpu07-4242-9f31c2aa").ok());
-  EXPECT_TRUE(ValidateJobId("run_1").ok());
+  EXPECT_OK(ValidateJobId("gpu07-4242-9f31c2aa"));
+  EXPECT_OK(ValidateJobId("run_1"));
   EXPECT_FALSE(ValidateJobId("").ok());
   EXPECT_FALSE(ValidateJobId("a.b").ok());
   EXPECT_FALSE(ValidateJobId("../x").ok());
@@ -43,7 +46,7 @@ TEST(JobIdTest, AcceptsPlainIdsAndRejectsDotsSlashesAndLongIds) {
 TEST(JobIdTest, GeneratedIdsAreValidAndDistinct) {
   const std::string a = GenerateJobId();
   const std::string b = GenerateJobId();
-  EXPECT_TRUE(ValidateJobId(a).ok()) << a;
+  EXPECT_OK(ValidateJobId(a)) << a;
   EXPECT_NE(a, b);
   EXPECT_THAT(a, HasSubstr(absl::StrCat("-", getpid(), "-")));
 }
@@ -51,7 +54,7 @@ TEST(JobIdTest, GeneratedIdsAreValidAndDistinct) {
 TEST(JobDirectoryTest, IsCreatedOwnerOnlyAndRemovedWithItsContents) {
   const std::string id = UniqueId("job1");
   absl::StatusOr<JobDirectory> dir = JobDirectory::Create(kParent, id);
-  ASSERT_TRUE(dir.ok()) << dir.status();
+  ASSERT_OK(dir);
   EXPECT_EQ(dir->path(), "/tmp/stoker." + id);
   EXPECT_EQ(dir->socket_path(), "/tmp/stoker." + id + "/data.sock");
   EXPECT_EQ(DataSocketPath(kParent, id), dir->socket_path());
@@ -74,7 +77,7 @@ TEST(JobDirectoryTest, DestructorRemovesIt) {
   const std::string path = JobDirectoryPath(kParent, UniqueId("job2"));
   {
     absl::StatusOr<JobDirectory> dir = JobDirectory::Create(kParent, UniqueId("job2"));
-    ASSERT_TRUE(dir.ok()) << dir.status();
+    ASSERT_OK(dir);
     JobDirectory moved = std::move(*dir);
     EXPECT_TRUE(PathExists(path));
   }
@@ -86,7 +89,7 @@ TEST(JobDirectoryTest, RefusesAnExistingDirectory) {
   const std::string path = JobDirectoryPath(kParent, id);
   ASSERT_EQ(mkdir(path.c_str(), 0700), 0);
   absl::StatusOr<JobDirectory> dir = JobDirectory::Create(kParent, id);
-  EXPECT_EQ(dir.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(dir, StatusIs(absl::StatusCode::kAlreadyExists));
   EXPECT_THAT(std::string(dir.status().message()), HasSubstr("--job_id " + id));
   EXPECT_TRUE(PathExists(path));  // not ours: left alone
   rmdir(path.c_str());
@@ -95,12 +98,13 @@ TEST(JobDirectoryTest, RefusesAnExistingDirectory) {
 TEST(JobDirectoryTest, RefusesASocketPathTooLongForSockaddrUn) {
   const std::string parent = "/tmp/" + std::string(100, 'p');
   absl::StatusOr<JobDirectory> dir = JobDirectory::Create(parent, "job");
-  EXPECT_EQ(dir.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(dir, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(std::string(dir.status().message()), HasSubstr("too long"));
 }
 
 TEST(SharedMemoryLeftoversTest, RemovesOnlyThisJobsSegments) {
-  const std::string shm = MakeTempDir("shm");
+  ASSERT_OK_AND_ASSIGN(const TempDir shm_temp, TempDir::Create("shm"));
+  const std::string shm = shm_temp.path();
   for (const char* name : {"stoker.j1.ring.0", "stoker.j1.ring.1", "stoker.j10.ring.0", "stoker.j1",
                            "other.j1.ring.0"}) {
     std::ofstream(shm + "/" + name) << "x";
@@ -126,8 +130,10 @@ TEST(JobIdOfSocketPathTest, ReadsTheJobIdOfBothKindsOfSocket) {
 
 TEST(SharedMemoryLeftoversTest, ObjectsOfAnotherUserAreLeftAlsoForRoot) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to make files of another user";
-  const std::string dir = MakeTempDir("foreign");
-  const std::string shm = MakeTempDir("foreign_shm");
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("foreign"));
+  const std::string dir = dir_temp.path();
+  ASSERT_OK_AND_ASSIGN(const TempDir shm_temp, TempDir::Create("foreign_shm"));
+  const std::string shm = shm_temp.path();
   std::ofstream(shm + "/stoker.j1.ring.0") << "x";
   std::ofstream(shm + "/stoker.j1.ring.1") << "x";
   if (chown((shm + "/stoker.j1.ring.1").c_str(), 65534, 65534) != 0) {
@@ -152,9 +158,9 @@ TEST(SharedMemoryLeftoversTest, ObjectsOfAnotherUserAreLeftAlsoForRoot) {
 
 TEST(NodeSocketTest, PathNamesJobAndNodeInsideTheJobDirectory) {
   EXPECT_EQ(NodeSocketPath("/tmp", "j1", 3), "/tmp/stoker.j1/node3.sock");
-  EXPECT_TRUE(CheckNodeSocketPath("/tmp", std::string(kMaxJobIdLength, 'j'), 999).ok());
+  EXPECT_OK(CheckNodeSocketPath("/tmp", std::string(kMaxJobIdLength, 'j'), 999));
   const absl::Status too_long = CheckNodeSocketPath("/tmp/" + std::string(100, 'p'), "job", 0);
-  EXPECT_EQ(too_long.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(too_long, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(std::string(too_long.message()), HasSubstr("too long"));
 }
 
@@ -170,7 +176,7 @@ TEST(NodeJobDirectoryTest, IsMadeOwnerOnlyWhateverTheUmask) {
     const mode_t old_mask = umask(mask);
     absl::StatusOr<std::string> dir = MakeNodeJobDirectory(kParent, job);
     umask(old_mask);
-    ASSERT_TRUE(dir.ok()) << dir.status();
+    ASSERT_OK(dir);
     EXPECT_EQ(*dir, JobDirectoryPath(kParent, job));
     EXPECT_EQ(ModeOf(*dir), 0700) << "umask " << mask;
     struct stat info;
@@ -184,10 +190,10 @@ TEST(NodeJobDirectoryTest, IsMadeOwnerOnlyWhateverTheUmask) {
 TEST(NodeJobDirectoryTest, AnotherNodeOfTheJobFindsItAndTheLastOneRemovesIt) {
   const std::string job = UniqueId("node-shared");
   absl::StatusOr<std::string> first = MakeNodeJobDirectory(kParent, job);
-  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_OK(first);
   std::ofstream(NodeSocketPath(kParent, job, 0)) << "x";
   absl::StatusOr<std::string> second = MakeNodeJobDirectory(kParent, job);
-  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_OK(second);
   EXPECT_EQ(*second, *first);
   std::ofstream(NodeSocketPath(kParent, job, 1)) << "x";
 
@@ -206,7 +212,7 @@ TEST(NodeJobDirectoryTest, ADirectoryWithAnotherModeIsRefusedByName) {
   ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
   ASSERT_EQ(chmod(dir.c_str(), 0755), 0);
   absl::StatusOr<std::string> made = MakeNodeJobDirectory(kParent, job);
-  EXPECT_EQ(made.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(made, StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(std::string(made.status().message()),
               HasSubstr(absl::StrCat("job directory ", dir, " exists but is a directory of uid ",
                                      geteuid(), " with mode 0755")));
@@ -216,13 +222,14 @@ TEST(NodeJobDirectoryTest, ADirectoryWithAnotherModeIsRefusedByName) {
 }
 
 TEST(NodeJobDirectoryTest, ASymlinkOrAFileUnderTheNameIsRefusedByName) {
-  const std::string target = MakeTempDir("node-target");
+  ASSERT_OK_AND_ASSIGN(const TempDir target_temp, TempDir::Create("node-target"));
+  const std::string target = target_temp.path();
   const std::string link_job = UniqueId("node-link");
   const std::string link = JobDirectoryPath(kParent, link_job);
   ASSERT_EQ(chmod(target.c_str(), 0700), 0);
   ASSERT_EQ(symlink(target.c_str(), link.c_str()), 0);
   absl::StatusOr<std::string> made = MakeNodeJobDirectory(kParent, link_job);
-  EXPECT_EQ(made.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(made, StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(std::string(made.status().message()),
               HasSubstr(absl::StrCat(link, " exists but is a symbolic link")));
   unlink(link.c_str());
@@ -231,7 +238,7 @@ TEST(NodeJobDirectoryTest, ASymlinkOrAFileUnderTheNameIsRefusedByName) {
   const std::string file = JobDirectoryPath(kParent, file_job);
   std::ofstream(file) << "x";
   made = MakeNodeJobDirectory(kParent, file_job);
-  EXPECT_EQ(made.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(made, StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(std::string(made.status().message()),
               HasSubstr(absl::StrCat(file, " exists but is not a directory")));
   unlink(file.c_str());
@@ -247,7 +254,7 @@ TEST(NodeJobDirectoryTest, ADirectoryOfAnotherUserIsRefusedAlsoForRoot) {
     GTEST_SKIP() << "cannot give a directory to another user here (a sandbox's user namespace?)";
   }
   absl::StatusOr<std::string> made = MakeNodeJobDirectory(kParent, job);
-  EXPECT_EQ(made.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(made, StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(
       std::string(made.status().message()),
       HasSubstr(absl::StrCat(dir, " exists but is a directory of uid 65534 with mode 0700")));
@@ -257,8 +264,7 @@ TEST(NodeJobDirectoryTest, ADirectoryOfAnotherUserIsRefusedAlsoForRoot) {
 }
 
 TEST(NodeJobDirectoryTest, ABadJobIdIsRefused) {
-  EXPECT_EQ(MakeNodeJobDirectory(kParent, "a/b").status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(MakeNodeJobDirectory(kParent, "a/b"), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/testing/status_matchers.h"
+#include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/testing/process_probe.h"
@@ -19,6 +21,8 @@ namespace stoker::launcher {
 namespace {
 
 using ::stoker::launcher::testing::PathExists;
+using ::stoker::testing::StatusIs;
+using ::stoker::testing::TempDir;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -50,11 +54,11 @@ void LeaveJobFiles(const std::string& dir, const std::string& shm, const std::st
 
 TEST(ProcessIdentityTest, SelfRoundTripsThroughText) {
   absl::StatusOr<ProcessIdentity> self = ProcessIdentity::Self();
-  ASSERT_TRUE(self.ok()) << self.status();
+  ASSERT_OK(self);
   EXPECT_EQ(self->pid, getpid());
   EXPECT_GT(self->start_time, 0u);
   absl::StatusOr<ProcessIdentity> back = ProcessIdentity::FromText(self->ToText());
-  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_OK(back);
   EXPECT_EQ(back->pid, self->pid);
   EXPECT_EQ(back->start_time, self->start_time);
   EXPECT_EQ(back->pid_namespace, self->pid_namespace);
@@ -62,9 +66,11 @@ TEST(ProcessIdentityTest, SelfRoundTripsThroughText) {
 }
 
 TEST(ProcessIdentityTest, GarbageIsNotAnIdentity) {
-  EXPECT_TRUE(absl::IsInvalidArgument(ProcessIdentity::FromText("").status()));
-  EXPECT_TRUE(absl::IsInvalidArgument(ProcessIdentity::FromText("12 x ns boot").status()));
-  EXPECT_TRUE(absl::IsInvalidArgument(ProcessIdentity::FromText("-3 5 ns boot").status()));
+  EXPECT_THAT(ProcessIdentity::FromText(""), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ProcessIdentity::FromText("12 x ns boot"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ProcessIdentity::FromText("-3 5 ns boot"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(JudgeOwnerTest, ThisProcessIsAlive) {
@@ -94,11 +100,12 @@ TEST(JudgeOwnerTest, AnOwnerInAnotherPidNamespaceIsUnknown) {
 }
 
 TEST(JobOwnerRecordTest, TheRecordIsOwnerOnlyAndGoesWithTheObject) {
-  const std::string dir = testing::MakeTempDir("owner");
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("owner"));
+  const std::string dir = dir_temp.path();
   const std::string path = JobOwnerPath(dir, "job1");
   {
     absl::StatusOr<JobOwnerRecord> record = JobOwnerRecord::Create(dir, dir, "job1");
-    ASSERT_TRUE(record.ok()) << record.status();
+    ASSERT_OK(record);
     EXPECT_EQ(record->path(), path);
     struct stat info;
     ASSERT_EQ(stat(path.c_str(), &info), 0);
@@ -111,39 +118,44 @@ TEST(JobOwnerRecordTest, TheRecordIsOwnerOnlyAndGoesWithTheObject) {
 }
 
 TEST(JobOwnerRecordTest, ARunningJobKeepsItsId) {
-  const std::string dir = testing::MakeTempDir("owner");
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("owner"));
+  const std::string dir = dir_temp.path();
   absl::StatusOr<JobOwnerRecord> first = JobOwnerRecord::Create(dir, dir, "job1");
-  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_OK(first);
   absl::StatusOr<JobOwnerRecord> second = JobOwnerRecord::Create(dir, dir, "job1");
-  EXPECT_TRUE(absl::IsAlreadyExists(second.status()));
+  EXPECT_THAT(second, StatusIs(absl::StatusCode::kAlreadyExists));
   EXPECT_THAT(second.status().message(),
               HasSubstr(absl::StrCat("running launcher pid ", getpid())));
 }
 
 TEST(JobOwnerRecordTest, TheIdOfADeadJobIsTakenOverAndItsFilesRemoved) {
-  const std::string dir = testing::MakeTempDir("owner");
-  const std::string shm = testing::MakeTempDir("shm");
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("owner"));
+  const std::string dir = dir_temp.path();
+  ASSERT_OK_AND_ASSIGN(const TempDir shm_temp, TempDir::Create("shm"));
+  const std::string shm = shm_temp.path();
   WriteRecord(dir, "job1", GoneProcess());
   LeaveJobFiles(dir, shm, "job1", "node0.sock");
   absl::StatusOr<JobOwnerRecord> record = JobOwnerRecord::Create(dir, shm, "job1");
-  ASSERT_TRUE(record.ok()) << record.status();
+  ASSERT_OK(record);
   EXPECT_FALSE(PathExists(absl::StrCat(dir, "/stoker.job1")));
   EXPECT_FALSE(PathExists(absl::StrCat(shm, "/stoker.job1.ring.0")));
   EXPECT_EQ(ProcessIdentity::FromText(testing::ReadFileOrEmpty(record->path()))->pid, getpid());
 }
 
 TEST(JobOwnerRecordTest, AnUnreadableRecordIsNotTakenOver) {
-  const std::string dir = testing::MakeTempDir("owner");
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("owner"));
+  const std::string dir = dir_temp.path();
   std::ofstream(JobOwnerPath(dir, "job1")) << "garbage";
   absl::StatusOr<JobOwnerRecord> record = JobOwnerRecord::Create(dir, dir, "job1");
-  EXPECT_TRUE(absl::IsAlreadyExists(record.status()));
+  EXPECT_THAT(record, StatusIs(absl::StatusCode::kAlreadyExists));
   EXPECT_THAT(record.status().message(), HasSubstr("remove it if no such job runs"));
 }
 
 TEST(JobOwnerRecordTest, TheRecordIsLockedForTheJobsLife) {
-  const std::string dir = testing::MakeTempDir("owner");
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("owner"));
+  const std::string dir = dir_temp.path();
   absl::StatusOr<JobOwnerRecord> record = JobOwnerRecord::Create(dir, dir, "job1");
-  ASSERT_TRUE(record.ok()) << record.status();
+  ASSERT_OK(record);
   const int fd = open(record->path().c_str(), O_RDONLY | O_CLOEXEC);
   ASSERT_GE(fd, 0);
   EXPECT_NE(flock(fd, LOCK_EX | LOCK_NB), 0);
@@ -158,8 +170,10 @@ TEST(JobOwnerRecordTest, TheRecordIsLockedForTheJobsLife) {
 TEST(RemoveStaleJobsTest, AStaleRecordWhoseLockIsHeldIsLeftAlone) {
   // A record whose pid is gone but whose lock someone holds (the job that is taking the id
   // over right now): judging it must wait for that one.
-  const std::string dir = testing::MakeTempDir("owner");
-  const std::string shm = testing::MakeTempDir("shm");
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("owner"));
+  const std::string dir = dir_temp.path();
+  ASSERT_OK_AND_ASSIGN(const TempDir shm_temp, TempDir::Create("shm"));
+  const std::string shm = shm_temp.path();
   WriteRecord(dir, "taken-job", GoneProcess());
   LeaveJobFiles(dir, shm, "taken-job");
   const int fd = open(JobOwnerPath(dir, "taken-job").c_str(), O_RDONLY | O_CLOEXEC);
@@ -168,7 +182,7 @@ TEST(RemoveStaleJobsTest, AStaleRecordWhoseLockIsHeldIsLeftAlone) {
   EXPECT_THAT(RemoveStaleJobs(dir, shm), IsEmpty());
   EXPECT_TRUE(PathExists(absl::StrCat(shm, "/stoker.taken-job.ring.0")));
   absl::StatusOr<JobOwnerRecord> record = JobOwnerRecord::Create(dir, shm, "taken-job");
-  EXPECT_TRUE(absl::IsAlreadyExists(record.status())) << record.status();
+  EXPECT_THAT(record, StatusIs(absl::StatusCode::kAlreadyExists));
   EXPECT_THAT(record.status().message(), HasSubstr("it holds the lock of"));
   close(fd);
   ASSERT_EQ(RemoveStaleJobs(dir, shm).size(), 1u);
@@ -176,8 +190,10 @@ TEST(RemoveStaleJobsTest, AStaleRecordWhoseLockIsHeldIsLeftAlone) {
 }
 
 TEST(RemoveStaleJobsTest, ADeadNodesJobDirectoryGoesWithItsSockets) {
-  const std::string dir = testing::MakeTempDir("owner");
-  const std::string shm = testing::MakeTempDir("shm");
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("owner"));
+  const std::string dir = dir_temp.path();
+  ASSERT_OK_AND_ASSIGN(const TempDir shm_temp, TempDir::Create("shm"));
+  const std::string shm = shm_temp.path();
   WriteRecord(dir, "dead-node", GoneProcess());
   LeaveJobFiles(dir, shm, "dead-node", "node1.sock");
   const std::vector<StaleJob> stale = RemoveStaleJobs(dir, shm);
@@ -190,13 +206,15 @@ TEST(RemoveStaleJobsTest, ADeadNodesJobDirectoryGoesWithItsSockets) {
 }
 
 TEST(RemoveStaleJobsTest, OnlyJobsWhoseOwnerIsGoneAreRemoved) {
-  const std::string dir = testing::MakeTempDir("owner");
-  const std::string shm = testing::MakeTempDir("shm");
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("owner"));
+  const std::string dir = dir_temp.path();
+  ASSERT_OK_AND_ASSIGN(const TempDir shm_temp, TempDir::Create("shm"));
+  const std::string shm = shm_temp.path();
   const ProcessIdentity gone = GoneProcess();
   WriteRecord(dir, "dead-job", gone);
   LeaveJobFiles(dir, shm, "dead-job");
   absl::StatusOr<JobOwnerRecord> live = JobOwnerRecord::Create(dir, shm, "live-job");
-  ASSERT_TRUE(live.ok()) << live.status();
+  ASSERT_OK(live);
   LeaveJobFiles(dir, shm, "live-job");
   ProcessIdentity elsewhere = gone;
   elsewhere.pid_namespace = "pid:[1]";

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <string>
 
+#include "common/testing/status_matchers.h"
+#include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/testing/process_probe.h"
@@ -12,7 +14,8 @@
 namespace stoker::launcher {
 namespace {
 
-using ::stoker::launcher::testing::MakeTempDir;
+using ::stoker::testing::StatusIs;
+using ::stoker::testing::TempDir;
 using ::testing::HasSubstr;
 
 void WriteFile(const std::string& path, mode_t mode) {
@@ -21,58 +24,63 @@ void WriteFile(const std::string& path, mode_t mode) {
 }
 
 TEST(ResolveProgramTest, FindsBareNamesOnThePathInOrder) {
-  const std::string first = MakeTempDir("path1");
-  const std::string second = MakeTempDir("path2");
+  ASSERT_OK_AND_ASSIGN(const TempDir first_temp, TempDir::Create("path1"));
+  const std::string first = first_temp.path();
+  ASSERT_OK_AND_ASSIGN(const TempDir second_temp, TempDir::Create("path2"));
+  const std::string second = second_temp.path();
   WriteFile(second + "/tool", 0755);
   WriteFile(first + "/tool", 0644);  // not executable: skipped
   absl::StatusOr<std::string> found = ResolveProgram("tool", first + ":" + second, "--mpirun");
-  ASSERT_TRUE(found.ok()) << found.status();
+  ASSERT_OK(found);
   EXPECT_EQ(*found, second + "/tool");
 }
 
 TEST(ResolveProgramTest, MissingProgramNamesTheFlag) {
   absl::StatusOr<std::string> found = ResolveProgram("no-such-mpirun", "/nonexistent", "--mpirun");
-  EXPECT_EQ(found.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(found, StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(std::string(found.status().message()), HasSubstr("--mpirun=no-such-mpirun"));
 }
 
 TEST(ResolveProgramTest, EmptyPathFindsNothingRatherThanTheCurrentDirectory) {
-  EXPECT_EQ(ResolveProgram("sh", "", "--mpirun").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(ResolveProgram("sh", "", "--mpirun"), StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST(ResolveProgramTest, PathsMustBeExecutableFiles) {
-  const std::string dir = MakeTempDir("paths");
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("paths"));
+  const std::string dir = dir_temp.path();
   WriteFile(dir + "/plain", 0644);
   EXPECT_FALSE(ResolveProgram(dir + "/plain", "", "--trainer").ok());
   EXPECT_FALSE(ResolveProgram(dir, "", "--trainer").ok());  // a directory
-  EXPECT_TRUE(ResolveProgram("/bin/sh", "", "--trainer").ok());
+  EXPECT_OK(ResolveProgram("/bin/sh", "", "--trainer"));
 }
 
 TEST(SelfDirectoryTest, IsWhereThisTestBinaryLives) {
   absl::StatusOr<std::string> dir = SelfDirectory();
-  ASSERT_TRUE(dir.ok()) << dir.status();
+  ASSERT_OK(dir);
   EXPECT_TRUE(IsExecutableFile(*dir + "/program_paths_test"));
 }
 
 TEST(FindSiblingProgramTest, PrefersTheSameDirectoryThenThePackageLayout) {
-  const std::string root = MakeTempDir("layout");
+  ASSERT_OK_AND_ASSIGN(const TempDir root_temp, TempDir::Create("layout"));
+  const std::string root = root_temp.path();
   mkdir((root + "/launcher").c_str(), 0755);
   mkdir((root + "/trainer").c_str(), 0755);
   WriteFile(root + "/trainer/trainer", 0755);
   absl::StatusOr<std::string> found = FindSiblingProgram(root + "/launcher", "trainer", "--trainer");
-  ASSERT_TRUE(found.ok()) << found.status();
+  ASSERT_OK(found);
   EXPECT_EQ(*found, root + "/launcher/../trainer/trainer");
 
   WriteFile(root + "/launcher/trainer", 0755);
   found = FindSiblingProgram(root + "/launcher", "trainer", "--trainer");
-  ASSERT_TRUE(found.ok()) << found.status();
+  ASSERT_OK(found);
   EXPECT_EQ(*found, root + "/launcher/trainer");
 }
 
 TEST(FindSiblingProgramTest, MissingProgramSaysWhereItLookedAndWhichFlagToPass) {
-  const std::string dir = MakeTempDir("empty");
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("empty"));
+  const std::string dir = dir_temp.path();
   absl::StatusOr<std::string> found = FindSiblingProgram(dir, "data_service", "--data_service");
-  EXPECT_EQ(found.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(found, StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(std::string(found.status().message()), HasSubstr(dir + "/data_service"));
   EXPECT_THAT(std::string(found.status().message()), HasSubstr("--data_service=PATH"));
 }

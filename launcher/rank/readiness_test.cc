@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "common/testing/status_matchers.h"
+#include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/rank/child_process.h"
@@ -11,8 +13,9 @@
 namespace stoker::launcher {
 namespace {
 
-using ::stoker::launcher::testing::MakeTempDir;
 using ::stoker::launcher::testing::Runfile;
+using ::stoker::testing::StatusIs;
+using ::stoker::testing::TempDir;
 using ::testing::HasSubstr;
 
 // The fake data service (launcher/testing/fake_data_service.cc) in `behaviour`, on a fresh
@@ -22,9 +25,10 @@ class ReadinessTest : public ::testing::Test {
   void SetUp() override {
     job_id_ = GenerateJobId();
     absl::StatusOr<std::string> dir = MakeNodeJobDirectory("/tmp", job_id_);
-    ASSERT_TRUE(dir.ok()) << dir.status();
+    ASSERT_OK(dir);
     socket_ = NodeSocketPath("/tmp", job_id_, 0);
-    shm_ = MakeTempDir("shm");
+    ASSERT_OK_AND_ASSIGN(shm_dir_, TempDir::Create("shm"));
+    shm_ = shm_dir_.path();
   }
   void TearDown() override { RemoveJobDirectory("/tmp", job_id_); }
 
@@ -35,12 +39,13 @@ class ReadinessTest : public ::testing::Test {
                    {"STOKER_FAKE_DATA_SERVICE=" + behaviour, "STOKER_FAKE_SHM_DIR=" + shm_,
                     "STOKER_FAKE_SOCKET_TYPE=" + socket_type}};
     absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(spec);
-    EXPECT_TRUE(child.ok()) << child.status();
+    EXPECT_OK(child);
     return std::move(*child);
   }
 
   std::string job_id_;
   std::string socket_;
+  TempDir shm_dir_;
   std::string shm_;
 };
 
@@ -53,15 +58,15 @@ TEST_F(ReadinessTest, NothingListeningIsNotReady) {
 TEST_F(ReadinessTest, AListeningServiceIsReady) {
   for (const char* type : {"seqpacket", "stream"}) {
     ChildProcess child = Start("serve", type);
-    EXPECT_TRUE(AwaitAcceptingSocket(child, socket_, absl::Seconds(10)).ok()) << type;
-    EXPECT_TRUE(child.Terminate(absl::Seconds(5)).ok());
+    EXPECT_OK(AwaitAcceptingSocket(child, socket_, absl::Seconds(10))) << type;
+    EXPECT_OK(child.Terminate(absl::Seconds(5)));
   }
 }
 
 TEST_F(ReadinessTest, ServiceThatExitsFirstIsUnavailableWithItsExitCode) {
   ChildProcess child = Start("exit_before_ready:3");
   const absl::Status ready = AwaitAcceptingSocket(child, socket_, absl::Seconds(10));
-  EXPECT_EQ(ready.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(ready, StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_THAT(std::string(ready.message()),
               HasSubstr("exited with code 3 before it accepted connections on " + socket_));
   EXPECT_TRUE(child.has_exited());
@@ -70,9 +75,9 @@ TEST_F(ReadinessTest, ServiceThatExitsFirstIsUnavailableWithItsExitCode) {
 TEST_F(ReadinessTest, ServiceThatNeverListensTimesOut) {
   ChildProcess child = Start("never_ready");
   const absl::Status ready = AwaitAcceptingSocket(child, socket_, absl::Milliseconds(300));
-  EXPECT_EQ(ready.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(ready, StatusIs(absl::StatusCode::kDeadlineExceeded));
   EXPECT_THAT(std::string(ready.message()), HasSubstr("did not accept connections"));
-  EXPECT_TRUE(child.Terminate(absl::Seconds(5)).ok());
+  EXPECT_OK(child.Terminate(absl::Seconds(5)));
 }
 
 }  // namespace

@@ -78,13 +78,6 @@ std::vector<pid_t> ReadPidFiles(absl::string_view dir) {
   return pids;
 }
 
-std::string MakeTempDir(absl::string_view tag) {
-  const char* root = std::getenv("TEST_TMPDIR");
-  std::string pattern = absl::StrCat(root != nullptr ? root : "/tmp", "/", tag, ".XXXXXX");
-  if (mkdtemp(pattern.data()) == nullptr) return "";
-  return pattern;
-}
-
 bool PathExists(absl::string_view path) {
   struct stat info;
   return lstat(std::string(path).c_str(), &info) == 0;

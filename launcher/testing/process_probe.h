@@ -31,9 +31,6 @@ std::vector<pid_t> ReadPidFiles(absl::string_view dir);
 // Returns the names of the entries of `dir` that start with `prefix`.
 std::vector<std::string> ListEntries(absl::string_view dir, absl::string_view prefix);
 
-// Creates a fresh directory under TEST_TMPDIR (or /tmp) and returns its path.
-std::string MakeTempDir(absl::string_view tag);
-
 // True if anything (a file, directory, socket or dangling link) is at `path`.
 bool PathExists(absl::string_view path);
 

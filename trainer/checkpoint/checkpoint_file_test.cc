@@ -10,12 +10,18 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/atomic_file.h"
-#include "common/test_dir.h"
 #include "common/test_tmpfs.h"
+#include "common/testing/status_matchers.h"
+#include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
 
 namespace stoker::trainer {
 namespace {
+
+using ::stoker::testing::StatusIs;
+using ::stoker::testing::TempDir;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
 
 std::string Sample(int64_t step) {
   CheckpointWriter writer;
@@ -30,12 +36,12 @@ std::string Sample(int64_t step) {
 
 TEST(CheckpointFileTest, RoundTripsEveryKindOfEntry) {
   auto reader = CheckpointReader::Parse(Sample(42), "mem");
-  ASSERT_TRUE(reader.ok()) << reader.status();
+  ASSERT_OK(reader);
   EXPECT_EQ(*reader->Int("step"), 42);
   EXPECT_EQ(*reader->Double("lr"), 0.125);
   EXPECT_EQ(*reader->String("model"), "resnet18");
   auto tensor = reader->Tensor("model/fc.weight");
-  ASSERT_TRUE(tensor.ok());
+  ASSERT_OK(tensor);
   EXPECT_EQ(tensor->dtype, "float32");
   EXPECT_EQ(tensor->shape, (std::vector<int64_t>{2, 3}));
   ASSERT_EQ(tensor->data.size(), 24u);
@@ -48,11 +54,10 @@ TEST(CheckpointFileTest, RoundTripsEveryKindOfEntry) {
 
 TEST(CheckpointFileTest, MissingOrMistypedEntriesAreNamed) {
   auto reader = CheckpointReader::Parse(Sample(1), "ckpt-a");
-  ASSERT_TRUE(reader.ok());
-  EXPECT_TRUE(absl::IsNotFound(reader->Int("epoch").status()));
-  EXPECT_TRUE(
-      absl::StrContains(reader->Int("epoch").status().message(), "ckpt-a: no entry \"epoch\""));
-  EXPECT_TRUE(absl::IsInvalidArgument(reader->Int("lr").status()));
+  ASSERT_OK(reader);
+  EXPECT_THAT(reader->Int("epoch"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("ckpt-a: no entry \"epoch\"")));
+  EXPECT_THAT(reader->Int("lr"), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(CheckpointFileTest, EveryTruncationIsRefusedAsTruncatedOrCorrupt) {
@@ -60,7 +65,7 @@ TEST(CheckpointFileTest, EveryTruncationIsRefusedAsTruncatedOrCorrupt) {
   for (size_t n = 0; n < bytes.size(); n += (n < 64 ? 1 : 13)) {
     auto reader = CheckpointReader::Parse(bytes.substr(0, n), "cut");
     ASSERT_FALSE(reader.ok()) << n;
-    EXPECT_TRUE(absl::IsDataLoss(reader.status())) << n << ": " << reader.status();
+    EXPECT_THAT(reader, StatusIs(absl::StatusCode::kDataLoss)) << n << ": " << reader.status();
   }
   auto reader = CheckpointReader::Parse(bytes.substr(0, bytes.size() - 1), "cut");
   EXPECT_TRUE(absl::StrContains(reader.status().message(), "truncated")) << reader.status();
@@ -83,9 +88,9 @@ TEST(CheckpointFileTest, SealingGivesAnEditedPayloadTheHeaderAWriterWouldHaveGiv
   edited.back() ^= 0x10;  // the last byte of the "scalar" tensor's data
   ASSERT_FALSE(CheckpointReader::Parse(edited, "edited").ok());
   auto reader = CheckpointReader::Parse(SealedCheckpointForTesting(edited), "sealed");
-  ASSERT_TRUE(reader.ok()) << reader.status();
+  ASSERT_OK(reader);
   auto scalar = reader->Tensor("scalar");
-  ASSERT_TRUE(scalar.ok());
+  ASSERT_OK(scalar);
   EXPECT_EQ(scalar->data, absl::string_view(edited).substr(edited.size() - 8));
   const std::string short_file(kCheckpointHeaderBytes - 1, 'x');
   EXPECT_EQ(SealedCheckpointForTesting(short_file), short_file);
@@ -93,19 +98,19 @@ TEST(CheckpointFileTest, SealingGivesAnEditedPayloadTheHeaderAWriterWouldHaveGiv
 
 TEST(CheckpointFileTest, OtherFilesAndVersionsAreRefusedClearly) {
   auto other = CheckpointReader::Parse(std::string(100, 'z'), "junk");
-  EXPECT_TRUE(absl::IsInvalidArgument(other.status()));
-  EXPECT_TRUE(absl::StrContains(other.status().message(), "not a Stoker checkpoint"));
+  EXPECT_THAT(other,
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a Stoker checkpoint")));
 }
 
 TEST(CheckpointDirectoryTest, KeepsTheNewestAndFallsBackPastCorruptOnes) {
-  const std::string dir = TestDir("ckpt_dir");
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("ckpt_dir"));
+  const std::string dir = dir_temp.path();
   for (int64_t step : {5, 10, 15, 20}) {
-    ASSERT_TRUE(
-        WriteFileAtomically(absl::StrCat(dir, "/", CheckpointFileName(step)), Sample(step)).ok());
+    ASSERT_OK(WriteFileAtomically(absl::StrCat(dir, "/", CheckpointFileName(step)), Sample(step)));
   }
-  ASSERT_TRUE(RemoveOldCheckpoints(dir, 3).ok());
+  ASSERT_OK(RemoveOldCheckpoints(dir, 3));
   auto listed = ListCheckpoints(dir);
-  ASSERT_TRUE(listed.ok());
+  ASSERT_OK(listed);
   ASSERT_EQ(listed->size(), 3u);
   EXPECT_EQ((*listed)[0].global_step, 10);
   EXPECT_EQ((*listed)[2].global_step, 20);
@@ -113,10 +118,10 @@ TEST(CheckpointDirectoryTest, KeepsTheNewestAndFallsBackPastCorruptOnes) {
   // Truncate the newest: the one before is used, and the reason is reported.
   const std::string newest = absl::StrCat(dir, "/", CheckpointFileName(20));
   const std::string bytes = Sample(20);
-  ASSERT_TRUE(WriteFileAtomically(newest, bytes.substr(0, bytes.size() / 2)).ok());
+  ASSERT_OK(WriteFileAtomically(newest, bytes.substr(0, bytes.size() / 2)));
   std::vector<std::string> skipped;
   auto loaded = LoadNewestValidCheckpoint(dir, &skipped);
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_OK(loaded);
   ASSERT_TRUE(loaded->has_value());
   EXPECT_EQ(*(*loaded)->Int("step"), 15);
   ASSERT_EQ(skipped.size(), 1u);
@@ -126,44 +131,46 @@ TEST(CheckpointDirectoryTest, KeepsTheNewestAndFallsBackPastCorruptOnes) {
 
 TEST(CheckpointDirectoryTest, NoDirectoryOrNoCheckpointMeansNothingToResume) {
   auto loaded = LoadNewestValidCheckpoint("/nonexistent/stoker/ckpt", nullptr);
-  ASSERT_TRUE(loaded.ok());
+  ASSERT_OK(loaded);
   EXPECT_FALSE(loaded->has_value());
-  const std::string dir = TestDir("ckpt_empty");
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("ckpt_empty"));
+  const std::string dir = dir_temp.path();
   loaded = LoadNewestValidCheckpoint(dir, nullptr);
-  ASSERT_TRUE(loaded.ok());
+  ASSERT_OK(loaded);
   EXPECT_FALSE(loaded->has_value());
 }
 
 TEST(CheckpointDirectoryTest, StaleTemporariesAreRemoved) {
-  const std::string dir = TestDir("ckpt_stale");
-  ASSERT_TRUE(WriteFileAtomically(dir + "/.ckpt-000000000003.stoker.tmp-999", "partial").ok());
-  ASSERT_TRUE(WriteFileAtomically(dir + "/" + CheckpointFileName(3), Sample(3)).ok());
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("ckpt_stale"));
+  const std::string dir = dir_temp.path();
+  ASSERT_OK(WriteFileAtomically(dir + "/.ckpt-000000000003.stoker.tmp-999", "partial"));
+  ASSERT_OK(WriteFileAtomically(dir + "/" + CheckpointFileName(3), Sample(3)));
   auto removed = RemoveStaleTemporaries(dir);
-  ASSERT_TRUE(removed.ok());
+  ASSERT_OK(removed);
   EXPECT_EQ(*removed, 1);
   EXPECT_EQ(ListCheckpoints(dir)->size(), 1u);
 }
 
 TEST(CheckpointDirectoryTest, ACorruptNewestCheckpointIsRefusedByNameAndTheOneBeforeIsUsed) {
-  const std::string dir = TestDir("ckpt_corrupt");
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("ckpt_corrupt"));
+  const std::string dir = dir_temp.path();
   for (int64_t step : {4, 8}) {
-    ASSERT_TRUE(
-        WriteFileAtomically(absl::StrCat(dir, "/", CheckpointFileName(step)), Sample(step)).ok());
+    ASSERT_OK(WriteFileAtomically(absl::StrCat(dir, "/", CheckpointFileName(step)), Sample(step)));
   }
   // One flipped bit in the payload of the newest (bit rot, a bad copy).
   const std::string newest = absl::StrCat(dir, "/", CheckpointFileName(8));
   std::string bytes = Sample(8);
   bytes[bytes.size() - 5] ^= 0x01;
-  ASSERT_TRUE(WriteFileAtomically(newest, bytes).ok());
+  ASSERT_OK(WriteFileAtomically(newest, bytes));
 
   const absl::StatusOr<CheckpointReader> direct = LoadCheckpoint(newest);
-  EXPECT_TRUE(absl::IsDataLoss(direct.status())) << direct.status();
+  EXPECT_THAT(direct, StatusIs(absl::StatusCode::kDataLoss));
   EXPECT_TRUE(absl::StartsWith(direct.status().message(), newest + ": checksum mismatch"))
       << direct.status();
 
   std::vector<std::string> skipped;
   auto loaded = LoadNewestValidCheckpoint(dir, &skipped);
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_OK(loaded);
   ASSERT_TRUE(loaded->has_value());
   EXPECT_EQ(*(*loaded)->Int("step"), 4);
   EXPECT_EQ((*loaded)->source(), absl::StrCat(dir, "/", CheckpointFileName(4)));
@@ -172,10 +179,10 @@ TEST(CheckpointDirectoryTest, ACorruptNewestCheckpointIsRefusedByNameAndTheOneBe
 
   // Nothing valid at all: nothing to resume, and every file is named.
   const std::string older = absl::StrCat(dir, "/", CheckpointFileName(4));
-  ASSERT_TRUE(WriteFileAtomically(older, "STOKERCK").ok());
+  ASSERT_OK(WriteFileAtomically(older, "STOKERCK"));
   skipped.clear();
   loaded = LoadNewestValidCheckpoint(dir, &skipped);
-  ASSERT_TRUE(loaded.ok());
+  ASSERT_OK(loaded);
   EXPECT_FALSE(loaded->has_value());
   ASSERT_EQ(skipped.size(), 2u);
   EXPECT_TRUE(absl::StartsWith(skipped[1], older + ": truncated")) << skipped[1];
@@ -191,27 +198,29 @@ std::string Large(int64_t step) {
 }
 
 TEST(CheckpointDirectoryTest, ACheckpointThatDoesNotFitLeavesThePreviousOneLoadable) {
-  const std::string dir = TestDir("ckpt_full");
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("ckpt_full"));
+  const std::string dir = dir_temp.path();
   // Room for one checkpoint (40 KB) but not for the next one beside it.
   if (absl::Status mounted = MountPrivateTmpfs(dir, 64 << 10); !mounted.ok()) {
     GTEST_SKIP() << "needs a small tmpfs: " << mounted;
   }
   const std::string first = absl::StrCat(dir, "/", CheckpointFileName(10));
-  ASSERT_TRUE(WriteFileAtomically(first, Large(10)).ok());
+  ASSERT_OK(WriteFileAtomically(first, Large(10)));
   const std::string second = absl::StrCat(dir, "/", CheckpointFileName(20));
   const absl::Status full = WriteFileAtomically(second, Large(20));
-  ASSERT_TRUE(absl::IsResourceExhausted(full)) << full;
-  EXPECT_TRUE(absl::StrContains(full.message(), second)) << full;
-  EXPECT_TRUE(absl::StrContains(full.message(), "ENOSPC")) << full;
+  ASSERT_THAT(full,
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       AllOf(HasSubstr(second),
+                             HasSubstr("ENOSPC"))));
 
   auto listed = ListCheckpoints(dir);
-  ASSERT_TRUE(listed.ok());
+  ASSERT_OK(listed);
   ASSERT_EQ(listed->size(), 1u);
   EXPECT_EQ((*listed)[0].global_step, 10);
   EXPECT_EQ(*RemoveStaleTemporaries(dir), 0);  // the writer removed its partial file
   std::vector<std::string> skipped;
   auto loaded = LoadNewestValidCheckpoint(dir, &skipped);
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_OK(loaded);
   ASSERT_TRUE(loaded->has_value());
   EXPECT_EQ(*(*loaded)->Int("step"), 10);
   EXPECT_EQ((*loaded)->Tensor("model/w")->data.size(), 40000u);

@@ -13,11 +13,15 @@
 #include "absl/strings/str_cat.h"
 #include "common/atomic_file.h"
 #include "common/exit_codes.h"
-#include "common/test_dir.h"
+#include "common/testing/status_matchers.h"
+#include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
 
 namespace stoker::trainer {
 namespace {
+
+using ::stoker::testing::StatusIs;
+using ::stoker::testing::TempDir;
 
 CheckpointOptions Options(const std::string& dir,
                           const std::string& identity = "model=small_cnn seed=0") {
@@ -39,27 +43,28 @@ bool Exists(const std::string& path) {
 }
 
 TEST(RunCheckpointsTest, CheckpointsAreOwnerOnlyAndTheirFoldersToo) {
-  const std::string dir = TestDir("ckpt_modes") + "/run/checkpoints";
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("ckpt_modes"));
+  const std::string dir = dir_temp.path() + "/run/checkpoints";
   const mode_t old_umask = umask(0);
   {
     auto checkpoints = RunCheckpoints::Open(Options(dir), /*writer=*/true);
-    ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+    ASSERT_OK(checkpoints);
     auto written = checkpoints->Write(7, "bytes");
-    ASSERT_TRUE(written.ok()) << written.status();
+    ASSERT_OK(written);
     EXPECT_EQ(ModeOf(*written), 0600u);
   }
   EXPECT_EQ(ModeOf(dir), 0700u);
-  EXPECT_EQ(ModeOf(TestDir("ckpt_modes") + "/run"), 0700u);
+  EXPECT_EQ(ModeOf(dir_temp.path() + "/run"), 0700u);
   EXPECT_EQ(ModeOf(dir + "/RUN"), 0600u);
   EXPECT_EQ(ModeOf(dir + "/LOCK"), 0600u);
 
-  CheckpointOptions shared = Options(TestDir("ckpt_modes") + "/shared");
+  CheckpointOptions shared = Options(dir_temp.path() + "/shared");
   shared.file_mode = 0640;
   {
     auto checkpoints = RunCheckpoints::Open(shared, /*writer=*/true);
-    ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+    ASSERT_OK(checkpoints);
     auto written = checkpoints->Write(1, "bytes");
-    ASSERT_TRUE(written.ok()) << written.status();
+    ASSERT_OK(written);
     EXPECT_EQ(ModeOf(*written), 0640u);
   }
   EXPECT_EQ(ModeOf(shared.dir), 0750u);
@@ -67,12 +72,13 @@ TEST(RunCheckpointsTest, CheckpointsAreOwnerOnlyAndTheirFoldersToo) {
 }
 
 TEST(RunCheckpointsTest, ASecondRunOnTheSameDirectoryIsRefusedNamingTheHolder) {
-  const std::string dir = TestDir("ckpt_lock");
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("ckpt_lock"));
+  const std::string dir = dir_temp.path();
   auto first = RunCheckpoints::Open(Options(dir), /*writer=*/true);
-  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_OK(first);
   auto second = RunCheckpoints::Open(Options(dir), /*writer=*/true);
   ASSERT_FALSE(second.ok());
-  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second, StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_EQ(ExitCodeOf(second.status()), kExitUsage);
   EXPECT_TRUE(
       absl::StrContains(second.status().message(),
@@ -80,20 +86,21 @@ TEST(RunCheckpointsTest, ASecondRunOnTheSameDirectoryIsRefusedNamingTheHolder) {
                                      "/LOCK is locked by pid ", getpid(), " on host ")))
       << second.status();
   // Ranks that do not write take no lock.
-  EXPECT_TRUE(RunCheckpoints::Open(Options(dir), /*writer=*/false).ok());
+  EXPECT_OK(RunCheckpoints::Open(Options(dir), /*writer=*/false));
   // Once the first run is over, the directory is free again.
   first = absl::CancelledError("closed");
-  EXPECT_TRUE(RunCheckpoints::Open(Options(dir), /*writer=*/true).ok());
+  EXPECT_OK(RunCheckpoints::Open(Options(dir), /*writer=*/true));
 }
 
 TEST(RunCheckpointsTest, AnotherRunsCheckpointsAreNeverResumedNorOverwritten) {
-  const std::string dir = TestDir("ckpt_identity");
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("ckpt_identity"));
+  const std::string dir = dir_temp.path();
   std::string written;
   {
     auto mine = RunCheckpoints::Open(Options(dir, "model=resnet18 num_classes=10 seed=1"), true);
-    ASSERT_TRUE(mine.ok()) << mine.status();
+    ASSERT_OK(mine);
     auto path = mine->Write(5, "their checkpoint");
-    ASSERT_TRUE(path.ok()) << path.status();
+    ASSERT_OK(path);
     written = *path;
   }
   for (const char* resume : {"auto", "none"}) {
@@ -111,14 +118,14 @@ TEST(RunCheckpointsTest, AnotherRunsCheckpointsAreNeverResumedNorOverwritten) {
   }
   EXPECT_EQ(*ReadWholeFile(written), "their checkpoint");
   // The same run again (a requeue) is welcome.
-  EXPECT_TRUE(
-      RunCheckpoints::Open(Options(dir, "model=resnet18 num_classes=10 seed=1"), true).ok());
+  EXPECT_OK(RunCheckpoints::Open(Options(dir, "model=resnet18 num_classes=10 seed=1"), true));
 }
 
 TEST(RunCheckpointsTest, ALiveWritersTemporaryIsNeverRemovedAndADeadOnesIs) {
-  const std::string dir = TestDir("ckpt_temporaries");
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("ckpt_temporaries"));
+  const std::string dir = dir_temp.path();
   auto live = RunCheckpoints::Open(Options(dir), /*writer=*/true);
-  ASSERT_TRUE(live.ok()) << live.status();
+  ASSERT_OK(live);
   // What the live writer has in flight (the name WriteFileAtomically gives it).
   const std::string in_flight = dir + "/.ckpt-000000000009.stoker.tmp-4242-00000000deadbeef";
   std::ofstream(in_flight) << "partial";
@@ -126,7 +133,7 @@ TEST(RunCheckpointsTest, ALiveWritersTemporaryIsNeverRemovedAndADeadOnesIs) {
   EXPECT_TRUE(Exists(in_flight));
   // Its writer is gone (the lock went with it): the next run removes the partial file.
   live = absl::CancelledError("killed");
-  EXPECT_TRUE(RunCheckpoints::Open(Options(dir), /*writer=*/true).ok());
+  EXPECT_OK(RunCheckpoints::Open(Options(dir), /*writer=*/true));
   EXPECT_FALSE(Exists(in_flight));
 }
 

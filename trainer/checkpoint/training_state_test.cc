@@ -5,12 +5,16 @@
 #include <ATen/ATen.h>
 
 #include "absl/strings/match.h"
+#include "common/testing/status_matchers.h"
 #include "gtest/gtest.h"
 #include "trainer/nn/builtin_models.h"
 #include "trainer/nn/state_dict.h"
 
 namespace stoker::trainer {
 namespace {
+
+using ::stoker::testing::StatusIs;
+using ::testing::HasSubstr;
 
 struct TrainedRun {
   std::shared_ptr<ImageClassifier> model;
@@ -49,12 +53,12 @@ void TrainSteps(TrainedRun& run, int steps) {
     run.scaler.Scale(at::cross_entropy_loss(run.model->forward(x), y)).backward();
     std::vector<at::Tensor> grads;
     for (const at::Tensor& p : run.model->parameters()) grads.push_back(p.grad());
-    ASSERT_TRUE(run.scaler.Unscale(grads).ok());
+    ASSERT_OK(run.scaler.Unscale(grads));
     ASSERT_TRUE(run.scaler.Step([&] {
       run.optimizer->Step();
       return absl::OkStatus();
     }).ok());
-    ASSERT_TRUE(run.scaler.Update().ok());
+    ASSERT_OK(run.scaler.Update());
   }
 }
 
@@ -76,21 +80,21 @@ TEST(TrainingStateTest, RestoredRunContinuesBitForBit) {
   TrainSteps(original, 3);
   RunPosition position{2, 5, 3};
   auto bytes = EncodeCheckpoint(original.refs(), position, Geometry());
-  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  ASSERT_OK(bytes);
   auto checkpoint = CheckpointReader::Parse(*bytes, "mem");
-  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  ASSERT_OK(checkpoint);
 
   // The original continues for 2 steps, drawing its batches from the generator.
   TrainSteps(original, 2);
 
   TrainedRun restored = MakeRun(2, /*scaling=*/true);  // other weights, generator reseeded
-  ASSERT_TRUE(RestoreTrainingState(*checkpoint, restored.refs()).ok());
+  ASSERT_OK(RestoreTrainingState(*checkpoint, restored.refs()));
   EXPECT_EQ(restored.optimizer->steps_taken(), 3);
   auto got_position = CheckpointPosition(*checkpoint);
-  ASSERT_TRUE(got_position.ok());
+  ASSERT_OK(got_position);
   EXPECT_EQ(got_position->batches_done, 5);
   auto got_geometry = CheckpointGeometry(*checkpoint);
-  ASSERT_TRUE(got_geometry.ok());
+  ASSERT_OK(got_geometry);
   EXPECT_EQ(got_geometry->seed, 77u);
   // The same 2 steps from the restored state (the generator's too) end in the same bits.
   TrainSteps(restored, 2);
@@ -107,10 +111,9 @@ TEST(TrainingStateTest, ResumeIsRefusedWhenTheRunCannotContinue) {
   EXPECT_TRUE(absl::StrContains(CheckResumable(saved, {1, 0, 10}, other, "ckpt").message(), "--model"));
   other = saved;
   other.world_size = 4;
-  EXPECT_TRUE(CheckResumable(saved, {1, 0, 10}, other, "ckpt").ok()) << "epoch boundary: allowed";
+  EXPECT_OK(CheckResumable(saved, {1, 0, 10}, other, "ckpt")) << "epoch boundary: allowed";
   const absl::Status mid = CheckResumable(saved, {1, 3, 10}, other, "ckpt");
-  EXPECT_TRUE(absl::IsInvalidArgument(mid));
-  EXPECT_TRUE(absl::StrContains(mid.message(), "world size")) << mid;
+  EXPECT_THAT(mid, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("world size")));
   other = saved;
   other.num_classes = 1000;
   EXPECT_TRUE(absl::StrContains(CheckResumable(saved, {1, 0, 10}, other, "ckpt").message(), "--num_classes"));
@@ -119,15 +122,14 @@ TEST(TrainingStateTest, ResumeIsRefusedWhenTheRunCannotContinue) {
 TEST(TrainingStateTest, ATensorOfAnotherShapeIsNamed) {
   TrainedRun original = MakeRun(1, false);
   auto bytes = EncodeCheckpoint(original.refs(), {0, 0, 0}, Geometry());
-  ASSERT_TRUE(bytes.ok());
+  ASSERT_OK(bytes);
   auto checkpoint = CheckpointReader::Parse(*bytes, "ckpt-x");
   torch::manual_seed(3);
   std::shared_ptr<ImageClassifier> wider = *MakeBuiltinModel("small_cnn", 7);
   TrainedRun other = MakeRun(1, false);
   other.model = wider;
   const absl::Status status = RestoreTrainingState(*checkpoint, other.refs());
-  EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
-  EXPECT_TRUE(absl::StrContains(status.message(), "model/fc.weight")) << status;
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model/fc.weight")));
 }
 
 }  // namespace

@@ -8,14 +8,17 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/testing/status_matchers.h"
+#include "common/testing/unique_name.h"
 #include "gtest/gtest.h"
 
 namespace stoker::trainer {
 namespace {
 
-std::string UniqueName(const char* what) {
-  return absl::StrCat("/stoker.tabletest-", getpid(), "-", what);
-}
+using ::stoker::testing::StatusIs;
+using ::stoker::testing::UniqueName;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
 
 bool NameExists(const std::string& name) {
   struct stat info;
@@ -23,9 +26,9 @@ bool NameExists(const std::string& name) {
 }
 
 TEST(CollectiveProgressTableTest, CreatedTableIsOwnerOnlyAndHasEmptySlots) {
-  const std::string name = UniqueName("mode");
+  const std::string name = UniqueName("/stoker.tabletest.mode");
   auto table = CollectiveProgressTable::Create(name, 3);
-  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_OK(table);
   struct stat info;
   ASSERT_EQ(stat(absl::StrCat("/dev/shm", name).c_str(), &info), 0);
   EXPECT_EQ(info.st_mode & 0777, 0600);
@@ -37,31 +40,33 @@ TEST(CollectiveProgressTableTest, CreatedTableIsOwnerOnlyAndHasEmptySlots) {
 }
 
 TEST(CollectiveProgressTableTest, ATakenNameIsNotReused) {
-  const std::string name = UniqueName("taken");
+  const std::string name = UniqueName("/stoker.tabletest.taken");
   auto first = CollectiveProgressTable::Create(name, 2);
-  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_OK(first);
   auto second = CollectiveProgressTable::Create(name, 2);
-  EXPECT_TRUE(absl::IsAlreadyExists(second.status())) << second.status();
-  EXPECT_TRUE(absl::StrContains(second.status().message(),
-                                absl::StrCat("progress table /dev/shm", name, " already exists")))
-      << second.status();
+  EXPECT_THAT(second,
+              StatusIs(absl::StatusCode::kAlreadyExists,
+                       HasSubstr(absl::StrCat("progress table /dev/shm", name, " already exists"))));
   // The refused attempt left the first table's name alone.
   EXPECT_TRUE(NameExists(name));
 }
 
 TEST(CollectiveProgressTableTest, BadNamesAndSizesAreRejected) {
   const absl::Status no_slash = CollectiveProgressTable::Create("no-slash", 2).status();
-  EXPECT_TRUE(absl::IsInvalidArgument(no_slash)) << no_slash;
-  EXPECT_TRUE(absl::StrContains(no_slash.message(), "progress table")) << no_slash;
-  EXPECT_TRUE(absl::StrContains(no_slash.message(), "no-slash")) << no_slash;
-  EXPECT_TRUE(absl::IsInvalidArgument(CollectiveProgressTable::Create("/a/b", 2).status()));
-  EXPECT_TRUE(absl::IsInvalidArgument(CollectiveProgressTable::Create(UniqueName("zero"), 0).status()));
+  EXPECT_THAT(no_slash,
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("progress table"),
+                             HasSubstr("no-slash"))));
+  EXPECT_THAT(CollectiveProgressTable::Create("/a/b", 2),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(CollectiveProgressTable::Create(UniqueName("/stoker.tabletest.zero"), 0),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(CollectiveProgressTableTest, AnotherProcessSeesTheSlotsItsPeersWrite) {
-  const std::string name = UniqueName("shared");
+  const std::string name = UniqueName("/stoker.tabletest.shared");
   auto table = CollectiveProgressTable::Create(name, 2);
-  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_OK(table);
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
@@ -81,35 +86,35 @@ TEST(CollectiveProgressTableTest, AnotherProcessSeesTheSlotsItsPeersWrite) {
 }
 
 TEST(CollectiveProgressTableTest, OpenRejectsAnotherRankCount) {
-  const std::string name = UniqueName("count");
+  const std::string name = UniqueName("/stoker.tabletest.count");
   auto table = CollectiveProgressTable::Create(name, 2);
-  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_OK(table);
   auto opened = CollectiveProgressTable::Open(name, 3);
-  EXPECT_TRUE(absl::IsFailedPrecondition(opened.status())) << opened.status();
-  const absl::Status absent = CollectiveProgressTable::Open(UniqueName("absent"), 2).status();
-  EXPECT_TRUE(absl::IsNotFound(absent)) << absent;
-  EXPECT_TRUE(absl::StrContains(absent.message(), UniqueName("absent"))) << absent;
+  EXPECT_THAT(opened, StatusIs(absl::StatusCode::kFailedPrecondition));
+  const std::string absent_name = UniqueName("/stoker.tabletest.absent");
+  const absl::Status absent = CollectiveProgressTable::Open(absent_name, 2).status();
+  EXPECT_THAT(absent, StatusIs(absl::StatusCode::kNotFound, HasSubstr(absent_name)));
 }
 
 TEST(CollectiveProgressTableTest, UnlinkRemovesTheNameAndKeepsTheMapping) {
-  const std::string name = UniqueName("unlink");
+  const std::string name = UniqueName("/stoker.tabletest.unlink");
   auto table = CollectiveProgressTable::Create(name, 2);
-  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_OK(table);
   auto opened = CollectiveProgressTable::Open(name, 2);
-  ASSERT_TRUE(opened.ok()) << opened.status();
-  EXPECT_TRUE(absl::IsFailedPrecondition(opened->Unlink()));  // only the creator
-  ASSERT_TRUE(table->Unlink().ok());
+  ASSERT_OK(opened);
+  EXPECT_THAT(opened->Unlink(), StatusIs(absl::StatusCode::kFailedPrecondition));  // only the creator
+  ASSERT_OK(table->Unlink());
   EXPECT_FALSE(NameExists(name));
-  EXPECT_TRUE(absl::IsFailedPrecondition(table->Unlink()));  // once
+  EXPECT_THAT(table->Unlink(), StatusIs(absl::StatusCode::kFailedPrecondition));  // once
   StoreRelease(&table->slot(0).heartbeat_ns, 123);
   EXPECT_EQ(LoadAcquire(&opened->slot(0).heartbeat_ns), 123);
 }
 
 TEST(CollectiveProgressTableTest, TheCreatorRemovesTheNameWhenItGoes) {
-  const std::string name = UniqueName("raii");
+  const std::string name = UniqueName("/stoker.tabletest.raii");
   {
     auto table = CollectiveProgressTable::Create(name, 1);
-    ASSERT_TRUE(table.ok()) << table.status();
+    ASSERT_OK(table);
     EXPECT_TRUE(NameExists(name));
     CollectiveProgressTable moved = std::move(*table);
     EXPECT_TRUE(NameExists(name));

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "trainer/comm/fake_communicator.h"
@@ -89,7 +90,7 @@ TEST(CollectiveWatchdogTest, AStuckMpiCollectiveEndsTheProcessAtOnce) {
   auto mpi_rank = Fake(/*can_abort=*/false);
   FakeCommunicator& mpi = *mpi_rank;
   absl::StatusOr<StuckCollective> stuck = WatchAStuckCollective({&mpi}, mpi);
-  ASSERT_TRUE(stuck.ok()) << stuck.status();
+  ASSERT_OK(stuck);
   ASSERT_NE(stuck->nanos_to_exit, -1) << "no exit";
   EXPECT_EQ(stuck->record->code.load(), 1);
   EXPECT_GE(stuck->nanos_to_exit, 200'000'000);
@@ -102,7 +103,7 @@ TEST(CollectiveWatchdogTest, AnAbortedCommunicatorStillMeetsTheProcessDeadline) 
   auto nccl_rank = Fake(/*can_abort=*/true, "NCCL");
   FakeCommunicator& nccl = *nccl_rank;
   absl::StatusOr<StuckCollective> stuck = WatchAStuckCollective({&nccl}, nccl);
-  ASSERT_TRUE(stuck.ok()) << stuck.status();
+  ASSERT_OK(stuck);
   // The abort "did not end the process": the deadline thread does, after the grace.
   ASSERT_NE(stuck->nanos_to_exit, -1) << "no exit";
   EXPECT_EQ(nccl.aborts(), 1);
@@ -117,7 +118,7 @@ TEST(CollectiveWatchdogTest, AnAbortThatHangsStillMeetsTheProcessDeadline) {
   absl::Notification release;
   nccl.set_on_abort([&release] { release.WaitForNotification(); });
   absl::StatusOr<StuckCollective> stuck = WatchAStuckCollective({&nccl}, nccl);
-  ASSERT_TRUE(stuck.ok()) << stuck.status();
+  ASSERT_OK(stuck);
   ASSERT_NE(stuck->nanos_to_exit, -1) << "no exit";
   EXPECT_EQ(stuck->record->code.load(), 1);
   EXPECT_GE(stuck->nanos_to_exit, 500'000'000);  // timeout + grace
@@ -136,7 +137,7 @@ TEST(CollectiveWatchdogTest, AnAsynchronousErrorFiresAtOnceNotAtTheTimeout) {
     options.timeout = absl::Seconds(60);
     auto watchdog = CollectiveWatchdog::Start(options, WatchedRank{0, 2, 0, 0}, {&nccl}, nullptr,
                                               RecordExit(record));
-    ASSERT_TRUE(watchdog.ok()) << watchdog.status();
+    ASSERT_OK(watchdog);
     if (waiting) nccl.ledger()->Issue(CollectiveKind::kAllReduce);
     const int64_t start = MonotonicNanos();
     nccl.set_async_error(absl::UnavailableError(
@@ -156,7 +157,7 @@ TEST(CollectiveWatchdogTest, AnIdleMpiCommunicatorDoesNotCutTheNcclAbortShort) {
   FakeCommunicator& mpi = *mpi_rank;
   // Stuck on the device; MPI is idle.
   absl::StatusOr<StuckCollective> stuck = WatchAStuckCollective({&nccl, &mpi}, nccl);
-  ASSERT_TRUE(stuck.ok()) << stuck.status();
+  ASSERT_OK(stuck);
   ASSERT_NE(stuck->nanos_to_exit, -1) << "no exit";
   EXPECT_EQ(nccl.aborts(), 1);
   EXPECT_EQ(mpi.aborts(), 1);
@@ -166,8 +167,8 @@ TEST(CollectiveWatchdogTest, AnIdleMpiCommunicatorDoesNotCutTheNcclAbortShort) {
 TEST(CollectiveWatchdogTest, ARankWhoseNodeIsCaughtUpLetsTheCulpritsNodeReportFirst) {
   auto table =
       CollectiveProgressTable::Create(absl::StrCat("/stoker.watchdogtest-", getpid(), "-defer"), 2);
-  ASSERT_TRUE(table.ok()) << table.status();
-  ASSERT_TRUE(table->Unlink().ok());
+  ASSERT_OK(table);
+  ASSERT_OK(table->Unlink());
   // Two local ranks of a 4-rank job, both waiting in #1: the hold-up is on the other node.
   auto first_rank = Fake(false), second_rank = Fake(false);
   FakeCommunicator &first = *first_rank, &second = *second_rank;
@@ -189,8 +190,8 @@ TEST(CollectiveWatchdogTest, ARankWhoseNodeIsCaughtUpLetsTheCulpritsNodeReportFi
 TEST(CollectiveWatchdogTest, ARankWithAStalledLocalPeerFiresAtTheTimeout) {
   auto table = CollectiveProgressTable::Create(
       absl::StrCat("/stoker.watchdogtest-", getpid(), "-nodefer"), 2);
-  ASSERT_TRUE(table.ok()) << table.status();
-  ASSERT_TRUE(table->Unlink().ok());
+  ASSERT_OK(table);
+  ASSERT_OK(table->Unlink());
   RankProgress& stopped = table->slot(1);
   stopped.pid = getpid();
   stopped.heartbeat_ns = MonotonicNanos() - 10'000'000'000;
@@ -200,7 +201,7 @@ TEST(CollectiveWatchdogTest, ARankWithAStalledLocalPeerFiresAtTheTimeout) {
   auto record = std::make_shared<ExitRecord>();
   auto watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{0, 4, 0, 0}, {&mpi}, &*table,
                                             RecordExit(record));
-  ASSERT_TRUE(watchdog.ok()) << watchdog.status();
+  ASSERT_OK(watchdog);
   const int64_t start = MonotonicNanos();
   mpi.ledger()->Issue(CollectiveKind::kAllReduce);
   ASSERT_TRUE(record->exited.WaitForNotificationWithTimeout(absl::Seconds(10)));
@@ -212,7 +213,7 @@ TEST(CollectiveWatchdogTest, CollectivesThatCompleteInTimeNeverFire) {
   FakeCommunicator& mpi = *mpi_rank;
   auto record = std::make_shared<ExitRecord>();
   auto watchdog = Watch({&mpi, &mpi}, record);
-  ASSERT_TRUE(watchdog.ok()) << watchdog.status();
+  ASSERT_OK(watchdog);
   for (int i = 0; i < 50; ++i) {
     const uint64_t seq = mpi.ledger()->Issue(CollectiveKind::kAllReduce);
     absl::SleepFor(absl::Milliseconds(10));
@@ -243,23 +244,23 @@ TEST(CollectiveWatchdogTest, TheDefaultPollIntervalFollowsTheTimeout) {
   CollectiveWatchdogOptions options;
   options.timeout = absl::Seconds(300);
   auto slow = CollectiveWatchdog::Start(options, WatchedRank{}, {&mpi}, nullptr);
-  ASSERT_TRUE(slow.ok());
+  ASSERT_OK(slow);
   EXPECT_EQ((*slow)->poll_interval(), absl::Seconds(1));
   options.timeout = absl::Seconds(2);
   auto fast = CollectiveWatchdog::Start(options, WatchedRank{}, {&mpi}, nullptr);
-  ASSERT_TRUE(fast.ok());
+  ASSERT_OK(fast);
   EXPECT_EQ((*fast)->poll_interval(), absl::Milliseconds(200));
 }
 
 TEST(CollectiveWatchdogTest, TheWatchdogPublishesItsRankProgressAndHeartbeat) {
   auto table =
       CollectiveProgressTable::Create(absl::StrCat("/stoker.watchdogtest-", getpid(), "-pub"), 2);
-  ASSERT_TRUE(table.ok()) << table.status();
-  ASSERT_TRUE(table->Unlink().ok());
+  ASSERT_OK(table);
+  ASSERT_OK(table->Unlink());
   auto mpi_rank = Fake(false);
   FakeCommunicator& mpi = *mpi_rank;
   auto watchdog = CollectiveWatchdog::Start(Short(), WatchedRank{5, 8, 1, 0}, {&mpi}, &*table);
-  ASSERT_TRUE(watchdog.ok()) << watchdog.status();
+  ASSERT_OK(watchdog);
   mpi.ledger()->Complete(mpi.ledger()->Issue(CollectiveKind::kBroadcast));
   const RankProgress& slot = table->slot(1);
   EXPECT_EQ(LoadAcquire(&slot.rank), 5);
@@ -273,8 +274,8 @@ TEST(CollectiveWatchdogTest, TheWatchdogPublishesItsRankProgressAndHeartbeat) {
 TEST(CollectiveWatchdogTest, NodeProgressTellsStoppedGoneAndWaitingRanksApart) {
   auto table =
       CollectiveProgressTable::Create(absl::StrCat("/stoker.watchdogtest-", getpid(), "-read"), 3);
-  ASSERT_TRUE(table.ok()) << table.status();
-  ASSERT_TRUE(table->Unlink().ok());
+  ASSERT_OK(table);
+  ASSERT_OK(table->Unlink());
   const int64_t now = MonotonicNanos();
   // Local rank 0: waiting in #58 for 2 s, beating.
   RankProgress& waiting = table->slot(0);

@@ -9,11 +9,14 @@
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/testing/status_matchers.h"
 #include "gtest/gtest.h"
 #include "trainer/comm/communicator_conformance.h"
 
 namespace stoker::trainer {
 namespace {
+
+using ::stoker::testing::StatusIs;
 
 // A group of `world_size` fakes, one thread per rank, over host memory.
 class FakeTarget final : public CommunicatorConformanceTarget {
@@ -74,7 +77,8 @@ TEST(FakeCommunicatorTest, CollectivesThatDifferBetweenRanksFailOnEveryRank) {
   EXPECT_FALSE(results[0].ok());
   EXPECT_FALSE(results[1].ok());
   const absl::Status& invalid = absl::IsInvalidArgument(results[0]) ? results[0] : results[1];
-  EXPECT_TRUE(absl::IsInvalidArgument(invalid)) << results[0] << " / " << results[1];
+  EXPECT_THAT(invalid,
+              StatusIs(absl::StatusCode::kInvalidArgument)) << results[0] << " / " << results[1];
   EXPECT_NE(invalid.message().find("same order on every rank"), absl::string_view::npos) << invalid;
 }
 
@@ -85,7 +89,7 @@ TEST(FakeCommunicatorTest, APeerThatNeverJoinsIsDeadlineExceeded) {
   float x = 1;
   const absl::Time start = absl::Now();
   const absl::Status status = group[0]->AllReduce(&x, 1, ElementType::kFloat32, ReduceOp::kSum);
-  EXPECT_TRUE(absl::IsDeadlineExceeded(status)) << status;
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kDeadlineExceeded));
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(200));
   EXPECT_EQ(x, 1);
   const CollectiveLedger::Snapshot ledger = group[0]->ledger()->Read();
@@ -103,7 +107,7 @@ TEST(FakeCommunicatorTest, AFakeThatCannotAbortSaysSoAndGoesOn) {
   EXPECT_FALSE(comm.Abort());
   EXPECT_EQ(comm.aborts(), 1);
   int64_t x = 3;
-  EXPECT_TRUE(comm.AllReduce(&x, 1, ElementType::kInt64, ReduceOp::kSum).ok());
+  EXPECT_OK(comm.AllReduce(&x, 1, ElementType::kInt64, ReduceOp::kSum));
   EXPECT_EQ(x, 3);
 }
 
@@ -122,8 +126,9 @@ TEST(FakeCommunicatorTest, TheAbortHookRunsInsideAbort) {
   aborter.join();
   EXPECT_EQ(comm.aborts(), 1);
   float x = 0;
-  EXPECT_TRUE(absl::IsAborted(comm.AllReduce(&x, 1, ElementType::kFloat32, ReduceOp::kSum)));
-  EXPECT_TRUE(absl::IsAborted(comm.Synchronize()));
+  EXPECT_THAT(comm.AllReduce(&x, 1, ElementType::kFloat32, ReduceOp::kSum),
+              StatusIs(absl::StatusCode::kAborted));
+  EXPECT_THAT(comm.Synchronize(), StatusIs(absl::StatusCode::kAborted));
 }
 
 TEST(FakeCommunicatorTest, TheLatencyDelaysEveryCollective) {
@@ -131,8 +136,8 @@ TEST(FakeCommunicatorTest, TheLatencyDelaysEveryCollective) {
   group[0]->set_latency(absl::Milliseconds(30));
   float x = 0;
   const absl::Time start = absl::Now();
-  ASSERT_TRUE(group[0]->AllReduce(&x, 1, ElementType::kFloat32, ReduceOp::kSum).ok());
-  ASSERT_TRUE(group[0]->Broadcast(&x, sizeof(x), 0).ok());
+  ASSERT_OK(group[0]->AllReduce(&x, 1, ElementType::kFloat32, ReduceOp::kSum));
+  ASSERT_OK(group[0]->Broadcast(&x, sizeof(x), 0));
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(60));
 }
 
@@ -142,7 +147,7 @@ TEST(FakeCommunicatorTest, FailNextFailsOnlyTheNextCollective) {
   float x = 2;
   EXPECT_EQ(group[0]->AllReduce(&x, 1, ElementType::kFloat32, ReduceOp::kAverage),
             absl::UnavailableError("peer gone"));
-  EXPECT_TRUE(group[0]->AllReduce(&x, 1, ElementType::kFloat32, ReduceOp::kAverage).ok());
+  EXPECT_OK(group[0]->AllReduce(&x, 1, ElementType::kFloat32, ReduceOp::kAverage));
   EXPECT_EQ(x, 2);
 }
 

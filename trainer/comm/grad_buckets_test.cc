@@ -8,11 +8,15 @@
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 
+#include "common/testing/status_matchers.h"
 #include "gtest/gtest.h"
 #include "trainer/comm/mpi_communicator.h"
 
 namespace stoker::trainer {
 namespace {
+
+using ::stoker::testing::StatusIs;
+using ::testing::HasSubstr;
 
 // A model without batch statistics, so that the union's gradient is exactly the mean of
 // the halves' gradients.
@@ -48,7 +52,7 @@ std::pair<std::vector<at::Tensor>, std::vector<std::string>> Parameters(Net& net
 
 TEST(GradBucketsTest, BucketedMpiAverageEqualsUnionGradient) {
   auto comm = MpiCommunicator::Create(MPI_COMM_WORLD);
-  ASSERT_TRUE(comm.ok()) << comm.status();
+  ASSERT_OK(comm);
   const int rank = (*comm)->rank(), world = (*comm)->world_size();
   ASSERT_GE(world, 2);
 
@@ -63,7 +67,7 @@ TEST(GradBucketsTest, BucketedMpiAverageEqualsUnionGradient) {
   auto [params, names] = Parameters(net);
   // A small budget, so the model spans several buckets.
   auto buckets = GradBuckets::Create(params, names, /*bucket_bytes=*/2048, comm->get());
-  ASSERT_TRUE(buckets.ok()) << buckets.status();
+  ASSERT_OK(buckets);
   ASSERT_GT((*buckets)->plan().size(), 2u);
   (*buckets)->ZeroGrad();
   (*buckets)->BeginStep(/*reduce=*/true);
@@ -72,7 +76,7 @@ TEST(GradBucketsTest, BucketedMpiAverageEqualsUnionGradient) {
                                        labels.narrow(0, rank * per_rank, per_rank))
       .backward();
   EXPECT_EQ((*buckets)->buckets_launched(), static_cast<int>((*buckets)->plan().size()));
-  ASSERT_TRUE((*buckets)->FinishStep().ok());
+  ASSERT_OK((*buckets)->FinishStep());
 
   torch::nn::functional::cross_entropy(reference.forward(images), labels).backward();
   auto ref = reference.parameters();
@@ -84,38 +88,37 @@ TEST(GradBucketsTest, BucketedMpiAverageEqualsUnionGradient) {
 
 TEST(GradBucketsTest, ParameterWithoutGradientIsNamed) {
   auto comm = MpiCommunicator::Create(MPI_COMM_WORLD);
-  ASSERT_TRUE(comm.ok());
+  ASSERT_OK(comm);
   torch::manual_seed(1);
   Net net;
   auto [params, names] = Parameters(net);
   auto buckets = GradBuckets::Create(params, names, 1 << 20, comm->get());
-  ASSERT_TRUE(buckets.ok());
+  ASSERT_OK(buckets);
   (*buckets)->BeginStep(/*reduce=*/true);
   // fc2 is left out of the loss: its gradients never arrive.
   net.fc1->forward(net.conv->forward(at::randn({2, 3, 8, 8})).relu().flatten(1)).sum().backward();
   absl::Status status = (*buckets)->FinishStep();
-  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(status.message().find("fc2.weight"), absl::string_view::npos) << status;
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("fc2.weight")));
 }
 
 TEST(GradBucketsTest, AccumulationStepDoesNotCommunicate) {
   auto comm = MpiCommunicator::Create(MPI_COMM_WORLD);
-  ASSERT_TRUE(comm.ok());
+  ASSERT_OK(comm);
   torch::manual_seed(3);
   Net net;
   auto [params, names] = Parameters(net);
   auto buckets = GradBuckets::Create(params, names, 2048, comm->get());
-  ASSERT_TRUE(buckets.ok());
+  ASSERT_OK(buckets);
   (*buckets)->ZeroGrad();
   (*buckets)->BeginStep(/*reduce=*/false);
   net.forward(at::full({1, 3, 8, 8}, (*comm)->rank() + 1.0)).sum().backward();
   EXPECT_EQ((*buckets)->buckets_launched(), 0);
-  EXPECT_TRUE((*buckets)->FinishStep().ok());
+  EXPECT_OK((*buckets)->FinishStep());
 }
 
 TEST(GradBucketsTest, OneRankKeepsAutogradGradientsAndAccumulates) {
   auto comm = MpiCommunicator::Create(MPI_COMM_SELF);
-  ASSERT_TRUE(comm.ok());
+  ASSERT_OK(comm);
   ASSERT_EQ((*comm)->world_size(), 1);
   torch::manual_seed(5);
   Net net;
@@ -123,7 +126,7 @@ TEST(GradBucketsTest, OneRankKeepsAutogradGradientsAndAccumulates) {
   CopyParameters(net, reference);
   auto [params, names] = Parameters(net);
   auto buckets = GradBuckets::Create(params, names, 2048, comm->get());
-  ASSERT_TRUE(buckets.ok());
+  ASSERT_OK(buckets);
   at::Tensor x1 = at::randn({3, 3, 8, 8}), x2 = at::randn({3, 3, 8, 8});
   for (int step = 0; step < 2; ++step) {
     (*buckets)->ZeroGrad();
@@ -132,7 +135,7 @@ TEST(GradBucketsTest, OneRankKeepsAutogradGradientsAndAccumulates) {
     for (const at::Tensor& x : {x1, x2}) {
       (*buckets)->BeginStep(/*reduce=*/true);
       net.forward(x).sum().backward();
-      ASSERT_TRUE((*buckets)->FinishStep().ok());
+      ASSERT_OK((*buckets)->FinishStep());
     }
   }
   (reference.forward(x1).sum() + reference.forward(x2).sum()).backward();
@@ -146,14 +149,14 @@ TEST(GradBucketsTest, OneRankKeepsAutogradGradientsAndAccumulates) {
 // same address from step to step, zeroed in place, and communicates nothing.
 TEST(GradBucketsTest, OneRankWithFixedAddressesAccumulatesInPlaceInItsBuckets) {
   auto comm = MpiCommunicator::Create(MPI_COMM_SELF);
-  ASSERT_TRUE(comm.ok());
+  ASSERT_OK(comm);
   torch::manual_seed(5);
   Net net;
   Net reference;
   CopyParameters(net, reference);
   auto [params, names] = Parameters(net);
   auto buckets = GradBuckets::Create(params, names, 2048, comm->get(), /*fixed_addresses=*/true);
-  ASSERT_TRUE(buckets.ok());
+  ASSERT_OK(buckets);
   std::vector<const void*> addresses;
   for (const at::Tensor& p : params) addresses.push_back(p.grad().data_ptr());
   at::Tensor x1 = at::randn({3, 3, 8, 8}), x2 = at::randn({3, 3, 8, 8});
@@ -163,7 +166,7 @@ TEST(GradBucketsTest, OneRankWithFixedAddressesAccumulatesInPlaceInItsBuckets) {
     for (const at::Tensor& x : {x1, x2}) {
       (*buckets)->BeginStep(/*reduce=*/true);
       net.forward(x).sum().backward();
-      ASSERT_TRUE((*buckets)->FinishStep().ok());
+      ASSERT_OK((*buckets)->FinishStep());
     }
   }
   EXPECT_EQ((*comm)->ledger() == nullptr ? 0u : (*comm)->ledger()->Read().issued, 0u);
@@ -173,7 +176,7 @@ TEST(GradBucketsTest, OneRankWithFixedAddressesAccumulatesInPlaceInItsBuckets) {
     EXPECT_EQ(params[i].grad().data_ptr(), addresses[i]) << names[i];
     EXPECT_TRUE(at::allclose(params[i].grad(), ref[i].grad(), 1e-5, 1e-6)) << names[i];
   }
-  EXPECT_TRUE((*buckets)->WatchReplay().ok());
+  EXPECT_OK((*buckets)->WatchReplay());
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/testing/status_matchers.h"
 #include "gtest/gtest.h"
 #include "trainer/comm/collective_watchdog.h"
 #include "trainer/comm/mpi_communicator.h"
@@ -26,10 +27,10 @@ NodePlace OneNode() {
 
 TEST(NodeProgressTableTest, EveryLocalRankMapsTheSameTableAndNoNameIsLeft) {
   auto control = MpiCommunicator::Create(MPI_COMM_WORLD);
-  ASSERT_TRUE(control.ok()) << control.status();
+  ASSERT_OK(control);
   const NodePlace place = OneNode();
   auto table = ShareNodeProgressTable(**control, place);
-  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_OK(table);
   struct stat info;
   EXPECT_NE(stat(("/dev/shm" + table->name()).c_str(), &info), 0) << table->name() << " was left";
   StoreRelease(&table->slot(place.local_rank).rank, 100 + place.local_rank);
@@ -40,11 +41,11 @@ TEST(NodeProgressTableTest, EveryLocalRankMapsTheSameTableAndNoNameIsLeft) {
 
 TEST(NodeProgressTableTest, TheNameCarriesRankZerosJobIdSoThatSweepsFindIt) {
   auto control = MpiCommunicator::Create(MPI_COMM_WORLD);
-  ASSERT_TRUE(control.ok()) << control.status();
+  ASSERT_OK(control);
   const NodePlace place = OneNode();
   // Only rank 0's job id counts.
   auto table = ShareNodeProgressTable(**control, place, place.local_rank == 0 ? "job-7" : "x");
-  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_OK(table);
   EXPECT_EQ(table->name().rfind("/stoker.job-7.collectives.run-", 0), 0u) << table->name();
   EXPECT_EQ(NodeProgressTableName("job-7", "t", 2), "/stoker.job-7.collectives.t.node2");
   EXPECT_EQ(NodeProgressTableName("", "t", 2), "/stoker.t.collectives.node2");
@@ -53,10 +54,10 @@ TEST(NodeProgressTableTest, TheNameCarriesRankZerosJobIdSoThatSweepsFindIt) {
 
 TEST(NodeProgressTableTest, TheRanksWaitingForALateRankFireAndItDoesNot) {
   auto control = MpiCommunicator::Create(MPI_COMM_WORLD);
-  ASSERT_TRUE(control.ok()) << control.status();
+  ASSERT_OK(control);
   const NodePlace place = OneNode();
   auto table = ShareNodeProgressTable(**control, place);
-  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_OK(table);
 
   struct Exit {
     std::atomic<int> code{-1};
@@ -69,11 +70,11 @@ TEST(NodeProgressTableTest, TheRanksWaitingForALateRankFireAndItDoesNot) {
   auto watchdog = CollectiveWatchdog::Start(
       options, WatchedRank{place.local_rank, place.local_size, place.local_rank, 0},
       {control->get()}, &*table, [exit](int code) { exit->code = code; });
-  ASSERT_TRUE(watchdog.ok()) << watchdog.status();
+  ASSERT_OK(watchdog);
 
   if (place.local_rank == 1) absl::SleepFor(absl::Seconds(2));  // late for the allreduce
   int64_t value = 1;
-  ASSERT_TRUE((*control)->AllReduce(&value, 1, ElementType::kInt64, ReduceOp::kSum).ok());
+  ASSERT_OK((*control)->AllReduce(&value, 1, ElementType::kInt64, ReduceOp::kSum));
   EXPECT_EQ(value, place.local_size);
   if (place.local_rank == 1) {
     EXPECT_FALSE((*watchdog)->fired());

@@ -1,49 +1,48 @@
-// The CPU batch feeder: it normalises a ring batch on the host, and refuses batches with
-// deferred samples (which only the CUDA feeder decodes), naming the flag.
+// The CPU batch feeder: it passes the feeder conformance suite, normalises a ring batch on
+// the host and gives its slot back before Next() returns, and refuses batches with deferred
+// samples (which only the CUDA feeder decodes), naming the flag.
 #include "trainer/input/batch_feeder.h"
 
 #include <ATen/ATen.h>
 
-#include <vector>
+#include <memory>
 
-#include "data_service/ring/wire_types.h"
+#include "common/testing/status_matchers.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "trainer/input/fake_batch_source.h"
+#include "trainer/input/feeder_conformance.h"
 
 namespace stoker::trainer {
 namespace {
 
-// One batch of `count` 2x2 images from host memory; sample 1 may be marked deferred.
-class OneBatch final : public BatchSource {
- public:
-  OneBatch(int count, bool deferred)
-      : images_(count * 2 * 2 * 3, 51), labels_(count, 3), kinds_(count, 0), deferred_(deferred) {
-    if (deferred_) kinds_[1] = static_cast<uint8_t>(data_service::SampleKind::kDeferredJpeg);
-  }
-  absl::StatusOr<data_service::BatchView> Acquire(absl::Duration) override {
-    data_service::BatchView view;
-    view.slot = 0;
-    view.count = static_cast<int32_t>(labels_.size());
-    view.images = images_.data();
-    view.labels = labels_.data();
-    view.sample_kinds = kinds_.data();
-    view.deferred_count = deferred_ ? 1 : 0;
-    return view;
-  }
-  absl::Status Release(const data_service::BatchView&) override {
-    ++released_;
-    return absl::OkStatus();
-  }
-  void* memory_base() const override { return const_cast<uint8_t*>(images_.data()); }
-  size_t memory_bytes() const override { return images_.size(); }
-  int released() const { return released_; }
+using ::stoker::testing::StatusIs;
+using ::testing::HasSubstr;
 
- private:
-  std::vector<uint8_t> images_;
-  std::vector<int32_t> labels_;
-  std::vector<uint8_t> kinds_;
-  bool deferred_;
-  int released_ = 0;
+class CpuTarget final : public FeederConformanceTarget {
+ public:
+  absl::StatusOr<std::unique_ptr<BatchFeeder>> Make(BatchSource* source,
+                                                    const FeederOptions& options) override {
+    return MakeCpuBatchFeeder(source, options);
+  }
+  c10::Device device() const override { return c10::Device(c10::kCPU); }
+  bool decodes_deferred_samples() const override { return false; }
+  bool measures_gpu_input_wait() const override { return false; }
 };
+
+INSTANTIATE_TEST_SUITE_P(Cpu, FeederConformanceTest,
+                         ::testing::Values(FeederConformanceParam{
+                             "cpu", [] { return std::make_unique<CpuTarget>(); }}),
+                         FeederConformanceParamName);
+
+// One batch of `count` 2x2 images.
+FakeBatchSourceOptions OneBatch(int count) {
+  FakeBatchSourceOptions options;
+  options.batch_size = count;
+  options.image_size = 2;
+  options.batches = 1;
+  return options;
+}
 
 FeederOptions Options() {
   FeederOptions options;
@@ -52,21 +51,21 @@ FeederOptions Options() {
   return options;
 }
 
-TEST(CpuBatchFeederTest, NormalisesPixelBatches) {
-  OneBatch source(4, /*deferred=*/false);
+TEST(CpuBatchFeederTest, NormalisesPixelBatchesAndReleasesTheSlotBeforeReturning) {
+  FakeBatchSource source(OneBatch(4));
   std::unique_ptr<BatchFeeder> feeder = MakeCpuBatchFeeder(&source, Options());
-  absl::StatusOr<TrainingBatch> batch = feeder->Next();
-  ASSERT_TRUE(batch.ok()) << batch.status();
-  EXPECT_EQ(batch->count, 4);
+  ASSERT_OK_AND_ASSIGN(const TrainingBatch batch, feeder->Next());
+  EXPECT_EQ(batch.count, 4);
   EXPECT_EQ(source.released(), 1);
 }
 
 TEST(CpuBatchFeederTest, RefusesDeferredSamplesNamingTheFlag) {
-  OneBatch source(4, /*deferred=*/true);
+  FakeBatchSourceOptions options = OneBatch(4);
+  options.deferred_sample = 1;
+  FakeBatchSource source(options);
   std::unique_ptr<BatchFeeder> feeder = MakeCpuBatchFeeder(&source, Options());
-  absl::StatusOr<TrainingBatch> batch = feeder->Next();
-  EXPECT_EQ(batch.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(batch.status().message().find("--gpu_decode_share"), absl::string_view::npos);
+  EXPECT_THAT(feeder->Next(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("--gpu_decode_share")));
   EXPECT_EQ(source.released(), 1) << "the slot goes back";
 }
 

@@ -8,6 +8,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/testing/status_matchers.h"
+#include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
 
 namespace stoker::trainer {
@@ -89,13 +91,12 @@ TEST(JsonTest, ObjectsAreValidJsonInInsertionOrder) {
 }
 
 TEST(JsonTest, WriterAppends) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string path = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/metrics.jsonl");
-  std::remove(path.c_str());
+  ASSERT_OK_AND_ASSIGN(const stoker::testing::TempDir dir, stoker::testing::TempDir::Create("jsonl"));
+  const std::string path = dir.Join("metrics.jsonl");
   for (int i = 0; i < 2; ++i) {
     auto writer = JsonlWriter::Open(path);
-    ASSERT_TRUE(writer.ok());
-    ASSERT_TRUE((*writer)->Write(JsonObject().Add("i", i)).ok());
+    ASSERT_OK(writer);
+    ASSERT_OK((*writer)->Write(JsonObject().Add("i", i)));
   }
   std::ifstream in(path);
   std::stringstream all;

@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/testing/python_runner.h"
+#include "common/testing/status_matchers.h"
+#include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
 
 namespace stoker::trainer {
@@ -20,16 +22,16 @@ TEST(TensorBoardWriterTest, RecordFramingHasLengthAndMaskedChecksums) {
 }
 
 TEST(TensorBoardWriterTest, TensorBoardsEventAccumulatorReadsTheScalarsBack) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/tb_run");
+  ASSERT_OK_AND_ASSIGN(const stoker::testing::TempDir temp, stoker::testing::TempDir::Create("tb_run"));
+  const std::string dir = temp.path();
   {
     auto writer = TensorBoardWriter::Create(dir);
-    ASSERT_TRUE(writer.ok()) << writer.status();
+    ASSERT_OK(writer);
     for (int step = 1; step <= 5; ++step) {
-      ASSERT_TRUE((*writer)->AddScalar("train/loss", 2.0 / step, step, 1000.0 + step).ok());
-      ASSERT_TRUE((*writer)->AddScalar("train/lr", 0.1 * step, step).ok());
+      ASSERT_OK((*writer)->AddScalar("train/loss", 2.0 / step, step, 1000.0 + step));
+      ASSERT_OK((*writer)->AddScalar("train/lr", 0.1 * step, step));
     }
-    ASSERT_TRUE((*writer)->AddScalar("val/top1", 0.875, 1000000).ok());
+    ASSERT_OK((*writer)->AddScalar("val/top1", 0.875, 1000000));
   }
   auto printed = testing::RunPython(R"py(
 import sys
@@ -41,7 +43,7 @@ for tag in sorted(acc.Tags()["scalars"]):
         print(tag, e.step, "%.6f" % e.value, "%.1f" % e.wall_time if tag == "train/loss" else "-")
 )py",
                                     {dir});
-  ASSERT_TRUE(printed.ok()) << printed.status();
+  ASSERT_OK(printed);
   EXPECT_EQ(*printed,
             "train/loss 1 2.000000 1001.0\n"
             "train/loss 2 1.000000 1002.0\n"

@@ -99,7 +99,8 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
   // The rename is durable only once the directory entry is.
   UniqueFd dir(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!dir.valid()) return ErrnoToStatus(errno, absl::StrCat("opening directory ", directory));
-  if (::fsync(dir.get()) != 0) return ErrnoToStatus(errno, absl::StrCat("fsync of directory ", directory));
+  if (::fsync(dir.get()) != 0)
+    return ErrnoToStatus(errno, absl::StrCat("fsync of directory ", directory));
   return absl::OkStatus();
 }
 
@@ -137,7 +138,8 @@ absl::Status MakeDirectories(const std::string& path, mode_t mode) {
   }
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return ErrnoToStatus(errno, absl::StrCat("stat of ", path));
-  if (!S_ISDIR(st.st_mode)) return absl::InvalidArgumentError(absl::StrCat(path, " is not a directory"));
+  if (!S_ISDIR(st.st_mode))
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a directory"));
   return absl::OkStatus();
 }
 

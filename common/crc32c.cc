@@ -24,7 +24,8 @@ const Tables& SoftwareTables() {
       (*t)[0][b] = crc;
     }
     for (uint32_t b = 0; b < 256; ++b) {
-      for (int k = 1; k < 8; ++k) (*t)[k][b] = ((*t)[k - 1][b] >> 8) ^ (*t)[0][(*t)[k - 1][b] & 0xff];
+      for (int k = 1; k < 8; ++k)
+        (*t)[k][b] = ((*t)[k - 1][b] >> 8) ^ (*t)[0][(*t)[k - 1][b] & 0xff];
     }
     return t;
   }();
@@ -48,7 +49,8 @@ uint32_t SoftwareExtend(uint32_t crc, const uint8_t* p, size_t n) {
 }
 
 #if defined(__x86_64__)
-__attribute__((target("sse4.2"))) uint32_t HardwareExtend(uint32_t crc, const uint8_t* p, size_t n) {
+__attribute__((target("sse4.2"))) uint32_t HardwareExtend(uint32_t crc, const uint8_t* p,
+                                                          size_t n) {
   uint64_t c = crc;
   while (n >= 8) {
     uint64_t word;

@@ -36,7 +36,8 @@ TEST(Crc32cTest, TableAndInstructionPathsAgree) {
   std::string data;
   for (int i = 0; i < 4099; ++i) data.push_back(static_cast<char>((i * 131) ^ (i >> 3)));
   for (size_t n : {0, 3, 8, 64, 4099}) {
-    EXPECT_EQ(internal::Crc32cSoftwareForTest(data.data(), n), Crc32cExtend(0, data.data(), n)) << n;
+    EXPECT_EQ(internal::Crc32cSoftwareForTest(data.data(), n), Crc32cExtend(0, data.data(), n))
+        << n;
   }
 }
 

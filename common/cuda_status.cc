@@ -6,8 +6,8 @@ namespace stoker {
 
 absl::Status CudaStatus(cudaError_t result, absl::string_view expression) {
   if (result == cudaSuccess) return absl::OkStatus();
-  std::string message =
-      absl::StrCat(expression, " failed: ", cudaGetErrorName(result), ": ", cudaGetErrorString(result));
+  std::string message = absl::StrCat(expression, " failed: ", cudaGetErrorName(result), ": ",
+                                     cudaGetErrorString(result));
   if (result == cudaErrorMemoryAllocation) return absl::ResourceExhaustedError(message);
   return absl::InternalError(message);
 }

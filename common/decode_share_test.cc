@@ -21,8 +21,8 @@ TEST(GpuDecodeShareTest, FlagIsAutoOrAShare) {
     auto parsed = ParseGpuDecodeShare(bad);
     ASSERT_FALSE(parsed.ok()) << bad;
     EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_EQ(parsed.status().message(), std::string("--gpu_decode_share=") + bad +
-                                             ": must be auto or a number in [0, 1]");
+    EXPECT_EQ(parsed.status().message(),
+              std::string("--gpu_decode_share=") + bad + ": must be auto or a number in [0, 1]");
   }
 }
 

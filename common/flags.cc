@@ -132,7 +132,8 @@ class Messages {
 
 class Parser {
  public:
-  Parser(const FlagSpec& spec, ParsedFlags* parsed) : spec_(spec), messages_(spec), parsed_(parsed) {}
+  Parser(const FlagSpec& spec, ParsedFlags* parsed)
+      : spec_(spec), messages_(spec), parsed_(parsed) {}
 
   // Applies `args` in order. `where` names the file and line they come from ("" on the
   // command line, where alone `--` ends the flags); `depth` counts the files around them.
@@ -211,7 +212,8 @@ class Parser {
           absl::StrCat(where, "--config=", path, ": cannot read the file: ", std::strerror(errno)));
     }
     if (!S_ISREG(st.st_mode)) {
-      return absl::InvalidArgumentError(absl::StrCat(where, "--config=", path, ": not a regular file",
+      return absl::InvalidArgumentError(absl::StrCat(where, "--config=", path,
+                                                     ": not a regular file",
                                                      S_ISDIR(st.st_mode) ? " (a directory)" : ""));
     }
     std::ifstream in(path);
@@ -310,8 +312,9 @@ std::string FlagsHelp(const FlagSpec& spec) {
   }
   if (spec.config_files) {
     absl::StrAppend(
-        &help, "\nFlags may also come from a configuration file, one `name=value` (or `--name=value`)\n"
-               "per line, `#` starting a comment: --config=FILE",
+        &help,
+        "\nFlags may also come from a configuration file, one `name=value` (or `--name=value`)\n"
+        "per line, `#` starting a comment: --config=FILE",
         spec.flagfile_alias ? " (or Abseil's --flagfile=FILE)" : "",
         ".\nFlags apply in order: those after --config override the file.\n");
   }

@@ -82,9 +82,9 @@ struct FlagSpec {
   std::vector<FlagSection> sections;
   // What a bare argument is told, e.g. "the trainer takes only --name=value flags".
   std::string positional_hint = "flags are --name=value";
-  bool passed_on = false;      // the first `--` ends the flags; the rest is ParsedFlags::passed_on
-  bool config_files = true;    // --config=FILE
-  bool flagfile_alias = false; // --flagfile=FILE as well (Abseil's name), for the trainer
+  bool passed_on = false;       // the first `--` ends the flags; the rest is ParsedFlags::passed_on
+  bool config_files = true;     // --config=FILE
+  bool flagfile_alias = false;  // --flagfile=FILE as well (Abseil's name), for the trainer
   FlagWording wording = FlagWording::kNameFirst;
 };
 

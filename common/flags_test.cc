@@ -166,7 +166,7 @@ TEST_F(CommandLineTest, ConfigFileSetsFlagsAndLaterFlagsOverrideIt) {
   absl::StatusOr<ParsedFlags> parsed =
       Parse({"--cl_count=3", "--cl_name=before", "--config", config.c_str(), "--cl_name=after"});
   ASSERT_TRUE(parsed.ok()) << parsed.status();
-  EXPECT_EQ(absl::GetFlag(FLAGS_cl_count), 12);  // the file overrides what came before it
+  EXPECT_EQ(absl::GetFlag(FLAGS_cl_count), 12);      // the file overrides what came before it
   EXPECT_EQ(absl::GetFlag(FLAGS_cl_name), "after");  // and what comes after overrides it
   EXPECT_TRUE(absl::GetFlag(FLAGS_cl_switch));
   EXPECT_THAT(parsed->given, ElementsAre("cl_count", "cl_name", "cl_switch"));
@@ -238,8 +238,9 @@ TEST(LocalFlagTest, BindsVariablesBesideAbslFlags) {
   EXPECT_THAT(std::string(ParseFlags(std::vector<const char*>{"--np=x"}, spec).status().message()),
               HasSubstr("--np=x is not a valid value: not an integer"));
   // Only the spec's flags: this file's Abseil flags are not in it.
-  EXPECT_THAT(std::string(ParseFlags(std::vector<const char*>{"--cl_count=1"}, spec).status().message()),
-              HasSubstr("unknown flag --cl_count"));
+  EXPECT_THAT(
+      std::string(ParseFlags(std::vector<const char*>{"--cl_count=1"}, spec).status().message()),
+      HasSubstr("unknown flag --cl_count"));
   const std::string help = FlagsHelp(spec);
   EXPECT_THAT(help, HasSubstr("  --mpirun=mpirun\n      program\n  --np=0\n      ranks\n"));
 }

@@ -15,9 +15,9 @@ bool IsJobIdChar(char c) {
 absl::Status ValidateJobId(absl::string_view job_id) {
   if (job_id.empty() || job_id.size() > kMaxJobIdLength ||
       !std::all_of(job_id.begin(), job_id.end(), IsJobIdChar)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--job_id '", job_id, "' must be 1 to ", kMaxJobIdLength,
-        " characters of A-Z, a-z, 0-9, '_' and '-'"));
+    return absl::InvalidArgumentError(absl::StrCat("--job_id '", job_id, "' must be 1 to ",
+                                                   kMaxJobIdLength,
+                                                   " characters of A-Z, a-z, 0-9, '_' and '-'"));
   }
   return absl::OkStatus();
 }

@@ -17,20 +17,22 @@ namespace stoker {
 
 template <typename T>
 inline constexpr bool kIsSharedMemoryAtomic =
-    std::is_integral_v<T> && __atomic_always_lock_free(sizeof(T), 0);
+    std::is_integral_v<T>&& __atomic_always_lock_free(sizeof(T), 0);
 
 // Reads `*word` with acquire ordering: everything written before the matching
 // StoreRelease, in any process, is visible after it.
 template <typename T>
 T LoadAcquire(const T* word) {
-  static_assert(kIsSharedMemoryAtomic<T>, "a lock-free integer: see Note [Atomics in shared memory]");
+  static_assert(kIsSharedMemoryAtomic<T>,
+                "a lock-free integer: see Note [Atomics in shared memory]");
   return __atomic_load_n(word, __ATOMIC_ACQUIRE);
 }
 
 // Writes `value` to `*word` with release ordering.
 template <typename T>
 void StoreRelease(T* word, typename std::remove_cv<T>::type value) {
-  static_assert(kIsSharedMemoryAtomic<T>, "a lock-free integer: see Note [Atomics in shared memory]");
+  static_assert(kIsSharedMemoryAtomic<T>,
+                "a lock-free integer: see Note [Atomics in shared memory]");
   __atomic_store_n(word, value, __ATOMIC_RELEASE);
 }
 

@@ -116,10 +116,11 @@ absl::Status NoRoomInDevShm(const std::string& name, size_t bytes) {
     free_text = absl::StrCat(static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize, " bytes free of ",
                              static_cast<uint64_t>(fs.f_blocks) * fs.f_frsize);
   }
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "shared-memory segment ", name, ": /dev/shm has no room for its ", bytes, " bytes (",
-      free_text, "); make the batch, the image size or the ring depth smaller, or /dev/shm "
-      "larger (mount -o remount,size=... /dev/shm; docker run --shm-size=...)"));
+  return absl::ResourceExhaustedError(
+      absl::StrCat("shared-memory segment ", name, ": /dev/shm has no room for its ", bytes,
+                   " bytes (", free_text,
+                   "); make the batch, the image size or the ring depth smaller, or /dev/shm "
+                   "larger (mount -o remount,size=... /dev/shm; docker run --shm-size=...)"));
 }
 
 }  // namespace
@@ -127,9 +128,9 @@ absl::Status NoRoomInDevShm(const std::string& name, size_t bytes) {
 absl::Status ValidateSegmentName(absl::string_view name) {
   if (name.size() < 2 || name.size() > 251 || name[0] != '/' ||
       name.find('/', 1) != absl::string_view::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shared-memory segment name \"", name,
-        "\" must be \"/\" followed by 1 to 250 characters without \"/\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("shared-memory segment name \"", name,
+                     "\" must be \"/\" followed by 1 to 250 characters without \"/\""));
   }
   return absl::OkStatus();
 }
@@ -193,8 +194,7 @@ absl::StatusOr<SharedMemorySegment> SharedMemorySegment::Open(const std::string&
         name, static_cast<unsigned>(st.st_mode & 07777)));
   }
   if (st.st_size <= 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("shared-memory segment ", name, " is empty"));
+    return absl::FailedPreconditionError(absl::StrCat("shared-memory segment ", name, " is empty"));
   }
   const size_t bytes = static_cast<size_t>(st.st_size);
   void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
@@ -226,8 +226,8 @@ SharedMemorySegment::~SharedMemorySegment() { Reset(); }
 
 absl::Status SharedMemorySegment::Unlink() {
   if (!owns_name_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "shared-memory segment ", name_, ": only its creator removes its name, once"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("shared-memory segment ", name_, ": only its creator removes its name, once"));
   }
   owns_name_ = false;
   if (shm_unlink(name_.c_str()) != 0) {

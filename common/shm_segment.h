@@ -1,7 +1,7 @@
 // SharedMemorySegment: the move-only owner of one mapped POSIX shared-memory segment
 // (shm_open + mmap). The creator owns the name and unlinks it on destruction (or earlier,
-// with Unlink()); an opener only maps it. Segments are created owner-only (0600) and exclusively (O_EXCL), so a
-// stale segment of a crashed job with the same name is reported, never reused.
+// with Unlink()); an opener only maps it. Segments are created owner-only (0600) and exclusively
+// (O_EXCL), so a stale segment of a crashed job with the same name is reported, never reused.
 #ifndef STOKER_COMMON_SHM_SEGMENT_H_
 #define STOKER_COMMON_SHM_SEGMENT_H_
 

@@ -94,16 +94,17 @@ TEST(SharedMemorySegmentTest, OpenRefusesASegmentOthersMayUseOrOfAnotherUser) {
   ASSERT_EQ(ftruncate(fd, 4096), 0);
   ASSERT_EQ(fchmod(fd, 0644), 0);
   absl::StatusOr<SharedMemorySegment> opened = SharedMemorySegment::Open(name);
-  EXPECT_THAT(opened,
-              StatusIs(absl::StatusCode::kPermissionDenied,
-                       HasSubstr(absl::StrCat("shared-memory segment ", name, " has mode 0644: other users may read or change it"))));
+  EXPECT_THAT(
+      opened,
+      StatusIs(absl::StatusCode::kPermissionDenied,
+               HasSubstr(absl::StrCat("shared-memory segment ", name,
+                                      " has mode 0644: other users may read or change it"))));
   ASSERT_EQ(fchmod(fd, 0600), 0);
   EXPECT_OK(SharedMemorySegment::Open(name));
   if (geteuid() == 0 && fchown(fd, 65534, 65534) == 0) {  // not in a sandbox's user namespace
     opened = SharedMemorySegment::Open(name);
-    EXPECT_THAT(opened,
-                StatusIs(absl::StatusCode::kPermissionDenied,
-                         HasSubstr("belongs to uid 65534, not to this user")));
+    EXPECT_THAT(opened, StatusIs(absl::StatusCode::kPermissionDenied,
+                                 HasSubstr("belongs to uid 65534, not to this user")));
   }
   close(fd);
   shm_unlink(name.c_str());
@@ -216,7 +217,8 @@ void CreateOnASmallDevShm() {
     fail(absl::StrCat("want ResourceExhausted, got ", too_big.status().ToString()));
   }
   for (const std::string& part :
-       {std::string("/stoker.small.ring.1"), std::string("/dev/shm has no room for its 8388608 bytes"),
+       {std::string("/stoker.small.ring.1"),
+        std::string("/dev/shm has no room for its 8388608 bytes"),
         std::string("bytes free of 4194304"), std::string("--shm-size")}) {
     if (!absl::StrContains(message, part)) fail(absl::StrCat("\"", part, "\" not in: ", message));
   }

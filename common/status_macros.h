@@ -11,10 +11,10 @@
 #define STOKER_CONCAT_(a, b) STOKER_CONCAT_INNER_(a, b)
 
 // Returns the status of `expr` from the enclosing function when it is not OK.
-#define RETURN_IF_ERROR(expr)                                        \
-  do {                                                               \
-    ::absl::Status stoker_status_ = (expr);                          \
-    if (!stoker_status_.ok()) return stoker_status_;                 \
+#define RETURN_IF_ERROR(expr)                        \
+  do {                                               \
+    ::absl::Status stoker_status_ = (expr);          \
+    if (!stoker_status_.ok()) return stoker_status_; \
   } while (false)
 
 // `ASSIGN_OR_RETURN(T x, StatusOr-expr);` declares or assigns `x` from the value, or

@@ -16,7 +16,8 @@ namespace {
 
 bool WriteProcFile(const char* path, const std::string& text) {
   UniqueFd fd(::open(path, O_WRONLY | O_CLOEXEC));
-  return fd.valid() && ::write(fd.get(), text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  return fd.valid() &&
+         ::write(fd.get(), text.data(), text.size()) == static_cast<ssize_t>(text.size());
 }
 
 // unshare(flags), then "/" recursively private. The reason on failure.
@@ -53,8 +54,8 @@ absl::Status MountPrivateTmpfs(const std::string& directory, size_t bytes) {
   const std::string options = absl::StrCat("size=", bytes, ",mode=0777");
   if (::mount("stoker-test-tmpfs", directory.c_str(), "tmpfs", MS_NOSUID | MS_NODEV,
               options.c_str()) != 0) {
-    return absl::UnavailableError(absl::StrCat("mount -t tmpfs -o ", options, " on ", directory,
-                                               ": ", std::strerror(errno)));
+    return absl::UnavailableError(
+        absl::StrCat("mount -t tmpfs -o ", options, " on ", directory, ": ", std::strerror(errno)));
   }
   return absl::OkStatus();
 }

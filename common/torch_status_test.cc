@@ -64,17 +64,15 @@ TEST(TorchCallTest, AValueBecomesAStatusOr) {
 }
 
 TEST(TorchCallTest, AStatusOrPassesUnchangedAndMoveOnlyValuesWork) {
-  absl::StatusOr<std::unique_ptr<int>> value =
-      TorchCall("making", []() -> absl::StatusOr<std::unique_ptr<int>> { return std::make_unique<int>(4); });
+  absl::StatusOr<std::unique_ptr<int>> value = TorchCall(
+      "making", []() -> absl::StatusOr<std::unique_ptr<int>> { return std::make_unique<int>(4); });
   ASSERT_OK(value);
   EXPECT_EQ(**value, 4);
-  absl::StatusOr<int> error = TorchCall("making", []() -> absl::StatusOr<int> {
-    return absl::NotFoundError("gone");
-  });
+  absl::StatusOr<int> error =
+      TorchCall("making", []() -> absl::StatusOr<int> { return absl::NotFoundError("gone"); });
   EXPECT_EQ(error.status(), absl::NotFoundError("gone"));
-  absl::StatusOr<int> thrown = TorchCall("making", []() -> absl::StatusOr<int> {
-    throw std::runtime_error("boom");
-  });
+  absl::StatusOr<int> thrown =
+      TorchCall("making", []() -> absl::StatusOr<int> { throw std::runtime_error("boom"); });
   EXPECT_EQ(thrown.status(), absl::InternalError("making: boom"));
 }
 

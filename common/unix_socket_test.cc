@@ -69,7 +69,6 @@ TEST(UnixSocketTest, ConnectReachesABoundListener) {
   ASSERT_EQ(listen(listener.get(), 1), 0);
   UniqueFd second(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   EXPECT_EQ(ConnectUnixSocket(second.get(), *address), 0);
-
 }
 
 }  // namespace

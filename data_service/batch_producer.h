@@ -93,8 +93,8 @@ class BatchProducer {
   // initialises the ring (ResourceExhausted if /dev/shm has no room, AlreadyExists if the
   // segment exists) and starts the production thread.
   static absl::StatusOr<std::unique_ptr<BatchProducer>> Create(
-      const BatchProducerOptions& options, std::shared_ptr<const Dataset> dataset,
-      WorkerPool* pool, ErrorCallback on_error);
+      const BatchProducerOptions& options, std::shared_ptr<const Dataset> dataset, WorkerPool* pool,
+      ErrorCallback on_error);
   ~BatchProducer();
   BatchProducer(const BatchProducer&) = delete;
   BatchProducer& operator=(const BatchProducer&) = delete;

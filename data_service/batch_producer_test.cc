@@ -93,7 +93,8 @@ std::vector<Received> Drain(const BatchProducer& producer, int64_t batches) {
   EXPECT_OK(segment);
   auto consumer = RingConsumer::Attach(segment->data(), segment->size());
   EXPECT_OK(consumer);
-  const size_t image_bytes = producer.layout().batch_image_bytes / producer.layout().geometry.batch_size;
+  const size_t image_bytes =
+      producer.layout().batch_image_bytes / producer.layout().geometry.batch_size;
   for (int64_t b = 0; b < batches; ++b) {
     auto slot = consumer->Acquire(absl::Seconds(20));
     EXPECT_OK(slot);
@@ -149,7 +150,8 @@ TEST(BatchProducerTest, DeliversTheSamplersIndicesWithTheDatasetsLabelsAndBytes)
       std::vector<uint8_t> image(8 * 8 * 3);
       SampleScratch scratch;
       ASSERT_OK(dataset->Load(index, {8, true, 77, 0}, scratch, image.data()));
-      EXPECT_TRUE(std::equal(image.begin(), image.end(), batches[b].images.begin() + i * image.size()))
+      EXPECT_TRUE(
+          std::equal(image.begin(), image.end(), batches[b].images.begin() + i * image.size()))
           << "sample " << index;
     }
   }
@@ -228,8 +230,7 @@ TEST(BatchProducerTest, RejectsBadRequestsNamingTheField) {
     const std::string name = SegmentName();
     auto producer = BatchProducer::Create({name, c.request, 2}, dataset, &pool, on_error);
     EXPECT_THAT(producer, StatusIs(absl::StatusCode::kInvalidArgument)) << c.field;
-    EXPECT_NE(producer.status().message().find(c.field), std::string::npos)
-        << producer.status();
+    EXPECT_NE(producer.status().message().find(c.field), std::string::npos) << producer.status();
     EXPECT_FALSE(SegmentExists(name));
   }
   RingRequest huge = Request();
@@ -286,11 +287,9 @@ TEST(BatchProducerTest, AFailingSampleStopsProductionAndIsReportedByName) {
   }
   const std::vector<absl::Status> errors = reported.errors();
   ASSERT_EQ(errors.size(), 1u);
-  EXPECT_THAT(errors[0],
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr("sample 17"),
-                             HasSubstr("corrupt image"),
-                             HasSubstr("rank 0, epoch 0"))));
+  EXPECT_THAT(errors[0], StatusIs(absl::StatusCode::kInvalidArgument,
+                                  AllOf(HasSubstr("sample 17"), HasSubstr("corrupt image"),
+                                        HasSubstr("rank 0, epoch 0"))));
   EXPECT_THAT(producer->QueueEpoch(1, 3), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
@@ -439,8 +438,8 @@ TEST(BatchProducerTest, TheNextEpochsFirstBatchIsReadyWhenTheCurrentEpochEnds) {
     for (int64_t step = 0; step < 4; ++step) {
       // Every batch after the very first must already be published: no stall, not even
       // at the epoch boundary.
-      auto slot = consumer->Acquire(epoch == 0 && step == 0 ? absl::Seconds(20)
-                                                            : absl::ZeroDuration());
+      auto slot =
+          consumer->Acquire(epoch == 0 && step == 0 ? absl::Seconds(20) : absl::ZeroDuration());
       ASSERT_OK(slot) << "epoch " << epoch << " step " << step << ": " << slot.status();
       EXPECT_EQ(slot->epoch, epoch);
       EXPECT_EQ(slot->step, step);
@@ -494,11 +493,13 @@ int Occurrences(const std::string& text, const std::string& word) {
 TEST(BatchProducerTest, BadFilesAreReplacedByTheNextUsableSampleOfTheEpoch) {
   const std::string folder = JpegFolder("bad_jpegs", 6, 2, /*with_bad_files=*/true);
   ASSERT_EQ(mkfifo((folder + "/class1/fifo.jpg").c_str(), 0600), 0);
-  ASSERT_EQ(symlink((folder + "/nowhere.jpg").c_str(), (folder + "/class1/dangling.jpg").c_str()), 0);
+  ASSERT_EQ(symlink((folder + "/nowhere.jpg").c_str(), (folder + "/class1/dangling.jpg").c_str()),
+            0);
   auto dataset = OpenFolder(folder);  // 12 good + 5 bad in class0, 2 bad in class1
   ASSERT_EQ(dataset->size(), 19);
-  const std::set<std::string> bad_names = {"corrupt.jpg", "truncated.jpg", "empty.jpg", "text.jpg",
-                                           "bomb.jpg",    "fifo.jpg",      "dangling.jpg"};
+  const std::set<std::string> bad_names = {"corrupt.jpg", "truncated.jpg", "empty.jpg",
+                                           "text.jpg",    "bomb.jpg",      "fifo.jpg",
+                                           "dangling.jpg"};
   auto is_bad = [&](int64_t index) {
     const std::string description = dataset->Describe(index);
     for (const std::string& name : bad_names) {
@@ -585,8 +586,7 @@ TEST(BatchProducerTest, WithBadFilesFailTheFirstUnusableSampleStopsProductionNam
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_THAT(errors[0],
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr("class0/img2.jpg"),
-                             HasSubstr("--bad_files=fail"))));
+                       AllOf(HasSubstr("class0/img2.jpg"), HasSubstr("--bad_files=fail"))));
 }
 
 TEST(BatchProducerTest, TooManyBadFilesStopProductionWithACount) {

@@ -42,7 +42,8 @@ ABSL_FLAG(int32_t, make_jpegs, 0,
 ABSL_FLAG(int32_t, jpeg_width, 500, "--make_jpegs: width");
 ABSL_FLAG(int32_t, jpeg_height, 375, "--make_jpegs: height");
 ABSL_FLAG(int32_t, jpeg_quality, 90, "--make_jpegs: JPEG quality (4:2:0 like Pillow's default)");
-ABSL_FLAG(std::string, split, "val", "val (Resize + CenterCrop) or train (RandomResizedCrop + flip)");
+ABSL_FLAG(std::string, split, "val",
+          "val (Resize + CenterCrop) or train (RandomResizedCrop + flip)");
 ABSL_FLAG(int32_t, image_size, 224, "sample size");
 ABSL_FLAG(int32_t, batch, 256, "batch size");
 ABSL_FLAG(int32_t, slots, 4, "ring slots");
@@ -78,7 +79,8 @@ std::vector<uint8_t> PhotoLike(int width, int height, uint64_t seed) {
   std::vector<float> texture(static_cast<size_t>(tw) * th * 3);
   for (float& t : texture) t = 255.f * unit(rng);
   float a[3], b[3], offset[3];
-  for (int c = 0; c < 3; ++c) a[c] = 2 * unit(rng) - 1, b[c] = 2 * unit(rng) - 1, offset[c] = 2 * unit(rng) - 1;
+  for (int c = 0; c < 3; ++c)
+    a[c] = 2 * unit(rng) - 1, b[c] = 2 * unit(rng) - 1, offset[c] = 2 * unit(rng) - 1;
   std::vector<uint8_t> rgb(static_cast<size_t>(width) * height * 3);
   for (int y = 0; y < height; ++y) {
     const float ty = std::min<float>(th - 1.001f, y * (th - 1.f) / std::max(1, height - 1));
@@ -89,7 +91,9 @@ std::vector<uint8_t> PhotoLike(int width, int height, uint64_t seed) {
       const int x0 = static_cast<int>(tx);
       const float fx = tx - x0;
       for (int c = 0; c < 3; ++c) {
-        auto at = [&](int xx, int yy) { return texture[(static_cast<size_t>(yy) * tw + xx) * 3 + c]; };
+        auto at = [&](int xx, int yy) {
+          return texture[(static_cast<size_t>(yy) * tw + xx) * 3 + c];
+        };
         const float t = (at(x0, y0) * (1 - fx) + at(x0 + 1, y0) * fx) * (1 - fy) +
                         (at(x0, y0 + 1) * (1 - fx) + at(x0 + 1, y0 + 1) * fx) * fy;
         const float base = 128 + 70 * (a[c] * x / width + b[c] * y / height) + 30 * offset[c];
@@ -121,7 +125,8 @@ std::vector<uint8_t> PhotoLike(int width, int height, uint64_t seed) {
 
 // Writes `count` JPEGs on all cores: image i is class (i % 10)'s img<i>.jpg.
 absl::Status MakeJpegs(const std::string& root, int count, int width, int height, int quality) {
-  for (int c = 0; c < 10; ++c) std::filesystem::create_directories(absl::StrFormat("%s/class%02d", root, c));
+  for (int c = 0; c < 10; ++c)
+    std::filesystem::create_directories(absl::StrFormat("%s/class%02d", root, c));
   const int workers = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   std::vector<absl::Status> failures(workers);
   std::vector<uint64_t> bytes(workers, 0);
@@ -135,7 +140,8 @@ absl::Status MakeJpegs(const std::string& root, int count, int width, int height
         unsigned long size = 0;
         if (tjCompress2(handle.get(), rgb.data(), width, 0, height, TJPF_RGB, &jpeg, &size,
                         TJSAMP_420, quality, 0) != 0) {
-          failures[w] = absl::InternalError(absl::StrCat("tjCompress2: ", tjGetErrorStr2(handle.get())));
+          failures[w] =
+              absl::InternalError(absl::StrCat("tjCompress2: ", tjGetErrorStr2(handle.get())));
           return;
         }
         const std::string path = absl::StrFormat("%s/class%02d/img%06d.jpg", root, i % 10, i);
@@ -169,9 +175,9 @@ int Run() {
   std::string socket_dir;
   if (socket.empty()) {
     if (absl::GetFlag(FLAGS_make_jpegs) > 0 && !std::filesystem::exists(data)) {
-      if (absl::Status s = MakeJpegs(data, absl::GetFlag(FLAGS_make_jpegs),
-                                     absl::GetFlag(FLAGS_jpeg_width), absl::GetFlag(FLAGS_jpeg_height),
-                                     absl::GetFlag(FLAGS_jpeg_quality));
+      if (absl::Status s =
+              MakeJpegs(data, absl::GetFlag(FLAGS_make_jpegs), absl::GetFlag(FLAGS_jpeg_width),
+                        absl::GetFlag(FLAGS_jpeg_height), absl::GetFlag(FLAGS_jpeg_quality));
           !s.ok()) {
         std::fprintf(stderr, "data_service_benchmark: %s\n", std::string(s.message()).c_str());
         return 1;
@@ -223,7 +229,8 @@ int Run() {
   absl::StatusOr<std::unique_ptr<RingClient>> client =
       RingClient::Connect(socket, request, absl::Seconds(60));
   if (!client.ok()) {
-    std::fprintf(stderr, "data_service_benchmark: %s\n", std::string(client.status().message()).c_str());
+    std::fprintf(stderr, "data_service_benchmark: %s\n",
+                 std::string(client.status().message()).c_str());
     return 1;
   }
   const int threads = service != nullptr ? service->stats().active_threads : 0;
@@ -252,7 +259,8 @@ int Run() {
   };
   for (int i = 0; i < absl::GetFlag(FLAGS_warmup_batches); ++i) {
     if (absl::StatusOr<int32_t> got = next_batch(); !got.ok()) {
-      std::fprintf(stderr, "data_service_benchmark: %s\n", std::string(got.status().message()).c_str());
+      std::fprintf(stderr, "data_service_benchmark: %s\n",
+                   std::string(got.status().message()).c_str());
       return 1;
     }
   }
@@ -264,7 +272,8 @@ int Run() {
   while (absl::Now() - start < length) {
     absl::StatusOr<int32_t> got = next_batch();
     if (!got.ok()) {
-      std::fprintf(stderr, "data_service_benchmark: %s\n", std::string(got.status().message()).c_str());
+      std::fprintf(stderr, "data_service_benchmark: %s\n",
+                   std::string(got.status().message()).c_str());
       return 1;
     }
     images += *got;
@@ -274,10 +283,10 @@ int Run() {
   const double cpu = CpuSeconds() - cpu_start;
   rusage usage;
   getrusage(RUSAGE_SELF, &usage);
-  std::string line = absl::StrFormat(
-      "%s %s split: %d images in %d batches of %d (%dx%d) in %.2f s: %.0f images/s", data,
-      request.train ? "train" : "val", images, batches, request.batch_size, request.image_size,
-      request.image_size, wall, images / wall);
+  std::string line =
+      absl::StrFormat("%s %s split: %d images in %d batches of %d (%dx%d) in %.2f s: %.0f images/s",
+                      data, request.train ? "train" : "val", images, batches, request.batch_size,
+                      request.image_size, request.image_size, wall, images / wall);
   if (absl::GetFlag(FLAGS_gpu_decode_share) > 0.0) {
     line += absl::StrFormat(" (%.1f%% of the samples deferred to a GPU, undecoded)",
                             100.0 * deferred / std::max<int64_t>(1, images));
@@ -288,8 +297,9 @@ int Run() {
         ", %.0f images/s per decode thread (%d threads, %d cores), %.2f ms CPU per image, "
         "max RSS %.0f MiB (rings %.0f MiB, decode scratch %.1f MiB)",
         images / wall / std::max(1, threads), threads,
-        static_cast<int>(std::thread::hardware_concurrency()), 1000.0 * cpu / std::max<int64_t>(1, images),
-        usage.ru_maxrss / 1024.0, stats.ring_bytes / 1048576.0, stats.scratch_bytes / 1048576.0);
+        static_cast<int>(std::thread::hardware_concurrency()),
+        1000.0 * cpu / std::max<int64_t>(1, images), usage.ru_maxrss / 1024.0,
+        stats.ring_bytes / 1048576.0, stats.scratch_bytes / 1048576.0);
   }
   std::printf("%s\n", line.c_str());
   client->reset();

@@ -411,11 +411,13 @@ TEST(DataServiceBinaryTest, ImagesThatDeclareTenGigabytesAreBadFilesAndDoNotRais
     const std::string class_dir = absl::StrCat(root, "/c", c);
     fs::create_directories(class_dir);
     for (int i = 0; i < 12; ++i) {
-      ASSERT_OK(test_util::WriteJpeg(absl::StrCat(class_dir, "/", i, ".jpg"), 64, 48, test_util::PhotoLikeImage(64, 48, 10 * c + i)));
+      ASSERT_OK(test_util::WriteJpeg(absl::StrCat(class_dir, "/", i, ".jpg"), 64, 48,
+                                     test_util::PhotoLikeImage(64, 48, 10 * c + i)));
     }
   }
   // 60000 x 60000 x 3 = 10.8 GB and 65000 x 65000 x 3 = 12.7 GB of pixels.
-  ASSERT_OK(test_util::WriteFileBytes(root + "/c0/huge.png", PngDeclaring(root + "/c0/huge.png", 60000, 60000)));
+  ASSERT_OK(test_util::WriteFileBytes(root + "/c0/huge.png",
+                                      PngDeclaring(root + "/c0/huge.png", 60000, 60000)));
   ASSERT_OK(test_util::WriteFileBytes(root + "/c1/huge.jpg", JpegDeclaring(65000, 65000)));
   // A short private directory for the socket (TEST_TMPDIR is too long for sun_path).
   ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::CreateShort("stoker-bintest"));
@@ -609,7 +611,8 @@ TEST(DataServiceBinaryTest, APackedDatasetServesTheSameBatchesAsItsFolder) {
   for (int c = 0; c < 3; ++c) {
     fs::create_directories(absl::StrCat(root, "/c", c));
     for (int i = 0; i < 6; ++i) {
-      ASSERT_OK(test_util::WriteJpeg(absl::StrCat(root, "/c", c, "/", i, ".jpg"), 70, 50, test_util::PhotoLikeImage(70, 50, c * 100 + i), 90));
+      ASSERT_OK(test_util::WriteJpeg(absl::StrCat(root, "/c", c, "/", i, ".jpg"), 70, 50,
+                                     test_util::PhotoLikeImage(70, 50, c * 100 + i), 90));
     }
   }
   ASSERT_OK(test_util::WriteFileBytes(root + "/c1/4.jpg", {0xff, 0xd8, 0xff, 'x'}));

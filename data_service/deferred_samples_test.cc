@@ -58,13 +58,17 @@ std::string MixedFolder(const std::string& name, bool with_bad_files = false) {
     for (int i = 0; i < 9; ++i) {
       const int width = 40 + 7 * ((i + c) % 5), height = 30 + 5 * ((i * 3 + c) % 4);
       const std::vector<uint8_t> rgb = test_util::PhotoLikeImage(width, height, c * 100 + i);
-      EXPECT_OK(test_util::WriteFileBytes( absl::StrCat(dir, "/img", i, ".jpg"), test_util::EncodeJpeg(width, height, rgb, 90, samplings[i % 3], false)));
+      EXPECT_OK(test_util::WriteFileBytes(
+          absl::StrCat(dir, "/img", i, ".jpg"),
+          test_util::EncodeJpeg(width, height, rgb, 90, samplings[i % 3], false)));
     }
   }
   const std::vector<uint8_t> rgb = test_util::PhotoLikeImage(48, 36, 5);
   EXPECT_OK(test_util::WritePng(root + "/class0/other.png", 48, 36, rgb));
-  EXPECT_OK(test_util::WriteFileBytes(root + "/class0/progressive.jpg", test_util::EncodeJpeg(48, 36, rgb, 90, TJSAMP_420, true)));
-  EXPECT_OK(test_util::WriteFileBytes(root + "/class0/gray.jpg", test_util::EncodeJpeg(48, 36, rgb, 90, TJSAMP_GRAY, false)));
+  EXPECT_OK(test_util::WriteFileBytes(root + "/class0/progressive.jpg",
+                                      test_util::EncodeJpeg(48, 36, rgb, 90, TJSAMP_420, true)));
+  EXPECT_OK(test_util::WriteFileBytes(root + "/class0/gray.jpg",
+                                      test_util::EncodeJpeg(48, 36, rgb, 90, TJSAMP_GRAY, false)));
   if (with_bad_files) {
     EXPECT_OK(test_util::WriteBadImageFiles(root + "/class0"));
   }
@@ -190,7 +194,8 @@ TEST(DeferredSamplesTest, SlotsCarryTheFileAndTheCpuPathsGeometry) {
         EXPECT_EQ(header.flip != 0, geometry->flip);
         EXPECT_EQ(header.train != 0, train);
         image::TransformTrace trace;
-        ASSERT_OK(image::DecodeAndTransform(*file, *spec, key, scratch.transform, pixels.data(), &trace));
+        ASSERT_OK(
+            image::DecodeAndTransform(*file, *spec, key, scratch.transform, pixels.data(), &trace));
         EXPECT_EQ(trace.header.width, header.width);
         EXPECT_EQ(trace.train.crop.left, geometry->train.crop.left);
         EXPECT_EQ(trace.train.crop.width, geometry->train.crop.width);
@@ -256,7 +261,9 @@ std::string BaselineFolder(const std::string& name) {
     for (int i = 0; i < 12; ++i) {
       const int width = 40 + 3 * i, height = 36 + 2 * c;
       const std::vector<uint8_t> rgb = test_util::PhotoLikeImage(width, height, c * 100 + i);
-      EXPECT_OK(test_util::WriteFileBytes( absl::StrCat(dir, "/img", i, ".jpg"), test_util::EncodeJpeg(width, height, rgb, 90, TJSAMP_420, false)));
+      EXPECT_OK(test_util::WriteFileBytes(
+          absl::StrCat(dir, "/img", i, ".jpg"),
+          test_util::EncodeJpeg(width, height, rgb, 90, TJSAMP_420, false)));
     }
   }
   return root;

@@ -126,8 +126,7 @@ absl::StatusOr<DataServiceOptions> OptionsFromFlags() {
   ASSIGN_OR_RETURN(service.exact_jpeg, ParseJpegDecode(absl::GetFlag(FLAGS_jpeg_decode)));
   ASSIGN_OR_RETURN(service.gpu_decode_share,
                    ParseGpuDecodeShare(absl::GetFlag(FLAGS_gpu_decode_share)));
-  ASSIGN_OR_RETURN(service.bad_samples.policy,
-                   ParseBadFilePolicy(absl::GetFlag(FLAGS_bad_files)));
+  ASSIGN_OR_RETURN(service.bad_samples.policy, ParseBadFilePolicy(absl::GetFlag(FLAGS_bad_files)));
   service.bad_samples.max_fraction = absl::GetFlag(FLAGS_max_bad_fraction);
   service.shutdown_timeout = absl::Seconds(absl::GetFlag(FLAGS_shutdown_timeout_s));
   ASSIGN_OR_RETURN(service.max_memory, ParseMaxMemory(absl::GetFlag(FLAGS_max_memory)));

@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
   stoker::SetLogIdentity(absl::StrCat("data_service node ", command_line->options.service.node_id));
 
   const ds::ServeOutcome outcome = ds::ServeUntilStopped(command_line->options);
-  const int exit_code = outcome.status.ok() ? stoker::kExitOk : stoker::ReportFailure(outcome.status);
+  const int exit_code =
+      outcome.status.ok() ? stoker::kExitOk : stoker::ReportFailure(outcome.status);
   if (outcome.decodes_abandoned) {
     // Note [Abandoned decodes at shutdown]: decode threads still run; end without the
     // static destructors they might race with.

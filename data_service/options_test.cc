@@ -34,7 +34,8 @@ TEST(DataServiceOptionsTest, EveryBadValueIsRefusedNamingItsFlag) {
       {"--train_dir/--val_dir", [](DataServiceOptions& o) { o.dataset.train_dir = "/tmp"; }},
       {"--max_bad_fraction", [](DataServiceOptions& o) { o.service.bad_samples.max_fraction = 2; }},
       {"--max_image_pixels: must", [](DataServiceOptions& o) { o.service.max_image_pixels = 0; }},
-      {"--eval_resize_ratio: must", [](DataServiceOptions& o) { o.service.eval_resize_ratio = 0.5; }},
+      {"--eval_resize_ratio: must",
+       [](DataServiceOptions& o) { o.service.eval_resize_ratio = 0.5; }},
       {"--gpu_decode_share", [](DataServiceOptions& o) { o.service.gpu_decode_share = 1.5; }},
       {"--scan_timeout_s: must",
        [](DataServiceOptions& o) { o.dataset.image_folder.scan_timeout = absl::ZeroDuration(); }},
@@ -62,7 +63,8 @@ TEST(DataServiceOptionsTest, ADatasetFolderIsForTheDatasetsThatReadOne) {
 TEST(DataServiceOptionsTest, ChoicesAreParsedOrRefusedNamingTheirFlag) {
   EXPECT_FALSE(*ParseJpegDecode("fast"));
   EXPECT_TRUE(*ParseJpegDecode("exact"));
-  EXPECT_EQ(ParseJpegDecode("slow").status().message(), "--jpeg_decode=slow: must be fast or exact");
+  EXPECT_EQ(ParseJpegDecode("slow").status().message(),
+            "--jpeg_decode=slow: must be fast or exact");
   EXPECT_TRUE(*ParseFollowLinks("yes"));
   EXPECT_FALSE(*ParseFollowLinks("no"));
   EXPECT_EQ(ParseFollowLinks("maybe").status().message(),

@@ -37,21 +37,45 @@ struct Refused {
   const char* name;
 };
 
-#define STOKER_SYSCALL(name) Refused{SYS_##name, #name}
+#define STOKER_SYSCALL(name) \
+  Refused { SYS_##name, #name }
 
 const Refused kRefused[] = {
-    STOKER_SYSCALL(execve),        STOKER_SYSCALL(execveat),    STOKER_SYSCALL(ptrace),
-    STOKER_SYSCALL(process_vm_readv), STOKER_SYSCALL(process_vm_writev),
-    STOKER_SYSCALL(socket),        STOKER_SYSCALL(socketpair),  STOKER_SYSCALL(connect),
-    STOKER_SYSCALL(bind),          STOKER_SYSCALL(listen),      STOKER_SYSCALL(mount),
-    STOKER_SYSCALL(umount2),       STOKER_SYSCALL(pivot_root),  STOKER_SYSCALL(chroot),
-    STOKER_SYSCALL(unshare),       STOKER_SYSCALL(setns),       STOKER_SYSCALL(setuid),
-    STOKER_SYSCALL(setgid),        STOKER_SYSCALL(setreuid),    STOKER_SYSCALL(setregid),
-    STOKER_SYSCALL(setresuid),     STOKER_SYSCALL(setresgid),   STOKER_SYSCALL(setgroups),
-    STOKER_SYSCALL(init_module),   STOKER_SYSCALL(finit_module), STOKER_SYSCALL(delete_module),
-    STOKER_SYSCALL(kexec_load),    STOKER_SYSCALL(bpf),         STOKER_SYSCALL(perf_event_open),
-    STOKER_SYSCALL(add_key),       STOKER_SYSCALL(request_key), STOKER_SYSCALL(keyctl),
-    STOKER_SYSCALL(userfaultfd),   STOKER_SYSCALL(reboot),      STOKER_SYSCALL(swapon),
+    STOKER_SYSCALL(execve),
+    STOKER_SYSCALL(execveat),
+    STOKER_SYSCALL(ptrace),
+    STOKER_SYSCALL(process_vm_readv),
+    STOKER_SYSCALL(process_vm_writev),
+    STOKER_SYSCALL(socket),
+    STOKER_SYSCALL(socketpair),
+    STOKER_SYSCALL(connect),
+    STOKER_SYSCALL(bind),
+    STOKER_SYSCALL(listen),
+    STOKER_SYSCALL(mount),
+    STOKER_SYSCALL(umount2),
+    STOKER_SYSCALL(pivot_root),
+    STOKER_SYSCALL(chroot),
+    STOKER_SYSCALL(unshare),
+    STOKER_SYSCALL(setns),
+    STOKER_SYSCALL(setuid),
+    STOKER_SYSCALL(setgid),
+    STOKER_SYSCALL(setreuid),
+    STOKER_SYSCALL(setregid),
+    STOKER_SYSCALL(setresuid),
+    STOKER_SYSCALL(setresgid),
+    STOKER_SYSCALL(setgroups),
+    STOKER_SYSCALL(init_module),
+    STOKER_SYSCALL(finit_module),
+    STOKER_SYSCALL(delete_module),
+    STOKER_SYSCALL(kexec_load),
+    STOKER_SYSCALL(bpf),
+    STOKER_SYSCALL(perf_event_open),
+    STOKER_SYSCALL(add_key),
+    STOKER_SYSCALL(request_key),
+    STOKER_SYSCALL(keyctl),
+    STOKER_SYSCALL(userfaultfd),
+    STOKER_SYSCALL(reboot),
+    STOKER_SYSCALL(swapon),
     STOKER_SYSCALL(swapoff),
 };
 
@@ -92,20 +116,20 @@ absl::Status InstallSandbox() {
   __lsan_do_leak_check();
 #endif
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
-    return absl::InternalError(absl::StrCat("--sandbox: prctl(PR_SET_NO_NEW_PRIVS): ",
-                                            std::strerror(errno)));
+    return absl::InternalError(
+        absl::StrCat("--sandbox: prctl(PR_SET_NO_NEW_PRIVS): ", std::strerror(errno)));
   }
   // Every thread at once: the decode pool and the connection threads exist already.
   const long installed =
       syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &filter);
   if (installed < 0) {
-    return absl::InternalError(absl::StrCat("--sandbox: seccomp(SECCOMP_SET_MODE_FILTER): ",
-                                            std::strerror(errno),
-                                            " (a kernel without seccomp filters?)"));
+    return absl::InternalError(
+        absl::StrCat("--sandbox: seccomp(SECCOMP_SET_MODE_FILTER): ", std::strerror(errno),
+                     " (a kernel without seccomp filters?)"));
   }
   if (installed > 0) {  // TSYNC names the thread that could not take the filter
-    return absl::InternalError(absl::StrCat("--sandbox: thread ", installed,
-                                            " could not take the seccomp filter"));
+    return absl::InternalError(
+        absl::StrCat("--sandbox: thread ", installed, " could not take the seccomp filter"));
   }
   return absl::OkStatus();
 }

@@ -48,8 +48,7 @@ absl::Status ServeUntilSignal(DataService& service, const sigset_t& signals) {
       return absl::OkStatus();
     }
     if (absl::Status health = service.health(); !health.ok()) {
-      return absl::Status(health.code(),
-                          absl::StrCat("cannot serve any more: ", health.message()));
+      return absl::Status(health.code(), absl::StrCat("cannot serve any more: ", health.message()));
     }
   }
 }

@@ -136,8 +136,8 @@ absl::StatusOr<std::unique_ptr<DataService>> DataService::Start(const ServiceOpt
   if (!listener.valid()) return ErrnoToStatus(errno, "socket(AF_UNIX, SOCK_SEQPACKET)");
   if (const int error = BindUnixSocket(listener.get(), *address); error != 0) {
     if (error == ENOENT || error == ENOTDIR) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--socket: the directory of ", options.socket_path, " does not exist"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--socket: the directory of ", options.socket_path, " does not exist"));
     }
     return Prefixed("--socket: ", ErrnoToStatus(error, absl::StrCat("bind ", options.socket_path)));
   }
@@ -332,8 +332,8 @@ std::string DataService::MemoryReport() {
       "%d rings of %d local ranks, %.1f MiB of ring memory; decode scratch %.1f MiB over %d "
       "threads (%d active); samples seen %d, replaced %d, unusable files %d",
       s.rings, s.local_ranks, s.ring_bytes / 1048576.0, s.scratch_bytes / 1048576.0,
-      s.decode_threads, s.active_threads, s.bad_samples.samples_seen,
-      s.bad_samples.samples_skipped, s.bad_samples.bad_files);
+      s.decode_threads, s.active_threads, s.bad_samples.samples_seen, s.bad_samples.samples_skipped,
+      s.bad_samples.bad_files);
 }
 
 void DataService::UpdateActiveThreads() {
@@ -436,10 +436,10 @@ void DataService::AcceptLoop() {
     connection->peer_pid = peer.pid;
     connection->accepted = absl::Now();
     if (peer.uid != geteuid()) {
-      LogWarning("refusing a connection from pid %d: uid %d is not the service's uid %d",
-                 peer.pid, peer.uid, geteuid());
-      connection->refusal = absl::PermissionDeniedError(absl::StrCat(
-          "uid ", peer.uid, " may not use a data service of uid ", geteuid()));
+      LogWarning("refusing a connection from pid %d: uid %d is not the service's uid %d", peer.pid,
+                 peer.uid, geteuid());
+      connection->refusal = absl::PermissionDeniedError(
+          absl::StrCat("uid ", peer.uid, " may not use a data service of uid ", geteuid()));
     }
     size_t open_connections = waiting.size();
     {
@@ -515,18 +515,19 @@ bool DataService::Handle(Connection* connection, const ControlMessage& message) 
     case MessageType::kRegister: {
       const RingRequest request = GetRequest(message);
       if (connection->producer != nullptr) {
-        return connection->Send(ErrorMessage(absl::FailedPreconditionError(absl::StrCat(
-                                                 "this connection already registered rank ",
-                                                 connection->rank)),
-                                             id))
+        return connection
+            ->Send(ErrorMessage(absl::FailedPreconditionError(absl::StrCat(
+                                    "this connection already registered rank ", connection->rank)),
+                                id))
             .ok();
       }
       std::shared_ptr<const Dataset> dataset = request.train ? datasets_.train : datasets_.val;
       if (dataset == nullptr) {
-        return connection->Send(ErrorMessage(absl::InvalidArgumentError(
-                                                 "this data service has no validation split "
-                                                 "(start it with --val_dir)"),
-                                             id))
+        return connection
+            ->Send(
+                ErrorMessage(absl::InvalidArgumentError("this data service has no validation split "
+                                                        "(start it with --val_dir)"),
+                             id))
             .ok();
       }
       if (request.num_classes > 0 && dataset->num_classes() > request.num_classes) {
@@ -605,9 +606,9 @@ bool DataService::Handle(Connection* connection, const ControlMessage& message) 
     }
     case MessageType::kStartEpoch: {
       if (connection->producer == nullptr) {
-        return connection->Send(ErrorMessage(absl::FailedPreconditionError(
-                                                 "StartEpoch before the ring was registered"),
-                                             id))
+        return connection
+            ->Send(ErrorMessage(
+                absl::FailedPreconditionError("StartEpoch before the ring was registered"), id))
             .ok();
       }
       absl::StatusOr<EpochInfo> info =
@@ -620,10 +621,10 @@ bool DataService::Handle(Connection* connection, const ControlMessage& message) 
       return connection->Send(reply).ok();
     }
     default:
-      (void)connection->Send(ErrorMessage(
-          absl::InvalidArgumentError(absl::StrCat("unexpected control message type ",
-                                                  message.type, " from a client")),
-          id));
+      (void)connection->Send(
+          ErrorMessage(absl::InvalidArgumentError(absl::StrCat("unexpected control message type ",
+                                                               message.type, " from a client")),
+                       id));
       return false;
   }
 }

@@ -30,13 +30,13 @@ namespace stoker::data_service {
 
 struct ServiceOptions {
   std::string socket_path;
-  std::string job_id;      // see ValidateJobId (common/names.h)
+  std::string job_id;  // see ValidateJobId (common/names.h)
   int32_t node_id = 0;
   // Decode threads. 0: automatic, the cores less one per trainer rank registered on
   // this node (a rank's training and validation rings count once), at least one: the
   // pool has cores - 1 threads and only that many take work.
   int32_t threads = 0;
-  int32_t prefetch = 2;    // batches per ring decoded at the same time
+  int32_t prefetch = 2;  // batches per ring decoded at the same time
   // Evaluation Resize() = round(image_size * eval_resize_ratio), in [1, 8].
   double eval_resize_ratio = kDefaultEvalResizeRatio;
   // Images of more pixels are unusable samples (decompression bombs).
@@ -71,13 +71,13 @@ struct ServiceOptions {
 
 // What the service holds and has done, for logs and tests.
 struct ServiceStats {
-  int32_t rings = 0;            // rings mapped now
-  int32_t local_ranks = 0;      // distinct ranks with a ring now
-  uint64_t ring_bytes = 0;      // their shared-memory segments, summed
-  uint64_t scratch_bytes = 0;   // the decode threads' reusable buffers, summed
-  int32_t decode_threads = 0;   // the pool's threads
-  int32_t active_threads = 0;   // those that take work now
-  BadSampleStats bad_samples;   // samples seen, replaced, distinct bad files
+  int32_t rings = 0;           // rings mapped now
+  int32_t local_ranks = 0;     // distinct ranks with a ring now
+  uint64_t ring_bytes = 0;     // their shared-memory segments, summed
+  uint64_t scratch_bytes = 0;  // the decode threads' reusable buffers, summed
+  int32_t decode_threads = 0;  // the pool's threads
+  int32_t active_threads = 0;  // those that take work now
+  BadSampleStats bad_samples;  // samples seen, replaced, distinct bad files
 };
 
 // Note [Connections without a thread]

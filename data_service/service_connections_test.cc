@@ -50,9 +50,7 @@ class ServiceConnectionsTest : public ::testing::Test {
     ASSERT_OK(service);
     service_ = std::move(*service);
   }
-  void TearDown() override {
-    service_.reset();
-  }
+  void TearDown() override { service_.reset(); }
 
   UniqueFd IdleConnection() {
     UniqueFd fd(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));

@@ -70,8 +70,7 @@ class SlowDataset : public test_util::ForwardingDataset {
 class BrokenDataset : public SlowDataset {
  public:
   using SlowDataset::SlowDataset;
-  absl::Status Load(int64_t index, const SampleOptions&, SampleScratch&,
-                    uint8_t*) const override {
+  absl::Status Load(int64_t index, const SampleOptions&, SampleScratch&, uint8_t*) const override {
     return absl::DataLossError(absl::StrCat("truncated file for index ", index));
   }
 };
@@ -231,9 +230,11 @@ TEST_F(ServiceTest, ADatasetWithMoreClassesThanTheTrainersIsRefusedNamingBothCou
   const absl::Time start = absl::Now();
   auto refused = RingClient::Connect(socket_, request, absl::Seconds(10));
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
-  EXPECT_THAT(refused,
-              StatusIs(absl::StatusCode::kOutOfRange,
-                       HasSubstr("the training dataset has 10 classes but the trainer has --num_classes=4")));
+  EXPECT_THAT(
+      refused,
+      StatusIs(
+          absl::StatusCode::kOutOfRange,
+          HasSubstr("the training dataset has 10 classes but the trainer has --num_classes=4")));
   EXPECT_FALSE(SegmentExists(RingSegmentName(job_, 0, true)));
 
   // As many classes as the trainer's, or fewer, is fine.
@@ -272,10 +273,9 @@ TEST_F(ServiceTest, ALabelOutsideNumClassesInASlotFailsTheClient) {
       ASSERT_OK(client->Release(*batch));
     }
   }
-  EXPECT_THAT(failed,
-              StatusIs(absl::StatusCode::kOutOfRange,
-                       AllOf(HasSubstr("rank 0: ring slot "),
-                             HasSubstr("labels must be in [0, 4) (--num_classes)"))));
+  EXPECT_THAT(failed, StatusIs(absl::StatusCode::kOutOfRange,
+                               AllOf(HasSubstr("rank 0: ring slot "),
+                                     HasSubstr("labels must be in [0, 4) (--num_classes)"))));
   // Fatal for the ring: the next call says the same.
   EXPECT_THAT(client->Acquire(absl::Seconds(1)), StatusIs(absl::StatusCode::kOutOfRange));
 }
@@ -365,10 +365,8 @@ TEST_F(ServiceTest, AFailedSampleReachesTheClientAsItsError) {
   auto info = client->StartEpoch(0, 1);
   absl::Status status = info.status();
   if (info.ok()) status = client->Acquire(absl::Seconds(20)).status();
-  EXPECT_THAT(status,
-              StatusIs(absl::StatusCode::kDataLoss,
-                       AllOf(HasSubstr("truncated file"),
-                             HasSubstr("epoch 0, step 0"))));
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kDataLoss,
+                               AllOf(HasSubstr("truncated file"), HasSubstr("epoch 0, step 0"))));
   EXPECT_THAT(client->Acquire(absl::Seconds(1)), StatusIs(absl::StatusCode::kDataLoss));
   EXPECT_THAT(client->StartEpoch(1, 1), StatusIs(absl::StatusCode::kDataLoss));
 }
@@ -380,7 +378,8 @@ std::shared_ptr<const Dataset> JpegFolder(const std::string& name, int good, boo
   std::filesystem::remove_all(root);
   std::filesystem::create_directories(root + "/class0");
   for (int i = 0; i < good; ++i) {
-    EXPECT_OK(test_util::WriteJpeg(absl::StrCat(root, "/class0/", i, ".jpg"), 64, 48, test_util::PhotoLikeImage(64, 48, i)));
+    EXPECT_OK(test_util::WriteJpeg(absl::StrCat(root, "/class0/", i, ".jpg"), 64, 48,
+                                   test_util::PhotoLikeImage(64, 48, i)));
   }
   if (broken) {
     EXPECT_OK(test_util::WriteFileBytes(root + "/class0/broken.jpg", {'n', 'o'}));
@@ -407,13 +406,13 @@ TEST_F(ServiceTest, AnUnusableFileFailsTheClientNamingItWithBadFilesFail) {
   }
   EXPECT_THAT(status,
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr("class0/broken.jpg"),
-                             HasSubstr("not a JPEG or PNG"))));
+                       AllOf(HasSubstr("class0/broken.jpg"), HasSubstr("not a JPEG or PNG"))));
   EXPECT_EQ(service_->stats().bad_samples.bad_files, 1);
 }
 
 TEST_F(ServiceTest, StatsReportRingsScratchAndReplacedSamples) {
-  StartService({JpegFolder("service_stats", 15, true), JpegFolder("service_stats_val", 4, false)}, 2);
+  StartService({JpegFolder("service_stats", 15, true), JpegFolder("service_stats_val", 4, false)},
+               2);
   ServiceStats stats = service_->stats();
   EXPECT_EQ(stats.rings, 0);
   EXPECT_EQ(stats.decode_threads, 2);

@@ -76,14 +76,16 @@ std::vector<uint8_t> PhotoLikeImage(int width, int height, uint64_t seed) {
   std::mt19937_64 rng(seed);
   auto uniform = [&](int lo, int hi) { return lo + static_cast<int>(rng() % (hi - lo + 1)); };
   int gx[3], gy[3], base[3];
-  for (int c = 0; c < 3; ++c) gx[c] = uniform(-80, 80), gy[c] = uniform(-80, 80), base[c] = uniform(60, 190);
+  for (int c = 0; c < 3; ++c)
+    gx[c] = uniform(-80, 80), gy[c] = uniform(-80, 80), base[c] = uniform(60, 190);
   std::vector<uint8_t> rgb(static_cast<size_t>(width) * height * 3);
   for (int y = 0; y < height; ++y) {
     for (int x = 0; x < width; ++x) {
       for (int c = 0; c < 3; ++c) {
         const int v = base[c] + gx[c] * x / std::max(1, width) + gy[c] * y / std::max(1, height) +
                       static_cast<int>(rng() % 7) - 3;
-        rgb[(static_cast<size_t>(y) * width + x) * 3 + c] = static_cast<uint8_t>(std::clamp(v, 0, 255));
+        rgb[(static_cast<size_t>(y) * width + x) * 3 + c] =
+            static_cast<uint8_t>(std::clamp(v, 0, 255));
       }
     }
   }
@@ -108,7 +110,8 @@ std::vector<uint8_t> ReadFileBytes(const std::string& path) {
 
 absl::Status WriteFileBytes(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
   out.close();
   if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
   return absl::OkStatus();

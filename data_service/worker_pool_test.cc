@@ -96,7 +96,9 @@ TEST(WorkerPoolTest, ReportsTheScratchItsWorkersKeep) {
   // A huge file's buffer is not kept.
   pool.SetActiveThreads(1);
   pool.Submit([](SampleScratch& scratch) { scratch.file_bytes.resize(kMaxRetainedFileBytes + 1); });
-  pool.Submit([](SampleScratch& scratch) { EXPECT_LE(scratch.file_bytes.capacity(), kMaxRetainedFileBytes); });
+  pool.Submit([](SampleScratch& scratch) {
+    EXPECT_LE(scratch.file_bytes.capacity(), kMaxRetainedFileBytes);
+  });
 }
 
 TEST(WorkerPoolTest, AnOutliersDecodeBuffersAreFreedAfterItsTask) {
@@ -104,7 +106,8 @@ TEST(WorkerPoolTest, AnOutliersDecodeBuffersAreFreedAfterItsTask) {
   constexpr int kHeight = 1200;
   ASSERT_OK_AND_ASSIGN(const TempDir path_temp, TempDir::Create("worker_pool"));
   const std::string path = path_temp.path() + "/wide.png";
-  ASSERT_OK(test_util::WritePng(path, kWidth, kHeight, std::vector<uint8_t>(size_t{kWidth} * kHeight * 3, 90)));
+  ASSERT_OK(test_util::WritePng(path, kWidth, kHeight,
+                                std::vector<uint8_t>(size_t{kWidth} * kHeight * 3, 90)));
   const std::vector<uint8_t> bytes = test_util::ReadFileBytes(path);
   WorkerPool pool(1);
   std::atomic<size_t> grown{0};
@@ -113,7 +116,8 @@ TEST(WorkerPoolTest, AnOutliersDecodeBuffersAreFreedAfterItsTask) {
     image::TrainParams params;
     params.crop = image::CropBox{0, 0, kHeight, kWidth};
     std::vector<uint8_t> out(224 * 224 * 3);
-    EXPECT_OK(image::DecodeAndTransformWithParams(bytes, image::TransformSpec::Train(224), params, scratch.transform, out.data()));
+    EXPECT_OK(image::DecodeAndTransformWithParams(bytes, image::TransformSpec::Train(224), params,
+                                                  scratch.transform, out.data()));
     grown = scratch.capacity_bytes();
   });
   pool.Submit([&](SampleScratch&) { done.Notify(); });
@@ -151,9 +155,8 @@ TEST(WorkerPoolTest, StopNamesAWorkerStuckInATaskAtTheDeadline) {
   const absl::Time start = absl::Now();
   const absl::Status stopped = pool->Stop(start + absl::Milliseconds(300));
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
-  EXPECT_THAT(stopped,
-              StatusIs(absl::StatusCode::kDeadlineExceeded,
-                       HasSubstr("has been on sample 3 (/mnt/hung/a.jpg) for ")));
+  EXPECT_THAT(stopped, StatusIs(absl::StatusCode::kDeadlineExceeded,
+                                HasSubstr("has been on sample 3 (/mnt/hung/a.jpg) for ")));
   release.Notify();
   EXPECT_OK(pool->Stop(absl::Now() + absl::Seconds(10)));
   EXPECT_TRUE(pool->busy_workers().empty());

@@ -91,10 +91,11 @@ int RunDoctorCommand(const std::vector<std::string>& args) {
   absl::StatusOr<DoctorOptions> options = ParseDoctorArgs(args);
   if (!options.ok()) return ReportUsageError(options.status().message());
   if (options->help) {
-    std::printf("Usage: launcher doctor [flags]\n\nChecks this machine for what a Stoker job "
-                "needs, each check with a verdict and a fix; exits 1 when a check fails.\n\n"
-                "Flags:\n%s",
-                DoctorFlagsHelp().c_str());
+    std::printf(
+        "Usage: launcher doctor [flags]\n\nChecks this machine for what a Stoker job "
+        "needs, each check with a verdict and a fix; exits 1 when a check fails.\n\n"
+        "Flags:\n%s",
+        DoctorFlagsHelp().c_str());
     return 0;
   }
   const std::vector<Check> checks = Evaluate(GatherFacts(*options), *options);
@@ -120,8 +121,7 @@ absl::StatusOr<JobConfig> JobConfigFor(const LauncherOptions& options,
   config.shutdown_grace = options.shutdown_grace;
   config.stop_grace = options.stop_grace;
 
-  absl::StatusOr<absl::optional<SlurmAllocation>> slurm =
-      SlurmAllocationFromEnvironment(variables);
+  absl::StatusOr<absl::optional<SlurmAllocation>> slurm = SlurmAllocationFromEnvironment(variables);
   ASSIGN_OR_RETURN(const LaunchMode mode,
                    ChooseLaunchMode(placement.mode, !placement.hostfile.empty(),
                                     !placement.hosts.empty(), slurm.ok() && slurm->has_value()));

@@ -143,9 +143,9 @@ void ProbeMpi(MachineFacts& facts, const DoctorOptions& options) {
     }
   }
   if (status != 0) {
-    facts.mpirun_error = absl::StrCat("`", *mpirun, " --version` failed: ",
-                                      facts.mpirun_version.empty() ? "no output"
-                                                                   : facts.mpirun_version);
+    facts.mpirun_error = absl::StrCat(
+        "`", *mpirun,
+        " --version` failed: ", facts.mpirun_version.empty() ? "no output" : facts.mpirun_version);
   }
 }
 
@@ -204,8 +204,7 @@ Check GpuCheck(const MachineFacts& facts, int ranks) {
   if (facts.gpu_count == 0) {
     check.verdict = Verdict::kWarn;
     check.finding = absl::StrCat(
-        "no GPU visible",
-        facts.driver_error.empty() ? "" : absl::StrCat(": ", facts.driver_error),
+        "no GPU visible", facts.driver_error.empty() ? "" : absl::StrCat(": ", facts.driver_error),
         VisibleDevicesNote(facts), "; the trainers would run on the CPU");
     check.fix =
         "on a GPU host: install the NVIDIA driver and check that `nvidia-smi` lists the GPUs; "
@@ -266,9 +265,10 @@ Check LibraryCheck(const char* name, int version, const std::string& error, bool
   }
   check.verdict = Verdict::kWarn;
   check.finding = absl::StrCat("not found on the library path: ", error);
-  check.fix = absl::StrCat("run the programs through bundle/stoker (it puts torch's nvidia/*/lib "
-                           "on the library path), or add the folder of ",
-                           soname, " to LD_LIBRARY_PATH");
+  check.fix = absl::StrCat(
+      "run the programs through bundle/stoker (it puts torch's nvidia/*/lib "
+      "on the library path), or add the folder of ",
+      soname, " to LD_LIBRARY_PATH");
   return check;
 }
 
@@ -277,15 +277,17 @@ Check MpiCheck(const MachineFacts& facts) {
   if (facts.mpirun_path.empty() || !facts.mpirun_error.empty()) {
     check.verdict = Verdict::kFail;
     check.finding = facts.mpirun_error;
-    check.fix = "install Open MPI 4.1 (Debian/Ubuntu: apt-get install openmpi-bin "
-                "libopenmpi-dev), or name it with --mpirun=PATH";
+    check.fix =
+        "install Open MPI 4.1 (Debian/Ubuntu: apt-get install openmpi-bin "
+        "libopenmpi-dev), or name it with --mpirun=PATH";
     return check;
   }
   check.finding = absl::StrCat(facts.mpirun_version, " (", facts.mpirun_path, ")");
   if (!absl::StrContains(facts.mpirun_version, "Open MPI")) {
     check.verdict = Verdict::kWarn;
-    check.fix = "Stoker is built and tested with Open MPI 4.1; the trainer must run under the "
-                "MPI it was built against";
+    check.fix =
+        "Stoker is built and tested with Open MPI 4.1; the trainer must run under the "
+        "MPI it was built against";
   }
   return check;
 }
@@ -304,11 +306,11 @@ Check SharedMemoryCheck(const MachineFacts& facts, const DoctorOptions& options,
       "; the rings need ", FormatBytes(need), " (", ranks, " rank(s) x ", options.ring_slots,
       " slots x ", options.batch_size, " x ", options.image_size, "x", options.image_size, "x3)");
   check.finding = finding;
-  const std::string fix = absl::StrCat(
-      "give /dev/shm at least ", FormatBytes(2 * need),
-      ": `mount -o remount,size=", (2 * need + (1 << 30) - 1) >> 30,
-      "G /dev/shm`, or in Docker `--shm-size=", (2 * need + (1 << 30) - 1) >> 30,
-      "g`; or lower --ring_slots or --batch_size");
+  const std::string fix =
+      absl::StrCat("give /dev/shm at least ", FormatBytes(2 * need),
+                   ": `mount -o remount,size=", (2 * need + (1 << 30) - 1) >> 30,
+                   "G /dev/shm`, or in Docker `--shm-size=", (2 * need + (1 << 30) - 1) >> 30,
+                   "g`; or lower --ring_slots or --batch_size");
   if (facts.shm_available_bytes < need) {
     check.verdict = Verdict::kFail;
     check.fix = fix;
@@ -334,7 +336,8 @@ Check MemlockCheck(const MachineFacts& facts) {
   }
   check.verdict = Verdict::kWarn;
   check.finding = absl::StrCat(
-      "locked-memory limit ", limit, ": enough within one node (pinning the rings does not count "
+      "locked-memory limit ", limit,
+      ": enough within one node (pinning the rings does not count "
       "against it), too low for NCCL or MPI over InfiniBand, which register memory against it");
   check.fix =
       "for jobs over InfiniBand raise it: `ulimit -l unlimited` (limits.conf: `* - memlock "
@@ -367,7 +370,8 @@ FlagSpec DoctorFlagSpec(DoctorArgs* args) {
       StringFlag("np", &args->np, "Ranks on this node; 0: one per visible GPU (1 without GPUs)."),
       StringFlag("batch_size", &args->batch_size, "Batch size per rank, for the ring size."),
       StringFlag("image_size", &args->image_size, "Square image size, for the ring size."),
-      StringFlag("ring_slots", &args->ring_slots, "Ring slots per rank (the trainer's --ring_slots)."),
+      StringFlag("ring_slots", &args->ring_slots,
+                 "Ring slots per rank (the trainer's --ring_slots)."),
       StringFlag("mpirun", &args->mpirun, "The mpirun program; a bare name is looked up on PATH."),
   };
   spec.wording = FlagWording::kSentence;
@@ -423,15 +427,15 @@ MachineFacts GatherFacts(const DoctorOptions& options) {
   }
   ProbeDriver(facts);
   using CudnnGetVersion = size_t (*)();
-  facts.cudnn_version = static_cast<int>(LibraryVersion<CudnnGetVersion>(
-      "libcudnn.so.9", "cudnnGetVersion", &facts.cudnn_error,
-      [](CudnnGetVersion f) { return static_cast<int>(f()); }));
+  facts.cudnn_version = static_cast<int>(
+      LibraryVersion<CudnnGetVersion>("libcudnn.so.9", "cudnnGetVersion", &facts.cudnn_error,
+                                      [](CudnnGetVersion f) { return static_cast<int>(f()); }));
   using NcclGetVersion = int (*)(int*);
-  facts.nccl_version = LibraryVersion<NcclGetVersion>(
-      "libnccl.so.2", "ncclGetVersion", &facts.nccl_error, [](NcclGetVersion f) {
-        int version = 0;
-        return f(&version) == 0 ? version : 0;
-      });
+  facts.nccl_version = LibraryVersion<NcclGetVersion>("libnccl.so.2", "ncclGetVersion",
+                                                      &facts.nccl_error, [](NcclGetVersion f) {
+                                                        int version = 0;
+                                                        return f(&version) == 0 ? version : 0;
+                                                      });
   ProbeMpi(facts, options);
   ProbeSharedMemory(facts);
   ProbeMemlock(facts);

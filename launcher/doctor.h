@@ -84,7 +84,7 @@ enum class Verdict { kOk, kWarn, kFail };
 
 // One line of the report. Plain data.
 struct Check {
-  std::string name;     // "GPUs", "CUDA driver", "cuDNN", "NCCL", "MPI", "/dev/shm", "memlock"
+  std::string name;  // "GPUs", "CUDA driver", "cuDNN", "NCCL", "MPI", "/dev/shm", "memlock"
   Verdict verdict = Verdict::kOk;
   std::string finding;  // what was found
   std::string fix;      // what to do about it; empty when there is nothing to do

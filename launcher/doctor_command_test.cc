@@ -21,17 +21,17 @@
 #include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "launcher/rank/child_process.h"
 #include "launcher/doctor.h"
 #include "launcher/launch_command.h"
+#include "launcher/rank/child_process.h"
 #include "launcher/testing/process_probe.h"
 
 namespace stoker::launcher {
 namespace {
 
-using ::stoker::testing::TempDir;
 using ::stoker::launcher::testing::ReadFileOrEmpty;
 using ::stoker::launcher::testing::Runfile;
+using ::stoker::testing::TempDir;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
@@ -49,8 +49,8 @@ DoctorRun RunDoctor(const std::vector<std::string>& args, std::vector<std::strin
   const std::string out = out_temp->path();
   std::vector<std::string> argv = {Runfile("launcher/launcher"), "doctor"};
   argv.insert(argv.end(), args.begin(), args.end());
-  const std::string script = absl::StrCat("exec ", FormatCommand({}, argv), " >", out,
-                                          "/stdout 2>", out, "/stderr");
+  const std::string script =
+      absl::StrCat("exec ", FormatCommand({}, argv), " >", out, "/stdout 2>", out, "/stderr");
   absl::StatusOr<ChildProcess> child =
       ChildProcess::Spawn({"doctor", "/bin/sh", {"sh", "-c", script}, std::move(env)});
   EXPECT_OK(child);
@@ -108,7 +108,8 @@ TEST(DoctorCommandTest, NoGpuHereIsAWarningWithAFix) {
   const ReportLine gpus = Line(run.stdout_text, "GPUs");
   EXPECT_THAT(gpus.line, StartsWith("[WARN] GPUs: no GPU visible"));
   EXPECT_THAT(gpus.fix, HasSubstr("nvidia-smi"));
-  EXPECT_THAT(Line(run.stdout_text, "CUDA driver").line, StartsWith("[WARN] CUDA driver: no driver"));
+  EXPECT_THAT(Line(run.stdout_text, "CUDA driver").line,
+              StartsWith("[WARN] CUDA driver: no driver"));
 }
 
 TEST(DoctorCommandTest, SharedMemoryVerdictMatchesThisMachine) {
@@ -129,8 +130,9 @@ TEST(DoctorCommandTest, SharedMemoryVerdictMatchesThisMachine) {
     const std::string expected = need > available       ? "[FAIL]"
                                  : need > available / 2 ? "[WARN]"
                                                         : "[OK]  ";
-    const DoctorRun run = RunDoctor({absl::StrCat("--np=", c.np), absl::StrCat("--batch_size=", c.batch),
-                                     "--image_size=64", "--ring_slots=4"});
+    const DoctorRun run =
+        RunDoctor({absl::StrCat("--np=", c.np), absl::StrCat("--batch_size=", c.batch),
+                   "--image_size=64", "--ring_slots=4"});
     // statvfs moves as other tests use /dev/shm: only judge cases clear of the boundaries.
     const double margin = 0.02;
     if (std::abs(static_cast<double>(need) - available) < margin * available ||
@@ -158,8 +160,8 @@ TEST(DoctorCommandTest, MemlockVerdictMatchesThisMachine) {
     EXPECT_THAT(memlock.line, StartsWith("[OK]   memlock: locked-memory limit unlimited"));
   } else if (ipc_lock) {
     EXPECT_THAT(memlock.line, StartsWith("[OK]   memlock: "));
-    EXPECT_THAT(memlock.line, HasSubstr(absl::StrCat("locked-memory limit ",
-                                                     FormatBytes(limit.rlim_cur))));
+    EXPECT_THAT(memlock.line,
+                HasSubstr(absl::StrCat("locked-memory limit ", FormatBytes(limit.rlim_cur))));
     EXPECT_THAT(memlock.line, HasSubstr("CAP_IPC_LOCK"));
   } else {
     EXPECT_THAT(memlock.line, StartsWith("[WARN] memlock: "));

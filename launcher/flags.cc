@@ -22,7 +22,8 @@ ABSL_FLAG(std::string, hostfile, "",
           "Open MPI hostfile (`host slots=N` lines): run on those hosts under mpirun.");
 ABSL_FLAG(std::string, hosts, "",
           "Hosts as host:slots,host:slots (mpirun -H): run on those hosts under mpirun.");
-ABSL_FLAG(std::string, srun, "srun", "srun program (Slurm mode); a bare name is looked up on PATH.");
+ABSL_FLAG(std::string, srun, "srun",
+          "srun program (Slurm mode); a bare name is looked up on PATH.");
 ABSL_FLAG(std::string, srun_args, "",
           "Extra srun arguments (Slurm mode), split on spaces and passed verbatim, e.g. "
           "--srun_args='--mpi=pmix --cpus-per-task=12'.");
@@ -41,8 +42,10 @@ ABSL_FLAG(std::string, job_id, "",
           "Job id, naming /tmp/stoker.<job_id>/ and /dev/shm/stoker.<job_id>.*. "
           "Default: <host>-<pid>-<random>.");
 ABSL_FLAG(std::string, dataset, "", "Data service --dataset: synthetic, imagefolder or packed.");
-ABSL_FLAG(std::string, train_dir, "", "Data service --train_dir: the folder (imagefolder) or the index file (packed).");
-ABSL_FLAG(std::string, val_dir, "", "Data service --val_dir: the folder (imagefolder) or the index file (packed).");
+ABSL_FLAG(std::string, train_dir, "",
+          "Data service --train_dir: the folder (imagefolder) or the index file (packed).");
+ABSL_FLAG(std::string, val_dir, "",
+          "Data service --val_dir: the folder (imagefolder) or the index file (packed).");
 ABSL_FLAG(int64_t, synthetic_samples, 0, "Data service --synthetic_samples (0: its default).");
 ABSL_FLAG(int, synthetic_classes, 0, "Data service --synthetic_classes (0: its default).");
 ABSL_FLAG(int, data_threads, 0, "Data service --threads (0: its default).");

@@ -19,9 +19,9 @@ using ::testing::HasSubstr;
 TEST(LauncherFlagsTest, FlagsBecomeOptions) {
   absl::FlagSaver saver;
   auto parsed = ParseLauncherCommandLine(std::vector<std::string>{
-      "--np=2", "--hosts=a:2,b:2", "--mpirun_args=--bind-to  core", "--seed=7",
-      "--job_id=j1", "--data_threads=3", "--data_service_args=--bad_files=fail",
-      "--ready_timeout=5s", "--dry_run", "--", "--epochs=2", "--model", "resnet18"});
+      "--np=2", "--hosts=a:2,b:2", "--mpirun_args=--bind-to  core", "--seed=7", "--job_id=j1",
+      "--data_threads=3", "--data_service_args=--bad_files=fail", "--ready_timeout=5s", "--dry_run",
+      "--", "--epochs=2", "--model", "resnet18"});
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   const LauncherOptions& o = parsed->options;
   EXPECT_EQ(o.placement.ranks_per_node, 2);

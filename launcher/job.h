@@ -14,14 +14,14 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/optional.h"
-#include "launcher/rank/child_process.h"
 #include "launcher/launch_command.h"
+#include "launcher/rank/child_process.h"
 
 namespace stoker::launcher {
 
 // What the user asked for. Plain data; PlanJob validates it.
 struct JobConfig {
-  std::string job_id;                  // see ValidateJobId
+  std::string job_id;                   // see ValidateJobId
   std::string job_dir_parent = "/tmp";  // the job directory is <parent>/stoker.<job_id>
   std::string shm_dir = "/dev/shm";     // where the job's segments stoker.<job_id>.* live
   // The data service. PlanJob sets `socket` and `job_id`; `program` may be a bare name,
@@ -51,7 +51,7 @@ struct JobPlan {
   std::string job_id;
   std::string job_dir_parent;
   std::string shm_dir;
-  std::string socket_path;                // local mode only
+  std::string socket_path;                 // local mode only
   absl::optional<ChildSpec> data_service;  // local mode only
   ChildSpec trainers;                      // mpirun or srun
   absl::Duration ready_timeout;

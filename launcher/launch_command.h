@@ -70,11 +70,11 @@ absl::StatusOr<std::vector<std::string>> BuildTrainerArgv(const TrainerLaunch& l
 // Everything the data service command line depends on. Zero or empty means "leave the data
 // service's own default"; node_id and data_seed are always passed.
 struct DataServiceLaunch {
-  std::string program;  // path of the data_service program
-  std::string socket;   // --socket
-  std::string job_id;   // --job_id
-  int node_id = 0;      // --node_id
-  std::string dataset;  // --dataset: "", "synthetic", "imagefolder" or "packed"
+  std::string program;    // path of the data_service program
+  std::string socket;     // --socket
+  std::string job_id;     // --job_id
+  int node_id = 0;        // --node_id
+  std::string dataset;    // --dataset: "", "synthetic", "imagefolder" or "packed"
   std::string train_dir;  // a folder (imagefolder) or a packed index file (packed)
   std::string val_dir;
   int64_t synthetic_samples = 0;

@@ -28,10 +28,10 @@ TEST(TrainerArgvTest, LocalModeRunsTrainerUnderMpirunWithSocketAndSeed) {
   launch.trainer_args = {"--epochs=3", "--model", "resnet18"};
   absl::StatusOr<std::vector<std::string>> argv = BuildTrainerArgv(launch);
   ASSERT_TRUE(argv.ok()) << argv.status();
-  EXPECT_THAT(*argv, ElementsAre("mpirun", "-np", "2", "-x", "NCCL_NVLS_ENABLE", "-x",
-                                 "STOKER_TRACE", "/opt/stoker/trainer",
-                                 "--data_socket=/tmp/stoker.j1/data.sock", "--seed=42",
-                                 "--epochs=3", "--model", "resnet18"));
+  EXPECT_THAT(*argv,
+              ElementsAre("mpirun", "-np", "2", "-x", "NCCL_NVLS_ENABLE", "-x", "STOKER_TRACE",
+                          "/opt/stoker/trainer", "--data_socket=/tmp/stoker.j1/data.sock",
+                          "--seed=42", "--epochs=3", "--model", "resnet18"));
 }
 
 TEST(TrainerArgvTest, MpirunArgsGoVerbatimAfterRankCount) {
@@ -132,8 +132,8 @@ TEST(TrainerArgvTest, HostfileModeWithNpPlacesThatManyRanksPerNode) {
   absl::StatusOr<std::vector<std::string>> argv = BuildTrainerArgv(launch);
   ASSERT_TRUE(argv.ok()) << argv.status();
   EXPECT_THAT(*argv,
-              ElementsAre("mpirun", "-np", "12", "--hostfile", "hosts", "--map-by",
-                          "ppr:4:node", "/opt/stoker/trainer", "--job_id=j1", "--seed=42",
+              ElementsAre("mpirun", "-np", "12", "--hostfile", "hosts", "--map-by", "ppr:4:node",
+                          "/opt/stoker/trainer", "--job_id=j1", "--seed=42",
                           "--data_service=/opt/stoker/data_service",
                           "--data_service_args=--dataset=imagefolder --train_dir=/data/train",
                           "--epochs=3"));
@@ -188,13 +188,13 @@ TEST(TrainerArgvTest, SlurmModeRunsSrunOverTheAllocation) {
   absl::StatusOr<std::vector<std::string>> argv = BuildTrainerArgv(launch);
   ASSERT_TRUE(argv.ok()) << argv.status();
   // No -x: srun hands the whole environment to the ranks (--export=ALL).
-  EXPECT_THAT(*argv,
-              ElementsAre("srun", "--nodes=4", "--ntasks=32", "--ntasks-per-node=8",
-                          "--kill-on-bad-exit=1", "--export=ALL", "--cpus-per-task=12",
-                          "--gpu-bind=none", "--mpi=pmix", "/opt/stoker/trainer",
-                          "--job_id=j1", "--seed=42",
-                          "--data_service_args=--dataset=imagefolder --train_dir=/data/train",
-                          "--epochs=3"));
+  EXPECT_THAT(
+      *argv,
+      ElementsAre("srun", "--nodes=4", "--ntasks=32", "--ntasks-per-node=8", "--kill-on-bad-exit=1",
+                  "--export=ALL", "--cpus-per-task=12", "--gpu-bind=none", "--mpi=pmix",
+                  "/opt/stoker/trainer", "--job_id=j1", "--seed=42",
+                  "--data_service_args=--dataset=imagefolder --train_dir=/data/train",
+                  "--epochs=3"));
 }
 
 TEST(TrainerArgvTest, SlurmModeWithoutGpusLeavesGpuBindingAlone) {
@@ -281,12 +281,11 @@ TEST(DataServiceArgvTest, PassesEveryOptionWhenAllAreSet) {
   launch.prefetch = 4;
   absl::StatusOr<std::vector<std::string>> argv = BuildDataServiceArgv(launch);
   ASSERT_TRUE(argv.ok()) << argv.status();
-  EXPECT_THAT(*argv,
-              ElementsAre("/opt/stoker/data_service", "--socket=/tmp/stoker.j1/data.sock",
-                          "--job_id=j1", "--node_id=0", "--data_seed=42", "--dataset=imagefolder",
-                          "--train_dir=/data/train", "--val_dir=/data/val",
-                          "--synthetic_samples=1000", "--synthetic_classes=10", "--threads=8",
-                          "--prefetch=4"));
+  EXPECT_THAT(*argv, ElementsAre("/opt/stoker/data_service", "--socket=/tmp/stoker.j1/data.sock",
+                                 "--job_id=j1", "--node_id=0", "--data_seed=42",
+                                 "--dataset=imagefolder", "--train_dir=/data/train",
+                                 "--val_dir=/data/val", "--synthetic_samples=1000",
+                                 "--synthetic_classes=10", "--threads=8", "--prefetch=4"));
 }
 
 TEST(DataServiceArgvTest, ExtraArgsComeLastSoTheyWin) {
@@ -296,10 +295,10 @@ TEST(DataServiceArgvTest, ExtraArgsComeLastSoTheyWin) {
   launch.extra_args = {"--bad_files=fail", "--threads=2", "--data_seed=7"};
   absl::StatusOr<std::vector<std::string>> argv = BuildDataServiceArgv(launch);
   ASSERT_TRUE(argv.ok()) << argv.status();
-  EXPECT_THAT(*argv, ElementsAre("/opt/stoker/data_service", "--socket=/tmp/stoker.j1/data.sock",
-                                 "--job_id=j1", "--node_id=0", "--data_seed=42",
-                                 "--dataset=synthetic", "--threads=8", "--bad_files=fail",
-                                 "--threads=2", "--data_seed=7"));
+  EXPECT_THAT(*argv,
+              ElementsAre("/opt/stoker/data_service", "--socket=/tmp/stoker.j1/data.sock",
+                          "--job_id=j1", "--node_id=0", "--data_seed=42", "--dataset=synthetic",
+                          "--threads=8", "--bad_files=fail", "--threads=2", "--data_seed=7"));
   // The cluster modes hand the same words to the nodes, after the dataset options.
   absl::StatusOr<std::vector<std::string>> dataset_args = DataServiceDatasetArgs(launch);
   ASSERT_TRUE(dataset_args.ok()) << dataset_args.status();
@@ -363,10 +362,10 @@ TEST(FormatCommandTest, QuotesFirstWordThatLooksLikeAnAssignment) {
 }
 
 TEST(EnvironmentTest, FindsNamesWithPrefix) {
-  EXPECT_THAT(EnvironmentNamesWithPrefix(
-                  {"PATH=/bin", "STOKER_A=1", "STOKER_B=", "XSTOKER_C=2", "STOKER_BROKEN"},
-                  "STOKER_"),
-              ElementsAre("STOKER_A", "STOKER_B"));
+  EXPECT_THAT(
+      EnvironmentNamesWithPrefix(
+          {"PATH=/bin", "STOKER_A=1", "STOKER_B=", "XSTOKER_C=2", "STOKER_BROKEN"}, "STOKER_"),
+      ElementsAre("STOKER_A", "STOKER_B"));
 }
 
 TEST(EnvironmentTest, RecognisesVariableNames) {

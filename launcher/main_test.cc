@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -19,10 +19,10 @@
 #include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "launcher/launch_command.h"
 #include "launcher/rank/child_process.h"
 #include "launcher/rank/job_files.h"
 #include "launcher/rank/job_owner.h"
-#include "launcher/launch_command.h"
 #include "launcher/testing/job_leftovers.h"
 #include "launcher/testing/process_probe.h"
 
@@ -30,12 +30,12 @@ namespace stoker::launcher {
 namespace {
 
 using ::stoker::launcher::testing::ExpectNothingLeftOfJob;
-using ::stoker::testing::TempDir;
 using ::stoker::launcher::testing::PathExists;
 using ::stoker::launcher::testing::ReadFileOrEmpty;
 using ::stoker::launcher::testing::ReadPidFiles;
 using ::stoker::launcher::testing::Runfile;
 using ::stoker::launcher::testing::WaitForFile;
+using ::stoker::testing::TempDir;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -47,9 +47,7 @@ class LauncherTest : public ::testing::Test {
     job_id_ = GenerateJobId();  // random: parallel runs share /tmp and /dev/shm
   }
 
-  void TearDown() override {
-    ExpectNothingLeftOfJob(out_, job_id_);
-  }
+  void TearDown() override { ExpectNothingLeftOfJob(out_, job_id_); }
 
   // The launcher with the fakes and this test's job id, then `args`.
   std::vector<std::string> LauncherWithFakes(std::vector<std::string> args) {
@@ -68,8 +66,8 @@ class LauncherTest : public ::testing::Test {
   // Starts `argv` with stdout and stderr going to files in out_.
   ChildProcess Start(const std::vector<std::string>& argv, std::vector<std::string> env = {}) {
     env.push_back("STOKER_FAKE_OUT=" + out_);
-    const std::string script = absl::StrCat("exec ", FormatCommand({}, argv), " >", out_,
-                                            "/stdout 2>", out_, "/stderr");
+    const std::string script =
+        absl::StrCat("exec ", FormatCommand({}, argv), " >", out_, "/stdout 2>", out_, "/stderr");
     absl::StatusOr<ChildProcess> child =
         ChildProcess::Spawn({"launcher", "/bin/sh", {"sh", "-c", script}, env});
     EXPECT_OK(child);
@@ -138,17 +136,17 @@ TEST_F(LauncherTest, UsageErrorsExitTwoNamingTheFlag) {
 }
 
 TEST_F(LauncherTest, DryRunPrintsBothCommandsAndStartsNothing) {
-  EXPECT_EQ(Run(LauncherWithFakes({"--dry_run", "--np=3", "--seed=5", "--mpirun_args=--bind-to none",
-                                   "--dataset=synthetic", "--synthetic_samples=64", "--",
-                                   "--epochs=2", "--model=small cnn"}),
-                {"STOKER_TEST_SETTING=x"}),
-            ExitStatus::Exited(0));
+  EXPECT_EQ(
+      Run(LauncherWithFakes({"--dry_run", "--np=3", "--seed=5", "--mpirun_args=--bind-to none",
+                             "--dataset=synthetic", "--synthetic_samples=64", "--", "--epochs=2",
+                             "--model=small cnn"}),
+          {"STOKER_TEST_SETTING=x"}),
+      ExitStatus::Exited(0));
   const std::string socket = "/tmp/stoker." + job_id_ + "/data.sock";
-  EXPECT_THAT(Stdout(), HasSubstr(absl::StrCat(
-                            Runfile("launcher/fake_data_service"), " --socket=", socket,
-                            " --job_id=", job_id_,
-                            " --node_id=0 --data_seed=5 --dataset=synthetic "
-                            "--synthetic_samples=64\n")));
+  EXPECT_THAT(Stdout(), HasSubstr(absl::StrCat(Runfile("launcher/fake_data_service"),
+                                               " --socket=", socket, " --job_id=", job_id_,
+                                               " --node_id=0 --data_seed=5 --dataset=synthetic "
+                                               "--synthetic_samples=64\n")));
   // Every STOKER_* variable of the launcher's environment is exported to the ranks; which
   // ones there are depends on the test's environment, so they are checked one by one.
   EXPECT_THAT(Stdout(), HasSubstr(absl::StrCat("NCCL_NVLS_ENABLE=0 ",
@@ -163,10 +161,9 @@ TEST_F(LauncherTest, DryRunPrintsBothCommandsAndStartsNothing) {
 }
 
 TEST_F(LauncherTest, DataServiceArgsFollowTheLaunchersDataServiceFlags) {
-  EXPECT_EQ(Run(LauncherWithFakes({"--dry_run", "--seed=5", "--dataset=synthetic",
-                                   "--data_threads=4",
-                                   "--data_service_args= --bad_files=fail  --threads=1 ",
-                                   "--", "--epochs=2"})),
+  EXPECT_EQ(Run(LauncherWithFakes(
+                {"--dry_run", "--seed=5", "--dataset=synthetic", "--data_threads=4",
+                 "--data_service_args= --bad_files=fail  --threads=1 ", "--", "--epochs=2"})),
             ExitStatus::Exited(0))
       << Stderr();
   EXPECT_THAT(Stdout(), HasSubstr(absl::StrCat(
@@ -176,8 +173,7 @@ TEST_F(LauncherTest, DataServiceArgsFollowTheLaunchersDataServiceFlags) {
                             "--bad_files=fail --threads=1\n")));
   // In the cluster modes they travel in the trainers' --data_service_args.
   EXPECT_EQ(Run(LauncherWithFakes({"--dry_run", "--hosts=gpu1:2", "--dataset=synthetic",
-                                   "--data_service_args=--jpeg_decode=exact", "--",
-                                   "--epochs=2"})),
+                                   "--data_service_args=--jpeg_decode=exact", "--", "--epochs=2"})),
             ExitStatus::Exited(0))
       << Stderr();
   EXPECT_THAT(Stdout(),
@@ -185,17 +181,17 @@ TEST_F(LauncherTest, DataServiceArgsFollowTheLaunchersDataServiceFlags) {
 }
 
 TEST_F(LauncherTest, DryRunWithHostsPrintsMpirunDashH) {
-  EXPECT_EQ(Run(LauncherWithFakes({"--dry_run", "--hosts=gpu1:4,gpu2:4", "--seed=3",
-                                   "--dataset=synthetic", "--synthetic_samples=64", "--",
-                                   "--epochs=2"}),
-                {"LD_LIBRARY_PATH=/opt/lib"}),
-            ExitStatus::Exited(0))
+  EXPECT_EQ(
+      Run(LauncherWithFakes({"--dry_run", "--hosts=gpu1:4,gpu2:4", "--seed=3",
+                             "--dataset=synthetic", "--synthetic_samples=64", "--", "--epochs=2"}),
+          {"LD_LIBRARY_PATH=/opt/lib"}),
+      ExitStatus::Exited(0))
       << Stderr();
   EXPECT_THAT(Stdout(), HasSubstr("(hosts mode): every node's local rank 0 starts that node's "
                                   "data service\n"));
-  EXPECT_THAT(Stdout(), HasSubstr(absl::StrCat(
-                            "NCCL_NVLS_ENABLE=0 ", Runfile("launcher/testing/fake_mpirun.sh"),
-                            " -np 8 -H gpu1:4,gpu2:4 -x NCCL_NVLS_ENABLE -x ")));
+  EXPECT_THAT(Stdout(), HasSubstr(absl::StrCat("NCCL_NVLS_ENABLE=0 ",
+                                               Runfile("launcher/testing/fake_mpirun.sh"),
+                                               " -np 8 -H gpu1:4,gpu2:4 -x NCCL_NVLS_ENABLE -x ")));
   EXPECT_THAT(Stdout(), HasSubstr(" -x LD_LIBRARY_PATH "));
   EXPECT_THAT(Stdout(), HasSubstr(absl::StrCat(
                             " ", Runfile("launcher/testing/fake_trainer.sh"), " --job_id=", job_id_,
@@ -212,9 +208,9 @@ TEST_F(LauncherTest, DryRunWithHostfileAndNpPlacesRanksPerNode) {
                                    "--mpirun_args=--mca btl tcp,self"})),
             ExitStatus::Exited(0))
       << Stderr();
-  EXPECT_THAT(Stdout(), HasSubstr(absl::StrCat(
-                            Runfile("launcher/testing/fake_mpirun.sh"), " -np 4 --hostfile ",
-                            hostfile, " --map-by ppr:2:node --mca btl tcp,self -x ")));
+  EXPECT_THAT(Stdout(), HasSubstr(absl::StrCat(Runfile("launcher/testing/fake_mpirun.sh"),
+                                               " -np 4 --hostfile ", hostfile,
+                                               " --map-by ppr:2:node --mca btl tcp,self -x ")));
 }
 
 TEST_F(LauncherTest, DryRunInsideSlurmPrintsSrunFromTheAllocation) {
@@ -257,9 +253,11 @@ TEST_F(LauncherTest, ClusterUsageErrorsExitTwoNamingTheFlag) {
       {{"--hosts=a:2,a:2"}, {}, "--hosts names a twice"},
       {{"--hosts=a,b"}, {}, "host a states no slot count"},
       {{"--hostfile=/nonexistent/hosts"}, {}, "--hostfile /nonexistent/hosts: cannot read it"},
-      {{"--np=16"}, {"SLURM_JOB_ID=5", "SLURM_NNODES=1", "SLURM_GPUS_ON_NODE=8"},
+      {{"--np=16"},
+       {"SLURM_JOB_ID=5", "SLURM_NNODES=1", "SLURM_GPUS_ON_NODE=8"},
        "16 ranks per node (--np) but Slurm job 5 has 8 GPU(s) per node"},
-      {{"--srun_args=-n 4"}, {"SLURM_JOB_ID=5", "SLURM_NNODES=1", "SLURM_NTASKS_PER_NODE=2"},
+      {{"--srun_args=-n 4"},
+       {"SLURM_JOB_ID=5", "SLURM_NNODES=1", "SLURM_NTASKS_PER_NODE=2"},
        "--srun_args must not set the rank count"},
       {{"--hosts=a:2", "--", "--job_id=x"}, {}, "conflicts with the launcher"},
   };
@@ -328,8 +326,7 @@ TEST_F(LauncherTest, FailingTrainerExitCodeIsTheLaunchersExitCode) {
 }
 
 TEST_F(LauncherTest, SigintStopsEverythingAndExits130) {
-  ChildProcess launcher =
-      Start(LauncherWithFakes({"--np=2"}), {"STOKER_FAKE_TRAINER_SLEEP=1000"});
+  ChildProcess launcher = Start(LauncherWithFakes({"--np=2"}), {"STOKER_FAKE_TRAINER_SLEEP=1000"});
   ASSERT_TRUE(WaitForFile(out_ + "/trainer.0.sleep.pid", absl::Seconds(30)));
   ASSERT_TRUE(WaitForFile(out_ + "/trainer.1.sleep.pid", absl::Seconds(30)));
   kill(launcher.pid(), SIGINT);
@@ -343,8 +340,7 @@ TEST_F(LauncherTest, KillingTheLauncherTakesItsChildrenDown) {
   // SIGKILL allows no cleanup, but PR_SET_PDEATHSIG still ends the launcher's own children,
   // mpirun and the data service. Ranks are mpirun's children: ending them is mpirun's job
   // (and the trainer's own parent-death signal), so the fake ranks are left to the test.
-  ChildProcess launcher =
-      Start(LauncherWithFakes({"--np=1"}), {"STOKER_FAKE_TRAINER_SLEEP=1000"});
+  ChildProcess launcher = Start(LauncherWithFakes({"--np=1"}), {"STOKER_FAKE_TRAINER_SLEEP=1000"});
   ASSERT_TRUE(WaitForFile(out_ + "/trainer.0.sleep.pid", absl::Seconds(30)));
   kill(launcher.pid(), SIGKILL);
   ASSERT_OK(launcher.Wait(absl::Seconds(10)));

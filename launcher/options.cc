@@ -21,16 +21,16 @@ absl::Status LauncherOptions::Validate() const {
   RETURN_IF_ERROR(placement.Validate());
   if (!job_id.empty()) RETURN_IF_ERROR(ValidateJobId(job_id));
   if (ready_timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--ready_timeout must be > 0 (got ", absl::FormatDuration(ready_timeout), ")"));
+    return absl::InvalidArgumentError(absl::StrCat("--ready_timeout must be > 0 (got ",
+                                                   absl::FormatDuration(ready_timeout), ")"));
   }
   if (stop_grace < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--stop_grace must be >= 0 (got ", absl::FormatDuration(stop_grace), ")"));
   }
   if (shutdown_grace < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--shutdown_grace must be >= 0 (got ", absl::FormatDuration(shutdown_grace), ")"));
+    return absl::InvalidArgumentError(absl::StrCat("--shutdown_grace must be >= 0 (got ",
+                                                   absl::FormatDuration(shutdown_grace), ")"));
   }
   return absl::OkStatus();
 }

@@ -18,8 +18,8 @@ namespace stoker::launcher {
 // Where the trainers run and how they are started (--mode, --np, --hostfile, --hosts,
 // --mpirun*, --srun*).
 struct PlacementOptions {
-  std::string mode = "auto";  // auto, local, hosts or slurm (ChooseLaunchMode)
-  int ranks_per_node = 1;     // --np
+  std::string mode = "auto";          // auto, local, hosts or slurm (ChooseLaunchMode)
+  int ranks_per_node = 1;             // --np
   bool ranks_per_node_given = false;  // --np was set: the host modes and Slurm keep it
   std::string hostfile;
   std::string hosts;  // host:slots,host:slots
@@ -39,8 +39,8 @@ struct DatasetOptions {
   std::string val_dir;
   int64_t synthetic_samples = 0;
   int synthetic_classes = 0;
-  int threads = 0;   // --data_threads
-  int prefetch = 0;  // --data_prefetch
+  int threads = 0;                      // --data_threads
+  int prefetch = 0;                     // --data_prefetch
   std::vector<std::string> extra_args;  // --data_service_args, split (ParseDataServiceArgs)
 };
 

@@ -64,10 +64,14 @@ absl::optional<int> GpuCount(absl::string_view value) {
 
 absl::string_view LaunchModeName(LaunchMode mode) {
   switch (mode) {
-    case LaunchMode::kLocal: return "local";
-    case LaunchMode::kHostfile: return "hostfile";
-    case LaunchMode::kHostList: return "hosts";
-    case LaunchMode::kSlurm: return "slurm";
+    case LaunchMode::kLocal:
+      return "local";
+    case LaunchMode::kHostfile:
+      return "hostfile";
+    case LaunchMode::kHostList:
+      return "hosts";
+    case LaunchMode::kSlurm:
+      return "slurm";
   }
   return "?";
 }
@@ -83,8 +87,8 @@ absl::StatusOr<std::vector<HostSlots>> ParseHostList(absl::string_view hosts) {
     const size_t colon = entry.find(':');
     host.host = std::string(entry.substr(0, colon));
     if (!IsHostName(host.host)) {
-      return absl::InvalidArgumentError(absl::StrCat("--hosts: '", entry,
-                                                     "' is not host or host:slots"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--hosts: '", entry, "' is not host or host:slots"));
     }
     if (colon != absl::string_view::npos) {
       absl::optional<int> slots = PositiveInt(entry.substr(colon + 1));
@@ -154,9 +158,9 @@ absl::StatusOr<absl::optional<SlurmAllocation>> SlurmAllocationFromEnvironment(
   }
   absl::optional<int> node_count = PositiveInt(nodes);
   if (!node_count.has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "inside Slurm job ", allocation.job_id, " but ", nodes_variable, "='", nodes,
-        "' is not a node count"));
+    return absl::InvalidArgumentError(absl::StrCat("inside Slurm job ", allocation.job_id, " but ",
+                                                   nodes_variable, "='", nodes,
+                                                   "' is not a node count"));
   }
   allocation.nodes = *node_count;
 
@@ -211,9 +215,9 @@ absl::StatusOr<LaunchMode> ChooseLaunchMode(absl::string_view mode_flag, bool ha
   }
   if (mode_flag == "local") {
     if (has_hostfile || has_hosts) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--mode=local runs on this machine only, but --", has_hostfile ? "hostfile" : "hosts",
-          " names hosts"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--mode=local runs on this machine only, but --",
+                       has_hostfile ? "hostfile" : "hosts", " names hosts"));
     }
     return LaunchMode::kLocal;
   }
@@ -249,10 +253,10 @@ absl::StatusOr<int> SlurmRanksPerNode(int np, const SlurmAllocation& allocation)
         "--ntasks-per-node or --gpus-per-node"));
   }
   if (allocation.gpus_per_node > 0 && ranks > allocation.gpus_per_node) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        ranks, " ranks per node (", np > 0 ? "--np" : "SLURM_NTASKS_PER_NODE",
-        ") but Slurm job ", allocation.job_id, " has ", allocation.gpus_per_node,
-        " GPU(s) per node: at most one rank per GPU"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(ranks, " ranks per node (", np > 0 ? "--np" : "SLURM_NTASKS_PER_NODE",
+                     ") but Slurm job ", allocation.job_id, " has ", allocation.gpus_per_node,
+                     " GPU(s) per node: at most one rank per GPU"));
   }
   return ranks;
 }

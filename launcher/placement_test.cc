@@ -16,8 +16,8 @@ MATCHER_P2(Host, name, slots, "") { return arg.host == name && arg.slots == slot
 TEST(HostListTest, ParsesHostsWithAndWithoutSlots) {
   absl::StatusOr<std::vector<HostSlots>> hosts = ParseHostList("gpu1:8,gpu2.cluster:4,gpu3");
   ASSERT_TRUE(hosts.ok()) << hosts.status();
-  EXPECT_THAT(*hosts, ::testing::ElementsAre(Host("gpu1", 8), Host("gpu2.cluster", 4),
-                                             Host("gpu3", 0)));
+  EXPECT_THAT(*hosts,
+              ::testing::ElementsAre(Host("gpu1", 8), Host("gpu2.cluster", 4), Host("gpu3", 0)));
 }
 
 TEST(HostListTest, RejectsBadEntriesNamingTheFlag) {
@@ -45,10 +45,10 @@ TEST(HostfileTest, RejectsBadLinesNamingFileAndLine) {
     const char* text;
     const char* message;
   };
-  for (const Case& c : {Case{"gpu1 slots=8\ngpu2 slots=none\n", "hosts.txt line 2"},
-                        Case{"gpu1 cpus=4\n", "unknown word 'cpus=4'"},
-                        Case{"gpu1\ngpu1\n", "gpu1 is listed twice"},
-                        Case{"# nothing\n\n", "lists no host"}}) {
+  for (const Case& c :
+       {Case{"gpu1 slots=8\ngpu2 slots=none\n", "hosts.txt line 2"},
+        Case{"gpu1 cpus=4\n", "unknown word 'cpus=4'"},
+        Case{"gpu1\ngpu1\n", "gpu1 is listed twice"}, Case{"# nothing\n\n", "lists no host"}}) {
     absl::StatusOr<std::vector<HostSlots>> hosts = ParseHostfile(c.text, "hosts.txt");
     EXPECT_EQ(hosts.status().code(), absl::StatusCode::kInvalidArgument) << c.text;
     EXPECT_THAT(std::string(hosts.status().message()), HasSubstr(c.message)) << c.text;
@@ -65,9 +65,9 @@ TEST(SlurmAllocationTest, OutsideAnAllocationThereIsNone) {
 
 TEST(SlurmAllocationTest, ReadsNodesTasksAndGpusOfAnSbatchJob) {
   const std::map<std::string, std::string> env = {
-      {"SLURM_JOB_ID", "4242"},          {"SLURM_JOB_NUM_NODES", "4"},
-      {"SLURM_NTASKS_PER_NODE", "8"},    {"SLURM_TASKS_PER_NODE", "8(x4)"},
-      {"SLURM_GPUS_ON_NODE", "8"},       {"SLURM_GPUS_PER_NODE", "h200:8"},
+      {"SLURM_JOB_ID", "4242"},       {"SLURM_JOB_NUM_NODES", "4"},
+      {"SLURM_NTASKS_PER_NODE", "8"}, {"SLURM_TASKS_PER_NODE", "8(x4)"},
+      {"SLURM_GPUS_ON_NODE", "8"},    {"SLURM_GPUS_PER_NODE", "h200:8"},
       {"SLURM_CPUS_PER_TASK", "16"}};
   absl::StatusOr<absl::optional<SlurmAllocation>> allocation = SlurmAllocationFromEnvironment(env);
   ASSERT_TRUE(allocation.ok()) << allocation.status();
@@ -80,9 +80,11 @@ TEST(SlurmAllocationTest, ReadsNodesTasksAndGpusOfAnSbatchJob) {
 }
 
 TEST(SlurmAllocationTest, FallsBackToOtherVariables) {
-  absl::StatusOr<absl::optional<SlurmAllocation>> allocation = SlurmAllocationFromEnvironment(
-      {{"SLURM_JOB_ID", "7"}, {"SLURM_NNODES", "2"}, {"SLURM_TASKS_PER_NODE", "4(x2)"},
-       {"SLURM_GPUS_PER_NODE", "a100:4"}});
+  absl::StatusOr<absl::optional<SlurmAllocation>> allocation =
+      SlurmAllocationFromEnvironment({{"SLURM_JOB_ID", "7"},
+                                      {"SLURM_NNODES", "2"},
+                                      {"SLURM_TASKS_PER_NODE", "4(x2)"},
+                                      {"SLURM_GPUS_PER_NODE", "a100:4"}});
   ASSERT_TRUE(allocation.ok()) << allocation.status();
   EXPECT_EQ((*allocation)->nodes, 2);
   EXPECT_EQ((*allocation)->tasks_per_node, 4);

@@ -30,8 +30,7 @@ TEST(TerminationSignalsTest, TurnsSigtermIntoAReadableFdAndRemembersTheFirst) {
 TEST(TerminationSignalsTest, OnlyOneInstanceAtATime) {
   absl::StatusOr<TerminationSignals> first = TerminationSignals::Install();
   ASSERT_TRUE(first.ok());
-  EXPECT_EQ(TerminationSignals::Install().status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(TerminationSignals::Install().status().code(), absl::StatusCode::kFailedPrecondition);
   TerminationSignals moved = std::move(*first);
   raise(SIGHUP);
   EXPECT_EQ(moved.Take(), SIGHUP);

@@ -34,6 +34,7 @@ class ScopedMutex {
  public:
   explicit ScopedMutex(const void* mu) : saved_(t_mutex) { t_mutex = mu; }
   ~ScopedMutex() { t_mutex = saved_; }
+
  private:
   const void* saved_;
 };
@@ -50,11 +51,15 @@ F Real(const char* name) {
 
 // The by-value arguments (Duration, Time: 16 and 8 bytes of trivially copyable data) are
 // passed through as what they are in the ABI.
-struct Duration { long rep_hi; unsigned rep_lo; };
-struct Time { Duration rep; };
+struct Duration {
+  long rep_hi;
+  unsigned rep_lo;
+};
+struct Time {
+  Duration rep;
+};
 
 }  // namespace
-
 
 extern "C" {
 
@@ -101,40 +106,53 @@ void _ZN4absl7debian35Mutex12ReaderUnlockEv(void* mu) {
 }
 // LockWhen(const Condition&) and friends: the lock is held on return, whatever they return.
 void _ZN4absl7debian35Mutex8LockWhenERKNS0_9ConditionE(void* mu, const void* c) {
-  static const auto real = Real<void (*)(void*, const void*)>("_ZN4absl7debian35Mutex8LockWhenERKNS0_9ConditionE");
+  static const auto real =
+      Real<void (*)(void*, const void*)>("_ZN4absl7debian35Mutex8LockWhenERKNS0_9ConditionE");
   ScopedMutex scoped(mu);
   real(mu, c);
   Acquire(mu);
 }
 void _ZN4absl7debian35Mutex14ReaderLockWhenERKNS0_9ConditionE(void* mu, const void* c) {
-  static const auto real = Real<void (*)(void*, const void*)>("_ZN4absl7debian35Mutex14ReaderLockWhenERKNS0_9ConditionE");
+  static const auto real = Real<void (*)(void*, const void*)>(
+      "_ZN4absl7debian35Mutex14ReaderLockWhenERKNS0_9ConditionE");
   ScopedMutex scoped(mu);
   real(mu, c);
   Acquire(mu);
 }
-bool _ZN4absl7debian35Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE(void* mu, const void* c, Duration d) {
-  static const auto real = Real<bool (*)(void*, const void*, Duration)>("_ZN4absl7debian35Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
+bool _ZN4absl7debian35Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE(void* mu,
+                                                                                 const void* c,
+                                                                                 Duration d) {
+  static const auto real = Real<bool (*)(void*, const void*, Duration)>(
+      "_ZN4absl7debian35Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
   ScopedMutex scoped(mu);
   const bool r = real(mu, c, d);
   Acquire(mu);
   return r;
 }
-bool _ZN4absl7debian35Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE(void* mu, const void* c, Time t) {
-  static const auto real = Real<bool (*)(void*, const void*, Time)>("_ZN4absl7debian35Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
+bool _ZN4absl7debian35Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE(void* mu,
+                                                                              const void* c,
+                                                                              Time t) {
+  static const auto real = Real<bool (*)(void*, const void*, Time)>(
+      "_ZN4absl7debian35Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
   ScopedMutex scoped(mu);
   const bool r = real(mu, c, t);
   Acquire(mu);
   return r;
 }
-bool _ZN4absl7debian35Mutex25ReaderLockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE(void* mu, const void* c, Duration d) {
-  static const auto real = Real<bool (*)(void*, const void*, Duration)>("_ZN4absl7debian35Mutex25ReaderLockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
+bool _ZN4absl7debian35Mutex25ReaderLockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE(
+    void* mu, const void* c, Duration d) {
+  static const auto real = Real<bool (*)(void*, const void*, Duration)>(
+      "_ZN4absl7debian35Mutex25ReaderLockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
   ScopedMutex scoped(mu);
   const bool r = real(mu, c, d);
   Acquire(mu);
   return r;
 }
-bool _ZN4absl7debian35Mutex26ReaderLockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE(void* mu, const void* c, Time t) {
-  static const auto real = Real<bool (*)(void*, const void*, Time)>("_ZN4absl7debian35Mutex26ReaderLockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
+bool _ZN4absl7debian35Mutex26ReaderLockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE(void* mu,
+                                                                                    const void* c,
+                                                                                    Time t) {
+  static const auto real = Real<bool (*)(void*, const void*, Time)>(
+      "_ZN4absl7debian35Mutex26ReaderLockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
   ScopedMutex scoped(mu);
   const bool r = real(mu, c, t);
   Acquire(mu);
@@ -142,22 +160,28 @@ bool _ZN4absl7debian35Mutex26ReaderLockWhenWithDeadlineERKNS0_9ConditionENS0_4Ti
 }
 // Await*: the lock is given up while waiting and taken again.
 void _ZN4absl7debian35Mutex5AwaitERKNS0_9ConditionE(void* mu, const void* c) {
-  static const auto real = Real<void (*)(void*, const void*)>("_ZN4absl7debian35Mutex5AwaitERKNS0_9ConditionE");
+  static const auto real =
+      Real<void (*)(void*, const void*)>("_ZN4absl7debian35Mutex5AwaitERKNS0_9ConditionE");
   ScopedMutex scoped(mu);
   Release(mu);
   real(mu, c);
   Acquire(mu);
 }
-bool _ZN4absl7debian35Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE(void* mu, const void* c, Duration d) {
-  static const auto real = Real<bool (*)(void*, const void*, Duration)>("_ZN4absl7debian35Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE");
+bool _ZN4absl7debian35Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE(void* mu,
+                                                                              const void* c,
+                                                                              Duration d) {
+  static const auto real = Real<bool (*)(void*, const void*, Duration)>(
+      "_ZN4absl7debian35Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE");
   ScopedMutex scoped(mu);
   Release(mu);
   const bool r = real(mu, c, d);
   Acquire(mu);
   return r;
 }
-bool _ZN4absl7debian35Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE(void* mu, const void* c, Time t) {
-  static const auto real = Real<bool (*)(void*, const void*, Time)>("_ZN4absl7debian35Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE");
+bool _ZN4absl7debian35Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE(void* mu, const void* c,
+                                                                           Time t) {
+  static const auto real = Real<bool (*)(void*, const void*, Time)>(
+      "_ZN4absl7debian35Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE");
   ScopedMutex scoped(mu);
   Release(mu);
   const bool r = real(mu, c, t);
@@ -166,20 +190,24 @@ bool _ZN4absl7debian35Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE(void*
 }
 // CondVar::Wait*(Mutex*): the mutex is given up and taken again.
 void _ZN4absl7debian37CondVar4WaitEPNS0_5MutexE(void* cv, void* mu) {
-  static const auto real = Real<void (*)(void*, void*)>("_ZN4absl7debian37CondVar4WaitEPNS0_5MutexE");
+  static const auto real =
+      Real<void (*)(void*, void*)>("_ZN4absl7debian37CondVar4WaitEPNS0_5MutexE");
   Release(mu);
   real(cv, mu);
   Acquire(mu);
 }
-bool _ZN4absl7debian37CondVar15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE(void* cv, void* mu, Duration d) {
-  static const auto real = Real<bool (*)(void*, void*, Duration)>("_ZN4absl7debian37CondVar15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE");
+bool _ZN4absl7debian37CondVar15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE(void* cv, void* mu,
+                                                                          Duration d) {
+  static const auto real = Real<bool (*)(void*, void*, Duration)>(
+      "_ZN4absl7debian37CondVar15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE");
   Release(mu);
   const bool r = real(cv, mu, d);
   Acquire(mu);
   return r;
 }
 bool _ZN4absl7debian37CondVar16WaitWithDeadlineEPNS0_5MutexENS0_4TimeE(void* cv, void* mu, Time t) {
-  static const auto real = Real<bool (*)(void*, void*, Time)>("_ZN4absl7debian37CondVar16WaitWithDeadlineEPNS0_5MutexENS0_4TimeE");
+  static const auto real = Real<bool (*)(void*, void*, Time)>(
+      "_ZN4absl7debian37CondVar16WaitWithDeadlineEPNS0_5MutexENS0_4TimeE");
   Release(mu);
   const bool r = real(cv, mu, t);
   Acquire(mu);
@@ -192,18 +220,23 @@ void _ZN4absl7debian312Notification6NotifyEv(void* n) {
   real(n);
 }
 void _ZNK4absl7debian312Notification19WaitForNotificationEv(const void* n) {
-  static const auto real = Real<void (*)(const void*)>("_ZNK4absl7debian312Notification19WaitForNotificationEv");
+  static const auto real =
+      Real<void (*)(const void*)>("_ZNK4absl7debian312Notification19WaitForNotificationEv");
   real(n);
   Acquire(n);
 }
-bool _ZNK4absl7debian312Notification30WaitForNotificationWithTimeoutENS0_8DurationE(const void* n, Duration d) {
-  static const auto real = Real<bool (*)(const void*, Duration)>("_ZNK4absl7debian312Notification30WaitForNotificationWithTimeoutENS0_8DurationE");
+bool _ZNK4absl7debian312Notification30WaitForNotificationWithTimeoutENS0_8DurationE(const void* n,
+                                                                                    Duration d) {
+  static const auto real = Real<bool (*)(const void*, Duration)>(
+      "_ZNK4absl7debian312Notification30WaitForNotificationWithTimeoutENS0_8DurationE");
   const bool r = real(n, d);
   if (r) Acquire(n);
   return r;
 }
-bool _ZNK4absl7debian312Notification31WaitForNotificationWithDeadlineENS0_4TimeE(const void* n, Time t) {
-  static const auto real = Real<bool (*)(const void*, Time)>("_ZNK4absl7debian312Notification31WaitForNotificationWithDeadlineENS0_4TimeE");
+bool _ZNK4absl7debian312Notification31WaitForNotificationWithDeadlineENS0_4TimeE(const void* n,
+                                                                                 Time t) {
+  static const auto real = Real<bool (*)(const void*, Time)>(
+      "_ZNK4absl7debian312Notification31WaitForNotificationWithDeadlineENS0_4TimeE");
   const bool r = real(n, t);
   if (r) Acquire(n);
   return r;

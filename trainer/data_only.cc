@@ -18,7 +18,8 @@ absl::Status FeedWithoutTraining(RunInput& input, RunReporter& reporter, const R
       ASSIGN_OR_RETURN(TrainingBatch batch, input.feeder().Next());
       // No step runs: the GPU's wait for input would be all of its time.
       reporter.AddBatch(epoch, b, batch.data_wait, std::nullopt, {});
-      reporter.AddStep(static_cast<int64_t>(batch.count) * context.world_size(), at::Tensor(), false);
+      reporter.AddStep(static_cast<int64_t>(batch.count) * context.world_size(), at::Tensor(),
+                       false);
     }
   }
   return absl::OkStatus();

@@ -45,7 +45,8 @@ void ValidationTally::Add(const at::Tensor& logits, const at::Tensor& labels,
   const at::Tensor top1 = hit.select(1, 0).logical_and(mask);
   const at::Tensor topk = hit.any(1).logical_and(mask);
   counts_.add_(at::stack({mask.sum(), top1.sum(), topk.sum()}));
-  const at::Tensor losses = at::cross_entropy_loss(scores, labels, /*weight=*/{}, at::Reduction::None);
+  const at::Tensor losses =
+      at::cross_entropy_loss(scores, labels, /*weight=*/{}, at::Reduction::None);
   loss_.add_(losses.masked_select(mask).sum().to(at::kDouble));
 }
 
@@ -53,8 +54,10 @@ absl::StatusOr<ValidationResult> ValidationTally::Reduce(Communicator& host_comm
   return TorchCall("validation: reducing the tally", [&]() -> absl::StatusOr<ValidationResult> {
     at::Tensor counts = counts_.to(at::kCPU).contiguous();
     at::Tensor loss = loss_.to(at::kCPU).to(at::kFloat).contiguous();
-    RETURN_IF_ERROR(host_communicator.AllReduce(counts.data_ptr(), 3, ElementType::kInt64, ReduceOp::kSum));
-    RETURN_IF_ERROR(host_communicator.AllReduce(loss.data_ptr(), 1, ElementType::kFloat32, ReduceOp::kSum));
+    RETURN_IF_ERROR(
+        host_communicator.AllReduce(counts.data_ptr(), 3, ElementType::kInt64, ReduceOp::kSum));
+    RETURN_IF_ERROR(
+        host_communicator.AllReduce(loss.data_ptr(), 1, ElementType::kFloat32, ReduceOp::kSum));
     RETURN_IF_ERROR(host_communicator.Synchronize());
     const int64_t* c = counts.data_ptr<int64_t>();
     ValidationResult result;
@@ -69,7 +72,8 @@ absl::StatusOr<ValidationResult> ValidationTally::Reduce(Communicator& host_comm
 }
 
 absl::StatusOr<int> RunValidationPass(ImageClassifier& model, ValidationPass& pass, int64_t epoch,
-                                      const RunContext& context, Communicator& host, ValidationResult* result) {
+                                      const RunContext& context, Communicator& host,
+                                      ValidationResult* result) {
   model.eval();
   absl::Cleanup back_to_training = [&model] { model.train(); };
   ValidationTally tally(TrainingDevice(context));
@@ -78,8 +82,9 @@ absl::StatusOr<int> RunValidationPass(ImageClassifier& model, ValidationPass& pa
     for (int64_t s = 0; s < pass.batches; ++s) {
       absl::StatusOr<TrainingBatch> batch = pass.feeder->Next();
       if (batch.ok() && (batch->epoch != epoch || batch->step != s)) {
-        return absl::InternalError(absl::StrCat("the validation ring delivered epoch ", batch->epoch, " step ",
-                                                batch->step, ", expected ", epoch, " ", s));
+        return absl::InternalError(absl::StrCat("the validation ring delivered epoch ",
+                                                batch->epoch, " step ", batch->step, ", expected ",
+                                                epoch, " ", s));
       }
       ASSIGN_OR_RETURN(int stop, AgreeOnStop(host, batch.status()));
       if (stop != 0) return stop;

@@ -61,7 +61,8 @@ class ValidationTally {
 // returns the agreed stop signal, or 0 with `result` filled. The model is back in training
 // mode on return. Must be called in the same order on every rank.
 absl::StatusOr<int> RunValidationPass(ImageClassifier& model, ValidationPass& pass, int64_t epoch,
-                                      const RunContext& context, Communicator& host, ValidationResult* result);
+                                      const RunContext& context, Communicator& host,
+                                      ValidationResult* result);
 
 }  // namespace stoker::trainer
 

@@ -38,12 +38,13 @@ ABSL_FLAG(bool, drop_last_batch, true,
           "Skip each epoch's short last batch, so that every step has one shape (cudnn.benchmark "
           "tunes once).");
 ABSL_FLAG(int, ring_slots, 4, "Batches in flight in this rank's shared-memory ring (>= 3).");
-ABSL_FLAG(std::string, gpu_decode_share, "auto",
-          "Share of each batch whose baseline JPEGs this rank asks the data service to leave "
-          "undecoded, for its GPU's JPEG engines (nvJPEG): auto = adapt on a GPU, hill-climbing on "
-          "the images/s trained (0.375, fixed, with --deterministic), 0 on the CPU; a number in [0, "
-          "1] fixes it (above 0 needs a GPU); 0 turns GPU decode off. A data service started with "
-          "its own --gpu_decode_share=F (in --data_service_args) uses F whatever this asks.");
+ABSL_FLAG(
+    std::string, gpu_decode_share, "auto",
+    "Share of each batch whose baseline JPEGs this rank asks the data service to leave "
+    "undecoded, for its GPU's JPEG engines (nvJPEG): auto = adapt on a GPU, hill-climbing on "
+    "the images/s trained (0.375, fixed, with --deterministic), 0 on the CPU; a number in [0, "
+    "1] fixes it (above 0 needs a GPU); 0 turns GPU decode off. A data service started with "
+    "its own --gpu_decode_share=F (in --data_service_args) uses F whatever this asks.");
 ABSL_FLAG(int, data_timeout_s, 120, "Seconds to wait for a batch before failing.");
 ABSL_FLAG(int, collective_timeout_s, 300,
           "Seconds a collective (gradient allreduce, stop vote, broadcast) may take before the "
@@ -176,10 +177,19 @@ ABSL_FLAG(bool, data_only, false,
           "Benchmark the input pipeline: fetch, copy and normalise batches, train nothing.");
 
 // Node data service (without --data_socket; launcher/rank/node_data_service.h).
-ABSL_FLAG(std::string, job_id, "", "Without --data_socket: the job id naming the node data services' sockets and segments; rank 0's value counts; empty: rank 0 makes one.");
-ABSL_FLAG(std::string, data_service, "", "Without --data_socket: the data_service program; default: next to the trainer, or ../data_service/data_service.");
-ABSL_FLAG(std::string, data_service_args, "", "Without --data_socket: more data service flags, split on spaces, each --name=value (e.g. \"--dataset=imagefolder --train_dir=/data/train\"); not --socket, --job_id or --node_id.");
-ABSL_FLAG(int, ranks_per_node, 0, "0: a node is a host (ranks sharing memory). N: ranks [kN, (k+1)N) form node k, each with its own data service (testing several nodes on one host).");
+ABSL_FLAG(std::string, job_id, "",
+          "Without --data_socket: the job id naming the node data services' sockets and segments; "
+          "rank 0's value counts; empty: rank 0 makes one.");
+ABSL_FLAG(std::string, data_service, "",
+          "Without --data_socket: the data_service program; default: next to the trainer, or "
+          "../data_service/data_service.");
+ABSL_FLAG(
+    std::string, data_service_args, "",
+    "Without --data_socket: more data service flags, split on spaces, each --name=value (e.g. "
+    "\"--dataset=imagefolder --train_dir=/data/train\"); not --socket, --job_id or --node_id.");
+ABSL_FLAG(int, ranks_per_node, 0,
+          "0: a node is a host (ranks sharing memory). N: ranks [kN, (k+1)N) form node k, each "
+          "with its own data service (testing several nodes on one host).");
 
 namespace stoker::trainer {
 namespace {
@@ -339,7 +349,8 @@ absl::StatusOr<NodeDataServiceFlags> NodeDataServiceFlagsFromFlags() {
   NodeDataServiceFlags node;
   node.job_id = absl::GetFlag(FLAGS_job_id);
   node.program = absl::GetFlag(FLAGS_data_service);
-  ASSIGN_OR_RETURN(node.args, launcher::ParseDataServiceArgs(absl::GetFlag(FLAGS_data_service_args)));
+  ASSIGN_OR_RETURN(node.args,
+                   launcher::ParseDataServiceArgs(absl::GetFlag(FLAGS_data_service_args)));
   node.ranks_per_node = absl::GetFlag(FLAGS_ranks_per_node);
   return node;
 }

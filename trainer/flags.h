@@ -24,10 +24,10 @@ namespace stoker::trainer {
 // Without --data_socket: how ranks group into nodes, and how each node's local rank 0
 // starts the node's data service (launcher/rank/node_data_service.h).
 struct NodeDataServiceFlags {
-  std::string job_id;              // --job_id; rank 0's counts; empty: rank 0 makes one
-  std::string program;             // --data_service; empty: next to the trainer
-  std::vector<std::string> args;   // --data_service_args, split (ParseDataServiceArgs)
-  int ranks_per_node = 0;          // --ranks_per_node; 0: a node is a host
+  std::string job_id;             // --job_id; rank 0's counts; empty: rank 0 makes one
+  std::string program;            // --data_service; empty: next to the trainer
+  std::vector<std::string> args;  // --data_service_args, split (ParseDataServiceArgs)
+  int ranks_per_node = 0;         // --ranks_per_node; 0: a node is a host
 };
 
 struct TrainerCommandLine {

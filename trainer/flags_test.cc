@@ -29,9 +29,10 @@ std::string TempFile(const std::string& name, const std::string& contents) {
 
 TEST(TrainerFlagsTest, ParsesFlagsIntoOptions) {
   absl::FlagSaver saver;
-  auto parsed = Parse({"--data_socket=/s", "--epochs=7", "--lr_schedule=step", "--lr_step_epochs=2,5",
-                       "--nesterov", "--nochannels_last", "--optimizer=sgd", "--export=/tmp/m.pt",
-                       "--model=/models/net.pt2", "--init_weights=/tmp/w.safetensors"});
+  auto parsed =
+      Parse({"--data_socket=/s", "--epochs=7", "--lr_schedule=step", "--lr_step_epochs=2,5",
+             "--nesterov", "--nochannels_last", "--optimizer=sgd", "--export=/tmp/m.pt",
+             "--model=/models/net.pt2", "--init_weights=/tmp/w.safetensors"});
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->options.epochs, 7);
   EXPECT_EQ(parsed->options.schedule.kind, LrSchedule::kStep);
@@ -88,14 +89,16 @@ TEST(TrainerFlagsTest, ConfigFileSetsFlagsAndLaterFlagsOverrideIt) {
   auto parsed = Parse({"--epochs=3", absl::StrCat("--config=", config), "--lr=0.2"});
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->options.epochs, 12);  // the file overrides what came before it
-  EXPECT_DOUBLE_EQ(parsed->options.optimizer.learning_rate, 0.2);  // and what comes after overrides it
+  EXPECT_DOUBLE_EQ(parsed->options.optimizer.learning_rate,
+                   0.2);  // and what comes after overrides it
   EXPECT_TRUE(parsed->options.optimizer.no_decay_bn_bias);
   EXPECT_EQ(parsed->options.input.data_socket, "/s");
 }
 
 TEST(TrainerFlagsTest, FlagfileIsTheSameAsConfig) {
   absl::FlagSaver saver;
-  const std::string config = TempFile("trainer_flags_test.flagfile", "--data_socket=/s\n--epochs=5\n");
+  const std::string config =
+      TempFile("trainer_flags_test.flagfile", "--data_socket=/s\n--epochs=5\n");
   auto parsed = Parse({absl::StrCat("--flagfile=", config)});
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->options.epochs, 5);
@@ -103,10 +106,12 @@ TEST(TrainerFlagsTest, FlagfileIsTheSameAsConfig) {
 
 TEST(TrainerFlagsTest, ABadLineInAConfigFileNamesTheFileLineAndFlag) {
   absl::FlagSaver saver;
-  const std::string config = TempFile("trainer_flags_test_bad.cfg", "data_socket=/s\n# ok\nepochs=ten\n");
+  const std::string config =
+      TempFile("trainer_flags_test_bad.cfg", "data_socket=/s\n# ok\nepochs=ten\n");
   auto parsed = Parse({absl::StrCat("--config=", config)});
   ASSERT_FALSE(parsed.ok());
-  EXPECT_TRUE(absl::StrContains(parsed.status().message(), absl::StrCat(config, " line 3: --epochs=ten")))
+  EXPECT_TRUE(
+      absl::StrContains(parsed.status().message(), absl::StrCat(config, " line 3: --epochs=ten")))
       << parsed.status().message();
 }
 

@@ -9,11 +9,11 @@
 
 namespace stoker::trainer {
 
-absl::StatusOr<std::shared_ptr<ImageClassifier>> MakeModel(const std::string& name,
-                                                           int num_classes, int image_size,
-                                                           bool fused_blocks) {
+absl::StatusOr<std::shared_ptr<ImageClassifier>> MakeModel(const std::string& name, int num_classes,
+                                                           int image_size, bool fused_blocks) {
   if (num_classes < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("--num_classes must be >= 1, got ", num_classes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--num_classes must be >= 1, got ", num_classes));
   }
   if (absl::EndsWith(name, kExportedModelSuffix)) {
     absl::StatusOr<std::shared_ptr<GraphModel>> graph =

@@ -21,8 +21,8 @@ inline constexpr char kExportedModelSuffix[] = ".pt2";
 // Built-in ResNets, and the batch norms and max pools of exported models, use the fused
 // blocks (trainer/nn/fused_blocks.h) unless `fused_blocks` is false. InvalidArgument for an
 // unknown name or an archive Stoker refuses (the message says why).
-absl::StatusOr<std::shared_ptr<ImageClassifier>> MakeModel(const std::string& name,
-                                                           int num_classes, int image_size = 0,
+absl::StatusOr<std::shared_ptr<ImageClassifier>> MakeModel(const std::string& name, int num_classes,
+                                                           int image_size = 0,
                                                            bool fused_blocks = true);
 
 }  // namespace stoker::trainer

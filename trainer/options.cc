@@ -21,7 +21,8 @@ absl::Status ModelOptions::Validate() const {
 }
 
 absl::Status StepOptions::Validate() const {
-  if (!(label_smoothing >= 0 && label_smoothing < 1)) return Bad("label_smoothing", label_smoothing, "must be in [0, 1)");
+  if (!(label_smoothing >= 0 && label_smoothing < 1))
+    return Bad("label_smoothing", label_smoothing, "must be in [0, 1)");
   if (!(clip_grad_norm >= 0) || !std::isfinite(clip_grad_norm)) {
     return Bad("clip_grad_norm", clip_grad_norm, "must be >= 0 (0: no clipping)");
   }

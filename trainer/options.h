@@ -67,7 +67,7 @@ struct DeviceOptions {
   // resumed continuation, give the same bits on the same GPUs. The CPU path always does.
   bool deterministic = false;
   double cache_release_fraction = 0.9;  // release cached blocks past this share of the device
-  bool expandable_segments = true;  // Note [Expandable segments] (trainer/device.h)
+  bool expandable_segments = true;      // Note [Expandable segments] (trainer/device.h)
 
   absl::Status Validate() const;
 };

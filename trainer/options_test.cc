@@ -19,7 +19,9 @@ TrainerOptions Good() {
   return o;
 }
 
-TEST(ValidateOptionsTest, DefaultsWithASocketAreValid) { EXPECT_TRUE(ValidateOptions(Good()).ok()); }
+TEST(ValidateOptionsTest, DefaultsWithASocketAreValid) {
+  EXPECT_TRUE(ValidateOptions(Good()).ok());
+}
 
 struct BadCase {
   const char* flag;  // what the message must name, "--flag="

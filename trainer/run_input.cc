@@ -80,13 +80,16 @@ class SyntheticInput final : public RunInput {
 // which reads the ring.
 class RingInput final : public RunInput {
  public:
-  static absl::StatusOr<std::unique_ptr<RingInput>> Open(const TrainerOptions& o, const RunContext& context,
+  static absl::StatusOr<std::unique_ptr<RingInput>> Open(const TrainerOptions& o,
+                                                         const RunContext& context,
                                                          const InputStart& start,
                                                          DecodeShareGauge* decode_share);
   int64_t batches_per_epoch() const override { return batches_per_epoch_; }
   int64_t trained_per_epoch() const override { return trained_per_epoch_; }
   BatchFeeder& feeder() override { return *feeder_; }
-  absl::Status PrefetchEpoch(int64_t epoch) override { return ring_->StartEpoch(epoch, seed_).status(); }
+  absl::Status PrefetchEpoch(int64_t epoch) override {
+    return ring_->StartEpoch(epoch, seed_).status();
+  }
   bool has_validation() const override { return val_ring_ != nullptr; }
   absl::StatusOr<ValidationPass> StartValidation(int64_t epoch) override;
 
@@ -128,10 +131,12 @@ absl::StatusOr<GpuDecodeSharePlan> RingInput::SharePlan(const TrainerOptions& o,
   return plan;
 }
 
-absl::StatusOr<std::unique_ptr<RingInput>> RingInput::Open(const TrainerOptions& o, const RunContext& context,
+absl::StatusOr<std::unique_ptr<RingInput>> RingInput::Open(const TrainerOptions& o,
+                                                           const RunContext& context,
                                                            const InputStart& start,
                                                            DecodeShareGauge* decode_share) {
-  std::unique_ptr<RingInput> input(new RingInput(FeederOptionsFor(o, context), TrainingDevice(context), start.seed));
+  std::unique_ptr<RingInput> input(
+      new RingInput(FeederOptionsFor(o, context), TrainingDevice(context), start.seed));
   ASSIGN_OR_RETURN(const GpuDecodeSharePlan share_plan,
                    SharePlan(o, context, input->device_, /*training_ring=*/true));
   RingRequest request;
@@ -144,7 +149,8 @@ absl::StatusOr<std::unique_ptr<RingInput>> RingInput::Open(const TrainerOptions&
   request.num_classes = o.model.num_classes;
   request.gpu_decode_share = share_plan.initial;
   input->feeder_options_.gpu_decode = share_plan.adaptive || share_plan.initial > 0;
-  ASSIGN_OR_RETURN(input->ring_, RingClient::Connect(o.input.data_socket, request, o.input.data_timeout));
+  ASSIGN_OR_RETURN(input->ring_,
+                   RingClient::Connect(o.input.data_socket, request, o.input.data_timeout));
   ASSIGN_OR_RETURN(EpochInfo first, input->ring_->StartEpoch(start.epoch, start.seed));
   input->batches_per_epoch_ = first.batches;
   const bool short_last = first.samples % o.input.batch_size != 0;
@@ -157,11 +163,13 @@ absl::StatusOr<std::unique_ptr<RingInput>> RingInput::Open(const TrainerOptions&
   if (o.validation.every > 0 && !o.benchmark.data_only && !o.input.train_split) {
     // Training on the validation split (a benchmark's choice): validating on it too would
     // only measure the training data again.
-    if (context.rank0()) LogInfo("--data_split=val: training on the validation split, so no validation");
+    if (context.rank0())
+      LogInfo("--data_split=val: training on the validation split, so no validation");
   } else if (o.validation.every > 0 && !o.benchmark.data_only) {
     RingRequest val_request = request;
     val_request.train = false;
-    val_request.batch_size = o.validation.batch_size > 0 ? o.validation.batch_size : o.input.batch_size;
+    val_request.batch_size =
+        o.validation.batch_size > 0 ? o.validation.batch_size : o.input.batch_size;
     ASSIGN_OR_RETURN(const GpuDecodeSharePlan val_plan,
                      SharePlan(o, context, input->device_, /*training_ring=*/false));
     val_request.gpu_decode_share = val_plan.initial;
@@ -173,8 +181,9 @@ absl::StatusOr<std::unique_ptr<RingInput>> RingInput::Open(const TrainerOptions&
       input->val_ring_ = std::move(*val);
     } else if (absl::StrContains(val.status().message(), "no validation split")) {
       if (context.rank0()) {
-        LogWarning("the data service has no validation split: validation is off (launcher --val_dir; "
-                   "--val_every=0 silences this)");
+        LogWarning(
+            "the data service has no validation split: validation is off (launcher --val_dir; "
+            "--val_every=0 silences this)");
       }
     } else {
       return val.status();
@@ -182,7 +191,8 @@ absl::StatusOr<std::unique_ptr<RingInput>> RingInput::Open(const TrainerOptions&
   }
   input->source_ = std::make_unique<RingBatchSource>(input->ring_.get());
   if (start.batches_done > 0) {
-    input->source_ = std::make_unique<SkippingBatchSource>(std::move(input->source_), start.epoch, start.batches_done);
+    input->source_ = std::make_unique<SkippingBatchSource>(std::move(input->source_), start.epoch,
+                                                           start.batches_done);
   }
   ASSIGN_OR_RETURN(std::unique_ptr<BatchFeeder> feeder,
                    MakeBatchFeeder(input->source_.get(), input->feeder_options_, input->device_));
@@ -212,10 +222,12 @@ absl::StatusOr<ValidationPass> RingInput::StartValidation(int64_t epoch) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<RunInput>> OpenRunInput(const TrainerOptions& options, const RunContext& context,
+absl::StatusOr<std::unique_ptr<RunInput>> OpenRunInput(const TrainerOptions& options,
+                                                       const RunContext& context,
                                                        const InputStart& start,
                                                        DecodeShareGauge* decode_share) {
-  if (options.input.synthetic_steps > 0) return std::make_unique<SyntheticInput>(options, context, start);
+  if (options.input.synthetic_steps > 0)
+    return std::make_unique<SyntheticInput>(options, context, start);
   ASSIGN_OR_RETURN(std::unique_ptr<RingInput> input,
                    RingInput::Open(options, context, start, decode_share));
   return std::unique_ptr<RunInput>(std::move(input));

@@ -58,7 +58,8 @@ using RunInputFactory = std::function<absl::StatusOr<std::unique_ptr<RunInput>>(
 // the node's data service at --data_socket. Batches land on the context's device. The
 // rings' input sets the GPU decode share it uses in `decode_share` (may be null; outlives
 // the input).
-absl::StatusOr<std::unique_ptr<RunInput>> OpenRunInput(const TrainerOptions& options, const RunContext& context,
+absl::StatusOr<std::unique_ptr<RunInput>> OpenRunInput(const TrainerOptions& options,
+                                                       const RunContext& context,
                                                        const InputStart& start,
                                                        DecodeShareGauge* decode_share = nullptr);
 

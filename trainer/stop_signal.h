@@ -12,8 +12,8 @@
 
 namespace stoker::trainer {
 
-// Installs the handlers for SIGINT, SIGTERM, SIGUSR1 and SIGUSR2 (with SA_RESTART). Call once from main(),
-// after MPI start-up (so that no library replaces them). Internal if sigaction fails.
+// Installs the handlers for SIGINT, SIGTERM, SIGUSR1 and SIGUSR2 (with SA_RESTART). Call once from
+// main(), after MPI start-up (so that no library replaces them). Internal if sigaction fails.
 absl::Status InstallStopSignalHandlers();
 
 // The first stop signal received, or 0. Async-signal-safe; thread-safe.

@@ -131,9 +131,9 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
                            context_.world_size(),  o_.input.batch_size,
                            o_.input.image_size,    o_.input.synthetic_steps > 0,
                            o_.benchmark.data_only, o_.benchmark.warmup_steps};
-  ASSIGN_OR_RETURN(reporter_,
-                   RunReporter::Create(o_.report, context_.rank.rank, run,
-                                       [this] { return ReportOf(decode_share_.Read()); }));
+  ASSIGN_OR_RETURN(reporter_, RunReporter::Create(o_.report, context_.rank.rank, run, [this] {
+                     return ReportOf(decode_share_.Read());
+                   }));
   CheckpointOptions checkpoint_options = o_.checkpoint;
   checkpoint_options.run_identity = RunIdentity(o_);
   ASSIGN_OR_RETURN(RunCheckpoints checkpoints,
@@ -249,8 +249,7 @@ absl::StatusOr<int> Trainer::NextMicroBatch(int64_t epoch, int64_t index, Traini
   if (stop != 0) return stop;
   *batch = std::move(*next);
   RETURN_IF_ERROR(profiled_->DataArrived(profiler, batch->data_wait));
-  reporter_->AddBatch(epoch, index, batch->data_wait, batch->gpu_input_wait,
-                      batch->sample_indices);
+  reporter_->AddBatch(epoch, index, batch->data_wait, batch->gpu_input_wait, batch->sample_indices);
   return 0;
 }
 

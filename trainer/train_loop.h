@@ -34,8 +34,9 @@ int ExitCodeFor(const TrainingOutcome& outcome);
 // a deadline (the collective watchdog). A libtorch error anywhere comes back as a Status.
 // Must be called on every rank with the same options; every collective it makes is in the
 // same order on every rank.
-absl::StatusOr<TrainingOutcome> RunTraining(const TrainerOptions& options, const RunContext& context,
-                                            Communicator& gradients, Communicator& host,
+absl::StatusOr<TrainingOutcome> RunTraining(const TrainerOptions& options,
+                                            const RunContext& context, Communicator& gradients,
+                                            Communicator& host,
                                             RunInputFactory open_input = nullptr);
 
 }  // namespace stoker::trainer

@@ -30,9 +30,11 @@ constexpr int kImage = 16;
 // Batch `step` of `epoch`: images and labels that depend on both (varied batches, the same
 // on every run), numbered like the data service's.
 TrainingBatch MakeBatch(int64_t epoch, int64_t step, int batch_size, int label_offset = 0) {
-  at::Generator generator = at::detail::createCPUGenerator(static_cast<uint64_t>(1000 * epoch + step + 1));
+  at::Generator generator =
+      at::detail::createCPUGenerator(static_cast<uint64_t>(1000 * epoch + step + 1));
   TrainingBatch batch;
-  batch.images = at::randn({batch_size, 3, kImage, kImage}, generator, at::kFloat).contiguous(at::MemoryFormat::ChannelsLast);
+  batch.images = at::randn({batch_size, 3, kImage, kImage}, generator, at::kFloat)
+                     .contiguous(at::MemoryFormat::ChannelsLast);
   batch.labels = at::randint(0, kClasses, {batch_size}, generator, at::kLong) + label_offset;
   batch.epoch = epoch;
   batch.step = step;
@@ -43,10 +45,14 @@ TrainingBatch MakeBatch(int64_t epoch, int64_t step, int batch_size, int label_o
 // Hands out batches in (epoch, step) order from a start position, and records them.
 class ListFeeder final : public BatchFeeder {
  public:
-  ListFeeder(int64_t batches_per_epoch, int batch_size, int64_t epoch, int64_t step, int label_offset,
-             std::vector<std::pair<int64_t, int64_t>>* seen)
-      : batches_per_epoch_(batches_per_epoch), batch_size_(batch_size), epoch_(epoch), step_(step),
-        label_offset_(label_offset), seen_(seen) {}
+  ListFeeder(int64_t batches_per_epoch, int batch_size, int64_t epoch, int64_t step,
+             int label_offset, std::vector<std::pair<int64_t, int64_t>>* seen)
+      : batches_per_epoch_(batches_per_epoch),
+        batch_size_(batch_size),
+        epoch_(epoch),
+        step_(step),
+        label_offset_(label_offset),
+        seen_(seen) {}
   absl::StatusOr<TrainingBatch> Next() override {
     TrainingBatch batch = MakeBatch(epoch_, step_, batch_size_, label_offset_);
     if (seen_ != nullptr) seen_->emplace_back(epoch_, step_);
@@ -66,12 +72,14 @@ class ListFeeder final : public BatchFeeder {
 // as DistributedSampler pads it (one rank here).
 class ValidationFeeder final : public BatchFeeder {
  public:
-  ValidationFeeder(int64_t epoch, int samples, int batch_size) : epoch_(epoch), samples_(samples), batch_size_(batch_size) {}
+  ValidationFeeder(int64_t epoch, int samples, int batch_size)
+      : epoch_(epoch), samples_(samples), batch_size_(batch_size) {}
   absl::StatusOr<TrainingBatch> Next() override {
     TrainingBatch batch = MakeBatch(100 + epoch_, step_, batch_size_);
     batch.epoch = epoch_;
     batch.step = step_;
-    for (int i = 0; i < batch_size_; ++i) batch.sample_indices.push_back((step_ * batch_size_ + i) % samples_);
+    for (int i = 0; i < batch_size_; ++i)
+      batch.sample_indices.push_back((step_ * batch_size_ + i) % samples_);
     ++step_;
     return batch;
   }
@@ -86,16 +94,18 @@ class ValidationFeeder final : public BatchFeeder {
 struct FakeInputSpec {
   int64_t batches_per_epoch = 5;
   int batch_size = 8;
-  int label_offset = 0;   // labels past the classes make the loss fail inside libtorch
-  int val_samples = 0;    // 0: no validation split
+  int label_offset = 0;  // labels past the classes make the loss fail inside libtorch
+  int val_samples = 0;   // 0: no validation split
   int val_batch_size = 4;
 };
 
 class FakeInput final : public RunInput {
  public:
-  FakeInput(const FakeInputSpec& spec, const InputStart& start, std::vector<std::pair<int64_t, int64_t>>* seen)
+  FakeInput(const FakeInputSpec& spec, const InputStart& start,
+            std::vector<std::pair<int64_t, int64_t>>* seen)
       : spec_(spec),
-        feeder_(spec.batches_per_epoch, spec.batch_size, start.epoch, start.batches_done, spec.label_offset, seen) {}
+        feeder_(spec.batches_per_epoch, spec.batch_size, start.epoch, start.batches_done,
+                spec.label_offset, seen) {}
   int64_t batches_per_epoch() const override { return spec_.batches_per_epoch; }
   int64_t trained_per_epoch() const override { return spec_.batches_per_epoch; }
   BatchFeeder& feeder() override { return feeder_; }
@@ -105,7 +115,8 @@ class FakeInput final : public RunInput {
     ValidationPass pass;
     pass.batch_size = spec_.val_batch_size;
     pass.batches = (spec_.val_samples + spec_.val_batch_size - 1) / spec_.val_batch_size;
-    pass.feeder = std::make_unique<ValidationFeeder>(epoch, spec_.val_samples, spec_.val_batch_size);
+    pass.feeder =
+        std::make_unique<ValidationFeeder>(epoch, spec_.val_samples, spec_.val_batch_size);
     return pass;
   }
 
@@ -145,9 +156,11 @@ class TrainLoopTest : public ::testing::Test {
 
   absl::StatusOr<TrainingOutcome> RunWithCommunicator(Communicator& communicator) {
     const FakeInputSpec spec = spec_;
-    return RunTraining(options_, context_, communicator, communicator, [this, spec](const InputStart& start) {
-      return absl::StatusOr<std::unique_ptr<RunInput>>(std::make_unique<FakeInput>(spec, start, &seen_));
-    });
+    return RunTraining(options_, context_, communicator, communicator,
+                       [this, spec](const InputStart& start) {
+                         return absl::StatusOr<std::unique_ptr<RunInput>>(
+                             std::make_unique<FakeInput>(spec, start, &seen_));
+                       });
   }
 
   std::string Read(const std::string& name) const {
@@ -186,7 +199,8 @@ TEST_F(TrainLoopTest, TrainsEveryBatchOfEveryEpochInOrder) {
     ++lines;
   }
   EXPECT_EQ(lines, 10);
-  EXPECT_NE(Read("metrics.json").find("\"global_step\": 10"), std::string::npos) << Read("metrics.json");
+  EXPECT_NE(Read("metrics.json").find("\"global_step\": 10"), std::string::npos)
+      << Read("metrics.json");
 }
 
 TEST_F(TrainLoopTest, AccumulationTakesOneOptimizerStepPerGroupOfMicroBatches) {
@@ -194,14 +208,16 @@ TEST_F(TrainLoopTest, AccumulationTakesOneOptimizerStepPerGroupOfMicroBatches) {
   absl::StatusOr<TrainingOutcome> outcome = Run();
   ASSERT_OK(outcome);
   EXPECT_EQ(seen_.size(), 10u);
-  EXPECT_NE(Read("metrics.json").find("\"global_step\": 6"), std::string::npos) << Read("metrics.json");
+  EXPECT_NE(Read("metrics.json").find("\"global_step\": 6"), std::string::npos)
+      << Read("metrics.json");
 }
 
 TEST_F(TrainLoopTest, ValidationCountsEachSampleOnceAlthoughTheSplitIsPadded) {
   spec_.val_samples = 10;  // 3 batches of 4: the last two samples repeat the first two
   absl::StatusOr<TrainingOutcome> outcome = Run();
   ASSERT_OK(outcome);
-  EXPECT_NE(Read("metrics.json").find("\"val_samples\": 10"), std::string::npos) << Read("metrics.json");
+  EXPECT_NE(Read("metrics.json").find("\"val_samples\": 10"), std::string::npos)
+      << Read("metrics.json");
 }
 
 TEST_F(TrainLoopTest, StopAfterStepsThenResumeGivesTheUninterruptedRunsWeights) {
@@ -228,9 +244,11 @@ TEST_F(TrainLoopTest, StopAfterStepsThenResumeGivesTheUninterruptedRunsWeights) 
   ASSERT_OK(resumed);
   EXPECT_EQ(resumed->end, TrainingOutcome::End::kFinished);
   ASSERT_FALSE(seen_.empty());
-  EXPECT_EQ(seen_.front(), std::make_pair(int64_t{0}, int64_t{3}));  // continues after the third batch
+  EXPECT_EQ(seen_.front(),
+            std::make_pair(int64_t{0}, int64_t{3}));  // continues after the third batch
   EXPECT_EQ(seen_.size(), 7u);
-  EXPECT_TRUE(Read("resumed.rank0") == straight) << "the resumed run's weights differ from the uninterrupted run's";
+  EXPECT_TRUE(Read("resumed.rank0") == straight)
+      << "the resumed run's weights differ from the uninterrupted run's";
 }
 
 TEST_F(TrainLoopTest, ALibtorchErrorInsideAStepComesBackAsAStatusNamingTheStep) {
@@ -247,7 +265,8 @@ TEST_F(TrainLoopTest, AFailedCollectiveFailsTheRunWithItsStatus) {
   group[0]->fail_next(absl::UnavailableError("injected: the peer is gone"));
   absl::StatusOr<TrainingOutcome> outcome = RunWithCommunicator(*group[0]);
   ASSERT_FALSE(outcome.ok());
-  EXPECT_NE(std::string(outcome.status().message()).find("injected: the peer is gone"), std::string::npos)
+  EXPECT_NE(std::string(outcome.status().message()).find("injected: the peer is gone"),
+            std::string::npos)
       << outcome.status();
 }
 

@@ -24,7 +24,9 @@ class Net final : public ImageClassifier {
     conv_ = register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 4, 3)));
     fc_ = register_module("fc", torch::nn::Linear(4 * 6 * 6, 5));
   }
-  at::Tensor forward(at::Tensor x) override { return fc_->forward(conv_->forward(x).relu().flatten(1)); }
+  at::Tensor forward(at::Tensor x) override {
+    return fc_->forward(conv_->forward(x).relu().flatten(1));
+  }
 
  private:
   torch::nn::Conv2d conv_{nullptr};
@@ -63,7 +65,8 @@ NetUnderTest MakeNet() {
 
 // A TrainStep over `communicator` with the default optimizer and no loss scaling.
 struct StepUnderTest {
-  explicit StepUnderTest(Communicator* communicator, const TrainStepOptions& options = TrainStepOptions())
+  explicit StepUnderTest(Communicator* communicator,
+                         const TrainStepOptions& options = TrainStepOptions())
       : mine(MakeNet()) {
     auto created = GradBuckets::Create(mine.parameters, mine.names, 1 << 20, communicator);
     EXPECT_TRUE(created.ok()) << created.status();
@@ -74,7 +77,8 @@ struct StepUnderTest {
     LossScalerOptions no_scaling;
     no_scaling.enabled = false;
     scaler = std::make_unique<LossScaler>(*LossScaler::Create(no_scaling));
-    step = std::make_unique<TrainStep>(*mine.net, *buckets, *optimizer, *scaler, mine.parameters, options);
+    step = std::make_unique<TrainStep>(*mine.net, *buckets, *optimizer, *scaler, mine.parameters,
+                                       options);
   }
   NetUnderTest mine;
   std::unique_ptr<GradBuckets> buckets;
@@ -96,7 +100,8 @@ TEST(TrainStepTest, AccumulatedMicroBatchesOverRanksGiveTheLargeBatchGradient) {
   const at::Tensor labels = at::randint(0, 5, {world * kMicro * kBatch}, at::kLong);
 
   NetUnderTest mine = MakeNet();
-  auto buckets = GradBuckets::Create(mine.parameters, mine.names, /*bucket_bytes=*/1024, mpi->get());
+  auto buckets =
+      GradBuckets::Create(mine.parameters, mine.names, /*bucket_bytes=*/1024, mpi->get());
   ASSERT_TRUE(buckets.ok()) << buckets.status();
   OptimizerOptions sgd;
   sgd.momentum = 0;
@@ -156,7 +161,8 @@ TEST(ClipGradNormTest, MatchesTorchClipGradNorm) {
   const double expected_norm = torch::nn::utils::clip_grad_norm_(params, 1.5);
   const at::Tensor norm = ClipGradNorm(grads, 1.5);
   EXPECT_NEAR(norm.item<double>(), expected_norm, 1e-5);
-  for (size_t i = 0; i < grads.size(); ++i) EXPECT_TRUE(at::allclose(grads[i], params[i].grad(), 1e-6, 1e-7));
+  for (size_t i = 0; i < grads.size(); ++i)
+    EXPECT_TRUE(at::allclose(grads[i], params[i].grad(), 1e-6, 1e-7));
   // Under the limit: unchanged.
   std::vector<at::Tensor> small = {at::full({3}, 0.1)};
   ClipGradNorm(small, 10.0);

@@ -28,9 +28,9 @@ namespace {
 // No --data_socket: each node's local rank 0 runs the node's data service (Note [Data
 // service per node]); null when the rank reads a given socket or trains on synthetic
 // batches. Ends the job on failure.
-std::unique_ptr<launcher::NodeDataService> StartNodeDataService(
-    launcher::MpiSession& session, const TrainerOptions& options,
-    const NodeDataServiceFlags& flags) {
+std::unique_ptr<launcher::NodeDataService> StartNodeDataService(launcher::MpiSession& session,
+                                                                const TrainerOptions& options,
+                                                                const NodeDataServiceFlags& flags) {
   if (!options.input.data_socket.empty() || options.input.synthetic_steps != 0) return nullptr;
   launcher::NodeDataServiceOptions service_options;
   service_options.program = flags.program;
@@ -39,8 +39,8 @@ std::unique_ptr<launcher::NodeDataService> StartNodeDataService(
   service_options.args = flags.args;
   service_options.ready_timeout = options.input.data_timeout;
   service_options.startup_timeout = options.comm.collective_timeout;
-  auto started = launcher::NodeDataService::Start(session.info(), session.world(),
-                                                  session.node(), service_options);
+  auto started = launcher::NodeDataService::Start(session.info(), session.world(), session.node(),
+                                                  service_options);
   if (!started.ok()) session.Abort(ReportFailure(started.status()));
   return std::move(*started);
 }
@@ -70,8 +70,8 @@ absl::StatusOr<int> RunTrainerRank(int* argc, char*** argv, TrainerOptions optio
   }
   // A ring truncated under this rank ends it naming the segment (Note [Truncated shared
   // memory] in common/shm_segment.h), not with a bare SIGBUS.
-  if (absl::Status guarded = InstallTruncatedSharedMemoryGuard(
-          kExitFailure, absl::StrCat("trainer rank ", rank.rank));
+  if (absl::Status guarded =
+          InstallTruncatedSharedMemoryGuard(kExitFailure, absl::StrCat("trainer rank ", rank.rank));
       !guarded.ok()) {
     (*session)->Abort(ReportFailure(guarded));
   }

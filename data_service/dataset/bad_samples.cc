@@ -43,8 +43,7 @@ BadSampleTracker::BadSampleTracker(const BadSampleOptions& options, int64_t data
                                    std::shared_ptr<BadSampleCounters> counters)
     : options_(options),
       size_(std::max<int64_t>(0, dataset_size)),
-      counters_(counters != nullptr ? std::move(counters)
-                                    : std::make_shared<BadSampleCounters>()),
+      counters_(counters != nullptr ? std::move(counters) : std::make_shared<BadSampleCounters>()),
       known_bad_(new std::atomic<uint64_t>[(size_ + 63) / 64]()) {}
 
 bool BadSampleTracker::IsKnownBad(int64_t index) const {
@@ -60,9 +59,10 @@ void BadSampleTracker::MarkBad(int64_t index, absl::string_view description,
   if ((known_bad_[index / 64].fetch_or(bit, std::memory_order_relaxed) & bit) != 0) return;
   counters_->bad_files_.fetch_add(1, std::memory_order_relaxed);
   if (options_.policy == BadFilePolicy::kSkip) {
-    LogWarning("unusable %s: %s; it is replaced by the next usable sample of the epoch "
-               "(--bad_files=skip; warned once per file)",
-               description, why.message());
+    LogWarning(
+        "unusable %s: %s; it is replaced by the next usable sample of the epoch "
+        "(--bad_files=skip; warned once per file)",
+        description, why.message());
   }
 }
 

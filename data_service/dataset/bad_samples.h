@@ -12,11 +12,10 @@
 // found bad before: whether a sample loads is a pure function of (file, seed, epoch,
 // index) (a truncated JPEG still serves a crop that needs only its intact rows), so a
 // resumed run or a second rank sharing the service makes the same choices; a bad file
-// costs one failed read and decode each time it comes up. Each replacement counts as one skipped sample;
-// once more than --max_bad_fraction of the samples seen (counted from at least
-// min_samples, so that the first few cannot trip it) were skipped, production fails with
-// DataLoss. With --bad_files=fail, the first unusable sample stops production with an
-// error naming its file.
+// costs one failed read and decode each time it comes up. Each replacement counts as one skipped
+// sample; once more than --max_bad_fraction of the samples seen (counted from at least min_samples,
+// so that the first few cannot trip it) were skipped, production fails with DataLoss. With
+// --bad_files=fail, the first unusable sample stops production with an error naming its file.
 #ifndef STOKER_DATA_SERVICE_DATASET_BAD_SAMPLES_H_
 #define STOKER_DATA_SERVICE_DATASET_BAD_SAMPLES_H_
 

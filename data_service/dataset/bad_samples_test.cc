@@ -63,10 +63,8 @@ TEST(BadSamplesTest, FailsOnceTheSkippedFractionPassesTheLimit) {
   tracker.AddSeen(10);
   for (int i = 0; i < 5; ++i) EXPECT_TRUE(tracker.CountSkip("s", absl::DataLossError("x")).ok());
   absl::Status sixth = tracker.CountSkip("sample 9 (z.jpg)", absl::DataLossError("truncated"));
-  EXPECT_THAT(sixth,
-              StatusIs(absl::StatusCode::kDataLoss,
-                       AllOf(HasSubstr("--max_bad_fraction"),
-                             HasSubstr("z.jpg"))));
+  EXPECT_THAT(sixth, StatusIs(absl::StatusCode::kDataLoss,
+                              AllOf(HasSubstr("--max_bad_fraction"), HasSubstr("z.jpg"))));
   // Later the fraction of the samples seen counts.
   tracker.AddSeen(990);  // 1000 seen: 100 skips allowed
   for (int i = 0; i < 93; ++i) EXPECT_TRUE(tracker.CountSkip("s", absl::DataLossError("x")).ok());

@@ -21,8 +21,8 @@ absl::StatusOr<Datasets> OpenDatasets(const DatasetConfig& config) {
   Datasets datasets;
   if (config.kind == "synthetic") {
     if (config.synthetic_samples < 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--synthetic_samples: must be at least 1, got ", config.synthetic_samples));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--synthetic_samples: must be at least 1, got ", config.synthetic_samples));
     }
     SyntheticOptions options;
     options.samples = config.synthetic_samples;
@@ -53,9 +53,9 @@ absl::StatusOr<Datasets> OpenDatasets(const DatasetConfig& config) {
       return std::shared_ptr<const Dataset>(std::move(*dataset));
     };
     if (config.train_dir.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("--train_dir: required with --dataset=",
-                                                     config.kind,
-                                                     packed ? " (the training index file)" : ""));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--train_dir: required with --dataset=", config.kind,
+                       packed ? " (the training index file)" : ""));
     }
     auto train = open(config.train_dir);
     if (!train.ok()) return Prefixed("--train_dir", train.status());
@@ -66,8 +66,7 @@ absl::StatusOr<Datasets> OpenDatasets(const DatasetConfig& config) {
       if ((*val)->num_classes() != datasets.train->num_classes()) {
         return absl::InvalidArgumentError(absl::StrCat(
             "--val_dir: ", config.val_dir, " has ", (*val)->num_classes(),
-            " classes but --train_dir ", config.train_dir, " has ",
-            datasets.train->num_classes()));
+            " classes but --train_dir ", config.train_dir, " has ", datasets.train->num_classes()));
       }
       datasets.val = std::move(*val);
     }

@@ -106,7 +106,8 @@ TEST_P(DatasetConformanceTest, ConcurrentLoadsGiveTheSameBytesAsSerialOnes) {
 TEST_P(DatasetConformanceTest, OutOfRangeIndexIsAnErrorNotACrash) {
   std::vector<uint8_t> image(kSize * kSize * 3);
   SampleScratch scratch;
-  absl::Status past_end = dataset_->Load(dataset_->size(), {kSize, true, 0, 0}, scratch, image.data());
+  absl::Status past_end =
+      dataset_->Load(dataset_->size(), {kSize, true, 0, 0}, scratch, image.data());
   EXPECT_THAT(past_end, StatusIs(absl::StatusCode::kOutOfRange));
   EXPECT_FALSE(IsBadSampleError(past_end)) << "a bad index is not a bad file";
   EXPECT_THAT(dataset_->Load(-1, {kSize, true, 0, 0}, scratch, image.data()),
@@ -156,12 +157,10 @@ TEST(OpenDatasetsTest, ErrorsNameTheFlag) {
   EXPECT_THAT(missing, StatusIs(absl::StatusCode::kNotFound, HasSubstr("--train_dir")));
   config.kind = "synthetic";
   config.synthetic_samples = 0;
-  EXPECT_NE(OpenDatasets(config).status().message().find("--synthetic_samples"),
-            std::string::npos);
+  EXPECT_NE(OpenDatasets(config).status().message().find("--synthetic_samples"), std::string::npos);
   config.synthetic_samples = 10;
   config.synthetic_classes = 0;
-  EXPECT_NE(OpenDatasets(config).status().message().find("--synthetic_classes"),
-            std::string::npos);
+  EXPECT_NE(OpenDatasets(config).status().message().find("--synthetic_classes"), std::string::npos);
 }
 
 TEST(OpenDatasetsTest, SyntheticHasATenthForValidation) {

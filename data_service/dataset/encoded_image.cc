@@ -32,16 +32,16 @@ absl::Span<uint8_t> Grow(std::vector<uint8_t>* buffer, size_t bytes) {
 absl::Status ReadFully(int fd, uint64_t offset, absl::Span<uint8_t> out, absl::string_view what) {
   size_t done = 0;
   while (done < out.size()) {
-    const ssize_t got = pread(fd, out.data() + done, out.size() - done,
-                              static_cast<off_t>(offset + done));
+    const ssize_t got =
+        pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
     if (got < 0) {
       if (errno == EINTR) continue;
       return FileError(errno, absl::StrCat("read ", what));
     }
     if (got == 0) {
-      return MarkBadSample(absl::DataLossError(absl::StrCat(
-          "read ", what, ": the file ends after ", offset + done, " bytes, ", out.size() - done,
-          " bytes short (truncated, or changed while read)")));
+      return MarkBadSample(absl::DataLossError(
+          absl::StrCat("read ", what, ": the file ends after ", offset + done, " bytes, ",
+                       out.size() - done, " bytes short (truncated, or changed while read)")));
     }
     done += static_cast<size_t>(got);
   }
@@ -69,8 +69,7 @@ absl::StatusOr<absl::Span<const uint8_t>> ReadImageFile(const std::string& path,
   return absl::Span<const uint8_t>(bytes);
 }
 
-absl::StatusOr<absl::Span<const uint8_t>> ReadFileRange(int fd, uint64_t offset,
-                                                        uint32_t length,
+absl::StatusOr<absl::Span<const uint8_t>> ReadFileRange(int fd, uint64_t offset, uint32_t length,
                                                         std::vector<uint8_t>* buffer) {
   absl::Span<uint8_t> bytes = Grow(buffer, length);
   if (absl::Status s = ReadFully(fd, offset, bytes, "shard"); !s.ok()) return s;

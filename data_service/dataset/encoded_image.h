@@ -32,8 +32,7 @@ absl::StatusOr<absl::Span<const uint8_t>> ReadImageFile(const std::string& path,
 
 // Reads `length` bytes at `offset` of the open file `fd` (a shard) into `buffer`, as
 // ReadImageFile() does. A range past the end of the file is a marked DataLoss error.
-absl::StatusOr<absl::Span<const uint8_t>> ReadFileRange(int fd, uint64_t offset,
-                                                        uint32_t length,
+absl::StatusOr<absl::Span<const uint8_t>> ReadFileRange(int fd, uint64_t offset, uint32_t length,
                                                         std::vector<uint8_t>* buffer);
 
 // The transform a sample gets: TransformSpec::Train(image_size), or

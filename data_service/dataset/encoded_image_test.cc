@@ -97,15 +97,18 @@ TEST(ReadFileRangeTest, ReadsARangeAndReportsOneThatPassesTheEnd) {
 }
 
 TEST(DecodeSampleTest, UsesTheTrainingOrEvaluationTransformOfTheOptions) {
-  const std::vector<uint8_t> jpeg = test_util::JpegBytes(80, 60, test_util::PhotoLikeImage(80, 60, 3));
+  const std::vector<uint8_t> jpeg =
+      test_util::JpegBytes(80, 60, test_util::PhotoLikeImage(80, 60, 3));
   SampleScratch scratch;
   image::TransformScratch reference;
   std::vector<uint8_t> got(20 * 20 * 3), want(20 * 20 * 3);
   ASSERT_OK(DecodeSample(jpeg, 11, {20, true, 5, 2}, scratch, got.data()));
-  ASSERT_OK(image::DecodeAndTransform(jpeg, image::TransformSpec::Train(20), image::SampleKey{5, 2, 11}, reference, want.data()));
+  ASSERT_OK(image::DecodeAndTransform(jpeg, image::TransformSpec::Train(20),
+                                      image::SampleKey{5, 2, 11}, reference, want.data()));
   EXPECT_EQ(got, want);
   ASSERT_OK(DecodeSample(jpeg, 11, {20, false, 5, 2}, scratch, got.data()));
-  ASSERT_OK(image::DecodeAndTransform(jpeg, image::TransformSpec::Eval(23, 20), image::SampleKey{}, reference, want.data()));
+  ASSERT_OK(image::DecodeAndTransform(jpeg, image::TransformSpec::Eval(23, 20), image::SampleKey{},
+                                      reference, want.data()));
   EXPECT_EQ(got, want);
 }
 
@@ -126,7 +129,8 @@ TEST(DecodeSampleTest, ExactJpegSelectsPillowsReconstruction) {
 
   // An 80x80 image through Resize(80) + CenterCrop(80): no resampling, so the sample is
   // the decoder's output itself.
-  const std::vector<uint8_t> jpeg = test_util::JpegBytes(80, 80, test_util::PhotoLikeImage(80, 80, 9));
+  const std::vector<uint8_t> jpeg =
+      test_util::JpegBytes(80, 80, test_util::PhotoLikeImage(80, 80, 9));
   absl::StatusOr<image::DecodedImage> pillow = image::DecodeImage(jpeg);
   ASSERT_OK(pillow);
   SampleScratch scratch;
@@ -145,7 +149,8 @@ TEST(DecodeSampleTest, BadDataIsABadSampleButBadOptionsAreNot) {
   absl::Status bad = DecodeSample(text, 0, {20, true, 0, 0}, scratch, dst.data());
   EXPECT_THAT(bad, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_TRUE(IsBadSampleError(bad)) << bad;
-  const std::vector<uint8_t> jpeg = test_util::JpegBytes(80, 60, test_util::PhotoLikeImage(80, 60, 4));
+  const std::vector<uint8_t> jpeg =
+      test_util::JpegBytes(80, 60, test_util::PhotoLikeImage(80, 60, 4));
   SampleOptions options{20, false, 0, 0};
   options.eval_resize = 10;  // smaller than the crop
   absl::Status bad_options = DecodeSample(jpeg, 0, options, scratch, dst.data());

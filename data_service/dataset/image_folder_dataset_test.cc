@@ -75,11 +75,11 @@ TEST(ImageFolderDatasetTest, ListsClassesAndFilesInTorchvisionOrder) {
   for (const ImageFolderSample& s : (*dataset)->samples()) {
     listed.push_back(absl::StrCat(s.label, ":", absl::StripPrefix(s.path, root + "/")));
   }
-  EXPECT_EQ(listed, (std::vector<std::string>{
-                        "0:Zebra/img.TIFF", "1:cat/1.jpg", "1:cat/10.jpg", "1:cat/2.jpg",
-                        "2:cat.dog/p.pgm", "2:cat.dog/q.ppm", "2:cat.dog/r.tif", "3:dog/A.jpg",
-                        "3:dog/a.JPEG", "3:dog/b.jpg", "3:dog/sub/x.webp", "3:dog/sub dir/w.bmp",
-                        "3:dog/z/deep.png"}));
+  EXPECT_EQ(listed,
+            (std::vector<std::string>{
+                "0:Zebra/img.TIFF", "1:cat/1.jpg", "1:cat/10.jpg", "1:cat/2.jpg", "2:cat.dog/p.pgm",
+                "2:cat.dog/q.ppm", "2:cat.dog/r.tif", "3:dog/A.jpg", "3:dog/a.JPEG", "3:dog/b.jpg",
+                "3:dog/sub/x.webp", "3:dog/sub dir/w.bmp", "3:dog/z/deep.png"}));
   EXPECT_EQ((*dataset)->size(), 13);
   EXPECT_EQ((*dataset)->num_classes(), 4);
   EXPECT_EQ((*dataset)->Label(3), 1);
@@ -90,13 +90,13 @@ TEST(ImageFolderDatasetTest, MatchesTorchvisionImageFolder) {
   const std::string root = MakeTree();
   auto probe = testing::RunPython("import torchvision");
   if (!probe.ok()) GTEST_SKIP() << "needs torchvision: " << probe.status().message();
-  auto output = testing::RunPython(absl::StrCat(
-      "import torchvision\n"
-      "d = torchvision.datasets.ImageFolder('",
-      root,
-      "', loader=lambda p: p)\n"
-      "print('CLASSES', '|'.join(d.classes))\n"
-      "for p, c in d.samples: print('SAMPLE', c, p)\n"));
+  auto output =
+      testing::RunPython(absl::StrCat("import torchvision\n"
+                                      "d = torchvision.datasets.ImageFolder('",
+                                      root,
+                                      "', loader=lambda p: p)\n"
+                                      "print('CLASSES', '|'.join(d.classes))\n"
+                                      "for p, c in d.samples: print('SAMPLE', c, p)\n"));
   ASSERT_OK(output) << output.status().message();
   auto dataset = ImageFolderDataset::Open(root);
   ASSERT_OK(dataset);
@@ -115,8 +115,8 @@ TEST(ImageFolderDatasetTest, MatchesTorchvisionImageFolder) {
 }
 
 TEST(ImageFolderDatasetTest, RecognisesTorchvisionImageExtensions) {
-  for (const char* name : {"a.jpg", "a.JPG", "a.jpeg", "a.png", "a.ppm", "a.bmp", "a.pgm",
-                           "a.tif", "a.TIFF", "a.webp", "x.y.Jpeg"}) {
+  for (const char* name : {"a.jpg", "a.JPG", "a.jpeg", "a.png", "a.ppm", "a.bmp", "a.pgm", "a.tif",
+                           "a.TIFF", "a.webp", "x.y.Jpeg"}) {
     EXPECT_TRUE(HasImageExtension(name)) << name;
   }
   for (const char* name : {"a.gif", "a.txt", "jpg", "a.jpg.bak", "a.jp", ""}) {
@@ -147,10 +147,9 @@ TEST(ImageFolderDatasetTest, ErrorsSayWhatIsWrong) {
 TEST(ImageFolderDatasetTest, AnEmptyFolderIsRefusedAsEmpty) {
   const std::string root = FreshDirectory("empty_dataset");
   auto empty = ImageFolderDataset::Open(root);
-  EXPECT_THAT(empty,
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr(root + " has no class sub-folders"),
-                             HasSubstr("it is empty"))));
+  EXPECT_THAT(empty, StatusIs(absl::StatusCode::kInvalidArgument,
+                              AllOf(HasSubstr(root + " has no class sub-folders"),
+                                    HasSubstr("it is empty"))));
 }
 
 TEST(ImageFolderDatasetTest, EmptyClassFoldersAreAllNamed) {
@@ -159,9 +158,8 @@ TEST(ImageFolderDatasetTest, EmptyClassFoldersAreAllNamed) {
   fs::create_directories(root + "/empty1");
   fs::create_directories(root + "/empty2/sub");
   auto opened = ImageFolderDataset::Open(root);
-  EXPECT_THAT(opened,
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("no image file for the classes empty1, empty2")));
+  EXPECT_THAT(opened, StatusIs(absl::StatusCode::kInvalidArgument,
+                               HasSubstr("no image file for the classes empty1, empty2")));
 }
 
 TEST(ImageFolderDatasetTest, FilesWhereClassFoldersShouldBeAreIgnoredByNameOrRefusedIfAlone) {
@@ -178,9 +176,10 @@ TEST(ImageFolderDatasetTest, FilesWhereClassFoldersShouldBeAreIgnoredByNameOrRef
   Touch(only_files + "/cat");
   Touch(only_files + "/dog.jpg");
   auto refused = ImageFolderDataset::Open(only_files);
-  EXPECT_THAT(refused,
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("it holds only 2 file(s), which are not classes: \"cat\", \"dog.jpg\"")));
+  EXPECT_THAT(
+      refused,
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("it holds only 2 file(s), which are not classes: \"cat\", \"dog.jpg\"")));
 }
 
 TEST(ImageFolderDatasetTest, ASymlinkLoopIsRefusedNamingTheLink) {
@@ -191,31 +190,35 @@ TEST(ImageFolderDatasetTest, ASymlinkLoopIsRefusedNamingTheLink) {
   const absl::Time start = absl::Now();
   auto opened = ImageFolderDataset::Open(root);
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
-  EXPECT_THAT(opened,
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("symlink loop in the image folder: " + root + "/cat/sub/loop -> .. leads back to " + root + "/cat")));
+  EXPECT_THAT(opened, StatusIs(absl::StatusCode::kInvalidArgument,
+                               HasSubstr("symlink loop in the image folder: " + root +
+                                         "/cat/sub/loop -> .. leads back to " + root + "/cat")));
 
   // A link to the class folder itself, and a loop through the root.
   const std::string self = FreshDirectory("symlink_self");
   Touch(self + "/cat/a.jpg");
   ASSERT_EQ(symlink(".", (self + "/cat/me").c_str()), 0);
-  EXPECT_TRUE(absl::StrContains(ImageFolderDataset::Open(self).status().message(), self + "/cat/me"));
+  EXPECT_TRUE(
+      absl::StrContains(ImageFolderDataset::Open(self).status().message(), self + "/cat/me"));
   const std::string via_root = FreshDirectory("symlink_root");
   Touch(via_root + "/cat/a.jpg");
   ASSERT_EQ(symlink(via_root.c_str(), (via_root + "/cat/up").c_str()), 0);
   EXPECT_TRUE(absl::StrContains(ImageFolderDataset::Open(via_root).status().message(),
-                                "symlink loop in the image folder: " + via_root + "/cat/up -> " + via_root +
-                                    " leads back to " + via_root + ", which contains it"));
+                                "symlink loop in the image folder: " + via_root + "/cat/up -> " +
+                                    via_root + " leads back to " + via_root +
+                                    ", which contains it"));
 }
 
 TEST(ImageFolderDatasetTest, SymlinksElsewhereAreFollowedAndLoopingFilesAreBadSamples) {
   const std::string outside = FreshDirectory("symlink_target");
-  ASSERT_OK(test_util::WriteJpeg(outside + "/far.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 1)));
+  ASSERT_OK(
+      test_util::WriteJpeg(outside + "/far.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 1)));
   const std::string root = FreshDirectory("symlink_ok");
   fs::create_directories(root + "/cat");
-  ASSERT_OK(test_util::WriteJpeg(root + "/cat/a.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 2)));
+  ASSERT_OK(
+      test_util::WriteJpeg(root + "/cat/a.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 2)));
   ASSERT_EQ(symlink(outside.c_str(), (root + "/cat/linked").c_str()), 0);
-  ASSERT_EQ(symlink(outside.c_str(), (root + "/dog").c_str()), 0);  // a class folder by link
+  ASSERT_EQ(symlink(outside.c_str(), (root + "/dog").c_str()), 0);      // a class folder by link
   ASSERT_EQ(symlink("self.jpg", (root + "/cat/self.jpg").c_str()), 0);  // ELOOP when opened
   auto opened = ImageFolderDataset::Open(root);
   ASSERT_OK(opened);
@@ -236,9 +239,11 @@ TEST(ImageFolderDatasetTest, NamesThatAreNotUtf8AreListedAndLoaded) {
   const std::string root = FreshDirectory("not_utf8");
   const std::string latin1_class = root + "/caf\xe9";  // "café" in Latin-1
   fs::create_directories(latin1_class);
-  ASSERT_OK(test_util::WriteJpeg(latin1_class + "/\xff\xfe.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 3)));
+  ASSERT_OK(test_util::WriteJpeg(latin1_class + "/\xff\xfe.jpg", 20, 20,
+                                 test_util::PhotoLikeImage(20, 20, 3)));
   fs::create_directories(root + "/plain");
-  ASSERT_OK(test_util::WriteJpeg(root + "/plain/b.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 4)));
+  ASSERT_OK(
+      test_util::WriteJpeg(root + "/plain/b.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 4)));
   auto opened = ImageFolderDataset::Open(root);
   ASSERT_OK(opened);
   // Sorted by bytes: "caf\xe9" < "plain".
@@ -285,9 +290,12 @@ TEST(ImageFolderDatasetTest, ASymlinkLeavingTheRootIsNamedAndFollowedOrRefusedWi
   const std::string elsewhere = base + "/elsewhere";
   fs::create_directories(root + "/a/inner");
   fs::create_directories(elsewhere + "/more");
-  ASSERT_OK(test_util::WriteJpeg(root + "/a/inner/0.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 1)));
-  ASSERT_OK(test_util::WriteJpeg(elsewhere + "/x.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 2)));
-  ASSERT_OK(test_util::WriteJpeg(elsewhere + "/more/y.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 3)));
+  ASSERT_OK(
+      test_util::WriteJpeg(root + "/a/inner/0.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 1)));
+  ASSERT_OK(
+      test_util::WriteJpeg(elsewhere + "/x.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 2)));
+  ASSERT_OK(test_util::WriteJpeg(elsewhere + "/more/y.jpg", 20, 20,
+                                 test_util::PhotoLikeImage(20, 20, 3)));
   fs::create_symlink(elsewhere + "/x.jpg", root + "/a/out.jpg");   // a file outside
   fs::create_directory_symlink(elsewhere + "/more", root + "/b");  // a class outside
   fs::create_directory_symlink("inner", root + "/a/same");         // inside: not reported
@@ -306,7 +314,8 @@ TEST(ImageFolderDatasetTest, ASymlinkLeavingTheRootIsNamedAndFollowedOrRefusedWi
   ASSERT_FALSE(refused.ok());
   EXPECT_THAT(refused,
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("the symlink " + root + "/b -> " + elsewhere + "/more leaves the image folder " + root + " (--follow_links=no")));
+                       HasSubstr("the symlink " + root + "/b -> " + elsewhere +
+                                 "/more leaves the image folder " + root + " (--follow_links=no")));
 }
 
 TEST(ImageFolderDatasetTest, AFolderReachedTwiceWithinAClassIsListedOnceSoALinkFarmStaysCheap) {
@@ -321,7 +330,8 @@ TEST(ImageFolderDatasetTest, AFolderReachedTwiceWithinAClassIsListedOnceSoALinkF
                                    root + "/a/L" + std::to_string(k) + name);
     }
   }
-  ASSERT_OK(test_util::WriteJpeg(root + "/a/L20/img.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 1)));
+  ASSERT_OK(
+      test_util::WriteJpeg(root + "/a/L20/img.jpg", 20, 20, test_util::PhotoLikeImage(20, 20, 1)));
   const absl::Time start = absl::Now();
   auto opened = ImageFolderDataset::Open(root);
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
@@ -344,7 +354,8 @@ TEST(ImageFolderDatasetTest, TheScanHasADeadlineNamingTheFolderAndHowFarItGot) {
   ASSERT_FALSE(opened.ok());
   EXPECT_THAT(opened,
               StatusIs(absl::StatusCode::kDeadlineExceeded,
-                       HasSubstr("listing the image folder " + root + " took longer than --scan_timeout_s=0 (1 entries so far")));
+                       HasSubstr("listing the image folder " + root +
+                                 " took longer than --scan_timeout_s=0 (1 entries so far")));
 }
 
 TEST(ImageFolderDatasetTest, AFolderThatVanishesMidRunIsAFailureNotABadSample) {
@@ -371,7 +382,8 @@ TEST(ImageFolderDatasetTest, AFolderThatVanishesMidRunIsAFailureNotABadSample) {
   absl::Status class_gone = (*opened)->Load(2, {8, true, 1, 0}, scratch, dst.data());
   EXPECT_THAT(class_gone, StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_FALSE(IsBadSampleError(class_gone));
-  EXPECT_TRUE(absl::StrContains(class_gone.message(), "the class folder " + root + "/b of the image folder is gone"))
+  EXPECT_TRUE(absl::StrContains(class_gone.message(),
+                                "the class folder " + root + "/b of the image folder is gone"))
       << class_gone;
 
   // The whole folder gone (deleted, or unmounted and replaced by an empty mount point).
@@ -380,16 +392,16 @@ TEST(ImageFolderDatasetTest, AFolderThatVanishesMidRunIsAFailureNotABadSample) {
     absl::Status gone = (*opened)->Load(index, {8, false, 1, 0}, scratch, dst.data());
     EXPECT_THAT(gone, StatusIs(absl::StatusCode::kFailedPrecondition));
     EXPECT_FALSE(IsBadSampleError(gone));
-    EXPECT_TRUE(absl::StrContains(gone.message(), "the image folder " + root +
-                                                      " is gone (No such file or directory); it was "
-                                                      "listed at start with 3 samples"))
+    EXPECT_TRUE(
+        absl::StrContains(gone.message(), "the image folder " + root +
+                                              " is gone (No such file or directory); it was "
+                                              "listed at start with 3 samples"))
         << gone;
   }
   fs::create_directories(root);  // an empty mount point
   absl::Status empty = (*opened)->Load(0, {8, false, 1, 0}, scratch, dst.data());
-  EXPECT_THAT(empty,
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("class folder " + root + "/a")));
+  EXPECT_THAT(empty, StatusIs(absl::StatusCode::kFailedPrecondition,
+                              HasSubstr("class folder " + root + "/a")));
 }
 
 // Left quarter red, middle half green, right quarter blue.
@@ -435,18 +447,22 @@ TEST(ImageFolderDatasetTest, LoadIsDecodeAndTransformOfTheFile) {
       // Training: RandomResizedCrop(24) + flip, drawn from (seed, epoch, index).
       std::vector<uint8_t> got(24 * 24 * 3), want(24 * 24 * 3);
       ASSERT_OK((*dataset)->Load(index, {24, true, 7, epoch}, scratch, got.data()));
-      ASSERT_OK(image::DecodeAndTransform(bytes, image::TransformSpec::Train(24), image::SampleKey{7, epoch, index}, reference_scratch, want.data()));
+      ASSERT_OK(image::DecodeAndTransform(bytes, image::TransformSpec::Train(24),
+                                          image::SampleKey{7, epoch, index}, reference_scratch,
+                                          want.data()));
       EXPECT_EQ(got, want) << "index " << index << " epoch " << epoch;
     }
     // Evaluation: Resize(round(24 * 256 / 224) = 27) + CenterCrop(24), or a given resize.
     std::vector<uint8_t> got(24 * 24 * 3), want(24 * 24 * 3);
     ASSERT_OK((*dataset)->Load(index, {24, false, 7, 0}, scratch, got.data()));
-    ASSERT_OK(image::DecodeAndTransform(bytes, image::TransformSpec::Eval(27, 24), image::SampleKey{}, reference_scratch, want.data()));
+    ASSERT_OK(image::DecodeAndTransform(bytes, image::TransformSpec::Eval(27, 24),
+                                        image::SampleKey{}, reference_scratch, want.data()));
     EXPECT_EQ(got, want) << "index " << index;
     SampleOptions wide{24, false, 7, 0};
     wide.eval_resize = 40;
     ASSERT_OK((*dataset)->Load(index, wide, scratch, got.data()));
-    ASSERT_OK(image::DecodeAndTransform(bytes, image::TransformSpec::Eval(40, 24), image::SampleKey{}, reference_scratch, want.data()));
+    ASSERT_OK(image::DecodeAndTransform(bytes, image::TransformSpec::Eval(40, 24),
+                                        image::SampleKey{}, reference_scratch, want.data()));
     EXPECT_EQ(got, want) << "index " << index;
   }
   // Different epochs draw different crops.
@@ -462,13 +478,15 @@ TEST(ImageFolderDatasetTest, ScratchBuffersAreReusedAcrossSamples) {
   const std::string root = FreshDirectory("reuse");
   fs::create_directories(root + "/a");
   for (int i = 0; i < 4; ++i) {
-    ASSERT_OK(test_util::WriteJpeg(absl::StrCat(root, "/a/", i, ".jpg"), 60, 40, test_util::PhotoLikeImage(60, 40, i)));
+    ASSERT_OK(test_util::WriteJpeg(absl::StrCat(root, "/a/", i, ".jpg"), 60, 40,
+                                   test_util::PhotoLikeImage(60, 40, i)));
   }
   auto dataset = ImageFolderDataset::Open(root);
   ASSERT_OK(dataset);
   SampleScratch scratch;
   std::vector<uint8_t> dst(16 * 16 * 3);
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE((*dataset)->Load(i, {16, true, 1, 0}, scratch, dst.data()).ok());
+  for (int i = 0; i < 4; ++i)
+    ASSERT_TRUE((*dataset)->Load(i, {16, true, 1, 0}, scratch, dst.data()).ok());
   const uint8_t* buffer = scratch.file_bytes.data();
   const size_t capacity = scratch.capacity_bytes();
   EXPECT_GT(capacity, 0u);
@@ -490,7 +508,8 @@ TEST(ImageFolderDatasetTest, UnusableFilesAreBadSamplesWithClearErrors) {
   ASSERT_OK(test_util::WriteJpeg(dir + "/good.jpg", 40, 30, test_util::PhotoLikeImage(40, 30, 5)));
   ASSERT_EQ(mkfifo((dir + "/fifo.jpg").c_str(), 0600), 0);
   ASSERT_EQ(symlink((dir + "/nowhere.jpg").c_str(), (dir + "/dangling.jpg").c_str()), 0);
-  ASSERT_OK(test_util::WriteJpeg(dir + "/deleted.jpg", 40, 30, test_util::PhotoLikeImage(40, 30, 6)));
+  ASSERT_OK(
+      test_util::WriteJpeg(dir + "/deleted.jpg", 40, 30, test_util::PhotoLikeImage(40, 30, 6)));
   auto dataset = ImageFolderDataset::Open(root);
   ASSERT_OK(dataset);
   fs::remove(dir + "/deleted.jpg");  // gone after the listing
@@ -521,7 +540,8 @@ TEST(ImageFolderDatasetTest, UnusableFilesAreBadSamplesWithClearErrors) {
       ASSERT_TRUE(expected.count(name)) << name;
       EXPECT_FALSE(status.ok()) << name;
       EXPECT_TRUE(IsBadSampleError(status)) << name << ": " << status;
-      EXPECT_NE(status.message().find(expected.at(name)), std::string::npos) << name << ": " << status;
+      EXPECT_NE(status.message().find(expected.at(name)), std::string::npos)
+          << name << ": " << status;
       EXPECT_NE((*dataset)->Describe(i).find(name), std::string::npos);
       ++checked;
     }
@@ -567,15 +587,15 @@ TEST(ImageFolderDatasetTest, AnUnreadableFileIsABadSample) {
   if (child == 0) {
     if (setgid(65534) != 0 || setuid(65534) != 0) _exit(77);
     const absl::Status status = load();
-    _exit(status.code() == absl::StatusCode::kPermissionDenied && IsBadSampleError(status) ? 0
-                                                                                           : 1);
+    _exit(status.code() == absl::StatusCode::kPermissionDenied && IsBadSampleError(status) ? 0 : 1);
   }
   int wait_status = 0;
   ASSERT_EQ(waitpid(child, &wait_status, 0), child);
   chmod(path.c_str(), 0600);
   ASSERT_TRUE(WIFEXITED(wait_status));
   if (WEXITSTATUS(wait_status) == 77) GTEST_SKIP() << "cannot switch to another user id here";
-  EXPECT_EQ(WEXITSTATUS(wait_status), 0) << "an unreadable file must be PermissionDenied, marked bad";
+  EXPECT_EQ(WEXITSTATUS(wait_status), 0)
+      << "an unreadable file must be PermissionDenied, marked bad";
 }
 
 }  // namespace

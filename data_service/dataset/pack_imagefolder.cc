@@ -76,8 +76,8 @@ int Main(int argc, char** argv) {
   std::printf("%s\n",
               absl::StrFormat("pack_imagefolder: %d samples, %.1f MiB of images in %d shards, "
                               "index %s (%.1f s)",
-                              stats->samples, stats->image_bytes / 1048576.0, stats->shards,
-                              output, absl::ToDoubleSeconds(absl::Now() - start))
+                              stats->samples, stats->image_bytes / 1048576.0, stats->shards, output,
+                              absl::ToDoubleSeconds(absl::Now() - start))
                   .c_str());
   if (options.max_short_side > 0) {
     std::printf("%s\n",

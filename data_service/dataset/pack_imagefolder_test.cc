@@ -56,14 +56,16 @@ TEST(PackImagefolderTest, PacksAFolderThatReadsBackInTheSameOrder) {
   for (int c = 0; c < 3; ++c) {
     fs::create_directories(absl::StrCat(root, "/c", c));
     for (int i = 0; i < 5; ++i) {
-      ASSERT_OK(test_util::WriteJpeg(absl::StrCat(root, "/c", c, "/", i, ".jpg"), 48, 32, test_util::PhotoLikeImage(48, 32, c * 10 + i)));
+      ASSERT_OK(test_util::WriteJpeg(absl::StrCat(root, "/c", c, "/", i, ".jpg"), 48, 32,
+                                     test_util::PhotoLikeImage(48, 32, c * 10 + i)));
     }
   }
   ASSERT_OK_AND_ASSIGN(const TempDir out_temp, TempDir::Create("tool_output"));
   const std::string out = out_temp.path();
   std::string output;
-  ASSERT_EQ(RunTool(absl::StrCat("--input=", root, " --output=", out, "/train.stkpack --shard_bytes=4096"),
-                &output),
+  ASSERT_EQ(RunTool(absl::StrCat("--input=", root, " --output=", out,
+                                 "/train.stkpack --shard_bytes=4096"),
+                    &output),
             0)
       << output;
   EXPECT_NE(output.find("15 samples"), std::string::npos) << output;
@@ -84,10 +86,14 @@ TEST(PackImagefolderTest, MaxShortSideStoresLargeImagesShrunkAndTheyTrainAndEval
   const std::string root = root_temp.path();
   fs::create_directories(root + "/a");
   fs::create_directories(root + "/b");
-  ASSERT_OK(test_util::WriteJpeg(root + "/a/wide.jpg", 200, 150, test_util::PhotoLikeImage(200, 150, 1)));
-  ASSERT_OK(test_util::WriteJpeg(root + "/a/tall.jpg", 120, 160, test_util::PhotoLikeImage(120, 160, 2)));
-  ASSERT_OK(test_util::WritePng(root + "/b/wide.png", 180, 90, test_util::PhotoLikeImage(180, 90, 3)));
-  ASSERT_OK(test_util::WriteJpeg(root + "/b/small.jpg", 60, 40, test_util::PhotoLikeImage(60, 40, 4)));
+  ASSERT_OK(
+      test_util::WriteJpeg(root + "/a/wide.jpg", 200, 150, test_util::PhotoLikeImage(200, 150, 1)));
+  ASSERT_OK(
+      test_util::WriteJpeg(root + "/a/tall.jpg", 120, 160, test_util::PhotoLikeImage(120, 160, 2)));
+  ASSERT_OK(
+      test_util::WritePng(root + "/b/wide.png", 180, 90, test_util::PhotoLikeImage(180, 90, 3)));
+  ASSERT_OK(
+      test_util::WriteJpeg(root + "/b/small.jpg", 60, 40, test_util::PhotoLikeImage(60, 40, 4)));
   ASSERT_OK(test_util::WriteFileBytes(root + "/b/broken.jpg", {0xff, 0xd8, 0xff, 0x00}));
   ASSERT_OK_AND_ASSIGN(const TempDir out_temp, TempDir::Create("shrink_output"));
   const std::string out = out_temp.path();
@@ -148,7 +154,8 @@ TEST(PackImagefolderTest, FailsWithAMessageForBadFlagsOrInput) {
   EXPECT_NE(output.find("--input"), std::string::npos) << output;
   EXPECT_NE(RunTool("--input=/nonexistent/stoker --output=/tmp/x.stkpack", &output), 0);
   EXPECT_NE(output.find("/nonexistent/stoker"), std::string::npos) << output;
-  EXPECT_NE(RunTool("--input=/tmp --output=/nonexistent/dir/x.stkpack --shard_bytes=1", &output), 0);
+  EXPECT_NE(RunTool("--input=/tmp --output=/nonexistent/dir/x.stkpack --shard_bytes=1", &output),
+            0);
   EXPECT_NE(output.find("--shard_bytes"), std::string::npos) << output;
 }
 

@@ -73,9 +73,10 @@ absl::StatusOr<PackedIndexHeader> ReadIndexHeader(int fd, const std::string& ind
   struct stat st;
   if (fstat(fd, &st) != 0) return ErrnoToStatus(errno, absl::StrCat("fstat ", index_path));
   if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "packed index ", index_path, " is not a regular file (a packed dataset is named by "
-        "its index file, e.g. train.stkpack)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("packed index ", index_path,
+                     " is not a regular file (a packed dataset is named by "
+                     "its index file, e.g. train.stkpack)"));
   }
   const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
   PackedIndexHeader header;
@@ -92,13 +93,15 @@ absl::StatusOr<PackedIndexHeader> ReadIndexHeader(int fd, const std::string& ind
   }
   if (header.header_bytes != sizeof(header)) return Corrupt(index_path, "bad header size");
   if (header.file_bytes != file_bytes) {
-    return Corrupt(index_path, absl::StrCat("the file is ", file_bytes, " bytes but its header "
-                                            "says ", header.file_bytes, " (truncated?)"));
+    return Corrupt(index_path, absl::StrCat("the file is ", file_bytes,
+                                            " bytes but its header "
+                                            "says ",
+                                            header.file_bytes, " (truncated?)"));
   }
   if (header.sample_count < 1 || header.class_count < 1 || header.shard_count < 1) {
-    return Corrupt(index_path, absl::StrCat("it has ", header.sample_count, " samples, ",
-                                            header.class_count, " classes, ",
-                                            header.shard_count, " shards"));
+    return Corrupt(index_path,
+                   absl::StrCat("it has ", header.sample_count, " samples, ", header.class_count,
+                                " classes, ", header.shard_count, " shards"));
   }
   const uint64_t samples = static_cast<uint64_t>(header.sample_count);
   const uint64_t shards = static_cast<uint64_t>(header.shard_count);
@@ -128,8 +131,8 @@ absl::StatusOr<absl::string_view> StringAt(const std::string& strings, uint32_t 
 
 // Opens shard `k` at `path` and checks it against its index entry: a regular file of the
 // recorded size whose header names it shard `k` of this version.
-absl::StatusOr<UniqueFd> OpenShard(const std::string& path, uint64_t k,
-                                   const PackedShard& entry, const std::string& index_path) {
+absl::StatusOr<UniqueFd> OpenShard(const std::string& path, uint64_t k, const PackedShard& entry,
+                                   const std::string& index_path) {
   UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (!fd.valid()) {
     if (errno == ENOENT) {
@@ -155,8 +158,8 @@ absl::StatusOr<UniqueFd> OpenShard(const std::string& path, uint64_t k,
   }
   if (std::memcmp(shard_header.magic, kPackedShardMagic, sizeof(shard_header.magic)) != 0 ||
       shard_header.version != kPackedVersion || shard_header.shard != k) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, " is not shard ", k, " of a version ", kPackedVersion, " packed dataset (bad header)"));
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not shard ", k, " of a version ",
+                                                   kPackedVersion, " packed dataset (bad header)"));
   }
   return fd;
 }
@@ -184,8 +187,7 @@ absl::StatusOr<std::unique_ptr<PackedDataset>> PackedDataset::Open(const std::st
   dataset->strings_.resize(header.file_bytes - header.strings_offset);
   for (const auto& [data, bytes, offset] :
        {std::tuple<void*, size_t, uint64_t>{dataset->samples_.data(),
-                                            samples * sizeof(PackedSample),
-                                            header.samples_offset},
+                                            samples * sizeof(PackedSample), header.samples_offset},
         {shard_entries.data(), shards * sizeof(PackedShard), header.shards_offset},
         {dataset->strings_.data(), dataset->strings_.size(), header.strings_offset}}) {
     if (absl::Status s = ReadExactly(fd.get(), data, bytes, offset, index_path); !s.ok()) {
@@ -210,8 +212,8 @@ absl::StatusOr<std::unique_ptr<PackedDataset>> PackedDataset::Open(const std::st
     absl::StatusOr<absl::string_view> name = StringAt(strings, shard_entries[k].name, index_path);
     if (!name.ok()) return name.status();
     if (name->empty() || absl::StrContains(*name, '/') || *name == "." || *name == "..") {
-      return Corrupt(index_path, absl::StrCat("shard ", k, " has the bad file name \"", *name,
-                                              "\""));
+      return Corrupt(index_path,
+                     absl::StrCat("shard ", k, " has the bad file name \"", *name, "\""));
     }
     Shard shard;
     shard.path = (directory / std::string(*name)).string();
@@ -225,12 +227,12 @@ absl::StatusOr<std::unique_ptr<PackedDataset>> PackedDataset::Open(const std::st
   for (uint64_t i = 0; i < samples; ++i) {
     const PackedSample& sample = dataset->samples_[i];
     if (sample.label < 0 || sample.label >= header.class_count) {
-      return Corrupt(index_path, absl::StrCat("sample ", i, " has label ", sample.label,
-                                              " of ", header.class_count, " classes"));
+      return Corrupt(index_path, absl::StrCat("sample ", i, " has label ", sample.label, " of ",
+                                              header.class_count, " classes"));
     }
     if (sample.shard >= shards) {
-      return Corrupt(index_path, absl::StrCat("sample ", i, " is in shard ", sample.shard,
-                                              " of ", shards));
+      return Corrupt(index_path,
+                     absl::StrCat("sample ", i, " is in shard ", sample.shard, " of ", shards));
     }
     const uint64_t shard_bytes = shard_entries[sample.shard].bytes;
     if (sample.offset < sizeof(PackedShardHeader) || sample.offset > shard_bytes ||

@@ -110,9 +110,10 @@ TEST(PackedDatasetTest, PackImageFolderKeepsTheFoldersOrderLabelsAndBytes) {
     const int seed = static_cast<int>(std::strlen(file));
     const std::vector<uint8_t> rgb = test_util::PhotoLikeImage(50, 40, seed);
     const std::string path = root + "/" + file;
-    ASSERT_OK((absl::EndsWith(path, ".png") ? test_util::WritePng(path, 50, 40, rgb) : test_util::WriteJpeg(path, 50, 40, rgb)));
+    ASSERT_OK((absl::EndsWith(path, ".png") ? test_util::WritePng(path, 50, 40, rgb)
+                                            : test_util::WriteJpeg(path, 50, 40, rgb)));
   }
-  ASSERT_OK(test_util::WriteFileBytes(root + "/c/notes.txt", {'x'}));  // not a sample
+  ASSERT_OK(test_util::WriteFileBytes(root + "/c/notes.txt", {'x'}));        // not a sample
   ASSERT_OK(test_util::WriteFileBytes(root + "/c/broken.jpg", {'n', 'o'}));  // a bad one
   const std::string out = FreshDirectory("packed_output");
   auto stats = PackImageFolder(root, out + "/all.stkpack", PackOptions{});
@@ -238,7 +239,8 @@ TEST(PackedDatasetTest, DamagedFilesGiveErrorsThatNameThem) {
   // Shards: missing, truncated, or another shard's file.
   fs::rename(shard0, shard0 + ".away");
   ExpectOpenError(index, absl::StatusCode::kNotFound, "data.stkpack-00000.shard");
-  ASSERT_OK(test_util::WriteFileBytes(shard0, std::vector<uint8_t>(shard_bytes.begin(), shard_bytes.end() - 100)));
+  ASSERT_OK(test_util::WriteFileBytes(
+      shard0, std::vector<uint8_t>(shard_bytes.begin(), shard_bytes.end() - 100)));
   ExpectOpenError(index, absl::StatusCode::kInvalidArgument, "truncated");
   std::vector<uint8_t> renumbered = shard_bytes;
   renumbered[12] = 1;  // PackedShardHeader::shard

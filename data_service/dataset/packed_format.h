@@ -40,12 +40,12 @@ inline constexpr char kPackedShardMagic[8] = {'S', 'T', 'K', 'P', 'A', 'C', 'K',
 inline constexpr uint32_t kPackedVersion = 1;
 
 struct PackedIndexHeader {
-  char magic[8];            // kPackedIndexMagic
-  uint32_t version;         // kPackedVersion
-  uint32_t header_bytes;    // sizeof(PackedIndexHeader)
-  int64_t sample_count;     // >= 1
-  int32_t class_count;      // >= 1
-  int32_t shard_count;      // >= 1
+  char magic[8];          // kPackedIndexMagic
+  uint32_t version;       // kPackedVersion
+  uint32_t header_bytes;  // sizeof(PackedIndexHeader)
+  int64_t sample_count;   // >= 1
+  int32_t class_count;    // >= 1
+  int32_t shard_count;    // >= 1
   uint64_t samples_offset;
   uint64_t shards_offset;
   uint64_t strings_offset;

@@ -169,16 +169,15 @@ absl::Status PackedWriter::Add(int32_t label, absl::string_view name,
   State& s = *state_;
   if (s.finished) return absl::FailedPreconditionError("PackedWriter::Add after Finish");
   if (label < 0 || label >= s.class_count) {
-    return absl::InvalidArgumentError(absl::StrCat("label ", label, " of ", name,
-                                                   " is outside 0..", s.class_count - 1));
+    return absl::InvalidArgumentError(
+        absl::StrCat("label ", label, " of ", name, " is outside 0..", s.class_count - 1));
   }
   if (bytes.size() > std::numeric_limits<uint32_t>::max()) {
     return absl::InvalidArgumentError(
         absl::StrCat(name, " is ", bytes.size(), " bytes; packed samples are under 4 GiB"));
   }
-  if (!s.shard_fd.valid() ||
-      (s.shard_size > sizeof(PackedShardHeader) &&
-       s.shard_size + bytes.size() > s.options.shard_bytes)) {
+  if (!s.shard_fd.valid() || (s.shard_size > sizeof(PackedShardHeader) &&
+                              s.shard_size + bytes.size() > s.options.shard_bytes)) {
     if (absl::Status st = s.CloseShard(); !st.ok()) return st;
     if (absl::Status st = s.OpenShard(); !st.ok()) return st;
   }
@@ -224,11 +223,10 @@ absl::Status PackedWriter::Finish() {
   const std::string partial = s.index_path + kPartialSuffix;
   absl::StatusOr<UniqueFd> fd = CreateFile(partial);
   if (!fd.ok()) return fd.status();
-  for (const auto& [data, bytes] :
-       {std::pair<const void*, size_t>{&header, sizeof(header)},
-        {s.samples.data(), s.samples.size() * sizeof(PackedSample)},
-        {s.shards.data(), s.shards.size() * sizeof(PackedShard)},
-        {s.strings.data(), s.strings.size()}}) {
+  for (const auto& [data, bytes] : {std::pair<const void*, size_t>{&header, sizeof(header)},
+                                    {s.samples.data(), s.samples.size() * sizeof(PackedSample)},
+                                    {s.shards.data(), s.shards.size() * sizeof(PackedShard)},
+                                    {s.strings.data(), s.strings.size()}}) {
     if (absl::Status st = WriteAll(fd->get(), data, bytes, partial); !st.ok()) return st;
   }
   if (absl::Status st = SyncAndClose(std::move(*fd), partial); !st.ok()) return st;

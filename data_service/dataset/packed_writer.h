@@ -74,8 +74,8 @@ struct PackStats {
   int64_t samples = 0;
   int32_t shards = 0;
   uint64_t image_bytes = 0;
-  int64_t not_images = 0;  // samples whose bytes are not JPEG or PNG (unusable when served)
-  int64_t shrunk = 0;      // stored shrunk and re-encoded (PackOptions::max_short_side)
+  int64_t not_images = 0;     // samples whose bytes are not JPEG or PNG (unusable when served)
+  int64_t shrunk = 0;         // stored shrunk and re-encoded (PackOptions::max_short_side)
   uint64_t source_bytes = 0;  // the files' own sizes (image_bytes is what was stored)
 };
 

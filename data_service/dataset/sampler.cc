@@ -43,14 +43,14 @@ absl::StatusOr<DistributedSampler> DistributedSampler::Create(const SamplerOptio
         absl::StrCat("sampler: world_size must be at least 1, got ", options.world_size));
   }
   if (options.rank < 0 || options.rank >= options.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("sampler: rank ", options.rank,
-                                                   " is not in 0..", options.world_size - 1));
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampler: rank ", options.rank, " is not in 0..", options.world_size - 1));
   }
   const int64_t n = options.dataset_size;
   const int64_t world = options.world_size;
   // torch: ceil((n - W) / W) with drop_last and a remainder, else ceil(n / W).
-  const int64_t num_samples = (options.drop_last && n % world != 0) ? n / world
-                                                                    : (n + world - 1) / world;
+  const int64_t num_samples =
+      (options.drop_last && n % world != 0) ? n / world : (n + world - 1) / world;
   return DistributedSampler(options, num_samples);
 }
 

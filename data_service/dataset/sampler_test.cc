@@ -142,20 +142,26 @@ struct TorchCase {
 
 TEST(DistributedSamplerTest, MatchesPyTorchDistributedSampler) {
   const std::vector<TorchCase> cases = {
-      {1, 1, 0, 0, 0, false, true},          {10, 1, 0, 0, 0, false, true},
-      {10, 3, 0, 42, 0, false, true},        {10, 3, 2, 42, 0, false, true},
-      {10, 3, 1, 42, 0, true, true},         {1000, 4, 3, 1234, 7, false, true},
-      {1000, 8, 5, 1234, 7, true, true},     {997, 16, 15, 2024, 3, false, true},
-      {997, 16, 15, 2024, 3, true, true},    {5, 8, 6, 9, 2, false, true},
+      {1, 1, 0, 0, 0, false, true},
+      {10, 1, 0, 0, 0, false, true},
+      {10, 3, 0, 42, 0, false, true},
+      {10, 3, 2, 42, 0, false, true},
+      {10, 3, 1, 42, 0, true, true},
+      {1000, 4, 3, 1234, 7, false, true},
+      {1000, 8, 5, 1234, 7, true, true},
+      {997, 16, 15, 2024, 3, false, true},
+      {997, 16, 15, 2024, 3, true, true},
+      {5, 8, 6, 9, 2, false, true},
       {50000, 7, 4, 12345678901ull, 5, false, true},
-      {123, 5, 2, 3, 0, false, false},       {123, 5, 4, 3, 0, true, false},
+      {123, 5, 2, 3, 0, false, false},
+      {123, 5, 4, 3, 0, true, false},
       {4096, 2, 1, 4294967295ull, 1, false, true},
   };
   std::vector<std::string> rows;
   for (const TorchCase& c : cases) {
-    rows.push_back(absl::StrCat("(", c.n, ",", c.world, ",", c.rank, ",", c.seed, ",", c.epoch,
-                                ",", c.drop_last ? "True" : "False", ",",
-                                c.shuffle ? "True" : "False", ")"));
+    rows.push_back(absl::StrCat("(", c.n, ",", c.world, ",", c.rank, ",", c.seed, ",", c.epoch, ",",
+                                c.drop_last ? "True" : "False", ",", c.shuffle ? "True" : "False",
+                                ")"));
   }
   const std::string script = absl::StrCat(
       "import torch\n"

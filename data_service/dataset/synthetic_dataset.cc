@@ -55,12 +55,12 @@ std::string SyntheticDataset::Describe(int64_t index) const {
 absl::Status SyntheticDataset::Load(int64_t index, const SampleOptions& options,
                                     SampleScratch& /*scratch*/, uint8_t* dst) const {
   if (index < 0 || index >= options_.samples) {
-    return absl::OutOfRangeError(absl::StrCat(Describe(index), " is outside 0..",
-                                              options_.samples - 1));
+    return absl::OutOfRangeError(
+        absl::StrCat(Describe(index), " is outside 0..", options_.samples - 1));
   }
   if (options.image_size < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("image_size must be positive, got ",
-                                                   options.image_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("image_size must be positive, got ", options.image_size));
   }
   const int32_t label = Label(index);
   const int size = options.image_size;

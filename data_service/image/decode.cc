@@ -67,7 +67,7 @@ struct JpegState {
   jpeg_decompress_struct cinfo;
   JpegErrorManager err;
   bool created = false;
-  bool cmyk = false;         // decode to CMYK and convert (Adobe-inverted, as Pillow)
+  bool cmyk = false;  // decode to CMYK and convert (Adobe-inverted, as Pillow)
 
   ~JpegState() {
     if (created) jpeg_destroy_decompress(&cinfo);
@@ -170,8 +170,8 @@ void CmykRowToRgb(const uint8_t* cmyk, int width, uint8_t* rgb) {
   for (int x = 0; x < width; ++x) {
     const int nk = cmyk[3];  // 255 - k, k = 255 - stored
     for (int c = 0; c < 3; ++c) {
-      const int v = 255 - cmyk[c];             // c, m or y
-      const int tmp = v * nk + 128;            // Pillow's MULDIV255
+      const int v = 255 - cmyk[c];   // c, m or y
+      const int tmp = v * nk + 128;  // Pillow's MULDIV255
       const int r = nk - (((tmp >> 8) + tmp) >> 8);
       rgb[c] = static_cast<uint8_t>(r < 0 ? 0 : (r > 255 ? 255 : r));
     }
@@ -211,8 +211,8 @@ bool JpegDecodeGuarded(JpegState* j, JpegDecodeJob* job) {
       static_cast<JDIMENSION>(r.x + r.width) > cinfo->output_width ||
       static_cast<JDIMENSION>(r.y + r.height) > cinfo->output_height) {
     std::snprintf(job->problem, sizeof(job->problem),
-                  "region %dx%d at (%d,%d) is outside the %ux%u scaled image", r.width,
-                  r.height, r.x, r.y, cinfo->output_width, cinfo->output_height);
+                  "region %dx%d at (%d,%d) is outside the %ux%u scaled image", r.width, r.height,
+                  r.x, r.y, cinfo->output_width, cinfo->output_height);
     return true;
   }
   jpeg_start_decompress(cinfo);
@@ -230,8 +230,8 @@ bool JpegDecodeGuarded(JpegState* j, JpegDecodeJob* job) {
   JDIMENSION width = static_cast<JDIMENSION>(right - left);
   if (width != cinfo->output_width) jpeg_crop_scanline(cinfo, &xoffset, &width);
   const int skip_columns = r.x - static_cast<int>(xoffset);
-  if (r.y > 0 && jpeg_skip_scanlines(cinfo, static_cast<JDIMENSION>(r.y)) !=
-                     static_cast<JDIMENSION>(r.y)) {
+  if (r.y > 0 &&
+      jpeg_skip_scanlines(cinfo, static_cast<JDIMENSION>(r.y)) != static_cast<JDIMENSION>(r.y)) {
     std::snprintf(job->problem, sizeof(job->problem), "could not skip to row %d", r.y);
     return true;
   }
@@ -437,8 +437,7 @@ absl::string_view ImageFormatName(ImageFormat format) {
 }
 
 ScaleFactor ChooseScale(absl::Span<const ScaleFactor> factors, int64_t source_width,
-                        int64_t target_width, int64_t source_height,
-                        int64_t target_height) {
+                        int64_t target_width, int64_t source_height, int64_t target_height) {
   ScaleFactor best{1, 1};
   for (const ScaleFactor& s : factors) {
     if (source_width * s.num >= target_width * s.denom &&
@@ -463,11 +462,11 @@ absl::StatusOr<ImageFormat> DetectImageFormat(absl::Span<const uint8_t> bytes) {
       std::memcmp(bytes.data() + 8, "WEBP", 4) == 0) {
     other = "a WebP image";
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "not a JPEG or PNG image (", bytes.size(), " bytes starting ", HexPrefix(bytes),
-      other != nullptr ? absl::StrCat("; looks like ", other, ", which is unsupported")
-                       : std::string(),
-      ")"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("not a JPEG or PNG image (", bytes.size(), " bytes starting ", HexPrefix(bytes),
+                   other != nullptr ? absl::StrCat("; looks like ", other, ", which is unsupported")
+                                    : std::string(),
+                   ")"));
 }
 
 ImageDecoder::ImageDecoder() = default;
@@ -499,8 +498,7 @@ absl::StatusOr<ImageHeader> ImageDecoder::ReadHeader(absl::Span<const uint8_t> b
     jpeg_ = std::move(j);
     if (!JpegReadHeaderGuarded(jpeg_.get(), bytes.data(), bytes.size())) {
       jpeg_abort_decompress(&jpeg_->cinfo);
-      return absl::InvalidArgumentError(
-          absl::StrCat("invalid JPEG header: ", jpeg_->err.message));
+      return absl::InvalidArgumentError(absl::StrCat("invalid JPEG header: ", jpeg_->err.message));
     }
     const jpeg_decompress_struct& c = jpeg_->cinfo;
     switch (c.jpeg_color_space) {
@@ -514,17 +512,18 @@ absl::StatusOr<ImageHeader> ImageDecoder::ReadHeader(absl::Span<const uint8_t> b
         jpeg_->cmyk = true;
         break;
       default:
-        return absl::InvalidArgumentError(absl::StrCat(
-            "unsupported JPEG color space (", c.num_components, " components, libjpeg "
-            "color space ", static_cast<int>(c.jpeg_color_space), ")"));
+        return absl::InvalidArgumentError(absl::StrCat("unsupported JPEG color space (",
+                                                       c.num_components,
+                                                       " components, libjpeg "
+                                                       "color space ",
+                                                       static_cast<int>(c.jpeg_color_space), ")"));
     }
     width = c.image_width;
     height = c.image_height;
   } else {
     if (png_ == nullptr) png_ = std::make_unique<internal::PngState>();
     png_->Reset();
-    png_->png = png_create_read_struct(PNG_LIBPNG_VER_STRING, png_.get(), PngError,
-                                       PngWarning);
+    png_->png = png_create_read_struct(PNG_LIBPNG_VER_STRING, png_.get(), PngError, PngWarning);
     if (png_->png != nullptr) png_->info = png_create_info_struct(png_->png);
     if (png_->png == nullptr || png_->info == nullptr) {
       png_->Reset();
@@ -548,10 +547,10 @@ absl::StatusOr<ImageHeader> ImageDecoder::ReadHeader(absl::Span<const uint8_t> b
         absl::StrCat(ImageFormatName(format), " image has no pixels (", width, "x", height, ")"));
   }
   if (width * height > options.max_pixels) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        ImageFormatName(format), " image is ", width, "x", height, " = ", width * height,
-        " pixels, more than the limit of ", options.max_pixels,
-        " (decompression bomb?); not decoded"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(ImageFormatName(format), " image is ", width, "x", height, " = ",
+                     width * height, " pixels, more than the limit of ", options.max_pixels,
+                     " (decompression bomb?); not decoded"));
   }
   header_ = ImageHeader{format, static_cast<int>(width), static_cast<int>(height)};
   header_ready_ = true;
@@ -578,7 +577,8 @@ absl::Status ImageDecoder::Decode(ScaleFactor scale, const PixelRect& region, Ro
   }
   header_ready_ = false;
   if (keep_rows < 0 || keep_rows > (1 << 16)) {
-    return absl::InvalidArgumentError(absl::StrCat("keep_rows must be in [0, 65536], got ", keep_rows));
+    return absl::InvalidArgumentError(
+        absl::StrCat("keep_rows must be in [0, 65536], got ", keep_rows));
   }
   if (header_.format == ImageFormat::kJpeg) return DecodeJpeg(scale, region, sink, keep_rows);
   if (scale != ScaleFactor{1, 1}) {
@@ -588,8 +588,8 @@ absl::Status ImageDecoder::Decode(ScaleFactor scale, const PixelRect& region, Ro
   return DecodePng(region, sink, keep_rows);
 }
 
-absl::Status ImageDecoder::DecodeJpeg(ScaleFactor scale, const PixelRect& region,
-                                      RowSink sink, int keep_rows) {
+absl::Status ImageDecoder::DecodeJpeg(ScaleFactor scale, const PixelRect& region, RowSink sink,
+                                      int keep_rows) {
   const auto factors = scale_factors();
   if (std::find(factors.begin(), factors.end(), scale) == factors.end()) {
     return absl::InvalidArgumentError(
@@ -626,11 +626,10 @@ absl::Status ImageDecoder::DecodePng(const PixelRect& region, RowSink sink, int 
       region.x + region.width > header_.width || region.y + region.height > header_.height) {
     png_->Reset();
     return absl::InvalidArgumentError(absl::StrCat(
-        "PNG decode: region ", region.width, "x", region.height, " at (", region.x, ",",
-        region.y, ") is outside the ", header_.width, "x", header_.height, " image"));
+        "PNG decode: region ", region.width, "x", region.height, " at (", region.x, ",", region.y,
+        ") is outside the ", header_.width, "x", header_.height, " image"));
   }
-  PngDecodeJob job{region, keep_rows, header_.width, header_.height, &rows_, &row_pointers_,
-                   &sink};
+  PngDecodeJob job{region, keep_rows, header_.width, header_.height, &rows_, &row_pointers_, &sink};
   const bool ok = PngDecodeGuarded(png_.get(), &job);
   const std::string message = ok ? std::string() : std::string(png_->message);
   png_->Reset();
@@ -657,11 +656,9 @@ absl::StatusOr<DecodedImage> DecodeImage(absl::Span<const uint8_t> bytes,
   image.height = header.height;
   image.rgb.resize(static_cast<size_t>(header.width) * header.height * 3);
   const size_t row_bytes = static_cast<size_t>(header.width) * 3;
-  RETURN_IF_ERROR(decoder.Decode(ScaleFactor{1, 1},
-                                 PixelRect{0, 0, header.width, header.height},
-                                 [&](int y, const uint8_t* rgb) {
-                                   std::memcpy(&image.rgb[y * row_bytes], rgb, row_bytes);
-                                 }));
+  RETURN_IF_ERROR(decoder.Decode(
+      ScaleFactor{1, 1}, PixelRect{0, 0, header.width, header.height},
+      [&](int y, const uint8_t* rgb) { std::memcpy(&image.rgb[y * row_bytes], rgb, row_bytes); }));
   return image;
 }
 

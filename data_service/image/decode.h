@@ -177,8 +177,7 @@ class ImageDecoder {
   // rows need not copy them; 0: only during the call). Must follow a successful
   // ReadHeader(); one Decode() per ReadHeader(). InvalidArgument for corrupt or truncated
   // data (Note [JPEG warnings]), FailedPrecondition for a call out of order.
-  absl::Status Decode(ScaleFactor scale, const PixelRect& region, RowSink sink,
-                      int keep_rows = 0);
+  absl::Status Decode(ScaleFactor scale, const PixelRect& region, RowSink sink, int keep_rows = 0);
 
   // Bytes held in Stoker's own reusable buffers (not libjpeg's or libpng's internals).
   size_t capacity_bytes() const;
@@ -187,8 +186,7 @@ class ImageDecoder {
   void ReleaseBuffers();
 
  private:
-  absl::Status DecodeJpeg(ScaleFactor scale, const PixelRect& region, RowSink sink,
-                          int keep_rows);
+  absl::Status DecodeJpeg(ScaleFactor scale, const PixelRect& region, RowSink sink, int keep_rows);
   absl::Status DecodePng(const PixelRect& region, RowSink sink, int keep_rows);
 
   std::unique_ptr<internal::JpegState> jpeg_;

@@ -6,8 +6,8 @@
 #include <cstring>
 #include <map>
 #include <random>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -41,8 +41,8 @@ TEST(DetectImageFormatTest, LooksAtTheBytesOnly) {
 }
 
 TEST(ChooseScaleTest, PicksTheSmallestFactorThatStillCoversTheTarget) {
-  const std::vector<ScaleFactor> factors = {{1, 1}, {7, 8}, {3, 4}, {5, 8}, {1, 2},
-                                            {3, 8}, {1, 4}, {1, 8}};
+  const std::vector<ScaleFactor> factors = {{1, 1}, {7, 8}, {3, 4}, {5, 8},
+                                            {1, 2}, {3, 8}, {1, 4}, {1, 8}};
   EXPECT_EQ(ChooseScale(factors, 500, 341, 375, 256), (ScaleFactor{3, 4}));
   EXPECT_EQ(ChooseScale(factors, 2000, 341, 1500, 256), (ScaleFactor{1, 4}));
   EXPECT_EQ(ChooseScale(factors, 448, 224, 448, 224), (ScaleFactor{1, 2}));  // exact fit
@@ -85,8 +85,7 @@ TEST(ImageDecoderTest, DecodesEveryKindOfImageLikePillowConvertRgb) {
     const std::vector<uint8_t> expected = LoadFileOrFail(dir + "/" + name + ".rgb");
     auto image = DecodeImage(bytes);
     ASSERT_OK(image);
-    ASSERT_EQ(image->rgb.size(), expected.size())
-        << image->width << "x" << image->height;
+    ASSERT_EQ(image->rgb.size(), expected.size()) << image->width << "x" << image->height;
     const int diff = MaxAbsDiff(image->rgb.data(), expected.data(), expected.size());
     // Pillow's libjpeg-turbo (3.x) and Debian's (2.1.5) may round color conversion
     // differently by a level; PNG decoding is exact.
@@ -108,8 +107,9 @@ TEST(ImageDecoderTest, YcckJpegDecodesLikeTurboJpegCmykThroughPillowsFormula) {
   ASSERT_NE(compressor, nullptr);
   unsigned char* jpeg = nullptr;
   unsigned long jpeg_size = 0;
-  ASSERT_EQ(tjCompress2(compressor, cmyk.data(), w, 0, h, TJPF_CMYK, &jpeg, &jpeg_size,
-                        TJSAMP_420, 95, 0), 0)
+  ASSERT_EQ(tjCompress2(compressor, cmyk.data(), w, 0, h, TJPF_CMYK, &jpeg, &jpeg_size, TJSAMP_420,
+                        95, 0),
+            0)
       << tjGetErrorStr2(compressor);
   tjDestroy(compressor);
   std::vector<uint8_t> bytes(jpeg, jpeg + jpeg_size);
@@ -118,11 +118,13 @@ TEST(ImageDecoderTest, YcckJpegDecodesLikeTurboJpegCmykThroughPillowsFormula) {
   tjhandle decompressor = tjInitDecompress();
   int jw = 0, jh = 0, subsamp = 0, colorspace = 0;
   ASSERT_EQ(tjDecompressHeader3(decompressor, bytes.data(), bytes.size(), &jw, &jh, &subsamp,
-                                &colorspace), 0);
+                                &colorspace),
+            0);
   EXPECT_EQ(colorspace, TJCS_YCCK);
   std::vector<uint8_t> decoded_cmyk(w * h * 4);
-  ASSERT_EQ(tjDecompress2(decompressor, bytes.data(), bytes.size(), decoded_cmyk.data(), w, 0,
-                          h, TJPF_CMYK, 0), 0);
+  ASSERT_EQ(tjDecompress2(decompressor, bytes.data(), bytes.size(), decoded_cmyk.data(), w, 0, h,
+                          TJPF_CMYK, 0),
+            0);
   tjDestroy(decompressor);
   std::vector<uint8_t> expected(w * h * 3);
   for (int i = 0; i < w * h; ++i) {
@@ -197,7 +199,8 @@ TEST(ImageDecoderTest, StrayBytesOutsideTheImageDataAreTolerated) {
 }
 
 TEST(ImageDecoderTest, PixelLimitIsCheckedFromTheHeader) {
-  const std::vector<uint8_t> bytes = LoadFileOrFail(ImageCaseDir("bad") + "/good.jpg");  // 160 x 120
+  const std::vector<uint8_t> bytes =
+      LoadFileOrFail(ImageCaseDir("bad") + "/good.jpg");  // 160 x 120
   DecodeOptions options;
   options.max_pixels = 160 * 120;
   EXPECT_OK(DecodeImage(bytes, options));
@@ -215,8 +218,8 @@ TEST(ImageDecoderTest, DecodeWithoutHeaderIsFailedPrecondition) {
 
 // Decodes `region` of `bytes` at `scale` into a dense buffer.
 absl::Status DecodeRegion(ImageDecoder& decoder, const std::vector<uint8_t>& bytes,
-                          ScaleFactor scale, const PixelRect& region,
-                          std::vector<uint8_t>* out, bool fast = false) {
+                          ScaleFactor scale, const PixelRect& region, std::vector<uint8_t>* out,
+                          bool fast = false) {
   DecodeOptions options = fast ? FastDecodeOptions() : DecodeOptions();
   options.dct_scaling = DctScaling::kAll;
   auto header = decoder.ReadHeader(bytes, options);
@@ -250,7 +253,8 @@ std::vector<uint8_t> EncodeJpeg(int width, int height, int subsampling, int flag
   unsigned char* jpeg = nullptr;
   unsigned long size = 0;
   EXPECT_EQ(tjCompress2(compressor, rgb.data(), width, 0, height, TJPF_RGB, &jpeg, &size,
-                        subsampling, 90, flags), 0);
+                        subsampling, 90, flags),
+            0);
   tjDestroy(compressor);
   std::vector<uint8_t> bytes(jpeg, jpeg + size);
   tjFree(jpeg);
@@ -272,8 +276,8 @@ TEST_P(RegionDecodeTest, RegionDecodeEqualsTheSameRegionOfAFullDecode) {
   const bool fast = GetParam();
   const std::string& dir = ImageCaseDir("formats");
   std::vector<std::pair<std::string, std::vector<uint8_t>>> cases;
-  for (const char* name : {"rgb420.jpg", "rgb422.jpg", "rgb444.jpg", "progressive.jpg",
-                           "gray.jpg", "cmyk.jpg", "odd.jpg", "rgb.png", "interlaced.png"}) {
+  for (const char* name : {"rgb420.jpg", "rgb422.jpg", "rgb444.jpg", "progressive.jpg", "gray.jpg",
+                           "cmyk.jpg", "odd.jpg", "rgb.png", "interlaced.png"}) {
     cases.emplace_back(name, LoadFileOrFail(dir + "/" + name));
   }
   cases.emplace_back("turbojpeg 4:4:0", EncodeJpeg(83, 61, TJSAMP_440));
@@ -308,10 +312,9 @@ TEST_P(RegionDecodeTest, RegionDecodeEqualsTheSameRegionOfAFullDecode) {
         ASSERT_OK(status);
         for (int y = 0; y < r.height; ++y) {
           const uint8_t* want = &full[(static_cast<size_t>(r.y + y) * sw + r.x) * 3];
-          ASSERT_EQ(std::memcmp(&part[static_cast<size_t>(y) * r.width * 3], want,
-                                r.width * 3), 0)
-              << "row " << r.y + y << " of region " << r.width << "x" << r.height << " at ("
-              << r.x << "," << r.y << ")";
+          ASSERT_EQ(std::memcmp(&part[static_cast<size_t>(y) * r.width * 3], want, r.width * 3), 0)
+              << "row " << r.y + y << " of region " << r.width << "x" << r.height << " at (" << r.x
+              << "," << r.y << ")";
         }
       }
     }
@@ -322,14 +325,15 @@ TEST_P(RegionDecodeTest, RegionDecodeEqualsTheSameRegionOfAFullDecode) {
 TEST(ImageDecoderTest, KeptRowsStayValidForTheRowsPromised) {
   const std::string& dir = ImageCaseDir("formats");
   ImageDecoder decoder;
-  for (const char* name : {"rgb420.jpg", "progressive.jpg", "cmyk.jpg", "rgb.png",
-                           "interlaced.png"}) {
+  for (const char* name :
+       {"rgb420.jpg", "progressive.jpg", "cmyk.jpg", "rgb.png", "interlaced.png"}) {
     SCOPED_TRACE(name);
     const std::vector<uint8_t> bytes = LoadFileOrFail(dir + "/" + name);
     auto header = decoder.ReadHeader(bytes, DecodeOptions{});
     ASSERT_OK(header);
     std::vector<uint8_t> full;
-    ASSERT_OK(DecodeRegion(decoder, bytes, ScaleFactor{1, 1}, PixelRect{0, 0, header->width, header->height}, &full));
+    ASSERT_OK(DecodeRegion(decoder, bytes, ScaleFactor{1, 1},
+                           PixelRect{0, 0, header->width, header->height}, &full));
     for (int keep : {0, 1, 3, 9}) {
       SCOPED_TRACE(keep);
       const PixelRect r{3, 5, header->width - 7, header->height - 9};
@@ -366,15 +370,16 @@ TEST(ImageDecoderTest, StaysUsableAfterErrors) {
   ASSERT_TRUE(fresh_jpeg.ok() && fresh_png.ok());
   ImageDecoder decoder;
   std::vector<uint8_t> out;
-  for (const char* name : {"truncated.jpg", "corrupt_huffman.jpg", "truncated.png",
-                           "bad_crc.png", "bomb.jpg", "corrupt_scan.jpg"}) {
+  for (const char* name : {"truncated.jpg", "corrupt_huffman.jpg", "truncated.png", "bad_crc.png",
+                           "bomb.jpg", "corrupt_scan.jpg"}) {
     SCOPED_TRACE(name);
     const std::vector<uint8_t> bytes = LoadFileOrFail(bad + "/" + name);
     auto header = decoder.ReadHeader(bytes, DecodeOptions());
     if (header.ok()) {
-      EXPECT_FALSE(decoder.Decode(ScaleFactor{1, 1},
-                                  PixelRect{0, 0, header->width, header->height},
-                                  [](int, const uint8_t*) {}).ok());
+      EXPECT_FALSE(decoder
+                       .Decode(ScaleFactor{1, 1}, PixelRect{0, 0, header->width, header->height},
+                               [](int, const uint8_t*) {})
+                       .ok());
     }
     ASSERT_OK(DecodeRegion(decoder, good_jpeg, ScaleFactor{1, 1}, PixelRect{0, 0, 160, 120}, &out));
     EXPECT_EQ(out, fresh_jpeg->rgb);

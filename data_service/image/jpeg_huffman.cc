@@ -71,7 +71,7 @@ STOKER_INLINE bool HasByteFF(uint64_t v) {
 
 struct HuffmanLookup {
   bool valid = false;
-  uint8_t bits[17] = {};     // the JHUFF_TBL it was derived from
+  uint8_t bits[17] = {};  // the JHUFF_TBL it was derived from
   uint8_t huffval[256] = {};
   int32_t maxcode[18] = {};  // largest code of each length, -1 if none
   int32_t valoffset[18] = {};
@@ -259,7 +259,7 @@ STOKER_INLINE int DecodeSymbol(j_decompress_ptr cinfo, BitReader& r, const Huffm
 // The 63 AC coefficients of a block into `block` (zeroed by the caller), or dropped when
 // `block` is null.
 STOKER_INLINE void DecodeAc(j_decompress_ptr cinfo, BitReader& r, const HuffmanLookup& t,
-                     JCOEF* block) {
+                            JCOEF* block) {
   for (int k = 1; k < DCTSIZE2;) {
     if (r.count < 32) r.Refill();  // a coefficient takes at most 16 + 15 bits
     const int32_t e = t.fast[r.Peek(kLookupBits)];
@@ -299,7 +299,7 @@ void StartPass(j_decompress_ptr cinfo) {
 STOKER_INLINE boolean DecodeMcuBody(j_decompress_ptr cinfo, JBLOCKROW* mcu) {
   State& s = *reinterpret_cast<State*>(cinfo->entropy);
   if (s.pub.insufficient_data) return TRUE;  // the rest stays grey, as in libjpeg
-  BitReader r = s.reader;  // a local copy stays in registers
+  BitReader r = s.reader;                    // a local copy stays in registers
   for (int b = 0; b < s.blocks; ++b) {
     JCOEF* block = mcu != nullptr ? mcu[b][0] : nullptr;
     r.Refill();
@@ -337,8 +337,7 @@ bool CpuHasBmi2() {
 }
 
 // The lookup for table `slot` of `tables`, derived again only if the image's table differs.
-const HuffmanLookup* Lookup(HuffmanLookup* tables, JHUFF_TBL* const* pointers, int slot,
-                            bool ac) {
+const HuffmanLookup* Lookup(HuffmanLookup* tables, JHUFF_TBL* const* pointers, int slot, bool ac) {
   if (slot < 0 || slot >= NUM_HUFF_TBLS || pointers[slot] == nullptr) return nullptr;
   HuffmanLookup& t = tables[slot];
   if (t.Matches(*pointers[slot])) return &t;
@@ -355,8 +354,7 @@ bool JpegHuffmanDecoder::Install(j_decompress_ptr cinfo) {
   if (cinfo->progressive_mode || cinfo->arith_code || cinfo->restart_interval != 0 ||
       cinfo->inputctl == nullptr || cinfo->inputctl->has_multiple_scans ||
       cinfo->blocks_in_MCU <= 0 || cinfo->blocks_in_MCU > D_MAX_BLOCKS_IN_MCU ||
-      cinfo->src == nullptr || cinfo->entropy == nullptr ||
-      cinfo->entropy->insufficient_data) {
+      cinfo->src == nullptr || cinfo->entropy == nullptr || cinfo->entropy->insufficient_data) {
     return false;
   }
   State& s = *state_;

@@ -63,9 +63,8 @@ const std::vector<EntropyCase>& Cases() {
 }
 
 // Decodes `region` of `bytes` at `scale`, with Stoker's Huffman decoder or libjpeg's.
-absl::StatusOr<std::vector<uint8_t>> Decode(const std::vector<uint8_t>& bytes,
-                                            bool fast_huffman, ScaleFactor scale,
-                                            const PixelRect* region = nullptr) {
+absl::StatusOr<std::vector<uint8_t>> Decode(const std::vector<uint8_t>& bytes, bool fast_huffman,
+                                            ScaleFactor scale, const PixelRect* region = nullptr) {
   DecodeOptions options;
   options.dct_scaling = DctScaling::kAll;
   options.fast_huffman = fast_huffman;
@@ -184,8 +183,8 @@ TEST(JpegHuffmanDecoderTest, ReusedDecoderGivesEachFileItsOwnTables) {
       ASSERT_TRUE(decoder
                       .Decode(ScaleFactor{1, 1}, PixelRect{0, 0, header->width, header->height},
                               [&](int y, const uint8_t* rgb) {
-                                std::memcpy(&out[static_cast<size_t>(y) * header->width * 3],
-                                            rgb, header->width * 3);
+                                std::memcpy(&out[static_cast<size_t>(y) * header->width * 3], rgb,
+                                            header->width * 3);
                               })
                       .ok());
       EXPECT_TRUE(out == *fresh) << c.name;
@@ -236,8 +235,7 @@ TEST(JpegHuffmanDecoderTest, DamagedDataDecodesLikeLibjpegOrIsRefused) {
         EXPECT_THAT(ours, StatusIs(absl::StatusCode::kInvalidArgument));
       } else {
         ADD_FAILURE() << c.name << " trial " << trial
-                      << ": Stoker's decoder accepted a file libjpeg refuses: "
-                      << libjpeg.status();
+                      << ": Stoker's decoder accepted a file libjpeg refuses: " << libjpeg.status();
       }
     }
   }

@@ -21,9 +21,7 @@ inline double Triangle(double x) {
   return x < 1.0 ? 1.0 - x : 0.0;
 }
 
-inline uint8_t Clip8(int32_t v) {
-  return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
-}
+inline uint8_t Clip8(int32_t v) { return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v)); }
 
 // Note [AVX2 column passes]
 // The column passes are compiled twice, for the x86-64 baseline (SSE2) and for AVX2, and
@@ -78,8 +76,8 @@ __attribute__((always_inline)) inline void ColumnsAnyBody(const uint8_t* const* 
   }
 }
 
-using ColumnPass = void (*)(const uint8_t* const* rows, const int16_t* k, int taps, int bits,
-                            int n, uint8_t* dst);
+using ColumnPass = void (*)(const uint8_t* const* rows, const int16_t* k, int taps, int bits, int n,
+                            uint8_t* dst);
 
 template <int kTaps>
 void ColumnsFixed(const uint8_t* const* rows, const int16_t* k, int, int bits, int n,
@@ -117,8 +115,8 @@ STOKER_TARGET_AVX2 void ColumnsFixedAvx2(const uint8_t* const* rows, const int16
     __m256i lo = half;
     __m256i hi = half;
     for (int p = 0; p < kPairs; ++p) {
-      const __m256i a = _mm256_cvtepu8_epi16(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[2 * p] + x)));
+      const __m256i a =
+          _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[2 * p] + x)));
       const __m256i b = 2 * p + 1 < kTaps
                             ? _mm256_cvtepu8_epi16(_mm_loadu_si128(
                                   reinterpret_cast<const __m128i*>(rows[2 * p + 1] + x)))
@@ -152,9 +150,8 @@ struct ColumnPasses {
 };
 
 ColumnPasses BaselineColumnPasses() {
-  return {{&ColumnsFixed<1>, &ColumnsFixed<2>, &ColumnsFixed<3>, &ColumnsFixed<4>,
-           &ColumnsFixed<5>, &ColumnsFixed<6>, &ColumnsFixed<7>, &ColumnsFixed<8>,
-           &ColumnsAny}};
+  return {{&ColumnsFixed<1>, &ColumnsFixed<2>, &ColumnsFixed<3>, &ColumnsFixed<4>, &ColumnsFixed<5>,
+           &ColumnsFixed<6>, &ColumnsFixed<7>, &ColumnsFixed<8>, &ColumnsAny}};
 }
 
 bool CpuHasAvx2() {
@@ -168,9 +165,9 @@ bool CpuHasAvx2() {
 ColumnPasses ChooseColumnPasses(bool avx2) {
 #if STOKER_RESAMPLE_AVX2
   if (avx2) {
-    return {{&ColumnsFixedAvx2<1>, &ColumnsFixedAvx2<2>, &ColumnsFixedAvx2<3>,
-             &ColumnsFixedAvx2<4>, &ColumnsFixedAvx2<5>, &ColumnsFixedAvx2<6>,
-             &ColumnsFixedAvx2<7>, &ColumnsFixedAvx2<8>, &ColumnsAnyAvx2}};
+    return {{&ColumnsFixedAvx2<1>, &ColumnsFixedAvx2<2>, &ColumnsFixedAvx2<3>, &ColumnsFixedAvx2<4>,
+             &ColumnsFixedAvx2<5>, &ColumnsFixedAvx2<6>, &ColumnsFixedAvx2<7>, &ColumnsFixedAvx2<8>,
+             &ColumnsAnyAvx2}};
   }
 #endif
   return BaselineColumnPasses();
@@ -182,8 +179,7 @@ void RunColumnPass(const ColumnPasses& passes, const uint8_t* const* rows, const
 }
 
 // Output k of `taps` into `out` (n bytes) from its taps() source rows `rows`.
-void WeightedRow(const uint8_t* const* rows, const AxisTaps& taps, int k, int n,
-                 uint8_t* out) {
+void WeightedRow(const uint8_t* const* rows, const AxisTaps& taps, int k, int n, uint8_t* out) {
   static const ColumnPasses passes = ChooseColumnPasses(CpuHasAvx2());  // Note [AVX2 ...]
   const int t = taps.taps();
   const int16_t* w = taps.weights() + static_cast<size_t>(k) * t;
@@ -217,23 +213,23 @@ void WriteColumnsScalar(const uint8_t* block, size_t block_stride, int count, in
 // WriteColumnsScalar() for a full block of 8 rows, 8 pixels at a time: each row's 8
 // pixels are spread to 32-bit lanes, the 8 x 8 lanes transposed, and each column of
 // 8 pixels packed back to 24 bytes. Reads up to 8 bytes past a row's last pixel.
-STOKER_TARGET_AVX2 void WriteColumns8Avx2(const uint8_t* block, size_t block_stride,
-                                          int pixels, int first_column, uint8_t* image,
+STOKER_TARGET_AVX2 void WriteColumns8Avx2(const uint8_t* block, size_t block_stride, int pixels,
+                                          int first_column, uint8_t* image,
                                           ptrdiff_t pixel_stride) {
   // Lane 0 gets bytes 0..15 (pixels 0-3 at 0..11), lane 1 bytes 12..27 (pixels 4-7).
   const __m256i spread = _mm256_setr_epi32(0, 1, 2, 3, 3, 4, 5, 6);
-  const __m256i widen = _mm256_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1,
-                                         0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1);
-  const __m256i narrow = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1,
-                                          0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
+  const __m256i widen = _mm256_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1, 0, 1,
+                                         2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1);
+  const __m256i narrow = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1, 0,
+                                          1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
   const __m256i gather = _mm256_setr_epi32(0, 1, 2, 4, 5, 6, 7, 7);
   uint8_t* out = image + static_cast<ptrdiff_t>(first_column) * 3;
   int i = 0;
   for (; i + 8 <= pixels; i += 8) {
     __m256i r[8];
     for (int j = 0; j < 8; ++j) {
-      const __m256i v = _mm256_loadu_si256(
-          reinterpret_cast<const __m256i*>(block + j * block_stride + 3 * i));
+      const __m256i v =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + j * block_stride + 3 * i));
       r[j] = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(v, spread), widen);
     }
     // 8 x 8 transpose of 32-bit pixels: t[p] = pixel i + p of rows 0..7.
@@ -251,8 +247,7 @@ STOKER_TARGET_AVX2 void WriteColumns8Avx2(const uint8_t* block, size_t block_str
         _mm256_permute2x128_si256(b0, b4, 0x31), _mm256_permute2x128_si256(b1, b5, 0x31),
         _mm256_permute2x128_si256(b2, b6, 0x31), _mm256_permute2x128_si256(b3, b7, 0x31)};
     for (int p = 0; p < 8; ++p) {
-      const __m256i packed =
-          _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(t[p], narrow), gather);
+      const __m256i packed = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(t[p], narrow), gather);
       uint8_t* o = out + (i + p) * pixel_stride;
       _mm_storeu_si128(reinterpret_cast<__m128i*>(o), _mm256_castsi256_si128(packed));
       _mm_storel_epi64(reinterpret_cast<__m128i*>(o + 16), _mm256_extracti128_si256(packed, 1));
@@ -282,10 +277,10 @@ namespace internal {
 
 bool ColumnPassHasAvx2() { return CpuHasAvx2(); }
 
-void ColumnPassForTesting(bool avx2, const uint8_t* const* rows, const int16_t* weights,
-                          int taps, int bits, int n, uint8_t* dst) {
-  RunColumnPass(avx2 ? ChooseColumnPasses(true) : BaselineColumnPasses(), rows, weights, taps,
-                bits, n, dst);
+void ColumnPassForTesting(bool avx2, const uint8_t* const* rows, const int16_t* weights, int taps,
+                          int bits, int n, uint8_t* dst) {
+  RunColumnPass(avx2 ? ChooseColumnPasses(true) : BaselineColumnPasses(), rows, weights, taps, bits,
+                n, dst);
 }
 
 }  // namespace internal
@@ -295,8 +290,7 @@ AxisMap ScaleAxisMap(const AxisMap& map, int num, int denom, int scaled_size) {
   const double s = static_cast<double>(num) / denom;
   AxisMap out = map;
   out.clip_begin = static_cast<int>((static_cast<int64_t>(map.clip_begin) * num) / denom);
-  out.clip_end = static_cast<int>(
-      (static_cast<int64_t>(map.clip_end) * num + denom - 1) / denom);
+  out.clip_end = static_cast<int>((static_cast<int64_t>(map.clip_end) * num + denom - 1) / denom);
   out.clip_end = std::min(out.clip_end, scaled_size);
   out.clip_begin = std::min(out.clip_begin, out.clip_end - 1);
   out.in0 = (map.clip_begin + map.in0) * s - out.clip_begin;
@@ -410,8 +404,7 @@ void RgbResampler::AddRow(const uint8_t* rgb) {
   while (next_output_ < v.out_size() && v.first()[next_output_] + taps - 1 == y) {
     const int first = v.first()[next_output_];
     for (int t = 0; t < taps; ++t) pointers_[t] = window_[(first + t) % taps];
-    WeightedRow(pointers_.data(), v, next_output_, width * 3,
-                &block_[block_rows_ * block_stride_]);
+    WeightedRow(pointers_.data(), v, next_output_, width * 3, &block_[block_rows_ * block_stride_]);
     ++block_rows_;
     ++next_output_;
     if (block_rows_ == kBlockRows) FlushVerticalBlock();
@@ -449,8 +442,8 @@ size_t RgbResampler::capacity_bytes() const {
          transposed_.capacity() + block_.capacity();
 }
 
-void ResampleImageRgb(const uint8_t* src, int width, int height, const AxisMap& x,
-                      const AxisMap& y, bool mirror, uint8_t* dst) {
+void ResampleImageRgb(const uint8_t* src, int width, int height, const AxisMap& x, const AxisMap& y,
+                      bool mirror, uint8_t* dst) {
   AxisTaps h, v;
   h.Plan(x);
   v.Plan(y);

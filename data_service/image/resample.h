@@ -129,7 +129,7 @@ class RgbResampler {
   size_t capacity_bytes() const;
 
  private:
-  static constexpr int kBlockRows = 8;     // rows per transposed write
+  static constexpr int kBlockRows = 8;    // rows per transposed write
   static constexpr int kBlockSlack = 32;  // readable bytes after each block row
 
   // Writes the vertical pass's pending block rows into transposed_.
@@ -141,18 +141,18 @@ class RgbResampler {
   int rows_received_ = 0;
   int next_output_ = 0;
   std::vector<const uint8_t*> window_;  // the last v.taps() source rows, a ring
-  std::vector<uint8_t> transposed_;   // vertical pass output, one row per source column
-  std::vector<uint8_t> block_;        // kBlockRows output rows of either pass, each with
-                                      // kBlockSlack bytes of slack, block_stride_ apart
+  std::vector<uint8_t> transposed_;     // vertical pass output, one row per source column
+  std::vector<uint8_t> block_;          // kBlockRows output rows of either pass, each with
+                                        // kBlockSlack bytes of slack, block_stride_ apart
   size_t block_stride_ = 0;
-  int block_rows_ = 0;                // vertical pass rows waiting in block_
+  int block_rows_ = 0;  // vertical pass rows waiting in block_
   std::vector<const uint8_t*> pointers_;
 };
 
 // Whole-image convenience for tests and tools (it allocates): resamples the `width` x
 // `height` RGB image `src` per `x` and `y` into `dst` (x.out_size * y.out_size * 3 bytes).
-void ResampleImageRgb(const uint8_t* src, int width, int height, const AxisMap& x,
-                      const AxisMap& y, bool mirror, uint8_t* dst);
+void ResampleImageRgb(const uint8_t* src, int width, int height, const AxisMap& x, const AxisMap& y,
+                      bool mirror, uint8_t* dst);
 
 namespace internal {
 
@@ -160,8 +160,8 @@ namespace internal {
 // `bits`) in its baseline or AVX2 form (Note [AVX2 column passes] in resample.cc), for
 // tests that check the two agree. avx2 requires ColumnPassHasAvx2().
 bool ColumnPassHasAvx2();
-void ColumnPassForTesting(bool avx2, const uint8_t* const* rows, const int16_t* weights,
-                          int taps, int bits, int n, uint8_t* dst);
+void ColumnPassForTesting(bool avx2, const uint8_t* const* rows, const int16_t* weights, int taps,
+                          int bits, int n, uint8_t* dst);
 
 }  // namespace internal
 }  // namespace stoker::data_service::image

@@ -153,8 +153,8 @@ TEST(ResampleTest, ScaleAxisMapKeepsTheBoxInSourceTerms) {
   EXPECT_DOUBLE_EQ(half.in0, 0.0);
   EXPECT_DOUBLE_EQ(half.scale, 200.0 / 224);
   const AxisMap odd = ScaleAxisMap(AxisMap{0.0, 1.0, 0, 10, 101, 111}, 3, 8, 375);
-  EXPECT_EQ(odd.clip_begin, 37);   // floor(101 * 3 / 8)
-  EXPECT_EQ(odd.clip_end, 42);     // ceil(111 * 3 / 8)
+  EXPECT_EQ(odd.clip_begin, 37);  // floor(101 * 3 / 8)
+  EXPECT_EQ(odd.clip_end, 42);    // ceil(111 * 3 / 8)
   EXPECT_DOUBLE_EQ(odd.in0, 101 * 3.0 / 8 - 37);
 }
 

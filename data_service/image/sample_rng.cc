@@ -21,9 +21,7 @@ uint64_t SampleRng::NextU64() {
   return SplitMix64Finalize(stream_key_ + counter_ * kSplitMix64Gamma);
 }
 
-double SampleRng::NextDouble() {
-  return static_cast<double>(NextU64() >> 11) * 0x1.0p-53;
-}
+double SampleRng::NextDouble() { return static_cast<double>(NextU64() >> 11) * 0x1.0p-53; }
 
 double SampleRng::Uniform(double lo, double hi) { return lo + (hi - lo) * NextDouble(); }
 

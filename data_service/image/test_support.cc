@@ -40,8 +40,7 @@ absl::Status RunPythonTool(const std::string& script, const std::vector<std::str
   const std::string python = stoker::testing::PythonInterpreter();
   const std::string runfiles =
       absl::StrCat(EnvOr("TEST_SRCDIR", "."), "/", EnvOr("TEST_WORKSPACE", "stoker"));
-  const std::string path =
-      absl::StrCat(runfiles, "/data_service/image/testdata_tools/", script);
+  const std::string path = absl::StrCat(runfiles, "/data_service/image/testdata_tools/", script);
   std::vector<std::string> argv_storage = {python, path};
   argv_storage.insert(argv_storage.end(), args.begin(), args.end());
   std::vector<char*> argv;
@@ -66,9 +65,8 @@ absl::Status RunPythonTool(const std::string& script, const std::vector<std::str
     if (absl::Now() > deadline) {
       kill(pid, SIGKILL);
       waitpid(pid, &status, 0);
-      return absl::DeadlineExceededError(
-          absl::StrCat(absl::StrJoin(argv_storage, " "), " ran longer than ",
-                       absl::FormatDuration(timeout)));
+      return absl::DeadlineExceededError(absl::StrCat(
+          absl::StrJoin(argv_storage, " "), " ran longer than ", absl::FormatDuration(timeout)));
     }
     absl::SleepFor(absl::Milliseconds(20));
   }
@@ -83,8 +81,7 @@ absl::Status RunPythonTool(const std::string& script, const std::vector<std::str
   return absl::OkStatus();
 }
 
-const std::string& ImageCaseDir(const std::string& command,
-                                const std::vector<std::string>& extra) {
+const std::string& ImageCaseDir(const std::string& command, const std::vector<std::string>& extra) {
   // The directories live as long as the test binary.
   static auto* dirs = new std::map<std::string, ::stoker::testing::TempDir>();
   auto it = dirs->find(command);
@@ -104,8 +101,7 @@ const std::string& ImageCaseDir(const std::string& command,
 absl::StatusOr<std::vector<uint8_t>> ReadFileBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in),
-                              std::istreambuf_iterator<char>());
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 std::vector<uint8_t> LoadFileOrFail(const std::string& path) {

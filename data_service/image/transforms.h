@@ -69,8 +69,7 @@ struct TrainParams {
 // i ~ U{0..height-h}, j ~ U{0..width-w}; else the centre crop with the ratio clamped),
 // and RandomHorizontalFlip's coin. The flip is drawn first, so it does not depend on how
 // many tries the crop took. Rounding is Python's (half to even).
-TrainParams SampleTrainParams(int width, int height, const TransformSpec& spec,
-                              SampleRng& rng);
+TrainParams SampleTrainParams(int width, int height, const TransformSpec& spec, SampleRng& rng);
 
 // Resize(resize_size) + CenterCrop(output_size) on a width x height image, with
 // torchvision's size computation (new long side = int(resize * long / short)) and
@@ -105,18 +104,17 @@ absl::StatusOr<SampleGeometry> PlanSampleGeometry(int width, int height, const T
 // What one DecodeAndTransform() did: for tests, statistics and debugging.
 struct TransformTrace {
   ImageHeader header;
-  ScaleFactor scale;    // DCT-domain scale the JPEG was decoded at (1/1 for PNG)
-  PixelRect decoded;    // rows and columns decoded, in the scaled image
-  TrainParams train;    // kTrain
-  EvalGeometry eval;    // kEval
+  ScaleFactor scale;  // DCT-domain scale the JPEG was decoded at (1/1 for PNG)
+  PixelRect decoded;  // rows and columns decoded, in the scaled image
+  TrainParams train;  // kTrain
+  EvalGeometry eval;  // kEval
 };
 
 // The per-thread working memory of DecodeAndTransform(): the decoder with its row
-// buffers, the filter taps and the resampler's row window and intermediate image. Buffers grow to the
-// largest image seen and are then reused, so steady state allocates nothing of Stoker's
-// own (libjpeg/libpng keep small per-image pools of their own); ReleaseBuffers() gives
-// back what an outlier grew them to.
-// Not thread-safe: one per worker thread.
+// buffers, the filter taps and the resampler's row window and intermediate image. Buffers grow to
+// the largest image seen and are then reused, so steady state allocates nothing of Stoker's own
+// (libjpeg/libpng keep small per-image pools of their own); ReleaseBuffers() gives back what an
+// outlier grew them to. Not thread-safe: one per worker thread.
 class TransformScratch {
  public:
   TransformScratch() = default;
@@ -145,14 +143,13 @@ class TransformScratch {
 // ignores `key`. InvalidArgument for a bad spec or a bad image (the message says what is
 // wrong; the caller adds the file name). `dst` is unspecified after an error.
 absl::Status DecodeAndTransform(absl::Span<const uint8_t> bytes, const TransformSpec& spec,
-                                const SampleKey& key, TransformScratch& scratch,
-                                uint8_t* dst, TransformTrace* trace = nullptr);
+                                const SampleKey& key, TransformScratch& scratch, uint8_t* dst,
+                                TransformTrace* trace = nullptr);
 
 // The training transform with its random choices given (tests, replays): spec.mode must
 // be kTrain and params.crop inside the image.
 absl::Status DecodeAndTransformWithParams(absl::Span<const uint8_t> bytes,
-                                          const TransformSpec& spec,
-                                          const TrainParams& params,
+                                          const TransformSpec& spec, const TrainParams& params,
                                           TransformScratch& scratch, uint8_t* dst,
                                           TransformTrace* trace = nullptr);
 

@@ -38,8 +38,7 @@ ABSL_FLAG(bool, fast_idct, stoker::data_service::image::TransformSpec().decode.f
 ABSL_FLAG(bool, fancy_upsampling,
           stoker::data_service::image::TransformSpec().decode.fancy_upsampling,
           "DecodeOptions::fancy_upsampling (default: the transforms' default)");
-ABSL_FLAG(bool, fast_huffman,
-          stoker::data_service::image::TransformSpec().decode.fast_huffman,
+ABSL_FLAG(bool, fast_huffman, stoker::data_service::image::TransformSpec().decode.fast_huffman,
           "DecodeOptions::fast_huffman: Stoker's Huffman decoder instead of libjpeg's");
 ABSL_FLAG(int, size, 224, "output size (RandomResizedCrop and CenterCrop)");
 ABSL_FLAG(int, resize, 256, "evaluation Resize() shorter side");
@@ -179,16 +178,17 @@ int Run() {
     std::function<absl::Status(int, size_t)> one;
   } cases[] = {
       {"decode_full", [&](int, size_t i) { return DecodeImage(files[i]).status(); }},
-      {"eval", [&](int, size_t i) {
+      {"eval",
+       [&](int, size_t i) {
          return DecodeAndTransform(files[i], eval, SampleKey{}, scratch, out.data());
        }},
-      {"eval_decode", [&](int, size_t i) {
-         return decode_only(i, eval_traces[i], eval.decode);
-       }},
-      {"train", [&](int pass, size_t i) {
+      {"eval_decode", [&](int, size_t i) { return decode_only(i, eval_traces[i], eval.decode); }},
+      {"train",
+       [&](int pass, size_t i) {
          return DecodeAndTransform(files[i], train, train_key(pass, i), scratch, out.data());
        }},
-      {"train_decode", [&](int pass, size_t i) {
+      {"train_decode",
+       [&](int pass, size_t i) {
          return decode_only(i, train_traces[i * kEpochs + pass % kEpochs], train.decode);
        }},
   };

@@ -39,8 +39,8 @@ int ToInt(const std::string& s) {
 }
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(),
-                                                suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -131,8 +131,8 @@ TEST(DecodeAndTransformTest, EvalMatchesTorchvisionResizeCenterCrop) {
       TransformTrace trace;
       ASSERT_OK(DecodeAndTransform(bytes, all_scales, SampleKey{}, scratch, out.data(), &trace));
       const double psnr = Psnr(out.data(), expected.data(), out.size());
-      std::printf("%-22s eval  scale %d/%d  (DctScaling::kAll)      PSNR %6.2f dB\n",
-                  name.c_str(), trace.scale.num, trace.scale.denom, psnr);
+      std::printf("%-22s eval  scale %d/%d  (DctScaling::kAll)      PSNR %6.2f dB\n", name.c_str(),
+                  trace.scale.num, trace.scale.denom, psnr);
       EXPECT_GE(psnr, 30.0) << "DctScaling::kAll";
       // Pillow's own reconstruction (Note [Fast JPEG reconstruction] in decode.h).
       TransformSpec pillow = spec;
@@ -152,8 +152,7 @@ TEST(DecodeAndTransformTest, EvalMatchesTorchvisionResizeCenterCrop) {
     const double psnr = Psnr(out.data(), expected.data(), out.size());
     std::printf("%-22s eval  scale %d/%d  decoded %4dx%-4d  PSNR %6.2f dB  max diff %d\n",
                 name.c_str(), trace.scale.num, trace.scale.denom, trace.decoded.width,
-                trace.decoded.height, psnr,
-                MaxAbsDiff(out.data(), expected.data(), out.size()));
+                trace.decoded.height, psnr, MaxAbsDiff(out.data(), expected.data(), out.size()));
     if (EndsWith(name, ".png")) {
       EXPECT_TRUE(CloseToPillow(out, expected)) << "PSNR " << psnr;
     } else {
@@ -196,8 +195,8 @@ TEST(DecodeAndTransformTest, TrainMatchesTorchvisionResizedCropAndFlip) {
     TrainParams params;
     params.crop = CropBox{ToInt(row[2]), ToInt(row[3]), ToInt(row[4]), ToInt(row[5])};
     params.flip = row[6] == "1";
-    SCOPED_TRACE(absl::StrCat(name, " crop ", row[4], "x", row[5], " at (", row[3], ",",
-                              row[2], ") flip ", row[6]));
+    SCOPED_TRACE(absl::StrCat(name, " crop ", row[4], "x", row[5], " at (", row[3], ",", row[2],
+                              ") flip ", row[6]));
     const std::vector<uint8_t> bytes = LoadFileOrFail(dir + "/" + name);
     const std::vector<uint8_t> expected = LoadFileOrFail(dir + "/" + row[1]);
     TransformTrace trace;
@@ -220,9 +219,10 @@ TEST(DecodeAndTransformTest, TrainMatchesTorchvisionResizedCropAndFlip) {
       worst_pillow_jpeg = std::min(worst_pillow_jpeg, pillow_psnr);
     }
   }
-  std::printf("train: worst JPEG PSNR %.2f dB (Pillow's JPEG reconstruction %.2f dB); %d of "
-              "%d PNG cases bit-identical\n",
-              worst_jpeg, worst_pillow_jpeg, exact_png, png);
+  std::printf(
+      "train: worst JPEG PSNR %.2f dB (Pillow's JPEG reconstruction %.2f dB); %d of "
+      "%d PNG cases bit-identical\n",
+      worst_jpeg, worst_pillow_jpeg, exact_png, png);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -236,9 +236,9 @@ struct BoxStats {
   std::vector<double> centre_box;  // 1 when the box is the fallback's centre crop
 };
 
-void AddBox(const CropBox& box, int width, int height, const CropBox& centre,
-            BoxStats* stats) {
-  stats->area.push_back(static_cast<double>(box.height) * box.width / (static_cast<double>(width) * height));
+void AddBox(const CropBox& box, int width, int height, const CropBox& centre, BoxStats* stats) {
+  stats->area.push_back(static_cast<double>(box.height) * box.width /
+                        (static_cast<double>(width) * height));
   stats->log_ratio.push_back(std::log(static_cast<double>(box.width) / box.height));
   stats->center_x.push_back((box.left + box.width / 2.0) / width);
   stats->center_y.push_back((box.top + box.height / 2.0) / height);
@@ -303,8 +303,8 @@ TEST(SampleTrainParamsTest, BoxDistributionMatchesTorchvision) {
     ASSERT_OK(boxes);
     ASSERT_EQ(boxes->size(), static_cast<size_t>(kRrcDraws));
     for (const auto& b : *boxes) {
-      AddBox(CropBox{ToInt(b[0]), ToInt(b[1]), ToInt(b[2]), ToInt(b[3])}, width, height,
-             centre, &torch_stats);
+      AddBox(CropBox{ToInt(b[0]), ToInt(b[1]), ToInt(b[2]), ToInt(b[3])}, width, height, centre,
+             &torch_stats);
     }
     int fallbacks = 0;
     for (int i = 0; i < kRrcDraws; ++i) {
@@ -339,8 +339,8 @@ TEST(SampleTrainParamsTest, BoxDistributionMatchesTorchvision) {
     }
     const double ks_area = KsStatistic(torch_stats.area, stoker_stats.area);
     const double ks_ratio = KsStatistic(torch_stats.log_ratio, stoker_stats.log_ratio);
-    std::printf("%4dx%-4d KS area %.4f  KS log ratio %.4f  fallback rate %.4f\n", width,
-                height, ks_area, ks_ratio, double(fallbacks) / kRrcDraws);
+    std::printf("%4dx%-4d KS area %.4f  KS log ratio %.4f  fallback rate %.4f\n", width, height,
+                ks_area, ks_ratio, double(fallbacks) / kRrcDraws);
     EXPECT_LT(ks_area, 2.23 * std::sqrt(2.0 / kRrcDraws));
     EXPECT_LT(ks_ratio, 2.23 * std::sqrt(2.0 / kRrcDraws));
   }
@@ -389,14 +389,14 @@ TEST(DecodeAndTransformTest, BadInputsAreInvalidArgument) {
   const std::vector<uint8_t> good = LoadFileOrFail(bad + "/good.jpg");  // 160 x 120
   TrainParams outside;
   outside.crop = CropBox{100, 100, 30, 61};
-  EXPECT_EQ(DecodeAndTransformWithParams(good, TransformSpec::Train(224), outside, scratch,
-                                         out.data())
-                .code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(DecodeAndTransform(good, TransformSpec::Eval(100, 224), SampleKey{}, scratch,
-                               out.data())
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      DecodeAndTransformWithParams(good, TransformSpec::Train(224), outside, scratch, out.data())
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      DecodeAndTransform(good, TransformSpec::Eval(100, 224), SampleKey{}, scratch, out.data())
+          .code(),
+      absl::StatusCode::kInvalidArgument);
   // The scratch still works after all that.
   EXPECT_OK(DecodeAndTransform(good, TransformSpec::Train(224), SampleKey{}, scratch, out.data()));
 }
@@ -413,7 +413,8 @@ std::vector<uint8_t> SolidJpeg(int width, int height) {
   unsigned char* jpeg = nullptr;
   unsigned long size = 0;
   EXPECT_EQ(tjCompress2(compressor, rgb.data(), width, 0, height, TJPF_RGB, &jpeg, &size,
-                        TJSAMP_444, 100, 0), 0);
+                        TJSAMP_444, 100, 0),
+            0);
   tjDestroy(compressor);
   std::vector<uint8_t> bytes(jpeg, jpeg + size);
   tjFree(jpeg);
@@ -423,14 +424,13 @@ std::vector<uint8_t> SolidJpeg(int width, int height) {
 TEST(DecodeAndTransformTest, TinyAndExtremeImagesGiveTheirColour) {
   TransformScratch scratch;
   std::vector<uint8_t> out(224 * 224 * 3);
-  for (const auto& [w, h] : std::vector<std::pair<int, int>>{
-           {1, 1}, {1, 300}, {300, 1}, {3, 2}, {2000, 7}, {5, 900}}) {
+  for (const auto& [w, h] :
+       std::vector<std::pair<int, int>>{{1, 1}, {1, 300}, {300, 1}, {3, 2}, {2000, 7}, {5, 900}}) {
     SCOPED_TRACE(absl::StrCat(w, "x", h));
     const std::vector<uint8_t> bytes = SolidJpeg(w, h);
     auto decoded = DecodeImage(bytes);
     ASSERT_OK(decoded);
-    for (const TransformSpec& spec :
-         {TransformSpec::Eval(256, 224), TransformSpec::Train(224)}) {
+    for (const TransformSpec& spec : {TransformSpec::Eval(256, 224), TransformSpec::Train(224)}) {
       for (int64_t index = 0; index < 5; ++index) {
         std::fill(out.begin(), out.end(), 0);
         ASSERT_OK(DecodeAndTransform(bytes, spec, SampleKey{3, 1, index}, scratch, out.data()));
@@ -456,9 +456,9 @@ TEST(TransformScratchTest, StopsGrowingOnceWarm) {
   size_t warm = 0;
   for (int round = 0; round < 3; ++round) {
     for (size_t i = 0; i < files.size(); ++i) {
-      for (const TransformSpec& spec :
-           {TransformSpec::Eval(256, 224), TransformSpec::Train(224)}) {
-        ASSERT_OK(DecodeAndTransform(files[i], spec, SampleKey{3, 0, int64_t(i)}, scratch, out.data()));
+      for (const TransformSpec& spec : {TransformSpec::Eval(256, 224), TransformSpec::Train(224)}) {
+        ASSERT_OK(
+            DecodeAndTransform(files[i], spec, SampleKey{3, 0, int64_t(i)}, scratch, out.data()));
       }
     }
     if (round == 0) warm = scratch.capacity_bytes();
@@ -486,12 +486,14 @@ TEST(TransformScratchTest, ReleaseBuffersGivesBackAnOutliersMemoryAndKeepsResult
   params.crop = CropBox{0, 0, kHeight, kWidth};
   TransformScratch scratch;
   std::vector<uint8_t> out(224 * 224 * 3);
-  ASSERT_OK(DecodeAndTransformWithParams(bytes, TransformSpec::Train(224), params, scratch, out.data()));
+  ASSERT_OK(
+      DecodeAndTransformWithParams(bytes, TransformSpec::Train(224), params, scratch, out.data()));
   EXPECT_GT(scratch.capacity_bytes(), size_t{kWidth} * 224 * 3);
   scratch.ReleaseBuffers();
   EXPECT_EQ(scratch.capacity_bytes(), 0u);
   std::vector<uint8_t> again(out.size());
-  ASSERT_OK(DecodeAndTransformWithParams(bytes, TransformSpec::Train(224), params, scratch, again.data()));
+  ASSERT_OK(DecodeAndTransformWithParams(bytes, TransformSpec::Train(224), params, scratch,
+                                         again.data()));
   EXPECT_EQ(out, again);
 }
 

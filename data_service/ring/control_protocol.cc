@@ -25,7 +25,8 @@ ControlMessage NewMessage(MessageType type, uint32_t request_id) {
 
 ControlMessage ErrorMessage(const absl::Status& status, uint32_t request_id) {
   ControlMessage message = NewMessage(MessageType::kError, request_id);
-  message.status_code = static_cast<int32_t>(status.ok() ? absl::StatusCode::kUnknown : status.code());
+  message.status_code =
+      static_cast<int32_t>(status.ok() ? absl::StatusCode::kUnknown : status.code());
   SetText(&message, status.message());
   return message;
 }
@@ -115,15 +116,17 @@ absl::StatusOr<ControlMessage> ReceiveMessage(int fd, absl::Duration timeout) {
   while (true) {
     pollfd p{fd, POLLIN, 0};
     const absl::Duration left = std::max(deadline - absl::Now(), absl::ZeroDuration());
-    const int ready = poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1)))));
+    const int ready =
+        poll(&p, 1,
+             static_cast<int>(absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1)))));
     if (ready < 0) {
       if (errno == EINTR) continue;
       return ErrnoToStatus(errno, "poll control socket");
     }
     if (ready == 0) {
       if (absl::Now() >= deadline) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "no control message within ", absl::FormatDuration(timeout)));
+        return absl::DeadlineExceededError(
+            absl::StrCat("no control message within ", absl::FormatDuration(timeout)));
       }
       continue;
     }
@@ -151,11 +154,11 @@ absl::StatusOr<ControlMessage> ReceiveMessage(int fd, absl::Duration timeout) {
   if (got == 0) return absl::UnavailableError("control connection closed by the peer");
   if (got != static_cast<ssize_t>(sizeof(ControlMessage)) || (header.msg_flags & MSG_TRUNC)) {
     // With MSG_TRUNC, `got` is the packet's full length (Linux AF_UNIX since 4.x).
-    const bool at_least = got <= static_cast<ssize_t>(sizeof(ControlMessage)) &&
-                          (header.msg_flags & MSG_TRUNC);
-    return absl::InvalidArgumentError(absl::StrCat("control packet of ", at_least ? "more than " : "",
-                                                   got, " bytes; a message is ",
-                                                   sizeof(ControlMessage)));
+    const bool at_least =
+        got <= static_cast<ssize_t>(sizeof(ControlMessage)) && (header.msg_flags & MSG_TRUNC);
+    return absl::InvalidArgumentError(
+        absl::StrCat("control packet of ", at_least ? "more than " : "", got,
+                     " bytes; a message is ", sizeof(ControlMessage)));
   }
   ControlMessage message;
   std::memcpy(&message, buffer, sizeof(message));

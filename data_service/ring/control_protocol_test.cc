@@ -88,9 +88,8 @@ TEST_F(ControlProtocolTest, WrongSizedPacketsAreRejected) {
   std::memcpy(big.data(), &valid, sizeof(valid));
   SendRaw(big.data(), big.size());
   absl::Status oversized = ReceiveMessage(b_.get(), absl::Seconds(1)).status();
-  EXPECT_THAT(oversized,
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("control packet of 394 bytes; a message is 344")));
+  EXPECT_THAT(oversized, StatusIs(absl::StatusCode::kInvalidArgument,
+                                  HasSubstr("control packet of 394 bytes; a message is 344")));
   // A packet far larger than a message (a huge length prefix in front, say) is consumed
   // whole and named with its real size.
   std::string huge(64 * 1024, '\xff');
@@ -98,9 +97,8 @@ TEST_F(ControlProtocolTest, WrongSizedPacketsAreRejected) {
   ASSERT_EQ(setsockopt(a_.get(), SOL_SOCKET, SO_SNDBUF, &buffer, sizeof(buffer)), 0);
   SendRaw(huge.data(), huge.size());
   oversized = ReceiveMessage(b_.get(), absl::Seconds(1)).status();
-  EXPECT_THAT(oversized,
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("control packet of 65536 bytes")));
+  EXPECT_THAT(oversized, StatusIs(absl::StatusCode::kInvalidArgument,
+                                  HasSubstr("control packet of 65536 bytes")));
   // The bad packets were consumed: the next good one is read normally.
   ASSERT_OK(SendMessage(a_.get(), valid));
   EXPECT_OK(ReceiveMessage(b_.get(), absl::Seconds(1)));

@@ -56,7 +56,9 @@ void FutexWait(uint32_t* word, uint32_t expected, absl::Duration timeout) {
   syscall(SYS_futex, word, FUTEX_WAIT, expected, &ts, nullptr, 0);
 }
 
-void FutexWakeAll(uint32_t* word) { syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0); }
+void FutexWakeAll(uint32_t* word) {
+  syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
 
 bool WaitForWord(uint32_t* word, uint32_t target, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
@@ -89,16 +91,16 @@ uint32_t PublishedState(uint64_t position) { return static_cast<uint32_t>(2 * po
 
 absl::StatusOr<RingLayout> RingLayout::For(const RingGeometry& geometry) {
   if (geometry.slot_count < 1 || geometry.slot_count > kMaxSlotCount) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ring slot_count must be in 1..", kMaxSlotCount, ", got ", geometry.slot_count));
+    return absl::InvalidArgumentError(absl::StrCat("ring slot_count must be in 1..", kMaxSlotCount,
+                                                   ", got ", geometry.slot_count));
   }
   if (geometry.batch_size < 1 || geometry.batch_size > kMaxBatchSize) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ring batch_size must be in 1..", kMaxBatchSize, ", got ", geometry.batch_size));
+    return absl::InvalidArgumentError(absl::StrCat("ring batch_size must be in 1..", kMaxBatchSize,
+                                                   ", got ", geometry.batch_size));
   }
   if (geometry.image_size < 1 || geometry.image_size > kMaxImageSize) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ring image_size must be in 1..", kMaxImageSize, ", got ", geometry.image_size));
+    return absl::InvalidArgumentError(absl::StrCat("ring image_size must be in 1..", kMaxImageSize,
+                                                   ", got ", geometry.image_size));
   }
   // With the limits above every product below fits in 64 bits (2^10 * 2^16 * 2^26 * 3).
   const uint64_t batch = static_cast<uint64_t>(geometry.batch_size);
@@ -126,8 +128,8 @@ absl::StatusOr<RingProducer> RingProducer::Initialize(void* base, size_t bytes,
     return absl::InvalidArgumentError("ring base must be page-aligned");
   }
   if (bytes < layout->total_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("ring needs ", layout->total_bytes,
-                                                   " bytes, the mapping has ", bytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ring needs ", layout->total_bytes, " bytes, the mapping has ", bytes));
   }
   uint8_t* bytes_base = static_cast<uint8_t*>(base);
   std::memset(bytes_base, 0, layout->image_offset);
@@ -161,9 +163,9 @@ absl::StatusOr<WritableSlot> RingProducer::Claim(absl::Duration timeout) {
   const int32_t slot = static_cast<int32_t>(position % slot_count);
   RingSlotMeta* meta = SlotMeta(base_, layout_, slot);
   if (!internal::WaitForWord(&meta->state, FreeState(position), timeout)) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "ring slot ", slot, " (position ", position, ") was not released by the consumer within ",
-        absl::FormatDuration(timeout)));
+    return absl::DeadlineExceededError(absl::StrCat("ring slot ", slot, " (position ", position,
+                                                    ") was not released by the consumer within ",
+                                                    absl::FormatDuration(timeout)));
   }
   ++next_claim_;
   WritableSlot writable;
@@ -188,13 +190,13 @@ absl::Status RingProducer::Publish(const WritableSlot& slot, int64_t epoch, int6
                                    int32_t count, double gpu_decode_share) {
   if (next_publish_ == next_claim_ || slot.position != next_publish_ ||
       slot.slot != static_cast<int32_t>(slot.position % layout_.geometry.slot_count)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "ring position ", slot.position, " published out of order (next to publish: ",
-        next_publish_, ", claimed up to ", next_claim_, ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("ring position ", slot.position, " published out of order (next to publish: ",
+                     next_publish_, ", claimed up to ", next_claim_, ")"));
   }
   if (count < 1 || count > layout_.geometry.batch_size) {
-    return absl::InvalidArgumentError(absl::StrCat("batch count ", count, " is not in 1..",
-                                                   layout_.geometry.batch_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch count ", count, " is not in 1..", layout_.geometry.batch_size));
   }
   RingSlotMeta* meta = SlotMeta(base_, layout_, slot.slot);
   const uint8_t* kinds = reinterpret_cast<const uint8_t*>(meta) + layout_.kinds_offset;
@@ -234,8 +236,8 @@ absl::StatusOr<RingConsumer> RingConsumer::Attach(void* base, size_t bytes) {
                                             header.header_bytes, " bytes); this build reads ",
                                             kRingVersion, " (", sizeof(RingHeader), ")"));
   }
-  absl::StatusOr<RingLayout> layout = RingLayout::For(
-      RingGeometry{header.slot_count, header.batch_size, header.image_size});
+  absl::StatusOr<RingLayout> layout =
+      RingLayout::For(RingGeometry{header.slot_count, header.batch_size, header.image_size});
   if (!layout.ok()) {
     return absl::DataLossError(absl::StrCat("ring header: ", layout.status().message()));
   }

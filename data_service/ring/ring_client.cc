@@ -38,11 +38,12 @@ absl::StatusOr<UniqueFd> ConnectSocket(const std::string& path, absl::Time deadl
     const int error = ConnectUnixSocket(fd.get(), *address);
     if (error == 0) return fd;
     // Not there yet (or its backlog is full): the service may still be starting.
-    const bool retry = error == ENOENT || error == ECONNREFUSED || error == EAGAIN || error == EINTR;
+    const bool retry =
+        error == ENOENT || error == ECONNREFUSED || error == EAGAIN || error == EINTR;
     if (!retry) return ErrnoToStatus(error, absl::StrCat("connect to data service at ", path));
     if (absl::Now() >= deadline) {
-      return absl::UnavailableError(absl::StrCat("no data service at ", path, " (",
-                                                 std::strerror(error), ")"));
+      return absl::UnavailableError(
+          absl::StrCat("no data service at ", path, " (", std::strerror(error), ")"));
     }
     absl::SleepFor(absl::Milliseconds(20));
   }
@@ -111,9 +112,9 @@ struct RingClient::State {
   // Turns what came from the control socket outside a request into the fatal status.
   absl::Status Fail(const absl::Status& status) {
     if (absl::IsUnavailable(status)) {
-      fatal = absl::UnavailableError(absl::StrCat(
-          "the data service at ", socket_path, " is gone (rank ", request.rank, "): ",
-          status.message()));
+      fatal = absl::UnavailableError(absl::StrCat("the data service at ", socket_path,
+                                                  " is gone (rank ", request.rank,
+                                                  "): ", status.message()));
     } else {
       fatal = absl::Status(status.code(), absl::StrCat("data service (rank ", request.rank,
                                                        "): ", status.message()));
@@ -131,9 +132,9 @@ struct RingClient::State {
       absl::StatusOr<ControlMessage> reply =
           ReceiveMessage(control.get(), std::max(deadline - absl::Now(), absl::ZeroDuration()));
       if (absl::IsDeadlineExceeded(reply.status())) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "the data service at ", socket_path, " did not answer within ",
-            absl::FormatDuration(timeout)));
+        return absl::DeadlineExceededError(absl::StrCat("the data service at ", socket_path,
+                                                        " did not answer within ",
+                                                        absl::FormatDuration(timeout)));
       }
       if (!reply.ok()) return Fail(reply.status());
       if (reply->request_id == message.request_id) return *reply;
@@ -160,8 +161,8 @@ absl::StatusOr<std::unique_ptr<RingClient>> RingClient::Connect(const std::strin
     // closed it already: its reason is then waiting to be read.
     reply = ReceiveMessage(control->get(), absl::ZeroDuration());
     if (!reply.ok()) {
-      return absl::UnavailableError(absl::StrCat("data service at ", socket_path,
-                                                 " closed the connection: ", s.message()));
+      return absl::UnavailableError(
+          absl::StrCat("data service at ", socket_path, " closed the connection: ", s.message()));
     }
   } else {
     reply = ReceiveMessage(control->get(), std::max(deadline - absl::Now(), absl::Seconds(1)));
@@ -179,9 +180,9 @@ absl::StatusOr<std::unique_ptr<RingClient>> RingClient::Connect(const std::strin
     const absl::StatusCode code = absl::IsPermissionDenied(refusal) || absl::IsOutOfRange(refusal)
                                       ? refusal.code()
                                       : absl::StatusCode::kInvalidArgument;
-    return absl::Status(code, absl::StrCat("data service at ", socket_path,
-                                           " refused the ring request of rank ", request.rank,
-                                           ": ", Text(*reply)));
+    return absl::Status(
+        code, absl::StrCat("data service at ", socket_path, " refused the ring request of rank ",
+                           request.rank, ": ", Text(*reply)));
   }
   if (reply->type != static_cast<uint16_t>(MessageType::kRegistered) || reply->request_id != 1) {
     return absl::InternalError(absl::StrCat("data service at ", socket_path,
@@ -221,8 +222,8 @@ absl::StatusOr<EpochInfo> RingClient::StartEpoch(int64_t epoch, uint64_t seed) {
   State& s = *state_;
   if (!s.fatal.ok()) return s.fatal;
   if (epoch <= s.last_epoch) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "StartEpoch(", epoch, ") after StartEpoch(", s.last_epoch, "): epochs must increase"));
+    return absl::FailedPreconditionError(absl::StrCat("StartEpoch(", epoch, ") after StartEpoch(",
+                                                      s.last_epoch, "): epochs must increase"));
   }
   ControlMessage message = NewMessage(MessageType::kStartEpoch, 0);
   message.epoch = epoch;
@@ -249,9 +250,9 @@ absl::StatusOr<BatchView> RingClient::Acquire(absl::Duration timeout) {
   State& s = *state_;
   if (!s.fatal.ok()) return s.fatal;
   if (s.batches_acquired >= s.batches_requested) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "rank ", s.request.rank, " acquired every batch of the epochs it started (",
-        s.batches_requested, "): call StartEpoch first"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", s.request.rank, " acquired every batch of the epochs it started (",
+                     s.batches_requested, "): call StartEpoch first"));
   }
   const absl::Time deadline = absl::Now() + timeout;
   while (true) {
@@ -279,7 +280,8 @@ absl::StatusOr<BatchView> RingClient::Acquire(absl::Duration timeout) {
     // Nothing yet: is the service still there? (EOF, or an asynchronous error report.)
     pollfd p{s.control.get(), POLLIN, 0};
     if (poll(&p, 1, 0) > 0) {
-      absl::StatusOr<ControlMessage> message = ReceiveMessage(s.control.get(), absl::ZeroDuration());
+      absl::StatusOr<ControlMessage> message =
+          ReceiveMessage(s.control.get(), absl::ZeroDuration());
       if (!message.ok()) {
         if (!absl::IsDeadlineExceeded(message.status())) return s.Fail(message.status());
       } else if (message->type == static_cast<uint16_t>(MessageType::kError)) {
@@ -287,10 +289,10 @@ absl::StatusOr<BatchView> RingClient::Acquire(absl::Duration timeout) {
       }
     }
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "rank ", s.request.rank, ": no batch from the data service within ",
-          absl::FormatDuration(timeout), " (", s.batches_acquired, " of ", s.batches_requested,
-          " batches acquired)"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("rank ", s.request.rank, ": no batch from the data service within ",
+                       absl::FormatDuration(timeout), " (", s.batches_acquired, " of ",
+                       s.batches_requested, " batches acquired)"));
     }
   }
 }

@@ -20,10 +20,10 @@ namespace stoker::data_service {
 struct BatchView {
   int32_t slot = -1;
   int64_t epoch = 0;
-  int64_t step = 0;   // batch index within the epoch, from 0
-  int32_t count = 0;  // samples in this batch (<= batch_size)
-  const uint8_t* images = nullptr;        // count * image_size * image_size * 3 bytes
-  const int32_t* labels = nullptr;        // count labels
+  int64_t step = 0;                         // batch index within the epoch, from 0
+  int32_t count = 0;                        // samples in this batch (<= batch_size)
+  const uint8_t* images = nullptr;          // count * image_size * image_size * 3 bytes
+  const int32_t* labels = nullptr;          // count labels
   const int64_t* sample_indices = nullptr;  // count dataset indices (for tests and resume)
   // SampleKind of each sample: kPixels, or kDeferredJpeg (a DeferredSampleHeader and a
   // JPEG in the sample's place, for the trainer to decode; checked by Acquire()).

@@ -81,12 +81,10 @@ absl::StatusOr<WritableSlot> PublishNext(RingProducer& producer, int count) {
 
 // Acquires the next batch without waiting; an error unless it is the intact batch at
 // `position` with `count` samples.
-absl::StatusOr<ReadableSlot> AcquireIntact(RingConsumer& consumer, uint64_t position,
-                                           int count) {
+absl::StatusOr<ReadableSlot> AcquireIntact(RingConsumer& consumer, uint64_t position, int count) {
   auto slot = consumer.Acquire(absl::ZeroDuration());
   if (!slot.ok()) return slot.status();
-  if (std::string problem = Check(consumer.layout(), *slot, position, count);
-      !problem.empty()) {
+  if (std::string problem = Check(consumer.layout(), *slot, position, count); !problem.empty()) {
     return absl::DataLossError(problem);
   }
   return slot;
@@ -98,7 +96,8 @@ class RingTest : public ::testing::Test {
     geometry_ = geometry;
     auto layout = RingLayout::For(geometry);
     ASSERT_OK(layout);
-    auto segment = SharedMemorySegment::Create(UniqueName("/stoker.ringtest.ring"), layout->total_bytes);
+    auto segment =
+        SharedMemorySegment::Create(UniqueName("/stoker.ringtest.ring"), layout->total_bytes);
     ASSERT_OK(segment);
     segment_ = std::move(*segment);
   }

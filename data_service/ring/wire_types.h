@@ -64,10 +64,10 @@ static_assert(sizeof(RingHeader) == 128, "RingHeader is part of the shared-memor
 // accessed atomically, through common/shm_atomic.h.
 struct RingSlotMeta {
   uint32_t state;
-  int32_t count;     // samples in the batch, 1..batch_size
+  int32_t count;  // samples in the batch, 1..batch_size
   int64_t epoch;
-  int64_t step;      // batch index within the epoch
-  uint64_t position; // the ring position (0, 1, 2, ...) this slot was written for
+  int64_t step;            // batch index within the epoch
+  uint64_t position;       // the ring position (0, 1, 2, ...) this slot was written for
   int32_t deferred_count;  // samples of kind kDeferredJpeg among the first `count`
   // The share (kShareUnits) of GPU decode positions the batch was produced with, whether
   // the consumer's request or the service's fixed --gpu_decode_share.
@@ -143,9 +143,9 @@ enum class MessageType : uint16_t {
 struct ControlMessage {
   uint32_t magic;
   uint16_t version;
-  uint16_t type;         // MessageType
-  uint32_t request_id;   // echoed by the reply; 0 in an asynchronous kError
-  int32_t status_code;   // kError: an absl::StatusCode
+  uint16_t type;        // MessageType
+  uint32_t request_id;  // echoed by the reply; 0 in an asynchronous kError
+  int32_t status_code;  // kError: an absl::StatusCode
   // kRegister (and echoed by kRegistered): the RingRequest.
   int32_t rank;
   int32_t world_size;

@@ -52,23 +52,40 @@ constexpr const char* kChildSetupSteps[] = {"setpgid", "prctl(PR_SET_PDEATHSIG)"
 
 const char* SignalName(int signal) {
   switch (signal) {
-    case SIGHUP: return "SIGHUP";
-    case SIGINT: return "SIGINT";
-    case SIGQUIT: return "SIGQUIT";
-    case SIGILL: return "SIGILL";
-    case SIGTRAP: return "SIGTRAP";
-    case SIGABRT: return "SIGABRT";
-    case SIGBUS: return "SIGBUS";
-    case SIGFPE: return "SIGFPE";
-    case SIGKILL: return "SIGKILL";
-    case SIGUSR1: return "SIGUSR1";
-    case SIGSEGV: return "SIGSEGV";
-    case SIGUSR2: return "SIGUSR2";
-    case SIGPIPE: return "SIGPIPE";
-    case SIGALRM: return "SIGALRM";
-    case SIGTERM: return "SIGTERM";
-    case SIGXCPU: return "SIGXCPU";
-    default: return nullptr;
+    case SIGHUP:
+      return "SIGHUP";
+    case SIGINT:
+      return "SIGINT";
+    case SIGQUIT:
+      return "SIGQUIT";
+    case SIGILL:
+      return "SIGILL";
+    case SIGTRAP:
+      return "SIGTRAP";
+    case SIGABRT:
+      return "SIGABRT";
+    case SIGBUS:
+      return "SIGBUS";
+    case SIGFPE:
+      return "SIGFPE";
+    case SIGKILL:
+      return "SIGKILL";
+    case SIGUSR1:
+      return "SIGUSR1";
+    case SIGSEGV:
+      return "SIGSEGV";
+    case SIGUSR2:
+      return "SIGUSR2";
+    case SIGPIPE:
+      return "SIGPIPE";
+    case SIGALRM:
+      return "SIGALRM";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGXCPU:
+      return "SIGXCPU";
+    default:
+      return nullptr;
   }
 }
 
@@ -79,9 +96,9 @@ int PollTimeoutMs(absl::Time deadline) {
 }
 
 // Runs in the forked child: only async-signal-safe calls from here to execve.
-[[noreturn]] void ExecChild(const char* program, char* const* argv, char* const* envp,
-                            pid_t parent, int stdin_fd, int error_fd, int death_signal,
-                            const cpu_set_t* cpus, bool ignore_sigpipe) {
+[[noreturn]] void ExecChild(const char* program, char* const* argv, char* const* envp, pid_t parent,
+                            int stdin_fd, int error_fd, int death_signal, const cpu_set_t* cpus,
+                            bool ignore_sigpipe) {
   auto fail = [error_fd](int step) {
     ChildSetupError report{step, errno};
     ssize_t ignored = write(error_fd, &report, sizeof(report));
@@ -178,9 +195,12 @@ ExitStatus ExitStatus::FromWaitStatus(int wait_status) {
 
 int ExitStatus::ShellCode() const {
   switch (kind_) {
-    case Kind::kExited: return value_;
-    case Kind::kSignaled: return 128 + value_;
-    case Kind::kLost: return 1;
+    case Kind::kExited:
+      return value_;
+    case Kind::kSignaled:
+      return 128 + value_;
+    case Kind::kLost:
+      return 1;
   }
   return 1;
 }
@@ -208,9 +228,7 @@ absl::StatusOr<bool> BecomeChildSubreaper() {
   return previous != 0;
 }
 
-void RestoreChildSubreaper(bool previous) {
-  prctl(PR_SET_CHILD_SUBREAPER, previous ? 1 : 0);
-}
+void RestoreChildSubreaper(bool previous) { prctl(PR_SET_CHILD_SUBREAPER, previous ? 1 : 0); }
 
 std::vector<pid_t> KillStrayChildren(absl::Span<const pid_t> keep, absl::Duration timeout) {
   std::vector<pid_t> killed;
@@ -237,8 +255,8 @@ std::vector<pid_t> KillStrayChildren(absl::Span<const pid_t> keep, absl::Duratio
       }
     }
     if (absl::Now() >= deadline) {
-      LogError("stray child processes still there after %s: %d left",
-               absl::FormatDuration(timeout), static_cast<int>(strays.size()));
+      LogError("stray child processes still there after %s: %d left", absl::FormatDuration(timeout),
+               static_cast<int>(strays.size()));
       return killed;
     }
     absl::SleepFor(kPollTick);
@@ -273,20 +291,19 @@ void SetPidfdsEnabledForTesting(bool enabled) { pidfds_enabled = enabled; }
 
 absl::StatusOr<ChildProcess> ChildProcess::Spawn(const ChildSpec& spec) {
   if (spec.program.find('/') == std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cannot start ", spec.name, ": program '", spec.program, "' is not a path"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot start ", spec.name, ": program '", spec.program, "' is not a path"));
   }
   for (const std::string& entry : spec.env) {
     if (entry.find('=') == std::string::npos) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot start ", spec.name, ": environment entry '", entry,
-                       "' is not NAME=VALUE"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot start ", spec.name, ": environment entry '", entry, "' is not NAME=VALUE"));
     }
   }
   // Everything the child uses is made before fork: between fork and execve the child may
   // only call async-signal-safe functions, so it must not allocate.
-  std::vector<std::string> argv = spec.argv.empty() ? std::vector<std::string>{spec.program}
-                                                    : spec.argv;
+  std::vector<std::string> argv =
+      spec.argv.empty() ? std::vector<std::string>{spec.program} : spec.argv;
   std::vector<std::string> inherited;
   for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
     inherited.emplace_back(*entry);
@@ -334,8 +351,8 @@ absl::StatusOr<ChildProcess> ChildProcess::Spawn(const ChildSpec& spec) {
     while (waitpid(pid, &ignored, 0) < 0 && errno == EINTR) {
     }
     const int step = std::clamp(report.step, 0, 3);
-    return ErrnoToStatus(report.error, absl::StrCat("cannot start ", spec.name, " (",
-                                                    spec.program, "): ", kChildSetupSteps[step]));
+    return ErrnoToStatus(report.error, absl::StrCat("cannot start ", spec.name, " (", spec.program,
+                                                    "): ", kChildSetupSteps[step]));
   }
 
   // Where the kernel is older than 5.3 there is no pidfd and waits fall back to polling.
@@ -501,9 +518,9 @@ absl::Status TerminateAll(absl::Span<ChildProcess* const> children, absl::Durati
   if (all_exited) return absl::OkStatus();
   std::vector<std::string> names;
   for (ChildProcess* child : running) names.push_back(child->Describe());
-  return absl::DeadlineExceededError(
-      absl::StrCat("still not reaped ", absl::FormatDuration(kKillReapTimeout),
-                   " after SIGKILL: ", absl::StrJoin(names, ", ")));
+  return absl::DeadlineExceededError(absl::StrCat("still not reaped ",
+                                                  absl::FormatDuration(kKillReapTimeout),
+                                                  " after SIGKILL: ", absl::StrJoin(names, ", ")));
 }
 
 }  // namespace stoker::launcher

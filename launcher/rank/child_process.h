@@ -61,8 +61,8 @@ class ExitStatus {
 
 // What to start. Plain data.
 struct ChildSpec {
-  std::string name;     // what messages call it: "data service", "mpirun"
-  std::string program;  // the file to execute; must contain a '/' (no PATH search)
+  std::string name;               // what messages call it: "data service", "mpirun"
+  std::string program;            // the file to execute; must contain a '/' (no PATH search)
   std::vector<std::string> argv;  // argv[0] included; argv = {program} when empty
   // NAME=VALUE entries set in the child over the launcher's own environment.
   std::vector<std::string> env;
@@ -80,8 +80,8 @@ struct ChildSpec {
 };
 
 // One child process, in its own process group (pgid == pid), with stdin from /dev/null and
-// a parent-death signal (SIGKILL unless the spec says otherwise). Move-only. The destructor SIGKILLs the group and reaps
-// the child if it has not been reaped yet. Not thread-safe.
+// a parent-death signal (SIGKILL unless the spec says otherwise). Move-only. The destructor
+// SIGKILLs the group and reaps the child if it has not been reaped yet. Not thread-safe.
 //
 // PR_SET_PDEATHSIG fires when the *thread* that spawned the child exits: spawn from a
 // thread that lives as long as the ChildProcess (the launcher spawns from main).

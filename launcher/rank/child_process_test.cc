@@ -156,8 +156,8 @@ TEST(ChildProcessTest, WaitTimesOutWhileChildRuns) {
 TEST(ChildProcessTest, TerminateKillsTheWholeGroupIncludingGrandchildren) {
   ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("terminate"));
   const std::string dir = dir_temp.path();
-  absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(
-      Shell(absl::StrCat("sleep 1000 & echo $! > ", dir, "/grandchild; wait")));
+  absl::StatusOr<ChildProcess> child =
+      ChildProcess::Spawn(Shell(absl::StrCat("sleep 1000 & echo $! > ", dir, "/grandchild; wait")));
   ASSERT_OK(child);
   const pid_t grandchild = ReadPid(dir + "/grandchild");
   ASSERT_TRUE(IsProcessAlive(grandchild));
@@ -171,8 +171,8 @@ TEST(ChildProcessTest, TerminateKillsTheWholeGroupIncludingGrandchildren) {
 TEST(ChildProcessTest, TerminateEscalatesToSigkillAfterGrace) {
   ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("stubborn"));
   const std::string dir = dir_temp.path();
-  absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell(absl::StrCat(
-      "trap '' TERM; echo ready > ", dir, "/ready; while :; do sleep 0.05; done")));
+  absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell(
+      absl::StrCat("trap '' TERM; echo ready > ", dir, "/ready; while :; do sleep 0.05; done")));
   ASSERT_OK(child);
   ASSERT_TRUE(WaitForFile(dir + "/ready", absl::Seconds(10)));
   const absl::Time start = absl::Now();
@@ -246,9 +246,9 @@ TEST(ChildProcessTest, ParentDeathSignalCanBeSigtermForChildrenThatCleanUp) {
   // the data service removes its socket and segments when the rank that started it dies.
   ASSERT_OK_AND_ASSIGN(const TempDir out_temp, TempDir::Create("pdeathsig"));
   const std::string out = out_temp.path();
-  ChildSpec spec = Shell(absl::StrCat("trap 'echo cleaned > ", out,
-                                      "/term; exit 0' TERM; echo $$ > ", out,
-                                      "/ready; while :; do sleep 0.05; done"));
+  ChildSpec spec =
+      Shell(absl::StrCat("trap 'echo cleaned > ", out, "/term; exit 0' TERM; echo $$ > ", out,
+                         "/ready; while :; do sleep 0.05; done"));
   spec.parent_death_signal = SIGTERM;
   pid_t middle = -1;
   pid_t orphan = -1;
@@ -320,8 +320,7 @@ TEST(WaitForFirstExitTest, WakesWhenTheWakeFdIsReadable) {
   ASSERT_EQ(pipe(fds), 0);
   ASSERT_EQ(write(fds[1], "x", 1), 1);
   std::vector<ChildProcess*> children = {&*child};
-  absl::StatusOr<WaitResult> result =
-      WaitForFirstExit(children, absl::InfiniteDuration(), fds[0]);
+  absl::StatusOr<WaitResult> result = WaitForFirstExit(children, absl::InfiniteDuration(), fds[0]);
   close(fds[0]);
   close(fds[1]);
   ASSERT_OK(result);
@@ -381,8 +380,8 @@ TEST(StrayChildrenTest, SubreaperAdoptsAndKillsOrphansOfADeadChild) {
   const std::string dir = dir_temp.path();
   // The grandchild leaves the child's group, as an mpirun rank does, so no group kill finds
   // it; when the child dies, it is adopted by this process.
-  absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell(absl::StrCat(
-      "setsid sh -c 'echo $$ > ", dir, "/orphan; exec sleep 1000' & wait")));
+  absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(
+      Shell(absl::StrCat("setsid sh -c 'echo $$ > ", dir, "/orphan; exec sleep 1000' & wait")));
   ASSERT_OK(child);
   const pid_t orphan = ReadPid(dir + "/orphan");
   ASSERT_OK(child->Terminate(absl::Seconds(10)));

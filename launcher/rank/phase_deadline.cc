@@ -97,20 +97,19 @@ absl::Status AwaitPhase(MPI_Comm comm, absl::string_view phase, absl::Duration t
     for (int r = 1; r < size; ++r) {
       if (!arrived[r]) continue;
       sends.emplace_back();
-      RETURN_IF_MPI_ERROR(MPI_Isend(answer.data(), answer[0] + 1, MPI_INT, r, tag + 1, comm,
-                                    &sends.back()));
+      RETURN_IF_MPI_ERROR(
+          MPI_Isend(answer.data(), answer[0] + 1, MPI_INT, r, tag + 1, comm, &sends.back()));
     }
     // Every rank that arrived has its receive posted: the answers complete at once.
-    RETURN_IF_MPI_ERROR(MPI_Waitall(static_cast<int>(sends.size()), sends.data(),
-                                    MPI_STATUSES_IGNORE));
+    RETURN_IF_MPI_ERROR(
+        MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE));
     if (absent.empty()) return absl::OkStatus();
     return Missing(phase, WorldRanks(comm, absent), size, timeout);
   }
   int here = rank;
   MPI_Request sent, received;
   RETURN_IF_MPI_ERROR(MPI_Isend(&here, 1, MPI_INT, 0, tag, comm, &sent));
-  RETURN_IF_MPI_ERROR(
-      MPI_Irecv(answer.data(), size + 1, MPI_INT, 0, tag + 1, comm, &received));
+  RETURN_IF_MPI_ERROR(MPI_Irecv(answer.data(), size + 1, MPI_INT, 0, tag + 1, comm, &received));
   const absl::Time give_up = deadline + kAnswerGrace;
   while (true) {
     int done = 0;
@@ -128,18 +127,18 @@ absl::Status AwaitPhase(MPI_Comm comm, absl::string_view phase, absl::Duration t
   }
   RETURN_IF_MPI_ERROR(MPI_Wait(&sent, MPI_STATUS_IGNORE));
   if (answer[0] == 0) return absl::OkStatus();
-  return Missing(phase,
-                 WorldRanks(comm, std::vector<int>(answer.begin() + 1,
-                                                   answer.begin() + 1 + answer[0])),
-                 size, timeout);
+  return Missing(
+      phase, WorldRanks(comm, std::vector<int>(answer.begin() + 1, answer.begin() + 1 + answer[0])),
+      size, timeout);
 }
 
 PhaseDeadline::PhaseDeadline(std::string what, absl::Duration timeout)
     : what_(std::move(what)), timeout_(timeout), watchdog_([this] {
         if (done_.WaitForNotificationWithTimeout(timeout_)) return;
-        LogError("%s (exit %d): %s did not return within %s: another rank stalled or died, or "
-                 "the call hangs; exiting so that the job ends",
-                 ExitCause(kExitTimeout), kExitTimeout, what_, absl::FormatDuration(timeout_));
+        LogError(
+            "%s (exit %d): %s did not return within %s: another rank stalled or died, or "
+            "the call hangs; exiting so that the job ends",
+            ExitCause(kExitTimeout), kExitTimeout, what_, absl::FormatDuration(timeout_));
         std::fflush(stderr);
         std::_Exit(kExitTimeout);
       }) {}

@@ -19,14 +19,12 @@ bool IsExecutableFile(absl::string_view path) {
   return stat(file.c_str(), &info) == 0 && S_ISREG(info.st_mode) && access(file.c_str(), X_OK) == 0;
 }
 
-absl::StatusOr<std::string> ResolveProgram(absl::string_view program,
-                                           absl::string_view search_path,
+absl::StatusOr<std::string> ResolveProgram(absl::string_view program, absl::string_view search_path,
                                            absl::string_view flag) {
   if (program.empty()) return absl::InvalidArgumentError(absl::StrCat(flag, " must not be empty"));
   if (program.find('/') != absl::string_view::npos) {
     if (IsExecutableFile(program)) return std::string(program);
-    return absl::NotFoundError(
-        absl::StrCat(flag, "=", program, ": not an executable file"));
+    return absl::NotFoundError(absl::StrCat(flag, "=", program, ": not an executable file"));
   }
   if (search_path.empty()) {
     return absl::NotFoundError(
@@ -53,8 +51,8 @@ absl::StatusOr<std::string> SelfDirectory() {
   return std::string(slash == 0 ? "/" : self.substr(0, slash));
 }
 
-absl::StatusOr<std::string> FindSiblingProgram(absl::string_view directory,
-                                               absl::string_view name, absl::string_view flag) {
+absl::StatusOr<std::string> FindSiblingProgram(absl::string_view directory, absl::string_view name,
+                                               absl::string_view flag) {
   const std::string candidates[] = {
       absl::StrCat(directory, "/", name),
       absl::StrCat(directory, "/../", name, "/", name),
@@ -63,8 +61,8 @@ absl::StatusOr<std::string> FindSiblingProgram(absl::string_view directory,
     if (IsExecutableFile(candidate)) return candidate;
   }
   return absl::NotFoundError(absl::StrCat("no ", name, " program next to the launcher (looked at ",
-                                          candidates[0], " and ", candidates[1], "): pass ",
-                                          flag, "=PATH"));
+                                          candidates[0], " and ", candidates[1], "): pass ", flag,
+                                          "=PATH"));
 }
 
 }  // namespace stoker::launcher

@@ -18,8 +18,7 @@ bool IsExecutableFile(absl::string_view path);
 // file; a bare name is looked up in the ':'-separated `search_path` (normally $PATH; when
 // empty, nowhere).
 // NotFound, naming `flag` (the launcher flag that named the program), otherwise.
-absl::StatusOr<std::string> ResolveProgram(absl::string_view program,
-                                           absl::string_view search_path,
+absl::StatusOr<std::string> ResolveProgram(absl::string_view program, absl::string_view search_path,
                                            absl::string_view flag);
 
 // The directory of the running binary (from /proc/self/exe, symlinks resolved).
@@ -28,8 +27,8 @@ absl::StatusOr<std::string> SelfDirectory();
 // Finds program `name` near `directory`: `<directory>/<name>`, then
 // `<directory>/../<name>/<name>` (the bazel-bin layout). NotFound listing the places looked
 // at and naming `flag`, which sets the path explicitly.
-absl::StatusOr<std::string> FindSiblingProgram(absl::string_view directory,
-                                               absl::string_view name, absl::string_view flag);
+absl::StatusOr<std::string> FindSiblingProgram(absl::string_view directory, absl::string_view name,
+                                               absl::string_view flag);
 
 }  // namespace stoker::launcher
 

@@ -66,7 +66,8 @@ TEST(FindSiblingProgramTest, PrefersTheSameDirectoryThenThePackageLayout) {
   mkdir((root + "/launcher").c_str(), 0755);
   mkdir((root + "/trainer").c_str(), 0755);
   WriteFile(root + "/trainer/trainer", 0755);
-  absl::StatusOr<std::string> found = FindSiblingProgram(root + "/launcher", "trainer", "--trainer");
+  absl::StatusOr<std::string> found =
+      FindSiblingProgram(root + "/launcher", "trainer", "--trainer");
   ASSERT_OK(found);
   EXPECT_EQ(*found, root + "/launcher/../trainer/trainer");
 

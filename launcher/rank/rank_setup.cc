@@ -43,8 +43,8 @@ absl::StatusOr<RankInfo> ComputeRankInfo(MPI_Comm world, const RankSetupOptions&
 
   // The nodes' local ranks 0, ordered by global rank (the key), number the nodes.
   MPI_Comm leaders;
-  RETURN_IF_MPI_ERROR(MPI_Comm_split(world, info.local_rank == 0 ? 0 : MPI_UNDEFINED,
-                                     info.rank, &leaders));
+  RETURN_IF_MPI_ERROR(
+      MPI_Comm_split(world, info.local_rank == 0 ? 0 : MPI_UNDEFINED, info.rank, &leaders));
   int node_index_and_count[2] = {0, 0};
   if (info.local_rank == 0) {
     RETURN_IF_MPI_ERROR(MPI_Comm_rank(leaders, &node_index_and_count[0]));
@@ -125,9 +125,9 @@ absl::StatusOr<int> GpuForLocalRank(const RankInfo& rank, int visible_gpus,
   if (rank.local_size > visible_gpus) {
     return absl::FailedPreconditionError(absl::StrCat(
         "rank ", rank.rank, " (local rank ", rank.local_rank, " on node ", rank.node_index,
-        "): ", rank.local_size, " ranks on this node but only ", visible_gpus,
-        " GPU(s) visible",
-        visible_devices.empty() ? "" : absl::StrCat(" (CUDA_VISIBLE_DEVICES=", visible_devices, ")"),
+        "): ", rank.local_size, " ranks on this node but only ", visible_gpus, " GPU(s) visible",
+        visible_devices.empty() ? ""
+                                : absl::StrCat(" (CUDA_VISIBLE_DEVICES=", visible_devices, ")"),
         "; start at most one rank per GPU, and let every rank see all of the node's GPUs "
         "(local rank i trains on GPU i; under Slurm use --gpu-bind=none)"));
   }

@@ -64,8 +64,8 @@ absl::StatusOr<RankInfo> ComputeRankInfo(MPI_Comm world, const RankSetupOptions&
                                          MPI_Comm* node_comm);
 
 // Owns MPI for the life of the process: MPI_Init_thread in Create(), MPI_Finalize in the
-// destructor, bounded by RankSetupOptions::finalize_timeout. One per process. Every MPI call is made from the thread that created it
-// (MPI_THREAD_FUNNELED is requested). Not thread-safe.
+// destructor, bounded by RankSetupOptions::finalize_timeout. One per process. Every MPI call is
+// made from the thread that created it (MPI_THREAD_FUNNELED is requested). Not thread-safe.
 class MpiSession {
  public:
   // Starts MPI and sets the rank up. Also ties this process to its parent: if the process

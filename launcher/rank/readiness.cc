@@ -45,9 +45,9 @@ absl::Status AwaitAcceptingSocket(ChildProcess& child, const std::string& path,
     if (AcceptsConnections(path, &last_error)) return absl::OkStatus();
     const absl::Time now = absl::Now();
     if (now >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          child.Describe(), " did not accept connections on ", path, " within ",
-          absl::FormatDuration(timeout), " (last error: ", last_error, ")"));
+      return absl::DeadlineExceededError(
+          absl::StrCat(child.Describe(), " did not accept connections on ", path, " within ",
+                       absl::FormatDuration(timeout), " (last error: ", last_error, ")"));
     }
     absl::StatusOr<WaitResult> waited =
         WaitForFirstExit(children, std::min(interval, deadline - now));

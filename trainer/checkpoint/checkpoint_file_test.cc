@@ -208,10 +208,8 @@ TEST(CheckpointDirectoryTest, ACheckpointThatDoesNotFitLeavesThePreviousOneLoada
   ASSERT_OK(WriteFileAtomically(first, Large(10)));
   const std::string second = absl::StrCat(dir, "/", CheckpointFileName(20));
   const absl::Status full = WriteFileAtomically(second, Large(20));
-  ASSERT_THAT(full,
-              StatusIs(absl::StatusCode::kResourceExhausted,
-                       AllOf(HasSubstr(second),
-                             HasSubstr("ENOSPC"))));
+  ASSERT_THAT(full, StatusIs(absl::StatusCode::kResourceExhausted,
+                             AllOf(HasSubstr(second), HasSubstr("ENOSPC"))));
 
   auto listed = ListCheckpoints(dir);
   ASSERT_OK(listed);

@@ -44,12 +44,14 @@ bool WriteRaw(const std::string& path, const at::Tensor& t) {
 
 int main(int argc, char** argv) {
   stoker::ParseFlagsOrExit(
-      argc, argv, stoker::FlagSpecOf("checkpoint_logits", "trainer/checkpoint/checkpoint_logits.cc"),
+      argc, argv,
+      stoker::FlagSpecOf("checkpoint_logits", "trainer/checkpoint/checkpoint_logits.cc"),
       "checkpoint_logits --checkpoint=FILE --input_out=PATH --logits_out=PATH: the logits of "
       "a checkpoint's model on a random batch");
   auto checkpoint = stoker::trainer::LoadCheckpoint(absl::GetFlag(FLAGS_checkpoint));
   if (!checkpoint.ok()) return Fail(std::string(checkpoint.status().message()));
-  auto model = stoker::trainer::MakeBuiltinModel(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_num_classes));
+  auto model = stoker::trainer::MakeBuiltinModel(absl::GetFlag(FLAGS_model),
+                                                 absl::GetFlag(FLAGS_num_classes));
   if (!model.ok()) return Fail(std::string(model.status().message()));
   if (absl::Status s = stoker::trainer::RestoreModelState(*checkpoint, **model); !s.ok()) {
     return Fail(std::string(s.message()));
@@ -60,10 +62,12 @@ int main(int argc, char** argv) {
   const int64_t size = absl::GetFlag(FLAGS_image_size);
   const at::Tensor input = at::randn({absl::GetFlag(FLAGS_batch), 3, size, size});
   const at::Tensor logits = (*model)->forward(input);
-  if (!WriteRaw(absl::GetFlag(FLAGS_input_out), input) || !WriteRaw(absl::GetFlag(FLAGS_logits_out), logits)) {
+  if (!WriteRaw(absl::GetFlag(FLAGS_input_out), input) ||
+      !WriteRaw(absl::GetFlag(FLAGS_logits_out), logits)) {
     return Fail("cannot write the outputs");
   }
-  std::printf("wrote the logits [%d, %d] of the checkpoint's %s\n", static_cast<int>(logits.size(0)),
-              static_cast<int>(logits.size(1)), absl::GetFlag(FLAGS_model).c_str());
+  std::printf("wrote the logits [%d, %d] of the checkpoint's %s\n",
+              static_cast<int>(logits.size(0)), static_cast<int>(logits.size(1)),
+              absl::GetFlag(FLAGS_model).c_str());
   return 0;
 }

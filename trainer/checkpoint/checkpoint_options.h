@@ -27,7 +27,7 @@ struct ResumeFrom {
 absl::StatusOr<uint32_t> ParseCheckpointMode(absl::string_view flag_value);
 
 struct CheckpointOptions {
-  std::string dir;     // empty: no checkpoints
+  std::string dir;       // empty: no checkpoints
   int every_steps = 0;   // optimizer steps between checkpoints; 0: not by steps
   int every_epochs = 1;  // epochs between checkpoints; 0: not by epochs
   int keep = 3;          // the newest K are kept; 0 keeps all

@@ -101,8 +101,8 @@ absl::StatusOr<absl::optional<CheckpointReader>> PickCheckpoint(const Checkpoint
     case ResumeFrom::Mode::kFile: {
       absl::StatusOr<CheckpointReader> loaded = LoadCheckpoint(o.resume.file);
       if (!loaded.ok()) {
-        return absl::Status(loaded.status().code(),
-                            absl::StrCat("--resume=", o.resume.file, ": ", loaded.status().message()));
+        return absl::Status(loaded.status().code(), absl::StrCat("--resume=", o.resume.file, ": ",
+                                                                 loaded.status().message()));
       }
       return absl::optional<CheckpointReader>(std::move(*loaded));
     }
@@ -111,12 +111,13 @@ absl::StatusOr<absl::optional<CheckpointReader>> PickCheckpoint(const Checkpoint
   }
   if (o.dir.empty()) return absl::optional<CheckpointReader>();
   std::vector<std::string> skipped;
-  ASSIGN_OR_RETURN(absl::optional<CheckpointReader> checkpoint, LoadNewestValidCheckpoint(o.dir, &skipped));
+  ASSIGN_OR_RETURN(absl::optional<CheckpointReader> checkpoint,
+                   LoadNewestValidCheckpoint(o.dir, &skipped));
   for (const std::string& why : skipped) LogWarning("skipping an invalid checkpoint: %s", why);
   if (!checkpoint.has_value() && !skipped.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat("--resume=auto: no valid checkpoint in ", o.dir, " (",
-                                                      skipped.size(),
-                                                      " invalid; see above). Pass --resume=none to start afresh"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("--resume=auto: no valid checkpoint in ", o.dir, " (", skipped.size(),
+                     " invalid; see above). Pass --resume=none to start afresh"));
   }
   return checkpoint;
 }
@@ -142,7 +143,8 @@ absl::StatusOr<RunCheckpoints> RunCheckpoints::Open(const CheckpointOptions& opt
   return checkpoints;
 }
 
-absl::StatusOr<absl::optional<CheckpointReader>> RunCheckpoints::LoadForResume(Communicator& host) const {
+absl::StatusOr<absl::optional<CheckpointReader>> RunCheckpoints::LoadForResume(
+    Communicator& host) const {
   const bool root = host.rank() == 0;
   absl::optional<CheckpointReader> checkpoint;
   int64_t size = -1;
@@ -160,7 +162,8 @@ absl::StatusOr<absl::optional<CheckpointReader>> RunCheckpoints::LoadForResume(C
     } else {
       std::string bytes(static_cast<size_t>(size), '\0');
       RETURN_IF_ERROR(host.Broadcast(bytes.data(), size, 0));
-      ASSIGN_OR_RETURN(CheckpointReader parsed, CheckpointReader::Parse(std::move(bytes), "the checkpoint from rank 0"));
+      ASSIGN_OR_RETURN(CheckpointReader parsed,
+                       CheckpointReader::Parse(std::move(bytes), "the checkpoint from rank 0"));
       checkpoint = std::move(parsed);
     }
   }
@@ -168,7 +171,8 @@ absl::StatusOr<absl::optional<CheckpointReader>> RunCheckpoints::LoadForResume(C
   return checkpoint;
 }
 
-absl::StatusOr<std::string> RunCheckpoints::Write(int64_t global_step, const std::string& bytes) const {
+absl::StatusOr<std::string> RunCheckpoints::Write(int64_t global_step,
+                                                  const std::string& bytes) const {
   if (!writes()) return std::string();
   const std::string path = absl::StrCat(options_.dir, "/", CheckpointFileName(global_step));
   RETURN_IF_ERROR(

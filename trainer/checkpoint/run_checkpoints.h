@@ -44,7 +44,8 @@ class RunCheckpoints {
   absl::StatusOr<std::string> Write(int64_t global_step, const std::string& bytes) const;
 
  private:
-  RunCheckpoints(const CheckpointOptions& options, bool writer) : options_(options), writer_(writer) {}
+  RunCheckpoints(const CheckpointOptions& options, bool writer)
+      : options_(options), writer_(writer) {}
 
   CheckpointOptions options_;
   bool writer_;

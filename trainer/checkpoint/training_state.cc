@@ -1,8 +1,8 @@
 #include "trainer/checkpoint/training_state.h"
 
 #include <ATen/ATen.h>
-#include <c10/core/GradMode.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/GradMode.h>
 
 #include <cstring>
 #include <mutex>
@@ -20,16 +20,25 @@ constexpr char kFormat[] = "stoker training checkpoint";
 
 absl::StatusOr<std::string> DtypeName(at::ScalarType type) {
   switch (type) {
-    case at::kFloat: return std::string("float32");
-    case at::kDouble: return std::string("float64");
-    case at::kHalf: return std::string("float16");
-    case at::kBFloat16: return std::string("bfloat16");
-    case at::kLong: return std::string("int64");
-    case at::kInt: return std::string("int32");
-    case at::kByte: return std::string("uint8");
-    case at::kBool: return std::string("bool");
+    case at::kFloat:
+      return std::string("float32");
+    case at::kDouble:
+      return std::string("float64");
+    case at::kHalf:
+      return std::string("float16");
+    case at::kBFloat16:
+      return std::string("bfloat16");
+    case at::kLong:
+      return std::string("int64");
+    case at::kInt:
+      return std::string("int32");
+    case at::kByte:
+      return std::string("uint8");
+    case at::kBool:
+      return std::string("bool");
     default:
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint: unsupported dtype ", c10::toString(type)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint: unsupported dtype ", c10::toString(type)));
   }
 }
 
@@ -39,23 +48,27 @@ void AddTensor(CheckpointWriter& writer, const std::string& name, const at::Tens
   writer.AddTensor(name, dtype, host.sizes().vec(), host.data_ptr(), host.nbytes());
 }
 
-absl::Status AddTensorChecked(CheckpointWriter& writer, const std::string& name, const at::Tensor& tensor) {
+absl::Status AddTensorChecked(CheckpointWriter& writer, const std::string& name,
+                              const at::Tensor& tensor) {
   ASSIGN_OR_RETURN(std::string dtype, DtypeName(tensor.scalar_type()));
   AddTensor(writer, name, tensor, dtype);
   return absl::OkStatus();
 }
 
 // Copies the stored tensor `name` into `target` (any device, any memory format).
-absl::Status CopyInto(const CheckpointReader& checkpoint, const std::string& name, at::Tensor target) {
+absl::Status CopyInto(const CheckpointReader& checkpoint, const std::string& name,
+                      at::Tensor target) {
   ASSIGN_OR_RETURN(CheckpointTensor stored, checkpoint.Tensor(name));
   ASSIGN_OR_RETURN(std::string dtype, DtypeName(target.scalar_type()));
   if (stored.dtype != dtype || stored.shape != target.sizes().vec()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        checkpoint.source(), ": ", name, " is ", stored.dtype, " [", absl::StrJoin(stored.shape, ", "),
-        "] in the checkpoint but ", dtype, " [", absl::StrJoin(target.sizes(), ", "), "] in this run"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(checkpoint.source(), ": ", name, " is ", stored.dtype, " [",
+                     absl::StrJoin(stored.shape, ", "), "] in the checkpoint but ", dtype, " [",
+                     absl::StrJoin(target.sizes(), ", "), "] in this run"));
   }
   if (static_cast<size_t>(target.nbytes()) != stored.data.size()) {
-    return absl::DataLossError(absl::StrCat(checkpoint.source(), ": ", name, " has the wrong size"));
+    return absl::DataLossError(
+        absl::StrCat(checkpoint.source(), ": ", name, " has the wrong size"));
   }
   // Entries sit at any byte offset of the file: copy the bytes into an aligned tensor
   // rather than view them as float (a misaligned float view is undefined behaviour).
@@ -68,7 +81,8 @@ absl::Status CopyInto(const CheckpointReader& checkpoint, const std::string& nam
 
 }  // namespace
 
-absl::StatusOr<std::string> EncodeCheckpoint(const TrainingStateRefs& state, const RunPosition& position,
+absl::StatusOr<std::string> EncodeCheckpoint(const TrainingStateRefs& state,
+                                             const RunPosition& position,
                                              const RunGeometry& geometry) {
   return TorchCall("writing the checkpoint", [&]() -> absl::StatusOr<std::string> {
     CheckpointWriter writer;
@@ -114,7 +128,8 @@ absl::StatusOr<std::string> EncodeCheckpoint(const TrainingStateRefs& state, con
 absl::StatusOr<RunGeometry> CheckpointGeometry(const CheckpointReader& c) {
   ASSIGN_OR_RETURN(std::string format, c.String("format"));
   if (format != kFormat) {
-    return absl::InvalidArgumentError(absl::StrCat(c.source(), ": not a training checkpoint (", format, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(c.source(), ": not a training checkpoint (", format, ")"));
   }
   RunGeometry g;
   ASSIGN_OR_RETURN(g.model, c.String("geometry/model"));
@@ -144,13 +159,15 @@ absl::Status CheckResumable(const RunGeometry& saved, const RunPosition& positio
                             const RunGeometry& current, const std::string& source) {
   auto differs = [&](absl::string_view what, const auto& then, const auto& now) {
     return absl::InvalidArgumentError(absl::StrCat(source, " was written with ", what, " ", then,
-                                                   "; this run has ", now, ": cannot resume from it"));
+                                                   "; this run has ", now,
+                                                   ": cannot resume from it"));
   };
   if (saved.model != current.model) return differs("--model", saved.model, current.model);
   if (saved.num_classes != current.num_classes) {
     return differs("--num_classes", saved.num_classes, current.num_classes);
   }
-  if (saved.optimizer != current.optimizer) return differs("--optimizer", saved.optimizer, current.optimizer);
+  if (saved.optimizer != current.optimizer)
+    return differs("--optimizer", saved.optimizer, current.optimizer);
   if (position.batches_done > 0) {
     // Mid-epoch, the batches still to come depend on how the epoch was cut up.
     auto mid = [&](absl::string_view what, int64_t then, int64_t now) {
@@ -158,23 +175,28 @@ absl::Status CheckResumable(const RunGeometry& saved, const RunPosition& positio
           source, " stopped in the middle of epoch ", position.epoch + 1, " with ", what, " ", then,
           "; this run has ", now, " (change it only at an epoch boundary)"));
     };
-    if (saved.world_size != current.world_size) return mid("world size", saved.world_size, current.world_size);
-    if (saved.batch_size != current.batch_size) return mid("--batch_size", saved.batch_size, current.batch_size);
-    if (saved.accumulate != current.accumulate) return mid("--accumulate", saved.accumulate, current.accumulate);
+    if (saved.world_size != current.world_size)
+      return mid("world size", saved.world_size, current.world_size);
+    if (saved.batch_size != current.batch_size)
+      return mid("--batch_size", saved.batch_size, current.batch_size);
+    if (saved.accumulate != current.accumulate)
+      return mid("--accumulate", saved.accumulate, current.accumulate);
   }
   return absl::OkStatus();
 }
 
 absl::Status RestoreModelState(const CheckpointReader& checkpoint, ImageClassifier& model) {
-  return TorchCall(absl::StrCat(checkpoint.source(), ": restoring the model"), [&]() -> absl::Status {
-    for (const auto& [name, tensor] : StateDictItems(model)) {
-      RETURN_IF_ERROR(CopyInto(checkpoint, absl::StrCat("model/", name), tensor));
-    }
-    return absl::OkStatus();
-  });
+  return TorchCall(absl::StrCat(checkpoint.source(), ": restoring the model"),
+                   [&]() -> absl::Status {
+                     for (const auto& [name, tensor] : StateDictItems(model)) {
+                       RETURN_IF_ERROR(CopyInto(checkpoint, absl::StrCat("model/", name), tensor));
+                     }
+                     return absl::OkStatus();
+                   });
 }
 
-absl::Status RestoreTrainingState(const CheckpointReader& checkpoint, const TrainingStateRefs& state) {
+absl::Status RestoreTrainingState(const CheckpointReader& checkpoint,
+                                  const TrainingStateRefs& state) {
   RETURN_IF_ERROR(RestoreModelState(checkpoint, *state.model));
   return TorchCall(absl::StrCat(checkpoint.source(), ": restoring"), [&]() -> absl::Status {
     const auto optimizer_state = state.optimizer->StateTensors();
@@ -183,8 +205,8 @@ absl::Status RestoreTrainingState(const CheckpointReader& checkpoint, const Trai
     }
     for (size_t i = 0; i < optimizer_state.size(); ++i) {
       for (const auto& [what, tensor] : optimizer_state[i]) {
-        RETURN_IF_ERROR(
-            CopyInto(checkpoint, absl::StrCat("optimizer/", state.parameter_names[i], "/", what), tensor));
+        RETURN_IF_ERROR(CopyInto(
+            checkpoint, absl::StrCat("optimizer/", state.parameter_names[i], "/", what), tensor));
       }
     }
     ASSIGN_OR_RETURN(int64_t steps_taken, checkpoint.Int("optimizer/steps_taken"));

@@ -14,9 +14,9 @@
 
 #include "absl/status/statusor.h"
 #include "trainer/checkpoint/checkpoint_file.h"
-#include "trainer/optim/fused_optimizer.h"
 #include "trainer/nn/image_classifier.h"
 #include "trainer/nn/loss_scaler.h"
+#include "trainer/optim/fused_optimizer.h"
 
 namespace stoker::trainer {
 
@@ -33,10 +33,10 @@ struct RunGeometry {
   int64_t num_classes = 0;
   int64_t image_size = 0;
   int64_t world_size = 0;
-  int64_t batch_size = 0;   // per rank and micro-batch
+  int64_t batch_size = 0;  // per rank and micro-batch
   int64_t accumulate = 1;
-  std::string optimizer;    // sgd or adamw
-  uint64_t seed = 0;        // the base seed the data service sampled with
+  std::string optimizer;  // sgd or adamw
+  uint64_t seed = 0;      // the base seed the data service sampled with
 };
 
 // Everything the caller keeps about the state being saved or restored. The optimizer's
@@ -49,7 +49,8 @@ struct TrainingStateRefs {
 };
 
 // The checkpoint's bytes. Copies device tensors to the host (syncs).
-absl::StatusOr<std::string> EncodeCheckpoint(const TrainingStateRefs& state, const RunPosition& position,
+absl::StatusOr<std::string> EncodeCheckpoint(const TrainingStateRefs& state,
+                                             const RunPosition& position,
                                              const RunGeometry& geometry);
 
 // The geometry and position a checkpoint records.
@@ -68,7 +69,8 @@ absl::Status RestoreModelState(const CheckpointReader& checkpoint, ImageClassifi
 
 // Copies the model, optimizer, scaler and CPU generator state into `state` (same names,
 // shapes and dtypes required; InvalidArgument naming the tensor otherwise).
-absl::Status RestoreTrainingState(const CheckpointReader& checkpoint, const TrainingStateRefs& state);
+absl::Status RestoreTrainingState(const CheckpointReader& checkpoint,
+                                  const TrainingStateRefs& state);
 
 }  // namespace stoker::trainer
 

@@ -42,7 +42,7 @@ TrainedRun MakeRun(uint64_t seed, bool scaling) {
   scaler_options.enabled = scaling;
   scaler_options.init_scale = 1024;
   return TrainedRun{model, std::move(*FusedOptimizer::Create(params, options)), names,
-             std::move(*LossScaler::Create(scaler_options))};
+                    std::move(*LossScaler::Create(scaler_options))};
 }
 
 void TrainSteps(TrainedRun& run, int steps) {
@@ -54,10 +54,12 @@ void TrainSteps(TrainedRun& run, int steps) {
     std::vector<at::Tensor> grads;
     for (const at::Tensor& p : run.model->parameters()) grads.push_back(p.grad());
     ASSERT_OK(run.scaler.Unscale(grads));
-    ASSERT_TRUE(run.scaler.Step([&] {
-      run.optimizer->Step();
-      return absl::OkStatus();
-    }).ok());
+    ASSERT_TRUE(run.scaler
+                    .Step([&] {
+                      run.optimizer->Step();
+                      return absl::OkStatus();
+                    })
+                    .ok());
     ASSERT_OK(run.scaler.Update());
   }
 }
@@ -101,14 +103,16 @@ TEST(TrainingStateTest, RestoredRunContinuesBitForBit) {
   EXPECT_EQ(restored.scaler.state().scale, original.scaler.state().scale);
   const auto a = StateDictItems(*original.model), b = StateDictItems(*restored.model);
   ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i].second, b[i].second)) << a[i].first;
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(at::equal(a[i].second, b[i].second)) << a[i].first;
 }
 
 TEST(TrainingStateTest, ResumeIsRefusedWhenTheRunCannotContinue) {
   const RunGeometry saved = Geometry();
   RunGeometry other = saved;
   other.model = "resnet18";
-  EXPECT_TRUE(absl::StrContains(CheckResumable(saved, {1, 0, 10}, other, "ckpt").message(), "--model"));
+  EXPECT_TRUE(
+      absl::StrContains(CheckResumable(saved, {1, 0, 10}, other, "ckpt").message(), "--model"));
   other = saved;
   other.world_size = 4;
   EXPECT_OK(CheckResumable(saved, {1, 0, 10}, other, "ckpt")) << "epoch boundary: allowed";
@@ -116,7 +120,8 @@ TEST(TrainingStateTest, ResumeIsRefusedWhenTheRunCannotContinue) {
   EXPECT_THAT(mid, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("world size")));
   other = saved;
   other.num_classes = 1000;
-  EXPECT_TRUE(absl::StrContains(CheckResumable(saved, {1, 0, 10}, other, "ckpt").message(), "--num_classes"));
+  EXPECT_TRUE(absl::StrContains(CheckResumable(saved, {1, 0, 10}, other, "ckpt").message(),
+                                "--num_classes"));
 }
 
 TEST(TrainingStateTest, ATensorOfAnotherShapeIsNamed) {

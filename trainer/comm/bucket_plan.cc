@@ -2,8 +2,8 @@
 
 namespace stoker::trainer {
 
-std::vector<Bucket> PlanBuckets(const std::vector<int64_t>& parameter_numels,
-                                size_t element_bytes, size_t bucket_bytes) {
+std::vector<Bucket> PlanBuckets(const std::vector<int64_t>& parameter_numels, size_t element_bytes,
+                                size_t bucket_bytes) {
   const int64_t budget = static_cast<int64_t>(bucket_bytes / (element_bytes ? element_bytes : 1));
   std::vector<Bucket> buckets;
   Bucket current;

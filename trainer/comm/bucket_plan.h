@@ -27,8 +27,8 @@ struct Bucket {
 // `bucket_bytes` bytes of `element_bytes`-sized elements, last-registered first. A
 // parameter larger than the budget gets a bucket of its own. Every parameter appears
 // exactly once. Pure function: the same on every rank.
-std::vector<Bucket> PlanBuckets(const std::vector<int64_t>& parameter_numels,
-                                size_t element_bytes, size_t bucket_bytes);
+std::vector<Bucket> PlanBuckets(const std::vector<int64_t>& parameter_numels, size_t element_bytes,
+                                size_t bucket_bytes);
 
 }  // namespace stoker::trainer
 

@@ -36,7 +36,8 @@ struct ChannelProgress {
   uint32_t completed_kind = 0;  // CollectiveKind of `completed`
   int64_t issued_at_ns = 0;     // MonotonicNanos() when `issued` was issued
 };
-static_assert(std::is_trivially_copyable_v<ChannelProgress>, "ChannelProgress is a shared-memory layout");
+static_assert(std::is_trivially_copyable_v<ChannelProgress>,
+              "ChannelProgress is a shared-memory layout");
 static_assert(sizeof(ChannelProgress) == 32, "ChannelProgress is part of a shared-memory layout");
 
 // CLOCK_MONOTONIC in nanoseconds: one clock for every process of a machine.

@@ -63,8 +63,10 @@ TEST(CollectiveLedgerTest, MirrorCarriesTheCountersIntoTheSlot) {
   ledger.Issue(CollectiveKind::kAllReduce);
   EXPECT_EQ(LoadAcquire(&mirror.issued), 2u);
   EXPECT_EQ(LoadAcquire(&mirror.completed), 1u);
-  EXPECT_EQ(static_cast<CollectiveKind>(LoadAcquire(&mirror.issued_kind)), CollectiveKind::kAllReduce);
-  EXPECT_EQ(static_cast<CollectiveKind>(LoadAcquire(&mirror.completed_kind)), CollectiveKind::kBroadcast);
+  EXPECT_EQ(static_cast<CollectiveKind>(LoadAcquire(&mirror.issued_kind)),
+            CollectiveKind::kAllReduce);
+  EXPECT_EQ(static_cast<CollectiveKind>(LoadAcquire(&mirror.completed_kind)),
+            CollectiveKind::kBroadcast);
   EXPECT_GT(LoadAcquire(&mirror.issued_at_ns), 0);
   ledger.MirrorTo(nullptr);
   ledger.Complete(2);

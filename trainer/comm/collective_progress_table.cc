@@ -49,9 +49,10 @@ absl::StatusOr<CollectiveProgressTable> CollectiveProgressTable::Create(const st
   absl::StatusOr<SharedMemorySegment> segment =
       SharedMemorySegment::Create(name, BytesFor(local_size));
   if (absl::IsAlreadyExists(segment.status())) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "progress table /dev/shm", name, " already exists (another rank of this node made it, or a "
-        "job died while starting up: remove it if no job runs)"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("progress table /dev/shm", name,
+                     " already exists (another rank of this node made it, or a "
+                     "job died while starting up: remove it if no job runs)"));
   }
   if (!segment.ok()) return AsTableError(name, segment.status());
   // The slots first, the header (with the magic) last: Open() checks the magic.
@@ -81,9 +82,9 @@ absl::StatusOr<CollectiveProgressTable> CollectiveProgressTable::Open(const std:
   const ProgressTableHeader* header = table.header();
   if (LoadAcquire(&header->magic) != ProgressTableHeader::kMagic ||
       header->version != ProgressTableHeader::kVersion || header->local_size != local_size) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "/dev/shm", name, " is not a version ", ProgressTableHeader::kVersion,
-        " progress table for ", local_size, " ranks"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("/dev/shm", name, " is not a version ", ProgressTableHeader::kVersion,
+                     " progress table for ", local_size, " ranks"));
   }
   return table;
 }

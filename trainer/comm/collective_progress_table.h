@@ -7,10 +7,10 @@
 #ifndef STOKER_TRAINER_COMM_COLLECTIVE_PROGRESS_TABLE_H_
 #define STOKER_TRAINER_COMM_COLLECTIVE_PROGRESS_TABLE_H_
 
-#include <type_traits>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -83,11 +83,8 @@ class CollectiveProgressTable {
   static size_t BytesFor(int local_size);
 
  private:
-  explicit CollectiveProgressTable(SharedMemorySegment segment)
-      : segment_(std::move(segment)) {}
-  ProgressTableHeader* header() const {
-    return static_cast<ProgressTableHeader*>(segment_.data());
-  }
+  explicit CollectiveProgressTable(SharedMemorySegment segment) : segment_(std::move(segment)) {}
+  ProgressTableHeader* header() const { return static_cast<ProgressTableHeader*>(segment_.data()); }
 
   SharedMemorySegment segment_;
 };

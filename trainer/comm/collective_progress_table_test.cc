@@ -44,19 +44,18 @@ TEST(CollectiveProgressTableTest, ATakenNameIsNotReused) {
   auto first = CollectiveProgressTable::Create(name, 2);
   ASSERT_OK(first);
   auto second = CollectiveProgressTable::Create(name, 2);
-  EXPECT_THAT(second,
-              StatusIs(absl::StatusCode::kAlreadyExists,
-                       HasSubstr(absl::StrCat("progress table /dev/shm", name, " already exists"))));
+  EXPECT_THAT(
+      second,
+      StatusIs(absl::StatusCode::kAlreadyExists,
+               HasSubstr(absl::StrCat("progress table /dev/shm", name, " already exists"))));
   // The refused attempt left the first table's name alone.
   EXPECT_TRUE(NameExists(name));
 }
 
 TEST(CollectiveProgressTableTest, BadNamesAndSizesAreRejected) {
   const absl::Status no_slash = CollectiveProgressTable::Create("no-slash", 2).status();
-  EXPECT_THAT(no_slash,
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr("progress table"),
-                             HasSubstr("no-slash"))));
+  EXPECT_THAT(no_slash, StatusIs(absl::StatusCode::kInvalidArgument,
+                                 AllOf(HasSubstr("progress table"), HasSubstr("no-slash"))));
   EXPECT_THAT(CollectiveProgressTable::Create("/a/b", 2),
               StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(CollectiveProgressTable::Create(UniqueName("/stoker.tabletest.zero"), 0),
@@ -102,7 +101,8 @@ TEST(CollectiveProgressTableTest, UnlinkRemovesTheNameAndKeepsTheMapping) {
   ASSERT_OK(table);
   auto opened = CollectiveProgressTable::Open(name, 2);
   ASSERT_OK(opened);
-  EXPECT_THAT(opened->Unlink(), StatusIs(absl::StatusCode::kFailedPrecondition));  // only the creator
+  EXPECT_THAT(opened->Unlink(),
+              StatusIs(absl::StatusCode::kFailedPrecondition));  // only the creator
   ASSERT_OK(table->Unlink());
   EXPECT_FALSE(NameExists(name));
   EXPECT_THAT(table->Unlink(), StatusIs(absl::StatusCode::kFailedPrecondition));  // once

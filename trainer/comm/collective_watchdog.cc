@@ -36,11 +36,13 @@ std::string DescribeRankState(const NodeRankState& state, uint64_t seq) {
   if (state.rank < 0) return "never joined the progress table";
   if (state.gone) return absl::StrFormat("gone: pid %d no longer exists", state.pid);
   if (state.stalled) {
-    return absl::StrFormat("stalled: no heartbeat for %.1fs (stopped or hung)", state.heartbeat_age_s);
+    return absl::StrFormat("stalled: no heartbeat for %.1fs (stopped or hung)",
+                           state.heartbeat_age_s);
   }
   if (state.issued >= seq) return absl::StrFormat("waiting in it for %.1fs", state.waiting_s);
   if (state.issued > state.completed) {
-    return absl::StrFormat("waiting in the earlier #%d for %.1fs", state.completed + 1, state.waiting_s);
+    return absl::StrFormat("waiting in the earlier #%d for %.1fs", state.completed + 1,
+                           state.waiting_s);
   }
   return "alive, busy outside collectives";
 }
@@ -62,7 +64,8 @@ std::string DescribeStalledCollective(const StalledCollective& stall) {
   for (const NodeRankState& state : stall.node) {
     const std::string who = state.rank < 0 ? "a rank" : absl::StrCat("rank ", state.rank);
     if (state.rank < 0 || state.issued < stall.seq) {
-      behind.push_back(absl::StrFormat("%s (pid %d): %s", who, state.pid, DescribeRankState(state, stall.seq)));
+      behind.push_back(
+          absl::StrFormat("%s (pid %d): %s", who, state.pid, DescribeRankState(state, stall.seq)));
     }
     if (state.rank < 0) continue;
     std::string entry = absl::StrFormat("rank %d #%d (%s)", state.rank, state.completed,
@@ -75,7 +78,8 @@ std::string DescribeStalledCollective(const StalledCollective& stall) {
     } else if (state.stalled) {
       absl::StrAppend(&entry, absl::StrFormat(", no heartbeat for %.1fs", state.heartbeat_age_s));
     } else if (state.issued > state.completed) {
-      absl::StrAppend(&entry, absl::StrFormat(", waiting in #%d for %.1fs", state.completed + 1, state.waiting_s));
+      absl::StrAppend(&entry, absl::StrFormat(", waiting in #%d for %.1fs", state.completed + 1,
+                                              state.waiting_s));
     }
     last.push_back(std::move(entry));
   }
@@ -102,8 +106,9 @@ std::string DescribeStalledCollective(const StalledCollective& stall) {
   absl::StrAppend(&text, ". Last collective each rank of node ", stall.node_index,
                   " completed: ", absl::StrJoin(last, "; "));
   if (elsewhere > 0) {
-    absl::StrAppend(&text, ". ", elsewhere, " of ", stall.world_size,
-                    " ranks are on other nodes and not visible here: their nodes' ranks report them");
+    absl::StrAppend(
+        &text, ". ", elsewhere, " of ", stall.world_size,
+        " ranks are on other nodes and not visible here: their nodes' ranks report them");
   }
   return text;
 }
@@ -175,9 +180,10 @@ CollectiveWatchdog::CollectiveWatchdog(const CollectiveWatchdogOptions& options,
       watched_(std::move(watched)),
       table_(table),
       exit_process_(std::move(exit_process)),
-      poll_interval_(options.poll_interval > absl::ZeroDuration()
-                         ? options.poll_interval
-                         : std::clamp(options.timeout / 10, absl::Milliseconds(10), absl::Seconds(1))) {
+      poll_interval_(
+          options.poll_interval > absl::ZeroDuration()
+              ? options.poll_interval
+              : std::clamp(options.timeout / 10, absl::Milliseconds(10), absl::Seconds(1))) {
   if (table_ != nullptr) {
     RankProgress& slot = table_->slot(place_.local_rank);
     StoreRelease(&slot.pid, getpid());
@@ -260,7 +266,8 @@ bool CollectiveWatchdog::CheckOnce() {
     const int64_t waited = now - snapshot.pending_since_ns;
     if (waited < absl::ToInt64Nanoseconds(options_.timeout)) continue;
     if (waited < absl::ToInt64Nanoseconds(options_.timeout + ElsewhereDeferral(poll_interval_)) &&
-        HeldUpElsewhere(table_, place_, static_cast<int>(i), snapshot.pending, now, poll_interval_)) {
+        HeldUpElsewhere(table_, place_, static_cast<int>(i), snapshot.pending, now,
+                        poll_interval_)) {
       continue;  // Note [Culprit's node reports first]
     }
     Fire(static_cast<int>(i), snapshot, now);
@@ -304,9 +311,10 @@ void CollectiveWatchdog::AbortAndArmDeadline() {
   const ExitFunction exit_process = exit_process_;
   std::thread([grace, exit_code, exit_process] {
     absl::SleepFor(grace);
-    LogError("collective watchdog: the abort did not end this rank within "
-             "--collective_abort_grace_s=%d: exiting with code %d",
-             static_cast<int>(absl::ToInt64Seconds(grace)), exit_code);
+    LogError(
+        "collective watchdog: the abort did not end this rank within "
+        "--collective_abort_grace_s=%d: exiting with code %d",
+        static_cast<int>(absl::ToInt64Seconds(grace)), exit_code);
     exit_process(exit_code);
   }).detach();
 
@@ -317,9 +325,10 @@ void CollectiveWatchdog::AbortAndArmDeadline() {
     if (!aborted && communicator->ledger()->Read().pending != 0) interrupted = false;
   }
   if (!interrupted) {
-    LogError("collective watchdog: a blocked MPI collective cannot be interrupted: exiting "
-             "with code %d so that mpirun ends the job",
-             exit_code);
+    LogError(
+        "collective watchdog: a blocked MPI collective cannot be interrupted: exiting "
+        "with code %d so that mpirun ends the job",
+        exit_code);
     exit_process(exit_code);
     return;
   }

@@ -86,13 +86,13 @@ struct WatchedRank {
 struct NodeRankState {
   int rank = -1;  // -1: the rank never joined the table
   pid_t pid = 0;
-  bool gone = false;             // its process no longer exists
-  double heartbeat_age_s = -1;   // seconds since its last heartbeat
-  bool stalled = false;          // no heartbeat for longer than the stall threshold
-  uint64_t issued = 0;           // on the communicator of the stuck collective
+  bool gone = false;            // its process no longer exists
+  double heartbeat_age_s = -1;  // seconds since its last heartbeat
+  bool stalled = false;         // no heartbeat for longer than the stall threshold
+  uint64_t issued = 0;          // on the communicator of the stuck collective
   uint64_t completed = 0;
   CollectiveKind completed_kind = CollectiveKind::kNone;
-  double waiting_s = 0;          // how long its oldest pending collective has waited
+  double waiting_s = 0;  // how long its oldest pending collective has waited
 };
 
 // Everything the report says. Plain data.

@@ -29,22 +29,29 @@ void CommunicatorConformanceTest::SetUp() {
 
 namespace {
 
-constexpr ElementType kEveryType[] = {ElementType::kFloat32, ElementType::kFloat16, ElementType::kBFloat16,
-                                      ElementType::kInt64, ElementType::kUInt8};
+constexpr ElementType kEveryType[] = {ElementType::kFloat32, ElementType::kFloat16,
+                                      ElementType::kBFloat16, ElementType::kInt64,
+                                      ElementType::kUInt8};
 
 const char* TypeName(ElementType type) {
   switch (type) {
-    case ElementType::kFloat32: return "float32";
-    case ElementType::kFloat16: return "float16";
-    case ElementType::kBFloat16: return "bfloat16";
-    case ElementType::kInt64: return "int64";
-    case ElementType::kUInt8: return "uint8";
+    case ElementType::kFloat32:
+      return "float32";
+    case ElementType::kFloat16:
+      return "float16";
+    case ElementType::kBFloat16:
+      return "bfloat16";
+    case ElementType::kInt64:
+      return "int64";
+    case ElementType::kUInt8:
+      return "uint8";
   }
   return "?";
 }
 
 bool IsFloat(ElementType type) {
-  return type == ElementType::kFloat32 || type == ElementType::kFloat16 || type == ElementType::kBFloat16;
+  return type == ElementType::kFloat32 || type == ElementType::kFloat16 ||
+         type == ElementType::kBFloat16;
 }
 
 // A buffer of the target's memory, freed on destruction.
@@ -74,7 +81,8 @@ class Buffer {
 template <typename F>
 std::vector<char> Elements(ElementType type, size_t count, F value) {
   std::vector<char> host(count * ElementSize(type));
-  for (size_t i = 0; i < count; ++i) StoreElement(type, value(i), host.data() + i * ElementSize(type));
+  for (size_t i = 0; i < count; ++i)
+    StoreElement(type, value(i), host.data() + i * ElementSize(type));
   return host;
 }
 
@@ -96,13 +104,16 @@ void ExpectElements(ElementType type, const std::vector<char>& host, F expected,
       }
     }
   }
-  EXPECT_EQ(wrong, 0u) << what << ": " << wrong << " of " << count << " elements wrong; the first, element "
-                       << first << ", is " << first_value << " instead of " << expected(first);
+  EXPECT_EQ(wrong, 0u) << what << ": " << wrong << " of " << count
+                       << " elements wrong; the first, element " << first << ", is " << first_value
+                       << " instead of " << expected(first);
 }
 
 // Rank r's element i: small integers, so that sums and averages are exact in every type.
 double Input(int rank, size_t i) { return static_cast<double>(i % 16) + 2 * rank + 1; }
-double Sum(int world, size_t i) { return world * (static_cast<double>(i % 16) + 1) + world * (world - 1.0); }
+double Sum(int world, size_t i) {
+  return world * (static_cast<double>(i % 16) + 1) + world * (world - 1.0);
+}
 
 constexpr size_t kCount = 1031;  // odd, so that no chunking divides it evenly
 
@@ -115,13 +126,16 @@ TEST_P(CommunicatorConformanceTest, RanksAreZeroToWorldSizeMinusOneAndAgreeOnThe
     // Each rank sets its own slot and adds its world size: each slot must end up 1.
     Buffer slots(target(), (world + 1) * sizeof(int64_t));
     slots.Set(Elements(ElementType::kInt64, world + 1, [&](size_t i) {
-      return i == static_cast<size_t>(comm.rank()) ? 1.0 : i == static_cast<size_t>(world) ? world : 0.0;
+      return i == static_cast<size_t>(comm.rank()) ? 1.0
+             : i == static_cast<size_t>(world)     ? world
+                                                   : 0.0;
     }));
     ASSERT_TRUE(comm.AllReduce(slots.data(), world + 1, ElementType::kInt64, ReduceOp::kSum).ok());
     ASSERT_TRUE(comm.Synchronize().ok());
-    ExpectElements(ElementType::kInt64, slots.Get(),
-                   [&](size_t i) { return i == static_cast<size_t>(world) ? 1.0 * world * world : 1.0; }, 0,
-                   "one slot per rank, then the sum of the world sizes");
+    ExpectElements(
+        ElementType::kInt64, slots.Get(),
+        [&](size_t i) { return i == static_cast<size_t>(world) ? 1.0 * world * world : 1.0; }, 0,
+        "one slot per rank, then the sum of the world sizes");
   });
 }
 
@@ -138,8 +152,9 @@ TEST_P(CommunicatorConformanceTest, AllReduceSumsEveryElementTypeItSupports) {
       }
       ASSERT_TRUE(status.ok()) << TypeName(type) << ": " << status;
       ASSERT_TRUE(comm.Synchronize().ok());
-      ExpectElements(type, buffer.Get(), [&](size_t i) { return Sum(world, i); }, 0,
-                     absl::StrCat("sum of ", TypeName(type), " on rank ", comm.rank()));
+      ExpectElements(
+          type, buffer.Get(), [&](size_t i) { return Sum(world, i); }, 0,
+          absl::StrCat("sum of ", TypeName(type), " on rank ", comm.rank()));
     }
   });
 }
@@ -152,29 +167,34 @@ TEST_P(CommunicatorConformanceTest, AllReduceAveragesEveryElementTypeItSupports)
       buffer.Set(Elements(type, kCount, [&](size_t i) { return Input(comm.rank(), i); }));
       const absl::Status status = comm.AllReduce(buffer.data(), kCount, type, ReduceOp::kAverage);
       if (!target().Supports(type, ReduceOp::kAverage)) {
-        EXPECT_FALSE(status.ok()) << TypeName(type) << " is not supported, yet its average succeeded";
+        EXPECT_FALSE(status.ok()) << TypeName(type)
+                                  << " is not supported, yet its average succeeded";
         continue;
       }
       ASSERT_TRUE(status.ok()) << TypeName(type) << ": " << status;
       ASSERT_TRUE(comm.Synchronize().ok());
       // The average is an integer here; a float implementation may multiply by 1/world.
       const double relative = type == ElementType::kFloat32 ? 1e-6 : IsFloat(type) ? 1e-2 : 0;
-      ExpectElements(type, buffer.Get(), [&](size_t i) { return Sum(world, i) / world; }, relative,
-                     absl::StrCat("average of ", TypeName(type), " on rank ", comm.rank()));
+      ExpectElements(
+          type, buffer.Get(), [&](size_t i) { return Sum(world, i) / world; }, relative,
+          absl::StrCat("average of ", TypeName(type), " on rank ", comm.rank()));
     }
   });
 }
 
 TEST_P(CommunicatorConformanceTest, EveryRankGetsTheSameBits) {
   target().RunOnEveryRank([&](Communicator& comm) {
-    for (ElementType type : {ElementType::kFloat32, ElementType::kFloat16, ElementType::kBFloat16}) {
+    for (ElementType type :
+         {ElementType::kFloat32, ElementType::kFloat16, ElementType::kBFloat16}) {
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
         if (!target().Supports(type, op)) continue;
-        const std::string what = absl::StrCat(TypeName(type), op == ReduceOp::kSum ? " sum" : " average",
-                                              " on rank ", comm.rank());
+        const std::string what = absl::StrCat(
+            TypeName(type), op == ReduceOp::kSum ? " sum" : " average", " on rank ", comm.rank());
         // Values whose sum rounds: the order of additions shows in the last bits.
         Buffer buffer(target(), kCount * ElementSize(type));
-        buffer.Set(Elements(type, kCount, [&](size_t i) { return std::sin(0.1 * i + comm.rank()) * (1 + comm.rank()); }));
+        buffer.Set(Elements(type, kCount, [&](size_t i) {
+          return std::sin(0.1 * i + comm.rank()) * (1 + comm.rank());
+        }));
         ASSERT_TRUE(comm.AllReduce(buffer.data(), kCount, type, op).ok()) << what;
         ASSERT_TRUE(comm.Synchronize().ok());
         const std::vector<char> mine = buffer.Get();
@@ -193,7 +213,8 @@ TEST_P(CommunicatorConformanceTest, BroadcastCopiesTheRootsBytesFromEveryRoot) {
   constexpr size_t kBytes = 4099;
   auto pattern = [](int rank) {
     std::vector<char> bytes(kBytes);
-    for (size_t i = 0; i < kBytes; ++i) bytes[i] = static_cast<char>((rank * 37 + i * 7 + 1) & 0xff);
+    for (size_t i = 0; i < kBytes; ++i)
+      bytes[i] = static_cast<char>((rank * 37 + i * 7 + 1) & 0xff);
     return bytes;
   };
   target().RunOnEveryRank([&](Communicator& comm) {
@@ -202,7 +223,8 @@ TEST_P(CommunicatorConformanceTest, BroadcastCopiesTheRootsBytesFromEveryRoot) {
       buffer.Set(pattern(comm.rank()));
       ASSERT_TRUE(comm.Broadcast(buffer.data(), kBytes, root).ok()) << "root " << root;
       ASSERT_TRUE(comm.Synchronize().ok());
-      EXPECT_TRUE(buffer.Get() == pattern(root)) << "rank " << comm.rank() << " did not get root " << root << "'s bytes";
+      EXPECT_TRUE(buffer.Get() == pattern(root))
+          << "rank " << comm.rank() << " did not get root " << root << "'s bytes";
     }
   });
 }
@@ -223,17 +245,24 @@ TEST_P(CommunicatorConformanceTest, SynchronizeOrdersEveryOperationIssuedSoFar) 
     Buffer floats(target(), kLarge * sizeof(float));
     Buffer bytes(target(), kLarge);
     Buffer integers(target(), kCount * sizeof(int64_t));
-    floats.Set(Elements(ElementType::kFloat32, kLarge, [&](size_t i) { return Input(comm.rank(), i); }));
+    floats.Set(
+        Elements(ElementType::kFloat32, kLarge, [&](size_t i) { return Input(comm.rank(), i); }));
     bytes.Set(std::vector<char>(kLarge, static_cast<char>(comm.rank() + 1)));
-    integers.Set(Elements(ElementType::kInt64, kCount, [&](size_t i) { return Input(comm.rank(), i); }));
+    integers.Set(
+        Elements(ElementType::kInt64, kCount, [&](size_t i) { return Input(comm.rank(), i); }));
     // Issued back to back, then one Synchronize for all three.
     ASSERT_TRUE(comm.AllReduce(floats.data(), kLarge, ElementType::kFloat32, ReduceOp::kSum).ok());
     ASSERT_TRUE(comm.Broadcast(bytes.data(), kLarge, last).ok());
     ASSERT_TRUE(comm.AllReduce(integers.data(), kCount, ElementType::kInt64, ReduceOp::kSum).ok());
     ASSERT_TRUE(comm.Synchronize().ok());
-    ExpectElements(ElementType::kFloat32, floats.Get(), [&](size_t i) { return Sum(world, i); }, 0, "the first allreduce");
-    EXPECT_TRUE(bytes.Get() == std::vector<char>(kLarge, static_cast<char>(last + 1))) << "the broadcast";
-    ExpectElements(ElementType::kInt64, integers.Get(), [&](size_t i) { return Sum(world, i); }, 0, "the last allreduce");
+    ExpectElements(
+        ElementType::kFloat32, floats.Get(), [&](size_t i) { return Sum(world, i); }, 0,
+        "the first allreduce");
+    EXPECT_TRUE(bytes.Get() == std::vector<char>(kLarge, static_cast<char>(last + 1)))
+        << "the broadcast";
+    ExpectElements(
+        ElementType::kInt64, integers.Get(), [&](size_t i) { return Sum(world, i); }, 0,
+        "the last allreduce");
   });
 }
 
@@ -243,7 +272,8 @@ TEST_P(CommunicatorConformanceTest, TheLedgerRecordsEveryCollectiveAndItsComplet
     if (ledger == nullptr) return;  // it keeps none
     const uint64_t before = ledger->Read().issued;
     Buffer buffer(target(), kCount * sizeof(float));
-    buffer.Set(Elements(ElementType::kFloat32, kCount, [&](size_t i) { return Input(comm.rank(), i); }));
+    buffer.Set(
+        Elements(ElementType::kFloat32, kCount, [&](size_t i) { return Input(comm.rank(), i); }));
     ASSERT_TRUE(comm.AllReduce(buffer.data(), kCount, ElementType::kFloat32, ReduceOp::kSum).ok());
     ASSERT_TRUE(comm.Broadcast(buffer.data(), 64, 0).ok());
     ASSERT_TRUE(comm.AllReduce(buffer.data(), kCount, ElementType::kFloat32, ReduceOp::kSum).ok());
@@ -296,18 +326,22 @@ TEST_P(CommunicatorConformanceTest, FailNextFailsOneCollectiveOnEveryRankAndNoth
     const std::vector<char> input =
         Elements(ElementType::kFloat32, kCount, [&](size_t i) { return Input(comm.rank(), i); });
     buffer.Set(input);
-    const absl::Status failed = comm.AllReduce(buffer.data(), kCount, ElementType::kFloat32, ReduceOp::kSum);
+    const absl::Status failed =
+        comm.AllReduce(buffer.data(), kCount, ElementType::kFloat32, ReduceOp::kSum);
     if (comm.rank() == 0) {
       EXPECT_EQ(failed, absl::DataLossError("injected"));
     } else {
-      EXPECT_FALSE(failed.ok()) << "rank " << comm.rank() << " completed a collective that rank 0 failed";
+      EXPECT_FALSE(failed.ok()) << "rank " << comm.rank()
+                                << " completed a collective that rank 0 failed";
     }
-    EXPECT_TRUE(buffer.Get() == input) << "a failed collective changed rank " << comm.rank() << "'s buffer";
+    EXPECT_TRUE(buffer.Get() == input)
+        << "a failed collective changed rank " << comm.rank() << "'s buffer";
     // The next one works again.
     ASSERT_TRUE(comm.AllReduce(buffer.data(), kCount, ElementType::kFloat32, ReduceOp::kSum).ok());
     ASSERT_TRUE(comm.Synchronize().ok());
-    ExpectElements(ElementType::kFloat32, buffer.Get(), [&](size_t i) { return Sum(world, i); }, 0,
-                   "the collective after the failed one");
+    ExpectElements(
+        ElementType::kFloat32, buffer.Get(), [&](size_t i) { return Sum(world, i); }, 0,
+        "the collective after the failed one");
   });
 }
 

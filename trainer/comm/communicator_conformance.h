@@ -6,8 +6,8 @@
 //
 //   INSTANTIATE_TEST_SUITE_P(
 //       Mpi, CommunicatorConformanceTest,
-//       ::testing::Values(CommunicatorConformanceParam{"np3", [] { return std::make_unique<MpiTarget>(); }}),
-//       CommunicatorConformanceParamName);
+//       ::testing::Values(CommunicatorConformanceParam{"np3", [] { return
+//       std::make_unique<MpiTarget>(); }}), CommunicatorConformanceParamName);
 //
 // The test binary links //trainer/comm:communicator_conformance (which holds the tests).
 #ifndef STOKER_TRAINER_COMM_COMMUNICATOR_CONFORMANCE_H_

@@ -138,7 +138,8 @@ struct FakeCommunicator::Call {
            root == other.root;
   }
   std::string Describe() const {
-    if (kind == CollectiveKind::kBroadcast) return absl::StrCat("broadcast of ", count, " bytes from ", root);
+    if (kind == CollectiveKind::kBroadcast)
+      return absl::StrCat("broadcast of ", count, " bytes from ", root);
     return absl::StrCat("allreduce of ", count, " elements of ", ElementSize(type), " bytes");
   }
 };
@@ -150,8 +151,8 @@ struct FakeCommunicator::Rendezvous {
     std::vector<void*> buffers;  // per rank; nullptr until it arrives, or once it left
     int arrived = 0;
     int departed = 0;
-    bool done = false;           // every rank arrived (and the result is in every buffer)
-    absl::Status failure;        // set by the first rank whose call failed
+    bool done = false;     // every rank arrived (and the result is in every buffer)
+    absl::Status failure;  // set by the first rank whose call failed
     int failed_rank = -1;
   };
 
@@ -337,9 +338,9 @@ absl::Status FakeCommunicator::Collective(const Call& call) {
     return status;
   };
   if (!round.call.SameAs(call)) {
-    return leave_failed(absl::InvalidArgumentError(
-        absl::StrCat("collective #", id, ": rank ", rank_, " called ", call.Describe(), " but another rank ",
-                     round.call.Describe(), " (collectives must be called in the same order on every rank)")));
+    return leave_failed(absl::InvalidArgumentError(absl::StrCat(
+        "collective #", id, ": rank ", rank_, " called ", call.Describe(), " but another rank ",
+        round.call.Describe(), " (collectives must be called in the same order on every rank)")));
   }
   if (injected.has_value()) return leave_failed(*injected);
   round.buffers[rank_] = call.data;
@@ -362,13 +363,15 @@ absl::Status FakeCommunicator::Collective(const Call& call) {
   if (!group.mu.AwaitWithDeadline(absl::Condition(&finished), deadline)) {
     return leave_failed(absl::DeadlineExceededError(absl::StrCat(
         "collective #", id, " (", call.Describe(), "): ", group.world_size - round.arrived, " of ",
-        group.world_size, " ranks did not join within ", absl::FormatDuration(group.options.peer_timeout))));
+        group.world_size, " ranks did not join within ",
+        absl::FormatDuration(group.options.peer_timeout))));
   }
   if (!round.done) return leave_failed(absl::AbortedError("the fake communicator was aborted"));
-  absl::Status status = round.failure.ok()
-                            ? absl::OkStatus()
-                            : absl::UnavailableError(absl::StrCat("collective #", id, ": rank ", round.failed_rank,
-                                                                  " failed in it: ", round.failure.message()));
+  absl::Status status =
+      round.failure.ok()
+          ? absl::OkStatus()
+          : absl::UnavailableError(absl::StrCat("collective #", id, ": rank ", round.failed_rank,
+                                                " failed in it: ", round.failure.message()));
   round.buffers[rank_] = nullptr;
   if (++round.departed == group.world_size) group.rounds.erase(it);
   return status;

@@ -49,8 +49,8 @@ struct FakeCommunicatorOptions {
 class FakeCommunicator final : public Communicator {
  public:
   static std::vector<std::unique_ptr<FakeCommunicator>> Group(int world_size);
-  static std::vector<std::unique_ptr<FakeCommunicator>> Group(int world_size,
-                                                              const FakeCommunicatorOptions& options);
+  static std::vector<std::unique_ptr<FakeCommunicator>> Group(
+      int world_size, const FakeCommunicatorOptions& options);
   ~FakeCommunicator() override;
   FakeCommunicator(const FakeCommunicator&) = delete;
   FakeCommunicator& operator=(const FakeCommunicator&) = delete;

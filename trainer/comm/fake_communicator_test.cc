@@ -26,7 +26,8 @@ class FakeTarget final : public CommunicatorConformanceTarget {
   void RunOnEveryRank(const std::function<void(Communicator&)>& body) override {
     FakeCommunicatorOptions options;
     options.peer_timeout = absl::Seconds(20);
-    std::vector<std::unique_ptr<FakeCommunicator>> group = FakeCommunicator::Group(world_size_, options);
+    std::vector<std::unique_ptr<FakeCommunicator>> group =
+        FakeCommunicator::Group(world_size_, options);
     if (world_size_ == 1) {
       body(*group[0]);
       return;
@@ -44,8 +45,12 @@ class FakeTarget final : public CommunicatorConformanceTarget {
   }
   void* Allocate(size_t bytes) override { return std::malloc(bytes == 0 ? 1 : bytes); }
   void Free(void* buffer) override { std::free(buffer); }
-  void CopyIn(void* buffer, const void* host, size_t bytes) override { std::memcpy(buffer, host, bytes); }
-  void CopyOut(void* host, const void* buffer, size_t bytes) override { std::memcpy(host, buffer, bytes); }
+  void CopyIn(void* buffer, const void* host, size_t bytes) override {
+    std::memcpy(buffer, host, bytes);
+  }
+  void CopyOut(void* host, const void* buffer, size_t bytes) override {
+    std::memcpy(host, buffer, bytes);
+  }
 
  private:
   const int world_size_;
@@ -53,7 +58,8 @@ class FakeTarget final : public CommunicatorConformanceTarget {
 
 INSTANTIATE_TEST_SUITE_P(
     Fake, CommunicatorConformanceTest,
-    ::testing::Values(CommunicatorConformanceParam{"OneRank", [] { return std::make_unique<FakeTarget>(1); }},
+    ::testing::Values(CommunicatorConformanceParam{"OneRank",
+                                                   [] { return std::make_unique<FakeTarget>(1); }},
                       CommunicatorConformanceParam{"ThreeRanksInThreads",
                                                    [] { return std::make_unique<FakeTarget>(3); }}),
     CommunicatorConformanceParamName);
@@ -71,14 +77,15 @@ TEST(FakeCommunicatorTest, CollectivesThatDifferBetweenRanksFailOnEveryRank) {
   std::vector<absl::Status> results(2);
   OnEveryRank(group, [&](FakeCommunicator& comm) {
     float x[4] = {1, 2, 3, 4};
-    results[comm.rank()] = comm.rank() == 0 ? comm.AllReduce(x, 4, ElementType::kFloat32, ReduceOp::kSum)
-                                            : comm.Broadcast(x, sizeof(x), 0);
+    results[comm.rank()] = comm.rank() == 0
+                               ? comm.AllReduce(x, 4, ElementType::kFloat32, ReduceOp::kSum)
+                               : comm.Broadcast(x, sizeof(x), 0);
   });
   EXPECT_FALSE(results[0].ok());
   EXPECT_FALSE(results[1].ok());
   const absl::Status& invalid = absl::IsInvalidArgument(results[0]) ? results[0] : results[1];
-  EXPECT_THAT(invalid,
-              StatusIs(absl::StatusCode::kInvalidArgument)) << results[0] << " / " << results[1];
+  EXPECT_THAT(invalid, StatusIs(absl::StatusCode::kInvalidArgument))
+      << results[0] << " / " << results[1];
   EXPECT_NE(invalid.message().find("same order on every rank"), absl::string_view::npos) << invalid;
 }
 

@@ -26,8 +26,7 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(MPI_Com
 
 MpiCommunicator::~MpiCommunicator() { MPI_Comm_free(&comm_); }
 
-absl::Status MpiCommunicator::AllReduce(void* data, size_t count, ElementType type,
-                                        ReduceOp op) {
+absl::Status MpiCommunicator::AllReduce(void* data, size_t count, ElementType type, ReduceOp op) {
   MPI_Datatype mpi_type;
   switch (type) {
     case ElementType::kFloat32:

@@ -26,14 +26,18 @@ class MpiTarget final : public CommunicatorConformanceTarget {
   bool can_abort() const override { return false; }  // a blocked MPI call cannot be interrupted
   void* Allocate(size_t bytes) override { return std::malloc(bytes == 0 ? 1 : bytes); }
   void Free(void* buffer) override { std::free(buffer); }
-  void CopyIn(void* buffer, const void* host, size_t bytes) override { std::memcpy(buffer, host, bytes); }
-  void CopyOut(void* host, const void* buffer, size_t bytes) override { std::memcpy(host, buffer, bytes); }
+  void CopyIn(void* buffer, const void* host, size_t bytes) override {
+    std::memcpy(buffer, host, bytes);
+  }
+  void CopyOut(void* host, const void* buffer, size_t bytes) override {
+    std::memcpy(host, buffer, bytes);
+  }
 };
 
-INSTANTIATE_TEST_SUITE_P(
-    Mpi, CommunicatorConformanceTest,
-    ::testing::Values(CommunicatorConformanceParam{"World", [] { return std::make_unique<MpiTarget>(); }}),
-    CommunicatorConformanceParamName);
+INSTANTIATE_TEST_SUITE_P(Mpi, CommunicatorConformanceTest,
+                         ::testing::Values(CommunicatorConformanceParam{
+                             "World", [] { return std::make_unique<MpiTarget>(); }}),
+                         CommunicatorConformanceParamName);
 
 }  // namespace
 }  // namespace stoker::trainer

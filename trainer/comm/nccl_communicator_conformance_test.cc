@@ -63,10 +63,11 @@ class DeviceReport final : public ::testing::Environment {
     cudaDeviceProp prop;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || rank >= devices ||
         cudaGetDeviceProperties(&prop, rank) != cudaSuccess) {
-      std::printf("[ nccl     ] rank %d of %d: no GPU %d (%d visible)\n", rank, size, rank, devices);
+      std::printf("[ nccl     ] rank %d of %d: no GPU %d (%d visible)\n", rank, size, rank,
+                  devices);
     } else {
-      std::printf("[ nccl     ] rank %d of %d: GPU %d: %s (sm_%d%d, %zu MiB)\n", rank, size, rank, prop.name,
-                  prop.major, prop.minor, prop.totalGlobalMem >> 20);
+      std::printf("[ nccl     ] rank %d of %d: GPU %d: %s (sm_%d%d, %zu MiB)\n", rank, size, rank,
+                  prop.name, prop.major, prop.minor, prop.totalGlobalMem >> 20);
     }
     std::fflush(stdout);
   }
@@ -74,10 +75,10 @@ class DeviceReport final : public ::testing::Environment {
 
 ::testing::Environment* const kDeviceReport = ::testing::AddGlobalTestEnvironment(new DeviceReport);
 
-INSTANTIATE_TEST_SUITE_P(
-    Nccl, CommunicatorConformanceTest,
-    ::testing::Values(CommunicatorConformanceParam{"OneGpuPerRank", [] { return std::make_unique<NcclTarget>(); }}),
-    CommunicatorConformanceParamName);
+INSTANTIATE_TEST_SUITE_P(Nccl, CommunicatorConformanceTest,
+                         ::testing::Values(CommunicatorConformanceParam{
+                             "OneGpuPerRank", [] { return std::make_unique<NcclTarget>(); }}),
+                         CommunicatorConformanceParamName);
 
 }  // namespace
 }  // namespace stoker::trainer

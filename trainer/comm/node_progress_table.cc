@@ -26,8 +26,9 @@ absl::Status Agree(Communicator& control, const absl::Status& local, const char*
   }
   if (!local.ok()) return local;
   if (failures > 0) {
-    return absl::UnavailableError(absl::StrCat(failures, " rank(s) could not ", step,
-                                               " the collective progress table (their logs say why)"));
+    return absl::UnavailableError(
+        absl::StrCat(failures, " rank(s) could not ", step,
+                     " the collective progress table (their logs say why)"));
   }
   return absl::OkStatus();
 }

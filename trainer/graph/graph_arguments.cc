@@ -20,10 +20,10 @@ namespace {
 
 // What a converter reads.
 struct ArgumentValue {
-  const json& value;       // the serialised Argument: {"<kind>": body}
-  const json& body;        // its body
+  const json& value;        // the serialised Argument: {"<kind>": body}
+  const json& body;         // its body
   const std::string& kind;  // "as_int"
-  c10::TypeKind element;   // the schema type, an optional's element type for an optional
+  c10::TypeKind element;    // the schema type, an optional's element type for an optional
   const std::string& what;  // "<where>: node <name> (<target>): argument <name>"
   BufferPlan& plan;
 };

@@ -82,29 +82,28 @@ TEST_F(GraphArgumentsTest, TensorsAreSlotsAndANumberForATensorIsAWrappedNumber) 
 }
 
 TEST_F(GraphArgumentsTest, NumbersTakeTheSchemaTypeTheyArePassedAs) {
-  std::vector<GraphArg> dropout =
-      Convert(Node("dropout", "torch.ops.aten.dropout.default",
-                   {{"input", Tensor("x")}, {"p", {{"as_int", 0}}}, {"train", {{"as_bool", true}}}}),
-              Schema("aten::dropout", ""));
+  std::vector<GraphArg> dropout = Convert(
+      Node("dropout", "torch.ops.aten.dropout.default",
+           {{"input", Tensor("x")}, {"p", {{"as_int", 0}}}, {"train", {{"as_bool", true}}}}),
+      Schema("aten::dropout", ""));
   EXPECT_TRUE(dropout[1].constant.isDouble());  // float p given as an int
   EXPECT_TRUE(dropout[2].constant.isBool());
   EXPECT_TRUE(dropout[2].constant.toBool());
 
-  std::vector<GraphArg> pool =
-      Convert(Node("pool", "torch.ops.aten.max_pool2d.default",
-                   {{"self", Tensor("x")},
-                    {"kernel_size", {{"as_int", 3}}},
-                    {"stride", {{"as_ints", {2, 2}}}},
-                    {"ceil_mode", {{"as_bool", false}}}}),
-              Schema("aten::max_pool2d", ""));
+  std::vector<GraphArg> pool = Convert(Node("pool", "torch.ops.aten.max_pool2d.default",
+                                            {{"self", Tensor("x")},
+                                             {"kernel_size", {{"as_int", 3}}},
+                                             {"stride", {{"as_ints", {2, 2}}}},
+                                             {"ceil_mode", {{"as_bool", false}}}}),
+                                       Schema("aten::max_pool2d", ""));
   EXPECT_EQ(pool[1].constant.toIntVector(), (std::vector<int64_t>{3}));  // int[2] as one int
   EXPECT_EQ(pool[2].constant.toIntVector(), (std::vector<int64_t>{2, 2}));
   EXPECT_FALSE(pool[5].constant.toBool());
 
-  std::vector<GraphArg> leaky = Convert(
-      Node("leaky", "torch.ops.aten.leaky_relu.default",
-           {{"self", Tensor("x")}, {"negative_slope", {{"as_float", 0.5}}}}),
-      Schema("aten::leaky_relu", ""));
+  std::vector<GraphArg> leaky =
+      Convert(Node("leaky", "torch.ops.aten.leaky_relu.default",
+                   {{"self", Tensor("x")}, {"negative_slope", {{"as_float", 0.5}}}}),
+              Schema("aten::leaky_relu", ""));
   EXPECT_TRUE(leaky[1].constant.isDouble());  // a Scalar: the number's own type
   EXPECT_EQ(leaky[1].constant.toDouble(), 0.5);
 }
@@ -130,25 +129,26 @@ TEST_F(GraphArgumentsTest, SizesDtypesLayoutsDevicesAndMemoryFormats) {
 }
 
 TEST_F(GraphArgumentsTest, TensorListsOptionalTensorsStringsAndGenerators) {
-  std::vector<GraphArg> cat = Convert(
-      Node("cat", "torch.ops.aten.cat.default",
-           {{"tensors", {{"as_tensors", {{{"name", "a"}}, {{"name", "b"}}}}}}, {"dim", {{"as_int", 1}}}}),
-      Schema("aten::cat", ""));
+  std::vector<GraphArg> cat =
+      Convert(Node("cat", "torch.ops.aten.cat.default",
+                   {{"tensors", {{"as_tensors", {{{"name", "a"}}, {{"name", "b"}}}}}},
+                    {"dim", {{"as_int", 1}}}}),
+              Schema("aten::cat", ""));
   EXPECT_EQ(cat[0].kind, GraphArg::Kind::kTensorList);
   EXPECT_THAT(cat[0].slots, ElementsAre(plan_.FindSlot("a"), plan_.FindSlot("b")));
 
-  std::vector<GraphArg> index = Convert(
-      Node("index", "torch.ops.aten.index.Tensor",
-           {{"self", Tensor("x")},
-            {"indices", {{"as_optional_tensors", {{{"as_none", true}}, Tensor("i")}}}}}),
-      Schema("aten::index", "Tensor"));
+  std::vector<GraphArg> index =
+      Convert(Node("index", "torch.ops.aten.index.Tensor",
+                   {{"self", Tensor("x")},
+                    {"indices", {{"as_optional_tensors", {{{"as_none", true}}, Tensor("i")}}}}}),
+              Schema("aten::index", "Tensor"));
   EXPECT_EQ(index[1].kind, GraphArg::Kind::kOptionalTensorList);
   EXPECT_THAT(index[1].slots, ElementsAre(-1, plan_.FindSlot("i")));
 
-  std::vector<GraphArg> gelu = Convert(
-      Node("gelu", "torch.ops.aten.gelu.default",
-           {{"self", Tensor("x")}, {"approximate", {{"as_string", "tanh"}}}}),
-      Schema("aten::gelu", ""));
+  std::vector<GraphArg> gelu =
+      Convert(Node("gelu", "torch.ops.aten.gelu.default",
+                   {{"self", Tensor("x")}, {"approximate", {{"as_string", "tanh"}}}}),
+              Schema("aten::gelu", ""));
   EXPECT_EQ(gelu[1].constant.toStringRef(), "tanh");
 
   std::vector<GraphArg> bernoulli =
@@ -158,12 +158,11 @@ TEST_F(GraphArgumentsTest, TensorListsOptionalTensorsStringsAndGenerators) {
 }
 
 TEST_F(GraphArgumentsTest, SymbolicIntsAreSlotsAndConstantsStayConstant) {
-  std::vector<GraphArg> args = Convert(
-      Node("select", "torch.ops.aten.select.int",
-           {{"self", Tensor("x")},
-            {"dim", {{"as_int", 0}}},
-            {"index", {{"as_sym_int", {{"as_name", "s1"}}}}}}),
-      Schema("aten::select", "int"));
+  std::vector<GraphArg> args = Convert(Node("select", "torch.ops.aten.select.int",
+                                            {{"self", Tensor("x")},
+                                             {"dim", {{"as_int", 0}}},
+                                             {"index", {{"as_sym_int", {{"as_name", "s1"}}}}}}),
+                                       Schema("aten::select", "int"));
   EXPECT_EQ(args[2].kind, GraphArg::Kind::kSlot);
   EXPECT_EQ(args[2].slot, plan_.FindSlot("s1"));
 
@@ -180,12 +179,13 @@ TEST_F(GraphArgumentsTest, RefusalsNameTheNodeAndTheArgument) {
   EXPECT_EQ(Refusal(Node("add", "torch.ops.aten.add.Tensor", {{"self", Tensor("x")}}), add),
             "m.pt2: node add (torch.ops.aten.add.Tensor): argument 'other' is missing and has "
             "no default");
-  EXPECT_EQ(Refusal(Node("add", "torch.ops.aten.add.Tensor",
-                         {{"self", Tensor("x")}, {"other", {{"as_sym_float", {{"as_name", "f"}}}}}}),
-                    add),
-            "m.pt2: node add (torch.ops.aten.add.Tensor): argument other is of kind "
-            "as_sym_float, which Stoker does not convert (symbolic floats or bools, custom "
-            "objects, operators)");
+  EXPECT_EQ(
+      Refusal(Node("add", "torch.ops.aten.add.Tensor",
+                   {{"self", Tensor("x")}, {"other", {{"as_sym_float", {{"as_name", "f"}}}}}}),
+              add),
+      "m.pt2: node add (torch.ops.aten.add.Tensor): argument other is of kind "
+      "as_sym_float, which Stoker does not convert (symbolic floats or bools, custom "
+      "objects, operators)");
   EXPECT_EQ(Refusal(Node("select", "torch.ops.aten.select.int",
                          {{"self", Tensor("x")},
                           {"dim", {{"as_int", 0}}},
@@ -203,19 +203,19 @@ TEST_F(GraphArgumentsTest, RefusalsNameTheNodeAndTheArgument) {
 TEST_F(GraphArgumentsTest, ReturnsAreSlotsAndTheirCountMustMatch) {
   const c10::FunctionSchema& split = Schema("aten::split", "Tensor");
   GraphCall call;
-  ASSERT_TRUE(ConvertReturns(Node("split", "torch.ops.aten.split.Tensor", json::object(),
-                                  json::array({{{"as_tensors", {{{"name", "p"}}, {{"name", "q"}}}}}})),
-                             split, plan_, &call)
-                  .ok());
+  ASSERT_TRUE(
+      ConvertReturns(Node("split", "torch.ops.aten.split.Tensor", json::object(),
+                          json::array({{{"as_tensors", {{{"name", "p"}}, {{"name", "q"}}}}}})),
+                     split, plan_, &call)
+          .ok());
   ASSERT_EQ(call.outputs.size(), 1u);
   EXPECT_TRUE(call.list_output[0]);
   EXPECT_THAT(call.outputs[0], ElementsAre(plan_.FindSlot("p"), plan_.FindSlot("q")));
 
   GraphCall two;
-  absl::Status refused =
-      ConvertReturns(Node("split", "torch.ops.aten.split.Tensor", json::object(),
-                          json::array({Tensor("p"), Tensor("q")})),
-                     split, plan_, &two);
+  absl::Status refused = ConvertReturns(Node("split", "torch.ops.aten.split.Tensor", json::object(),
+                                             json::array({Tensor("p"), Tensor("q")})),
+                                        split, plan_, &two);
   EXPECT_EQ(refused.message(),
             "m.pt2: node split (torch.ops.aten.split.Tensor): the node has 2 outputs, the "
             "operator returns 1");

@@ -46,8 +46,7 @@ absl::StatusOr<std::unique_ptr<GraphCall>> SymArithCall(const GraphNode& node,
 
 // A kSymSize call: the size, numel or stride of the tensor `self`.
 absl::StatusOr<std::unique_ptr<GraphCall>> SymSizeCall(const GraphNode& node,
-                                                       const NodeOperator& op,
-                                                       BufferPlan& values) {
+                                                       const NodeOperator& op, BufferPlan& values) {
   auto call = std::make_unique<GraphCall>();
   call->kind = GraphCall::Kind::kSymSize;
   call->sym_op = op.sym_op;
@@ -89,8 +88,7 @@ void AsEvaluation(const NodeOperator& op, const BufferPlan& values, GraphCall* c
 // A call of an ATen operator through the dispatcher (kDropout for dropout, kAlias for a
 // skipped buffer update).
 absl::StatusOr<std::unique_ptr<GraphCall>> OperatorCall(const GraphNode& node,
-                                                        const NodeOperator& op,
-                                                        BufferPlan& values,
+                                                        const NodeOperator& op, BufferPlan& values,
                                                         bool eval_from_training) {
   const c10::FunctionSchema& schema = op.handle->schema();
   RETURN_IF_ERROR(CheckArgumentNames(node, schema));
@@ -127,8 +125,7 @@ absl::StatusOr<std::unique_ptr<GraphCall>> CallOfNode(const json& node,
 
 // Gives the signature's values their slots: parameters and buffers bound to the model's
 // tensors, the image input, and (unless the program runs for evaluation) the buffer updates.
-void PlanSignature(const ProgramSignature& signature, bool eval_from_training,
-                   BufferPlan& values) {
+void PlanSignature(const ProgramSignature& signature, bool eval_from_training, BufferPlan& values) {
   for (const SignatureTensor& weight : signature.weights)
     values.BindWeight(weight.value, weight.tensor, weight.is_buffer);
   values.SetInput(signature.input);
@@ -152,10 +149,9 @@ std::vector<std::string> GraphProgram::operators() const {
 
 absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(
     const json& graph_module, const GraphState& state, const GraphProgramOptions& options) {
-  ASSIGN_OR_RETURN(
-      ProgramSignature signature,
-      ReadProgramSignature(graph_module, state,
-                           {options.where, options.num_classes, options.image_size}));
+  ASSIGN_OR_RETURN(ProgramSignature signature,
+                   ReadProgramSignature(graph_module, state,
+                                        {options.where, options.num_classes, options.image_size}));
   std::unique_ptr<GraphProgram> program(new GraphProgram());
   program->channels_ = signature.channels;
   program->image_size_ = signature.image_size;
@@ -163,8 +159,7 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(
   PlanSignature(signature, options.eval_from_training, program->values_);
 
   for (const json& node : graph_module["graph"].value("nodes", json::array())) {
-    ASSIGN_OR_RETURN(std::unique_ptr<GraphCall> call,
-                     CallOfNode(node, options, program->values_));
+    ASSIGN_OR_RETURN(std::unique_ptr<GraphCall> call, CallOfNode(node, options, program->values_));
     program->calls_.push_back(std::move(call));
   }
 

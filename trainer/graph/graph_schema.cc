@@ -19,9 +19,9 @@ absl::StatusOr<NodeOperator> SymArithOperator(const GraphNode& node) {
   static const std::set<std::string> kArith = {"mul", "add", "sub", "floordiv", "mod"};
   if (kArith.count(op) == 0 || !node.inputs.count("a") || !node.inputs.count("b") ||
       node.outputs.size() != 1) {
-    return node.Refuse(absl::StrCat(
-        "Python operator ", op,
-        " on symbolic sizes is not one Stoker runs (mul, add, sub, floordiv, mod)"));
+    return node.Refuse(
+        absl::StrCat("Python operator ", op,
+                     " on symbolic sizes is not one Stoker runs (mul, add, sub, floordiv, mod)"));
   }
   NodeOperator resolved;
   resolved.kind = NodeOperator::Kind::kSymArith;
@@ -110,8 +110,8 @@ absl::Status CheckSeeded(const GraphNode& node, const NodeOperator& op,
   if (!unseeded) return absl::OkStatus();
   // Attention is random only through its dropout_p; with none it is deterministic.
   const std::optional<int> p = schema.argumentIndexWithName("dropout_p");
-  const bool no_dropout = op.name.name == "aten::scaled_dot_product_attention" &&
-                          p.has_value() && args[*p].kind == GraphArg::Kind::kConstant &&
+  const bool no_dropout = op.name.name == "aten::scaled_dot_product_attention" && p.has_value() &&
+                          args[*p].kind == GraphArg::Kind::kConstant &&
                           args[*p].constant.isDouble() && args[*p].constant.toDouble() == 0.0;
   if (no_dropout) return absl::OkStatus();
   return node.Refuse(

@@ -64,8 +64,8 @@ TEST(ResolveOperatorTest, AtenOperatorHasItsHandleAndSchema) {
 
 TEST(ResolveOperatorTest, SizeQueriesAreSymSizeCalls) {
   for (const char* query : {"size", "numel", "stride"}) {
-    absl::StatusOr<NodeOperator> op = ResolveOperator(Node(
-        "s", absl::StrCat("torch.ops.aten.sym_", query, ".int"), {{"self", Tensor("x")}}));
+    absl::StatusOr<NodeOperator> op = ResolveOperator(
+        Node("s", absl::StrCat("torch.ops.aten.sym_", query, ".int"), {{"self", Tensor("x")}}));
     ASSERT_TRUE(op.ok()) << op.status();
     EXPECT_EQ(op->kind, NodeOperator::Kind::kSymSize);
     EXPECT_EQ(op->sym_op, query);

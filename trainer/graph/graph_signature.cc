@@ -63,17 +63,17 @@ absl::Status CheckImageInput(const json& tensor_values, const SignatureExpectati
   const json& meta = tensor_values[input_name];
   const json& sizes = meta["sizes"];
   if (!sizes.is_array() || sizes.size() != 4) {
-    return Refuse(expect, absl::StrCat("input ", input_name,
-                                       " is not one NCHW image batch: it has ", sizes.size(),
-                                       " dimensions, not 4"));
+    return Refuse(expect,
+                  absl::StrCat("input ", input_name, " is not one NCHW image batch: it has ",
+                               sizes.size(), " dimensions, not 4"));
   }
   ASSIGN_OR_RETURN(
       at::ScalarType dtype,
       ScalarTypeOf(meta.value("dtype", 0), absl::StrCat(expect.where, ": input ", input_name)));
   if (!at::isFloatingType(dtype)) {
-    return Refuse(expect, absl::StrCat("input ", input_name,
-                                       " is not one NCHW image batch: its dtype is ",
-                                       c10::toString(dtype), ", not a float type"));
+    return Refuse(expect,
+                  absl::StrCat("input ", input_name, " is not one NCHW image batch: its dtype is ",
+                               c10::toString(dtype), ", not a float type"));
   }
   if (sizes[0].contains("as_int")) {
     return Refuse(
@@ -133,8 +133,8 @@ absl::Status ReadOutputSpecs(const json& signature, const GraphState& state,
       const std::string name = body.value("buffer_name", "");
       auto it = state.buffers.find(name);
       if (it == state.buffers.end())
-        return Refuse(expect, absl::StrCat("the program updates buffer ", name,
-                                           ", which the archive lacks"));
+        return Refuse(
+            expect, absl::StrCat("the program updates buffer ", name, ", which the archive lacks"));
       read->buffer_mutations.push_back({body["arg"].value("name", ""), it->second, true});
     } else {
       return Refuse(expect,

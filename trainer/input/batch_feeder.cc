@@ -13,7 +13,8 @@ class CpuBatchFeeder final : public BatchFeeder {
   CpuBatchFeeder(BatchSource* source, const FeederOptions& options)
       : source_(source), options_(options) {
     mean_ = at::tensor({options.mean[0], options.mean[1], options.mean[2]}) * 255.0;
-    inv_std_ = 1.0 / (at::tensor({options.stddev[0], options.stddev[1], options.stddev[2]}) * 255.0);
+    inv_std_ =
+        1.0 / (at::tensor({options.stddev[0], options.stddev[1], options.stddev[2]}) * 255.0);
   }
 
   absl::StatusOr<TrainingBatch> Next() override {
@@ -40,7 +41,8 @@ class CpuBatchFeeder final : public BatchFeeder {
       at::Tensor raw = at::from_blob(const_cast<uint8_t*>(view.images), {view.count, s, s, 3},
                                      at::TensorOptions().dtype(at::kByte));
       // NHWC in memory is channels_last for the [N, 3, H, W] view: no transpose copy.
-      batch.images = raw.to(at::kFloat).sub_(mean_).mul_(inv_std_).permute({0, 3, 1, 2}).to(options_.dtype);
+      batch.images =
+          raw.to(at::kFloat).sub_(mean_).mul_(inv_std_).permute({0, 3, 1, 2}).to(options_.dtype);
       batch.labels = at::from_blob(const_cast<int32_t*>(view.labels), {view.count},
                                    at::TensorOptions().dtype(at::kInt))
                          .to(at::kLong);

@@ -91,8 +91,8 @@ class PinnedHostRange {
 
 // A device staging buffer for one batch, with the events that order its reuse.
 struct Staging {
-  at::Tensor images;        // uint8 [batch * H * W * 3]
-  at::Tensor labels;        // int32 [batch]
+  at::Tensor images;   // uint8 [batch * H * W * 3]
+  at::Tensor labels;   // int32 [batch]
   CudaEvent copied;    // on the copy stream, after the copy into it
   CudaEvent consumed;  // on the compute stream, after the normalise from it
 };
@@ -148,10 +148,12 @@ class CudaBatchFeeder final : public BatchFeeder {
     for (int i = 0; i < kBuffers; ++i) {
       Staging& staging = staging_[i];
       RETURN_IF_ERROR(TorchCall("CUDA feeder: allocating the staging buffers", [&] {
-        staging.images = at::empty({options_.batch_size * s * s * 3}, device_options.dtype(at::kByte));
+        staging.images =
+            at::empty({options_.batch_size * s * s * 3}, device_options.dtype(at::kByte));
         staging.labels = at::empty({options_.batch_size}, device_options.dtype(at::kInt));
       }));
-      ASSIGN_OR_RETURN(staging.copied, CudaEvent::Create(cudaEventDisableTiming | cudaEventBlockingSync));
+      ASSIGN_OR_RETURN(staging.copied,
+                       CudaEvent::Create(cudaEventDisableTiming | cudaEventBlockingSync));
       ASSIGN_OR_RETURN(staging.consumed, CudaEvent::Create(cudaEventDisableTiming));
     }
     {
@@ -181,8 +183,8 @@ class CudaBatchFeeder final : public BatchFeeder {
         return !ready_.empty() || !prefetch_status_.ok();
       };
       if (!mu_.AwaitWithTimeout(absl::Condition(&has_batch), options_.timeout)) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "no batch from the data service within ", absl::FormatDuration(options_.timeout)));
+        return absl::DeadlineExceededError(absl::StrCat("no batch from the data service within ",
+                                                        absl::FormatDuration(options_.timeout)));
       }
       if (ready_.empty()) return prefetch_status_;
       ready = std::move(ready_.front());
@@ -226,11 +228,12 @@ class CudaBatchFeeder final : public BatchFeeder {
   void LogDecoderTotals() const {
     const GpuDecodeTimes times = decoder_->times();
     if (times.batches > 0) {
-      LogInfo("GPU %d decode: %lld batches, %lld of them re-initialising nvJPEG's batch; %.3f ms "
-              "of host time per batch in nvJPEG (longest %.2f ms)",
-              device_, static_cast<long long>(times.batches),
-              static_cast<long long>(times.initializations), times.host_ms / times.batches,
-              times.longest_host_ms);
+      LogInfo(
+          "GPU %d decode: %lld batches, %lld of them re-initialising nvJPEG's batch; %.3f ms "
+          "of host time per batch in nvJPEG (longest %.2f ms)",
+          device_, static_cast<long long>(times.batches),
+          static_cast<long long>(times.initializations), times.host_ms / times.batches,
+          times.longest_host_ms);
     }
     LogInfo(
         "GPU %d decoded %lld deferred samples with nvJPEG's %s backend; %lld refused and "
@@ -290,7 +293,8 @@ class CudaBatchFeeder final : public BatchFeeder {
       int buffer = -1;
       {
         absl::MutexLock lock(&mu_);
-        auto can_go = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || !free_.empty(); };
+        auto can_go = [this]()
+                          ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || !free_.empty(); };
         mu_.Await(absl::Condition(&can_go));
         if (stopping_) return;
         buffer = free_.front();
@@ -312,8 +316,8 @@ class CudaBatchFeeder final : public BatchFeeder {
       absl::MutexLock lock(&mu_);
       if (stopping_) return absl::CancelledError("feeder stopping");
       if (absl::Now() > deadline) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "no batch from the data service within ", absl::FormatDuration(options_.timeout)));
+        return absl::DeadlineExceededError(absl::StrCat("no batch from the data service within ",
+                                                        absl::FormatDuration(options_.timeout)));
       }
     }
     RETURN_IF_ERROR(view.status());
@@ -405,17 +409,17 @@ class CudaBatchFeeder final : public BatchFeeder {
   const int device_;
   CudaFeederStats* stats_;
   std::unique_ptr<PinnedHostRange> pinned_;
-  CudaStream copy_stream_;     // created in Start()
+  CudaStream copy_stream_;                   // created in Start()
   std::unique_ptr<GpuJpegDecoder> decoder_;  // see MakeDecoder(); used by the prefetch thread
   int64_t gpu_decoded_ = 0;                  // prefetch thread
   int64_t gpu_refused_ = 0;                  // prefetch thread
   Staging staging_[kBuffers];  // their events are recorded on copy_stream_ and the compute stream
-  std::deque<InputWaitTimer> timing_;        // training thread: recorded, not yet read
+  std::deque<InputWaitTimer> timing_;         // training thread: recorded, not yet read
   std::vector<InputWaitTimer> spare_timers_;  // training thread
 
   absl::Mutex mu_;
-  std::deque<int> free_ ABSL_GUARDED_BY(mu_);      // staging buffers the prefetcher may fill
-  std::deque<Ready> ready_ ABSL_GUARDED_BY(mu_);   // copied batches, in order
+  std::deque<int> free_ ABSL_GUARDED_BY(mu_);     // staging buffers the prefetcher may fill
+  std::deque<Ready> ready_ ABSL_GUARDED_BY(mu_);  // copied batches, in order
   absl::Status prefetch_status_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread prefetch_thread_;  // declared last: joined first (in the destructor)

@@ -11,7 +11,7 @@
 namespace stoker::trainer {
 
 struct CudaFeederStats {
-  bool pinned = false;         // the ring is registered with CUDA (page-locked)
+  bool pinned = false;  // the ring is registered with CUDA (page-locked)
   int64_t batches_copied = 0;
   // Deferred samples (Note [Deferred samples] in data_service/image/deferred_jpeg.h):
   // decoded on the GPU, and refused by nvJPEG and replaced (Note [Replacing samples the

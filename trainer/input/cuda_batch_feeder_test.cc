@@ -79,7 +79,7 @@ FeederOptions IdentityOptions(int batch, int image_size) {
   options.image_size = image_size;
   options.dtype = at::kFloat;
   for (int c = 0; c < 3; ++c) {
-    options.mean[c] = 0.0f;       // (v / 255 - 0) / (1 / 255) == v: the bytes, as floats
+    options.mean[c] = 0.0f;  // (v / 255 - 0) / (1 / 255) == v: the bytes, as floats
     options.stddev[c] = 1.0f / 255.0f;
   }
   options.timeout = absl::Seconds(30);
@@ -128,9 +128,13 @@ TEST(CudaBatchFeederTest, NormalisesToBf16ChannelsLast) {
   EXPECT_EQ(next->images.scalar_type(), at::kBFloat16);
   EXPECT_TRUE(next->images.is_contiguous(at::MemoryFormat::ChannelsLast));
   at::Tensor raw = at::empty({batch, size, size, 3}, at::kByte);
-  for (int64_t i = 0; i < raw.numel(); ++i) raw.data_ptr<uint8_t>()[i] = FakeBatchSource::Byte(0, i);
-  at::Tensor expected = raw.to(at::kFloat).div(255).sub(at::tensor({mean[0], mean[1], mean[2]}))
-                            .div(at::tensor({stddev[0], stddev[1], stddev[2]})).permute({0, 3, 1, 2});
+  for (int64_t i = 0; i < raw.numel(); ++i)
+    raw.data_ptr<uint8_t>()[i] = FakeBatchSource::Byte(0, i);
+  at::Tensor expected = raw.to(at::kFloat)
+                            .div(255)
+                            .sub(at::tensor({mean[0], mean[1], mean[2]}))
+                            .div(at::tensor({stddev[0], stddev[1], stddev[2]}))
+                            .permute({0, 3, 1, 2});
   at::Tensor got = next->images.to(at::kFloat).cpu();
   EXPECT_LT((got - expected).abs().max().item<float>(), 0.02f);  // bf16 rounding of |x| <= 2.7
 }
@@ -163,8 +167,10 @@ TEST(CudaBatchFeederTest, CopiesOverlapCompute) {
   ASSERT_OK(copy_feeder);
   ASSERT_OK((*copy_feeder)->Next());  // the first copy starts the stream
   const float copy_ms = time_ms([&] {
-    for (int i = 1; i < batches; ++i) ASSERT_TRUE((*copy_feeder)->Next().ok());
-  }) / (batches - 1);
+                          for (int i = 1; i < batches; ++i)
+                            ASSERT_TRUE((*copy_feeder)->Next().ok());
+                        }) /
+                        (batches - 1);
 
   // Compute per step sized to about one copy.
   const float mm_ms = time_ms([&] { compute(4); }) / 4;
@@ -182,9 +188,12 @@ TEST(CudaBatchFeederTest, CopiesOverlapCompute) {
     }
   });
   const float serial_ms = compute_ms + copy_ms * (batches - 1);
-  std::printf("per batch: copy %.3f ms; %d step(s): compute %.2f ms, both %.2f ms, serial would be %.2f ms\n",
-              copy_ms, batches - 1, compute_ms, both_ms, serial_ms);
-  EXPECT_LT(both_ms, compute_ms + 0.5f * (serial_ms - compute_ms)) << "copies did not overlap compute";
+  std::printf(
+      "per batch: copy %.3f ms; %d step(s): compute %.2f ms, both %.2f ms, serial would be %.2f "
+      "ms\n",
+      copy_ms, batches - 1, compute_ms, both_ms, serial_ms);
+  EXPECT_LT(both_ms, compute_ms + 0.5f * (serial_ms - compute_ms))
+      << "copies did not overlap compute";
 }
 
 // Note [The GPU's wait for input]: a GPU with nothing to do but wait for a slow source
@@ -237,10 +246,11 @@ TEST(CudaBatchFeederTest, MeasuresTheGpusWaitForInput) {
   FakeBatchSource fast(Ring(4, batch, size, batches, /*refill=*/false));
   const int per_step = std::max(1, static_cast<int>(15.0 / mm_ms + 0.5));
   const Waits busy = run(fast, per_step);
-  std::printf("GPU wait for input over %d batches: starved %.1f ms of %.1f ms (host %.1f ms); "
-              "busy (%d products of %.2f ms per step) %.2f ms of %.1f ms (host %.1f ms)\n",
-              batches, starved.gpu_ms, starved.wall_ms, starved.host_ms, per_step, mm_ms,
-              busy.gpu_ms, busy.wall_ms, busy.host_ms);
+  std::printf(
+      "GPU wait for input over %d batches: starved %.1f ms of %.1f ms (host %.1f ms); "
+      "busy (%d products of %.2f ms per step) %.2f ms of %.1f ms (host %.1f ms)\n",
+      batches, starved.gpu_ms, starved.wall_ms, starved.host_ms, per_step, mm_ms, busy.gpu_ms,
+      busy.wall_ms, busy.host_ms);
   EXPECT_EQ(starved.measured, batches);
   // The waits of the last batch or two are still unread when the run ends.
   EXPECT_GT(starved.gpu_ms, 0.7 * 20.0 * (batches - 3));

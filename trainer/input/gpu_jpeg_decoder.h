@@ -60,10 +60,10 @@ class GpuJpegDecoder {
 
   // Decodes every kDeferredJpeg sample of `batch` (host memory, which must stay unchanged
   // until the work on `stream` has completed) and enqueues on `stream`, after the decode
-  // and after the work already queued there, the writing of each into `device_images` (count x S x S x 3 bytes, HWC) at its position. Pixel
-  // samples are not touched. Returns the positions whose JPEG nvJPEG refused (their
-  // place is left unspecified), in increasing order; errors are CUDA's or nvJPEG's
-  // failures that are not one image's fault. Waits for the previous call's work on the
+  // and after the work already queued there, the writing of each into `device_images` (count x S x
+  // S x 3 bytes, HWC) at its position. Pixel samples are not touched. Returns the positions whose
+  // JPEG nvJPEG refused (their place is left unspecified), in increasing order; errors are CUDA's
+  // or nvJPEG's failures that are not one image's fault. Waits for the previous call's work on the
   // host side only as far as needed to reuse its buffers.
   absl::StatusOr<std::vector<int32_t>> Decode(const data_service::BatchView& batch,
                                               uint8_t* device_images, cudaStream_t stream);

@@ -336,7 +336,8 @@ TEST(GpuJpegDecoderTest, DecodeTimeBesideOtherWork) {
   int khz = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0), cudaSuccess);
   const c10::cuda::CUDAStream other = c10::cuda::getStreamFromPool(false, 0);
-  at::Tensor a = at::randn({8192, 8192}, at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16));
+  at::Tensor a =
+      at::randn({8192, 8192}, at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16));
   at::Tensor b = a.clone();
   auto ms_since = [](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
@@ -351,7 +352,8 @@ TEST(GpuJpegDecoderTest, DecodeTimeBesideOtherWork) {
         load();
       }
       const auto start = std::chrono::steady_clock::now();
-      absl::StatusOr<std::vector<int32_t>> refused = (*decoder)->Decode(batch.View(), device, stream);
+      absl::StatusOr<std::vector<int32_t>> refused =
+          (*decoder)->Decode(batch.View(), device, stream);
       times.push_back(ms_since(start));
       EXPECT_TRUE(refused.ok() && refused->empty());
       cudaStreamSynchronize(stream);
@@ -383,10 +385,11 @@ TEST(GpuJpegDecoderTest, DecodeTimeBesideOtherWork) {
   const double cpu = decode_ms([] {});
   stop = true;
   for (std::thread& t : spinners) t.join();
-  std::printf("[ hybrid ] decode of %d images, host time: %.2f ms on an idle GPU; %.2f ms beside "
-              "100 ms of one spinning GPU thread; %.2f ms beside 100 ms of matrix products (%d); "
-              "%.2f ms with every CPU core spinning; CUDA_DEVICE_MAX_CONNECTIONS=%s\n",
-              count, idle, spin, busy, products, cpu, kWorkQueues.c_str());
+  std::printf(
+      "[ hybrid ] decode of %d images, host time: %.2f ms on an idle GPU; %.2f ms beside "
+      "100 ms of one spinning GPU thread; %.2f ms beside 100 ms of matrix products (%d); "
+      "%.2f ms with every CPU core spinning; CUDA_DEVICE_MAX_CONNECTIONS=%s\n",
+      count, idle, spin, busy, products, cpu, kWorkQueues.c_str());
   EXPECT_LT(spin, idle + 50.0) << "the decode waited for another stream's work";
   EXPECT_LT(busy, idle + 50.0) << "the decode waited for all of another stream's work";
   cudaStreamDestroy(stream);

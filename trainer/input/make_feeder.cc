@@ -7,7 +7,8 @@
 
 namespace stoker::trainer {
 
-absl::StatusOr<std::unique_ptr<BatchFeeder>> MakeBatchFeeder(BatchSource* source, const FeederOptions& options,
+absl::StatusOr<std::unique_ptr<BatchFeeder>> MakeBatchFeeder(BatchSource* source,
+                                                             const FeederOptions& options,
                                                              at::Device device) {
   if (device.is_cpu()) return MakeCpuBatchFeeder(source, options);
 #ifdef STOKER_WITH_CUDA

@@ -12,7 +12,8 @@ namespace stoker::trainer {
 
 // A feeder of `source`'s batches onto `device` (a CUDA device, or the CPU). Borrows
 // `source`, which must outlive it. Unimplemented for a CUDA device in a build without CUDA.
-absl::StatusOr<std::unique_ptr<BatchFeeder>> MakeBatchFeeder(BatchSource* source, const FeederOptions& options,
+absl::StatusOr<std::unique_ptr<BatchFeeder>> MakeBatchFeeder(BatchSource* source,
+                                                             const FeederOptions& options,
                                                              at::Device device);
 
 // OK when batches with deferred samples can be fed onto `device`: a CUDA device in a build

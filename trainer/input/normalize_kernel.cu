@@ -14,9 +14,13 @@ struct ChannelAffine {
 template <typename T>
 __device__ __forceinline__ T Convert(float v);
 template <>
-__device__ __forceinline__ float Convert<float>(float v) { return v; }
+__device__ __forceinline__ float Convert<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ __half Convert<__half>(float v) { return __float2half_rn(v); }
+__device__ __forceinline__ __half Convert<__half>(float v) {
+  return __float2half_rn(v);
+}
 template <>
 __device__ __forceinline__ __nv_bfloat16 Convert<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
@@ -46,8 +50,8 @@ __device__ __forceinline__ void Store12(float* out, const float (&v)[12]) {
 }
 
 template <typename T>
-__global__ void NormalizeKernel(const uint8_t* __restrict__ in, T* __restrict__ out,
-                                int64_t pixels, ChannelAffine affine) {
+__global__ void NormalizeKernel(const uint8_t* __restrict__ in, T* __restrict__ out, int64_t pixels,
+                                ChannelAffine affine) {
   const int64_t groups = pixels / 4;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t g = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; g < groups;
@@ -89,10 +93,12 @@ cudaError_t LaunchNormalizeU8(const uint8_t* in, void* out, int64_t pixels, Norm
   const int blocks = static_cast<int>(std::min<int64_t>((work + kThreads - 1) / kThreads, 65536));
   switch (type) {
     case NormalizedType::kFloat32:
-      NormalizeKernel<float><<<blocks, kThreads, 0, stream>>>(in, static_cast<float*>(out), pixels, affine);
+      NormalizeKernel<float>
+          <<<blocks, kThreads, 0, stream>>>(in, static_cast<float*>(out), pixels, affine);
       break;
     case NormalizedType::kFloat16:
-      NormalizeKernel<__half><<<blocks, kThreads, 0, stream>>>(in, static_cast<__half*>(out), pixels, affine);
+      NormalizeKernel<__half>
+          <<<blocks, kThreads, 0, stream>>>(in, static_cast<__half*>(out), pixels, affine);
       break;
     case NormalizedType::kBFloat16:
       NormalizeKernel<__nv_bfloat16>

@@ -36,9 +36,9 @@ class ShareControlledFeeder final : public BatchFeeder {
       const DecodeShareController::Phase before = controller_->phase();
       // The GPU's own wait where the feeder measures it: the host's wait for a batch is long
       // whenever the training thread runs steps ahead of the GPU.
-      const double want = controller_->Observe(batch.gpu_decode_share, batch.count,
-                                               batch.gpu_input_wait.value_or(batch.data_wait),
-                                               control_.clock());
+      const double want =
+          controller_->Observe(batch.gpu_decode_share, batch.count,
+                               batch.gpu_input_wait.value_or(batch.data_wait), control_.clock());
       if (!SameShare(want, requested_)) {
         requested_ = want;
         if (control_.request) control_.request(want);

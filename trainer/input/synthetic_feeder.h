@@ -15,8 +15,8 @@ class SyntheticBatchFeeder final : public BatchFeeder {
  public:
   // Random images (normal, channels_last, `dtype`) and labels in [0, num_classes) on
   // `device`; the first batch handed out is batch `first_batch` of the run.
-  SyntheticBatchFeeder(const FeederOptions& options, int num_classes, at::Device device, int64_t steps_per_epoch,
-                       int64_t first_batch);
+  SyntheticBatchFeeder(const FeederOptions& options, int num_classes, at::Device device,
+                       int64_t steps_per_epoch, int64_t first_batch);
 
   absl::StatusOr<TrainingBatch> Next() override;
 

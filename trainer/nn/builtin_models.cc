@@ -1,10 +1,10 @@
 #include "trainer/nn/builtin_models.h"
 
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/functional/pooling.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
-#include <torch/nn/functional/activation.h>
-#include <torch/nn/functional/pooling.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -25,7 +25,8 @@ class SmallCnn final : public ImageClassifier {
     for (int i = 0; i < 3; ++i) {
       convs_.push_back(register_module(
           absl::StrCat("conv", i + 1),
-          nn::Conv2d(nn::Conv2dOptions(widths[i], widths[i + 1], 3).stride(2).padding(1).bias(false))));
+          nn::Conv2d(
+              nn::Conv2dOptions(widths[i], widths[i + 1], 3).stride(2).padding(1).bias(false))));
       bns_.push_back(register_module(absl::StrCat("bn", i + 1), nn::BatchNorm2d(widths[i + 1])));
     }
     fc_ = register_module("fc", nn::Linear(widths[3], num_classes));
@@ -51,15 +52,16 @@ absl::StatusOr<std::shared_ptr<ImageClassifier>> MakeBuiltinModel(const std::str
                                                                   int num_classes,
                                                                   bool fused_blocks) {
   if (num_classes < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("--num_classes must be >= 1, got ", num_classes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--num_classes must be >= 1, got ", num_classes));
   }
   using Model = absl::StatusOr<std::shared_ptr<ImageClassifier>>;
   return TorchCall(absl::StrCat("building model ", name), [&]() -> Model {
     if (name == "small_cnn") return std::make_shared<SmallCnn>(num_classes);
     if (name == "resnet18") return MakeResNet18(num_classes, fused_blocks);
     if (name == "resnet50") return MakeResNet50(num_classes, fused_blocks);
-    return absl::InvalidArgumentError(absl::StrCat("--model: unknown model '", name, "'; known: ",
-                                                   absl::StrJoin(BuiltinModelNames(), ", ")));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--model: unknown model '", name, "'; known: ", absl::StrJoin(BuiltinModelNames(), ", ")));
   });
 }
 

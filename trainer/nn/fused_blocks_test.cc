@@ -273,7 +273,8 @@ TEST_F(FusedBlocksGpuTest, MaxPoolMatchesTorchMaxPool) {
   int compared = 0;
   for (const Case& c : cases) {
     for (torch::Dtype dtype : {torch::kFloat, torch::kHalf, torch::kBFloat16}) {
-      const std::string name = Name(c.s, dtype, true, Form::kReLU) + " k" + std::to_string(c.kernel);
+      const std::string name =
+          Name(c.s, dtype, true, Form::kReLU) + " k" + std::to_string(c.kernel);
       const torch::Tensor x = torch::randn({c.s.n, c.s.c, c.s.h, c.s.w})
                                   .to(gpu, dtype)
                                   .contiguous(at::MemoryFormat::ChannelsLast);

@@ -51,8 +51,7 @@ absl::Status LossScaler::Unscale(std::vector<at::Tensor>& grads) {
         "LossScaler::Unscale before Scale: scale the loss before backward");
   }
   if (stage_ == Stage::kUnscaled) {
-    return absl::FailedPreconditionError(
-        "LossScaler::Unscale called twice since the last Update");
+    return absl::FailedPreconditionError("LossScaler::Unscale called twice since the last Update");
   }
   if (stage_ == Stage::kStepped) {
     return absl::FailedPreconditionError("LossScaler::Unscale after Step; call Update first");
@@ -93,8 +92,9 @@ absl::Status LossScaler::Unscale(std::vector<at::Tensor>& grads) {
       if (flag_and_inv == nullptr) {
         per_device.emplace_back(
             group.device,
-            std::make_pair(at::full({}, 0.0, scale_.options().dtype(at::kFloat).device(group.device)),
-                           inv_scale.to(group.device, /*non_blocking=*/true)));
+            std::make_pair(
+                at::full({}, 0.0, scale_.options().dtype(at::kFloat).device(group.device)),
+                inv_scale.to(group.device, /*non_blocking=*/true)));
         flag_and_inv = &per_device.back().second;
       }
       at::_amp_foreach_non_finite_check_and_unscale_(group.grads, flag_and_inv->first,
@@ -127,7 +127,8 @@ absl::Status LossScaler::Step(absl::FunctionRef<absl::Status()> optimizer_step) 
     return absl::FailedPreconditionError(
         "LossScaler::Step: no inf checks were recorded (Unscale saw no defined gradient)");
   }
-  RETURN_IF_ERROR(TorchCall("LossScaler::Step", [&] { step_skipped_ = found_inf_.item<float>() != 0.0f; }));
+  RETURN_IF_ERROR(
+      TorchCall("LossScaler::Step", [&] { step_skipped_ = found_inf_.item<float>() != 0.0f; }));
   if (!step_skipped_) {
     absl::Status status = optimizer_step();
     if (!status.ok()) return status;
@@ -161,8 +162,8 @@ LossScaler::State LossScaler::state() const {
 absl::Status LossScaler::Restore(const State& state) {
   if (!options_.enabled) return absl::OkStatus();
   if (!std::isfinite(state.scale) || state.scale <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "loss scaler state: scale must be finite and > 0, got ", state.scale));
+    return absl::InvalidArgumentError(
+        absl::StrCat("loss scaler state: scale must be finite and > 0, got ", state.scale));
   }
   if (state.growth_tracker < 0 || state.growth_tracker > INT32_MAX) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -106,10 +106,10 @@ class LossScaler {
   explicit LossScaler(const LossScalerOptions& options);
 
   LossScalerOptions options_;
-  State initial_;           // used by the first Scale
-  at::Tensor scale_;        // float32, 0-dim; undefined until the first Scale
+  State initial_;              // used by the first Scale
+  at::Tensor scale_;           // float32, 0-dim; undefined until the first Scale
   at::Tensor growth_tracker_;  // int32, 0-dim, on scale_'s device
-  at::Tensor found_inf_;    // float32, 0-dim, on scale_'s device; defined after Unscale
+  at::Tensor found_inf_;       // float32, 0-dim, on scale_'s device; defined after Unscale
   Stage stage_ = Stage::kReady;
   bool step_skipped_ = false;
 };

@@ -11,13 +11,16 @@ absl::Status LossScalerOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat("--init_scale=", init_scale, ": must be > 0"));
   }
   if (!(growth_factor > 1) || !std::isfinite(growth_factor)) {
-    return absl::InvalidArgumentError(absl::StrCat("--growth_factor=", growth_factor, ": must be > 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--growth_factor=", growth_factor, ": must be > 1"));
   }
   if (!(backoff_factor > 0 && backoff_factor < 1)) {
-    return absl::InvalidArgumentError(absl::StrCat("--backoff_factor=", backoff_factor, ": must be in (0, 1)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backoff_factor=", backoff_factor, ": must be in (0, 1)"));
   }
   if (growth_interval < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("--growth_interval=", growth_interval, ": must be >= 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--growth_interval=", growth_interval, ": must be >= 1"));
   }
   return absl::OkStatus();
 }

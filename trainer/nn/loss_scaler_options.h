@@ -14,7 +14,7 @@ struct LossScalerOptions {
   double growth_factor = 2.0;   // > 1
   double backoff_factor = 0.5;  // in (0, 1)
   int64_t growth_interval = 2000;
-  bool enabled = true;          // fp16 only: the trainer decides from the precision
+  bool enabled = true;  // fp16 only: the trainer decides from the precision
 
   // InvalidArgument naming the flag at fault (`--init_scale=0: must be > 0`).
   absl::Status Validate() const;

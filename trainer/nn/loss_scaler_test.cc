@@ -329,10 +329,11 @@ TEST(LossScalerTest, DisabledScalerPassesEverythingThrough) {
   std::vector<torch::Tensor> grads = {torch::full({1}, INFINITY)};
   EXPECT_TRUE(scaler->Unscale(grads).ok());
   bool stepped = false;
-  EXPECT_TRUE(scaler->Step([&] {
-                      stepped = true;
-                      return absl::OkStatus();
-                    })
+  EXPECT_TRUE(scaler
+                  ->Step([&] {
+                    stepped = true;
+                    return absl::OkStatus();
+                  })
                   .ok());
   EXPECT_TRUE(stepped);
   EXPECT_FALSE(scaler->StepSkipped());

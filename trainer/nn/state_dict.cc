@@ -17,7 +17,8 @@ namespace {
 void AppendStateDict(const torch::nn::Module& module, const std::string& prefix,
                      std::vector<std::pair<std::string, torch::Tensor>>& items) {
   for (const auto& parameter : module.named_parameters(/*recurse=*/false)) {
-    if (parameter.value().defined()) items.emplace_back(prefix + parameter.key(), parameter.value());
+    if (parameter.value().defined())
+      items.emplace_back(prefix + parameter.key(), parameter.value());
   }
   for (const auto& buffer : module.named_buffers(/*recurse=*/false)) {
     if (buffer.value().defined()) items.emplace_back(prefix + buffer.key(), buffer.value());

@@ -42,12 +42,19 @@ std::vector<std::string> Names(const std::vector<std::pair<std::string, torch::T
 
 TEST(StateDictTest, ItemsFollowPythonOrderOfOwnParametersThenOwnBuffersPerModule) {
   auto net = std::make_shared<TinyNet>();
-  const std::vector<std::string> expected = {
-      "conv.weight",
-      "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var", "bn.num_batches_tracked",
-      "head.0.weight", "head.0.bias",
-      "head.1.weight", "head.1.bias", "head.1.running_mean", "head.1.running_var",
-      "head.1.num_batches_tracked"};
+  const std::vector<std::string> expected = {"conv.weight",
+                                             "bn.weight",
+                                             "bn.bias",
+                                             "bn.running_mean",
+                                             "bn.running_var",
+                                             "bn.num_batches_tracked",
+                                             "head.0.weight",
+                                             "head.0.bias",
+                                             "head.1.weight",
+                                             "head.1.bias",
+                                             "head.1.running_mean",
+                                             "head.1.running_var",
+                                             "head.1.num_batches_tracked"};
   EXPECT_EQ(Names(StateDictItems(*net)), expected);
 }
 
@@ -93,8 +100,7 @@ for name, t in sd.items():
                                                            {path});
   ASSERT_TRUE(printed.ok()) << printed.status();
 
-  const std::vector<std::string> lines =
-      absl::StrSplit(*printed, '\n', absl::SkipWhitespace());
+  const std::vector<std::string> lines = absl::StrSplit(*printed, '\n', absl::SkipWhitespace());
   const auto items = StateDictItems(*net);
   ASSERT_EQ(lines.size(), items.size()) << *printed;
   for (size_t i = 0; i < items.size(); ++i) {

@@ -7,7 +7,8 @@
 
 namespace stoker::trainer {
 
-absl::StatusOr<LearningRateSchedule> LearningRateSchedule::Create(const LrScheduleOptions& options) {
+absl::StatusOr<LearningRateSchedule> LearningRateSchedule::Create(
+    const LrScheduleOptions& options) {
   if (options.steps_per_epoch < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("learning-rate schedule: an epoch has ", options.steps_per_epoch,

@@ -38,8 +38,8 @@ TEST(LearningRateScheduleTest, CosineFallsFromThePeakToTheFloorAfterTheWarmup) {
   o.epochs = 11;
   o.warmup_epochs = 1;
   LearningRateSchedule s = Make(o);
-  EXPECT_DOUBLE_EQ(s.At(9), 1.0);    // last warm-up step
-  EXPECT_DOUBLE_EQ(s.At(10), 1.0);   // cosine starts at the peak
+  EXPECT_DOUBLE_EQ(s.At(9), 1.0);                 // last warm-up step
+  EXPECT_DOUBLE_EQ(s.At(10), 1.0);                // cosine starts at the peak
   EXPECT_NEAR(s.At(60), 0.1 + 0.9 * 0.5, 1e-12);  // half way
   EXPECT_NEAR(s.At(109), 0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * 99.0 / 100)), 1e-12);
   for (int64_t t = 11; t < 110; ++t) EXPECT_LT(s.At(t), s.At(t - 1)) << t;
@@ -56,10 +56,10 @@ TEST(LearningRateScheduleTest, StepDecaysAtTheStartOfEachMilestoneEpoch) {
   o.gamma = 0.5;
   LearningRateSchedule s = Make(o);
   EXPECT_DOUBLE_EQ(s.At(0), 0.1);
-  EXPECT_DOUBLE_EQ(s.At(11), 0.1);      // epoch 2
-  EXPECT_DOUBLE_EQ(s.At(12), 0.05);     // epoch 3
-  EXPECT_DOUBLE_EQ(s.At(23), 0.05);     // epoch 5
-  EXPECT_DOUBLE_EQ(s.At(24), 0.025);    // epoch 6
+  EXPECT_DOUBLE_EQ(s.At(11), 0.1);    // epoch 2
+  EXPECT_DOUBLE_EQ(s.At(12), 0.05);   // epoch 3
+  EXPECT_DOUBLE_EQ(s.At(23), 0.05);   // epoch 5
+  EXPECT_DOUBLE_EQ(s.At(24), 0.025);  // epoch 6
   EXPECT_DOUBLE_EQ(s.At(39), 0.025);
 }
 

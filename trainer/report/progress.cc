@@ -21,10 +21,10 @@ std::string FormatEta(double seconds) {
 }
 
 std::string FormatProgressLine(const ProgressSnapshot& p) {
-  std::string line = absl::StrFormat(
-      "epoch %d/%d  step %d/%d  loss %.4f  lr %.4g  %.0f img/s  data %.1f%%", p.epoch, p.epochs,
-      p.step, p.steps_per_epoch, p.loss, p.learning_rate, p.images_per_second,
-      100.0 * p.data_wait_share);
+  std::string line =
+      absl::StrFormat("epoch %d/%d  step %d/%d  loss %.4f  lr %.4g  %.0f img/s  data %.1f%%",
+                      p.epoch, p.epochs, p.step, p.steps_per_epoch, p.loss, p.learning_rate,
+                      p.images_per_second, 100.0 * p.data_wait_share);
   if (p.gpu_input_wait_share >= 0) {
     absl::StrAppend(&line, absl::StrFormat("  gpu-wait %.1f%%", 100.0 * p.gpu_input_wait_share));
   }
@@ -70,11 +70,21 @@ std::string JsonString(absl::string_view s) {
   std::string out = "\"";
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           out += absl::StrFormat("\\u%04x", static_cast<int>(c));
@@ -89,7 +99,8 @@ std::string JsonString(absl::string_view s) {
 }  // namespace
 
 JsonObject& JsonObject::Add(absl::string_view key, double value) {
-  fields_.emplace_back(std::string(key), std::isfinite(value) ? absl::StrFormat("%.9g", value) : "null");
+  fields_.emplace_back(std::string(key),
+                       std::isfinite(value) ? absl::StrFormat("%.9g", value) : "null");
   return *this;
 }
 

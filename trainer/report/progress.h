@@ -18,18 +18,18 @@
 namespace stoker::trainer {
 
 struct ProgressSnapshot {
-  int epoch = 0;               // 1-based for display
+  int epoch = 0;  // 1-based for display
   int epochs = 0;
-  int64_t step = 0;            // batches done in this epoch (1-based for display)
+  int64_t step = 0;  // batches done in this epoch (1-based for display)
   int64_t steps_per_epoch = 0;
   double loss = 0;
   double learning_rate = 0;
   double images_per_second = 0;
-  double data_wait_share = 0;  // 0..1, the host's wait
+  double data_wait_share = 0;        // 0..1, the host's wait
   double gpu_input_wait_share = -1;  // 0..1, the GPU's wait for input; negative: not shown
-  double gpu_decode_share = -1;  // 0..1, of each batch decoded on the GPU; negative: not shown
-  std::string memory;          // e.g. "GPU 3.2/80.0 GiB" or "RSS 1.1 GiB"; empty: not shown
-  double eta_seconds = -1;     // negative: unknown
+  double gpu_decode_share = -1;      // 0..1, of each batch decoded on the GPU; negative: not shown
+  std::string memory;                // e.g. "GPU 3.2/80.0 GiB" or "RSS 1.1 GiB"; empty: not shown
+  double eta_seconds = -1;           // negative: unknown
 };
 
 // "epoch 2/10  step 120/390  loss 1.2345  lr 0.0800  1234 img/s  data 3.0%  gpu-wait 0.4%
@@ -68,10 +68,14 @@ class JsonObject {
  public:
   JsonObject& Add(absl::string_view key, double value);
   JsonObject& Add(absl::string_view key, int64_t value);
-  JsonObject& Add(absl::string_view key, int value) { return Add(key, static_cast<int64_t>(value)); }
+  JsonObject& Add(absl::string_view key, int value) {
+    return Add(key, static_cast<int64_t>(value));
+  }
   JsonObject& Add(absl::string_view key, bool value);
   JsonObject& Add(absl::string_view key, absl::string_view value);
-  JsonObject& Add(absl::string_view key, const char* value) { return Add(key, absl::string_view(value)); }
+  JsonObject& Add(absl::string_view key, const char* value) {
+    return Add(key, absl::string_view(value));
+  }
   std::string Build() const;  // "{...}" without a newline
 
  private:

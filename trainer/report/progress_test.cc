@@ -28,7 +28,8 @@ TEST(ProgressTest, LineShowsEveryField) {
   p.memory = "RSS 1.1 GiB";
   p.eta_seconds = 312;
   EXPECT_EQ(FormatProgressLine(p),
-            "epoch 2/10  step 120/390  loss 1.2346  lr 0.08  1234 img/s  data 3.0%  RSS 1.1 GiB  ETA 5m12s");
+            "epoch 2/10  step 120/390  loss 1.2346  lr 0.08  1234 img/s  data 3.0%  RSS 1.1 GiB  "
+            "ETA 5m12s");
 }
 
 TEST(ProgressTest, LineShowsTheGpusWaitAndDecodeShareWhereKnown) {
@@ -77,21 +78,29 @@ TEST(ProgressTest, OnATerminalTheLineIsRedrawnInPlace) {
   EXPECT_EQ(Printed(true), "\rone\x1b[K\rtwo\x1b[K\n\rthree\x1b[K\n");
 }
 
-TEST(ProgressTest, OtherwiseEveryUpdateIsAPlainLine) { EXPECT_EQ(Printed(false), "one\ntwo\nthree\n"); }
+TEST(ProgressTest, OtherwiseEveryUpdateIsAPlainLine) {
+  EXPECT_EQ(Printed(false), "one\ntwo\nthree\n");
+}
 
 TEST(ProgressTest, ResidentSetIsKnownOnLinux) { EXPECT_GT(ResidentSetGiB(), 0); }
 
 TEST(JsonTest, ObjectsAreValidJsonInInsertionOrder) {
   JsonObject o;
-  o.Add("type", "train").Add("step", int64_t{5}).Add("loss", 0.25).Add("ok", true)
-      .Add("note", "a \"b\"\n").Add("nan", std::nan(""));
+  o.Add("type", "train")
+      .Add("step", int64_t{5})
+      .Add("loss", 0.25)
+      .Add("ok", true)
+      .Add("note", "a \"b\"\n")
+      .Add("nan", std::nan(""));
   EXPECT_EQ(o.Build(),
-            "{\"type\": \"train\", \"step\": 5, \"loss\": 0.25, \"ok\": true, \"note\": \"a \\\"b\\\"\\n\", "
+            "{\"type\": \"train\", \"step\": 5, \"loss\": 0.25, \"ok\": true, \"note\": \"a "
+            "\\\"b\\\"\\n\", "
             "\"nan\": null}");
 }
 
 TEST(JsonTest, WriterAppends) {
-  ASSERT_OK_AND_ASSIGN(const stoker::testing::TempDir dir, stoker::testing::TempDir::Create("jsonl"));
+  ASSERT_OK_AND_ASSIGN(const stoker::testing::TempDir dir,
+                       stoker::testing::TempDir::Create("jsonl"));
   const std::string path = dir.Join("metrics.jsonl");
   for (int i = 0; i < 2; ++i) {
     auto writer = JsonlWriter::Open(path);

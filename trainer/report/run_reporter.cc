@@ -34,34 +34,39 @@ JsonObject& AddRatesAndTime(JsonObject& record, double images_per_second, double
                             double gpu_input_wait_share, double elapsed_s) {
   record.Add("images_per_second", images_per_second).Add("data_wait_share", data_wait_share);
   if (gpu_input_wait_share >= 0) record.Add("gpu_input_wait_share", gpu_input_wait_share);
-  return record.Add("elapsed_s", elapsed_s)
-      .Add("time", UnixSeconds());
+  return record.Add("elapsed_s", elapsed_s).Add("time", UnixSeconds());
 }
 
 // Writes each (tag, value) of `scalars`, in order, at `step`.
 absl::Status AddScalars(TensorBoardWriter& writer,
-                        std::initializer_list<std::pair<absl::string_view, double>> scalars, int64_t step) {
+                        std::initializer_list<std::pair<absl::string_view, double>> scalars,
+                        int64_t step) {
   for (const auto& [tag, value] : scalars) RETURN_IF_ERROR(writer.AddScalar(tag, value, step));
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<RunReporter>> RunReporter::Create(const ReportOptions& options, int rank,
+absl::StatusOr<std::unique_ptr<RunReporter>> RunReporter::Create(const ReportOptions& options,
+                                                                 int rank,
                                                                  const RunDescription& run,
                                                                  DecodeShareSource decode_share) {
-  std::unique_ptr<RunReporter> reporter(new RunReporter(options, rank, run, std::move(decode_share)));
+  std::unique_ptr<RunReporter> reporter(
+      new RunReporter(options, rank, run, std::move(decode_share)));
   if (!options.sample_log.empty()) {
     const std::string path = absl::StrCat(options.sample_log, ".rank", rank);
     reporter->sample_log_.open(path, std::ios::trunc);
-    if (!reporter->sample_log_) return absl::InvalidArgumentError(absl::StrCat("--sample_log: cannot write ", path));
+    if (!reporter->sample_log_)
+      return absl::InvalidArgumentError(absl::StrCat("--sample_log: cannot write ", path));
   }
   if (rank != 0) return reporter;
-  reporter->progress_ = std::make_unique<ProgressPrinter>(stderr, ProgressInPlace(options.progress));
+  reporter->progress_ =
+      std::make_unique<ProgressPrinter>(stderr, ProgressInPlace(options.progress));
   if (!options.loss_log.empty()) {
     reporter->loss_log_.open(options.loss_log, std::ios::trunc);
     if (!reporter->loss_log_) {
-      return absl::InvalidArgumentError(absl::StrCat("--loss_log: cannot write ", options.loss_log));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--loss_log: cannot write ", options.loss_log));
     }
   }
   if (!options.metrics_jsonl.empty()) {
@@ -139,7 +144,8 @@ absl::Status RunReporter::Progress(const TrainProgress& p) {
   window_.Restart(now);
   double eta = -1;
   if (p.steps_this_run > 1) {
-    eta = Seconds(now - run_start_) / (p.steps_this_run - 1) * std::max<int64_t>(0, p.total_steps - p.global_step);
+    eta = Seconds(now - run_start_) / (p.steps_this_run - 1) *
+          std::max<int64_t>(0, p.total_steps - p.global_step);
   }
   ProgressSnapshot snapshot;
   snapshot.epoch = static_cast<int>(p.epoch + 1);
@@ -191,17 +197,19 @@ absl::Status RunReporter::Progress(const TrainProgress& p) {
       RETURN_IF_ERROR(
           tensorboard_->AddScalar("train/gpu_decode_share", share.share, p.global_step));
     }
-    if (has_norm) RETURN_IF_ERROR(tensorboard_->AddScalar("train/grad_norm", p.grad_norm, p.global_step));
+    if (has_norm)
+      RETURN_IF_ERROR(tensorboard_->AddScalar("train/grad_norm", p.grad_norm, p.global_step));
   }
   return absl::OkStatus();
 }
 
 void RunReporter::Starting(int64_t batches_per_epoch, int64_t steps_per_epoch, int accumulate,
                            double learning_rate, absl::string_view schedule) {
-  Note(absl::StrFormat("training %s: %d epochs of %d batches (%d optimizer steps each) on %d rank(s), batch %d x "
-                       "%d%s, lr %g (%s)",
-                       run_.model, run_.epochs, batches_per_epoch, steps_per_epoch, run_.world_size, run_.batch_size,
-                       accumulate, accumulate > 1 ? " (accumulated)" : "", learning_rate, schedule));
+  Note(absl::StrFormat(
+      "training %s: %d epochs of %d batches (%d optimizer steps each) on %d rank(s), batch %d x "
+      "%d%s, lr %g (%s)",
+      run_.model, run_.epochs, batches_per_epoch, steps_per_epoch, run_.world_size, run_.batch_size,
+      accumulate, accumulate > 1 ? " (accumulated)" : "", learning_rate, schedule));
 }
 
 void RunReporter::Note(const std::string& line) {
@@ -210,16 +218,17 @@ void RunReporter::Note(const std::string& line) {
   LogInfo("%s", line);
 }
 
-absl::Status RunReporter::Validation(int64_t epoch, int64_t global_step, const ValidationScores& scores,
-                                     double seconds) {
+absl::Status RunReporter::Validation(int64_t epoch, int64_t global_step,
+                                     const ValidationScores& scores, double seconds) {
   last_val_ = scores;
   if (scores.top1 > best_top1_) {
     best_top1_ = scores.top1;
     best_epoch_ = epoch + 1;
   }
   if (!rank0()) return absl::OkStatus();
-  Note(absl::StrFormat("validation after epoch %d: top-1 %.2f%%  top-5 %.2f%%  loss %.4f  (%d samples, %.1f s)",
-                       epoch + 1, 100 * scores.top1, 100 * scores.top5, scores.loss, scores.samples, seconds));
+  Note(absl::StrFormat(
+      "validation after epoch %d: top-1 %.2f%%  top-5 %.2f%%  loss %.4f  (%d samples, %.1f s)",
+      epoch + 1, 100 * scores.top1, 100 * scores.top5, scores.loss, scores.samples, seconds));
   if (jsonl_ != nullptr) {
     RETURN_IF_ERROR(jsonl_->Write(JsonObject()
                                       .Add("type", "val")
@@ -233,17 +242,20 @@ absl::Status RunReporter::Validation(int64_t epoch, int64_t global_step, const V
   }
   if (tensorboard_ != nullptr) {
     RETURN_IF_ERROR(AddScalars(
-        *tensorboard_, {{"val/top1", scores.top1}, {"val/top5", scores.top5}, {"val/loss", scores.loss}}, global_step));
+        *tensorboard_,
+        {{"val/top1", scores.top1}, {"val/top5", scores.top5}, {"val/loss", scores.loss}},
+        global_step));
   }
   return absl::OkStatus();
 }
 
 absl::Status RunReporter::Stopped(const std::string& why, const std::string& reason, int64_t epoch,
-                                  int64_t batches_done, int64_t batches_per_epoch, int64_t global_step,
-                                  const std::string& checkpoint) {
+                                  int64_t batches_done, int64_t batches_per_epoch,
+                                  int64_t global_step, const std::string& checkpoint) {
   if (!rank0()) return absl::OkStatus();
   progress_->Finish();
-  LogInfo("%s at epoch %d, batch %d of %d (step %d)%s", why, epoch + 1, batches_done, batches_per_epoch, global_step,
+  LogInfo("%s at epoch %d, batch %d of %d (step %d)%s", why, epoch + 1, batches_done,
+          batches_per_epoch, global_step,
           checkpoint.empty() ? "; no checkpoint (no --checkpoint_dir)"
                              : absl::StrCat("; resume with --resume=auto (", checkpoint, ")"));
   if (jsonl_ == nullptr) return absl::OkStatus();
@@ -264,20 +276,24 @@ absl::Status RunReporter::Finished(const RunSummary& s) {
   const double gpu_input_wait_share = measured_.GpuInputWaitShare(now);
   const bool profiled = s.profiler != nullptr && s.profiler->steps() > 0;
   progress_->Finish();
-  LogInfo("done: %d epochs, %d optimizer steps (%d in this run); %.1f images/s over %d ranks after "
-          "%d warm-up steps; data wait %.1f%% of the time%s",
-          run_.epochs, s.global_step, s.steps_this_run, images_per_second, run_.world_size, run_.warmup_steps,
-          100 * data_wait_share,
-          gpu_input_wait_share < 0
-              ? ""
-              : absl::StrFormat(" (the GPU's wait for input: %.1f%%)", 100 * gpu_input_wait_share));
+  LogInfo(
+      "done: %d epochs, %d optimizer steps (%d in this run); %.1f images/s over %d ranks after "
+      "%d warm-up steps; data wait %.1f%% of the time%s",
+      run_.epochs, s.global_step, s.steps_this_run, images_per_second, run_.world_size,
+      run_.warmup_steps, 100 * data_wait_share,
+      gpu_input_wait_share < 0
+          ? ""
+          : absl::StrFormat(" (the GPU's wait for input: %.1f%%)", 100 * gpu_input_wait_share));
   if (s.loss_scaling) {
     LogInfo("fp16 loss scale %.0f; %d step(s) skipped for inf/NaN gradients", s.loss_scale,
             static_cast<int>(s.skipped_steps));
   }
   if (last_val_.has_value()) {
-    LogInfo("validation: final top-1 %.2f%%, top-5 %.2f%% (%d samples); best top-1 %.2f%% after epoch %d",
-            100 * last_val_->top1, 100 * last_val_->top5, last_val_->samples, 100 * best_top1_, best_epoch_);
+    LogInfo(
+        "validation: final top-1 %.2f%%, top-5 %.2f%% (%d samples); best top-1 %.2f%% after epoch "
+        "%d",
+        100 * last_val_->top1, 100 * last_val_->top5, last_val_->samples, 100 * best_top1_,
+        best_epoch_);
   }
   const DecodeShareReport share = ReadDecodeShare();
   const bool share_shown = !share.mode.empty();
@@ -291,13 +307,13 @@ absl::Status RunReporter::Finished(const RunSummary& s) {
   if (!s.exported.empty()) LogInfo("exported the model's state dict to %s", s.exported);
   if (jsonl_ != nullptr) {
     JsonObject record;
-    record.Add("type", "end")
-        .Add("epochs", run_.epochs)
-        .Add("global_step", s.global_step);
+    record.Add("type", "end").Add("epochs", run_.epochs).Add("global_step", s.global_step);
     AddRatesAndTime(record, images_per_second, data_wait_share, gpu_input_wait_share,
                     Seconds(now - run_start_));
     if (last_val_.has_value()) {
-      record.Add("val_top1", last_val_->top1).Add("val_top5", last_val_->top5).Add("best_top1", best_top1_);
+      record.Add("val_top1", last_val_->top1)
+          .Add("val_top5", last_val_->top5)
+          .Add("best_top1", best_top1_);
     }
     if (share_shown) {
       record.Add("gpu_decode_share", share.share)
@@ -327,16 +343,21 @@ absl::Status RunReporter::Finished(const RunSummary& s) {
         .Add("gpu_decode_settled", share.settled);
   }
   if (last_val_.has_value()) {
-    summary.Add("val_top1", last_val_->top1).Add("val_top5", last_val_->top5).Add("val_samples", last_val_->samples);
+    summary.Add("val_top1", last_val_->top1)
+        .Add("val_top5", last_val_->top5)
+        .Add("val_samples", last_val_->samples);
   }
   if (profiled) {
     for (int p = 0; p < kStepPhaseCount; ++p) {
       const StepPhase phase = static_cast<StepPhase>(p);
-      summary.Add(absl::StrCat("profile_", StepPhaseName(phase), "_ms"), 1e3 * s.profiler->MeanSeconds(phase));
+      summary.Add(absl::StrCat("profile_", StepPhaseName(phase), "_ms"),
+                  1e3 * s.profiler->MeanSeconds(phase));
     }
   }
   out << summary.Build() << "\n";
-  if (!out) return absl::InvalidArgumentError(absl::StrCat("--metrics_out: cannot write ", options_.metrics_out));
+  if (!out)
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics_out: cannot write ", options_.metrics_out));
   return absl::OkStatus();
 }
 

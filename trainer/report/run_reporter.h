@@ -65,7 +65,7 @@ struct RunSummary {
   bool loss_scaling = false;  // fp16: scale and skipped steps are reported
   double loss_scale = 0;
   int64_t skipped_steps = 0;
-  std::string exported;  // the --export path written, or empty
+  std::string exported;                    // the --export path written, or empty
   const StepProfiler* profiler = nullptr;  // with measured steps, or nullptr
 };
 
@@ -91,9 +91,9 @@ class RunReporter {
   // Opens the outputs `options` names: --sample_log on every rank, the rest on rank 0.
   // Errors name the flag. `decode_share` (may be null: nothing is said about it) is called
   // on the training thread.
-  static absl::StatusOr<std::unique_ptr<RunReporter>> Create(const ReportOptions& options, int rank,
-                                                            const RunDescription& run,
-                                                            DecodeShareSource decode_share = nullptr);
+  static absl::StatusOr<std::unique_ptr<RunReporter>> Create(
+      const ReportOptions& options, int rank, const RunDescription& run,
+      DecodeShareSource decode_share = nullptr);
 
   bool rank0() const { return rank_ == 0; }
 
@@ -120,14 +120,16 @@ class RunReporter {
   // Rank 0: the progress line, its JSON line and TensorBoard scalars.
   absl::Status Progress(const TrainProgress& progress);
   // Rank 0: what is about to train.
-  void Starting(int64_t batches_per_epoch, int64_t steps_per_epoch, int accumulate, double learning_rate,
-                absl::string_view schedule);
+  void Starting(int64_t batches_per_epoch, int64_t steps_per_epoch, int accumulate,
+                double learning_rate, absl::string_view schedule);
   // Rank 0: a log line that does not break the progress line.
   void Note(const std::string& line);
-  absl::Status Validation(int64_t epoch, int64_t global_step, const ValidationScores& scores, double seconds);
+  absl::Status Validation(int64_t epoch, int64_t global_step, const ValidationScores& scores,
+                          double seconds);
   // Rank 0: why the run stopped early and how to resume it.
-  absl::Status Stopped(const std::string& why, const std::string& reason, int64_t epoch, int64_t batches_done,
-                       int64_t batches_per_epoch, int64_t global_step, const std::string& checkpoint);
+  absl::Status Stopped(const std::string& why, const std::string& reason, int64_t epoch,
+                       int64_t batches_done, int64_t batches_per_epoch, int64_t global_step,
+                       const std::string& checkpoint);
   // Rank 0: the summary line(s), the "end" JSON line and --metrics_out.
   absl::Status Finished(const RunSummary& summary);
 
@@ -154,7 +156,7 @@ class RunReporter {
   ThroughputMeter window_;    // since the last progress line
   ThroughputMeter measured_;  // after the warm-up
   int64_t measured_steps_ = 0;
-  at::Tensor loss_window_;    // summed step losses since the last progress line
+  at::Tensor loss_window_;  // summed step losses since the last progress line
   int64_t loss_window_steps_ = 0;
   double last_loss_ = NAN;
   absl::optional<ValidationScores> last_val_;

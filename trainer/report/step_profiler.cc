@@ -30,17 +30,24 @@ struct StepProfiler::DeviceEvents {};
 
 const char* StepPhaseName(StepPhase phase) {
   switch (phase) {
-    case StepPhase::kDataWait: return "data_wait";
-    case StepPhase::kHostToDevice: return "h2d";
-    case StepPhase::kForward: return "forward";
-    case StepPhase::kBackward: return "backward";
-    case StepPhase::kAllreduceWait: return "allreduce_wait";
-    case StepPhase::kOptimizer: return "optimizer";
+    case StepPhase::kDataWait:
+      return "data_wait";
+    case StepPhase::kHostToDevice:
+      return "h2d";
+    case StepPhase::kForward:
+      return "forward";
+    case StepPhase::kBackward:
+      return "backward";
+    case StepPhase::kAllreduceWait:
+      return "allreduce_wait";
+    case StepPhase::kOptimizer:
+      return "optimizer";
   }
   return "?";
 }
 
-absl::StatusOr<std::unique_ptr<StepProfiler>> StepProfiler::Create(bool cuda, void* cuda_stream, int device) {
+absl::StatusOr<std::unique_ptr<StepProfiler>> StepProfiler::Create(bool cuda, void* cuda_stream,
+                                                                   int device) {
 #ifndef STOKER_WITH_CUDA
   if (cuda) return absl::FailedPreconditionError("StepProfiler: this build has no CUDA");
 #endif
@@ -64,8 +71,9 @@ absl::Status StepProfiler::Record() {
     ASSIGN_OR_RETURN(CudaEvent event, CudaEvent::Create(cudaEventDefault));
     events.push_back(std::move(event));
   }
-  RETURN_IF_ERROR(CudaStatus(cudaEventRecord(events[index].get(), static_cast<cudaStream_t>(stream_)),
-                             "cudaEventRecord (profiler)"));
+  RETURN_IF_ERROR(
+      CudaStatus(cudaEventRecord(events[index].get(), static_cast<cudaStream_t>(stream_)),
+                 "cudaEventRecord (profiler)"));
 #endif
   return absl::OkStatus();
 }
@@ -135,10 +143,12 @@ std::string StepProfiler::Report() const {
                                     cuda_ ? "CUDA events; data wait is host time" : "host clocks");
   for (int p = 0; p < kStepPhaseCount; ++p) {
     const double mean = steps_ == 0 ? 0 : totals_[p] / steps_;
-    absl::StrAppendFormat(&out, "  %-15s %9.3f ms  %5.1f%%\n", StepPhaseName(static_cast<StepPhase>(p)),
-                          mean * 1e3, total > 0 ? 100.0 * totals_[p] / total : 0.0);
+    absl::StrAppendFormat(&out, "  %-15s %9.3f ms  %5.1f%%\n",
+                          StepPhaseName(static_cast<StepPhase>(p)), mean * 1e3,
+                          total > 0 ? 100.0 * totals_[p] / total : 0.0);
   }
-  absl::StrAppendFormat(&out, "  %-15s %9.3f ms", "total", steps_ == 0 ? 0.0 : total / steps_ * 1e3);
+  absl::StrAppendFormat(&out, "  %-15s %9.3f ms", "total",
+                        steps_ == 0 ? 0.0 : total / steps_ * 1e3);
   return out;
 }
 

@@ -33,7 +33,8 @@ class StepProfiler {
  public:
   // `cuda` selects CUDA events on `cuda_stream` (a cudaStream_t; nullptr is the default
   // stream) of `device`; otherwise host clocks.
-  static absl::StatusOr<std::unique_ptr<StepProfiler>> Create(bool cuda, void* cuda_stream, int device);
+  static absl::StatusOr<std::unique_ptr<StepProfiler>> Create(bool cuda, void* cuda_stream,
+                                                              int device);
   ~StepProfiler();
   StepProfiler(const StepProfiler&) = delete;
   StepProfiler& operator=(const StepProfiler&) = delete;
@@ -67,7 +68,7 @@ class StepProfiler {
   void* stream_;  // cudaStream_t
   int device_;
   std::unique_ptr<DeviceEvents> events_;
-  std::vector<StepPhase> marked_;     // phase of the interval ending at each event/time
+  std::vector<StepPhase> marked_;  // phase of the interval ending at each event/time
   std::vector<std::chrono::steady_clock::time_point> times_;
   std::array<double, kStepPhaseCount> totals_{};  // seconds over all steps
   std::array<double, kStepPhaseCount> host_{};    // host seconds added this step

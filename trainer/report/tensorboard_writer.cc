@@ -82,16 +82,19 @@ namespace {
 double Now() { return absl::ToUnixMicros(absl::Now()) / 1e6; }
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::Create(const std::string& directory) {
+absl::StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::Create(
+    const std::string& directory) {
   RETURN_IF_ERROR(MakeDirectories(directory, 0755));  // for TensorBoard, maybe another user's
   char host[256] = "localhost";
   gethostname(host, sizeof(host) - 1);
   const double now = Now();
   // Same second and host as an earlier file (a quick restart): add the pid.
-  std::string path = absl::StrCat(directory, "/events.out.tfevents.", static_cast<int64_t>(now), ".", host);
+  std::string path =
+      absl::StrCat(directory, "/events.out.tfevents.", static_cast<int64_t>(now), ".", host);
   if (access(path.c_str(), F_OK) == 0) absl::StrAppend(&path, ".", getpid());
   std::FILE* file = std::fopen(path.c_str(), "wb");
-  if (file == nullptr) return ErrnoToStatus(errno, absl::StrCat("--tensorboard_dir: creating ", path));
+  if (file == nullptr)
+    return ErrnoToStatus(errno, absl::StrCat("--tensorboard_dir: creating ", path));
   std::unique_ptr<TensorBoardWriter> writer(new TensorBoardWriter(path, file));
   RETURN_IF_ERROR(writer->WriteRecord(internal::EncodeFileVersionEvent(now)));
   return writer;
@@ -103,7 +106,8 @@ TensorBoardWriter::~TensorBoardWriter() {
 
 absl::Status TensorBoardWriter::WriteRecord(const std::string& data) {
   const std::string record = internal::FrameRecord(data);
-  if (std::fwrite(record.data(), 1, record.size(), file_) != record.size() || std::fflush(file_) != 0) {
+  if (std::fwrite(record.data(), 1, record.size(), file_) != record.size() ||
+      std::fflush(file_) != 0) {
     return ErrnoToStatus(errno, absl::StrCat("writing TensorBoard events to ", path_));
   }
   return absl::OkStatus();

@@ -22,7 +22,8 @@ TEST(TensorBoardWriterTest, RecordFramingHasLengthAndMaskedChecksums) {
 }
 
 TEST(TensorBoardWriterTest, TensorBoardsEventAccumulatorReadsTheScalarsBack) {
-  ASSERT_OK_AND_ASSIGN(const stoker::testing::TempDir temp, stoker::testing::TempDir::Create("tb_run"));
+  ASSERT_OK_AND_ASSIGN(const stoker::testing::TempDir temp,
+                       stoker::testing::TempDir::Create("tb_run"));
   const std::string dir = temp.path();
   {
     auto writer = TensorBoardWriter::Create(dir);

@@ -37,7 +37,9 @@ class ThroughputMeter {
 
   // Wall time since the start, without the excluded pauses (at least 1 ns).
   double Seconds(Clock::time_point now = Clock::now()) const;
-  double ImagesPerSecond(Clock::time_point now = Clock::now()) const { return images_ / Seconds(now); }
+  double ImagesPerSecond(Clock::time_point now = Clock::now()) const {
+    return images_ / Seconds(now);
+  }
   // Time waiting for data over the measured time; at most 1 when `capped`.
   double DataWaitShare(Clock::time_point now = Clock::now(), bool capped = false) const;
   // The GPU's wait for input over the measured time, at most 1; negative when no batch

@@ -32,6 +32,9 @@ class TrainingModel {
                                                                const RunContext& context,
                                                                Communicator& gradients);
 
+  // Batch norm stops synchronising over the gradient communicator (--sync_batchnorm).
+  ~TrainingModel();
+
   ImageClassifier& model() { return *model_; }
   // Seeds the model's random ops (dropout) for optimizer step `step` of rank `rank`: a
   // function of (run seed, rank, step) alone, so a resumed run draws the masks that the
@@ -46,6 +49,13 @@ class TrainingModel {
   // Gives every rank rank 0's weights and buffers before the first step, as DDP does. A
   // collective over `communicator`: the same order on every rank.
   absl::Status BroadcastState(Communicator& communicator);
+  // Gives every rank rank 0's buffers (batch-norm running mean and variance,
+  // num_batches_tracked; floating and integer), not its parameters: the running statistics
+  // that DDP's broadcast_buffers gives every forward pass. The training loop calls it
+  // before validation, before a checkpoint and before --export (Note [Running statistics
+  // as DDP keeps them]). A collective over `communicator` (the gradient communicator:
+  // device memory on the GPU). Must be called in the same order on every rank.
+  absl::Status SyncBuffers(Communicator& communicator);
   // The raw bytes of every parameter, in registration order, to `path` (tests).
   absl::Status WriteParameters(const std::string& path);
   // The model's state dict, pickled as torch.save writes it (torchvision's names and

@@ -75,7 +75,7 @@ TEST(TrainingModelTest, SyncBuffersGivesEveryRankRankZerosRunningStatistics) {
   const std::vector<at::Tensor> mine = Copies(model.buffers());
   const std::vector<at::Tensor> rank0 = RankZeroCopies(model.buffers(), comm);
   const std::vector<at::Tensor> parameters = Copies(model.parameters());
-  ASSERT_EQ(mine.size(), 9u);   // 3 batch norms: mean, var, num_batches_tracked; none else
+  ASSERT_EQ(mine.size(), 9u);  // 3 batch norms: mean, var, num_batches_tracked; none else
   bool differ = false;
   for (size_t i = 0; i < mine.size(); ++i) differ = differ || !at::equal(mine[i], rank0[i]);
   if (comm.rank() != 0) EXPECT_TRUE(differ) << "the shards gave the ranks the same statistics";

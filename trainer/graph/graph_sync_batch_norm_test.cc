@@ -47,7 +47,8 @@ TEST(GraphSyncBatchNormTest, ProgramBatchNormEqualsTheGlobalBatch) {
   constexpr double kMomentum = 0.1, kEps = 1e-5;
   at::manual_seed(3);
   std::vector<at::Tensor> parts;
-  for (int r = 0; r < world; ++r) parts.push_back(at::randn({kPerRank, kChannels, 4, 4}) * (1 + r) - r);
+  for (int r = 0; r < world; ++r)
+    parts.push_back(at::randn({kPerRank, kChannels, 4, 4}) * (1 + r) - r);
   const at::Tensor x = at::cat(parts);
   const at::Tensor dy = at::randn(x.sizes());
   const at::Tensor weight0 = at::rand({kChannels}) + 0.5, bias0 = at::randn({kChannels});
@@ -63,8 +64,15 @@ TEST(GraphSyncBatchNormTest, ProgramBatchNormEqualsTheGlobalBatch) {
   // batch_norm(x, weight, bias, running_mean, running_var, True, momentum, eps, False) -> slot 5.
   auto call = std::make_unique<GraphCall>();
   call->op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::batch_norm", "");
-  call->args = {Slot(0),          Slot(1),          Slot(2),        Slot(3),       Slot(4),
-                Constant(true), Constant(kMomentum), Constant(kEps), Constant(false)};
+  call->args = {Slot(0),
+                Slot(1),
+                Slot(2),
+                Slot(3),
+                Slot(4),
+                Constant(true),
+                Constant(kMomentum),
+                Constant(kEps),
+                Constant(false)};
   call->outputs = {{5}};
   call->list_output = {false};
   std::vector<std::unique_ptr<GraphCall>> calls;
@@ -90,7 +98,8 @@ TEST(GraphSyncBatchNormTest, ProgramBatchNormEqualsTheGlobalBatch) {
   for (auto [mine, expected, what] : {std::make_tuple(w.grad(), w_ref.grad(), "weight gradient"),
                                       std::make_tuple(b.grad(), b_ref.grad(), "bias gradient")}) {
     at::Tensor sum = mine.clone();
-    ASSERT_TRUE(comm.AllReduce(sum.data_ptr(), sum.numel(), ElementType::kFloat32, ReduceOp::kSum).ok());
+    ASSERT_TRUE(
+        comm.AllReduce(sum.data_ptr(), sum.numel(), ElementType::kFloat32, ReduceOp::kSum).ok());
     ExpectClose(sum, expected, what);
   }
   ExpectClose(rm, rm_ref, "running mean");

@@ -31,8 +31,8 @@ std::vector<int64_t> ReducedDims(const torch::Tensor& x) {
 
 // Sums `t` (fp32, contiguous) over the ranks of `group`, in place.
 void AllReduceSum(torch::Tensor& t, Communicator& group) {
-  absl::Status reduced = group.AllReduce(t.data_ptr(), t.numel(), ElementType::kFloat32,
-                                         ReduceOp::kSum);
+  absl::Status reduced =
+      group.AllReduce(t.data_ptr(), t.numel(), ElementType::kFloat32, ReduceOp::kSum);
   if (reduced.ok()) reduced = group.Synchronize();
   TORCH_CHECK(reduced.ok(), "sync batch norm allreduce: ", reduced.ToString());
 }
@@ -48,14 +48,15 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
     const std::vector<int64_t> shape = ChannelShape(x);
     const torch::Tensor xf = x.to(torch::kFloat);
     // [sum x | sum x*x | count], one allreduce.
-    torch::Tensor stats = torch::cat({xf.sum(dims), xf.square().sum(dims),
-                                      torch::full({1}, static_cast<double>(x.numel() / channels),
-                                                  xf.options())})
-                              .contiguous();
+    torch::Tensor stats =
+        torch::cat({xf.sum(dims), xf.square().sum(dims),
+                    torch::full({1}, static_cast<double>(x.numel() / channels), xf.options())})
+            .contiguous();
     AllReduceSum(stats, *group);
     const torch::Tensor count = stats.narrow(0, 2 * channels, 1);
     const torch::Tensor mean = stats.narrow(0, 0, channels) / count;
-    const torch::Tensor var = (stats.narrow(0, channels, channels) / count - mean.square()).clamp_min(0);
+    const torch::Tensor var =
+        (stats.narrow(0, channels, channels) / count - mean.square()).clamp_min(0);
     const torch::Tensor invstd = (var + eps).rsqrt();
     if (running_mean.defined()) {
       torch::NoGradGuard no_grad;

@@ -38,7 +38,8 @@ torch::Tensor GlobalBatch(int world, int64_t per_rank, int64_t channels) {
 // Sums `t` (fp32) over the ranks.
 torch::Tensor SumOverRanks(const torch::Tensor& t, Communicator& comm) {
   torch::Tensor sum = t.detach().clone().contiguous();
-  EXPECT_TRUE(comm.AllReduce(sum.data_ptr(), sum.numel(), ElementType::kFloat32, ReduceOp::kSum).ok());
+  EXPECT_TRUE(
+      comm.AllReduce(sum.data_ptr(), sum.numel(), ElementType::kFloat32, ReduceOp::kSum).ok());
   return sum;
 }
 
@@ -113,7 +114,8 @@ TEST(SyncBatchNormTest, BuiltInBlockWithTheGroupSetEqualsTheGlobalBatch) {
   const int64_t first = rank * kPerRank;
   torch::Tensor x_mine = x.narrow(0, first, kPerRank).clone().requires_grad_();
   SetSyncBatchNormGroup(&comm);
-  torch::Tensor y = BatchNormReLU(*mine, x_mine, residual.narrow(0, first, kPerRank), /*fused=*/true);
+  torch::Tensor y =
+      BatchNormReLU(*mine, x_mine, residual.narrow(0, first, kPerRank), /*fused=*/true);
   (y * dy.narrow(0, first, kPerRank)).sum().backward();
   // Evaluation mode stays per rank: the running statistics, no collective.
   mine->eval();
@@ -128,9 +130,11 @@ TEST(SyncBatchNormTest, BuiltInBlockWithTheGroupSetEqualsTheGlobalBatch) {
               "bias gradient summed over ranks");
   ExpectClose(mine->running_mean, reference->running_mean, "running mean");
   ExpectClose(mine->running_var, reference->running_var, "running variance");
-  EXPECT_EQ(mine->num_batches_tracked.item<int64_t>(), reference->num_batches_tracked.item<int64_t>());
+  EXPECT_EQ(mine->num_batches_tracked.item<int64_t>(),
+            reference->num_batches_tracked.item<int64_t>());
   reference->eval();
-  ExpectClose(evaluated, reference->forward(x_mine.detach()), "evaluation with the running statistics");
+  ExpectClose(evaluated, reference->forward(x_mine.detach()),
+              "evaluation with the running statistics");
 }
 
 }  // namespace

@@ -148,6 +148,11 @@ ABSL_FLAG(bool, channels_last, true, "Keep conv weights and inputs in channels_l
 ABSL_FLAG(bool, fused_blocks, true,
           "Run batch norm with its ReLU (and residual add) and max pooling as fused CUDA kernels, "
           "forward and backward (channels_last on a GPU; false: the libtorch ops they replace).");
+ABSL_FLAG(bool, sync_batchnorm, false,
+          "Batch norm in training mode normalises with the statistics of the step's global batch "
+          "over all ranks, as torch.nn.SyncBatchNorm (two small allreduces per batch norm per "
+          "step); built-in models and exported programs' batch norms. On a GPU it runs the step "
+          "uncaptured (as --nocuda_graphs). false: each rank's own batch, as DDP.");
 ABSL_FLAG(bool, cudnn_benchmark, true, "Let cuDNN time its kernels for the (fixed) input shape.");
 ABSL_FLAG(bool, cuda_graphs, true,
           "GPU: after a few uncaptured steps, capture the training step (forward, backward, "
@@ -218,7 +223,7 @@ FlagSpec TrainerFlagSpec() {
        {"log_every", "progress", "metrics_out", "metrics_jsonl", "tensorboard_dir", "loss_log",
         "export", "final_params_out", "sample_log", "profile_steps"}},
       {"Device and precision",
-       {"device", "precision", "channels_last", "fused_blocks", "cuda_graphs", "cudnn_benchmark",
+       {"device", "precision", "channels_last", "fused_blocks", "sync_batchnorm", "cuda_graphs", "cudnn_benchmark",
         "deterministic", "init_scale", "growth_factor", "backoff_factor", "growth_interval",
         "cache_release_fraction", "expandable_segments"}},
       {"Benchmarking", {"synthetic_steps", "warmup_steps", "data_only"}},
@@ -251,6 +256,7 @@ absl::StatusOr<TrainerOptions> OptionsFromFlags() {
   o.model.name = absl::GetFlag(FLAGS_model);
   o.model.num_classes = absl::GetFlag(FLAGS_num_classes);
   o.model.fused_blocks = absl::GetFlag(FLAGS_fused_blocks);
+  o.model.sync_batchnorm = absl::GetFlag(FLAGS_sync_batchnorm);
   o.model.init_weights = absl::GetFlag(FLAGS_init_weights);
 
   InputOptions& input = o.input;

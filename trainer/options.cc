@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
@@ -17,6 +18,12 @@ absl::Status Bad(absl::string_view flag, const T& value, absl::string_view need)
 
 absl::Status ModelOptions::Validate() const {
   if (num_classes < 1) return Bad("num_classes", num_classes, "must be >= 1");
+  // An exported program's batch norms run as fused calls (Note [Fused blocks in a program]),
+  // which is where they synchronise.
+  if (sync_batchnorm && !fused_blocks && absl::EndsWith(name, ".pt2")) {
+    return absl::InvalidArgumentError(
+        "--sync_batchnorm with an exported program (--model=*.pt2) needs --fused_blocks");
+  }
   return absl::OkStatus();
 }
 

@@ -103,6 +103,10 @@ TEST(ValidateOptionsTest, EveryBadValueIsRefusedNamingItsFlag) {
        [](TrainerOptions& o) {
          o.device.device = DeviceChoice::kCpu, o.input.gpu_decode_share = 0.5;
        }},
+      {"--sync_batchnorm",
+       [](TrainerOptions& o) {
+         o.model.name = "m.pt2", o.model.sync_batchnorm = true, o.model.fused_blocks = false;
+       }},
   };
   for (const BadCase& c : cases) {
     TrainerOptions options = Good();

@@ -297,6 +297,9 @@ absl::StatusOr<int> Trainer::Validate(int64_t epoch) {
   absl::StatusOr<ValidationPass> pass = input_->StartValidation(epoch);
   ASSIGN_OR_RETURN(int stop_now, AgreeOnStop(host_, pass.status()));
   if (stop_now != 0) return stop_now;
+  // Every rank measures rank 0's running statistics (Note [Running statistics as DDP keeps
+  // them], trainer/training_model.cc).
+  RETURN_IF_ERROR(trained_->SyncBuffers(gradients_));
   ValidationResult result;
   ASSIGN_OR_RETURN(int stop,
                    RunValidationPass(trained_->model(), *pass, epoch, context_, host_, &result));
@@ -309,6 +312,9 @@ absl::StatusOr<int> Trainer::Validate(int64_t epoch) {
 }
 
 absl::StatusOr<std::string> Trainer::WriteCheckpoint(const RunPosition& position) {
+  // On every rank whenever checkpoints are on (rank 0 alone writes): the saved buffers are
+  // those validation measures (Note [Running statistics as DDP keeps them]).
+  if (!o_.checkpoint.dir.empty()) RETURN_IF_ERROR(trained_->SyncBuffers(gradients_));
   if (!checkpoints_->writes()) return std::string();
   const Clock::time_point start = Clock::now();
   ASSIGN_OR_RETURN(
@@ -357,6 +363,8 @@ absl::StatusOr<TrainingOutcome> Trainer::Finish() {
     ASSIGN_OR_RETURN(outcome.checkpoint, WriteCheckpoint(RunPosition{o_.epochs, 0, global_step_}));
   }
   RunSummary summary;
+  // Rank 0 exports the buffers every rank validated with; a collective, so on every rank.
+  if (trains && !o_.report.export_path.empty()) RETURN_IF_ERROR(trained_->SyncBuffers(gradients_));
   if (context_.rank0() && trains && !o_.report.export_path.empty()) {
     const Clock::time_point start = Clock::now();
     RETURN_IF_ERROR(trained_->ExportWeights(o_.report.export_path, o_.checkpoint.file_mode));

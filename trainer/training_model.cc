@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/atomic_file.h"
 #include "common/exit_codes.h"
+#include "common/logging.h"
 #include "common/seed_mix.h"
 #include "common/status_macros.h"
 #include "trainer/cuda_graph.h"
@@ -16,8 +17,27 @@
 #include "trainer/model_registry.h"
 #include "trainer/nn/state_dict.h"
 #include "trainer/nn/state_dict_file.h"
+#include "trainer/nn/sync_batch_norm.h"
 
 namespace stoker::trainer {
+namespace {
+
+// --sync_batchnorm's group: the run's gradient communicator, as nn/ sees ranks.
+class CommunicatorBatchNormGroup final : public BatchNormGroup {
+ public:
+  explicit CommunicatorBatchNormGroup(Communicator* communicator) : communicator_(communicator) {}
+
+  absl::Status AllReduceSum(torch::Tensor& t) override {
+    RETURN_IF_ERROR(communicator_->AllReduce(t.data_ptr(), t.numel(), ElementType::kFloat32,
+                                             ReduceOp::kSum));
+    return communicator_->Synchronize();
+  }
+
+ private:
+  Communicator* communicator_;  // not owned; outlives the training model
+};
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<TrainingModel>> TrainingModel::Create(const TrainerOptions& o,
                                                                      const RunContext& context,
@@ -28,7 +48,15 @@ absl::StatusOr<std::unique_ptr<TrainingModel>> TrainingModel::Create(const Train
   ASSIGN_OR_RETURN(LossScaler scaler, LossScaler::Create(scaler_options));
   std::unique_ptr<TrainingModel> t(new TrainingModel(std::move(scaler)));
 
-  const bool cuda_graphs = context.use_cuda && o.step.cuda_graphs;
+  // Note [Sync batch norm] (trainer/nn/sync_batch_norm.h): its allreduces are not made
+  // capture-safe, so --sync_batchnorm runs the step uncaptured.
+  const bool sync_batchnorm = o.model.sync_batchnorm && context.world_size() > 1;
+  if (sync_batchnorm && context.use_cuda && o.step.cuda_graphs && context.rank0()) {
+    LogInfo("--sync_batchnorm: the step runs uncaptured (as --nocuda_graphs)");
+  }
+  const bool cuda_graphs = context.use_cuda && o.step.cuda_graphs && !sync_batchnorm;
+  if (sync_batchnorm) t->sync_group_ = std::make_unique<CommunicatorBatchNormGroup>(&gradients);
+  SetSyncBatchNormGroup(t->sync_group_.get());
   if (cuda_graphs) RETURN_IF_ERROR(UseCapturableStream());  // before the model and its buckets
   at::manual_seed(o.seed);
   ASSIGN_OR_RETURN(t->model_, MakeModel(o.model.name, o.model.num_classes, o.input.image_size,
@@ -84,6 +112,8 @@ absl::StatusOr<std::unique_ptr<TrainingModel>> TrainingModel::Create(const Train
   return t;
 }
 
+TrainingModel::~TrainingModel() { SetSyncBatchNormGroup(nullptr); }
+
 void TrainingModel::SeedRandomOps(uint64_t run_seed, int rank, int64_t step) {
   const uint64_t seed_and_rank =
       SplitMix64Mix(SplitMix64Mix(run_seed) ^ static_cast<uint64_t>(rank));
@@ -114,6 +144,31 @@ absl::Status TrainingModel::BroadcastState(Communicator& communicator) {
     RETURN_IF_ERROR(communicator.Broadcast(p.data_ptr(), p.nbytes(), 0));
   for (at::Tensor& b : model_->buffers())
     RETURN_IF_ERROR(communicator.Broadcast(b.data_ptr(), b.nbytes(), 0));
+  return communicator.Synchronize();
+}
+
+// Note [Running statistics as DDP keeps them]
+// DDP (broadcast_buffers=True, its default) broadcasts rank 0's buffers before every
+// forward pass, so whatever reads the running statistics reads rank 0's. They are read only
+// in eval mode (validation), by checkpoints and by --export; training-mode batch norm
+// normalises with the batch's own statistics and only writes the running ones. Stoker lets
+// each rank update its own running statistics from its shard during training and
+// broadcasts rank 0's buffers at the three points that read them: before validation,
+// before a checkpoint is encoded and before the weights are exported. What is read there
+// equals DDP's values exactly (rank 0's buffers after rank 0's updates, which depend on
+// rank 0's inputs and the shared parameters only), the model that validation measures is
+// the model that is saved, and no collective runs per step. Unlike a per-forward
+// broadcast it needs nothing inside the captured CUDA graphs: the broadcast writes the
+// buffers in place, outside any capture, and the graphs keep their addresses.
+absl::Status TrainingModel::SyncBuffers(Communicator& communicator) {
+  if (communicator.world_size() == 1) return absl::OkStatus();
+  c10::NoGradGuard no_grad;
+  for (at::Tensor& b : model_->buffers()) {
+    if (!b.is_contiguous()) {
+      return absl::FailedPreconditionError("SyncBuffers: a buffer is not contiguous");
+    }
+    RETURN_IF_ERROR(communicator.Broadcast(b.data_ptr(), b.nbytes(), 0));
+  }
   return communicator.Synchronize();
 }
 

@@ -14,6 +14,7 @@
 #include "trainer/comm/communicator.h"
 #include "trainer/comm/grad_buckets.h"
 #include "trainer/comm/timed_communicator.h"
+#include "trainer/nn/sync_batch_norm.h"
 #include "trainer/nn/image_classifier.h"
 #include "trainer/nn/loss_scaler.h"
 #include "trainer/optim/fused_optimizer.h"
@@ -32,6 +33,9 @@ class TrainingModel {
                                                                const RunContext& context,
                                                                Communicator& gradients);
 
+  // Batch norm stops synchronising over the gradient communicator (--sync_batchnorm).
+  ~TrainingModel();
+
   ImageClassifier& model() { return *model_; }
   // Seeds the model's random ops (dropout) for optimizer step `step` of rank `rank`: a
   // function of (run seed, rank, step) alone, so a resumed run draws the masks that the
@@ -46,6 +50,13 @@ class TrainingModel {
   // Gives every rank rank 0's weights and buffers before the first step, as DDP does. A
   // collective over `communicator`: the same order on every rank.
   absl::Status BroadcastState(Communicator& communicator);
+  // Gives every rank rank 0's buffers (batch-norm running mean and variance,
+  // num_batches_tracked; floating and integer), not its parameters: the running statistics
+  // that DDP's broadcast_buffers gives every forward pass. The training loop calls it
+  // before validation, before a checkpoint and before --export (Note [Running statistics
+  // as DDP keeps them]). A collective over `communicator` (the gradient communicator:
+  // device memory on the GPU). Must be called in the same order on every rank.
+  absl::Status SyncBuffers(Communicator& communicator);
   // The raw bytes of every parameter, in registration order, to `path` (tests).
   absl::Status WriteParameters(const std::string& path);
   // The model's state dict, pickled as torch.save writes it (torchvision's names and
@@ -62,6 +73,7 @@ class TrainingModel {
   std::shared_ptr<ImageClassifier> model_;
   std::vector<std::string> optimizer_names_;  // the optimizer's parameter order (its groups)
   std::unique_ptr<TimedCommunicator> timed_;
+  std::unique_ptr<BatchNormGroup> sync_group_;  // --sync_batchnorm over the gradient communicator
   std::unique_ptr<GradBuckets> buckets_;
   std::unique_ptr<FusedOptimizer> optimizer_;
   LossScaler scaler_;

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "trainer/nn/fused_blocks.h"
+#include "trainer/nn/sync_batch_norm.h"
 
 namespace stoker::trainer {
 namespace {
@@ -250,6 +251,14 @@ at::Tensor RunFusedBlock(const GraphCall& call, const GraphFrame& frame) {
   bn.eps = call.args[kEps].constant.toDouble();
   at::Tensor residual;
   if (call.residual_slot >= 0) residual = (*frame.values)[call.residual_slot].toTensor();
+  BatchNormGroup* group = SyncBatchNormGroup();
+  if (group != nullptr && bn.training) {
+    // --sync_batchnorm: Note [Sync batch norm] (trainer/nn/sync_batch_norm.h).
+    at::Tensor y = SyncBatchNorm(x, bn.weight, bn.bias, bn.running_mean, bn.running_var,
+                                 bn.momentum, bn.eps, *group);
+    if (residual.defined()) y = call.in_place ? y.add_(residual) : y.add(residual);
+    return call.relu ? y.relu_() : y;
+  }
   if (FusedBatchNormApplies(bn, x, residual)) return FusedBatchNorm(bn, x, residual, call.relu);
   at::Tensor y = at::batch_norm(x, bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.training,
                                 bn.momentum, bn.eps, call.args[kCudnnEnabled].constant.toBool());

@@ -14,7 +14,10 @@
 // norm and the residual add). At run time a fused call runs the CUDA kernels where they
 // apply (FusedBatchNormApplies, FusedMaxPoolApplies) and otherwise the ATen composition it
 // replaced, on the same arguments: on the CPU the rewritten program computes what the
-// original one does, op for op.
+// original one does, op for op. With --sync_batchnorm a training-mode kBatchNorm call
+// normalises over every rank's batch instead (Note [Sync batch norm],
+// trainer/nn/sync_batch_norm.h), which is why --sync_batchnorm with a program needs the
+// rewrite (--fused_blocks).
 #ifndef STOKER_TRAINER_GRAPH_GRAPH_FUSION_H_
 #define STOKER_TRAINER_GRAPH_GRAPH_FUSION_H_
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/torch_status.h"
+#include "trainer/nn/fused_blocks.h"
 #include "trainer/nn/resnet.h"
 
 namespace stoker::trainer {
@@ -33,7 +34,7 @@ class SmallCnn final : public ImageClassifier {
   }
 
   torch::Tensor forward(torch::Tensor x) override {
-    for (size_t i = 0; i < convs_.size(); ++i) x = F::relu(bns_[i]->forward(convs_[i]->forward(x)));
+    for (size_t i = 0; i < convs_.size(); ++i) x = F::relu(BatchNorm(*bns_[i], convs_[i]->forward(x), /*fused=*/false));
     x = F::adaptive_avg_pool2d(x, F::AdaptiveAvgPool2dFuncOptions(1)).flatten(1);
     return fc_->forward(x);
   }

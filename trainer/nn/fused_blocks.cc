@@ -6,6 +6,8 @@
 
 #include <optional>
 
+#include "trainer/nn/sync_batch_norm.h"
+
 #ifdef STOKER_WITH_CUDA
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -324,13 +326,40 @@ torch::Tensor ModuleBatchNorm(torch::nn::BatchNorm2dImpl& bn, const torch::Tenso
 
 }  // namespace
 
+namespace {
+
+// --sync_batchnorm in training mode: SyncBatchNorm with bn's side effects (num_batches_tracked
+// counts the batch; the momentum as torch::nn::BatchNorm2d's forward derives it), then the
+// residual and the ReLU as the composition adds them.
+torch::Tensor SyncModuleBatchNorm(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
+                                  const torch::Tensor& residual, bool relu, BatchNormGroup& group) {
+  BatchNormArguments arguments = ArgumentsOf(bn);
+  if (bn.options.track_running_stats()) {
+    c10::NoGradGuard no_grad;
+    bn.num_batches_tracked += 1;
+    if (!bn.options.momentum().has_value()) {
+      arguments.momentum = 1.0 / bn.num_batches_tracked.item<double>();
+    }
+  }
+  torch::Tensor out = SyncBatchNorm(x, arguments.weight, arguments.bias, arguments.running_mean,
+                                    arguments.running_var, arguments.momentum, arguments.eps, group);
+  if (residual.defined()) out += residual;
+  return relu ? out.relu_() : out;
+}
+
+}  // namespace
+
 torch::Tensor BatchNormReLU(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
                             const torch::Tensor& residual, bool fused) {
+  BatchNormGroup* group = SyncBatchNormGroup();
+  if (group != nullptr && bn.is_training()) return SyncModuleBatchNorm(bn, x, residual, true, *group);
   if (!fused) return ComposedBatchNormReLU(bn, x, residual);
   return ModuleBatchNorm(bn, x, residual, /*relu=*/true);
 }
 
 torch::Tensor BatchNorm(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x, bool fused) {
+  BatchNormGroup* group = SyncBatchNormGroup();
+  if (group != nullptr && bn.is_training()) return SyncModuleBatchNorm(bn, x, {}, false, *group);
   if (!fused) return bn.forward(x);
   return ModuleBatchNorm(bn, x, /*residual=*/{}, /*relu=*/false);
 }

@@ -28,8 +28,8 @@ class CommunicatorBatchNormGroup final : public BatchNormGroup {
   explicit CommunicatorBatchNormGroup(Communicator* communicator) : communicator_(communicator) {}
 
   absl::Status AllReduceSum(torch::Tensor& t) override {
-    RETURN_IF_ERROR(communicator_->AllReduce(t.data_ptr(), t.numel(), ElementType::kFloat32,
-                                             ReduceOp::kSum));
+    RETURN_IF_ERROR(
+        communicator_->AllReduce(t.data_ptr(), t.numel(), ElementType::kFloat32, ReduceOp::kSum));
     return communicator_->Synchronize();
   }
 

@@ -12,9 +12,9 @@
 #include <memory>
 #include <vector>
 
-#include "trainer/nn/mpi_batch_norm_group.h"
 #include "trainer/graph/graph_call.h"
 #include "trainer/graph/graph_fusion.h"
+#include "trainer/nn/mpi_batch_norm_group.h"
 #include "trainer/nn/sync_batch_norm.h"
 
 namespace stoker::trainer {
@@ -96,8 +96,7 @@ TEST(GraphSyncBatchNormTest, ProgramBatchNormEqualsTheGlobalBatch) {
   for (auto [mine, expected, what] : {std::make_tuple(w.grad(), w_ref.grad(), "weight gradient"),
                                       std::make_tuple(b.grad(), b_ref.grad(), "bias gradient")}) {
     at::Tensor sum = mine.clone();
-    ASSERT_TRUE(
-        comm.AllReduceSum(sum).ok());
+    ASSERT_TRUE(comm.AllReduceSum(sum).ok());
     ExpectClose(sum, expected, what);
   }
   ExpectClose(rm, rm_ref, "running mean");

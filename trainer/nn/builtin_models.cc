@@ -34,7 +34,8 @@ class SmallCnn final : public ImageClassifier {
   }
 
   torch::Tensor forward(torch::Tensor x) override {
-    for (size_t i = 0; i < convs_.size(); ++i) x = F::relu(BatchNorm(*bns_[i], convs_[i]->forward(x), /*fused=*/false));
+    for (size_t i = 0; i < convs_.size(); ++i)
+      x = F::relu(BatchNorm(*bns_[i], convs_[i]->forward(x), /*fused=*/false));
     x = F::adaptive_avg_pool2d(x, F::AdaptiveAvgPool2dFuncOptions(1)).flatten(1);
     return fc_->forward(x);
   }

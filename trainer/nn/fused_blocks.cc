@@ -341,8 +341,9 @@ torch::Tensor SyncModuleBatchNorm(torch::nn::BatchNorm2dImpl& bn, const torch::T
       arguments.momentum = 1.0 / bn.num_batches_tracked.item<double>();
     }
   }
-  torch::Tensor out = SyncBatchNorm(x, arguments.weight, arguments.bias, arguments.running_mean,
-                                    arguments.running_var, arguments.momentum, arguments.eps, group);
+  torch::Tensor out =
+      SyncBatchNorm(x, arguments.weight, arguments.bias, arguments.running_mean,
+                    arguments.running_var, arguments.momentum, arguments.eps, group);
   if (residual.defined()) out += residual;
   return relu ? out.relu_() : out;
 }
@@ -352,7 +353,8 @@ torch::Tensor SyncModuleBatchNorm(torch::nn::BatchNorm2dImpl& bn, const torch::T
 torch::Tensor BatchNormReLU(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
                             const torch::Tensor& residual, bool fused) {
   BatchNormGroup* group = SyncBatchNormGroup();
-  if (group != nullptr && bn.is_training()) return SyncModuleBatchNorm(bn, x, residual, true, *group);
+  if (group != nullptr && bn.is_training())
+    return SyncModuleBatchNorm(bn, x, residual, true, *group);
   if (!fused) return ComposedBatchNormReLU(bn, x, residual);
   return ModuleBatchNorm(bn, x, residual, /*relu=*/true);
 }

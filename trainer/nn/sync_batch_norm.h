@@ -50,7 +50,8 @@ torch::Tensor SyncBatchNorm(const torch::Tensor& x, const torch::Tensor& weight,
 
 // The group that training-mode batch norm of the built-in blocks and of exported
 // programs synchronises over; nullptr (the default) keeps batch norm per rank. Set by the
-// training model before the first step (--sync_batchnorm); the group must outlive its use. Not thread-safe against running forward passes: set it before they start.
+// training model before the first step (--sync_batchnorm); the group must outlive its use. Not
+// thread-safe against running forward passes: set it before they start.
 void SetSyncBatchNormGroup(BatchNormGroup* group);
 BatchNormGroup* SyncBatchNormGroup();
 

@@ -10,8 +10,8 @@
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/torch.h>
 
-#include "trainer/nn/mpi_batch_norm_group.h"
 #include "trainer/nn/fused_blocks.h"
+#include "trainer/nn/mpi_batch_norm_group.h"
 
 namespace stoker::trainer {
 namespace {

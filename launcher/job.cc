@@ -14,6 +14,7 @@
 #include "common/exit_codes.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "launcher/options.h"
 #include "launcher/rank/job_files.h"
 #include "launcher/rank/job_owner.h"
 #include "launcher/rank/program_paths.h"
@@ -337,18 +338,8 @@ JobResult JobRun::Supervise() {
 
 absl::StatusOr<JobPlan> PlanJob(const JobConfig& config) {
   RETURN_IF_ERROR(ValidateJobId(config.job_id));
-  if (config.ready_timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--ready_timeout must be > 0 (got ", absl::FormatDuration(config.ready_timeout), ")"));
-  }
-  if (config.stop_grace < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(absl::StrCat("--stop_grace must be >= 0 (got ",
-                                                   absl::FormatDuration(config.stop_grace), ")"));
-  }
-  if (config.shutdown_grace < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--shutdown_grace must be >= 0 (got ", absl::FormatDuration(config.shutdown_grace), ")"));
-  }
+  RETURN_IF_ERROR(
+      ValidateJobDeadlines(config.ready_timeout, config.stop_grace, config.shutdown_grace));
   for (const std::string& entry : config.env) {
     const size_t equals = entry.find('=');
     if (equals == std::string::npos || !IsEnvironmentName(entry.substr(0, equals))) {

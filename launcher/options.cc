@@ -20,6 +20,11 @@ absl::Status PlacementOptions::Validate() const {
 absl::Status LauncherOptions::Validate() const {
   RETURN_IF_ERROR(placement.Validate());
   if (!job_id.empty()) RETURN_IF_ERROR(ValidateJobId(job_id));
+  return ValidateJobDeadlines(ready_timeout, stop_grace, shutdown_grace);
+}
+
+absl::Status ValidateJobDeadlines(absl::Duration ready_timeout, absl::Duration stop_grace,
+                                  absl::Duration shutdown_grace) {
   if (ready_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat("--ready_timeout must be > 0 (got ",
                                                    absl::FormatDuration(ready_timeout), ")"));

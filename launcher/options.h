@@ -62,6 +62,11 @@ struct LauncherOptions {
   absl::Status Validate() const;
 };
 
+// The job's deadlines, checked once for the options and for a JobConfig (PlanJob):
+// InvalidArgument unless --ready_timeout > 0 and --stop_grace, --shutdown_grace >= 0.
+absl::Status ValidateJobDeadlines(absl::Duration ready_timeout, absl::Duration stop_grace,
+                                  absl::Duration shutdown_grace);
+
 }  // namespace stoker::launcher
 
 #endif  // STOKER_LAUNCHER_OPTIONS_H_

@@ -93,18 +93,25 @@ void ExpectBatch(const FeederConformanceTarget& target, const FakeBatchSource& s
   EXPECT_EQ(batch.gpu_decode_share, options.gpu_decode_share);
 }
 
+// Feeds every batch of `source` through a feeder with identity options and checks each one
+// (ExpectBatch).
+void FeedEveryBatch(FeederConformanceTarget& target, FakeBatchSource& source) {
+  const FakeBatchSourceOptions& options = source.options();
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<BatchFeeder> feeder,
+                       target.Make(&source, IdentityOptions(options)));
+  for (int64_t number = 0; number < options.batches; ++number) {
+    ASSERT_OK_AND_ASSIGN(const TrainingBatch batch, feeder->Next());
+    ExpectBatch(target, source, number, batch);
+  }
+}
+
 TEST_P(FeederConformanceTest, HandsOutEveryBatchInOrderAcrossEpochs) {
   FakeBatchSourceOptions options;
   options.batches = 7;
   options.batches_per_epoch = 3;
   options.gpu_decode_share = 0.25;
   FakeBatchSource source(options);
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<BatchFeeder> feeder,
-                       target().Make(&source, IdentityOptions(options)));
-  for (int64_t number = 0; number < options.batches; ++number) {
-    ASSERT_OK_AND_ASSIGN(const TrainingBatch batch, feeder->Next());
-    ExpectBatch(target(), source, number, batch);
-  }
+  FeedEveryBatch(target(), source);
 }
 
 // Note [Slot release after copy] in cuda_batch_feeder.cc: with two slots poisoned on release, a
@@ -117,12 +124,7 @@ TEST_P(FeederConformanceTest, ASlotGoesBackOnlyAfterItsBytesWereCopiedAndAlwaysG
   options.image_size = 32;
   options.batches = 12;
   FakeBatchSource source(options);
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<BatchFeeder> feeder,
-                       target().Make(&source, IdentityOptions(options)));
-  for (int64_t number = 0; number < options.batches; ++number) {
-    ASSERT_OK_AND_ASSIGN(const TrainingBatch batch, feeder->Next());
-    ExpectBatch(target(), source, number, batch);
-  }
+  FeedEveryBatch(target(), source);
   EXPECT_EQ(source.acquired(), options.batches);
   EXPECT_GE(source.released(), options.batches - options.slots);
 }
@@ -133,12 +135,7 @@ TEST_P(FeederConformanceTest, APartialLastBatchOfAnEpochKeepsItsCount) {
   options.batches_per_epoch = 2;
   options.last_batch_count = 3;
   FakeBatchSource source(options);
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<BatchFeeder> feeder,
-                       target().Make(&source, IdentityOptions(options)));
-  for (int64_t number = 0; number < options.batches; ++number) {
-    ASSERT_OK_AND_ASSIGN(const TrainingBatch batch, feeder->Next());
-    ExpectBatch(target(), source, number, batch);
-  }
+  FeedEveryBatch(target(), source);
 }
 
 TEST_P(FeederConformanceTest, NormalisesWithTheMeanAndStddevIntoTheRequestedType) {

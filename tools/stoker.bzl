@@ -1,0 +1,46 @@
+"""Stoker's C++ rules: one library per concept, its googletest binary right after it.
+
+A concept `foo` is foo.h, foo.cc and foo_test.cc, so the rules take their files from the
+name unless told otherwise:
+
+    stoker_cc_library(
+        name = "foo",          # srcs = ["foo.cc"], hdrs = ["foo.h"]
+        deps = ["@absl"],
+    )
+
+    stoker_cc_test(
+        name = "foo_test",     # srcs = ["foo_test.cc"], and googletest with its main()
+        deps = [":foo"],
+    )
+
+Every other attribute passes through to cc_library and cc_test unchanged.
+"""
+
+def with_gtest(deps, gtest = "@gtest"):
+    """`deps` with `gtest` added where buildifier sorts it: before the later `@` repositories.
+
+    The order of deps is the order of the include paths and libraries on the compile and
+    link command lines.
+    """
+    for i, dep in enumerate(deps):
+        if dep.startswith("@") and dep > gtest:
+            return deps[:i] + [gtest] + deps[i:]
+    return deps + [gtest]
+
+def stoker_cc_library(name, srcs = None, hdrs = None, **kwargs):
+    """A cc_library of `name`.cc and `name`.h, unless srcs or hdrs say otherwise."""
+    native.cc_library(
+        name = name,
+        srcs = srcs if srcs != None else [name + ".cc"],
+        hdrs = hdrs if hdrs != None else [name + ".h"],
+        **kwargs
+    )
+
+def stoker_cc_test(name, srcs = None, deps = [], **kwargs):
+    """A googletest cc_test of `name`.cc (unless srcs says otherwise), linked with gtest_main."""
+    native.cc_test(
+        name = name,
+        srcs = srcs if srcs != None else [name + ".cc"],
+        deps = with_gtest(deps),
+        **kwargs
+    )

@@ -13,8 +13,14 @@ name unless told otherwise:
         deps = [":foo"],
     )
 
+Code with a CUDA path (`#ifdef STOKER_WITH_CUDA`) names what that path needs in
+`cuda_deps`: where the CUDA toolkit was found, the rule is compiled with STOKER_WITH_CUDA
+defined and depends on cuda_deps too; elsewhere it is the CPU code alone.
+
 Every other attribute passes through to cc_library and cc_test unchanged.
 """
+
+load("@local_cuda//:defs.bzl", "if_cuda")
 
 def with_gtest(deps, gtest = "@gtest"):
     """`deps` with `gtest` added where buildifier sorts it: before the later `@` repositories.
@@ -27,20 +33,31 @@ def with_gtest(deps, gtest = "@gtest"):
             return deps[:i] + [gtest] + deps[i:]
     return deps + [gtest]
 
-def stoker_cc_library(name, srcs = None, hdrs = None, **kwargs):
+def _cuda_path(kwargs, cuda_deps):
+    """kwargs with the CUDA path's define and deps, where CUDA was found."""
+    if cuda_deps == None:
+        return kwargs
+    return dict(
+        kwargs,
+        local_defines = kwargs.get("local_defines", []) + if_cuda(["STOKER_WITH_CUDA"]),
+        deps = kwargs.get("deps", []) + if_cuda(cuda_deps),
+    )
+
+def stoker_cc_library(name, srcs = None, hdrs = None, cuda_deps = None, **kwargs):
     """A cc_library of `name`.cc and `name`.h, unless srcs or hdrs say otherwise."""
     native.cc_library(
         name = name,
         srcs = srcs if srcs != None else [name + ".cc"],
         hdrs = hdrs if hdrs != None else [name + ".h"],
-        **kwargs
+        **_cuda_path(kwargs, cuda_deps)
     )
 
-def stoker_cc_test(name, srcs = None, deps = [], **kwargs):
+def stoker_cc_test(name, srcs = None, deps = [], cuda_deps = None, **kwargs):
     """A googletest cc_test of `name`.cc (unless srcs says otherwise), linked with gtest_main."""
+    kwargs = _cuda_path(dict(kwargs, deps = deps), cuda_deps)
     native.cc_test(
         name = name,
         srcs = srcs if srcs != None else [name + ".cc"],
-        deps = with_gtest(deps),
+        deps = with_gtest(kwargs.pop("deps")),
         **kwargs
     )

@@ -15,3 +15,15 @@ def room_deps(name = "room_deps"):
         scope = [":" + r for r in rules],
         visibility = ["//tests/layering:__pkg__"],
     )
+
+def room_options(name):
+    """A room's options: `name`.h and `name`.cc, the struct of what the run's flags set in the
+    room and its Validate(). Abseil only, and for the run (//trainer) alone: no room reads
+    another's options."""
+    native.cc_library(
+        name = name,
+        srcs = [name + ".cc"],
+        hdrs = [name + ".h"],
+        visibility = ["//trainer:__pkg__"],
+        deps = ["@absl"],
+    )

@@ -1,4 +1,5 @@
-"""room_deps: what a trainer room reaches, for //tests/layering:room_deps_test."""
+"""What a trainer room's BUILD declares besides its libraries: its options (room_options),
+and what it reaches (room_deps, for //tests/layering:room_deps_test)."""
 
 def room_deps(name = "room_deps"):
     """A genquery of deps() of every rule of the calling package.
@@ -17,9 +18,11 @@ def room_deps(name = "room_deps"):
     )
 
 def room_options(name):
-    """A room's options: `name`.h and `name`.cc, the struct of what the run's flags set in the
-    room and its Validate(). Abseil only, and for the run (//trainer) alone: no room reads
-    another's options."""
+    """A room's options: `name`.h and `name`.cc, what the run's flags set in the room.
+
+    A plain struct with its Validate(), on Abseil alone, visible to the run (//trainer) and
+    to no other room.
+    """
     native.cc_library(
         name = name,
         srcs = [name + ".cc"],

@@ -55,9 +55,9 @@ def stoker_cc_library(name, srcs = None, hdrs = None, cuda_deps = None, **kwargs
 def stoker_cc_test(name, srcs = None, deps = [], cuda_deps = None, **kwargs):
     """A googletest cc_test of `name`.cc (unless srcs says otherwise), linked with gtest_main."""
     kwargs = _cuda_path(dict(kwargs, deps = deps), cuda_deps)
+    kwargs["deps"] = with_gtest(kwargs["deps"])
     native.cc_test(
         name = name,
         srcs = srcs if srcs != None else [name + ".cc"],
-        deps = with_gtest(kwargs.pop("deps")),
         **kwargs
     )

@@ -5,8 +5,9 @@ load("//tools:stoker.bzl", "with_gtest")
 def mpi_cc_test(name, srcs = None, deps = [], np = 2, tags = [], data = [], size = "medium", enabled = True, **kwargs):
     """Builds `name_ranks` (gtest with an MPI-aware main) and a test running it under mpirun.
 
-    srcs defaults to `name`.cc, as stoker_cc_test's does. `enabled = False` defines nothing
-    (e.g. a CUDA test on a machine without CUDA)."""
+    As with stoker_cc_test, srcs defaults to `name`.cc and googletest joins deps (here without
+    its main). `enabled = False` defines nothing (e.g. a CUDA test on a machine without CUDA).
+    """
     if not enabled:
         return
     native.cc_binary(

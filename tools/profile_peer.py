@@ -10,8 +10,8 @@ batches on the GPU, bf16 autocast, channels_last, fused AdamW, 224x224, 1000 cla
 torch.compile's default mode or "reduce-overhead" (CUDA graphs). With --trace, PyTorch's
 profiler records the profiled steps' kernels through CUPTI into a Chrome trace, as Stoker's
 --kernel_trace does; without it, the steps are marked as the CUDA profiler's range for an
-external profiler. Prints one JSON line with the images/s of the profiled steps and of as
-many unprofiled ones just before.
+external profiler. Prints one JSON line with the images/s of the profiled steps and of
+--time_steps unprofiled ones just before.
 """
 import argparse
 import json
@@ -28,6 +28,7 @@ def main():
     ap.add_argument("--mode", choices=("eager", "compile", "reduce-overhead"), default="eager")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--steps", type=int, default=2, help="profiled steps")
+    ap.add_argument("--time_steps", type=int, default=20, help="unprofiled steps timed before them")
     ap.add_argument("--trace", help="write the profiled steps' kernels here (Chrome trace)")
     a = ap.parse_args()
     torch.backends.cudnn.benchmark = True
@@ -57,7 +58,7 @@ def main():
         return round(steps * a.batch / (time.time() - t), 1)
 
     timed(a.warmup)
-    unprofiled = timed(a.steps)
+    unprofiled = timed(a.time_steps)
     if a.trace:
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             profiled = timed(a.steps)

@@ -68,9 +68,18 @@ absl::StatusOr<std::unique_ptr<TrainingModel>> TrainingModel::Create(const Train
   }
   t->model_->to(TrainingDevice(context));
   if (o.device.channels_last) {
+    // Note [Channels-last weights]: every 4-D weight gets channels-last strides, including
+    // those whose shape is contiguous in both layouts ([C, 1, k, k] depthwise, [Co, Ci, 1, 1]),
+    // on which `contiguous(ChannelsLast)` changes nothing. A convolution takes its output's
+    // layout from its input's or its weight's stride order, so these weights make a
+    // convolution whose input lost the layout (a channel shuffle's `contiguous` + `view`)
+    // give channels-last again, as `module.to(memory_format=torch.channels_last)` does in
+    // PyTorch; otherwise the rest of the network runs in NCHW (NCHW batch-norm and
+    // depthwise kernels, layout conversions around cuDNN).
     c10::NoGradGuard no_grad;
     for (at::Tensor& p : t->model_->parameters()) {
-      if (p.dim() == 4) p.set_data(p.contiguous(at::MemoryFormat::ChannelsLast));
+      if (p.dim() == 4 && p.suggest_memory_format() != at::MemoryFormat::ChannelsLast)
+        p.set_data(at::empty_like(p, at::MemoryFormat::ChannelsLast).copy_(p));
     }
   }
   std::vector<at::Tensor> parameters;  // registration order

@@ -1,7 +1,8 @@
 // TrainingModel over 2 MPI ranks: after steps on different shards each rank's running
 // statistics are its own; SyncBuffers gives every rank rank 0's (Note [Running statistics
 // as DDP keeps them]) and leaves the parameters alone, and --export writes those buffers.
-// With --sync_batchnorm the ranks' running statistics agree without it.
+// With --sync_batchnorm the ranks' running statistics agree without it. With channels_last,
+// every 4-D weight has channels-last strides, 1x1 convolutions' included.
 #include "trainer/training_model.h"
 
 #include <ATen/ATen.h>
@@ -108,6 +109,26 @@ TEST(TrainingModelTest, SyncBuffersGivesEveryRankRankZerosRunningStatistics) {
     }
     EXPECT_EQ(compared, 9);
   }
+}
+
+// Note [Channels-last weights]: ResNet-18's 1x1 downsample convolutions' weights too.
+TEST(TrainingModelTest, ChannelsLastGivesEveryConvolutionWeightChannelsLastStrides) {
+  auto mpi = MpiCommunicator::Create(MPI_COMM_WORLD);
+  ASSERT_TRUE(mpi.ok()) << mpi.status();
+  TrainedModel t;
+  t.options.model.name = "resnet18";
+  t.options.input.image_size = 32;
+  t.options.device.channels_last = true;
+  auto created = TrainingModel::Create(t.options, t.context, **mpi);
+  ASSERT_TRUE(created.ok()) << created.status();
+  int one_by_one = 0;
+  for (const auto& item : (*created)->model().named_parameters()) {
+    const at::Tensor& p = item.value();
+    if (p.dim() != 4) continue;
+    EXPECT_EQ(p.suggest_memory_format(), at::MemoryFormat::ChannelsLast) << item.key();
+    if (p.size(2) == 1 && p.size(3) == 1) ++one_by_one;
+  }
+  EXPECT_EQ(one_by_one, 3);  // layer2-4's downsample convolutions
 }
 
 TEST(TrainingModelTest, SyncBatchNormKeepsTheRanksRunningStatisticsEqual) {

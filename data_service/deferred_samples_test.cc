@@ -16,6 +16,7 @@
 #include <turbojpeg.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/testing/status_matchers.h"
 #include "data_service/batch_producer.h"
 #include "data_service/dataset/bad_samples.h"
@@ -69,9 +70,7 @@ std::string MixedFolder(const std::string& name, bool with_bad_files = false) {
                                       test_util::EncodeJpeg(48, 36, rgb, 90, TJSAMP_420, true)));
   EXPECT_OK(test_util::WriteFileBytes(root + "/class0/gray.jpg",
                                       test_util::EncodeJpeg(48, 36, rgb, 90, TJSAMP_GRAY, false)));
-  if (with_bad_files) {
-    EXPECT_OK(test_util::WriteBadImageFiles(root + "/class0"));
-  }
+  if (with_bad_files) EXPECT_OK(test_util::WriteBadImageFiles(root + "/class0"));
   return root;
 }
 
@@ -81,17 +80,24 @@ std::shared_ptr<const Dataset> OpenFolder(const std::string& root) {
   return std::shared_ptr<const Dataset>(std::move(*dataset));
 }
 
-// Two epochs through a fresh producer with `share` on a pool of `threads`.
-std::vector<Received> TwoEpochs(std::shared_ptr<const Dataset> dataset, int threads, bool train,
-                                double share, BadSampleTracker* bad = nullptr) {
+// Options for a producer of kBatch samples of kImageSize pixels in 3 slots, on a segment
+// whose name holds `use`.
+BatchProducerOptions ProducerOptions(absl::string_view use) {
   static int counter = 0;
-  WorkerPool pool(threads);
   BatchProducerOptions options;
   options.segment_name =
-      absl::StrCat("/stoker.deferredtest.", test_util::UniqueId(), ".ring.", counter++);
+      absl::StrCat("/stoker.deferredtest.", test_util::UniqueId(), ".", use, ".", counter++);
   options.request.batch_size = kBatch;
   options.request.image_size = kImageSize;
   options.request.slot_count = 3;
+  return options;
+}
+
+// Two epochs through a fresh producer with `share` on a pool of `threads`.
+std::vector<Received> TwoEpochs(std::shared_ptr<const Dataset> dataset, int threads, bool train,
+                                double share, BadSampleTracker* bad = nullptr) {
+  WorkerPool pool(threads);
+  BatchProducerOptions options = ProducerOptions("ring");
   options.request.train = train;
   options.gpu_decode_share = share;
   options.bad_samples = bad;
@@ -278,14 +284,8 @@ struct RequestRig {
   std::optional<RingConsumer> consumer;
 
   RequestRig(std::shared_ptr<const Dataset> dataset, std::optional<double> fixed_share) {
-    static int counter = 0;
     pool = std::make_unique<WorkerPool>(2);
-    BatchProducerOptions options;
-    options.segment_name =
-        absl::StrCat("/stoker.deferredtest.", test_util::UniqueId(), ".request.", counter++);
-    options.request.batch_size = kBatch;
-    options.request.image_size = kImageSize;
-    options.request.slot_count = 3;
+    BatchProducerOptions options = ProducerOptions("request");
     options.gpu_decode_share = fixed_share;
     auto created = BatchProducer::Create(options, dataset, pool.get(), [](const absl::Status& s) {
       ADD_FAILURE() << "unexpected error: " << s;

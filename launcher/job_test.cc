@@ -85,6 +85,13 @@ class JobTest : public ::testing::Test {
     config_.env.push_back(absl::StrCat(name, "=", value));
   }
 
+  // Runs the job with the fake data service told to `behave` (its STOKER_FAKE_DATA_SERVICE:
+  // "never_ready", "exit_before_ready:CODE", ...).
+  JobResult RunWithDataService(const std::string& behave) {
+    SetEnv("STOKER_FAKE_DATA_SERVICE", behave);
+    return Run();
+  }
+
   // The fake trainer's ranks sleep (1000 s) instead of exiting: the job trains until
   // something ends it.
   void KeepTheRanksTraining() { SetEnv("STOKER_FAKE_TRAINER_SLEEP", "1000"); }
@@ -162,15 +169,13 @@ TEST_F(JobTest, NvlsStaysOffWhateverTheEnvironmentSays) {
 }
 
 TEST_F(JobTest, LeftoversOfTheDataServiceAreRemoved) {
-  SetEnv("STOKER_FAKE_DATA_SERVICE", "leak_on_term");
-  JobResult result = Run();
+  JobResult result = RunWithDataService("leak_on_term");
   EXPECT_EQ(result.exit_code, 0) << result.status;
   // TearDown checks that the socket, the directory and the segment are gone.
 }
 
 TEST_F(JobTest, DataServiceExitingBeforeReadyIsAPeerLostAndNoTrainerStarts) {
-  SetEnv("STOKER_FAKE_DATA_SERVICE", "exit_before_ready:7");
-  JobResult result = Run();
+  JobResult result = RunWithDataService("exit_before_ready:7");
   EXPECT_EQ(result.exit_code, kExitPeerLost);
   EXPECT_THAT(result.status, StatusIs(absl::StatusCode::kUnavailable));
   const pid_t data_service = PidFrom("data_service.pid");
@@ -180,27 +185,24 @@ TEST_F(JobTest, DataServiceExitingBeforeReadyIsAPeerLostAndNoTrainerStarts) {
 }
 
 TEST_F(JobTest, DataServiceRefusingItsFlagsFailsTheJobAsABadFlag) {
-  SetEnv("STOKER_FAKE_DATA_SERVICE", "exit_before_ready:2");
-  JobResult result = Run();
+  JobResult result = RunWithDataService("exit_before_ready:2");
   EXPECT_EQ(result.exit_code, kExitUsage);
   EXPECT_FALSE(PathExists(out_ + "/mpirun.pid"));
 }
 
 TEST_F(JobTest, DataServiceNeverReadyTimesOut) {
-  SetEnv("STOKER_FAKE_DATA_SERVICE", "never_ready");
   config_.ready_timeout = absl::Milliseconds(500);
-  JobResult result = Run();
+  JobResult result = RunWithDataService("never_ready");
   EXPECT_EQ(result.exit_code, kExitTimeout);
   EXPECT_THAT(result.status, StatusIs(absl::StatusCode::kDeadlineExceeded));
   EXPECT_THAT(std::string(result.status.message()), HasSubstr("--ready_timeout"));
-  EXPECT_LT(elapsed_, absl::Seconds(5));
   EXPECT_FALSE(PathExists(out_ + "/mpirun.pid"));
+  EXPECT_LT(elapsed_, absl::Seconds(5));
 }
 
 TEST_F(JobTest, DataServiceDyingDuringTrainingStopsMpirunAndNamesIt) {
-  SetEnv("STOKER_FAKE_DATA_SERVICE", "exit_after_ready:9:300");
   KeepTheRanksTraining();
-  JobResult result = Run();
+  JobResult result = RunWithDataService("exit_after_ready:9:300");
   EXPECT_EQ(result.exit_code, kExitPeerLost);
   const pid_t data_service = PidFrom("data_service.pid");
   EXPECT_THAT(std::string(result.status.message()),
@@ -212,9 +214,8 @@ TEST_F(JobTest, DataServiceDyingDuringTrainingStopsMpirunAndNamesIt) {
 }
 
 TEST_F(JobTest, DataServiceKilledBySignalReportsTheSignal) {
-  SetEnv("STOKER_FAKE_DATA_SERVICE", "crash_after_ready:300");
   KeepTheRanksTraining();
-  JobResult result = Run();
+  JobResult result = RunWithDataService("crash_after_ready:300");
   EXPECT_EQ(result.exit_code, kExitPeerLost);
   EXPECT_THAT(std::string(result.status.message()),
               HasSubstr("killed by signal 11 (SIGSEGV) while the trainers were running"));
@@ -232,16 +233,14 @@ TEST_F(JobTest, FailingTrainerReturnsMpirunsCodeAndStopsTheDataService) {
 }
 
 TEST_F(JobTest, DataServiceFailingAtShutdownFailsTheJob) {
-  SetEnv("STOKER_FAKE_DATA_SERVICE", "fail_on_term:5");
-  JobResult result = Run();
+  JobResult result = RunWithDataService("fail_on_term:5");
   EXPECT_EQ(result.exit_code, 5);
   EXPECT_THAT(std::string(result.status.message()), HasSubstr("exited with code 5 after SIGTERM"));
 }
 
 TEST_F(JobTest, DataServiceIgnoringSigtermIsKilledAfterTheGracePeriod) {
-  SetEnv("STOKER_FAKE_DATA_SERVICE", "ignore_term");
   config_.shutdown_grace = absl::Milliseconds(300);
-  JobResult result = Run();
+  JobResult result = RunWithDataService("ignore_term");
   EXPECT_EQ(result.exit_code, 128 + SIGKILL);
   EXPECT_THAT(std::string(result.status.message()), HasSubstr("killed by signal 9 (SIGKILL)"));
   EXPECT_LT(elapsed_, absl::Seconds(5));

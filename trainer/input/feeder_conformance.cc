@@ -14,21 +14,6 @@
 
 namespace stoker::trainer {
 
-void PrintTo(const FeederConformanceParam& param, std::ostream* os) { *os << param.name; }
-
-std::string FeederConformanceParamName(
-    const ::testing::TestParamInfo<FeederConformanceParam>& info) {
-  return info.param.name;
-}
-
-void FeederConformanceTest::SetUp() {
-  target_ = GetParam().make();
-  ASSERT_NE(target_, nullptr);
-  if (const std::string missing = target_->MissingHardware(); !missing.empty()) {
-    GTEST_SKIP() << missing;
-  }
-}
-
 namespace {
 
 using ::stoker::testing::StatusIs;

@@ -195,6 +195,17 @@ expect_loss_falls() {
     { echo "FAIL: the loss did not fall by $(awk -v f="$factor" 'BEGIN {print (1 - f) * 100}')%"; return 1; }
 }
 
+# run_synthetic_job NP JOB_ID SAMPLES CLASSES [TRAINER FLAGS...]: the launcher as job JOB_ID,
+# with NP ranks of the trainer on the data service's synthetic dataset of SAMPLES samples in
+# CLASSES classes (one decode thread); the trainer's --num_classes is CLASSES.
+run_synthetic_job() {
+  local np="$1" job_id="$2" samples="$3" classes="$4"; shift 4
+  "$root/launcher/launcher" --np="$np" --job_id="$job_id" \
+    --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
+    --dataset=synthetic --synthetic_samples="$samples" --synthetic_classes="$classes" \
+    --data_threads=1 -- --num_classes="$classes" "$@"
+}
+
 # run_launcher_job TIMEOUT_S PREFIX NAME [LAUNCHER FLAGS...] [-- TRAINER FLAGS...]: a
 # two-rank launcher job of the trainer and the data service (job id PREFIX-NAME-...), sent
 # SIGTERM after TIMEOUT_S seconds (0: never), with its output in $out/NAME.log; sets rc to its

@@ -30,14 +30,12 @@
 namespace stoker::launcher {
 namespace {
 
-using ::stoker::launcher::testing::ExpectNothingLeftOfJob;
 using ::stoker::launcher::testing::PathExists;
 using ::stoker::launcher::testing::ReadFileOrEmpty;
 using ::stoker::launcher::testing::Runfile;
 using ::stoker::launcher::testing::WaitForFile;
 using ::stoker::testing::StatusIs;
 using ::stoker::testing::TempDir;
-using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -77,7 +75,7 @@ class JobTest : public ::testing::Test {
 
   void TearDown() override {
     // No process of the job is left, and neither are its files.
-    ExpectNothingLeftOfJob(out_, config_.job_id);
+    testing::ExpectNothingLeftOfJob(out_, config_.job_id);
     EXPECT_EQ(waitpid(-1, nullptr, WNOHANG), -1) << "a child of the test is left";
   }
 
@@ -422,7 +420,8 @@ TEST(PlanJobTest, PlansBothCommandsWithNvlsOff) {
   EXPECT_EQ(plan->trainers.argv[0], "true");
   EXPECT_THAT(plan->trainers.env, ElementsAre("STOKER_X=1", "NCCL_NVLS_ENABLE=0"));
   EXPECT_EQ(plan->data_service->env.back(), "NCCL_NVLS_ENABLE=0");
-  EXPECT_THAT(plan->trainers.argv, Contains("--data_socket=/tmp/stoker.plan1/data.sock"));
+  EXPECT_THAT(plan->trainers.argv,
+              ::testing::Contains("--data_socket=/tmp/stoker.plan1/data.sock"));
   const std::string script = FormatPlan(*plan);
   EXPECT_THAT(script, HasSubstr("NCCL_NVLS_ENABLE=0 true -np 4 -x NCCL_NVLS_ENABLE /bin/true "
                                 "--data_socket=/tmp/stoker.plan1/data.sock --seed=0\n"));

@@ -13,14 +13,16 @@
 # Sourcing sets $root, the runfiles tree that holds the programs and scripts.
 root="${TEST_SRCDIR}/stoker"
 
-# begin_job_test: Open MPI's environment for tests (mpi_env.sh) with a session directory of
-# this test's own (private_mpi_session_dir, removed on exit); sets out (the test's scratch
-# folder) and python (the python with torch).
+# begin_job_test [JOB_PREFIX]: Open MPI's environment for tests (mpi_env.sh) with a session
+# directory of this test's own (private_mpi_session_dir, removed on exit); sets out (the
+# test's scratch folder) and python (the python with torch), and with JOB_PREFIX job, a job
+# id of this run's own (PREFIX-PID-RANDOM).
 begin_job_test() {
   source "$root/tests/mpi_env.sh"
   private_mpi_session_dir
   out="${TEST_TMPDIR:-$(mktemp -d)}"
   python="$(stoker_python)"
+  if [[ $# -gt 0 ]]; then job="$1-$$-$RANDOM"; fi
 }
 
 # assert_nothing_left JOB_ID [PID...]: no /dev/shm/stoker.JOB_ID.* segment, no

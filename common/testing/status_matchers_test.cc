@@ -19,7 +19,6 @@ using ::testing::DescribeMatcher;
 using ::testing::HasSubstr;
 using ::testing::Matcher;
 using ::testing::Not;
-using ::testing::StartsWith;
 
 // What `matcher` says of `value` when asked to explain a (mis)match.
 template <typename T, typename V>
@@ -79,7 +78,7 @@ TEST(StatusIsTest, MatchesTheCodeAlone) {
 
 TEST(StatusIsTest, MatchesTheMessageWithAMatcherOrASubstring) {
   EXPECT_THAT(NoNumber(), StatusIs(absl::StatusCode::kNotFound, HasSubstr("no number")));
-  EXPECT_THAT(NoNumber(), StatusIs(absl::StatusCode::kNotFound, StartsWith("no ")));
+  EXPECT_THAT(NoNumber(), StatusIs(absl::StatusCode::kNotFound, ::testing::StartsWith("no ")));
   EXPECT_THAT(NoNumber(), StatusIs(absl::StatusCode::kNotFound, "in 'x'"));
   EXPECT_THAT(NoNumber(), StatusIs(absl::StatusCode::kNotFound, std::string("number")));
   EXPECT_THAT(NoNumber(), Not(StatusIs(absl::StatusCode::kNotFound, "a word")));

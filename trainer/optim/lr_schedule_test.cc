@@ -16,12 +16,7 @@ LearningRateSchedule Make(const LrScheduleOptions& options) {
 
 // A `kind` schedule from `base_lr` over `epochs` epochs of `steps_per_epoch` steps.
 LrScheduleOptions Options(LrSchedule kind, double base_lr, int64_t steps_per_epoch, int epochs) {
-  LrScheduleOptions o;
-  o.kind = kind;
-  o.base_lr = base_lr;
-  o.steps_per_epoch = steps_per_epoch;
-  o.epochs = epochs;
-  return o;
+  return LrScheduleOptions{kind, base_lr, /*lr_min=*/0, steps_per_epoch, epochs};
 }
 
 TEST(LearningRateScheduleTest, WarmupRisesLinearlyToThePeak) {

@@ -240,10 +240,8 @@ TEST(TrainerArgvTest, DataServiceArgsMustNotHoldWhitespace) {
 }
 
 DataServiceLaunch SyntheticLaunch() {
-  DataServiceLaunch launch;
-  launch.program = "/opt/stoker/data_service";
-  launch.socket = "/tmp/stoker.j1/data.sock";
-  launch.job_id = "j1";
+  DataServiceLaunch launch{/*program=*/"/opt/stoker/data_service",
+                           /*socket=*/"/tmp/stoker.j1/data.sock", /*job_id=*/"j1"};
   launch.data_seed = 42;
   return launch;
 }

@@ -89,11 +89,16 @@ void FeedEveryBatch(FeederConformanceTarget& target, FakeBatchSource& source) {
   }
 }
 
+// FeedEveryBatch from a fresh source with `options`.
+void FeedEveryBatch(FeederConformanceTarget& target, const FakeBatchSourceOptions& options) {
+  FakeBatchSource source(options);
+  FeedEveryBatch(target, source);
+}
+
 TEST_P(FeederConformanceTest, HandsOutEveryBatchInOrderAcrossEpochs) {
   FakeBatchSourceOptions options = Epochs(/*batches=*/7, /*batches_per_epoch=*/3);
   options.gpu_decode_share = 0.25;
-  FakeBatchSource source(options);
-  FeedEveryBatch(target(), source);
+  FeedEveryBatch(target(), options);
 }
 
 // Note [Slot release after copy] in cuda_batch_feeder.cc: with two slots poisoned on release, a
@@ -111,8 +116,7 @@ TEST_P(FeederConformanceTest, ASlotGoesBackOnlyAfterItsBytesWereCopiedAndAlwaysG
 TEST_P(FeederConformanceTest, APartialLastBatchOfAnEpochKeepsItsCount) {
   FakeBatchSourceOptions options = Epochs(/*batches=*/4, /*batches_per_epoch=*/2);
   options.last_batch_count = 3;
-  FakeBatchSource source(options);
-  FeedEveryBatch(target(), source);
+  FeedEveryBatch(target(), options);
 }
 
 TEST_P(FeederConformanceTest, NormalisesWithTheMeanAndStddevIntoTheRequestedType) {

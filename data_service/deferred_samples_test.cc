@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -299,6 +300,18 @@ struct RequestRig {
     EXPECT_OK(attached);
     consumer.emplace(std::move(*attached));
   }
+
+  // Queues epoch 0 and calls `check` with each of its batches before releasing it.
+  void CheckEachBatchOfAnEpoch(const std::function<void(const ReadableSlot&)>& check) {
+    auto epoch = producer->QueueEpoch(0, kSeed);
+    ASSERT_OK(epoch);
+    for (int64_t b = 0; b < epoch->batches; ++b) {
+      auto slot = consumer->Acquire(absl::Seconds(20));
+      ASSERT_OK(slot);
+      check(*slot);
+      ASSERT_OK(consumer->Release(slot->slot));
+    }
+  }
 };
 
 // Every sample at a GPU position of `share` is deferred, no other one is, and the slot
@@ -321,31 +334,21 @@ TEST(RequestedShareTest, TheProducerDefersTheShareItsConsumerRequests) {
   for (double share : {0.0, 0.25, 0.5, 1.0}) {
     RequestRig rig(dataset, std::nullopt);
     rig.consumer->RequestGpuDecodeShare(share);
-    auto epoch = rig.producer->QueueEpoch(0, kSeed);
-    ASSERT_OK(epoch);
-    for (int64_t b = 0; b < epoch->batches; ++b) {
-      auto slot = rig.consumer->Acquire(absl::Seconds(20));
-      ASSERT_OK(slot);
-      EXPECT_EQ(slot->gpu_decode_share, share);
-      EXPECT_EQ(slot->deferred_count, static_cast<int32_t>(std::floor(slot->count * share)));
-      ExpectBatchOfShare(*slot, share);
-      ASSERT_OK(rig.consumer->Release(slot->slot));
-    }
+    rig.CheckEachBatchOfAnEpoch([&](const ReadableSlot& slot) {
+      EXPECT_EQ(slot.gpu_decode_share, share);
+      EXPECT_EQ(slot.deferred_count, static_cast<int32_t>(std::floor(slot.count * share)));
+      ExpectBatchOfShare(slot, share);
+    });
   }
 }
 
 TEST(RequestedShareTest, WithoutARequestNothingIsDeferred) {
   auto dataset = OpenFolder(BaselineFolder("request_none"));
   RequestRig rig(dataset, std::nullopt);
-  auto epoch = rig.producer->QueueEpoch(0, kSeed);
-  ASSERT_OK(epoch);
-  for (int64_t b = 0; b < epoch->batches; ++b) {
-    auto slot = rig.consumer->Acquire(absl::Seconds(20));
-    ASSERT_OK(slot);
-    EXPECT_EQ(slot->deferred_count, 0);
-    EXPECT_EQ(slot->gpu_decode_share, 0.0);
-    ASSERT_OK(rig.consumer->Release(slot->slot));
-  }
+  rig.CheckEachBatchOfAnEpoch([&](const ReadableSlot& slot) {
+    EXPECT_EQ(slot.deferred_count, 0);
+    EXPECT_EQ(slot.gpu_decode_share, 0.0);
+  });
 }
 
 // A request changed while batches are being produced applies from a later batch on, and
@@ -398,15 +401,10 @@ TEST(RequestedShareTest, AFixedShareIgnoresTheRequest) {
   auto dataset = OpenFolder(BaselineFolder("request_fixed"));
   RequestRig rig(dataset, 0.5);
   rig.consumer->RequestGpuDecodeShare(0.0);
-  auto epoch = rig.producer->QueueEpoch(0, kSeed);
-  ASSERT_OK(epoch);
-  for (int64_t b = 0; b < epoch->batches; ++b) {
-    auto slot = rig.consumer->Acquire(absl::Seconds(20));
-    ASSERT_OK(slot);
-    EXPECT_EQ(slot->gpu_decode_share, 0.5);
-    ExpectBatchOfShare(*slot, 0.5);
-    ASSERT_OK(rig.consumer->Release(slot->slot));
-  }
+  rig.CheckEachBatchOfAnEpoch([&](const ReadableSlot& slot) {
+    EXPECT_EQ(slot.gpu_decode_share, 0.5);
+    ExpectBatchOfShare(slot, 0.5);
+  });
 }
 
 }  // namespace

@@ -18,7 +18,6 @@ namespace stoker::trainer {
 namespace {
 
 using ::stoker::testing::StatusIs;
-using ::testing::StartsWith;
 
 // No batch statistics: the union's gradient is exactly the mean of the parts' gradients.
 class Net final : public ImageClassifier {
@@ -208,9 +207,10 @@ TEST(TrainStepTest, ALibtorchErrorInTheLossIsAStatusNamingTheStep) {
   const at::Tensor images = at::randn({4, 3, 8, 8});
   const at::Tensor labels = at::full({4}, 7, at::kLong);  // the model has 5 classes
   s.step->Begin(2);
-  EXPECT_THAT(s.step->MicroBatch(images, labels),
-              StatusIs(absl::StatusCode::kInternal,
-                       StartsWith("train step: forward of micro-batch 1 of 2: libtorch: ")));
+  EXPECT_THAT(
+      s.step->MicroBatch(images, labels),
+      StatusIs(absl::StatusCode::kInternal,
+               ::testing::StartsWith("train step: forward of micro-batch 1 of 2: libtorch: ")));
 }
 
 TEST(TrainStepTest, ALibtorchErrorInTheModelIsAStatusNamingTheStep) {
@@ -218,9 +218,10 @@ TEST(TrainStepTest, ALibtorchErrorInTheModelIsAStatusNamingTheStep) {
   const at::Tensor images = at::randn({4, 1, 8, 8});  // the model takes 3 channels
   const at::Tensor labels = at::zeros({4}, at::kLong);
   s.step->Begin(1);
-  EXPECT_THAT(s.step->MicroBatch(images, labels),
-              StatusIs(absl::StatusCode::kInternal,
-                       StartsWith("train step: forward of micro-batch 1 of 1: libtorch: ")));
+  EXPECT_THAT(
+      s.step->MicroBatch(images, labels),
+      StatusIs(absl::StatusCode::kInternal,
+               ::testing::StartsWith("train step: forward of micro-batch 1 of 1: libtorch: ")));
 }
 
 }  // namespace

@@ -47,6 +47,12 @@ struct Received {
   std::vector<uint8_t> images;
 };
 
+std::shared_ptr<const Dataset> OpenFolder(const std::string& root) {
+  auto dataset = ImageFolderDataset::Open(root);
+  EXPECT_OK(dataset);
+  return std::shared_ptr<const Dataset>(std::move(*dataset));
+}
+
 // A folder of baseline JPEGs of several chroma samplings, plus, in class 0, a PNG, a
 // progressive and a grayscale JPEG (which stay on the CPU), and the unusable files of
 // test_util::WriteBadImageFiles when asked for.
@@ -71,14 +77,10 @@ std::string MixedFolder(const std::string& name, bool with_bad_files = false) {
                                       test_util::EncodeJpeg(48, 36, rgb, 90, TJSAMP_420, true)));
   EXPECT_OK(test_util::WriteFileBytes(root + "/class0/gray.jpg",
                                       test_util::EncodeJpeg(48, 36, rgb, 90, TJSAMP_GRAY, false)));
-  if (with_bad_files) EXPECT_OK(test_util::WriteBadImageFiles(root + "/class0"));
+  if (with_bad_files) {
+    EXPECT_OK(test_util::WriteBadImageFiles(root + "/class0"));
+  }
   return root;
-}
-
-std::shared_ptr<const Dataset> OpenFolder(const std::string& root) {
-  auto dataset = ImageFolderDataset::Open(root);
-  EXPECT_OK(dataset);
-  return std::shared_ptr<const Dataset>(std::move(*dataset));
 }
 
 // Options for a producer of kBatch samples of kImageSize pixels in 3 slots, on a segment

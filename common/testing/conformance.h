@@ -47,6 +47,18 @@ std::string ConformanceParamName(const ::testing::TestParamInfo<ConformanceParam
   return info.param.name;
 }
 
+// The params of an instantiation for one implementation: one, named `name`, whose target
+// is a default-constructed `Implementation` (a class derived from `Target`).
+//
+//   INSTANTIATE_TEST_SUITE_P(Cpu, FeederConformanceTest,
+//                            OnlyTarget<FeederConformanceTarget, CpuTarget>("cpu"),
+//                            ConformanceParamName<FeederConformanceTarget>);
+template <typename Target, typename Implementation>
+auto OnlyTarget(const std::string& name) {
+  return ::testing::Values(
+      ConformanceParam<Target>{name, [] { return std::make_unique<Implementation>(); }});
+}
+
 // The suite's fixture: makes the param's target before each test, and skips the test when
 // the target's hardware is missing.
 template <typename Target>

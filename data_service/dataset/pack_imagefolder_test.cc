@@ -60,20 +60,20 @@ void Pack(const std::string& root, const std::string& index, const std::string& 
 }
 
 TEST(PackImagefolderTest, PacksAFolderThatReadsBackInTheSameOrder) {
-  ASSERT_OK_AND_ASSIGN(const TempDir root_temp, TempDir::Create("tool_source"));
-  const std::string root = root_temp.path();
+  ASSERT_OK_AND_ASSIGN(const TempDir source, TempDir::Create("tool_source"));
   for (int c = 0; c < 3; ++c) {
-    fs::create_directories(absl::StrCat(root, "/c", c));
+    fs::create_directories(source.Join(absl::StrCat("c", c)));
     for (int i = 0; i < 5; ++i) {
-      ASSERT_OK(test_util::WriteJpeg(absl::StrCat(root, "/c", c, "/", i, ".jpg"), 48, 32,
+      ASSERT_OK(test_util::WriteJpeg(source.Join(absl::StrCat("c", c, "/", i, ".jpg")), 48, 32,
                                      test_util::PhotoLikeImage(48, 32, c * 10 + i)));
     }
   }
   ASSERT_OK_AND_ASSIGN(const TempDir out, TempDir::Create("tool_output"));
   std::string output;
-  ASSERT_NO_FATAL_FAILURE(Pack(root, out.Join("train.stkpack"), "--shard_bytes=4096", &output));
+  ASSERT_NO_FATAL_FAILURE(
+      Pack(source.path(), out.Join("train.stkpack"), "--shard_bytes=4096", &output));
   EXPECT_NE(output.find("15 samples"), std::string::npos) << output;
-  auto folder = ImageFolderDataset::Open(root);
+  auto folder = ImageFolderDataset::Open(source.path());
   auto packed = PackedDataset::Open(out.Join("train.stkpack"));
   ASSERT_OK(folder);
   ASSERT_OK(packed);
@@ -81,7 +81,7 @@ TEST(PackImagefolderTest, PacksAFolderThatReadsBackInTheSameOrder) {
   ASSERT_EQ((*packed)->size(), 15);
   for (int64_t i = 0; i < 15; ++i) {
     EXPECT_EQ((*packed)->Label(i), (*folder)->Label(i));
-    EXPECT_EQ(root + "/" + std::string((*packed)->SampleName(i)), (*folder)->samples()[i].path);
+    EXPECT_EQ(source.Join((*packed)->SampleName(i)), (*folder)->samples()[i].path);
   }
 }
 

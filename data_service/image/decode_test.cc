@@ -22,7 +22,6 @@ namespace {
 
 using ::stoker::data_service::image::testing::ImageCaseDir;
 using ::stoker::data_service::image::testing::LoadFileOrFail;
-using ::stoker::data_service::image::testing::ReadTable;
 using ::stoker::testing::StatusIs;
 using ::testing::HasSubstr;
 
@@ -73,7 +72,7 @@ TEST(ImageDecoderTest, OffersTheScalesTheOptionsAllow) {
 
 TEST(ImageDecoderTest, DecodesEveryKindOfImageLikePillowConvertRgb) {
   const std::string& dir = ImageCaseDir("formats");
-  auto table = ReadTable(dir + "/manifest.txt");
+  auto table = testing::ReadTable(dir + "/manifest.txt");
   ASSERT_OK(table);
   ASSERT_GE(table->size(), 19u);
   for (const auto& row : *table) {
@@ -141,7 +140,7 @@ TEST(ImageDecoderTest, YcckJpegDecodesLikeTurboJpegCmykThroughPillowsFormula) {
 
 TEST(ImageDecoderTest, EveryBadFileIsAClearInvalidArgument) {
   const std::string& dir = ImageCaseDir("bad");
-  auto table = ReadTable(dir + "/manifest.txt");
+  auto table = testing::ReadTable(dir + "/manifest.txt");
   ASSERT_OK(table);
   // Besides the empty file, which has no manifest field issue.
   const std::map<std::string, std::string> expected_words = {

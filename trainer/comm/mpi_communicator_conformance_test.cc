@@ -23,10 +23,10 @@ class MpiTarget final : public HostMemoryConformanceTarget {
   bool can_abort() const override { return false; }  // a blocked MPI call cannot be interrupted
 };
 
-INSTANTIATE_TEST_SUITE_P(Mpi, CommunicatorConformanceTest,
-                         ::testing::Values(CommunicatorConformanceParam{
-                             "World", [] { return std::make_unique<MpiTarget>(); }}),
-                         CommunicatorConformanceParamName);
+INSTANTIATE_TEST_SUITE_P(
+    Mpi, CommunicatorConformanceTest,
+    ::stoker::testing::OnlyTarget<CommunicatorConformanceTarget, MpiTarget>("World"),
+    CommunicatorConformanceParamName);
 
 }  // namespace
 }  // namespace stoker::trainer

@@ -49,8 +49,7 @@ class CudaTarget final : public FeederConformanceTarget {
 };
 
 INSTANTIATE_TEST_SUITE_P(Cuda, FeederConformanceTest,
-                         ::testing::Values(FeederConformanceParam{
-                             "cuda", [] { return std::make_unique<CudaTarget>(); }}),
+                         ::stoker::testing::OnlyTarget<FeederConformanceTarget, CudaTarget>("cuda"),
                          FeederConformanceParamName);
 
 // GPU work for a step: compute(n) enqueues n products of 4096 x 4096 fp32 matrices on the

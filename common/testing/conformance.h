@@ -48,10 +48,11 @@ std::string ConformanceParamName(const ::testing::TestParamInfo<ConformanceParam
 }
 
 // The params of an instantiation for one implementation: one, named `name`, whose target
-// is a default-constructed `Implementation` (a class derived from `Target`).
+// is a default-constructed `Implementation` (a class derived from `Target`). In the macro,
+// the call goes in parentheses, for the comma between the template arguments:
 //
 //   INSTANTIATE_TEST_SUITE_P(Cpu, FeederConformanceTest,
-//                            OnlyTarget<FeederConformanceTarget, CpuTarget>("cpu"),
+//                            (OnlyTarget<FeederConformanceTarget, CpuTarget>("cpu")),
 //                            ConformanceParamName<FeederConformanceTarget>);
 template <typename Target, typename Implementation>
 auto OnlyTarget(const std::string& name) {

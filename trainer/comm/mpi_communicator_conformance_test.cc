@@ -25,7 +25,7 @@ class MpiTarget final : public HostMemoryConformanceTarget {
 
 INSTANTIATE_TEST_SUITE_P(
     Mpi, CommunicatorConformanceTest,
-    ::stoker::testing::OnlyTarget<CommunicatorConformanceTarget, MpiTarget>("World"),
+    (::stoker::testing::OnlyTarget<CommunicatorConformanceTarget, MpiTarget>("World")),
     CommunicatorConformanceParamName);
 
 }  // namespace

@@ -77,7 +77,7 @@ class DeviceReport final : public ::testing::Environment {
 
 INSTANTIATE_TEST_SUITE_P(
     Nccl, CommunicatorConformanceTest,
-    ::stoker::testing::OnlyTarget<CommunicatorConformanceTarget, NcclTarget>("OneGpuPerRank"),
+    (::stoker::testing::OnlyTarget<CommunicatorConformanceTarget, NcclTarget>("OneGpuPerRank")),
     CommunicatorConformanceParamName);
 
 }  // namespace

@@ -31,7 +31,7 @@ class CpuTarget final : public FeederConformanceTarget {
 };
 
 INSTANTIATE_TEST_SUITE_P(Cpu, FeederConformanceTest,
-                         ::stoker::testing::OnlyTarget<FeederConformanceTarget, CpuTarget>("cpu"),
+                         (::stoker::testing::OnlyTarget<FeederConformanceTarget, CpuTarget>("cpu")),
                          FeederConformanceParamName);
 
 // One batch of `count` 2x2 images.

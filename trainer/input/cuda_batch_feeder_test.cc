@@ -48,9 +48,10 @@ class CudaTarget final : public FeederConformanceTarget {
   bool measures_gpu_input_wait() const override { return true; }
 };
 
-INSTANTIATE_TEST_SUITE_P(Cuda, FeederConformanceTest,
-                         ::stoker::testing::OnlyTarget<FeederConformanceTarget, CudaTarget>("cuda"),
-                         FeederConformanceParamName);
+INSTANTIATE_TEST_SUITE_P(
+    Cuda, FeederConformanceTest,
+    (::stoker::testing::OnlyTarget<FeederConformanceTarget, CudaTarget>("cuda")),
+    FeederConformanceParamName);
 
 // GPU work for a step: compute(n) enqueues n products of 4096 x 4096 fp32 matrices on the
 // current stream.

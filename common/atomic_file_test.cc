@@ -20,7 +20,6 @@ namespace {
 
 using ::stoker::testing::StatusIs;
 using ::stoker::testing::TempDir;
-using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 std::vector<std::string> Entries(const std::string& dir) {
@@ -82,10 +81,11 @@ TEST(AtomicFileTest, AFullDiskLeavesTheOldFileAndNoTemporaryAndSaysENOSPC) {
   ASSERT_OK(WriteFileAtomically(path, old_contents));
 
   const absl::Status status = WriteFileAtomically(path, std::string(100000, 'n'));
-  EXPECT_THAT(status, StatusIs(absl::StatusCode::kResourceExhausted,
-                               AllOf(HasSubstr("cannot write " + path),
-                                     HasSubstr("No space left on device"), HasSubstr("ENOSPC"),
-                                     HasSubstr("nothing at " + path + " was replaced"))));
+  EXPECT_THAT(status,
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       ::testing::AllOf(HasSubstr("cannot write " + path),
+                                        HasSubstr("No space left on device"), HasSubstr("ENOSPC"),
+                                        HasSubstr("nothing at " + path + " was replaced"))));
   EXPECT_EQ(Entries(dir), std::vector<std::string>{"ckpt"});
   auto read = ReadWholeFile(path);
   ASSERT_OK(read);

@@ -21,7 +21,6 @@ namespace {
 
 using ::stoker::testing::StatusIs;
 using ::stoker::testing::TempDir;
-using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 TEST(UnixSocketTest, AddressHoldsThePathNulTerminated) {
@@ -44,10 +43,10 @@ TEST(UnixSocketTest, EmptyAndOverlongPathsAreInvalidArguments) {
   EXPECT_THAT(UnixSocketAddress(""), StatusIs(absl::StatusCode::kInvalidArgument));
   const std::string too_long(kMaxUnixSocketPathBytes + 1, 'a');
   const absl::Status status = UnixSocketAddress(too_long).status();
-  EXPECT_THAT(status,
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr(absl::StrCat(too_long.size(), " bytes")),
-                             HasSubstr(absl::StrCat("at most ", kMaxUnixSocketPathBytes)))));
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument,
+                               ::testing::AllOf(
+                                   HasSubstr(absl::StrCat(too_long.size(), " bytes")),
+                                   HasSubstr(absl::StrCat("at most ", kMaxUnixSocketPathBytes)))));
 }
 
 TEST(UnixSocketTest, ConnectReachesABoundListener) {

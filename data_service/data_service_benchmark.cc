@@ -59,6 +59,10 @@ ABSL_FLAG(std::string, socket, "",
           "attach to the data service at this socket instead of starting one (then --dataset, "
           "--data, --threads and --prefetch are the running service's)");
 
+constexpr char kUsage[] =
+    "data_service_benchmark [--make_jpegs=N] --data=PATH [--dataset=imagefolder|packed] "
+    "[--split=val|train] [--threads=N] [--seconds=S]: images/s one rank receives";
+
 namespace stoker::data_service {
 namespace {
 
@@ -315,8 +319,7 @@ int main(int argc, char** argv) {
   stoker::ParseFlagsOrExit(
       argc, argv,
       stoker::FlagSpecOf("data_service_benchmark", "data_service/data_service_benchmark.cc"),
-      "data_service_benchmark [--make_jpegs=N] --data=PATH [--dataset=imagefolder|packed] "
-      "[--split=val|train] [--threads=N] [--seconds=S]: images/s one rank receives");
+      kUsage);
   stoker::SetLogIdentity("data_service_benchmark");
   return stoker::data_service::Run();
 }

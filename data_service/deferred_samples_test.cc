@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -16,6 +17,7 @@
 #include <turbojpeg.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/testing/status_matchers.h"
 #include "data_service/batch_producer.h"
 #include "data_service/dataset/bad_samples.h"
@@ -44,6 +46,12 @@ struct Received {
   int32_t deferred_count;
   std::vector<uint8_t> images;
 };
+
+std::shared_ptr<const Dataset> OpenFolder(const std::string& root) {
+  auto dataset = ImageFolderDataset::Open(root);
+  EXPECT_OK(dataset);
+  return std::shared_ptr<const Dataset>(std::move(*dataset));
+}
 
 // A folder of baseline JPEGs of several chroma samplings, plus, in class 0, a PNG, a
 // progressive and a grayscale JPEG (which stay on the CPU), and the unusable files of
@@ -75,23 +83,24 @@ std::string MixedFolder(const std::string& name, bool with_bad_files = false) {
   return root;
 }
 
-std::shared_ptr<const Dataset> OpenFolder(const std::string& root) {
-  auto dataset = ImageFolderDataset::Open(root);
-  EXPECT_OK(dataset);
-  return std::shared_ptr<const Dataset>(std::move(*dataset));
+// Options for a producer of kBatch samples of kImageSize pixels in 3 slots, on a segment
+// whose name holds `use`.
+BatchProducerOptions ProducerOptions(absl::string_view use) {
+  static int counter = 0;
+  BatchProducerOptions options;
+  options.segment_name =
+      absl::StrCat("/stoker.deferredtest.", test_util::UniqueId(), ".", use, ".", counter++);
+  options.request.batch_size = kBatch;
+  options.request.image_size = kImageSize;
+  options.request.slot_count = 3;
+  return options;
 }
 
 // Two epochs through a fresh producer with `share` on a pool of `threads`.
 std::vector<Received> TwoEpochs(std::shared_ptr<const Dataset> dataset, int threads, bool train,
                                 double share, BadSampleTracker* bad = nullptr) {
-  static int counter = 0;
   WorkerPool pool(threads);
-  BatchProducerOptions options;
-  options.segment_name =
-      absl::StrCat("/stoker.deferredtest.", test_util::UniqueId(), ".ring.", counter++);
-  options.request.batch_size = kBatch;
-  options.request.image_size = kImageSize;
-  options.request.slot_count = 3;
+  BatchProducerOptions options = ProducerOptions("ring");
   options.request.train = train;
   options.gpu_decode_share = share;
   options.bad_samples = bad;
@@ -278,14 +287,8 @@ struct RequestRig {
   std::optional<RingConsumer> consumer;
 
   RequestRig(std::shared_ptr<const Dataset> dataset, std::optional<double> fixed_share) {
-    static int counter = 0;
     pool = std::make_unique<WorkerPool>(2);
-    BatchProducerOptions options;
-    options.segment_name =
-        absl::StrCat("/stoker.deferredtest.", test_util::UniqueId(), ".request.", counter++);
-    options.request.batch_size = kBatch;
-    options.request.image_size = kImageSize;
-    options.request.slot_count = 3;
+    BatchProducerOptions options = ProducerOptions("request");
     options.gpu_decode_share = fixed_share;
     auto created = BatchProducer::Create(options, dataset, pool.get(), [](const absl::Status& s) {
       ADD_FAILURE() << "unexpected error: " << s;
@@ -298,6 +301,18 @@ struct RequestRig {
     auto attached = RingConsumer::Attach(segment.data(), segment.size());
     EXPECT_OK(attached);
     consumer.emplace(std::move(*attached));
+  }
+
+  // Queues epoch 0 and calls `check` with each of its batches before releasing it.
+  void CheckEachBatchOfAnEpoch(const std::function<void(const ReadableSlot&)>& check) {
+    auto epoch = producer->QueueEpoch(0, kSeed);
+    ASSERT_OK(epoch);
+    for (int64_t b = 0; b < epoch->batches; ++b) {
+      auto slot = consumer->Acquire(absl::Seconds(20));
+      ASSERT_OK(slot);
+      check(*slot);
+      ASSERT_OK(consumer->Release(slot->slot));
+    }
   }
 };
 
@@ -321,31 +336,21 @@ TEST(RequestedShareTest, TheProducerDefersTheShareItsConsumerRequests) {
   for (double share : {0.0, 0.25, 0.5, 1.0}) {
     RequestRig rig(dataset, std::nullopt);
     rig.consumer->RequestGpuDecodeShare(share);
-    auto epoch = rig.producer->QueueEpoch(0, kSeed);
-    ASSERT_OK(epoch);
-    for (int64_t b = 0; b < epoch->batches; ++b) {
-      auto slot = rig.consumer->Acquire(absl::Seconds(20));
-      ASSERT_OK(slot);
-      EXPECT_EQ(slot->gpu_decode_share, share);
-      EXPECT_EQ(slot->deferred_count, static_cast<int32_t>(std::floor(slot->count * share)));
-      ExpectBatchOfShare(*slot, share);
-      ASSERT_OK(rig.consumer->Release(slot->slot));
-    }
+    rig.CheckEachBatchOfAnEpoch([&](const ReadableSlot& slot) {
+      EXPECT_EQ(slot.gpu_decode_share, share);
+      EXPECT_EQ(slot.deferred_count, static_cast<int32_t>(std::floor(slot.count * share)));
+      ExpectBatchOfShare(slot, share);
+    });
   }
 }
 
 TEST(RequestedShareTest, WithoutARequestNothingIsDeferred) {
   auto dataset = OpenFolder(BaselineFolder("request_none"));
   RequestRig rig(dataset, std::nullopt);
-  auto epoch = rig.producer->QueueEpoch(0, kSeed);
-  ASSERT_OK(epoch);
-  for (int64_t b = 0; b < epoch->batches; ++b) {
-    auto slot = rig.consumer->Acquire(absl::Seconds(20));
-    ASSERT_OK(slot);
-    EXPECT_EQ(slot->deferred_count, 0);
-    EXPECT_EQ(slot->gpu_decode_share, 0.0);
-    ASSERT_OK(rig.consumer->Release(slot->slot));
-  }
+  rig.CheckEachBatchOfAnEpoch([&](const ReadableSlot& slot) {
+    EXPECT_EQ(slot.deferred_count, 0);
+    EXPECT_EQ(slot.gpu_decode_share, 0.0);
+  });
 }
 
 // A request changed while batches are being produced applies from a later batch on, and
@@ -398,15 +403,10 @@ TEST(RequestedShareTest, AFixedShareIgnoresTheRequest) {
   auto dataset = OpenFolder(BaselineFolder("request_fixed"));
   RequestRig rig(dataset, 0.5);
   rig.consumer->RequestGpuDecodeShare(0.0);
-  auto epoch = rig.producer->QueueEpoch(0, kSeed);
-  ASSERT_OK(epoch);
-  for (int64_t b = 0; b < epoch->batches; ++b) {
-    auto slot = rig.consumer->Acquire(absl::Seconds(20));
-    ASSERT_OK(slot);
-    EXPECT_EQ(slot->gpu_decode_share, 0.5);
-    ExpectBatchOfShare(*slot, 0.5);
-    ASSERT_OK(rig.consumer->Release(slot->slot));
-  }
+  rig.CheckEachBatchOfAnEpoch([&](const ReadableSlot& slot) {
+    EXPECT_EQ(slot.gpu_decode_share, 0.5);
+    ExpectBatchOfShare(slot, 0.5);
+  });
 }
 
 }  // namespace

@@ -15,7 +15,6 @@ namespace {
 using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using ::testing::Not;
 
 LauncherOptions WithPrograms() {
   LauncherOptions options;
@@ -71,7 +70,7 @@ TEST(CommandTest, HostListTakesEachHostsSlotsUnlessNpIsGiven) {
   config = JobConfigFor(options, {});
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->trainers.ranks_per_node, 1);
-  EXPECT_THAT(config->trainers.exported_env, Not(Contains("LD_LIBRARY_PATH")));
+  EXPECT_THAT(config->trainers.exported_env, ::testing::Not(Contains("LD_LIBRARY_PATH")));
 }
 
 TEST(CommandTest, SlurmModeOutsideAnAllocationIsRefused) {

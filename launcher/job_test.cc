@@ -30,14 +30,12 @@
 namespace stoker::launcher {
 namespace {
 
-using ::stoker::launcher::testing::ExpectNothingLeftOfJob;
 using ::stoker::launcher::testing::PathExists;
 using ::stoker::launcher::testing::ReadFileOrEmpty;
 using ::stoker::launcher::testing::Runfile;
 using ::stoker::launcher::testing::WaitForFile;
 using ::stoker::testing::StatusIs;
 using ::stoker::testing::TempDir;
-using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -77,12 +75,19 @@ class JobTest : public ::testing::Test {
 
   void TearDown() override {
     // No process of the job is left, and neither are its files.
-    ExpectNothingLeftOfJob(out_, config_.job_id);
+    testing::ExpectNothingLeftOfJob(out_, config_.job_id);
     EXPECT_EQ(waitpid(-1, nullptr, WNOHANG), -1) << "a child of the test is left";
   }
 
   void SetEnv(const std::string& name, const std::string& value) {
     config_.env.push_back(absl::StrCat(name, "=", value));
+  }
+
+  // Runs the job with the fake data service told to `behave` (its STOKER_FAKE_DATA_SERVICE:
+  // "never_ready", "exit_before_ready:CODE", ...).
+  JobResult RunWithDataService(const std::string& behave) {
+    SetEnv("STOKER_FAKE_DATA_SERVICE", behave);
+    return Run();
   }
 
   // The fake trainer's ranks sleep (1000 s) instead of exiting: the job trains until
@@ -162,15 +167,13 @@ TEST_F(JobTest, NvlsStaysOffWhateverTheEnvironmentSays) {
 }
 
 TEST_F(JobTest, LeftoversOfTheDataServiceAreRemoved) {
-  SetEnv("STOKER_FAKE_DATA_SERVICE", "leak_on_term");
-  JobResult result = Run();
+  JobResult result = RunWithDataService("leak_on_term");
   EXPECT_EQ(result.exit_code, 0) << result.status;
   // TearDown checks that the socket, the directory and the segment are gone.
 }
 
 TEST_F(JobTest, DataServiceExitingBeforeReadyIsAPeerLostAndNoTrainerStarts) {
-  SetEnv("STOKER_FAKE_DATA_SERVICE", "exit_before_ready:7");
-  JobResult result = Run();
+  JobResult result = RunWithDataService("exit_before_ready:7");
   EXPECT_EQ(result.exit_code, kExitPeerLost);
   EXPECT_THAT(result.status, StatusIs(absl::StatusCode::kUnavailable));
   const pid_t data_service = PidFrom("data_service.pid");
@@ -180,27 +183,24 @@ TEST_F(JobTest, DataServiceExitingBeforeReadyIsAPeerLostAndNoTrainerStarts) {
 }
 
 TEST_F(JobTest, DataServiceRefusingItsFlagsFailsTheJobAsABadFlag) {
-  SetEnv("STOKER_FAKE_DATA_SERVICE", "exit_before_ready:2");
-  JobResult result = Run();
+  JobResult result = RunWithDataService("exit_before_ready:2");
   EXPECT_EQ(result.exit_code, kExitUsage);
   EXPECT_FALSE(PathExists(out_ + "/mpirun.pid"));
 }
 
 TEST_F(JobTest, DataServiceNeverReadyTimesOut) {
-  SetEnv("STOKER_FAKE_DATA_SERVICE", "never_ready");
   config_.ready_timeout = absl::Milliseconds(500);
-  JobResult result = Run();
+  JobResult result = RunWithDataService("never_ready");
   EXPECT_EQ(result.exit_code, kExitTimeout);
   EXPECT_THAT(result.status, StatusIs(absl::StatusCode::kDeadlineExceeded));
   EXPECT_THAT(std::string(result.status.message()), HasSubstr("--ready_timeout"));
-  EXPECT_LT(elapsed_, absl::Seconds(5));
   EXPECT_FALSE(PathExists(out_ + "/mpirun.pid"));
+  EXPECT_LT(elapsed_, absl::Seconds(5));
 }
 
 TEST_F(JobTest, DataServiceDyingDuringTrainingStopsMpirunAndNamesIt) {
-  SetEnv("STOKER_FAKE_DATA_SERVICE", "exit_after_ready:9:300");
   KeepTheRanksTraining();
-  JobResult result = Run();
+  JobResult result = RunWithDataService("exit_after_ready:9:300");
   EXPECT_EQ(result.exit_code, kExitPeerLost);
   const pid_t data_service = PidFrom("data_service.pid");
   EXPECT_THAT(std::string(result.status.message()),
@@ -212,9 +212,8 @@ TEST_F(JobTest, DataServiceDyingDuringTrainingStopsMpirunAndNamesIt) {
 }
 
 TEST_F(JobTest, DataServiceKilledBySignalReportsTheSignal) {
-  SetEnv("STOKER_FAKE_DATA_SERVICE", "crash_after_ready:300");
   KeepTheRanksTraining();
-  JobResult result = Run();
+  JobResult result = RunWithDataService("crash_after_ready:300");
   EXPECT_EQ(result.exit_code, kExitPeerLost);
   EXPECT_THAT(std::string(result.status.message()),
               HasSubstr("killed by signal 11 (SIGSEGV) while the trainers were running"));
@@ -232,16 +231,14 @@ TEST_F(JobTest, FailingTrainerReturnsMpirunsCodeAndStopsTheDataService) {
 }
 
 TEST_F(JobTest, DataServiceFailingAtShutdownFailsTheJob) {
-  SetEnv("STOKER_FAKE_DATA_SERVICE", "fail_on_term:5");
-  JobResult result = Run();
+  JobResult result = RunWithDataService("fail_on_term:5");
   EXPECT_EQ(result.exit_code, 5);
   EXPECT_THAT(std::string(result.status.message()), HasSubstr("exited with code 5 after SIGTERM"));
 }
 
 TEST_F(JobTest, DataServiceIgnoringSigtermIsKilledAfterTheGracePeriod) {
-  SetEnv("STOKER_FAKE_DATA_SERVICE", "ignore_term");
   config_.shutdown_grace = absl::Milliseconds(300);
-  JobResult result = Run();
+  JobResult result = RunWithDataService("ignore_term");
   EXPECT_EQ(result.exit_code, 128 + SIGKILL);
   EXPECT_THAT(std::string(result.status.message()), HasSubstr("killed by signal 9 (SIGKILL)"));
   EXPECT_LT(elapsed_, absl::Seconds(5));
@@ -423,7 +420,8 @@ TEST(PlanJobTest, PlansBothCommandsWithNvlsOff) {
   EXPECT_EQ(plan->trainers.argv[0], "true");
   EXPECT_THAT(plan->trainers.env, ElementsAre("STOKER_X=1", "NCCL_NVLS_ENABLE=0"));
   EXPECT_EQ(plan->data_service->env.back(), "NCCL_NVLS_ENABLE=0");
-  EXPECT_THAT(plan->trainers.argv, Contains("--data_socket=/tmp/stoker.plan1/data.sock"));
+  EXPECT_THAT(plan->trainers.argv,
+              ::testing::Contains("--data_socket=/tmp/stoker.plan1/data.sock"));
   const std::string script = FormatPlan(*plan);
   EXPECT_THAT(script, HasSubstr("NCCL_NVLS_ENABLE=0 true -np 4 -x NCCL_NVLS_ENABLE /bin/true "
                                 "--data_socket=/tmp/stoker.plan1/data.sock --seed=0\n"));

@@ -4,12 +4,14 @@
 #include <string>
 #include <vector>
 
+#include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace stoker::launcher {
 namespace {
 
+using ::stoker::testing::IsOkAndHolds;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -26,23 +28,21 @@ TEST(TrainerArgvTest, LocalModeRunsTrainerUnderMpirunWithSocketAndSeed) {
   TrainerLaunch launch = TwoRankLaunch();
   launch.exported_env = {"NCCL_NVLS_ENABLE", "STOKER_TRACE"};
   launch.trainer_args = {"--epochs=3", "--model", "resnet18"};
-  absl::StatusOr<std::vector<std::string>> argv = BuildTrainerArgv(launch);
-  ASSERT_TRUE(argv.ok()) << argv.status();
-  EXPECT_THAT(*argv,
-              ElementsAre("mpirun", "-np", "2", "-x", "NCCL_NVLS_ENABLE", "-x", "STOKER_TRACE",
-                          "/opt/stoker/trainer", "--data_socket=/tmp/stoker.j1/data.sock",
-                          "--seed=42", "--epochs=3", "--model", "resnet18"));
+  EXPECT_THAT(
+      BuildTrainerArgv(launch),
+      IsOkAndHolds(ElementsAre("mpirun", "-np", "2", "-x", "NCCL_NVLS_ENABLE", "-x", "STOKER_TRACE",
+                               "/opt/stoker/trainer", "--data_socket=/tmp/stoker.j1/data.sock",
+                               "--seed=42", "--epochs=3", "--model", "resnet18")));
 }
 
 TEST(TrainerArgvTest, MpirunArgsGoVerbatimAfterRankCount) {
   TrainerLaunch launch = TwoRankLaunch();
   launch.mpirun = "/usr/bin/mpirun";
   launch.mpirun_args = {"--oversubscribe", "--mca", "btl", "self,vader"};
-  absl::StatusOr<std::vector<std::string>> argv = BuildTrainerArgv(launch);
-  ASSERT_TRUE(argv.ok()) << argv.status();
-  EXPECT_THAT(*argv, ElementsAre("/usr/bin/mpirun", "-np", "2", "--oversubscribe", "--mca", "btl",
-                                 "self,vader", "/opt/stoker/trainer",
-                                 "--data_socket=/tmp/stoker.j1/data.sock", "--seed=42"));
+  EXPECT_THAT(BuildTrainerArgv(launch),
+              IsOkAndHolds(ElementsAre("/usr/bin/mpirun", "-np", "2", "--oversubscribe", "--mca",
+                                       "btl", "self,vader", "/opt/stoker/trainer",
+                                       "--data_socket=/tmp/stoker.j1/data.sock", "--seed=42")));
 }
 
 TEST(TrainerArgvTest, ExportsEachVariableOnce) {
@@ -112,14 +112,13 @@ TEST(TrainerArgvTest, HostfileModeRunsEachHostsSlotsAndHandsTheDatasetToTheNodes
   launch.hostfile = "/etc/stoker/hosts";
   launch.hosts = {{"gpu1", 8}, {"gpu2", 8}};
   launch.mpirun_args = {"--mca", "btl_tcp_if_include", "ib0"};
-  absl::StatusOr<std::vector<std::string>> argv = BuildTrainerArgv(launch);
-  ASSERT_TRUE(argv.ok()) << argv.status();
-  EXPECT_THAT(*argv,
-              ElementsAre("mpirun", "-np", "16", "--hostfile", "/etc/stoker/hosts", "--mca",
-                          "btl_tcp_if_include", "ib0", "-x", "NCCL_NVLS_ENABLE", "-x",
-                          "LD_LIBRARY_PATH", "/opt/stoker/trainer", "--job_id=j1", "--seed=42",
-                          "--data_service_args=--dataset=imagefolder --train_dir=/data/train",
-                          "--epochs=3"));
+  EXPECT_THAT(
+      BuildTrainerArgv(launch),
+      IsOkAndHolds(ElementsAre("mpirun", "-np", "16", "--hostfile", "/etc/stoker/hosts", "--mca",
+                               "btl_tcp_if_include", "ib0", "-x", "NCCL_NVLS_ENABLE", "-x",
+                               "LD_LIBRARY_PATH", "/opt/stoker/trainer", "--job_id=j1", "--seed=42",
+                               "--data_service_args=--dataset=imagefolder --train_dir=/data/train",
+                               "--epochs=3")));
 }
 
 TEST(TrainerArgvTest, HostfileModeWithNpPlacesThatManyRanksPerNode) {
@@ -129,14 +128,13 @@ TEST(TrainerArgvTest, HostfileModeWithNpPlacesThatManyRanksPerNode) {
   launch.hosts = {{"gpu1", 8}, {"gpu2", 0}, {"gpu3", 4}};
   launch.exported_env = {};
   launch.data_service = "/opt/stoker/data_service";
-  absl::StatusOr<std::vector<std::string>> argv = BuildTrainerArgv(launch);
-  ASSERT_TRUE(argv.ok()) << argv.status();
-  EXPECT_THAT(*argv,
-              ElementsAre("mpirun", "-np", "12", "--hostfile", "hosts", "--map-by", "ppr:4:node",
-                          "/opt/stoker/trainer", "--job_id=j1", "--seed=42",
-                          "--data_service=/opt/stoker/data_service",
-                          "--data_service_args=--dataset=imagefolder --train_dir=/data/train",
-                          "--epochs=3"));
+  EXPECT_THAT(
+      BuildTrainerArgv(launch),
+      IsOkAndHolds(ElementsAre("mpirun", "-np", "12", "--hostfile", "hosts", "--map-by",
+                               "ppr:4:node", "/opt/stoker/trainer", "--job_id=j1", "--seed=42",
+                               "--data_service=/opt/stoker/data_service",
+                               "--data_service_args=--dataset=imagefolder --train_dir=/data/train",
+                               "--epochs=3")));
 }
 
 TEST(TrainerArgvTest, HostListModePassesHostsAsDashH) {
@@ -144,13 +142,12 @@ TEST(TrainerArgvTest, HostListModePassesHostsAsDashH) {
   launch.ranks_per_node = 0;
   launch.hosts = {{"gpu1", 4}, {"gpu2", 4}};
   launch.exported_env = {"NCCL_NVLS_ENABLE"};
-  absl::StatusOr<std::vector<std::string>> argv = BuildTrainerArgv(launch);
-  ASSERT_TRUE(argv.ok()) << argv.status();
-  EXPECT_THAT(*argv,
-              ElementsAre("mpirun", "-np", "8", "-H", "gpu1:4,gpu2:4", "-x", "NCCL_NVLS_ENABLE",
-                          "/opt/stoker/trainer", "--job_id=j1", "--seed=42",
-                          "--data_service_args=--dataset=imagefolder --train_dir=/data/train",
-                          "--epochs=3"));
+  EXPECT_THAT(
+      BuildTrainerArgv(launch),
+      IsOkAndHolds(ElementsAre(
+          "mpirun", "-np", "8", "-H", "gpu1:4,gpu2:4", "-x", "NCCL_NVLS_ENABLE",
+          "/opt/stoker/trainer", "--job_id=j1", "--seed=42",
+          "--data_service_args=--dataset=imagefolder --train_dir=/data/train", "--epochs=3")));
 }
 
 TEST(TrainerArgvTest, HostListModeWithNpMapsByNode) {
@@ -242,32 +239,29 @@ TEST(TrainerArgvTest, DataServiceArgsMustNotHoldWhitespace) {
               HasSubstr("holds whitespace"));
 }
 
-TEST(DataServiceArgvTest, DatasetArgsLeaveOutSocketJobNodeAndSeed) {
-  DataServiceLaunch launch;
-  launch.dataset = "synthetic";
-  launch.synthetic_samples = 256;
-  launch.threads = 3;
-  launch.data_seed = 9;
-  launch.node_id = 0;
-  absl::StatusOr<std::vector<std::string>> args = DataServiceDatasetArgs(launch);
-  ASSERT_TRUE(args.ok()) << args.status();
-  EXPECT_THAT(*args, ElementsAre("--dataset=synthetic", "--synthetic_samples=256", "--threads=3"));
-}
-
 DataServiceLaunch SyntheticLaunch() {
-  DataServiceLaunch launch;
-  launch.program = "/opt/stoker/data_service";
-  launch.socket = "/tmp/stoker.j1/data.sock";
-  launch.job_id = "j1";
+  DataServiceLaunch launch{/*program=*/"/opt/stoker/data_service",
+                           /*socket=*/"/tmp/stoker.j1/data.sock", /*job_id=*/"j1"};
   launch.data_seed = 42;
   return launch;
 }
 
+TEST(DataServiceArgvTest, DatasetArgsLeaveOutSocketJobNodeAndSeed) {
+  DataServiceLaunch launch = SyntheticLaunch();
+  launch.dataset = "synthetic";
+  launch.synthetic_samples = 256;
+  launch.threads = 3;
+  launch.node_id = 1;
+  EXPECT_THAT(
+      DataServiceDatasetArgs(launch),
+      IsOkAndHolds(ElementsAre("--dataset=synthetic", "--synthetic_samples=256", "--threads=3")));
+}
+
 TEST(DataServiceArgvTest, PassesOnlyTheOptionsThatAreSet) {
-  absl::StatusOr<std::vector<std::string>> argv = BuildDataServiceArgv(SyntheticLaunch());
-  ASSERT_TRUE(argv.ok()) << argv.status();
-  EXPECT_THAT(*argv, ElementsAre("/opt/stoker/data_service", "--socket=/tmp/stoker.j1/data.sock",
-                                 "--job_id=j1", "--node_id=0", "--data_seed=42"));
+  EXPECT_THAT(
+      BuildDataServiceArgv(SyntheticLaunch()),
+      IsOkAndHolds(ElementsAre("/opt/stoker/data_service", "--socket=/tmp/stoker.j1/data.sock",
+                               "--job_id=j1", "--node_id=0", "--data_seed=42")));
 }
 
 TEST(DataServiceArgvTest, PassesEveryOptionWhenAllAreSet) {
@@ -279,13 +273,12 @@ TEST(DataServiceArgvTest, PassesEveryOptionWhenAllAreSet) {
   launch.synthetic_classes = 10;
   launch.threads = 8;
   launch.prefetch = 4;
-  absl::StatusOr<std::vector<std::string>> argv = BuildDataServiceArgv(launch);
-  ASSERT_TRUE(argv.ok()) << argv.status();
-  EXPECT_THAT(*argv, ElementsAre("/opt/stoker/data_service", "--socket=/tmp/stoker.j1/data.sock",
-                                 "--job_id=j1", "--node_id=0", "--data_seed=42",
-                                 "--dataset=imagefolder", "--train_dir=/data/train",
-                                 "--val_dir=/data/val", "--synthetic_samples=1000",
-                                 "--synthetic_classes=10", "--threads=8", "--prefetch=4"));
+  EXPECT_THAT(BuildDataServiceArgv(launch),
+              IsOkAndHolds(ElementsAre(
+                  "/opt/stoker/data_service", "--socket=/tmp/stoker.j1/data.sock", "--job_id=j1",
+                  "--node_id=0", "--data_seed=42", "--dataset=imagefolder",
+                  "--train_dir=/data/train", "--val_dir=/data/val", "--synthetic_samples=1000",
+                  "--synthetic_classes=10", "--threads=8", "--prefetch=4")));
 }
 
 TEST(DataServiceArgvTest, ExtraArgsComeLastSoTheyWin) {
@@ -293,17 +286,15 @@ TEST(DataServiceArgvTest, ExtraArgsComeLastSoTheyWin) {
   launch.dataset = "synthetic";
   launch.threads = 8;
   launch.extra_args = {"--bad_files=fail", "--threads=2", "--data_seed=7"};
-  absl::StatusOr<std::vector<std::string>> argv = BuildDataServiceArgv(launch);
-  ASSERT_TRUE(argv.ok()) << argv.status();
-  EXPECT_THAT(*argv,
-              ElementsAre("/opt/stoker/data_service", "--socket=/tmp/stoker.j1/data.sock",
-                          "--job_id=j1", "--node_id=0", "--data_seed=42", "--dataset=synthetic",
-                          "--threads=8", "--bad_files=fail", "--threads=2", "--data_seed=7"));
+  EXPECT_THAT(BuildDataServiceArgv(launch),
+              IsOkAndHolds(
+                  ElementsAre("/opt/stoker/data_service", "--socket=/tmp/stoker.j1/data.sock",
+                              "--job_id=j1", "--node_id=0", "--data_seed=42", "--dataset=synthetic",
+                              "--threads=8", "--bad_files=fail", "--threads=2", "--data_seed=7")));
   // The cluster modes hand the same words to the nodes, after the dataset options.
-  absl::StatusOr<std::vector<std::string>> dataset_args = DataServiceDatasetArgs(launch);
-  ASSERT_TRUE(dataset_args.ok()) << dataset_args.status();
-  EXPECT_THAT(*dataset_args, ElementsAre("--dataset=synthetic", "--threads=8", "--bad_files=fail",
-                                         "--threads=2", "--data_seed=7"));
+  EXPECT_THAT(DataServiceDatasetArgs(launch),
+              IsOkAndHolds(ElementsAre("--dataset=synthetic", "--threads=8", "--bad_files=fail",
+                                       "--threads=2", "--data_seed=7")));
 }
 
 TEST(DataServiceArgvTest, ExtraArgsMustNotSetWhatTheLauncherDecides) {

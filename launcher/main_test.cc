@@ -29,7 +29,6 @@
 namespace stoker::launcher {
 namespace {
 
-using ::stoker::launcher::testing::ExpectNothingLeftOfJob;
 using ::stoker::launcher::testing::PathExists;
 using ::stoker::launcher::testing::ReadFileOrEmpty;
 using ::stoker::launcher::testing::ReadPidFiles;
@@ -47,7 +46,7 @@ class LauncherTest : public ::testing::Test {
     job_id_ = GenerateJobId();  // random: parallel runs share /tmp and /dev/shm
   }
 
-  void TearDown() override { ExpectNothingLeftOfJob(out_, job_id_); }
+  void TearDown() override { testing::ExpectNothingLeftOfJob(out_, job_id_); }
 
   // The launcher with the fakes and this test's job id, then `args`.
   std::vector<std::string> LauncherWithFakes(std::vector<std::string> args) {

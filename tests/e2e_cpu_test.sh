@@ -4,14 +4,10 @@
 # process, /dev/shm segment or socket of the job may be left.
 set -euo pipefail
 source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
-begin_job_test
-job="e2e-$$-$RANDOM"
+begin_job_test e2e
 
-"$root/launcher/launcher" --np=2 --job_id="$job" \
-  --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
-  --dataset=synthetic --synthetic_samples=1536 --synthetic_classes=4 --data_threads=1 -- \
-  --model=small_cnn --num_classes=4 --image_size=32 --batch_size=32 --epochs=2 --lr=0.05 \
-  --log_every=6 --loss_log="$out/loss.txt" --final_params_out="$out/params" 2>&1 | tee "$out/log"
+run_synthetic_job 2 "$job" 1536 4 --model=small_cnn --image_size=32 --batch_size=32 --epochs=2 \
+  --lr=0.05 --log_every=6 --loss_log="$out/loss.txt" --final_params_out="$out/params" 2>&1 | tee "$out/log"
 
 # 1536 samples / 2 ranks / 32 = 24 steps per epoch, 2 epochs.
 expect_loss_falls "$out/loss.txt" 48 0.7

@@ -5,14 +5,10 @@
 # own model, restored from the run's final checkpoint, on the same batch.
 set -euo pipefail
 source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
-begin_job_test
-job="export-$$-$RANDOM"
+begin_job_test export
 
-"$root/launcher/launcher" --np=2 --job_id="$job" \
-  --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
-  --dataset=synthetic --synthetic_samples=128 --synthetic_classes=10 --data_threads=1 -- \
-  --model=resnet18 --num_classes=10 --image_size=32 --batch_size=8 --epochs=1 --lr=0.05 \
-  --val_every=0 --checkpoint_dir="$out/ckpt" --export="$out/resnet18.pt" 2>&1 | tee "$out/log"
+run_synthetic_job 2 "$job" 128 10 --model=resnet18 --image_size=32 --batch_size=8 --epochs=1 \
+  --lr=0.05 --val_every=0 --checkpoint_dir="$out/ckpt" --export="$out/resnet18.pt" 2>&1 | tee "$out/log"
 assert_nothing_left "$job"
 [[ -f "$out/resnet18.pt" ]] || { echo "FAIL: no exported weights"; exit 1; }
 checkpoint=$(ls "$out"/ckpt/ckpt-*.stoker | tail -n 1)

@@ -13,14 +13,16 @@
 # Sourcing sets $root, the runfiles tree that holds the programs and scripts.
 root="${TEST_SRCDIR}/stoker"
 
-# begin_job_test: Open MPI's environment for tests (mpi_env.sh) with a session directory of
-# this test's own (private_mpi_session_dir, removed on exit); sets out (the test's scratch
-# folder) and python (the python with torch).
+# begin_job_test [JOB_PREFIX]: Open MPI's environment for tests (mpi_env.sh) with a session
+# directory of this test's own (private_mpi_session_dir, removed on exit); sets out (the
+# test's scratch folder) and python (the python with torch), and with JOB_PREFIX job, a job
+# id of this run's own (PREFIX-PID-RANDOM).
 begin_job_test() {
   source "$root/tests/mpi_env.sh"
   private_mpi_session_dir
   out="${TEST_TMPDIR:-$(mktemp -d)}"
   python="$(stoker_python)"
+  if [[ $# -gt 0 ]]; then job="$1-$$-$RANDOM"; fi
 }
 
 # assert_nothing_left JOB_ID [PID...]: no /dev/shm/stoker.JOB_ID.* segment, no
@@ -193,6 +195,17 @@ expect_loss_falls() {
   echo "mean loss of the first 4 steps $first, of the last 4 steps $last"
   awk -v a="$first" -v b="$last" -v f="$factor" 'BEGIN {exit !(b < f * a)}' ||
     { echo "FAIL: the loss did not fall by $(awk -v f="$factor" 'BEGIN {print (1 - f) * 100}')%"; return 1; }
+}
+
+# run_synthetic_job NP JOB_ID SAMPLES CLASSES [TRAINER FLAGS...]: the launcher as job JOB_ID,
+# with NP ranks of the trainer on the data service's synthetic dataset of SAMPLES samples in
+# CLASSES classes (one decode thread); the trainer's --num_classes is CLASSES.
+run_synthetic_job() {
+  local np="$1" job_id="$2" samples="$3" classes="$4"; shift 4
+  "$root/launcher/launcher" --np="$np" --job_id="$job_id" \
+    --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
+    --dataset=synthetic --synthetic_samples="$samples" --synthetic_classes="$classes" \
+    --data_threads=1 -- --num_classes="$classes" "$@"
 }
 
 # run_launcher_job TIMEOUT_S PREFIX NAME [LAUNCHER FLAGS...] [-- TRAINER FLAGS...]: a

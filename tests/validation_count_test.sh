@@ -4,15 +4,11 @@
 # (each rank's last one short). The count comes from rank 0's metrics JSON lines.
 set -euo pipefail
 source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
-begin_job_test
-job="valcount-$$-$RANDOM"
+begin_job_test valcount
 
 # The synthetic dataset's validation split is a tenth of --synthetic_samples.
-"$root/launcher/launcher" --np=3 --job_id="$job" \
-  --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
-  --dataset=synthetic --synthetic_samples=1000 --synthetic_classes=4 --data_threads=1 -- \
-  --model=small_cnn --num_classes=4 --image_size=16 --batch_size=16 --epochs=2 --lr=0.05 \
-  --val_every=1 --val_batch_size=7 --metrics_jsonl="$out/metrics.jsonl" 2>&1 | tee "$out/log"
+run_synthetic_job 3 "$job" 1000 4 --model=small_cnn --image_size=16 --batch_size=16 --epochs=2 \
+  --lr=0.05 --val_every=1 --val_batch_size=7 --metrics_jsonl="$out/metrics.jsonl" 2>&1 | tee "$out/log"
 assert_nothing_left "$job"
 
 "$(stoker_python)" - "$out/metrics.jsonl" <<'PY'

@@ -8,31 +8,32 @@
 namespace stoker::trainer {
 namespace {
 
-TEST(StopSignalTest, FirstSigtermIsRecordedAndTheProcessLives) {
-  ASSERT_TRUE(InstallStopSignalHandlers().ok());
-  SetStopSignalForTest(0);
+// Each test starts with the handlers installed and no stop signal recorded, and leaves none.
+class StopSignalTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(InstallStopSignalHandlers().ok());
+    SetStopSignalForTest(0);
+  }
+  void TearDown() override { SetStopSignalForTest(0); }
+};
+
+TEST_F(StopSignalTest, FirstSigtermIsRecordedAndTheProcessLives) {
   EXPECT_EQ(StopSignalReceived(), 0);
   ASSERT_EQ(raise(SIGTERM), 0);
   EXPECT_EQ(StopSignalReceived(), SIGTERM);
-  SetStopSignalForTest(0);
 }
 
-TEST(StopSignalTest, SigintIsRecordedToo) {
-  ASSERT_TRUE(InstallStopSignalHandlers().ok());
-  SetStopSignalForTest(0);
+TEST_F(StopSignalTest, SigintIsRecordedToo) {
   ASSERT_EQ(raise(SIGINT), 0);
   EXPECT_EQ(StopSignalReceived(), SIGINT);
-  SetStopSignalForTest(0);
 }
 
-TEST(StopSignalTest, Sigusr2IsAStopSignalAndAnotherKindLaterChangesNothing) {
-  ASSERT_TRUE(InstallStopSignalHandlers().ok());
-  SetStopSignalForTest(0);
+TEST_F(StopSignalTest, Sigusr2IsAStopSignalAndAnotherKindLaterChangesNothing) {
   ASSERT_EQ(raise(SIGUSR2), 0);
   EXPECT_EQ(StopSignalReceived(), SIGUSR2);
   ASSERT_EQ(raise(SIGTERM), 0);  // still alive
   EXPECT_EQ(StopSignalReceived(), SIGUSR2);
-  SetStopSignalForTest(0);
 }
 
 TEST(StopSignalDeathTest, ASecondSignalOfTheSameKindKills) {

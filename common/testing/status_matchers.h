@@ -4,12 +4,14 @@
 //
 //   EXPECT_THAT(Open(path), IsOk());
 //   EXPECT_THAT(Open(""), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--path")));
+//   EXPECT_THAT(ParseArgs(argv), IsOkAndHolds(ElementsAre("--np=2", "--epochs=3")));
 //   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Ring> ring, Ring::Create(layout));
 #ifndef STOKER_COMMON_TESTING_STATUS_MATCHERS_H_
 #define STOKER_COMMON_TESTING_STATUS_MATCHERS_H_
 
 #include <ostream>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -105,6 +107,57 @@ class StatusIsMatcher {
   ::testing::Matcher<const std::string&> message_;
 };
 
+template <typename StatusOrType>
+class IsOkAndHoldsMatcherImpl : public ::testing::MatcherInterface<StatusOrType> {
+ public:
+  using Value = typename std::remove_cv_t<std::remove_reference_t<StatusOrType>>::value_type;
+
+  template <typename InnerMatcher>
+  explicit IsOkAndHoldsMatcherImpl(InnerMatcher&& inner)
+      : inner_(::testing::SafeMatcherCast<const Value&>(std::forward<InnerMatcher>(inner))) {}
+
+  void DescribeTo(std::ostream* os) const override {
+    *os << "is OK and holds a value that ";
+    inner_.DescribeTo(os);
+  }
+  void DescribeNegationTo(std::ostream* os) const override {
+    *os << "is not OK or holds a value that ";
+    inner_.DescribeNegationTo(os);
+  }
+  bool MatchAndExplain(StatusOrType actual,
+                       ::testing::MatchResultListener* listener) const override {
+    if (!actual.ok()) {
+      *listener << "whose status is " << Describe(actual.status());
+      return false;
+    }
+    ::testing::StringMatchResultListener inner;
+    const bool matches = inner_.MatchAndExplain(*actual, &inner);
+    *listener << "whose value " << ::testing::PrintToString(*actual)
+              << (matches ? " matches" : " does not match");
+    if (!inner.str().empty()) *listener << ", " << inner.str();
+    return matches;
+  }
+
+ private:
+  const ::testing::Matcher<const Value&> inner_;
+};
+
+// Converts to a Matcher of any absl::StatusOr<T> whose T the inner matcher takes.
+template <typename InnerMatcher>
+class IsOkAndHoldsMatcher {
+ public:
+  explicit IsOkAndHoldsMatcher(InnerMatcher inner) : inner_(std::move(inner)) {}
+
+  template <typename StatusOrType>
+  operator ::testing::Matcher<StatusOrType>() const {  // NOLINT(runtime/explicit)
+    return ::testing::Matcher<StatusOrType>(
+        new IsOkAndHoldsMatcherImpl<const StatusOrType&>(inner_));
+  }
+
+ private:
+  InnerMatcher inner_;
+};
+
 }  // namespace internal
 
 // Matches an OK absl::Status, or an absl::StatusOr<T> that holds a value.
@@ -127,6 +180,13 @@ inline internal::StatusIsMatcher StatusIs(absl::StatusCode code, const char* sub
 }
 inline internal::StatusIsMatcher StatusIs(absl::StatusCode code, const std::string& substring) {
   return internal::StatusIsMatcher(code, ::testing::HasSubstr(substring));
+}
+
+// Matches an absl::StatusOr<T> that holds a value matching `inner` (a matcher or a value).
+template <typename InnerMatcher>
+internal::IsOkAndHoldsMatcher<std::decay_t<InnerMatcher>> IsOkAndHolds(InnerMatcher&& inner) {
+  return internal::IsOkAndHoldsMatcher<std::decay_t<InnerMatcher>>(
+      std::forward<InnerMatcher>(inner));
 }
 
 }  // namespace stoker::testing

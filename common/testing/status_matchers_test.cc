@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -18,7 +19,6 @@ using ::testing::DescribeMatcher;
 using ::testing::HasSubstr;
 using ::testing::Matcher;
 using ::testing::Not;
-using ::testing::StartsWith;
 
 // What `matcher` says of `value` when asked to explain a (mis)match.
 template <typename T, typename V>
@@ -48,6 +48,25 @@ TEST(IsOkTest, RejectsErrorsAndSaysWhichStatus) {
   EXPECT_EQ(Explain(or_matcher, NoNumber()), "whose status is NOT_FOUND: no number in 'x'");
 }
 
+TEST(IsOkAndHoldsTest, MatchesTheValueWithAMatcherOrAValue) {
+  EXPECT_THAT(Seven(), IsOkAndHolds(7));
+  EXPECT_THAT(Seven(), IsOkAndHolds(::testing::Gt(6)));
+  EXPECT_THAT(Seven(), Not(IsOkAndHolds(8)));
+  EXPECT_THAT(NoNumber(), Not(IsOkAndHolds(::testing::_)));
+  EXPECT_THAT(absl::StatusOr<std::vector<std::string>>(std::vector<std::string>{"a", "b"}),
+              IsOkAndHolds(::testing::ElementsAre("a", "b")));
+}
+
+TEST(IsOkAndHoldsTest, ExplainsAnErrorOrAWrongValue) {
+  const Matcher<const absl::StatusOr<int>&> matcher = IsOkAndHolds(8);
+  EXPECT_EQ(Explain(matcher, NoNumber()), "whose status is NOT_FOUND: no number in 'x'");
+  EXPECT_EQ(Explain(matcher, Seven()), "whose value 7 does not match");
+  EXPECT_EQ(DescribeMatcher<const absl::StatusOr<int>&>(IsOkAndHolds(8)),
+            "is OK and holds a value that is equal to 8");
+  EXPECT_EQ(DescribeMatcher<const absl::StatusOr<int>&>(IsOkAndHolds(8), /*negation=*/true),
+            "is not OK or holds a value that isn't equal to 8");
+}
+
 TEST(StatusIsTest, MatchesTheCodeAlone) {
   EXPECT_THAT(absl::InvalidArgumentError("bad"), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(NoNumber(), StatusIs(absl::StatusCode::kNotFound));
@@ -59,7 +78,7 @@ TEST(StatusIsTest, MatchesTheCodeAlone) {
 
 TEST(StatusIsTest, MatchesTheMessageWithAMatcherOrASubstring) {
   EXPECT_THAT(NoNumber(), StatusIs(absl::StatusCode::kNotFound, HasSubstr("no number")));
-  EXPECT_THAT(NoNumber(), StatusIs(absl::StatusCode::kNotFound, StartsWith("no ")));
+  EXPECT_THAT(NoNumber(), StatusIs(absl::StatusCode::kNotFound, ::testing::StartsWith("no ")));
   EXPECT_THAT(NoNumber(), StatusIs(absl::StatusCode::kNotFound, "in 'x'"));
   EXPECT_THAT(NoNumber(), StatusIs(absl::StatusCode::kNotFound, std::string("number")));
   EXPECT_THAT(NoNumber(), Not(StatusIs(absl::StatusCode::kNotFound, "a word")));

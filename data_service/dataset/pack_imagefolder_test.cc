@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/testing/status_matchers.h"
 #include "common/testing/temp_dir.h"
@@ -50,34 +51,37 @@ int RunTool(const std::string& args, std::string* output) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+// Packs the folder `root` into `index` with the further `flags`; the tool must succeed.
+// `output`: what it printed.
+void Pack(const std::string& root, const std::string& index, const std::string& flags,
+          std::string* output) {
+  ASSERT_EQ(RunTool(absl::StrCat("--input=", root, " --output=", index, " ", flags), output), 0)
+      << *output;
+}
+
 TEST(PackImagefolderTest, PacksAFolderThatReadsBackInTheSameOrder) {
-  ASSERT_OK_AND_ASSIGN(const TempDir root_temp, TempDir::Create("tool_source"));
-  const std::string root = root_temp.path();
+  ASSERT_OK_AND_ASSIGN(const TempDir source, TempDir::Create("tool_source"));
   for (int c = 0; c < 3; ++c) {
-    fs::create_directories(absl::StrCat(root, "/c", c));
+    fs::create_directories(source.Join(absl::StrCat("c", c)));
     for (int i = 0; i < 5; ++i) {
-      ASSERT_OK(test_util::WriteJpeg(absl::StrCat(root, "/c", c, "/", i, ".jpg"), 48, 32,
+      ASSERT_OK(test_util::WriteJpeg(source.Join(absl::StrCat("c", c, "/", i, ".jpg")), 48, 32,
                                      test_util::PhotoLikeImage(48, 32, c * 10 + i)));
     }
   }
-  ASSERT_OK_AND_ASSIGN(const TempDir out_temp, TempDir::Create("tool_output"));
-  const std::string out = out_temp.path();
+  ASSERT_OK_AND_ASSIGN(const TempDir out, TempDir::Create("tool_output"));
   std::string output;
-  ASSERT_EQ(RunTool(absl::StrCat("--input=", root, " --output=", out,
-                                 "/train.stkpack --shard_bytes=4096"),
-                    &output),
-            0)
-      << output;
+  ASSERT_NO_FATAL_FAILURE(
+      Pack(source.path(), out.Join("train.stkpack"), "--shard_bytes=4096", &output));
   EXPECT_NE(output.find("15 samples"), std::string::npos) << output;
-  auto folder = ImageFolderDataset::Open(root);
-  auto packed = PackedDataset::Open(out + "/train.stkpack");
+  auto folder = ImageFolderDataset::Open(source.path());
+  auto packed = PackedDataset::Open(out.Join("train.stkpack"));
   ASSERT_OK(folder);
   ASSERT_OK(packed);
   EXPECT_GT((*packed)->shard_count(), 1);
   ASSERT_EQ((*packed)->size(), 15);
   for (int64_t i = 0; i < 15; ++i) {
     EXPECT_EQ((*packed)->Label(i), (*folder)->Label(i));
-    EXPECT_EQ(root + "/" + std::string((*packed)->SampleName(i)), (*folder)->samples()[i].path);
+    EXPECT_EQ(source.Join((*packed)->SampleName(i)), (*folder)->samples()[i].path);
   }
 }
 
@@ -86,27 +90,28 @@ TEST(PackImagefolderTest, MaxShortSideStoresLargeImagesShrunkAndTheyTrainAndEval
   const std::string root = root_temp.path();
   fs::create_directories(root + "/a");
   fs::create_directories(root + "/b");
-  ASSERT_OK(
-      test_util::WriteJpeg(root + "/a/wide.jpg", 200, 150, test_util::PhotoLikeImage(200, 150, 1)));
-  ASSERT_OK(
-      test_util::WriteJpeg(root + "/a/tall.jpg", 120, 160, test_util::PhotoLikeImage(120, 160, 2)));
-  ASSERT_OK(
-      test_util::WritePng(root + "/b/wide.png", 180, 90, test_util::PhotoLikeImage(180, 90, 3)));
-  ASSERT_OK(
-      test_util::WriteJpeg(root + "/b/small.jpg", 60, 40, test_util::PhotoLikeImage(60, 40, 4)));
+  struct Image {
+    const char* name;
+    int width, height;
+  };
+  int seed = 0;
+  for (const Image& image : {Image{"a/wide.jpg", 200, 150}, Image{"a/tall.jpg", 120, 160},
+                             Image{"b/wide.png", 180, 90}, Image{"b/small.jpg", 60, 40}}) {
+    const std::string path = absl::StrCat(root, "/", image.name);
+    const std::vector<uint8_t> rgb = test_util::PhotoLikeImage(image.width, image.height, ++seed);
+    ASSERT_OK(absl::EndsWith(path, ".png")
+                  ? test_util::WritePng(path, image.width, image.height, rgb)
+                  : test_util::WriteJpeg(path, image.width, image.height, rgb));
+  }
   ASSERT_OK(test_util::WriteFileBytes(root + "/b/broken.jpg", {0xff, 0xd8, 0xff, 0x00}));
-  ASSERT_OK_AND_ASSIGN(const TempDir out_temp, TempDir::Create("shrink_output"));
-  const std::string out = out_temp.path();
+  ASSERT_OK_AND_ASSIGN(const TempDir out, TempDir::Create("shrink_output"));
   std::string output;
-  ASSERT_EQ(RunTool(absl::StrCat("--input=", root, " --output=", out,
-                                 "/small.stkpack --max_short_side=64 --quality=85"),
-                    &output),
-            0)
-      << output;
+  ASSERT_NO_FATAL_FAILURE(
+      Pack(root, out.Join("small.stkpack"), "--max_short_side=64 --quality=85", &output));
   EXPECT_NE(output.find("3 images shrunk to a shorter side of 64 (quality 85)"), std::string::npos)
       << output;
   auto folder = ImageFolderDataset::Open(root);
-  auto packed = PackedDataset::Open(out + "/small.stkpack");
+  auto packed = PackedDataset::Open(out.Join("small.stkpack"));
   ASSERT_OK(folder);
   ASSERT_OK(packed);
   ASSERT_EQ((*packed)->size(), 5);
@@ -141,7 +146,7 @@ TEST(PackImagefolderTest, MaxShortSideStoresLargeImagesShrunkAndTheyTrainAndEval
       EXPECT_OK((*packed)->Load(i, options, packed_scratch, sample.data())) << name;
     }
   }
-  EXPECT_NE(RunTool(absl::StrCat("--input=", root, " --output=", out, "/q.stkpack ",
+  EXPECT_NE(RunTool(absl::StrCat("--input=", root, " --output=", out.Join("q.stkpack"), " ",
                                  "--max_short_side=64 --quality=0"),
                     &output),
             0);

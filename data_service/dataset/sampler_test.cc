@@ -35,6 +35,16 @@ std::vector<std::vector<int64_t>> AllRanks(int64_t n, int world, bool drop_last,
   return result;
 }
 
+// The indices of every rank of `ranks`, together; each rank must hold `per_rank` of them.
+std::multiset<int64_t> Together(const std::vector<std::vector<int64_t>>& ranks, size_t per_rank) {
+  std::multiset<int64_t> all;
+  for (const std::vector<int64_t>& r : ranks) {
+    EXPECT_EQ(r.size(), per_rank);
+    all.insert(r.begin(), r.end());
+  }
+  return all;
+}
+
 TEST(TorchRandpermTest, IsAPermutation) {
   for (int64_t n : {0, 1, 2, 17, 1000}) {
     std::vector<int64_t> p = TorchRandperm(n, 1234);
@@ -48,12 +58,7 @@ TEST(TorchRandpermTest, IsAPermutation) {
 }
 
 TEST(DistributedSamplerTest, EveryIndexOncePerEpochAcrossRanksWhenWorldDividesN) {
-  auto ranks = AllRanks(120, 4, false, 7, 3);
-  std::multiset<int64_t> all;
-  for (const auto& r : ranks) {
-    EXPECT_EQ(r.size(), 30u);
-    all.insert(r.begin(), r.end());
-  }
+  const std::multiset<int64_t> all = Together(AllRanks(120, 4, false, 7, 3), 30);
   for (int64_t i = 0; i < 120; ++i) EXPECT_EQ(all.count(i), 1u) << i;
 }
 
@@ -62,11 +67,7 @@ TEST(DistributedSamplerTest, PaddingRepeatsTheFirstIndicesOfThePermutation) {
   const int world = 4;  // total 12: two indices repeat
   auto ranks = AllRanks(n, world, false, 5, 0);
   std::vector<int64_t> order = TorchRandperm(n, 5);
-  std::multiset<int64_t> all;
-  for (const auto& r : ranks) {
-    EXPECT_EQ(r.size(), 3u);
-    all.insert(r.begin(), r.end());
-  }
+  const std::multiset<int64_t> all = Together(ranks, 3);
   for (int64_t i = 0; i < n; ++i) {
     const size_t expected = (i == order[0] || i == order[1]) ? 2 : 1;
     EXPECT_EQ(all.count(i), expected) << i;
@@ -86,13 +87,8 @@ TEST(DistributedSamplerTest, PaddingWrapsSeveralTimesWhenWorldExceedsN) {
 }
 
 TEST(DistributedSamplerTest, DropLastDropsTheTailAndNeverRepeats) {
-  auto ranks = AllRanks(10, 4, true, 5, 1);
-  std::set<int64_t> all;
-  for (const auto& r : ranks) {
-    EXPECT_EQ(r.size(), 2u);
-    all.insert(r.begin(), r.end());
-  }
-  EXPECT_EQ(all.size(), 8u);
+  const std::multiset<int64_t> all = Together(AllRanks(10, 4, true, 5, 1), 2);
+  EXPECT_EQ(std::set<int64_t>(all.begin(), all.end()).size(), 8u);
   auto sampler = DistributedSampler::Create({10, 4, 0, true, true});
   ASSERT_OK(sampler);
   EXPECT_EQ(sampler->num_samples(), 2);

@@ -22,8 +22,6 @@ namespace {
 
 using ::stoker::data_service::image::testing::ImageCaseDir;
 using ::stoker::data_service::image::testing::LoadFileOrFail;
-using ::stoker::data_service::image::testing::MaxAbsDiff;
-using ::stoker::data_service::image::testing::ReadTable;
 using ::stoker::testing::StatusIs;
 using ::testing::HasSubstr;
 
@@ -74,7 +72,7 @@ TEST(ImageDecoderTest, OffersTheScalesTheOptionsAllow) {
 
 TEST(ImageDecoderTest, DecodesEveryKindOfImageLikePillowConvertRgb) {
   const std::string& dir = ImageCaseDir("formats");
-  auto table = ReadTable(dir + "/manifest.txt");
+  auto table = testing::ReadTable(dir + "/manifest.txt");
   ASSERT_OK(table);
   ASSERT_GE(table->size(), 19u);
   for (const auto& row : *table) {
@@ -86,7 +84,8 @@ TEST(ImageDecoderTest, DecodesEveryKindOfImageLikePillowConvertRgb) {
     auto image = DecodeImage(bytes);
     ASSERT_OK(image);
     ASSERT_EQ(image->rgb.size(), expected.size()) << image->width << "x" << image->height;
-    const int diff = MaxAbsDiff(image->rgb.data(), expected.data(), expected.size());
+    const int diff = ::stoker::data_service::image::testing::MaxAbsDiff(
+        image->rgb.data(), expected.data(), expected.size());
     // Pillow's libjpeg-turbo (3.x) and Debian's (2.1.5) may round color conversion
     // differently by a level; PNG decoding is exact.
     EXPECT_LE(diff, kind == "jpeg" ? 2 : 0) << kind;
@@ -141,7 +140,7 @@ TEST(ImageDecoderTest, YcckJpegDecodesLikeTurboJpegCmykThroughPillowsFormula) {
 
 TEST(ImageDecoderTest, EveryBadFileIsAClearInvalidArgument) {
   const std::string& dir = ImageCaseDir("bad");
-  auto table = ReadTable(dir + "/manifest.txt");
+  auto table = testing::ReadTable(dir + "/manifest.txt");
   ASSERT_OK(table);
   // Besides the empty file, which has no manifest field issue.
   const std::map<std::string, std::string> expected_words = {

@@ -45,6 +45,10 @@ ABSL_FLAG(int, resize, 256, "evaluation Resize() shorter side");
 ABSL_FLAG(std::string, dct_scales, "pow2",
           "DCT-domain scales JPEGs may be decoded at: none, pow2 (1/2, 1/4, 1/8) or all (n/8)");
 
+constexpr char kUsage[] =
+    "transforms_benchmark --dir=DIR [--seconds=S] [--rounds=N]: decode and transform speed "
+    "per case";
+
 namespace stoker::data_service::image {
 namespace {
 
@@ -225,7 +229,6 @@ int main(int argc, char** argv) {
   stoker::ParseFlagsOrExit(
       argc, argv,
       stoker::FlagSpecOf("transforms_benchmark", "data_service/image/transforms_benchmark.cc"),
-      "transforms_benchmark --dir=DIR [--seconds=S] [--rounds=N]: decode and transform speed "
-      "per case");
+      kUsage);
   return stoker::data_service::image::Run();
 }

@@ -32,14 +32,9 @@ class ControlProtocolTest : public ::testing::Test {
 };
 
 TEST_F(ControlProtocolTest, RegisterRoundTripsThroughTheSocket) {
-  RingRequest request;
-  request.rank = 3;
-  request.world_size = 8;
-  request.batch_size = 64;
-  request.image_size = 224;
-  request.slot_count = 6;
-  request.train = false;
-  request.drop_last = true;
+  const RingRequest request{/*rank=*/3,         /*world_size=*/8, /*batch_size=*/64,
+                            /*image_size=*/224, /*slot_count=*/6, /*train=*/false,
+                            /*drop_last=*/true};
   ControlMessage message = NewMessage(MessageType::kRegister, 42);
   SetRequest(request, &message);
   ASSERT_OK(SendMessage(a_.get(), message));

@@ -194,12 +194,11 @@ TEST(ChildProcessTest, TerminateOfAnExitedChildReturnsItsStatus) {
 }
 
 TEST(ChildProcessTest, ReapingSweepsWhatTheChildLeftInItsGroup) {
-  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("sweep"));
-  const std::string dir = dir_temp.path();
+  ASSERT_OK_AND_ASSIGN(const TempDir dir, TempDir::Create("sweep"));
   absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(
-      Shell(absl::StrCat("sleep 1000 & echo $! > ", dir, "/grandchild; exit 0")));
+      Shell(absl::StrCat("sleep 1000 & echo $! > ", dir.Join("grandchild"), "; exit 0")));
   ASSERT_OK(child);
-  const pid_t grandchild = ReadPid(dir + "/grandchild");
+  const pid_t grandchild = ReadPid(dir.Join("grandchild"));
   EXPECT_EQ(*child->Wait(absl::Seconds(10)), ExitStatus::Exited(0));
   EXPECT_TRUE(WaitForProcessExit(grandchild, absl::Seconds(5)));
 }
@@ -376,14 +375,13 @@ TEST(WaitForFirstExitTest, WorksWithoutPidfdsByPolling) {
 TEST(StrayChildrenTest, SubreaperAdoptsAndKillsOrphansOfADeadChild) {
   absl::StatusOr<bool> previous = BecomeChildSubreaper();
   ASSERT_OK(previous);
-  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("orphans"));
-  const std::string dir = dir_temp.path();
+  ASSERT_OK_AND_ASSIGN(const TempDir dir, TempDir::Create("orphans"));
   // The grandchild leaves the child's group, as an mpirun rank does, so no group kill finds
   // it; when the child dies, it is adopted by this process.
-  absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(
-      Shell(absl::StrCat("setsid sh -c 'echo $$ > ", dir, "/orphan; exec sleep 1000' & wait")));
+  absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell(
+      absl::StrCat("setsid sh -c 'echo $$ > ", dir.Join("orphan"), "; exec sleep 1000' & wait")));
   ASSERT_OK(child);
-  const pid_t orphan = ReadPid(dir + "/orphan");
+  const pid_t orphan = ReadPid(dir.Join("orphan"));
   ASSERT_OK(child->Terminate(absl::Seconds(10)));
   ASSERT_TRUE(IsProcessAlive(orphan));
 

@@ -5,36 +5,33 @@
 #include <string>
 #include <vector>
 
+#include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace stoker::launcher {
 namespace {
 
+using ::stoker::testing::IsOkAndHolds;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
 TEST(DataServiceArgsTest, SplitsOnSpacesAndDropsEmptyWords) {
-  absl::StatusOr<std::vector<std::string>> args =
-      ParseDataServiceArgs("  --bad_files=fail   -threads=2 --train_dir=/data/a=b ");
-  ASSERT_TRUE(args.ok()) << args.status();
-  EXPECT_THAT(*args, ElementsAre("--bad_files=fail", "-threads=2", "--train_dir=/data/a=b"));
+  EXPECT_THAT(ParseDataServiceArgs("  --bad_files=fail   -threads=2 --train_dir=/data/a=b "),
+              IsOkAndHolds(ElementsAre("--bad_files=fail", "-threads=2", "--train_dir=/data/a=b")));
 }
 
 TEST(DataServiceArgsTest, AnEmptyValueGivesNoWords) {
   for (const char* value : {"", "   "}) {
-    absl::StatusOr<std::vector<std::string>> args = ParseDataServiceArgs(value);
-    ASSERT_TRUE(args.ok()) << args.status();
-    EXPECT_THAT(*args, IsEmpty()) << "'" << value << "'";
+    EXPECT_THAT(ParseDataServiceArgs(value), IsOkAndHolds(IsEmpty())) << "'" << value << "'";
   }
 }
 
 TEST(DataServiceArgsTest, TheDataSeedAndDatasetMayBeSet) {
-  absl::StatusOr<std::vector<std::string>> args =
-      ParseDataServiceArgs("--data_seed=7 --dataset=packed --jpeg_decode=exact");
-  ASSERT_TRUE(args.ok()) << args.status();
-  EXPECT_THAT(*args, ElementsAre("--data_seed=7", "--dataset=packed", "--jpeg_decode=exact"));
+  EXPECT_THAT(
+      ParseDataServiceArgs("--data_seed=7 --dataset=packed --jpeg_decode=exact"),
+      IsOkAndHolds(ElementsAre("--data_seed=7", "--dataset=packed", "--jpeg_decode=exact")));
 }
 
 TEST(DataServiceArgsTest, WordsThatAreNotFlagsWithValuesAreRefusedByName) {

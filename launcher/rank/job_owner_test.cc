@@ -99,12 +99,28 @@ TEST(JudgeOwnerTest, AnOwnerInAnotherPidNamespaceIsUnknown) {
   EXPECT_EQ(JudgeOwner(elsewhere), OwnerState::kUnknown);
 }
 
-TEST(JobOwnerRecordTest, TheRecordIsOwnerOnlyAndGoesWithTheObject) {
-  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("owner"));
-  const std::string dir = dir_temp.path();
-  const std::string path = JobOwnerPath(dir, "job1");
+// A directory for the owner records and one for the shared-memory segments, the test's own.
+class JobOwnerRecordTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_OK_AND_ASSIGN(dir_temp_, TempDir::Create("owner"));
+    ASSERT_OK_AND_ASSIGN(shm_temp_, TempDir::Create("shm"));
+    dir_ = dir_temp_.path();
+    shm_ = shm_temp_.path();
+  }
+
+  TempDir dir_temp_;
+  TempDir shm_temp_;
+  std::string dir_;
+  std::string shm_;
+};
+
+class RemoveStaleJobsTest : public JobOwnerRecordTest {};
+
+TEST_F(JobOwnerRecordTest, TheRecordIsOwnerOnlyAndGoesWithTheObject) {
+  const std::string path = JobOwnerPath(dir_, "job1");
   {
-    absl::StatusOr<JobOwnerRecord> record = JobOwnerRecord::Create(dir, dir, "job1");
+    absl::StatusOr<JobOwnerRecord> record = JobOwnerRecord::Create(dir_, dir_, "job1");
     ASSERT_OK(record);
     EXPECT_EQ(record->path(), path);
     struct stat info;
@@ -117,44 +133,34 @@ TEST(JobOwnerRecordTest, TheRecordIsOwnerOnlyAndGoesWithTheObject) {
   EXPECT_FALSE(PathExists(path));
 }
 
-TEST(JobOwnerRecordTest, ARunningJobKeepsItsId) {
-  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("owner"));
-  const std::string dir = dir_temp.path();
-  absl::StatusOr<JobOwnerRecord> first = JobOwnerRecord::Create(dir, dir, "job1");
+TEST_F(JobOwnerRecordTest, ARunningJobKeepsItsId) {
+  absl::StatusOr<JobOwnerRecord> first = JobOwnerRecord::Create(dir_, dir_, "job1");
   ASSERT_OK(first);
-  absl::StatusOr<JobOwnerRecord> second = JobOwnerRecord::Create(dir, dir, "job1");
+  absl::StatusOr<JobOwnerRecord> second = JobOwnerRecord::Create(dir_, dir_, "job1");
   EXPECT_THAT(second, StatusIs(absl::StatusCode::kAlreadyExists));
   EXPECT_THAT(second.status().message(),
               HasSubstr(absl::StrCat("running launcher pid ", getpid())));
 }
 
-TEST(JobOwnerRecordTest, TheIdOfADeadJobIsTakenOverAndItsFilesRemoved) {
-  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("owner"));
-  const std::string dir = dir_temp.path();
-  ASSERT_OK_AND_ASSIGN(const TempDir shm_temp, TempDir::Create("shm"));
-  const std::string shm = shm_temp.path();
-  WriteRecord(dir, "job1", GoneProcess());
-  LeaveJobFiles(dir, shm, "job1", "node0.sock");
-  absl::StatusOr<JobOwnerRecord> record = JobOwnerRecord::Create(dir, shm, "job1");
+TEST_F(JobOwnerRecordTest, TheIdOfADeadJobIsTakenOverAndItsFilesRemoved) {
+  WriteRecord(dir_, "job1", GoneProcess());
+  LeaveJobFiles(dir_, shm_, "job1", "node0.sock");
+  absl::StatusOr<JobOwnerRecord> record = JobOwnerRecord::Create(dir_, shm_, "job1");
   ASSERT_OK(record);
-  EXPECT_FALSE(PathExists(absl::StrCat(dir, "/stoker.job1")));
-  EXPECT_FALSE(PathExists(absl::StrCat(shm, "/stoker.job1.ring.0")));
+  EXPECT_FALSE(PathExists(absl::StrCat(dir_, "/stoker.job1")));
+  EXPECT_FALSE(PathExists(absl::StrCat(shm_, "/stoker.job1.ring.0")));
   EXPECT_EQ(ProcessIdentity::FromText(testing::ReadFileOrEmpty(record->path()))->pid, getpid());
 }
 
-TEST(JobOwnerRecordTest, AnUnreadableRecordIsNotTakenOver) {
-  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("owner"));
-  const std::string dir = dir_temp.path();
-  std::ofstream(JobOwnerPath(dir, "job1")) << "garbage";
-  absl::StatusOr<JobOwnerRecord> record = JobOwnerRecord::Create(dir, dir, "job1");
+TEST_F(JobOwnerRecordTest, AnUnreadableRecordIsNotTakenOver) {
+  std::ofstream(JobOwnerPath(dir_, "job1")) << "garbage";
+  absl::StatusOr<JobOwnerRecord> record = JobOwnerRecord::Create(dir_, dir_, "job1");
   EXPECT_THAT(record, StatusIs(absl::StatusCode::kAlreadyExists));
   EXPECT_THAT(record.status().message(), HasSubstr("remove it if no such job runs"));
 }
 
-TEST(JobOwnerRecordTest, TheRecordIsLockedForTheJobsLife) {
-  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("owner"));
-  const std::string dir = dir_temp.path();
-  absl::StatusOr<JobOwnerRecord> record = JobOwnerRecord::Create(dir, dir, "job1");
+TEST_F(JobOwnerRecordTest, TheRecordIsLockedForTheJobsLife) {
+  absl::StatusOr<JobOwnerRecord> record = JobOwnerRecord::Create(dir_, dir_, "job1");
   ASSERT_OK(record);
   const int fd = open(record->path().c_str(), O_RDONLY | O_CLOEXEC);
   ASSERT_GE(fd, 0);
@@ -167,72 +173,60 @@ TEST(JobOwnerRecordTest, TheRecordIsLockedForTheJobsLife) {
   close(fd);
 }
 
-TEST(RemoveStaleJobsTest, AStaleRecordWhoseLockIsHeldIsLeftAlone) {
+TEST_F(RemoveStaleJobsTest, AStaleRecordWhoseLockIsHeldIsLeftAlone) {
   // A record whose pid is gone but whose lock someone holds (the job that is taking the id
   // over right now): judging it must wait for that one.
-  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("owner"));
-  const std::string dir = dir_temp.path();
-  ASSERT_OK_AND_ASSIGN(const TempDir shm_temp, TempDir::Create("shm"));
-  const std::string shm = shm_temp.path();
-  WriteRecord(dir, "taken-job", GoneProcess());
-  LeaveJobFiles(dir, shm, "taken-job");
-  const int fd = open(JobOwnerPath(dir, "taken-job").c_str(), O_RDONLY | O_CLOEXEC);
+  WriteRecord(dir_, "taken-job", GoneProcess());
+  LeaveJobFiles(dir_, shm_, "taken-job");
+  const int fd = open(JobOwnerPath(dir_, "taken-job").c_str(), O_RDONLY | O_CLOEXEC);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(flock(fd, LOCK_EX | LOCK_NB), 0);
-  EXPECT_THAT(RemoveStaleJobs(dir, shm), IsEmpty());
-  EXPECT_TRUE(PathExists(absl::StrCat(shm, "/stoker.taken-job.ring.0")));
-  absl::StatusOr<JobOwnerRecord> record = JobOwnerRecord::Create(dir, shm, "taken-job");
+  EXPECT_THAT(RemoveStaleJobs(dir_, shm_), IsEmpty());
+  EXPECT_TRUE(PathExists(absl::StrCat(shm_, "/stoker.taken-job.ring.0")));
+  absl::StatusOr<JobOwnerRecord> record = JobOwnerRecord::Create(dir_, shm_, "taken-job");
   EXPECT_THAT(record, StatusIs(absl::StatusCode::kAlreadyExists));
   EXPECT_THAT(record.status().message(), HasSubstr("it holds the lock of"));
   close(fd);
-  ASSERT_EQ(RemoveStaleJobs(dir, shm).size(), 1u);
-  EXPECT_FALSE(PathExists(absl::StrCat(shm, "/stoker.taken-job.ring.0")));
+  ASSERT_EQ(RemoveStaleJobs(dir_, shm_).size(), 1u);
+  EXPECT_FALSE(PathExists(absl::StrCat(shm_, "/stoker.taken-job.ring.0")));
 }
 
-TEST(RemoveStaleJobsTest, ADeadNodesJobDirectoryGoesWithItsSockets) {
-  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("owner"));
-  const std::string dir = dir_temp.path();
-  ASSERT_OK_AND_ASSIGN(const TempDir shm_temp, TempDir::Create("shm"));
-  const std::string shm = shm_temp.path();
-  WriteRecord(dir, "dead-node", GoneProcess());
-  LeaveJobFiles(dir, shm, "dead-node", "node1.sock");
-  const std::vector<StaleJob> stale = RemoveStaleJobs(dir, shm);
+TEST_F(RemoveStaleJobsTest, ADeadNodesJobDirectoryGoesWithItsSockets) {
+  WriteRecord(dir_, "dead-node", GoneProcess());
+  LeaveJobFiles(dir_, shm_, "dead-node", "node1.sock");
+  const std::vector<StaleJob> stale = RemoveStaleJobs(dir_, shm_);
   ASSERT_EQ(stale.size(), 1u);
-  EXPECT_THAT(stale[0].removed, ElementsAre(absl::StrCat(dir, "/stoker.dead-node/node1.sock"),
-                                            absl::StrCat(dir, "/stoker.dead-node"),
-                                            absl::StrCat(shm, "/stoker.dead-node.ring.0"),
-                                            absl::StrCat(dir, "/stoker.dead-node.owner")));
-  EXPECT_THAT(testing::ListEntries(dir, "stoker."), ::testing::IsEmpty());
+  EXPECT_THAT(stale[0].removed, ElementsAre(absl::StrCat(dir_, "/stoker.dead-node/node1.sock"),
+                                            absl::StrCat(dir_, "/stoker.dead-node"),
+                                            absl::StrCat(shm_, "/stoker.dead-node.ring.0"),
+                                            absl::StrCat(dir_, "/stoker.dead-node.owner")));
+  EXPECT_THAT(testing::ListEntries(dir_, "stoker."), ::testing::IsEmpty());
 }
 
-TEST(RemoveStaleJobsTest, OnlyJobsWhoseOwnerIsGoneAreRemoved) {
-  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("owner"));
-  const std::string dir = dir_temp.path();
-  ASSERT_OK_AND_ASSIGN(const TempDir shm_temp, TempDir::Create("shm"));
-  const std::string shm = shm_temp.path();
+TEST_F(RemoveStaleJobsTest, OnlyJobsWhoseOwnerIsGoneAreRemoved) {
   const ProcessIdentity gone = GoneProcess();
-  WriteRecord(dir, "dead-job", gone);
-  LeaveJobFiles(dir, shm, "dead-job");
-  absl::StatusOr<JobOwnerRecord> live = JobOwnerRecord::Create(dir, shm, "live-job");
+  WriteRecord(dir_, "dead-job", gone);
+  LeaveJobFiles(dir_, shm_, "dead-job");
+  absl::StatusOr<JobOwnerRecord> live = JobOwnerRecord::Create(dir_, shm_, "live-job");
   ASSERT_OK(live);
-  LeaveJobFiles(dir, shm, "live-job");
+  LeaveJobFiles(dir_, shm_, "live-job");
   ProcessIdentity elsewhere = gone;
   elsewhere.pid_namespace = "pid:[1]";
-  WriteRecord(dir, "other-namespace", elsewhere);
-  Touch(absl::StrCat(shm, "/stoker.other-namespace.ring.0"));
+  WriteRecord(dir_, "other-namespace", elsewhere);
+  Touch(absl::StrCat(shm_, "/stoker.other-namespace.ring.0"));
 
-  const std::vector<StaleJob> stale = RemoveStaleJobs(dir, shm);
+  const std::vector<StaleJob> stale = RemoveStaleJobs(dir_, shm_);
   ASSERT_EQ(stale.size(), 1u);
   EXPECT_EQ(stale[0].job_id, "dead-job");
   EXPECT_EQ(stale[0].owner_pid, gone.pid);
-  EXPECT_THAT(stale[0].removed, ElementsAre(absl::StrCat(dir, "/stoker.dead-job/data.sock"),
-                                            absl::StrCat(dir, "/stoker.dead-job"),
-                                            absl::StrCat(shm, "/stoker.dead-job.ring.0"),
-                                            absl::StrCat(dir, "/stoker.dead-job.owner")));
-  EXPECT_TRUE(PathExists(absl::StrCat(dir, "/stoker.live-job/data.sock")));
-  EXPECT_TRUE(PathExists(absl::StrCat(shm, "/stoker.live-job.ring.0")));
-  EXPECT_TRUE(PathExists(absl::StrCat(shm, "/stoker.other-namespace.ring.0")));
-  EXPECT_THAT(RemoveStaleJobs(dir, shm), IsEmpty());
+  EXPECT_THAT(stale[0].removed, ElementsAre(absl::StrCat(dir_, "/stoker.dead-job/data.sock"),
+                                            absl::StrCat(dir_, "/stoker.dead-job"),
+                                            absl::StrCat(shm_, "/stoker.dead-job.ring.0"),
+                                            absl::StrCat(dir_, "/stoker.dead-job.owner")));
+  EXPECT_TRUE(PathExists(absl::StrCat(dir_, "/stoker.live-job/data.sock")));
+  EXPECT_TRUE(PathExists(absl::StrCat(shm_, "/stoker.live-job.ring.0")));
+  EXPECT_TRUE(PathExists(absl::StrCat(shm_, "/stoker.other-namespace.ring.0")));
+  EXPECT_THAT(RemoveStaleJobs(dir_, shm_), IsEmpty());
 }
 
 }  // namespace

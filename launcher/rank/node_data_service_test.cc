@@ -26,9 +26,7 @@
 namespace stoker::launcher {
 namespace {
 
-using ::stoker::launcher::testing::IsProcessAlive;
 using ::stoker::launcher::testing::PathExists;
-using ::stoker::launcher::testing::Runfile;
 using ::stoker::launcher::testing::WaitForProcessExit;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -50,7 +48,7 @@ class NodeDataServiceTest : public ::testing::Test {
     ASSERT_TRUE(info.ok()) << info.status();
     rank_ = *info;
     ASSERT_EQ(rank_.world_size, 4) << "run this test with mpirun -np 4";
-    options_.program = Runfile("data_service/data_service");
+    options_.program = testing::Runfile("data_service/data_service");
     options_.args = {"--dataset=synthetic", "--synthetic_samples=64", "--threads=1"};
     options_.ready_timeout = absl::Seconds(30);
     options_.shutdown_grace = absl::Seconds(5);
@@ -104,7 +102,7 @@ TEST_F(NodeDataServiceTest, EachNodeRunsItsOwnServiceUnderRankZerosJobIdAndSeed)
   MPI_Barrier(MPI_COMM_WORLD);
   EXPECT_FALSE(PathExists(node_service.socket_path()));
   EXPECT_FALSE(PathExists(job_dir));  // the last node here removed it
-  if (pid > 0) EXPECT_FALSE(IsProcessAlive(pid));
+  if (pid > 0) EXPECT_FALSE(testing::IsProcessAlive(pid));
   EXPECT_EQ(node_service.Stop().code(), absl::StatusCode::kFailedPrecondition);
 }
 

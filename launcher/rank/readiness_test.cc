@@ -13,7 +13,6 @@
 namespace stoker::launcher {
 namespace {
 
-using ::stoker::launcher::testing::Runfile;
 using ::stoker::testing::StatusIs;
 using ::stoker::testing::TempDir;
 using ::testing::HasSubstr;
@@ -34,7 +33,7 @@ class ReadinessTest : public ::testing::Test {
 
   ChildProcess Start(const std::string& behaviour, const std::string& socket_type = "seqpacket") {
     ChildSpec spec{"fake data service",
-                   Runfile("launcher/fake_data_service"),
+                   testing::Runfile("launcher/fake_data_service"),
                    {"fake_data_service", "--socket=" + socket_, "--job_id=" + job_id_},
                    {"STOKER_FAKE_DATA_SERVICE=" + behaviour, "STOKER_FAKE_SHM_DIR=" + shm_,
                     "STOKER_FAKE_SOCKET_TYPE=" + socket_type}};

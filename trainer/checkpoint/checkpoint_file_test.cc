@@ -20,7 +20,6 @@ namespace {
 
 using ::stoker::testing::StatusIs;
 using ::stoker::testing::TempDir;
-using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 std::string Sample(int64_t step) {
@@ -209,7 +208,7 @@ TEST(CheckpointDirectoryTest, ACheckpointThatDoesNotFitLeavesThePreviousOneLoada
   const std::string second = absl::StrCat(dir, "/", CheckpointFileName(20));
   const absl::Status full = WriteFileAtomically(second, Large(20));
   ASSERT_THAT(full, StatusIs(absl::StatusCode::kResourceExhausted,
-                             AllOf(HasSubstr(second), HasSubstr("ENOSPC"))));
+                             ::testing::AllOf(HasSubstr(second), HasSubstr("ENOSPC"))));
 
   auto listed = ListCheckpoints(dir);
   ASSERT_OK(listed);

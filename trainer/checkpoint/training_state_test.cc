@@ -65,16 +65,9 @@ void TrainSteps(TrainedRun& run, int steps) {
 }
 
 RunGeometry Geometry() {
-  RunGeometry g;
-  g.model = "small_cnn";
-  g.num_classes = 4;
-  g.image_size = 16;
-  g.world_size = 2;
-  g.batch_size = 8;
-  g.accumulate = 1;
-  g.optimizer = "adamw";
-  g.seed = 77;
-  return g;
+  return RunGeometry{/*model=*/"small_cnn", /*num_classes=*/4, /*image_size=*/16,
+                     /*world_size=*/2,      /*batch_size=*/8,  /*accumulate=*/1,
+                     /*optimizer=*/"adamw", /*seed=*/77};
 }
 
 TEST(TrainingStateTest, RestoredRunContinuesBitForBit) {

@@ -17,7 +17,6 @@ namespace {
 
 using ::stoker::testing::StatusIs;
 using ::stoker::testing::UniqueName;
-using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 bool NameExists(const std::string& name) {
@@ -54,8 +53,9 @@ TEST(CollectiveProgressTableTest, ATakenNameIsNotReused) {
 
 TEST(CollectiveProgressTableTest, BadNamesAndSizesAreRejected) {
   const absl::Status no_slash = CollectiveProgressTable::Create("no-slash", 2).status();
-  EXPECT_THAT(no_slash, StatusIs(absl::StatusCode::kInvalidArgument,
-                                 AllOf(HasSubstr("progress table"), HasSubstr("no-slash"))));
+  EXPECT_THAT(no_slash,
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::AllOf(HasSubstr("progress table"), HasSubstr("no-slash"))));
   EXPECT_THAT(CollectiveProgressTable::Create("/a/b", 2),
               StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(CollectiveProgressTable::Create(UniqueName("/stoker.tabletest.zero"), 0),

@@ -2,8 +2,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -12,39 +14,29 @@
 
 namespace stoker::trainer {
 
-void PrintTo(const CommunicatorConformanceParam& param, std::ostream* os) { *os << param.name; }
-
-std::string CommunicatorConformanceParamName(
-    const ::testing::TestParamInfo<CommunicatorConformanceParam>& info) {
-  return info.param.name;
+void* HostMemoryConformanceTarget::Allocate(size_t bytes) {
+  return std::malloc(bytes == 0 ? 1 : bytes);
 }
-
-void CommunicatorConformanceTest::SetUp() {
-  target_ = GetParam().make();
-  ASSERT_NE(target_, nullptr);
-  if (const std::string missing = target_->MissingHardware(); !missing.empty()) {
-    GTEST_SKIP() << missing;
-  }
+void HostMemoryConformanceTarget::Free(void* buffer) { std::free(buffer); }
+void HostMemoryConformanceTarget::CopyIn(void* buffer, const void* host, size_t bytes) {
+  std::memcpy(buffer, host, bytes);
+}
+void HostMemoryConformanceTarget::CopyOut(void* host, const void* buffer, size_t bytes) {
+  std::memcpy(host, buffer, bytes);
 }
 
 namespace {
 
-constexpr ElementType kEveryType[] = {ElementType::kFloat32, ElementType::kFloat16,
-                                      ElementType::kBFloat16, ElementType::kInt64,
-                                      ElementType::kUInt8};
+// Every element type, with its name for messages.
+constexpr std::pair<ElementType, const char*> kEveryType[] = {{ElementType::kFloat32, "float32"},
+                                                              {ElementType::kFloat16, "float16"},
+                                                              {ElementType::kBFloat16, "bfloat16"},
+                                                              {ElementType::kInt64, "int64"},
+                                                              {ElementType::kUInt8, "uint8"}};
 
 const char* TypeName(ElementType type) {
-  switch (type) {
-    case ElementType::kFloat32:
-      return "float32";
-    case ElementType::kFloat16:
-      return "float16";
-    case ElementType::kBFloat16:
-      return "bfloat16";
-    case ElementType::kInt64:
-      return "int64";
-    case ElementType::kUInt8:
-      return "uint8";
+  for (const auto& [each, name] : kEveryType) {
+    if (each == type) return name;
   }
   return "?";
 }
@@ -139,47 +131,43 @@ TEST_P(CommunicatorConformanceTest, RanksAreZeroToWorldSizeMinusOneAndAgreeOnThe
   });
 }
 
-TEST_P(CommunicatorConformanceTest, AllReduceSumsEveryElementTypeItSupports) {
-  target().RunOnEveryRank([&](Communicator& comm) {
+// On every rank, reduces kCount elements of each type with `op`: a type that the target
+// does not support with `op` must fail, any other must give the sum (or the average) of
+// the ranks' inputs.
+void ExpectAllReduceOfEveryType(CommunicatorConformanceTarget& target, ReduceOp op) {
+  const char* const op_name = op == ReduceOp::kSum ? "sum" : "average";
+  target.RunOnEveryRank([&](Communicator& comm) {
     const int world = comm.world_size();
-    for (ElementType type : kEveryType) {
-      Buffer buffer(target(), kCount * ElementSize(type));
+    for (const auto& [type, type_name] : kEveryType) {
+      Buffer buffer(target, kCount * ElementSize(type));
       buffer.Set(Elements(type, kCount, [&](size_t i) { return Input(comm.rank(), i); }));
-      const absl::Status status = comm.AllReduce(buffer.data(), kCount, type, ReduceOp::kSum);
-      if (!target().Supports(type, ReduceOp::kSum)) {
-        EXPECT_FALSE(status.ok()) << TypeName(type) << " is not supported, yet its sum succeeded";
+      const absl::Status status = comm.AllReduce(buffer.data(), kCount, type, op);
+      if (!target.Supports(type, op)) {
+        EXPECT_FALSE(status.ok()) << type_name << " is not supported, yet its " << op_name
+                                  << " succeeded";
         continue;
       }
-      ASSERT_TRUE(status.ok()) << TypeName(type) << ": " << status;
+      ASSERT_TRUE(status.ok()) << type_name << ": " << status;
       ASSERT_TRUE(comm.Synchronize().ok());
+      // The average is an integer here; a float implementation may multiply by 1/world.
+      const double relative = op == ReduceOp::kSum            ? 0
+                              : type == ElementType::kFloat32 ? 1e-6
+                              : IsFloat(type)                 ? 1e-2
+                                                              : 0;
       ExpectElements(
-          type, buffer.Get(), [&](size_t i) { return Sum(world, i); }, 0,
-          absl::StrCat("sum of ", TypeName(type), " on rank ", comm.rank()));
+          type, buffer.Get(),
+          [&](size_t i) { return op == ReduceOp::kSum ? Sum(world, i) : Sum(world, i) / world; },
+          relative, absl::StrCat(op_name, " of ", type_name, " on rank ", comm.rank()));
     }
   });
 }
 
+TEST_P(CommunicatorConformanceTest, AllReduceSumsEveryElementTypeItSupports) {
+  ExpectAllReduceOfEveryType(target(), ReduceOp::kSum);
+}
+
 TEST_P(CommunicatorConformanceTest, AllReduceAveragesEveryElementTypeItSupports) {
-  target().RunOnEveryRank([&](Communicator& comm) {
-    const int world = comm.world_size();
-    for (ElementType type : kEveryType) {
-      Buffer buffer(target(), kCount * ElementSize(type));
-      buffer.Set(Elements(type, kCount, [&](size_t i) { return Input(comm.rank(), i); }));
-      const absl::Status status = comm.AllReduce(buffer.data(), kCount, type, ReduceOp::kAverage);
-      if (!target().Supports(type, ReduceOp::kAverage)) {
-        EXPECT_FALSE(status.ok()) << TypeName(type)
-                                  << " is not supported, yet its average succeeded";
-        continue;
-      }
-      ASSERT_TRUE(status.ok()) << TypeName(type) << ": " << status;
-      ASSERT_TRUE(comm.Synchronize().ok());
-      // The average is an integer here; a float implementation may multiply by 1/world.
-      const double relative = type == ElementType::kFloat32 ? 1e-6 : IsFloat(type) ? 1e-2 : 0;
-      ExpectElements(
-          type, buffer.Get(), [&](size_t i) { return Sum(world, i) / world; }, relative,
-          absl::StrCat("average of ", TypeName(type), " on rank ", comm.rank()));
-    }
-  });
+  ExpectAllReduceOfEveryType(target(), ReduceOp::kAverage);
 }
 
 TEST_P(CommunicatorConformanceTest, EveryRankGetsTheSameBits) {

@@ -15,26 +15,18 @@
 
 #include <cstddef>
 #include <functional>
-#include <memory>
-#include <ostream>
-#include <string>
 
 #include "absl/status/status.h"
-#include "gtest/gtest.h"
+#include "common/testing/conformance.h"
 #include "trainer/comm/communicator.h"
 
 namespace stoker::trainer {
 
 // One implementation as the suite drives it. Called from the test's thread; Allocate,
-// Free, CopyIn and CopyOut also from the threads of a group of threads.
-class CommunicatorConformanceTarget {
+// Free, CopyIn and CopyOut also from the threads of a group of threads. MissingHardware
+// ("needs 2 GPUs") gives the same answer on every rank.
+class CommunicatorConformanceTarget : public ::stoker::testing::ConformanceTarget {
  public:
-  virtual ~CommunicatorConformanceTarget() = default;
-
-  // Non-empty when this machine cannot run the implementation ("needs 2 GPUs"): the test
-  // is skipped, saying so. The same answer on every rank.
-  virtual std::string MissingHardware() const { return ""; }
-
   // Makes a fresh group and calls `body` with each communicator of it that this process
   // runs: a group of threads calls it on one thread per rank (or on the caller's thread
   // for one rank) and returns when every call has returned; a group of processes calls it
@@ -64,25 +56,21 @@ class CommunicatorConformanceTarget {
   virtual void CopyOut(void* host, const void* buffer, size_t bytes) = 0;
 };
 
-// An instantiation: its name, and how to make its target (once per test).
-struct CommunicatorConformanceParam {
-  std::string name;
-  std::function<std::unique_ptr<CommunicatorConformanceTarget>()> make;
+// A target whose collectives work on host memory (malloc'ed): the fake's and MPI's.
+class HostMemoryConformanceTarget : public CommunicatorConformanceTarget {
+ public:
+  void* Allocate(size_t bytes) override;
+  void Free(void* buffer) override;
+  void CopyIn(void* buffer, const void* host, size_t bytes) override;
+  void CopyOut(void* host, const void* buffer, size_t bytes) override;
 };
 
-void PrintTo(const CommunicatorConformanceParam& param, std::ostream* os);
-// The name generator for INSTANTIATE_TEST_SUITE_P: the param's name.
-std::string CommunicatorConformanceParamName(
-    const ::testing::TestParamInfo<CommunicatorConformanceParam>& info);
-
-class CommunicatorConformanceTest : public ::testing::TestWithParam<CommunicatorConformanceParam> {
- protected:
-  void SetUp() override;
-  CommunicatorConformanceTarget& target() { return *target_; }
-
- private:
-  std::unique_ptr<CommunicatorConformanceTarget> target_;
-};
+using CommunicatorConformanceParam =
+    ::stoker::testing::ConformanceParam<CommunicatorConformanceTarget>;
+using CommunicatorConformanceTest =
+    ::stoker::testing::ConformanceTest<CommunicatorConformanceTarget>;
+inline constexpr auto CommunicatorConformanceParamName =
+    &::stoker::testing::ConformanceParamName<CommunicatorConformanceTarget>;
 
 }  // namespace stoker::trainer
 

@@ -2,8 +2,6 @@
 // threads; its fault seams do what tests rely on.
 #include "trainer/comm/fake_communicator.h"
 
-#include <cstdlib>
-#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -19,7 +17,7 @@ namespace {
 using ::stoker::testing::StatusIs;
 
 // A group of `world_size` fakes, one thread per rank, over host memory.
-class FakeTarget final : public CommunicatorConformanceTarget {
+class FakeTarget final : public HostMemoryConformanceTarget {
  public:
   explicit FakeTarget(int world_size) : world_size_(world_size) {}
 
@@ -42,14 +40,6 @@ class FakeTarget final : public CommunicatorConformanceTarget {
   bool can_fail_next() const override { return true; }
   void FailNext(Communicator& communicator, const absl::Status& status) override {
     static_cast<FakeCommunicator&>(communicator).fail_next(status);
-  }
-  void* Allocate(size_t bytes) override { return std::malloc(bytes == 0 ? 1 : bytes); }
-  void Free(void* buffer) override { std::free(buffer); }
-  void CopyIn(void* buffer, const void* host, size_t bytes) override {
-    std::memcpy(buffer, host, bytes);
-  }
-  void CopyOut(void* host, const void* buffer, size_t bytes) override {
-    std::memcpy(host, buffer, bytes);
   }
 
  private:

@@ -1,9 +1,6 @@
 // MpiCommunicator passes the Communicator conformance suite (3 ranks under mpirun).
 #include <mpi.h>
 
-#include <cstdlib>
-#include <cstring>
-
 #include "gtest/gtest.h"
 #include "trainer/comm/communicator_conformance.h"
 #include "trainer/comm/mpi_communicator.h"
@@ -12,7 +9,7 @@ namespace stoker::trainer {
 namespace {
 
 // This process's rank of MPI_COMM_WORLD, over host memory.
-class MpiTarget final : public CommunicatorConformanceTarget {
+class MpiTarget final : public HostMemoryConformanceTarget {
  public:
   void RunOnEveryRank(const std::function<void(Communicator&)>& body) override {
     auto comm = MpiCommunicator::Create(MPI_COMM_WORLD);
@@ -24,20 +21,12 @@ class MpiTarget final : public CommunicatorConformanceTarget {
     return type == ElementType::kFloat32 || (type == ElementType::kInt64 && op == ReduceOp::kSum);
   }
   bool can_abort() const override { return false; }  // a blocked MPI call cannot be interrupted
-  void* Allocate(size_t bytes) override { return std::malloc(bytes == 0 ? 1 : bytes); }
-  void Free(void* buffer) override { std::free(buffer); }
-  void CopyIn(void* buffer, const void* host, size_t bytes) override {
-    std::memcpy(buffer, host, bytes);
-  }
-  void CopyOut(void* host, const void* buffer, size_t bytes) override {
-    std::memcpy(host, buffer, bytes);
-  }
 };
 
-INSTANTIATE_TEST_SUITE_P(Mpi, CommunicatorConformanceTest,
-                         ::testing::Values(CommunicatorConformanceParam{
-                             "World", [] { return std::make_unique<MpiTarget>(); }}),
-                         CommunicatorConformanceParamName);
+INSTANTIATE_TEST_SUITE_P(
+    Mpi, CommunicatorConformanceTest,
+    (::stoker::testing::OnlyTarget<CommunicatorConformanceTarget, MpiTarget>("World")),
+    CommunicatorConformanceParamName);
 
 }  // namespace
 }  // namespace stoker::trainer

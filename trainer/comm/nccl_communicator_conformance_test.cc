@@ -75,10 +75,10 @@ class DeviceReport final : public ::testing::Environment {
 
 ::testing::Environment* const kDeviceReport = ::testing::AddGlobalTestEnvironment(new DeviceReport);
 
-INSTANTIATE_TEST_SUITE_P(Nccl, CommunicatorConformanceTest,
-                         ::testing::Values(CommunicatorConformanceParam{
-                             "OneGpuPerRank", [] { return std::make_unique<NcclTarget>(); }}),
-                         CommunicatorConformanceParamName);
+INSTANTIATE_TEST_SUITE_P(
+    Nccl, CommunicatorConformanceTest,
+    (::stoker::testing::OnlyTarget<CommunicatorConformanceTarget, NcclTarget>("OneGpuPerRank")),
+    CommunicatorConformanceParamName);
 
 }  // namespace
 }  // namespace stoker::trainer

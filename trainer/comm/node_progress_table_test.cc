@@ -25,26 +25,29 @@ NodePlace OneNode() {
   return NodePlace{rank, size, 0};
 }
 
-TEST(NodeProgressTableTest, EveryLocalRankMapsTheSameTableAndNoNameIsLeft) {
-  auto control = MpiCommunicator::Create(MPI_COMM_WORLD);
-  ASSERT_OK(control);
-  const NodePlace place = OneNode();
-  auto table = ShareNodeProgressTable(**control, place);
+// Each test runs on every rank of MPI_COMM_WORLD, with a control communicator of its own.
+class NodeProgressTableTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_OK_AND_ASSIGN(control_, MpiCommunicator::Create(MPI_COMM_WORLD)); }
+
+  std::unique_ptr<MpiCommunicator> control_;
+  const NodePlace place_ = OneNode();
+};
+
+TEST_F(NodeProgressTableTest, EveryLocalRankMapsTheSameTableAndNoNameIsLeft) {
+  auto table = ShareNodeProgressTable(*control_, place_);
   ASSERT_OK(table);
   struct stat info;
   EXPECT_NE(stat(("/dev/shm" + table->name()).c_str(), &info), 0) << table->name() << " was left";
-  StoreRelease(&table->slot(place.local_rank).rank, 100 + place.local_rank);
+  StoreRelease(&table->slot(place_.local_rank).rank, 100 + place_.local_rank);
   MPI_Barrier(MPI_COMM_WORLD);
-  for (int i = 0; i < place.local_size; ++i) EXPECT_EQ(LoadAcquire(&table->slot(i).rank), 100 + i);
+  for (int i = 0; i < place_.local_size; ++i) EXPECT_EQ(LoadAcquire(&table->slot(i).rank), 100 + i);
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
-TEST(NodeProgressTableTest, TheNameCarriesRankZerosJobIdSoThatSweepsFindIt) {
-  auto control = MpiCommunicator::Create(MPI_COMM_WORLD);
-  ASSERT_OK(control);
-  const NodePlace place = OneNode();
+TEST_F(NodeProgressTableTest, TheNameCarriesRankZerosJobIdSoThatSweepsFindIt) {
   // Only rank 0's job id counts.
-  auto table = ShareNodeProgressTable(**control, place, place.local_rank == 0 ? "job-7" : "x");
+  auto table = ShareNodeProgressTable(*control_, place_, place_.local_rank == 0 ? "job-7" : "x");
   ASSERT_OK(table);
   EXPECT_EQ(table->name().rfind("/stoker.job-7.collectives.run-", 0), 0u) << table->name();
   EXPECT_EQ(NodeProgressTableName("job-7", "t", 2), "/stoker.job-7.collectives.t.node2");
@@ -52,11 +55,8 @@ TEST(NodeProgressTableTest, TheNameCarriesRankZerosJobIdSoThatSweepsFindIt) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
-TEST(NodeProgressTableTest, TheRanksWaitingForALateRankFireAndItDoesNot) {
-  auto control = MpiCommunicator::Create(MPI_COMM_WORLD);
-  ASSERT_OK(control);
-  const NodePlace place = OneNode();
-  auto table = ShareNodeProgressTable(**control, place);
+TEST_F(NodeProgressTableTest, TheRanksWaitingForALateRankFireAndItDoesNot) {
+  auto table = ShareNodeProgressTable(*control_, place_);
   ASSERT_OK(table);
 
   struct Exit {
@@ -68,15 +68,15 @@ TEST(NodeProgressTableTest, TheRanksWaitingForALateRankFireAndItDoesNot) {
   options.abort_grace = absl::ZeroDuration();
   options.poll_interval = absl::Milliseconds(20);
   auto watchdog = CollectiveWatchdog::Start(
-      options, WatchedRank{place.local_rank, place.local_size, place.local_rank, 0},
-      {control->get()}, &*table, [exit](int code) { exit->code = code; });
+      options, WatchedRank{place_.local_rank, place_.local_size, place_.local_rank, 0},
+      {control_.get()}, &*table, [exit](int code) { exit->code = code; });
   ASSERT_OK(watchdog);
 
-  if (place.local_rank == 1) absl::SleepFor(absl::Seconds(2));  // late for the allreduce
+  if (place_.local_rank == 1) absl::SleepFor(absl::Seconds(2));  // late for the allreduce
   int64_t value = 1;
-  ASSERT_OK((*control)->AllReduce(&value, 1, ElementType::kInt64, ReduceOp::kSum));
-  EXPECT_EQ(value, place.local_size);
-  if (place.local_rank == 1) {
+  ASSERT_OK(control_->AllReduce(&value, 1, ElementType::kInt64, ReduceOp::kSum));
+  EXPECT_EQ(value, place_.local_size);
+  if (place_.local_rank == 1) {
     EXPECT_FALSE((*watchdog)->fired());
     EXPECT_EQ(exit->code.load(), -1);
   } else {

@@ -31,8 +31,7 @@ class CpuTarget final : public FeederConformanceTarget {
 };
 
 INSTANTIATE_TEST_SUITE_P(Cpu, FeederConformanceTest,
-                         ::testing::Values(FeederConformanceParam{
-                             "cpu", [] { return std::make_unique<CpuTarget>(); }}),
+                         (::stoker::testing::OnlyTarget<FeederConformanceTarget, CpuTarget>("cpu")),
                          FeederConformanceParamName);
 
 // One batch of `count` 2x2 images.

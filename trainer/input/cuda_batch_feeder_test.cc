@@ -25,11 +25,7 @@ namespace {
 // source that costs nothing, for timing. Each batch takes `delay` to arrive.
 FakeBatchSourceOptions Ring(int slots, int batch, int image_size, int batches, bool refill = true,
                             absl::Duration delay = absl::ZeroDuration()) {
-  FakeBatchSourceOptions options;
-  options.slots = slots;
-  options.batch_size = batch;
-  options.image_size = image_size;
-  options.batches = batches;
+  FakeBatchSourceOptions options{slots, batch, image_size, batches};
   options.refill = refill;
   options.delay = delay;
   return options;
@@ -52,10 +48,10 @@ class CudaTarget final : public FeederConformanceTarget {
   bool measures_gpu_input_wait() const override { return true; }
 };
 
-INSTANTIATE_TEST_SUITE_P(Cuda, FeederConformanceTest,
-                         ::testing::Values(FeederConformanceParam{
-                             "cuda", [] { return std::make_unique<CudaTarget>(); }}),
-                         FeederConformanceParamName);
+INSTANTIATE_TEST_SUITE_P(
+    Cuda, FeederConformanceTest,
+    (::stoker::testing::OnlyTarget<FeederConformanceTarget, CudaTarget>("cuda")),
+    FeederConformanceParamName);
 
 // GPU work for a step: compute(n) enqueues n products of 4096 x 4096 fp32 matrices on the
 // current stream.
@@ -73,25 +69,12 @@ class MatrixProducts {
   at::Tensor b_;
 };
 
-FeederOptions IdentityOptions(int batch, int image_size) {
-  FeederOptions options;
-  options.batch_size = batch;
-  options.image_size = image_size;
-  options.dtype = at::kFloat;
-  for (int c = 0; c < 3; ++c) {
-    options.mean[c] = 0.0f;  // (v / 255 - 0) / (1 / 255) == v: the bytes, as floats
-    options.stddev[c] = 1.0f / 255.0f;
-  }
-  options.timeout = absl::Seconds(30);
-  return options;
-}
-
 TEST(CudaBatchFeederTest, SlotIsNotReleasedBeforeItsCopyCompletes) {
   if (!HaveGpu()) GTEST_SKIP() << "needs a GPU";
   const int batch = 64, size = 224, batches = 24;
   FakeBatchSource source(Ring(/*slots=*/3, batch, size, batches));
   CudaFeederStats stats;
-  auto feeder = MakeCudaBatchFeeder(&source, IdentityOptions(batch, size), 0, &stats);
+  auto feeder = MakeCudaBatchFeeder(&source, IdentityFeederOptions(batch, size), 0, &stats);
   ASSERT_OK(feeder);
   EXPECT_TRUE(stats.pinned);
   for (int step = 0; step < batches; ++step) {
@@ -116,7 +99,7 @@ TEST(CudaBatchFeederTest, NormalisesToBf16ChannelsLast) {
   if (!HaveGpu()) GTEST_SKIP() << "needs a GPU";
   const int batch = 4, size = 32;
   FakeBatchSource source(Ring(3, batch, size, 1));
-  FeederOptions options = IdentityOptions(batch, size);
+  FeederOptions options = IdentityFeederOptions(batch, size);
   options.dtype = at::kBFloat16;
   const float mean[3] = {0.485f, 0.456f, 0.406f}, stddev[3] = {0.229f, 0.224f, 0.225f};
   std::copy(mean, mean + 3, options.mean);
@@ -163,7 +146,7 @@ TEST(CudaBatchFeederTest, CopiesOverlapCompute) {
 
   // Copies alone: the slots are filled once, so only copying and normalising are timed.
   FakeBatchSource copy_source(Ring(4, batch, size, batches, /*refill=*/false));
-  auto copy_feeder = MakeCudaBatchFeeder(&copy_source, IdentityOptions(batch, size), 0);
+  auto copy_feeder = MakeCudaBatchFeeder(&copy_source, IdentityFeederOptions(batch, size), 0);
   ASSERT_OK(copy_feeder);
   ASSERT_OK((*copy_feeder)->Next());  // the first copy starts the stream
   const float copy_ms = time_ms([&] {
@@ -178,7 +161,7 @@ TEST(CudaBatchFeederTest, CopiesOverlapCompute) {
   const float compute_ms = time_ms([&] { compute(per_step * (batches - 1)); });
 
   FakeBatchSource both_source(Ring(4, batch, size, batches, /*refill=*/false));
-  auto both_feeder = MakeCudaBatchFeeder(&both_source, IdentityOptions(batch, size), 0);
+  auto both_feeder = MakeCudaBatchFeeder(&both_source, IdentityFeederOptions(batch, size), 0);
   ASSERT_OK(both_feeder);
   ASSERT_OK((*both_feeder)->Next());
   const float both_ms = time_ms([&] {
@@ -211,7 +194,7 @@ TEST(CudaBatchFeederTest, MeasuresTheGpusWaitForInput) {
   };
   auto run = [&](FakeBatchSource& source, int per_step) {
     Waits waits;
-    auto feeder = MakeCudaBatchFeeder(&source, IdentityOptions(batch, size), 0);
+    auto feeder = MakeCudaBatchFeeder(&source, IdentityFeederOptions(batch, size), 0);
     EXPECT_OK(feeder);
     if (!feeder.ok()) return waits;
     cudaDeviceSynchronize();

@@ -107,6 +107,12 @@ Curve ResNet18Like(double wait_below = 0.6) {
                       wait_below);
 }
 
+// The controller of `sim` has settled and requests `share`.
+void ExpectSettledAt(Simulation& sim, double share) {
+  EXPECT_EQ(sim.controller().phase(), Phase::kSettled);
+  EXPECT_DOUBLE_EQ(sim.controller().requested(), share);
+}
+
 TEST(DecodeShareControllerTest, DefaultOptionsAreValid) {
   EXPECT_TRUE(DecodeShareControllerOptions{}.Validate().ok());
   DecodeShareControllerOptions bad;
@@ -120,8 +126,7 @@ TEST(DecodeShareControllerTest, DefaultOptionsAreValid) {
 TEST(DecodeShareControllerTest, ClimbsToThePeakBacksOffAndSettles) {
   Simulation sim(ResNet18Like());
   sim.Run(2000);
-  EXPECT_EQ(sim.controller().phase(), Phase::kSettled);
-  EXPECT_DOUBLE_EQ(sim.controller().requested(), 0.25);
+  ExpectSettledAt(sim, 0.25);
   // It looked one step past the peak and came back.
   EXPECT_DOUBLE_EQ(sim.max_requested(), 0.375);
   EXPECT_DOUBLE_EQ(sim.controller().delivered(), 0.25);
@@ -130,16 +135,14 @@ TEST(DecodeShareControllerTest, ClimbsToThePeakBacksOffAndSettles) {
 TEST(DecodeShareControllerTest, StopsClimbingOnceTheTrainerNoLongerWaitsForData) {
   Simulation sim(ResNet18Like(/*wait_below=*/0.25));
   sim.Run(2000);
-  EXPECT_EQ(sim.controller().phase(), Phase::kSettled);
-  EXPECT_DOUBLE_EQ(sim.controller().requested(), 0.25);
+  ExpectSettledAt(sim, 0.25);
   EXPECT_DOUBLE_EQ(sim.max_requested(), 0.25);
 }
 
 TEST(DecodeShareControllerTest, SettlesDespiteNoise) {
   Simulation sim(ResNet18Like());
   sim.Run(4000, /*noise=*/0.01);
-  EXPECT_EQ(sim.controller().phase(), Phase::kSettled);
-  EXPECT_DOUBLE_EQ(sim.controller().requested(), 0.25);
+  ExpectSettledAt(sim, 0.25);
   // Settled means settled: no change over the last half.
   for (size_t i = sim.history().size() / 2; i < sim.history().size(); ++i) {
     ASSERT_DOUBLE_EQ(sim.history()[i], 0.25) << "batch " << i;
@@ -190,8 +193,7 @@ TEST(DecodeShareControllerTest, ProbesAgainOnlyWhenThroughputFallsClearly) {
   sim.SetCurve(Interpolated({{0, 8000}, {0.25, 11000}, {0.5, 14000}, {0.625, 13500}, {1, 11000}},
                             /*wait_below=*/0.5));
   sim.Run(3000);
-  EXPECT_EQ(sim.controller().phase(), Phase::kSettled);
-  EXPECT_DOUBLE_EQ(sim.controller().requested(), 0.5);
+  ExpectSettledAt(sim, 0.5);
 }
 
 TEST(DecodeShareControllerTest, AProbeAfterAFallCanGoDown) {
@@ -203,8 +205,7 @@ TEST(DecodeShareControllerTest, AProbeAfterAFallCanGoDown) {
   sim.SetCurve(Interpolated({{0, 12000}, {0.125, 11000}, {0.25, 10000}, {1, 6000}},
                             /*wait_below=*/0.0));
   sim.Run(3000);
-  EXPECT_EQ(sim.controller().phase(), Phase::kSettled);
-  EXPECT_DOUBLE_EQ(sim.controller().requested(), 0.0);
+  ExpectSettledAt(sim, 0.0);
 }
 
 TEST(DecodeShareControllerTest, APauseBetweenBatchesIsNotAFall) {
@@ -215,8 +216,7 @@ TEST(DecodeShareControllerTest, APauseBetweenBatchesIsNotAFall) {
     sim.Pause(absl::Seconds(30));  // validation
     sim.Run(40);
   }
-  EXPECT_EQ(sim.controller().phase(), Phase::kSettled);
-  EXPECT_DOUBLE_EQ(sim.controller().requested(), 0.25);
+  ExpectSettledAt(sim, 0.25);
 }
 
 TEST(DecodeShareControllerTest, BatchesOfTheOldShareAreNotCounted) {

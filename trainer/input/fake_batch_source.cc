@@ -94,4 +94,17 @@ absl::Status FakeBatchSource::Release(const data_service::BatchView& batch) {
   return absl::OkStatus();
 }
 
+FeederOptions IdentityFeederOptions(int batch_size, int image_size) {
+  FeederOptions options;
+  options.batch_size = batch_size;
+  options.image_size = image_size;
+  options.dtype = at::kFloat;
+  for (int c = 0; c < 3; ++c) {
+    options.mean[c] = 0.0f;
+    options.stddev[c] = 1.0f / 255.0f;
+  }
+  options.timeout = absl::Seconds(30);
+  return options;
+}
+
 }  // namespace stoker::trainer

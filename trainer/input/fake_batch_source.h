@@ -86,6 +86,11 @@ class FakeBatchSource final : public BatchSource {
   std::atomic<int64_t> released_{0};
 };
 
+// Options for batches of `batch_size` images of `image_size` pixels, fp32, whose
+// normalisation turns each byte into itself as a float ((v / 255 - 0) / (1 / 255)), so that
+// a feeder's images compare with the bytes of the source's slots. The timeout is 30 s.
+FeederOptions IdentityFeederOptions(int batch_size, int image_size);
+
 }  // namespace stoker::trainer
 
 #endif  // STOKER_TRAINER_INPUT_FAKE_BATCH_SOURCE_H_

@@ -14,37 +14,21 @@
 
 namespace stoker::trainer {
 
-void PrintTo(const FeederConformanceParam& param, std::ostream* os) { *os << param.name; }
-
-std::string FeederConformanceParamName(
-    const ::testing::TestParamInfo<FeederConformanceParam>& info) {
-  return info.param.name;
-}
-
-void FeederConformanceTest::SetUp() {
-  target_ = GetParam().make();
-  ASSERT_NE(target_, nullptr);
-  if (const std::string missing = target_->MissingHardware(); !missing.empty()) {
-    GTEST_SKIP() << missing;
-  }
-}
-
 namespace {
 
 using ::stoker::testing::StatusIs;
 using ::testing::HasSubstr;
 
-// Normalisation that turns each byte into itself as a float: (v / 255 - 0) / (1 / 255).
+// IdentityFeederOptions for the batches of `source`.
 FeederOptions IdentityOptions(const FakeBatchSourceOptions& source) {
-  FeederOptions options;
-  options.batch_size = source.batch_size;
-  options.image_size = source.image_size;
-  options.dtype = at::kFloat;
-  for (int c = 0; c < 3; ++c) {
-    options.mean[c] = 0.0f;
-    options.stddev[c] = 1.0f / 255.0f;
-  }
-  options.timeout = absl::Seconds(30);
+  return IdentityFeederOptions(source.batch_size, source.image_size);
+}
+
+// A source of `batches` batches in epochs of `batches_per_epoch`.
+FakeBatchSourceOptions Epochs(int64_t batches, int64_t batches_per_epoch) {
+  FakeBatchSourceOptions options;
+  options.batches = batches;
+  options.batches_per_epoch = batches_per_epoch;
   return options;
 }
 
@@ -105,24 +89,24 @@ void FeedEveryBatch(FeederConformanceTarget& target, FakeBatchSource& source) {
   }
 }
 
-TEST_P(FeederConformanceTest, HandsOutEveryBatchInOrderAcrossEpochs) {
-  FakeBatchSourceOptions options;
-  options.batches = 7;
-  options.batches_per_epoch = 3;
-  options.gpu_decode_share = 0.25;
+// FeedEveryBatch from a fresh source with `options`.
+void FeedEveryBatch(FeederConformanceTarget& target, const FakeBatchSourceOptions& options) {
   FakeBatchSource source(options);
-  FeedEveryBatch(target(), source);
+  FeedEveryBatch(target, source);
+}
+
+TEST_P(FeederConformanceTest, HandsOutEveryBatchInOrderAcrossEpochs) {
+  FakeBatchSourceOptions options = Epochs(/*batches=*/7, /*batches_per_epoch=*/3);
+  options.gpu_decode_share = 0.25;
+  FeedEveryBatch(target(), options);
 }
 
 // Note [Slot release after copy] in cuda_batch_feeder.cc: with two slots poisoned on release, a
 // feeder that gave a slot back before its copy completed would hand out poison, and one that never
 // gave it back would stall.
 TEST_P(FeederConformanceTest, ASlotGoesBackOnlyAfterItsBytesWereCopiedAndAlwaysGoesBack) {
-  FakeBatchSourceOptions options;
-  options.slots = 2;
-  options.batch_size = 16;
-  options.image_size = 32;
-  options.batches = 12;
+  const FakeBatchSourceOptions options{/*slots=*/2, /*batch_size=*/16, /*image_size=*/32,
+                                       /*batches=*/12};
   FakeBatchSource source(options);
   FeedEveryBatch(target(), source);
   EXPECT_EQ(source.acquired(), options.batches);
@@ -130,12 +114,9 @@ TEST_P(FeederConformanceTest, ASlotGoesBackOnlyAfterItsBytesWereCopiedAndAlwaysG
 }
 
 TEST_P(FeederConformanceTest, APartialLastBatchOfAnEpochKeepsItsCount) {
-  FakeBatchSourceOptions options;
-  options.batches = 4;
-  options.batches_per_epoch = 2;
+  FakeBatchSourceOptions options = Epochs(/*batches=*/4, /*batches_per_epoch=*/2);
   options.last_batch_count = 3;
-  FakeBatchSource source(options);
-  FeedEveryBatch(target(), source);
+  FeedEveryBatch(target(), options);
 }
 
 TEST_P(FeederConformanceTest, NormalisesWithTheMeanAndStddevIntoTheRequestedType) {

@@ -16,25 +16,17 @@
 
 #include <c10/core/Device.h>
 
-#include <functional>
 #include <memory>
-#include <ostream>
-#include <string>
 
 #include "absl/status/statusor.h"
-#include "gtest/gtest.h"
+#include "common/testing/conformance.h"
 #include "trainer/input/batch_feeder.h"
 
 namespace stoker::trainer {
 
 // One feeder as the suite drives it. Called from the test's thread.
-class FeederConformanceTarget {
+class FeederConformanceTarget : public ::stoker::testing::ConformanceTarget {
  public:
-  virtual ~FeederConformanceTarget() = default;
-
-  // Non-empty when this machine cannot run the feeder ("needs a GPU"): the test is
-  // skipped, saying so.
-  virtual std::string MissingHardware() const { return ""; }
   // A feeder over `source` (which outlives it).
   virtual absl::StatusOr<std::unique_ptr<BatchFeeder>> Make(BatchSource* source,
                                                             const FeederOptions& options) = 0;
@@ -47,25 +39,10 @@ class FeederConformanceTarget {
   virtual bool measures_gpu_input_wait() const = 0;
 };
 
-// An instantiation: its name, and how to make its target (once per test).
-struct FeederConformanceParam {
-  std::string name;
-  std::function<std::unique_ptr<FeederConformanceTarget>()> make;
-};
-
-void PrintTo(const FeederConformanceParam& param, std::ostream* os);
-// The name generator for INSTANTIATE_TEST_SUITE_P: the param's name.
-std::string FeederConformanceParamName(
-    const ::testing::TestParamInfo<FeederConformanceParam>& info);
-
-class FeederConformanceTest : public ::testing::TestWithParam<FeederConformanceParam> {
- protected:
-  void SetUp() override;
-  FeederConformanceTarget& target() { return *target_; }
-
- private:
-  std::unique_ptr<FeederConformanceTarget> target_;
-};
+using FeederConformanceParam = ::stoker::testing::ConformanceParam<FeederConformanceTarget>;
+using FeederConformanceTest = ::stoker::testing::ConformanceTest<FeederConformanceTarget>;
+inline constexpr auto FeederConformanceParamName =
+    &::stoker::testing::ConformanceParamName<FeederConformanceTarget>;
 
 }  // namespace stoker::trainer
 

@@ -28,6 +28,7 @@
 #include "data_service/test_util.h"
 #include "gtest/gtest.h"
 #include "trainer/input/cuda_batch_feeder.h"
+#include "trainer/input/fake_batch_source.h"
 
 namespace stoker::trainer {
 namespace {
@@ -255,23 +256,11 @@ class OneBatchSource final : public BatchSource {
   bool served_ = false;
 };
 
-FeederOptions IdentityOptions(int batch, int image_size) {
-  FeederOptions options;
-  options.batch_size = batch;
-  options.image_size = image_size;
-  options.dtype = at::kFloat;
-  for (int c = 0; c < 3; ++c) {
-    options.mean[c] = 0.0f;
-    options.stddev[c] = 1.0f / 255.0f;  // the bytes, as floats
-  }
-  options.timeout = absl::Seconds(30);
-  return options;
-}
-
 at::Tensor FeedOnce(const HostBatch& batch, CudaFeederStats* stats) {
   OneBatchSource source(batch);
   absl::StatusOr<std::unique_ptr<BatchFeeder>> feeder = MakeCudaBatchFeeder(
-      &source, IdentityOptions(static_cast<int>(batch.kinds.size()), batch.image_size), 0, stats);
+      &source, IdentityFeederOptions(static_cast<int>(batch.kinds.size()), batch.image_size), 0,
+      stats);
   EXPECT_TRUE(feeder.ok()) << feeder.status();
   if (!feeder.ok()) return at::Tensor();
   absl::StatusOr<TrainingBatch> next = (*feeder)->Next();
@@ -300,7 +289,7 @@ TEST(GpuJpegDecoderTest, BadFileInTheGpuShareIsCountedAndReplaced) {
   CudaFeederStats stats;
   {
     absl::StatusOr<std::unique_ptr<BatchFeeder>> feeder =
-        MakeCudaBatchFeeder(&source, IdentityOptions(6, 160), 0, &stats);
+        MakeCudaBatchFeeder(&source, IdentityFeederOptions(6, 160), 0, &stats);
     ASSERT_TRUE(feeder.ok()) << feeder.status();
     absl::StatusOr<TrainingBatch> next = (*feeder)->Next();
     ASSERT_TRUE(next.ok()) << next.status();

@@ -56,11 +56,9 @@ void ExpectSameAfterFiveSteps(std::vector<at::Tensor>& mine, FusedOptimizer& fus
 
 TEST(FusedOptimizerTest, SgdWithMomentumAndWeightDecayMatchesTorchOptim) {
   std::vector<at::Tensor> mine = MakeParameters(), reference = Clone(mine);
-  OptimizerOptions options;
-  options.kind = OptimizerKind::kSgd;
-  options.learning_rate = 0.05;
-  options.momentum = 0.9;
-  options.weight_decay = 1e-3;
+  const OptimizerOptions options{OptimizerKind::kSgd, /*learning_rate=*/0.05,
+                                 /*weight_decay=*/1e-3, /*no_decay_bn_bias=*/false,
+                                 /*momentum=*/0.9};
   auto fused = FusedOptimizer::Create(mine, options);
   ASSERT_TRUE(fused.ok()) << fused.status();
   torch::optim::SGD sgd(reference, torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-3));
@@ -91,11 +89,9 @@ TEST(FusedOptimizerTest, BadHyperParametersNameTheFlag) {
 
 TEST(FusedOptimizerTest, ParameterGroupsTakeTheirOwnWeightDecayAsTorchOptimParamGroups) {
   std::vector<at::Tensor> mine = MakeParameters(), reference = Clone(mine);
-  OptimizerOptions options;
-  options.kind = OptimizerKind::kSgd;
-  options.learning_rate = 0.05;
-  options.momentum = 0.9;
-  options.nesterov = true;
+  const OptimizerOptions options{OptimizerKind::kSgd,  /*learning_rate=*/0.05,
+                                 /*weight_decay=*/0.0, /*no_decay_bn_bias=*/false,
+                                 /*momentum=*/0.9,     /*nesterov=*/true};
   std::vector<ParameterGroup> groups(2);
   groups[0] = {{mine[0], mine[2]}, 1e-2};
   groups[1] = {{mine[1]}, 0.0};

@@ -14,11 +14,14 @@ LearningRateSchedule Make(const LrScheduleOptions& options) {
   return *schedule;
 }
 
+// A `kind` schedule from `base_lr` over `epochs` epochs of `steps_per_epoch` steps.
+LrScheduleOptions Options(LrSchedule kind, double base_lr, int64_t steps_per_epoch, int epochs) {
+  return LrScheduleOptions{kind, base_lr, /*lr_min=*/0, steps_per_epoch, epochs};
+}
+
 TEST(LearningRateScheduleTest, WarmupRisesLinearlyToThePeak) {
-  LrScheduleOptions o;
-  o.base_lr = 0.4;
-  o.steps_per_epoch = 10;
-  o.epochs = 5;
+  LrScheduleOptions o = Options(LrSchedule::kConstant, /*base_lr=*/0.4, /*steps_per_epoch=*/10,
+                                /*epochs=*/5);
   o.warmup_epochs = 2;
   LearningRateSchedule s = Make(o);
   EXPECT_EQ(s.warmup_steps(), 20);
@@ -30,12 +33,9 @@ TEST(LearningRateScheduleTest, WarmupRisesLinearlyToThePeak) {
 }
 
 TEST(LearningRateScheduleTest, CosineFallsFromThePeakToTheFloorAfterTheWarmup) {
-  LrScheduleOptions o;
-  o.kind = LrSchedule::kCosine;
-  o.base_lr = 1.0;
+  LrScheduleOptions o = Options(LrSchedule::kCosine, /*base_lr=*/1.0, /*steps_per_epoch=*/10,
+                                /*epochs=*/11);
   o.lr_min = 0.1;
-  o.steps_per_epoch = 10;
-  o.epochs = 11;
   o.warmup_epochs = 1;
   LearningRateSchedule s = Make(o);
   EXPECT_DOUBLE_EQ(s.At(9), 1.0);                 // last warm-up step
@@ -47,11 +47,8 @@ TEST(LearningRateScheduleTest, CosineFallsFromThePeakToTheFloorAfterTheWarmup) {
 }
 
 TEST(LearningRateScheduleTest, StepDecaysAtTheStartOfEachMilestoneEpoch) {
-  LrScheduleOptions o;
-  o.kind = LrSchedule::kStep;
-  o.base_lr = 0.1;
-  o.steps_per_epoch = 4;
-  o.epochs = 10;
+  LrScheduleOptions o = Options(LrSchedule::kStep, /*base_lr=*/0.1, /*steps_per_epoch=*/4,
+                                /*epochs=*/10);
   o.step_epochs = {3, 6};
   o.gamma = 0.5;
   LearningRateSchedule s = Make(o);
@@ -64,11 +61,8 @@ TEST(LearningRateScheduleTest, StepDecaysAtTheStartOfEachMilestoneEpoch) {
 }
 
 TEST(LearningRateScheduleTest, ConstantWithoutWarmupIsTheBase) {
-  LrScheduleOptions o;
-  o.base_lr = 0.3;
-  o.steps_per_epoch = 3;
-  o.epochs = 2;
-  LearningRateSchedule s = Make(o);
+  LearningRateSchedule s = Make(Options(LrSchedule::kConstant, /*base_lr=*/0.3,
+                                        /*steps_per_epoch=*/3, /*epochs=*/2));
   for (int64_t t = 0; t < 6; ++t) EXPECT_DOUBLE_EQ(s.At(t), 0.3);
 }
 

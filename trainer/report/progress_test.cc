@@ -16,34 +16,34 @@ namespace stoker::trainer {
 namespace {
 
 TEST(ProgressTest, LineShowsEveryField) {
-  ProgressSnapshot p;
-  p.epoch = 2;
-  p.epochs = 10;
-  p.step = 120;
-  p.steps_per_epoch = 390;
-  p.loss = 1.23456;
-  p.learning_rate = 0.08;
-  p.images_per_second = 1234.4;
-  p.data_wait_share = 0.03;
-  p.memory = "RSS 1.1 GiB";
-  p.eta_seconds = 312;
+  const ProgressSnapshot p{/*epoch=*/2,
+                           /*epochs=*/10,
+                           /*step=*/120,
+                           /*steps_per_epoch=*/390,
+                           /*loss=*/1.23456,
+                           /*learning_rate=*/0.08,
+                           /*images_per_second=*/1234.4,
+                           /*data_wait_share=*/0.03,
+                           /*gpu_input_wait_share=*/-1,
+                           /*gpu_decode_share=*/-1,
+                           /*memory=*/"RSS 1.1 GiB",
+                           /*eta_seconds=*/312};
   EXPECT_EQ(FormatProgressLine(p),
             "epoch 2/10  step 120/390  loss 1.2346  lr 0.08  1234 img/s  data 3.0%  RSS 1.1 GiB  "
             "ETA 5m12s");
 }
 
 TEST(ProgressTest, LineShowsTheGpusWaitAndDecodeShareWhereKnown) {
-  ProgressSnapshot p;
-  p.epoch = 1;
-  p.epochs = 2;
-  p.step = 10;
-  p.steps_per_epoch = 47;
-  p.loss = 5.0;
-  p.learning_rate = 0.001;
-  p.images_per_second = 18000;
-  p.data_wait_share = 0.8;
-  p.gpu_input_wait_share = 0.004;
-  p.gpu_decode_share = 0.375;
+  const ProgressSnapshot p{/*epoch=*/1,
+                           /*epochs=*/2,
+                           /*step=*/10,
+                           /*steps_per_epoch=*/47,
+                           /*loss=*/5.0,
+                           /*learning_rate=*/0.001,
+                           /*images_per_second=*/18000,
+                           /*data_wait_share=*/0.8,
+                           /*gpu_input_wait_share=*/0.004,
+                           /*gpu_decode_share=*/0.375};
   EXPECT_EQ(FormatProgressLine(p),
             "epoch 1/2  step 10/47  loss 5.0000  lr 0.001  18000 img/s  data 80.0%  gpu-wait 0.4%  "
             "gpu-decode 37.5%");

@@ -97,15 +97,9 @@ class StderrCapture {
 };
 
 RunDescription Description() {
-  RunDescription run;
-  run.model = "resnet18";
-  run.epochs = 3;
-  run.world_size = 2;
-  run.batch_size = 16;
-  run.image_size = 32;
-  run.synthetic = true;
-  run.warmup_steps = 1;
-  return run;
+  return RunDescription{/*model=*/"resnet18", /*epochs=*/3,      /*world_size=*/2,
+                        /*batch_size=*/16,    /*image_size=*/32, /*synthetic=*/true,
+                        /*data_only=*/false,  /*warmup_steps=*/1};
 }
 
 TrainProgress ProgressAt(int64_t batches_done, double loss) {

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <mutex>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -18,28 +19,18 @@ namespace {
 
 constexpr char kFormat[] = "stoker training checkpoint";
 
+// The checkpoint's name of each element type it stores.
+constexpr std::pair<at::ScalarType, const char*> kDtypeNames[] = {
+    {at::kFloat, "float32"},     {at::kDouble, "float64"}, {at::kHalf, "float16"},
+    {at::kBFloat16, "bfloat16"}, {at::kLong, "int64"},     {at::kInt, "int32"},
+    {at::kByte, "uint8"},        {at::kBool, "bool"}};
+
 absl::StatusOr<std::string> DtypeName(at::ScalarType type) {
-  switch (type) {
-    case at::kFloat:
-      return std::string("float32");
-    case at::kDouble:
-      return std::string("float64");
-    case at::kHalf:
-      return std::string("float16");
-    case at::kBFloat16:
-      return std::string("bfloat16");
-    case at::kLong:
-      return std::string("int64");
-    case at::kInt:
-      return std::string("int32");
-    case at::kByte:
-      return std::string("uint8");
-    case at::kBool:
-      return std::string("bool");
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint: unsupported dtype ", c10::toString(type)));
+  for (const auto& [known, name] : kDtypeNames) {
+    if (known == type) return std::string(name);
   }
+  return absl::InvalidArgumentError(
+      absl::StrCat("checkpoint: unsupported dtype ", c10::toString(type)));
 }
 
 void AddTensor(CheckpointWriter& writer, const std::string& name, const at::Tensor& tensor,

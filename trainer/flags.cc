@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/decode_share.h"
+#include "common/flag_error.h"
 #include "common/flags.h"
 #include "common/status_macros.h"
 #include "launcher/rank/data_service_args.h"
@@ -265,7 +266,7 @@ absl::StatusOr<TrainerOptions> OptionsFromFlags() {
   input.batch_size = absl::GetFlag(FLAGS_batch_size);
   const std::string split = absl::GetFlag(FLAGS_data_split);
   if (split != "train" && split != "val") {
-    return absl::InvalidArgumentError(absl::StrCat("--data_split=", split, ": use train or val"));
+    return FlagValueError("data_split", split, "use train or val");
   }
   input.train_split = split == "train";
   input.drop_last_batch = absl::GetFlag(FLAGS_drop_last_batch);

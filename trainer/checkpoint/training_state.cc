@@ -7,6 +7,7 @@
 #include <cstring>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -70,6 +71,25 @@ absl::Status CopyInto(const CheckpointReader& checkpoint, const std::string& nam
   return absl::OkStatus();
 }
 
+// Every optimizer state tensor of `state` with its name in the checkpoint,
+// "optimizer/<parameter>/<what>", in the optimizer's order. Internal, prefixed with `doing`,
+// when the optimizer and the parameter names disagree.
+absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> NamedOptimizerTensors(
+    const TrainingStateRefs& state, absl::string_view doing) {
+  const auto optimizer_state = state.optimizer->StateTensors();
+  if (optimizer_state.size() != state.parameter_names.size()) {
+    return absl::InternalError(
+        absl::StrCat(doing, ": the optimizer and the parameter names disagree"));
+  }
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  for (size_t i = 0; i < optimizer_state.size(); ++i) {
+    for (const auto& [what, tensor] : optimizer_state[i]) {
+      named.emplace_back(absl::StrCat("optimizer/", state.parameter_names[i], "/", what), tensor);
+    }
+  }
+  return named;
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> EncodeCheckpoint(const TrainingStateRefs& state,
@@ -93,15 +113,9 @@ absl::StatusOr<std::string> EncodeCheckpoint(const TrainingStateRefs& state,
     for (const auto& [name, tensor] : StateDictItems(*state.model)) {
       RETURN_IF_ERROR(AddTensorChecked(writer, absl::StrCat("model/", name), tensor));
     }
-    const auto optimizer_state = state.optimizer->StateTensors();
-    if (optimizer_state.size() != state.parameter_names.size()) {
-      return absl::InternalError("checkpoint: the optimizer and the parameter names disagree");
-    }
-    for (size_t i = 0; i < optimizer_state.size(); ++i) {
-      for (const auto& [what, tensor] : optimizer_state[i]) {
-        RETURN_IF_ERROR(AddTensorChecked(
-            writer, absl::StrCat("optimizer/", state.parameter_names[i], "/", what), tensor));
-      }
+    ASSIGN_OR_RETURN(const auto optimizer_tensors, NamedOptimizerTensors(state, "checkpoint"));
+    for (const auto& [name, tensor] : optimizer_tensors) {
+      RETURN_IF_ERROR(AddTensorChecked(writer, name, tensor));
     }
     writer.AddInt("optimizer/steps_taken", state.optimizer->steps_taken());
     const LossScaler::State scaler = state.scaler->state();
@@ -190,15 +204,9 @@ absl::Status RestoreTrainingState(const CheckpointReader& checkpoint,
                                   const TrainingStateRefs& state) {
   RETURN_IF_ERROR(RestoreModelState(checkpoint, *state.model));
   return TorchCall(absl::StrCat(checkpoint.source(), ": restoring"), [&]() -> absl::Status {
-    const auto optimizer_state = state.optimizer->StateTensors();
-    if (optimizer_state.size() != state.parameter_names.size()) {
-      return absl::InternalError("resume: the optimizer and the parameter names disagree");
-    }
-    for (size_t i = 0; i < optimizer_state.size(); ++i) {
-      for (const auto& [what, tensor] : optimizer_state[i]) {
-        RETURN_IF_ERROR(CopyInto(
-            checkpoint, absl::StrCat("optimizer/", state.parameter_names[i], "/", what), tensor));
-      }
+    ASSIGN_OR_RETURN(const auto optimizer_tensors, NamedOptimizerTensors(state, "resume"));
+    for (const auto& [name, tensor] : optimizer_tensors) {
+      RETURN_IF_ERROR(CopyInto(checkpoint, name, tensor));
     }
     ASSIGN_OR_RETURN(int64_t steps_taken, checkpoint.Int("optimizer/steps_taken"));
     state.optimizer->set_steps_taken(steps_taken);

@@ -1,7 +1,7 @@
 #include "common/decode_share.h"
 
 #include "absl/strings/numbers.h"
-#include "common/flag_error.h"
+#include "common/flag_value.h"
 
 namespace stoker {
 

@@ -1,7 +1,7 @@
 #include "data_service/options.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/flag_error.h"
+#include "common/flag_value.h"
 #include "common/names.h"
 #include "common/status_macros.h"
 #include "data_service/batch_producer.h"

@@ -4,7 +4,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/flag_error.h"
+#include "common/flag_value.h"
 #include "common/status_macros.h"
 
 namespace stoker::trainer {
@@ -39,17 +39,16 @@ absl::Status ValidationOptions::Validate() const {
 }
 
 absl::StatusOr<DeviceChoice> ParseDeviceChoice(absl::string_view name) {
-  if (name == "auto") return DeviceChoice::kAuto;
-  if (name == "cuda") return DeviceChoice::kCuda;
-  if (name == "cpu") return DeviceChoice::kCpu;
-  return FlagValueError("device", name, "use auto, cuda or cpu");
+  return ParseFlagChoice<DeviceChoice>(
+      "device", name,
+      {{"auto", DeviceChoice::kAuto}, {"cuda", DeviceChoice::kCuda}, {"cpu", DeviceChoice::kCpu}});
 }
 
 absl::StatusOr<Precision> ParsePrecision(absl::string_view name) {
-  if (name == "bf16") return Precision::kBFloat16;
-  if (name == "fp16") return Precision::kFloat16;
-  if (name == "fp32") return Precision::kFloat32;
-  return FlagValueError("precision", name, "use bf16, fp16 or fp32");
+  return ParseFlagChoice<Precision>("precision", name,
+                                    {{"bf16", Precision::kBFloat16},
+                                     {"fp16", Precision::kFloat16},
+                                     {"fp32", Precision::kFloat32}});
 }
 
 absl::Status DeviceOptions::Validate() const {

@@ -1,7 +1,7 @@
 #include "trainer/checkpoint/checkpoint_options.h"
 
 #include "absl/strings/str_format.h"
-#include "common/flag_error.h"
+#include "common/flag_value.h"
 
 namespace stoker::trainer {
 

@@ -1,6 +1,6 @@
 #include "trainer/comm/comm_options.h"
 
-#include "common/flag_error.h"
+#include "common/flag_value.h"
 
 namespace stoker::trainer {
 

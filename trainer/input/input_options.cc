@@ -1,7 +1,7 @@
 #include "trainer/input/input_options.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/flag_error.h"
+#include "common/flag_value.h"
 
 namespace stoker::trainer {
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "common/flag_error.h"
+#include "common/flag_value.h"
 
 namespace stoker::trainer {
 

@@ -11,7 +11,7 @@
 
 #include <optional>
 
-#include "common/flag_error.h"
+#include "common/flag_value.h"
 #include "common/torch_status.h"
 
 namespace stoker::trainer {

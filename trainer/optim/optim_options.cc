@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/flag_error.h"
+#include "common/flag_value.h"
 
 namespace stoker::trainer {
 namespace {
@@ -18,9 +18,8 @@ absl::string_view OptimizerKindName(OptimizerKind kind) {
 }
 
 absl::StatusOr<OptimizerKind> ParseOptimizerKind(absl::string_view name) {
-  if (name == "sgd") return OptimizerKind::kSgd;
-  if (name == "adamw") return OptimizerKind::kAdamW;
-  return FlagValueError("optimizer", name, "use sgd or adamw");
+  return ParseFlagChoice<OptimizerKind>(
+      "optimizer", name, {{"sgd", OptimizerKind::kSgd}, {"adamw", OptimizerKind::kAdamW}});
 }
 
 absl::Status OptimizerOptions::Validate() const {
@@ -52,10 +51,10 @@ absl::string_view LrScheduleName(LrSchedule kind) {
 }
 
 absl::StatusOr<LrSchedule> ParseLrSchedule(absl::string_view name) {
-  if (name == "constant") return LrSchedule::kConstant;
-  if (name == "cosine") return LrSchedule::kCosine;
-  if (name == "step") return LrSchedule::kStep;
-  return FlagValueError("lr_schedule", name, "use constant, cosine or step");
+  return ParseFlagChoice<LrSchedule>("lr_schedule", name,
+                                     {{"constant", LrSchedule::kConstant},
+                                      {"cosine", LrSchedule::kCosine},
+                                      {"step", LrSchedule::kStep}});
 }
 
 absl::Status LrScheduleOptions::Validate() const {

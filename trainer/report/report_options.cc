@@ -1,14 +1,14 @@
 #include "trainer/report/report_options.h"
 
-#include "common/flag_error.h"
+#include "common/flag_value.h"
 
 namespace stoker::trainer {
 
 absl::StatusOr<ProgressMode> ParseProgressMode(absl::string_view name) {
-  if (name == "auto") return ProgressMode::kAuto;
-  if (name == "inplace") return ProgressMode::kInPlace;
-  if (name == "lines") return ProgressMode::kLines;
-  return FlagValueError("progress", name, "use auto, inplace or lines");
+  return ParseFlagChoice<ProgressMode>("progress", name,
+                                       {{"auto", ProgressMode::kAuto},
+                                        {"inplace", ProgressMode::kInPlace},
+                                        {"lines", ProgressMode::kLines}});
 }
 
 absl::Status ReportOptions::Validate() const {

@@ -1,7 +1,7 @@
 #include "common/decode_share.h"
 
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
+#include "common/flag_value.h"
 
 namespace stoker {
 
@@ -9,8 +9,7 @@ absl::StatusOr<std::optional<double>> ParseGpuDecodeShare(absl::string_view valu
   if (value == "auto") return std::optional<double>();
   double share = 0;
   if (!absl::SimpleAtod(value, &share) || !(share >= 0.0 && share <= 1.0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--gpu_decode_share=", value, ": must be auto or a number in [0, 1]"));
+    return FlagValueError("gpu_decode_share", value, "must be auto or a number in [0, 1]");
   }
   return std::optional<double>(share);
 }

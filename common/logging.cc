@@ -61,6 +61,19 @@ size_t Utf8SequenceLength(absl::string_view text) {
 
 }  // namespace
 
+absl::string_view WhitespaceEscape(unsigned char c) {
+  switch (c) {
+    case '\n':
+      return "\\n";
+    case '\t':
+      return "\\t";
+    case '\r':
+      return "\\r";
+    default:
+      return "";
+  }
+}
+
 std::string EscapeForLog(absl::string_view text) {
   std::string out;
   out.reserve(text.size());
@@ -83,18 +96,11 @@ std::string EscapeForLog(absl::string_view text) {
         continue;
       }
     }
-    switch (c) {
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      default:
-        absl::StrAppendFormat(&out, "\\x%02x", c);
+    const absl::string_view escape = WhitespaceEscape(c);
+    if (!escape.empty()) {
+      out.append(escape.data(), escape.size());
+    } else {
+      absl::StrAppendFormat(&out, "\\x%02x", c);
     }
     ++i;
     if (c == 0xC2 && i < text.size() && static_cast<unsigned char>(text[i]) >= 0x80 &&

@@ -27,6 +27,10 @@ void LogLine(LogLevel level, absl::string_view message);
 // those comes back unchanged. For messages only: open files by their raw bytes.
 std::string EscapeForLog(absl::string_view text);
 
+// The two-character escape of a newline, tab or carriage return ("\\n", "\\t", "\\r"), as
+// EscapeForLog, C and JSON all write them; empty for any other character.
+absl::string_view WhitespaceEscape(unsigned char c);
+
 template <typename... Args>
 void LogInfo(const absl::FormatSpec<Args...>& format, const Args&... args) {
   LogLine(LogLevel::kInfo, absl::StrFormat(format, args...));

@@ -1,17 +1,13 @@
 #include "data_service/options.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/flag_value.h"
 #include "common/names.h"
 #include "common/status_macros.h"
 #include "data_service/batch_producer.h"
 
 namespace stoker::data_service {
 namespace {
-
-template <typename T>
-absl::Status Bad(absl::string_view flag, const T& value, absl::string_view need) {
-  return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", value, ": ", need));
-}
 
 // `--flag: why`, the wording data_service's users and scripts match on for its ranges.
 absl::Status Refused(absl::string_view flag, absl::string_view need) {
@@ -23,13 +19,13 @@ absl::Status Refused(absl::string_view flag, absl::string_view need) {
 absl::StatusOr<bool> ParseJpegDecode(absl::string_view value) {
   if (value == "fast") return false;
   if (value == "exact") return true;
-  return Bad("jpeg_decode", value, "must be fast or exact");
+  return FlagValueError("jpeg_decode", value, "must be fast or exact");
 }
 
 absl::StatusOr<bool> ParseFollowLinks(absl::string_view value) {
   if (value == "yes") return true;
   if (value == "no") return false;
-  return Bad("follow_links", value, "must be yes or no");
+  return FlagValueError("follow_links", value, "must be yes or no");
 }
 
 absl::Status DataServiceOptions::Validate() const {

@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/decode_share.h"
+#include "common/flag_value.h"
 #include "common/flags.h"
 #include "common/status_macros.h"
 #include "launcher/rank/data_service_args.h"
@@ -268,11 +269,9 @@ absl::StatusOr<TrainerOptions> OptionsFromFlags() {
   input.data_socket = absl::GetFlag(FLAGS_data_socket);
   input.image_size = absl::GetFlag(FLAGS_image_size);
   input.batch_size = absl::GetFlag(FLAGS_batch_size);
-  const std::string split = absl::GetFlag(FLAGS_data_split);
-  if (split != "train" && split != "val") {
-    return absl::InvalidArgumentError(absl::StrCat("--data_split=", split, ": use train or val"));
-  }
-  input.train_split = split == "train";
+  ASSIGN_OR_RETURN(input.train_split,
+                   ParseFlagChoice<bool>("data_split", absl::GetFlag(FLAGS_data_split),
+                                         {{"train", true}, {"val", false}}));
   input.drop_last_batch = absl::GetFlag(FLAGS_drop_last_batch);
   input.ring_slots = absl::GetFlag(FLAGS_ring_slots);
   input.data_timeout = absl::Seconds(absl::GetFlag(FLAGS_data_timeout_s));

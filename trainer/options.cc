@@ -4,20 +4,14 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/flag_value.h"
 #include "common/status_macros.h"
 
 namespace stoker::trainer {
-namespace {
-
-template <typename T>
-absl::Status Bad(absl::string_view flag, const T& value, absl::string_view need) {
-  return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", value, ": ", need));
-}
-
-}  // namespace
+namespace {}  // namespace
 
 absl::Status ModelOptions::Validate() const {
-  if (num_classes < 1) return Bad("num_classes", num_classes, "must be >= 1");
+  if (num_classes < 1) return FlagValueError("num_classes", num_classes, "must be >= 1");
   // An exported program's batch norms run as fused calls (Note [Fused blocks in a program]),
   // which is where they synchronise.
   if (sync_batchnorm && !fused_blocks && absl::EndsWith(name, ".pt2")) {
@@ -29,43 +23,43 @@ absl::Status ModelOptions::Validate() const {
 
 absl::Status StepOptions::Validate() const {
   if (!(label_smoothing >= 0 && label_smoothing < 1))
-    return Bad("label_smoothing", label_smoothing, "must be in [0, 1)");
+    return FlagValueError("label_smoothing", label_smoothing, "must be in [0, 1)");
   if (!(clip_grad_norm >= 0) || !std::isfinite(clip_grad_norm)) {
-    return Bad("clip_grad_norm", clip_grad_norm, "must be >= 0 (0: no clipping)");
+    return FlagValueError("clip_grad_norm", clip_grad_norm, "must be >= 0 (0: no clipping)");
   }
-  if (accumulate < 1) return Bad("accumulate", accumulate, "must be >= 1");
+  if (accumulate < 1) return FlagValueError("accumulate", accumulate, "must be >= 1");
   return absl::OkStatus();
 }
 
 absl::Status ValidationOptions::Validate() const {
-  if (every < 0) return Bad("val_every", every, "must be >= 0 (0: no validation)");
-  if (batch_size < 0) return Bad("val_batch_size", batch_size, "must be >= 0 (0: --batch_size)");
+  if (every < 0) return FlagValueError("val_every", every, "must be >= 0 (0: no validation)");
+  if (batch_size < 0)
+    return FlagValueError("val_batch_size", batch_size, "must be >= 0 (0: --batch_size)");
   return absl::OkStatus();
 }
 
 absl::StatusOr<DeviceChoice> ParseDeviceChoice(absl::string_view name) {
-  if (name == "auto") return DeviceChoice::kAuto;
-  if (name == "cuda") return DeviceChoice::kCuda;
-  if (name == "cpu") return DeviceChoice::kCpu;
-  return Bad("device", name, "use auto, cuda or cpu");
+  return ParseFlagChoice<DeviceChoice>(
+      "device", name,
+      {{"auto", DeviceChoice::kAuto}, {"cuda", DeviceChoice::kCuda}, {"cpu", DeviceChoice::kCpu}});
 }
 
 absl::StatusOr<Precision> ParsePrecision(absl::string_view name) {
-  if (name == "bf16") return Precision::kBFloat16;
-  if (name == "fp16") return Precision::kFloat16;
-  if (name == "fp32") return Precision::kFloat32;
-  return Bad("precision", name, "use bf16, fp16 or fp32");
+  return ParseFlagChoice<Precision>("precision", name,
+                                    {{"bf16", Precision::kBFloat16},
+                                     {"fp16", Precision::kFloat16},
+                                     {"fp32", Precision::kFloat32}});
 }
 
 absl::Status DeviceOptions::Validate() const {
   if (!(cache_release_fraction > 0 && cache_release_fraction <= 1)) {
-    return Bad("cache_release_fraction", cache_release_fraction, "must be in (0, 1]");
+    return FlagValueError("cache_release_fraction", cache_release_fraction, "must be in (0, 1]");
   }
   return absl::OkStatus();
 }
 
 absl::Status BenchmarkOptions::Validate() const {
-  if (warmup_steps < 0) return Bad("warmup_steps", warmup_steps, "must be >= 0");
+  if (warmup_steps < 0) return FlagValueError("warmup_steps", warmup_steps, "must be >= 0");
   return absl::OkStatus();
 }
 
@@ -79,7 +73,7 @@ LrScheduleOptions ScheduleOptionsFor(const TrainerOptions& options, int64_t step
 
 absl::Status ValidateOptions(const TrainerOptions& o) {
   RETURN_IF_ERROR(o.input.Validate());
-  if (o.epochs < 1) return Bad("epochs", o.epochs, "must be >= 1");
+  if (o.epochs < 1) return FlagValueError("epochs", o.epochs, "must be >= 1");
   RETURN_IF_ERROR(o.model.Validate());
   RETURN_IF_ERROR(o.comm.Validate());
   // A rank that waits for a batch must give up (naming the data service) before the other
@@ -101,7 +95,8 @@ absl::Status ValidateOptions(const TrainerOptions& o) {
   RETURN_IF_ERROR(o.report.Validate());
   RETURN_IF_ERROR(o.benchmark.Validate());
   if (o.input.synthetic_steps > 0 && o.benchmark.data_only) {
-    return Bad("data_only", "true", "measures the data service; not with --synthetic_steps");
+    return FlagValueError("data_only", "true",
+                          "measures the data service; not with --synthetic_steps");
   }
   RETURN_IF_ERROR(o.device.Validate());
   if (o.device.device == DeviceChoice::kCpu) {

@@ -111,4 +111,11 @@ absl::Status DecodeSample(absl::Span<const uint8_t> bytes, int64_t index,
   return MarkBadSample(std::move(status));
 }
 
+absl::Status EncodedImageDataset::Load(int64_t index, const SampleOptions& options,
+                                       SampleScratch& scratch, uint8_t* dst) const {
+  absl::StatusOr<absl::Span<const uint8_t>> bytes = ReadEncoded(index, scratch);
+  if (!bytes.ok()) return bytes.status();
+  return DecodeSample(*bytes, index, options, scratch, dst);
+}
+
 }  // namespace stoker::data_service

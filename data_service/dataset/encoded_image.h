@@ -2,12 +2,14 @@
 // a worker's reusable SampleScratch buffer, and decoding those bytes into a finished
 // sample with //data_service/image (training: RandomResizedCrop + flip seeded by
 // (seed, epoch, index); evaluation: Resize + CenterCrop) written straight to its place in
-// a ring slot. The ImageFolder and packed datasets are both built on these.
+// a ring slot. The ImageFolder and packed datasets are both built on these, as
+// EncodedImageDatasets.
 #ifndef STOKER_DATA_SERVICE_DATASET_ENCODED_IMAGE_H_
 #define STOKER_DATA_SERVICE_DATASET_ENCODED_IMAGE_H_
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -46,6 +48,28 @@ absl::StatusOr<image::TransformSpec> SampleTransform(const SampleOptions& option
 // empty, oversized or non-image input gives a marked InvalidArgument error.
 absl::Status DecodeSample(absl::Span<const uint8_t> bytes, int64_t index,
                           const SampleOptions& options, SampleScratch& scratch, uint8_t* dst);
+
+// A Dataset of named classes whose samples are stored encoded (image files, or byte ranges
+// of shards): Load() decodes exactly what ReadEncoded() reads, with DecodeSample().
+// Immutable after creation and thread-safe, as Dataset requires.
+class EncodedImageDataset : public Dataset {
+ public:
+  int32_t num_classes() const final { return static_cast<int32_t>(classes_.size()); }
+  absl::Status Load(int64_t index, const SampleOptions& options, SampleScratch& scratch,
+                    uint8_t* dst) const final;
+
+  // The class names, in label order.
+  const std::vector<std::string>& classes() const { return classes_; }
+
+ protected:
+  EncodedImageDataset() = default;
+  explicit EncodedImageDataset(std::vector<std::string> classes) : classes_(std::move(classes)) {}
+  // For a dataset that reads its class names after it is made.
+  void set_classes(std::vector<std::string> classes) { classes_ = std::move(classes); }
+
+ private:
+  std::vector<std::string> classes_;
+};
 
 }  // namespace stoker::data_service
 

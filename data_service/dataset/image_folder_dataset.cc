@@ -307,7 +307,7 @@ absl::Status ImageFolderDataset::CheckStillThere(int32_t label) const {
         listable ? "not a directory" : std::strerror(errno), "); it was listed at start with ",
         samples_.size(), " samples: was it deleted, moved or unmounted during the run?"));
   }
-  const std::string class_dir = absl::StrCat(root_, "/", classes_[label]);
+  const std::string class_dir = absl::StrCat(root_, "/", classes()[label]);
   if (::stat(class_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return absl::FailedPreconditionError(
         absl::StrCat("the class folder ", EscapeForLog(class_dir),
@@ -337,13 +337,6 @@ absl::StatusOr<absl::Span<const uint8_t>> ImageFolderDataset::ReadEncoded(
     if (absl::Status gone = CheckStillThere(samples_[index].label); !gone.ok()) return gone;
   }
   return bytes;
-}
-
-absl::Status ImageFolderDataset::Load(int64_t index, const SampleOptions& options,
-                                      SampleScratch& scratch, uint8_t* dst) const {
-  absl::StatusOr<absl::Span<const uint8_t>> bytes = ReadEncoded(index, scratch);
-  if (!bytes.ok()) return bytes.status();
-  return DecodeSample(*bytes, index, options, scratch, dst);
 }
 
 }  // namespace stoker::data_service

@@ -14,6 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "data_service/dataset/dataset.h"
+#include "data_service/dataset/encoded_image.h"
 
 namespace stoker::data_service {
 
@@ -52,7 +53,7 @@ struct ImageFolderOptions {
 };
 
 // The listed folder; images are read and decoded on Load(). Immutable; thread-safe.
-class ImageFolderDataset : public Dataset {
+class ImageFolderDataset : public EncodedImageDataset {
  public:
   // Lists `root` as torchvision does: classes are the sub-directories (following
   // symlinks) sorted by name; a class's samples are the files with an image extension
@@ -68,16 +69,12 @@ class ImageFolderDataset : public Dataset {
       const std::string& root, const ImageFolderOptions& options = {});
 
   int64_t size() const override { return static_cast<int64_t>(samples_.size()); }
-  int32_t num_classes() const override { return static_cast<int32_t>(classes_.size()); }
   int32_t Label(int64_t index) const override { return samples_[index].label; }
-  absl::Status Load(int64_t index, const SampleOptions& options, SampleScratch& scratch,
-                    uint8_t* dst) const override;
   absl::StatusOr<absl::Span<const uint8_t>> ReadEncoded(int64_t index,
                                                         SampleScratch& scratch) const override;
   std::string Describe(int64_t index) const override;
 
   const std::string& root() const { return root_; }
-  const std::vector<std::string>& classes() const { return classes_; }
   const std::vector<ImageFolderSample>& samples() const { return samples_; }
   // Entries of the root that are not class folders (sorted).
   const std::vector<std::string>& ignored_entries() const { return ignored_entries_; }
@@ -89,15 +86,14 @@ class ImageFolderDataset : public Dataset {
  private:
   ImageFolderDataset(std::string root, std::vector<std::string> classes,
                      std::vector<ImageFolderSample> samples, std::vector<std::string> ignored)
-      : root_(std::move(root)),
-        classes_(std::move(classes)),
+      : EncodedImageDataset(std::move(classes)),
+        root_(std::move(root)),
         samples_(std::move(samples)),
         ignored_entries_(std::move(ignored)) {}
   // OK while the root and class `label`'s folder are directories; else FailedPrecondition.
   absl::Status CheckStillThere(int32_t label) const;
 
   std::string root_;
-  std::vector<std::string> classes_;
   std::vector<ImageFolderSample> samples_;
   std::vector<std::string> ignored_entries_;
   std::vector<std::string> outside_links_;

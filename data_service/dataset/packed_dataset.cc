@@ -198,13 +198,15 @@ absl::StatusOr<std::unique_ptr<PackedDataset>> PackedDataset::Open(const std::st
   const std::string& strings = dataset->strings_;
 
   // Classes: the first class_count strings of the table, in order.
+  std::vector<std::string> classes;
   uint32_t offset = 0;
   for (int32_t c = 0; c < header.class_count; ++c) {
     absl::StatusOr<absl::string_view> name = StringAt(strings, offset, index_path);
     if (!name.ok()) return name.status();
-    dataset->classes_.emplace_back(*name);
+    classes.emplace_back(*name);
     offset += static_cast<uint32_t>(sizeof(uint32_t) + name->size());
   }
+  dataset->set_classes(std::move(classes));
 
   // Shards: plain file names beside the index, each the size the index records.
   const std::filesystem::path directory = std::filesystem::path(index_path).parent_path();
@@ -267,13 +269,6 @@ absl::StatusOr<absl::Span<const uint8_t>> PackedDataset::ReadEncoded(int64_t ind
   const PackedSample& sample = samples_[index];
   return ReadFileRange(shards_[sample.shard].fd.get(), sample.offset, sample.length,
                        &scratch.file_bytes);
-}
-
-absl::Status PackedDataset::Load(int64_t index, const SampleOptions& options,
-                                 SampleScratch& scratch, uint8_t* dst) const {
-  absl::StatusOr<absl::Span<const uint8_t>> bytes = ReadEncoded(index, scratch);
-  if (!bytes.ok()) return bytes.status();
-  return DecodeSample(*bytes, index, options, scratch, dst);
 }
 
 }  // namespace stoker::data_service

@@ -14,13 +14,14 @@
 #include "absl/strings/string_view.h"
 #include "common/unique_fd.h"
 #include "data_service/dataset/dataset.h"
+#include "data_service/dataset/encoded_image.h"
 #include "data_service/dataset/packed_format.h"
 
 namespace stoker::data_service {
 
 // An opened packed dataset. Immutable after Open(); thread-safe (pread on shared
 // descriptors).
-class PackedDataset : public Dataset {
+class PackedDataset : public EncodedImageDataset {
  public:
   // Reads the index at `index_path` and opens its shards (in the index's directory).
   // NotFound for a missing index or shard; InvalidArgument (naming the file and what is
@@ -30,17 +31,13 @@ class PackedDataset : public Dataset {
   static absl::StatusOr<std::unique_ptr<PackedDataset>> Open(const std::string& index_path);
 
   int64_t size() const override { return static_cast<int64_t>(samples_.size()); }
-  int32_t num_classes() const override { return static_cast<int32_t>(classes_.size()); }
   int32_t Label(int64_t index) const override { return samples_[index].label; }
-  absl::Status Load(int64_t index, const SampleOptions& options, SampleScratch& scratch,
-                    uint8_t* dst) const override;
   absl::StatusOr<absl::Span<const uint8_t>> ReadEncoded(int64_t index,
                                                         SampleScratch& scratch) const override;
   // "sample 12 (cat/1.jpg in /d/train.stkpack-00000.shard at byte 4096)".
   std::string Describe(int64_t index) const override;
 
   const std::string& index_path() const { return index_path_; }
-  const std::vector<std::string>& classes() const { return classes_; }
   int32_t shard_count() const { return static_cast<int32_t>(shards_.size()); }
   // The sample's name: its path relative to the folder that was packed.
   absl::string_view SampleName(int64_t index) const;
@@ -54,7 +51,6 @@ class PackedDataset : public Dataset {
   PackedDataset() = default;
 
   std::string index_path_;
-  std::vector<std::string> classes_;
   std::vector<PackedSample> samples_;
   std::vector<Shard> shards_;
   std::string strings_;

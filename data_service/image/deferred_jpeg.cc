@@ -96,16 +96,10 @@ JpegFrameInfo ParseJpegFrame(absl::Span<const uint8_t> bytes) {
   }
 }
 
+// DeferredAxis has no padding (its size is asserted), so every byte is set.
 DeferredAxis ToDeferredAxis(const AxisMap& map) {
-  DeferredAxis axis;
-  std::memset(&axis, 0, sizeof(axis));
-  axis.in0 = map.in0;
-  axis.scale = map.scale;
-  axis.out_offset = map.out_offset;
-  axis.out_size = map.out_size;
-  axis.clip_begin = map.clip_begin;
-  axis.clip_end = map.clip_end;
-  return axis;
+  return DeferredAxis{map.in0,      map.scale,      map.out_offset,
+                      map.out_size, map.clip_begin, map.clip_end};
 }
 
 AxisMap FromDeferredAxis(const DeferredAxis& axis) {

@@ -20,13 +20,16 @@ def room_deps(name = "room_deps"):
 def room_options(name):
     """A room's options: `name`.h and `name`.cc, what the run's flags set in the room.
 
-    A plain struct with its Validate(), on Abseil alone, visible to the run (//trainer) and
-    to no other room.
+    A plain struct with its Validate(), on Abseil and the flag-value grammar
+    (//common:flag_value) alone, visible to the run (//trainer) and to no other room.
     """
     native.cc_library(
         name = name,
         srcs = [name + ".cc"],
         hdrs = [name + ".h"],
         visibility = ["//trainer:__pkg__"],
-        deps = ["@absl"],
+        deps = [
+            "//common:flag_value",
+            "@absl",
+        ],
     )

@@ -1,7 +1,7 @@
 #include "trainer/checkpoint/checkpoint_options.h"
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/flag_value.h"
 
 namespace stoker::trainer {
 
@@ -27,13 +27,12 @@ absl::StatusOr<uint32_t> ParseCheckpointMode(absl::string_view flag_value) {
     mode = mode * 8 + static_cast<uint32_t>(c - '0');
   }
   if (!digits || mode > 0777) {
-    return absl::InvalidArgumentError(absl::StrCat("--checkpoint_mode=", flag_value,
-                                                   ": not an octal file mode like 0600 or 0640"));
+    return FlagValueError("checkpoint_mode", flag_value,
+                          "not an octal file mode like 0600 or 0640");
   }
   if ((mode & 0600) != 0600) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--checkpoint_mode=", flag_value,
-                     ": the owner must be able to read and write (include 0600)"));
+    return FlagValueError("checkpoint_mode", flag_value,
+                          "the owner must be able to read and write (include 0600)");
   }
   return mode;
 }
@@ -45,28 +44,22 @@ absl::Status CheckpointOptions::Validate() const {
         file_mode));
   }
   if (every_steps < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--checkpoint_every_steps=", every_steps, ": must be >= 0"));
+    return FlagValueError("checkpoint_every_steps", every_steps, "must be >= 0");
   }
   if (every_epochs < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--checkpoint_every_epochs=", every_epochs, ": must be >= 0"));
+    return FlagValueError("checkpoint_every_epochs", every_epochs, "must be >= 0");
   }
-  if (keep < 0)
-    return absl::InvalidArgumentError(
-        absl::StrCat("--keep_checkpoints=", keep, ": must be >= 0 (0: keep all)"));
+  if (keep < 0) return FlagValueError("keep_checkpoints", keep, "must be >= 0 (0: keep all)");
   if (resume.mode == ResumeFrom::Mode::kFile && resume.file.empty()) {
     return absl::InvalidArgumentError("--resume=: use auto, none or a checkpoint file");
   }
   if (stop_after_steps < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--stop_after_steps=", stop_after_steps, ": must be >= 0"));
+    return FlagValueError("stop_after_steps", stop_after_steps, "must be >= 0");
   }
   if (stop_after_steps > 0 && dir.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--stop_after_steps=", stop_after_steps,
-                     ": needs --checkpoint_dir (the run stops to be resumed from its "
-                     "checkpoint)"));
+    return FlagValueError("stop_after_steps", stop_after_steps,
+                          "needs --checkpoint_dir (the run stops to be resumed from its "
+                          "checkpoint)");
   }
   return absl::OkStatus();
 }

@@ -6,6 +6,8 @@
 
 #include <cstring>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -18,28 +20,18 @@ namespace {
 
 constexpr char kFormat[] = "stoker training checkpoint";
 
+// The checkpoint's name of each element type it stores.
+constexpr std::pair<at::ScalarType, const char*> kDtypeNames[] = {
+    {at::kFloat, "float32"},     {at::kDouble, "float64"}, {at::kHalf, "float16"},
+    {at::kBFloat16, "bfloat16"}, {at::kLong, "int64"},     {at::kInt, "int32"},
+    {at::kByte, "uint8"},        {at::kBool, "bool"}};
+
 absl::StatusOr<std::string> DtypeName(at::ScalarType type) {
-  switch (type) {
-    case at::kFloat:
-      return std::string("float32");
-    case at::kDouble:
-      return std::string("float64");
-    case at::kHalf:
-      return std::string("float16");
-    case at::kBFloat16:
-      return std::string("bfloat16");
-    case at::kLong:
-      return std::string("int64");
-    case at::kInt:
-      return std::string("int32");
-    case at::kByte:
-      return std::string("uint8");
-    case at::kBool:
-      return std::string("bool");
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint: unsupported dtype ", c10::toString(type)));
+  for (const auto& [known, name] : kDtypeNames) {
+    if (known == type) return std::string(name);
   }
+  return absl::InvalidArgumentError(
+      absl::StrCat("checkpoint: unsupported dtype ", c10::toString(type)));
 }
 
 void AddTensor(CheckpointWriter& writer, const std::string& name, const at::Tensor& tensor,
@@ -79,6 +71,25 @@ absl::Status CopyInto(const CheckpointReader& checkpoint, const std::string& nam
   return absl::OkStatus();
 }
 
+// Every optimizer state tensor of `state` with its name in the checkpoint,
+// "optimizer/<parameter>/<what>", in the optimizer's order. Internal, prefixed with `doing`,
+// when the optimizer and the parameter names disagree.
+absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> NamedOptimizerTensors(
+    const TrainingStateRefs& state, absl::string_view doing) {
+  const auto optimizer_state = state.optimizer->StateTensors();
+  if (optimizer_state.size() != state.parameter_names.size()) {
+    return absl::InternalError(
+        absl::StrCat(doing, ": the optimizer and the parameter names disagree"));
+  }
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  for (size_t i = 0; i < optimizer_state.size(); ++i) {
+    for (const auto& [what, tensor] : optimizer_state[i]) {
+      named.emplace_back(absl::StrCat("optimizer/", state.parameter_names[i], "/", what), tensor);
+    }
+  }
+  return named;
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> EncodeCheckpoint(const TrainingStateRefs& state,
@@ -102,15 +113,9 @@ absl::StatusOr<std::string> EncodeCheckpoint(const TrainingStateRefs& state,
     for (const auto& [name, tensor] : StateDictItems(*state.model)) {
       RETURN_IF_ERROR(AddTensorChecked(writer, absl::StrCat("model/", name), tensor));
     }
-    const auto optimizer_state = state.optimizer->StateTensors();
-    if (optimizer_state.size() != state.parameter_names.size()) {
-      return absl::InternalError("checkpoint: the optimizer and the parameter names disagree");
-    }
-    for (size_t i = 0; i < optimizer_state.size(); ++i) {
-      for (const auto& [what, tensor] : optimizer_state[i]) {
-        RETURN_IF_ERROR(AddTensorChecked(
-            writer, absl::StrCat("optimizer/", state.parameter_names[i], "/", what), tensor));
-      }
+    ASSIGN_OR_RETURN(const auto optimizer_tensors, NamedOptimizerTensors(state, "checkpoint"));
+    for (const auto& [name, tensor] : optimizer_tensors) {
+      RETURN_IF_ERROR(AddTensorChecked(writer, name, tensor));
     }
     writer.AddInt("optimizer/steps_taken", state.optimizer->steps_taken());
     const LossScaler::State scaler = state.scaler->state();
@@ -199,15 +204,9 @@ absl::Status RestoreTrainingState(const CheckpointReader& checkpoint,
                                   const TrainingStateRefs& state) {
   RETURN_IF_ERROR(RestoreModelState(checkpoint, *state.model));
   return TorchCall(absl::StrCat(checkpoint.source(), ": restoring"), [&]() -> absl::Status {
-    const auto optimizer_state = state.optimizer->StateTensors();
-    if (optimizer_state.size() != state.parameter_names.size()) {
-      return absl::InternalError("resume: the optimizer and the parameter names disagree");
-    }
-    for (size_t i = 0; i < optimizer_state.size(); ++i) {
-      for (const auto& [what, tensor] : optimizer_state[i]) {
-        RETURN_IF_ERROR(CopyInto(
-            checkpoint, absl::StrCat("optimizer/", state.parameter_names[i], "/", what), tensor));
-      }
+    ASSIGN_OR_RETURN(const auto optimizer_tensors, NamedOptimizerTensors(state, "resume"));
+    for (const auto& [name, tensor] : optimizer_tensors) {
+      RETURN_IF_ERROR(CopyInto(checkpoint, name, tensor));
     }
     ASSIGN_OR_RETURN(int64_t steps_taken, checkpoint.Int("optimizer/steps_taken"));
     state.optimizer->set_steps_taken(steps_taken);

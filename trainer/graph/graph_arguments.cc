@@ -149,21 +149,12 @@ absl::Status ConvertSymInts(const ArgumentValue& in, GraphArg* arg) {
   return absl::OkStatus();
 }
 
-absl::Status ConvertScalarType(const ArgumentValue& in, GraphArg* arg) {
-  ASSIGN_OR_RETURN(at::ScalarType t, ScalarTypeOf(in.body.get<int>(), in.what));
-  arg->constant = t;
-  return absl::OkStatus();
-}
-
-absl::Status ConvertMemoryFormat(const ArgumentValue& in, GraphArg* arg) {
-  ASSIGN_OR_RETURN(at::MemoryFormat f, MemoryFormatOf(in.body.get<int>(), in.what));
-  arg->constant = f;
-  return absl::OkStatus();
-}
-
-absl::Status ConvertLayout(const ArgumentValue& in, GraphArg* arg) {
-  ASSIGN_OR_RETURN(at::Layout l, LayoutOf(in.body.get<int>(), in.what));
-  arg->constant = l;
+// A constant that the archive gives as its enum code, decoded by `kDecode` (ScalarTypeOf,
+// MemoryFormatOf or LayoutOf of export_schema.h).
+template <typename T, absl::StatusOr<T> (*kDecode)(int, absl::string_view)>
+absl::Status ConvertCodedConstant(const ArgumentValue& in, GraphArg* arg) {
+  ASSIGN_OR_RETURN(T value, kDecode(in.body.get<int>(), in.what));
+  arg->constant = value;
   return absl::OkStatus();
 }
 
@@ -197,9 +188,9 @@ const std::unordered_map<std::string, ArgumentConverter>& Converters() {
       {"as_strings", ConvertStrings},
       {"as_sym_int", ConvertOneSymInt},
       {"as_sym_ints", ConvertSymInts},
-      {"as_scalar_type", ConvertScalarType},
-      {"as_memory_format", ConvertMemoryFormat},
-      {"as_layout", ConvertLayout},
+      {"as_scalar_type", ConvertCodedConstant<at::ScalarType, ScalarTypeOf>},
+      {"as_memory_format", ConvertCodedConstant<at::MemoryFormat, MemoryFormatOf>},
+      {"as_layout", ConvertCodedConstant<at::Layout, LayoutOf>},
       {"as_device", ConvertDevice},
       {"as_complex", ConvertComplex},
   };

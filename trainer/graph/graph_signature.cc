@@ -18,6 +18,16 @@ absl::Status Refuse(const SignatureExpectations& expect, absl::string_view why) 
   return absl::InvalidArgumentError(absl::StrCat(expect.where, ": ", why));
 }
 
+// Sets `*name` to the name of the tensor `body` names ("arg": {"as_tensor": ...}), the
+// program's only one of its kind: refused with `why_not` when `*name` is set already or
+// the argument is not a tensor.
+absl::Status ReadTheOneTensor(const json& body, const SignatureExpectations& expect,
+                              absl::string_view why_not, std::string* name) {
+  if (!name->empty() || ArgumentKind(body["arg"]) != "as_tensor") return Refuse(expect, why_not);
+  *name = body["arg"]["as_tensor"].value("name", "");
+  return absl::OkStatus();
+}
+
 // The input specs: parameters, buffers and tensor constants bound to `state`'s, and one image
 // batch.
 absl::Status ReadInputSpecs(const json& signature, const GraphState& state,
@@ -43,13 +53,11 @@ absl::Status ReadInputSpecs(const json& signature, const GraphState& state,
                                            ", which the archive's constants lack"));
       read->weights.push_back({body["arg"].value("name", ""), it->second, false});
     } else if (kind == "user_input") {
-      if (!read->input.empty() || ArgumentKind(body["arg"]) != "as_tensor") {
-        return Refuse(
-            expect,
-            "the program's input is not one NCHW image batch (it takes more than one input, or a "
-            "non-tensor one)");
-      }
-      read->input = body["arg"]["as_tensor"].value("name", "");
+      RETURN_IF_ERROR(ReadTheOneTensor(
+          body, expect,
+          "the program's input is not one NCHW image batch (it takes more than one input, or a "
+          "non-tensor one)",
+          &read->input));
     } else {
       return Refuse(expect,
                     absl::StrCat("the program has an input of kind '", kind,
@@ -130,13 +138,11 @@ absl::Status ReadOutputSpecs(const json& signature, const GraphState& state,
     const std::string kind = ArgumentKind(spec);
     const json& body = spec[kind];
     if (kind == "user_output") {
-      if (!read->output.empty() || ArgumentKind(body["arg"]) != "as_tensor") {
-        return Refuse(
-            expect,
-            "the program's output is not one logits tensor (it returns several values, or a "
-            "non-tensor)");
-      }
-      read->output = body["arg"]["as_tensor"].value("name", "");
+      RETURN_IF_ERROR(ReadTheOneTensor(
+          body, expect,
+          "the program's output is not one logits tensor (it returns several values, or a "
+          "non-tensor)",
+          &read->output));
     } else if (kind == "buffer_mutation") {
       const std::string name = body.value("buffer_name", "");
       auto it = state.buffers.find(name);

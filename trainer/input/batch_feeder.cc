@@ -27,15 +27,8 @@ class CpuBatchFeeder final : public BatchFeeder {
           "which only a CUDA trainer decodes; run the data service with --gpu_decode_share=auto "
           "(the default: it follows the trainer, which asks for 0 on the CPU) or 0");
     }
-    TrainingBatch batch;
+    TrainingBatch batch = BatchOfSlot(view);
     batch.data_wait = absl::Now() - start;
-    batch.epoch = view.epoch;
-    batch.step = view.step;
-    batch.count = view.count;
-    batch.gpu_decode_share = view.gpu_decode_share;
-    if (view.sample_indices != nullptr) {
-      batch.sample_indices.assign(view.sample_indices, view.sample_indices + view.count);
-    }
     RETURN_IF_ERROR(TorchCall("CPU feeder: normalising a batch", [&] {
       const int64_t s = options_.image_size;
       at::Tensor raw = at::from_blob(const_cast<uint8_t*>(view.images), {view.count, s, s, 3},
@@ -60,6 +53,18 @@ class CpuBatchFeeder final : public BatchFeeder {
 };
 
 }  // namespace
+
+TrainingBatch BatchOfSlot(const data_service::BatchView& view) {
+  TrainingBatch batch;
+  batch.epoch = view.epoch;
+  batch.step = view.step;
+  batch.count = view.count;
+  batch.gpu_decode_share = view.gpu_decode_share;
+  if (view.sample_indices != nullptr) {
+    batch.sample_indices.assign(view.sample_indices, view.sample_indices + view.count);
+  }
+  return batch;
+}
 
 std::unique_ptr<BatchFeeder> MakeCpuBatchFeeder(BatchSource* source, const FeederOptions& options) {
   return std::make_unique<CpuBatchFeeder>(source, options);

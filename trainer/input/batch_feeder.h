@@ -80,6 +80,10 @@ struct TrainingBatch {
   std::vector<int64_t> sample_indices;
 };
 
+// A batch as its ring slot describes it: epoch, step, count, GPU decode share and a copy of
+// the sample indices; no tensors or waits yet.
+TrainingBatch BatchOfSlot(const data_service::BatchView& view);
+
 // Owned by the training thread.
 class BatchFeeder {
  public:

@@ -97,13 +97,10 @@ struct Staging {
   CudaEvent consumed;  // on the compute stream, after the normalise from it
 };
 
+// A batch copied into staging buffer `buffer`: its facts, before its tensors are made.
 struct Ready {
   int buffer = -1;
-  int64_t epoch = 0;
-  int64_t step = 0;
-  int32_t count = 0;
-  std::vector<int64_t> sample_indices;
-  double gpu_decode_share = 0.0;
+  TrainingBatch batch;
 };
 
 class CudaBatchFeeder final : public BatchFeeder {
@@ -190,26 +187,21 @@ class CudaBatchFeeder final : public BatchFeeder {
       ready = std::move(ready_.front());
       ready_.pop_front();
     }
-    TrainingBatch batch;
+    TrainingBatch batch = std::move(ready.batch);
     batch.data_wait = absl::Now() - start;
-    batch.epoch = ready.epoch;
-    batch.step = ready.step;
-    batch.count = ready.count;
-    batch.gpu_decode_share = ready.gpu_decode_share;
-    batch.sample_indices = std::move(ready.sample_indices);
     Staging& staging = staging_[ready.buffer];
     RETURN_IF_ERROR(TorchCall("CUDA feeder: normalising a batch", [&]() -> absl::Status {
       RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(compute, staging.copied.get(), 0));
       RETURN_IF_ERROR(timer.fed.Record(compute));
       const int64_t s = options_.image_size;
-      batch.images = at::empty({ready.count, 3, s, s},
+      batch.images = at::empty({batch.count, 3, s, s},
                                at::TensorOptions().device(at::kCUDA, device_).dtype(options_.dtype),
                                at::MemoryFormat::ChannelsLast);
       ASSIGN_OR_RETURN(NormalizedType type, TypeOf(options_.dtype));
       RETURN_IF_CUDA_ERROR(LaunchNormalizeU8(staging.images.data_ptr<uint8_t>(),
-                                             batch.images.data_ptr(), ready.count * s * s, type,
+                                             batch.images.data_ptr(), batch.count * s * s, type,
                                              options_.mean, options_.stddev, compute));
-      batch.labels = staging.labels.narrow(0, 0, ready.count).to(at::kLong);
+      batch.labels = staging.labels.narrow(0, 0, batch.count).to(at::kLong);
       RETURN_IF_CUDA_ERROR(cudaEventRecord(staging.consumed.get(), compute));
       return absl::OkStatus();
     }));
@@ -330,10 +322,7 @@ class CudaBatchFeeder final : public BatchFeeder {
     RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(staging.labels.data_ptr(), view->labels,
                                          view->count * sizeof(int32_t), cudaMemcpyHostToDevice,
                                          copy_stream_.get()));
-    Ready ready{buffer, view->epoch, view->step, view->count, {}, view->gpu_decode_share};
-    if (view->sample_indices != nullptr) {
-      ready.sample_indices.assign(view->sample_indices, view->sample_indices + view->count);
-    }
+    Ready ready{buffer, BatchOfSlot(*view)};
     if (view->deferred_count > 0) {
       absl::Status decoded = DecodeDeferred(*view, staging, ready);
       if (!decoded.ok()) {
@@ -393,8 +382,9 @@ class CudaBatchFeeder final : public BatchFeeder {
                                            cudaMemcpyDeviceToDevice, copy_stream_.get()));
       RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(labels + bad, labels + with, sizeof(int32_t),
                                            cudaMemcpyDeviceToDevice, copy_stream_.get()));
-      const int64_t index = ready.sample_indices.empty() ? -1 : ready.sample_indices[bad];
-      if (!ready.sample_indices.empty()) ready.sample_indices[bad] = ready.sample_indices[with];
+      std::vector<int64_t>& indices = ready.batch.sample_indices;
+      const int64_t index = indices.empty() ? -1 : indices[bad];
+      if (!indices.empty()) indices[bad] = indices[with];
       LogWarning(
           "epoch %lld, step %lld: nvJPEG refused the JPEG of sample %lld (position %d); "
           "replaced by the sample at position %d",

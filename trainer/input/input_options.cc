@@ -1,6 +1,7 @@
 #include "trainer/input/input_options.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/flag_value.h"
 
 namespace stoker::trainer {
 
@@ -9,23 +10,17 @@ absl::Status InputOptions::Validate() const {
     return absl::InvalidArgumentError(
         "--data_socket is required (the launcher passes it), unless --synthetic_steps is set");
   }
-  if (batch_size < 1)
-    return absl::InvalidArgumentError(absl::StrCat("--batch_size=", batch_size, ": must be >= 1"));
-  if (image_size < 8)
-    return absl::InvalidArgumentError(absl::StrCat("--image_size=", image_size, ": must be >= 8"));
-  if (ring_slots < 3)
-    return absl::InvalidArgumentError(absl::StrCat("--ring_slots=", ring_slots, ": must be >= 3"));
+  if (batch_size < 1) return FlagValueError("batch_size", batch_size, "must be >= 1");
+  if (image_size < 8) return FlagValueError("image_size", image_size, "must be >= 8");
+  if (ring_slots < 3) return FlagValueError("ring_slots", ring_slots, "must be >= 3");
   if (data_timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--data_timeout_s=", absl::ToInt64Seconds(data_timeout), ": must be >= 1"));
+    return FlagValueError("data_timeout_s", absl::ToInt64Seconds(data_timeout), "must be >= 1");
   }
   if (synthetic_steps < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--synthetic_steps=", synthetic_steps, ": must be >= 0"));
+    return FlagValueError("synthetic_steps", synthetic_steps, "must be >= 0");
   }
   if (gpu_decode_share.has_value() && !(*gpu_decode_share >= 0.0 && *gpu_decode_share <= 1.0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--gpu_decode_share=", *gpu_decode_share, ": must be auto or in [0, 1]"));
+    return FlagValueError("gpu_decode_share", *gpu_decode_share, "must be auto or in [0, 1]");
   }
   return absl::OkStatus();
 }

@@ -3,6 +3,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "common/element_conversions.cuh"
+
 namespace stoker::trainer {
 namespace {
 
@@ -10,21 +12,6 @@ struct ChannelAffine {
   float scale[3];  // 1 / (255 * stddev)
   float shift[3];  // -mean / stddev
 };
-
-template <typename T>
-__device__ __forceinline__ T Convert(float v);
-template <>
-__device__ __forceinline__ float Convert<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __half Convert<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 Convert<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
 
 // Each thread takes 4 pixels: 12 input bytes as three 4-byte loads (the channel pattern
 // repeats every 12 bytes), 12 outputs written as three 8-byte (bf16, fp16) or 16-byte
@@ -62,7 +49,7 @@ __global__ void NormalizeKernel(const uint8_t* __restrict__ in, T* __restrict__ 
 #pragma unroll
     for (int i = 0; i < 12; ++i) {
       const float v = static_cast<float>((w[i / 4] >> (8 * (i % 4))) & 0xFF);
-      o[i] = Convert<T>(v * affine.scale[i % 3] + affine.shift[i % 3]);
+      o[i] = FromFloat<T>(v * affine.scale[i % 3] + affine.shift[i % 3]);
     }
     Store12(out + g * 12, o);
   }
@@ -70,7 +57,7 @@ __global__ void NormalizeKernel(const uint8_t* __restrict__ in, T* __restrict__ 
   for (int64_t i = tail_begin + blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
        i < total; i += stride) {
     const int c = static_cast<int>(i % 3);
-    out[i] = Convert<T>(static_cast<float>(in[i]) * affine.scale[c] + affine.shift[c]);
+    out[i] = FromFloat<T>(static_cast<float>(in[i]) * affine.scale[c] + affine.shift[c]);
   }
 }
 

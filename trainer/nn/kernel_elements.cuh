@@ -1,7 +1,7 @@
 // Element access shared by Stoker's CUDA kernels (fused_kernels.cu, max_pool_kernels.cu):
-// conversions of fp32, fp16 and bf16 elements to and from fp32, loads and stores of V
-// consecutive elements as one access, and the host-side choice of V with the dispatch on the
-// element type. Included by .cu files only (nvcc).
+// loads and stores of V consecutive elements as one access (converted to and from fp32 by
+// common/element_conversions.cuh: arithmetic is fp32 throughout), and the host-side choice
+// of V with the dispatch on the element type. Included by .cu files only (nvcc).
 #ifndef STOKER_TRAINER_NN_KERNEL_ELEMENTS_CUH_
 #define STOKER_TRAINER_NN_KERNEL_ELEMENTS_CUH_
 
@@ -12,28 +12,10 @@
 #include <initializer_list>
 #include <type_traits>
 
+#include "common/element_conversions.cuh"
 #include "trainer/nn/fused_kernels.h"
 
 namespace stoker::trainer::internal {
-
-// Element conversions; arithmetic is fp32 throughout.
-__device__ __forceinline__ float ToFloat(float v) { return v; }
-__device__ __forceinline__ float ToFloat(__half v) { return __half2float(v); }
-__device__ __forceinline__ float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T>
-__device__ __forceinline__ T FromFloat(float v);
-template <>
-__device__ __forceinline__ float FromFloat<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __half FromFloat<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
 
 // V consecutive elements as one access: 16 bytes when V * sizeof(T) == 16, else scalar.
 template <typename T, int V>

@@ -11,7 +11,7 @@
 
 #include <optional>
 
-#include "absl/strings/str_cat.h"
+#include "common/flag_value.h"
 #include "common/torch_status.h"
 
 namespace stoker::trainer {
@@ -29,8 +29,7 @@ absl::StatusOr<std::unique_ptr<FusedOptimizer>> FusedOptimizer::Create(
   if (absl::Status valid = options.Validate(); !valid.ok()) return valid;
   for (const ParameterGroup& group : groups) {
     if (group.weight_decay < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--weight_decay=", group.weight_decay, ": must be >= 0"));
+      return FlagValueError("weight_decay", group.weight_decay, "must be >= 0");
     }
   }
   return TorchCall("optimizer: allocating its state", [&] {

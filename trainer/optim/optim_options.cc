@@ -4,14 +4,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/flag_value.h"
 
 namespace stoker::trainer {
 namespace {
-
-template <typename T>
-absl::Status Bad(absl::string_view flag, const T& value, absl::string_view need) {
-  return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", value, ": ", need));
-}
 
 bool Finite(double x) { return std::isfinite(x); }
 
@@ -22,23 +18,23 @@ absl::string_view OptimizerKindName(OptimizerKind kind) {
 }
 
 absl::StatusOr<OptimizerKind> ParseOptimizerKind(absl::string_view name) {
-  if (name == "sgd") return OptimizerKind::kSgd;
-  if (name == "adamw") return OptimizerKind::kAdamW;
-  return Bad("optimizer", name, "use sgd or adamw");
+  return ParseFlagChoice<OptimizerKind>(
+      "optimizer", name, {{"sgd", OptimizerKind::kSgd}, {"adamw", OptimizerKind::kAdamW}});
 }
 
 absl::Status OptimizerOptions::Validate() const {
   if (!(learning_rate > 0) || !Finite(learning_rate))
-    return Bad("lr", learning_rate, "must be > 0");
-  if (!(momentum >= 0 && momentum < 1)) return Bad("momentum", momentum, "must be in [0, 1)");
+    return FlagValueError("lr", learning_rate, "must be > 0");
+  if (!(momentum >= 0 && momentum < 1))
+    return FlagValueError("momentum", momentum, "must be in [0, 1)");
   if (nesterov && kind != OptimizerKind::kSgd)
-    return Bad("nesterov", "true", "only with --optimizer=sgd");
-  if (nesterov && momentum == 0) return Bad("nesterov", "true", "needs --momentum > 0");
+    return FlagValueError("nesterov", "true", "only with --optimizer=sgd");
+  if (nesterov && momentum == 0) return FlagValueError("nesterov", "true", "needs --momentum > 0");
   if (!(weight_decay >= 0) || !Finite(weight_decay))
-    return Bad("weight_decay", weight_decay, "must be >= 0");
-  if (!(beta1 >= 0 && beta1 < 1)) return Bad("adam_beta1", beta1, "must be in [0, 1)");
-  if (!(beta2 >= 0 && beta2 < 1)) return Bad("adam_beta2", beta2, "must be in [0, 1)");
-  if (!(eps > 0) || !Finite(eps)) return Bad("adam_eps", eps, "must be > 0");
+    return FlagValueError("weight_decay", weight_decay, "must be >= 0");
+  if (!(beta1 >= 0 && beta1 < 1)) return FlagValueError("adam_beta1", beta1, "must be in [0, 1)");
+  if (!(beta2 >= 0 && beta2 < 1)) return FlagValueError("adam_beta2", beta2, "must be in [0, 1)");
+  if (!(eps > 0) || !Finite(eps)) return FlagValueError("adam_eps", eps, "must be > 0");
   return absl::OkStatus();
 }
 
@@ -55,37 +51,40 @@ absl::string_view LrScheduleName(LrSchedule kind) {
 }
 
 absl::StatusOr<LrSchedule> ParseLrSchedule(absl::string_view name) {
-  if (name == "constant") return LrSchedule::kConstant;
-  if (name == "cosine") return LrSchedule::kCosine;
-  if (name == "step") return LrSchedule::kStep;
-  return Bad("lr_schedule", name, "use constant, cosine or step");
+  return ParseFlagChoice<LrSchedule>("lr_schedule", name,
+                                     {{"constant", LrSchedule::kConstant},
+                                      {"cosine", LrSchedule::kCosine},
+                                      {"step", LrSchedule::kStep}});
 }
 
 absl::Status LrScheduleOptions::Validate() const {
-  if (epochs < 1) return Bad("epochs", epochs, "must be >= 1");
-  if (!(base_lr > 0) || !Finite(base_lr)) return Bad("lr", base_lr, "must be > 0");
+  if (epochs < 1) return FlagValueError("epochs", epochs, "must be >= 1");
+  if (!(base_lr > 0) || !Finite(base_lr)) return FlagValueError("lr", base_lr, "must be > 0");
   if (!(warmup_epochs >= 0) || warmup_epochs > epochs) {
-    return Bad("warmup_epochs", warmup_epochs,
-               absl::StrCat("must be in [0, --epochs=", epochs, "]"));
+    return FlagValueError("warmup_epochs", warmup_epochs,
+                          absl::StrCat("must be in [0, --epochs=", epochs, "]"));
   }
   if (kind == LrSchedule::kStep && step_epochs.empty()) {
-    return Bad("lr_step_epochs", "",
-               "--lr_schedule=step needs the epochs at which to decay (e.g. 30,60,80)");
+    return FlagValueError("lr_step_epochs", "",
+                          "--lr_schedule=step needs the epochs at which to decay (e.g. 30,60,80)");
   }
   if (kind != LrSchedule::kStep && !step_epochs.empty()) {
-    return Bad("lr_step_epochs", absl::StrJoin(step_epochs, ","), "only with --lr_schedule=step");
+    return FlagValueError("lr_step_epochs", absl::StrJoin(step_epochs, ","),
+                          "only with --lr_schedule=step");
   }
   for (size_t i = 0; i < step_epochs.size(); ++i) {
     const int e = step_epochs[i];
     if (e < 1 || (i > 0 && e <= step_epochs[i - 1])) {
-      return Bad("lr_step_epochs", absl::StrJoin(step_epochs, ","),
-                 "must be increasing epochs >= 1");
+      return FlagValueError("lr_step_epochs", absl::StrJoin(step_epochs, ","),
+                            "must be increasing epochs >= 1");
     }
   }
-  if (!(gamma > 0 && gamma <= 1)) return Bad("lr_step_gamma", gamma, "must be in (0, 1]");
-  if (!(lr_min >= 0 && lr_min < base_lr)) return Bad("lr_min", lr_min, "must be in [0, --lr)");
+  if (!(gamma > 0 && gamma <= 1))
+    return FlagValueError("lr_step_gamma", gamma, "must be in (0, 1]");
+  if (!(lr_min >= 0 && lr_min < base_lr))
+    return FlagValueError("lr_min", lr_min, "must be in [0, --lr)");
   if (lr_min > 0 && kind != LrSchedule::kCosine)
-    return Bad("lr_min", lr_min, "only with --lr_schedule=cosine");
+    return FlagValueError("lr_min", lr_min, "only with --lr_schedule=cosine");
   return absl::OkStatus();
 }
 

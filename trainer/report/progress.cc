@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/errno_status.h"
+#include "common/logging.h"
 
 namespace stoker::trainer {
 
@@ -69,28 +70,16 @@ namespace {
 std::string JsonString(absl::string_view s) {
   std::string out = "\"";
   for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += absl::StrFormat("\\u%04x", static_cast<int>(c));
-        } else {
-          out += c;
-        }
+    const absl::string_view escape = WhitespaceEscape(c);
+    if (!escape.empty()) {
+      absl::StrAppend(&out, escape);
+    } else if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      absl::StrAppendFormat(&out, "\\u%04x", static_cast<int>(c));
+    } else {
+      out += c;
     }
   }
   return out + "\"";

@@ -1,23 +1,20 @@
 #include "trainer/report/report_options.h"
 
-#include "absl/strings/str_cat.h"
+#include "common/flag_value.h"
 
 namespace stoker::trainer {
 
 absl::StatusOr<ProgressMode> ParseProgressMode(absl::string_view name) {
-  if (name == "auto") return ProgressMode::kAuto;
-  if (name == "inplace") return ProgressMode::kInPlace;
-  if (name == "lines") return ProgressMode::kLines;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--progress=", name, ": use auto, inplace or lines"));
+  return ParseFlagChoice<ProgressMode>("progress", name,
+                                       {{"auto", ProgressMode::kAuto},
+                                        {"inplace", ProgressMode::kInPlace},
+                                        {"lines", ProgressMode::kLines}});
 }
 
 absl::Status ReportOptions::Validate() const {
-  if (log_every < 1)
-    return absl::InvalidArgumentError(absl::StrCat("--log_every=", log_every, ": must be >= 1"));
+  if (log_every < 1) return FlagValueError("log_every", log_every, "must be >= 1");
   if (profile_steps < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--profile_steps=", profile_steps, ": must be >= 0"));
+    return FlagValueError("profile_steps", profile_steps, "must be >= 0");
   }
   if (!kernel_trace.empty() && profile_steps == 0) {
     return absl::InvalidArgumentError(absl::StrCat(

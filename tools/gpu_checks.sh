@@ -25,20 +25,31 @@ precision_run() {  # precision_run NAME PRECISION [TRAINER FLAGS...]
     --loss_log="$out/loss_$name.txt" --log_every=30 "$@"
 }
 precision_compare() {  # precision_compare REFERENCE NAME...: each run's losses against REFERENCE's
+  # Each batch's loss is one draw of a noisy curve, and two fp32 runs of the same batches
+  # part by several percent within 30 steps (non-deterministic kernels, amplified by the
+  # optimizer): the check compares the curves' means over windows of 5 batches (the last
+  # of them the mean of steps 26-30), and prints the worst single step beside it. A second
+  # fp32 run (REFERENCE_again), when there is one, shows that noise floor.
   python3 - "$out" "$@" <<'PY'
-import sys
+import os, sys
 out, reference, names = sys.argv[1], sys.argv[2], sys.argv[3:]
 def losses(p): return [float(l.split()[2]) for l in open(f"{out}/loss_{p}.txt")]
+def windows(x): return [sum(x[i:i + 5]) / 5 for i in range(0, len(x) - 4, 5)]
+def gaps(a, b): return [abs(x - y) / max(abs(y), 1e-3) for x, y in zip(a, b)]
 ref = losses(reference)
+if os.path.exists(f"{out}/loss_{reference}_again.txt"):
+    again = losses(f"{reference}_again")
+    print(f"noise floor: a second {reference} run's worst 5-step-mean gap {max(gaps(windows(again), windows(ref))):.3f}, "
+          f"worst single step {max(gaps(again, ref)):.3f}")
 failures = []
 for p in names:
     got = losses(p)
-    gaps = [abs(a - b) / max(abs(b), 1e-3) for a, b in zip(got, ref)]
-    print(f"{p}: first 5 {['%.4f' % x for x in got[:5]]}, last {got[-1]:.4f}; {reference} first 5 "
-          f"{['%.4f' % x for x in ref[:5]]}, last {ref[-1]:.4f}; worst relative gap over {len(got)} "
-          f"steps {max(gaps):.3f} (at step {gaps.index(max(gaps)) + 1})")
+    step, window = gaps(got, ref), gaps(windows(got), windows(ref))
+    print(f"{p}: 5-step means {['%.3f' % x for x in windows(got)]}; {reference} {['%.3f' % x for x in windows(ref)]}; "
+          f"worst 5-step-mean gap {max(window):.3f} (window {window.index(max(window)) + 1} of {len(window)}); "
+          f"worst single step {max(step):.3f} (at step {step.index(max(step)) + 1})")
     if len(got) != 30 or len(ref) != 30: failures.append(f"{p}: missing steps")
-    if max(gaps) >= 0.05: failures.append(f"{p} loss left {reference}'s by {max(gaps):.3f}")
+    if max(window) >= 0.05: failures.append(f"{p} loss left {reference}'s by {max(window):.3f} (5-step means)")
     if sum(got[-5:]) >= sum(got[:5]): failures.append(f"{p} loss did not fall")
 assert not failures, "; ".join(failures)
 PY
@@ -204,7 +215,7 @@ check() {  # check NAME COMMAND...: runs it (a program or a function below) with
   local name="$1"; shift
   [[ -z "${STOKER_GPU_CHECKS:-}" || "$name" =~ $STOKER_GPU_CHECKS ]] || return 0
   echo "=== $name"
-  if timeout --signal=KILL 300 bash -c "$(declare -f precision_run precision_compare resume_run resume_bitwise graphs_bitwise digits_run digits_compare export_resnet18 two_gpu_training runfiles_test ran_unskipped decode_share_run decode_share_deterministic decode_share_adaptive); \"\$@\"" \
+  if timeout --signal=KILL 300 bash -c "$(declare -f precision_run precision_compare kernel_trace_run resume_run resume_bitwise graphs_bitwise digits_run digits_compare export_resnet18 two_gpu_training runfiles_test ran_unskipped decode_share_run decode_share_deterministic decode_share_adaptive); \"\$@\"" \
       check "$@" >"$out/$name.log" 2>&1; then
     echo "PASS $name"; passed=$((passed + 1))
   else
@@ -242,11 +253,28 @@ check graphs_bitwise_fp16 graphs_bitwise graphs_fp16 --precision=fp16 --accumula
   --lr_schedule=cosine --warmup_epochs=0.5 --init_scale=1048576 --growth_interval=3 --growth_factor=4
 grep -hE "CUDA graphs:|^steps|identical|differ|skipped" "$out/graphs_bitwise_fp16.log" || true
 check precision_fp32_plain precision_run fp32_plain fp32 --nofused_blocks --nocuda_graphs
+check precision_fp32_plain_again precision_run fp32_plain_again fp32 --nofused_blocks --nocuda_graphs
 check precision_bf16_fused precision_run bf16_fused bf16
 check precision_fp16_fused precision_run fp16_fused fp16
 check precision_bf16_plain precision_run bf16_plain bf16 --nofused_blocks --nocuda_graphs
 check precision_tracks_fp32 precision_compare fp32_plain bf16_fused fp16_fused bf16_plain
 cat "$out/precision_tracks_fp32.log"
+# --kernel_trace: the profiled steps' kernels, CUDA-graph replays included, in a Chrome trace.
+kernel_trace_run() {
+  "$stoker" trainer --device=cuda --synthetic_steps=16 --warmup_steps=10 --profile_steps=3 \
+    --model=resnet18 --num_classes=10 --image_size=64 --batch_size=64 --log_every=8 \
+    --kernel_trace="$out/kernel_trace.json" || return 1
+  python3 "$bundle/bin/kernel_breakdown.py" "$out/kernel_trace.json" --steps 3 | tee "$out/kernel_trace.txt"
+  python3 - "$out/kernel_trace.json" <<'PY'
+import json, sys
+events = json.load(open(sys.argv[1]))["traceEvents"]
+kernels = [e for e in events if e.get("cat") == "kernel"]
+convolutions = [e for e in kernels if "conv" in e["name"].lower() or "sm90" in e["name"].lower()]
+print(f"{len(kernels)} kernel records, {len(convolutions)} of convolutions")
+assert len(kernels) >= 3 * 40 and convolutions, "the trace lacks the steps' kernels"
+PY
+}
+check kernel_trace kernel_trace_run
 check resume_bitwise resume_bitwise
 check decode_share_deterministic decode_share_deterministic
 check decode_share_adaptive decode_share_adaptive

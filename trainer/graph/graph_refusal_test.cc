@@ -1,10 +1,14 @@
 // Tests that GraphModel::Load refuses, with a message naming the file, the node, the
 // operator and the reason, every archive the trainer could not train: files that are not
-// torch.export archives of this torch release, operators outside ATen, control flow,
-// random ops it could not seed, shapes the data service cannot feed, inputs and outputs
-// that are not one image batch and one logits tensor. The archives are made by torch.export
-// in $STOKER_PYTHON.
+// torch.export archives of this torch release, operators outside ATen or outside the
+// operators Stoker runs (an archive edited to write a file), control flow, random ops it
+// could not seed, shapes the data service cannot feed, inputs and outputs that are not one
+// image batch and one logits tensor. The archives are made by torch.export in
+// $STOKER_PYTHON.
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -22,8 +26,14 @@ std::string Archive(absl::string_view name) {
   return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name, ".pt2");
 }
 
+// The bytes of the file at `path`; "" when there is none.
+std::string Contents(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
 constexpr char kMakeArchives[] = R"py(
-import os, sys, zipfile, torch
+import json, os, sys, zipfile, torch
 from torch.export import Dim
 out = sys.argv[1]
 batch = Dim("batch")
@@ -94,13 +104,43 @@ good = open(f"{out}/good.pt2", "rb").read()
 open(f"{out}/truncated.pt2", "wb").write(good[: len(good) // 2])
 open(f"{out}/not_zip.pt2", "wb").write(b"these bytes are no zip file at all" * 10)
 torch.save(Net().state_dict(), f"{out}/state_dict.pt2")
+
+def edited(name, edit):
+    """good.pt2 with its models/model.json bytes passed through `edit`, as archive `name`."""
+    with zipfile.ZipFile(f"{out}/good.pt2") as src, zipfile.ZipFile(f"{out}/{name}.pt2", "w", zipfile.ZIP_STORED) as dst:
+        for info in src.infolist():
+            data = src.read(info.filename)
+            if info.filename.endswith("models/model.json"):
+                data = edit(data)
+            dst.writestr(info.filename, data)
+
 # The same archive as written by another torch release.
-with zipfile.ZipFile(f"{out}/good.pt2") as src, zipfile.ZipFile(f"{out}/other_torch.pt2", "w", zipfile.ZIP_STORED) as dst:
-    for info in src.infolist():
-        data = src.read(info.filename)
-        if info.filename.endswith("models/model.json"):
-            data = data.replace(torch.__version__.encode(), b"2.9.1+cpu")
-        dst.writestr(info.filename, data)
+edited("other_torch", lambda data: data.replace(torch.__version__.encode(), b"2.9.1+cpu"))
+
+def node(name, target, **inputs):
+    return {"target": target, "name": name, "metadata": {},
+            "inputs": [{"name": k, "arg": v, "kind": 1} for k, v in inputs.items()],
+            "outputs": [{"as_tensor": {"name": name}}]}
+
+def write_files(data):
+    """Maps victim.txt and appears.txt MAP_SHARED and copies the fc bias into them."""
+    model = json.loads(data)
+    graph = model["graph_module"]["graph"]
+    nodes = []
+    for file in ("victim", "appears"):
+        nodes.append(node(f"{file}_mapped", "torch.ops.aten.from_file.default",
+                          filename={"as_string": f"{out}/{file}.txt"}, shared={"as_bool": True},
+                          size={"as_int": 10}))
+        nodes.append(node(f"{file}_written", "torch.ops.aten.copy_.default",
+                          self={"as_tensor": {"name": f"{file}_mapped"}},
+                          src={"as_tensor": {"name": "p_fc_bias"}}))
+        for n in nodes[-2:]:
+            graph["tensor_values"][n["name"]] = graph["tensor_values"]["p_fc_bias"]
+    graph["nodes"][:0] = nodes
+    return json.dumps(model).encode()
+
+open(f"{out}/victim.txt", "wb").write(b"bytes that no archive may overwrite: " * 4)
+edited("writes_file", write_files)
 print("made")
 )py";
 
@@ -158,6 +198,18 @@ TEST_F(GraphRefusalTest, ArchiveOfAnotherTorchReleaseIsRefused) {
 TEST_F(GraphRefusalTest, CustomOperatorIsRefusedByNodeAndOp) {
   EXPECT_THAT(Refusal("custom_op"),
               HasSubstr("node twice (torch.ops.stoker_test.twice.default): not an ATen operator"));
+}
+
+TEST_F(GraphRefusalTest, OperatorOutsideTheAllowlistIsRefusedBeforeItRuns) {
+  const std::string victim = absl::StrCat(std::getenv("TEST_TMPDIR"), "/victim.txt");
+  const std::string appears = absl::StrCat(std::getenv("TEST_TMPDIR"), "/appears.txt");
+  const std::string before = Contents(victim);
+  ASSERT_FALSE(before.empty());
+  EXPECT_THAT(Refusal("writes_file"),
+              HasSubstr("node victim_mapped (torch.ops.aten.from_file.default): aten::from_file "
+                        "is not among the operators Stoker runs: it reads or writes files"));
+  EXPECT_EQ(Contents(victim), before) << "the archive wrote into " << victim;
+  EXPECT_FALSE(std::filesystem::exists(appears)) << "the archive made " << appears;
 }
 
 TEST_F(GraphRefusalTest, ControlFlowIsRefusedByNodeAndOp) {

@@ -7,6 +7,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+#include "trainer/graph/operator_allowlist.h"
 
 namespace stoker::trainer {
 namespace {
@@ -67,6 +69,7 @@ absl::StatusOr<NodeOperator> ResolveOperator(const GraphNode& node) {
   c10::OperatorName name = AtenName(node.target);
   if (name.name == "aten::sym_size" || name.name == "aten::sym_numel" ||
       name.name == "aten::sym_stride") {
+    RETURN_IF_ERROR(CheckAllowedOperator(node, name));
     return SymSizeOperator(node, std::move(name));
   }
   NodeOperator resolved;
@@ -75,6 +78,7 @@ absl::StatusOr<NodeOperator> ResolveOperator(const GraphNode& node) {
     return node.Refuse(
         "no such ATen operator in this libtorch (exported by another torch version?)");
   }
+  RETURN_IF_ERROR(CheckAllowedOperator(node, name));
   resolved.name = std::move(name);
   return resolved;
 }

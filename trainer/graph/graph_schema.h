@@ -1,8 +1,8 @@
 // What a node's target names, resolved against this libtorch: an ATen operator and its
 // schema (c10::Dispatcher), a size query, or integer arithmetic on sizes; and the checks of
 // a node against its operator's schema. Everything else (custom and library operators,
-// higher-order operators, operators this libtorch lacks) is refused, naming the node and
-// its operator.
+// higher-order operators, operators this libtorch lacks, ATen operators outside
+// operator_allowlist.h) is refused, naming the node and its operator.
 #ifndef STOKER_TRAINER_GRAPH_GRAPH_SCHEMA_H_
 #define STOKER_TRAINER_GRAPH_GRAPH_SCHEMA_H_
 
@@ -39,7 +39,8 @@ c10::OperatorName AtenName(absl::string_view target);
 // Resolves `node`'s target. InvalidArgument "<where>: node <name> (<target>): <why>" for a
 // higher-order operator, a Python operator other than mul, add, sub, floordiv and mod on
 // two operands with one result, a target outside torch.ops.aten, a size query without a
-// tensor `self` or one result, and an ATen operator this libtorch lacks.
+// tensor `self` or one result, an ATen operator this libtorch lacks, and one outside
+// the operators Stoker runs (operator_allowlist.h).
 absl::StatusOr<NodeOperator> ResolveOperator(const GraphNode& node);
 
 // InvalidArgument naming the node when it passes an argument `schema` does not have.

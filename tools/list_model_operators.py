@@ -16,7 +16,7 @@ import torchvision
 from torch.export import Dim
 
 # Image sizes and constructor arguments for models that cannot take 32x32 images.
-IMAGE_SIZE = {"alexnet": 64, "inception_v3": 75, "maxvit_t": 224}
+IMAGE_SIZE = {"alexnet": 64, "inception_v3": 75, "maxvit_t": 224, "vit_h_14": 28}
 SMALL_IMAGE = 32
 
 

@@ -107,6 +107,15 @@ TEST(ResolveOperatorTest, OperatorThisLibtorchLacksIsRefused) {
             "this libtorch (exported by another torch version?)");
 }
 
+TEST(ResolveOperatorTest, OperatorOutsideTheAllowlistIsRefused) {
+  EXPECT_THAT(Refusal(Node("mapped", "torch.ops.aten.from_file.default",
+                           {{"filename", {{"as_string", "/tmp/f"}}}})),
+              HasSubstr("m.pt2: node mapped (torch.ops.aten.from_file.default): aten::from_file "
+                        "is not among the operators Stoker runs: it reads or writes files"));
+  EXPECT_THAT(Refusal(Node("sizes", "torch.ops.aten.sym_size.default", {{"self", Tensor("x")}})),
+              HasSubstr("aten::sym_size is not among the operators Stoker runs"));
+}
+
 TEST(CheckArgumentNamesTest, ArgumentOutsideTheSchemaIsRefused) {
   GraphNode node = Node("relu", "torch.ops.aten.relu.default",
                         {{"self", Tensor("x")}, {"inplace", {{"as_bool", true}}}});

@@ -25,6 +25,8 @@ namespace stoker::trainer {
 // can touch.
 
 const std::vector<AllowedOperatorGroup>& AllowedOperatorGroups() {
+  // One operator a line.
+  // clang-format off
   static const auto* const kGroups = new std::vector<AllowedOperatorGroup>{
       {"pointwise math: elementwise arithmetic, comparisons and logic on tensors and scalars",
        {
@@ -204,8 +206,8 @@ const std::vector<AllowedOperatorGroup>& AllowedOperatorGroups() {
            "aten::pixel_unshuffle",
            "aten::reflection_pad2d",
            "aten::replication_pad2d",
-           "aten::upsample_bilinear2d.vec",
-           "aten::upsample_nearest2d.vec",
+           "aten::upsample_bilinear2d",
+           "aten::upsample_nearest2d",
        }},
       {"attention",
        {
@@ -308,6 +310,7 @@ const std::vector<AllowedOperatorGroup>& AllowedOperatorGroups() {
            "aten::sym_stride.int",
        }},
   };
+  // clang-format on
   return *kGroups;
 }
 

@@ -1,0 +1,235 @@
+// Tests that every torchvision classifier (torchvision.models.list_models) that torch.export
+// captures in training mode trains in Stoker as it does in PyTorch (torchvision_check.h). A
+// model that export cannot capture is skipped with export's error ("not capturable"); one
+// that Stoker refuses at load fails, unless kKnownRefusals names it with the refusal's
+// message. Each model runs at 32x32 (or the smallest size above it that it takes), batch 2,
+// with dropout and stochastic depth off. The giant models (hundreds of millions of
+// parameters) are their own suite, which the BUILD file runs as a separate target.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "trainer/graph/graph_model.h"
+#include "trainer/graph/torchvision_check.h"
+
+namespace stoker::trainer {
+namespace {
+
+struct ZooModel {
+  const char* arch;  // torchvision.models.<arch>
+  int image_size;
+  const char* kwargs;  // JSON: dropout and stochastic depth off, a ViT's image size
+};
+
+constexpr char kNoDropout[] = R"({"dropout": 0.0})";
+constexpr char kNoStochasticDepth[] = R"({"stochastic_depth_prob": 0.0})";
+constexpr char kEfficientNet[] = R"({"dropout": 0.0, "stochastic_depth_prob": 0.0})";
+// GoogLeNet and Inception v3 without their auxiliary classifiers: in training mode those
+// return a tuple of logits, and Stoker's loss takes one logits tensor.
+constexpr char kInception[] = R"({"aux_logits": false, "dropout": 0.0, "init_weights": true})";
+
+// Every classifier of torchvision 0.26 but the giants below. AlexNet's pooling needs 63
+// pixels, Inception v3's 75, and MaxViT's 7x7 windows on every stage need 224.
+const ZooModel kZoo[] = {
+    {"alexnet", 63, kNoDropout},
+    {"convnext_tiny", 32, kNoStochasticDepth},
+    {"convnext_small", 32, kNoStochasticDepth},
+    {"convnext_base", 32, kNoStochasticDepth},
+    {"convnext_large", 32, kNoStochasticDepth},
+    {"densenet121", 32, "{}"},
+    {"densenet161", 32, "{}"},
+    {"densenet169", 32, "{}"},
+    {"densenet201", 32, "{}"},
+    {"efficientnet_b0", 32, kEfficientNet},
+    {"efficientnet_b1", 32, kEfficientNet},
+    {"efficientnet_b2", 32, kEfficientNet},
+    {"efficientnet_b3", 32, kEfficientNet},
+    {"efficientnet_b4", 32, kEfficientNet},
+    {"efficientnet_b5", 32, kEfficientNet},
+    {"efficientnet_b6", 32, kEfficientNet},
+    {"efficientnet_b7", 32, kEfficientNet},
+    {"efficientnet_v2_s", 32, kEfficientNet},
+    {"efficientnet_v2_m", 32, kEfficientNet},
+    {"efficientnet_v2_l", 32, kEfficientNet},
+    {"googlenet", 32, kInception},
+    {"inception_v3", 75, kInception},
+    {"maxvit_t", 224, kNoStochasticDepth},
+    {"mnasnet0_5", 32, kNoDropout},
+    {"mnasnet0_75", 32, kNoDropout},
+    {"mnasnet1_0", 32, kNoDropout},
+    {"mnasnet1_3", 32, kNoDropout},
+    {"mobilenet_v2", 32, kNoDropout},
+    {"mobilenet_v3_small", 32, kNoDropout},
+    {"mobilenet_v3_large", 32, kNoDropout},
+    {"regnet_x_400mf", 32, "{}"},
+    {"regnet_x_800mf", 32, "{}"},
+    {"regnet_x_1_6gf", 32, "{}"},
+    {"regnet_x_3_2gf", 32, "{}"},
+    {"regnet_x_8gf", 32, "{}"},
+    {"regnet_x_16gf", 32, "{}"},
+    {"regnet_x_32gf", 32, "{}"},
+    {"regnet_y_400mf", 32, "{}"},
+    {"regnet_y_800mf", 32, "{}"},
+    {"regnet_y_1_6gf", 32, "{}"},
+    {"regnet_y_3_2gf", 32, "{}"},
+    {"regnet_y_8gf", 32, "{}"},
+    {"regnet_y_16gf", 32, "{}"},
+    {"resnet18", 32, "{}"},
+    {"resnet34", 32, "{}"},
+    {"resnet50", 32, "{}"},
+    {"resnet101", 32, "{}"},
+    {"resnet152", 32, "{}"},
+    {"resnext50_32x4d", 32, "{}"},
+    {"resnext101_32x8d", 32, "{}"},
+    {"resnext101_64x4d", 32, "{}"},
+    {"wide_resnet50_2", 32, "{}"},
+    {"wide_resnet101_2", 32, "{}"},
+    {"shufflenet_v2_x0_5", 32, "{}"},
+    {"shufflenet_v2_x1_0", 32, "{}"},
+    {"shufflenet_v2_x1_5", 32, "{}"},
+    {"shufflenet_v2_x2_0", 32, "{}"},
+    {"squeezenet1_0", 32, kNoDropout},
+    {"squeezenet1_1", 32, kNoDropout},
+    {"swin_t", 32, kNoStochasticDepth},
+    {"swin_s", 32, kNoStochasticDepth},
+    {"swin_b", 32, kNoStochasticDepth},
+    {"swin_v2_t", 32, kNoStochasticDepth},
+    {"swin_v2_s", 32, kNoStochasticDepth},
+    {"swin_v2_b", 32, kNoStochasticDepth},
+    {"vgg11", 32, kNoDropout},
+    {"vgg11_bn", 32, kNoDropout},
+    {"vgg13", 32, kNoDropout},
+    {"vgg13_bn", 32, kNoDropout},
+    {"vgg16", 32, kNoDropout},
+    {"vgg16_bn", 32, kNoDropout},
+    {"vgg19", 32, kNoDropout},
+    {"vgg19_bn", 32, kNoDropout},
+    {"vit_b_16", 32, R"({"image_size": 32})"},
+    {"vit_b_32", 32, R"({"image_size": 32})"},
+};
+
+// The models of 300 million parameters or more (gigabytes of weights, gradients and
+// archive each). ViT-H/14's patches need a multiple of 14 pixels.
+const ZooModel kGiants[] = {
+    {"regnet_y_32gf", 32, "{}"},
+    {"regnet_y_128gf", 32, "{}"},
+    {"vit_l_16", 32, R"({"image_size": 32})"},
+    {"vit_l_32", 32, R"({"image_size": 32})"},
+    {"vit_h_14", 28, R"({"image_size": 28})"},
+};
+
+// Models that torch.export captures but Stoker refuses at load, each with a substring of
+// the refusal's message and the reason.
+const std::map<std::string, std::string>& KnownRefusals() {
+  static const auto* refusals = new std::map<std::string, std::string>{};
+  return *refusals;
+}
+
+constexpr int kBatch = 2;
+
+// One line per model of this test process: the outcome and the seconds it took.
+std::vector<std::string>& Outcomes() {
+  static auto* outcomes = new std::vector<std::string>;
+  return *outcomes;
+}
+
+class TorchvisionZooTest : public ::testing::TestWithParam<ZooModel> {
+ protected:
+  static void TearDownTestSuite() {
+    std::cerr << "torchvision zoo, this process's models:\n";
+    for (const std::string& line : Outcomes()) std::cerr << "  " << line << "\n";
+  }
+};
+
+TEST(TorchvisionZooListTest, CoversEveryTorchvisionClassifier) {
+  absl::StatusOr<std::vector<std::string>> listed = ListTorchvisionClassifiers();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  std::set<std::string> ours;
+  for (const ZooModel& m : kZoo) ours.insert(m.arch);
+  for (const ZooModel& m : kGiants) ours.insert(m.arch);
+  const std::set<std::string> theirs(listed->begin(), listed->end());
+  std::vector<std::string> missing, extra;
+  std::set_difference(theirs.begin(), theirs.end(), ours.begin(), ours.end(),
+                      std::back_inserter(missing));
+  std::set_difference(ours.begin(), ours.end(), theirs.begin(), theirs.end(),
+                      std::back_inserter(extra));
+  EXPECT_TRUE(missing.empty()) << "torchvision classifiers the zoo lacks: "
+                               << absl::StrJoin(missing, ", ");
+  EXPECT_TRUE(extra.empty()) << "zoo models torchvision does not list: "
+                             << absl::StrJoin(extra, ", ");
+  for (const auto& [arch, message] : KnownRefusals()) {
+    EXPECT_TRUE(ours.count(arch)) << arch << " is a known refusal but not in the zoo";
+  }
+}
+
+// The first line of `message`, at most 300 characters.
+std::string Headline(absl::string_view message) {
+  std::string line(message.substr(0, message.find('\n')));
+  if (line.size() > 300) line = absl::StrCat(line.substr(0, 300), "...");
+  return line;
+}
+
+TEST_P(TorchvisionZooTest, TrainsAsInPyTorchOrIsNotCapturable) {
+  const ZooModel& m = GetParam();
+  const auto start = std::chrono::steady_clock::now();
+  const auto seconds = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  std::string outcome = "failed";
+  absl::Cleanup record = [&] {
+    Outcomes().push_back(absl::StrCat(m.arch, " (", m.image_size, "px): ", outcome, " (",
+                                      static_cast<int>(seconds() + 0.5), " s)"));
+    std::cerr << Outcomes().back() << "\n";
+  };
+
+  absl::StatusOr<TorchvisionExport> exported =
+      ExportTorchvisionModel({m.arch, m.image_size, m.kwargs, kBatch});
+  if (IsNotCapturable(exported.status())) {
+    outcome = Headline(exported.status().message());
+    GTEST_SKIP() << m.arch << ": " << exported.status().message();
+  }
+  if (!exported.ok()) outcome = absl::StrCat("FAILED: ", Headline(exported.status().ToString()));
+  ASSERT_TRUE(exported.ok()) << m.arch << ": " << exported.status();
+  absl::Cleanup remove_files = [&] {
+    unlink(exported->archive.c_str());
+    unlink(exported->reference.c_str());
+  };
+
+  absl::StatusOr<std::shared_ptr<GraphModel>> loaded =
+      GraphModel::Load(exported->archive, {kTorchvisionClasses, m.image_size});
+  const auto known = KnownRefusals().find(m.arch);
+  if (known != KnownRefusals().end()) {
+    ASSERT_FALSE(loaded.ok()) << m.arch << " loads now: take it off the known refusals";
+    EXPECT_NE(loaded.status().message().find(known->second), std::string::npos)
+        << m.arch << ": Stoker refuses it, but not with \"" << known->second
+        << "\": " << loaded.status();
+    outcome = absl::StrCat("refused (known): ", Headline(loaded.status().message()));
+    return;
+  }
+  if (!loaded.ok()) outcome = absl::StrCat("REFUSED: ", Headline(loaded.status().ToString()));
+  ASSERT_TRUE(loaded.ok()) << m.arch << ": Stoker refuses the exported model: " << loaded.status();
+  ExpectTrainsAsInPyTorch(*exported, **loaded);
+  outcome =
+      absl::StrCat(HasFailure() ? "FAILED to match PyTorch" : "trains as in PyTorch", " (export ",
+                   static_cast<int>(exported->export_seconds + 0.5), " s, reference ",
+                   static_cast<int>(exported->reference_seconds + 0.5), " s)");
+}
+
+std::string ArchName(const ::testing::TestParamInfo<ZooModel>& info) { return info.param.arch; }
+
+INSTANTIATE_TEST_SUITE_P(Zoo, TorchvisionZooTest, ::testing::ValuesIn(kZoo), ArchName);
+INSTANTIATE_TEST_SUITE_P(Giants, TorchvisionZooTest, ::testing::ValuesIn(kGiants), ArchName);
+
+}  // namespace
+}  // namespace stoker::trainer

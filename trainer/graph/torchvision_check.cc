@@ -34,20 +34,35 @@ using ::stoker::testing::TempPath;
 // "error" (and "not_capturable" when the export tool failed) if the request failed. What the
 // export tool prints goes to stderr, since stdout carries the replies.
 constexpr char kTorchvisionWorker[] = R"py(
-import gc, json, runpy, sys, time, traceback, torch, torchvision
+import gc, json, runpy, sys, time, traceback, types, torch, torchvision
 replies, sys.stdout = sys.stdout, sys.stderr
 
 
-def build(arch, classes, kwargs):
-    return getattr(torchvision.models, arch)(num_classes=classes, **json.loads(kwargs))
+def build(arch, classes, kwargs, zero_stochastic_depth):
+    model = getattr(torchvision.models, arch)(num_classes=classes, **json.loads(kwargs))
+    if zero_stochastic_depth:
+        for module in model.modules():
+            if isinstance(module, torchvision.ops.StochasticDepth):
+                module.p = 0.0
+    return model
 
 
-def export(tool, arch, size, classes, batch, kwargs, archive, reference):
+class ZeroStochasticDepth(types.ModuleType):
+    """The module "stoker_zero_stochastic_depth", whose <arch> builds torchvision.models.<arch>
+    with stochastic depth off, for the export tool's module:Class."""
+    def __getattr__(self, arch):
+        return lambda num_classes, **kwargs: build(arch, num_classes, json.dumps(kwargs), True)
+
+
+sys.modules["stoker_zero_stochastic_depth"] = ZeroStochasticDepth("stoker_zero_stochastic_depth")
+
+
+def export(tool, arch, size, classes, batch, kwargs, zero_stochastic_depth, archive, reference):
     """Eager PyTorch's first step on one batch (the batch, the loss, every gradient and the
     buffers after the step), then the archive."""
     start = time.monotonic()
     torch.manual_seed(7)
-    model = build(arch, classes, kwargs)
+    model = build(arch, classes, kwargs, zero_stochastic_depth)
     g = torch.Generator().manual_seed(3)
     x = torch.randn(batch, 3, size, size, generator=g)
     y = torch.randint(0, classes, (batch,), generator=g)
@@ -65,7 +80,8 @@ def export(tool, arch, size, classes, batch, kwargs, archive, reference):
     gc.collect()
     reference_seconds = time.monotonic() - start
     start = time.monotonic()
-    sys.argv = [tool, "torchvision.models:" + arch, "--num_classes", str(classes),
+    module = "stoker_zero_stochastic_depth" if zero_stochastic_depth else "torchvision.models"
+    sys.argv = [tool, f"{module}:{arch}", "--num_classes", str(classes),
                 "--image_size", str(size), "--kwargs", kwargs, "--seed", "7", "--out", archive]
     try:
         runpy.run_path(tool, run_name="__main__")
@@ -77,10 +93,10 @@ def export(tool, arch, size, classes, batch, kwargs, archive, reference):
     return {"reference_seconds": reference_seconds, "export_seconds": time.monotonic() - start}
 
 
-def compare(arch, classes, kwargs, weights, reference, logits):
+def compare(arch, classes, kwargs, zero_stochastic_depth, weights, reference, logits):
     """Loads the weights into the torchvision class (strict); the largest |logit difference|
     and |logit| in evaluation mode."""
-    model = build(arch, classes, kwargs)
+    model = build(arch, classes, kwargs, zero_stochastic_depth)
     model.load_state_dict(torch.load(weights, weights_only=True), strict=True)
     model.eval()
     x = torch.load(reference, weights_only=True)["x_eval"]
@@ -156,14 +172,16 @@ double RelativeToMax(const at::Tensor& a, const at::Tensor& b) {
 absl::StatusOr<TorchvisionExport> ExportTorchvisionModel(const TorchvisionModel& model) {
   TorchvisionExport exported{model, TempPath(absl::StrCat(model.arch, ".pt2")),
                              TempPath(absl::StrCat(model.arch, "_reference.pt"))};
-  absl::StatusOr<nlohmann::json> reply = Call("export", {{"tool", ExportTool()},
-                                                         {"arch", model.arch},
-                                                         {"size", model.image_size},
-                                                         {"classes", kTorchvisionClasses},
-                                                         {"batch", model.batch},
-                                                         {"kwargs", model.kwargs},
-                                                         {"archive", exported.archive},
-                                                         {"reference", exported.reference}});
+  absl::StatusOr<nlohmann::json> reply =
+      Call("export", {{"tool", ExportTool()},
+                      {"arch", model.arch},
+                      {"size", model.image_size},
+                      {"classes", kTorchvisionClasses},
+                      {"batch", model.batch},
+                      {"kwargs", model.kwargs},
+                      {"zero_stochastic_depth", model.zero_stochastic_depth},
+                      {"archive", exported.archive},
+                      {"reference", exported.reference}});
   if (!reply.ok()) return reply.status();
   exported.export_seconds = (*reply)["export_seconds"].get<double>();
   exported.reference_seconds = (*reply)["reference_seconds"].get<double>();
@@ -241,12 +259,14 @@ void ExpectTrainsAsInPyTorch(const TorchvisionExport& exported, GraphModel& grap
     const std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
     WriteFile(logits_path, std::string(bytes.begin(), bytes.end()));
   }
-  absl::StatusOr<nlohmann::json> compared = Call("compare", {{"arch", arch},
-                                                             {"classes", kTorchvisionClasses},
-                                                             {"kwargs", exported.model.kwargs},
-                                                             {"weights", weights_path},
-                                                             {"reference", exported.reference},
-                                                             {"logits", logits_path}});
+  absl::StatusOr<nlohmann::json> compared =
+      Call("compare", {{"arch", arch},
+                       {"classes", kTorchvisionClasses},
+                       {"kwargs", exported.model.kwargs},
+                       {"zero_stochastic_depth", exported.model.zero_stochastic_depth},
+                       {"weights", weights_path},
+                       {"reference", exported.reference},
+                       {"logits", logits_path}});
   ASSERT_TRUE(compared.ok()) << compared.status();
   const double diff = (*compared)["diff"].get<double>();
   const double scale = (*compared)["scale"].get<double>();

@@ -22,6 +22,9 @@ struct TorchvisionModel {
   int image_size = 32;
   std::string kwargs = "{}";  // JSON: dropout and stochastic depth off, a ViT's image size
   int batch = 4;
+  // Sets every torchvision.ops.StochasticDepth's p to 0 after building, for the builders
+  // that fix stochastic_depth_prob themselves (Swin's).
+  bool zero_stochastic_depth = false;
 };
 
 inline constexpr int kTorchvisionClasses = 10;

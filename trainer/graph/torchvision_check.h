@@ -32,17 +32,20 @@ inline constexpr int kTorchvisionClasses = 10;
 // What ExportTorchvisionModel wrote: the archive and PyTorch's first step on one batch.
 struct TorchvisionExport {
   TorchvisionModel model;
-  std::string archive;           // tools/export_model.py's .pt2 (seed 7)
-  std::string reference;         // torch.save of the batches, the loss, gradients and buffers
-  double export_seconds = 0;     // torch.export of both programs and the archive written
-  double reference_seconds = 0;  // eager PyTorch's model built and first step
+  std::string archive;            // tools/export_model.py's .pt2
+  std::string reference;          // torch.save of the batches, the loss, gradients and buffers
+  double build_seconds = 0;       // the torchvision model built and initialised
+  double export_seconds = 0;      // torch.export of both programs and the archive written
+  double reference_seconds = 0;   // eager PyTorch's first step
+  double python_cpu_seconds = 0;  // the CPU time of all three in Python
 };
 
-// Builds the model, computes eager PyTorch's first step and exports it with
-// tools/export_model.py (a data dependency of the test). FailedPrecondition whose message
-// starts "not capturable: " and gives export's error when the export tool fails (torch.export
-// cannot capture the model in training mode, or the tool refuses what it captured); Internal
-// for any other failure. Files go under $TEST_TMPDIR, named for the arch.
+// Builds and initialises the model (seed 7), exports it with tools/export_model.py (a data
+// dependency of the test) and computes eager PyTorch's first step; the worker keeps the model
+// for ExpectTrainsAsInPyTorch's comparison. FailedPrecondition whose message starts "not
+// capturable: " and gives export's error when the export tool fails (torch.export cannot
+// capture the model in training mode, or the tool refuses what it captured); Internal for any
+// other failure. Files go under $TEST_TMPDIR, named for the arch.
 absl::StatusOr<TorchvisionExport> ExportTorchvisionModel(const TorchvisionModel& model);
 
 // True for ExportTorchvisionModel's "not capturable" error.

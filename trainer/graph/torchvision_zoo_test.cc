@@ -5,6 +5,7 @@
 // message. Each model runs at 32x32 (or the smallest size above it that it takes), batch 2,
 // with dropout and stochastic depth off. The giant models (hundreds of millions of
 // parameters) are their own suite, which the BUILD file runs as a separate target.
+#include <ATen/Parallel.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -150,6 +151,9 @@ std::vector<std::string>& Outcomes() {
 
 class TorchvisionZooTest : public ::testing::TestWithParam<ZooModel> {
  protected:
+  // Batches of two small images: one thread costs the least CPU time.
+  static void SetUpTestSuite() { at::set_num_threads(1); }
+
   static void TearDownTestSuite() {
     std::cerr << "torchvision zoo, this process's models:\n";
     for (const std::string& line : Outcomes()) std::cerr << "  " << line << "\n";

@@ -1,15 +1,19 @@
 """mpi_cc_test: a googletest binary run as `np` MPI ranks under mpirun."""
 
-def mpi_cc_test(name, srcs, deps = [], np = 2, tags = [], data = [], size = "medium", enabled = True, **kwargs):
+load("//tools:stoker.bzl", "with_gtest")
+
+def mpi_cc_test(name, srcs = None, deps = [], np = 2, tags = [], data = [], size = "medium", enabled = True, **kwargs):
     """Builds `name_ranks` (gtest with an MPI-aware main) and a test running it under mpirun.
 
-    `enabled = False` defines nothing (e.g. a CUDA test on a machine without CUDA)."""
+    As with stoker_cc_test, srcs defaults to `name`.cc and googletest joins deps (here without
+    its main). `enabled = False` defines nothing (e.g. a CUDA test on a machine without CUDA).
+    """
     if not enabled:
         return
     native.cc_binary(
         name = name + "_ranks",
-        srcs = srcs,
-        deps = deps + ["//tests:mpi_test_main"],
+        srcs = srcs if srcs != None else [name + ".cc"],
+        deps = with_gtest(deps, "@gtest//:gtest_no_main") + ["//tests:mpi_test_main"],
         testonly = True,
         data = data,
         **kwargs

@@ -2,19 +2,20 @@
 nothing, so `bazel build //...` still works there (the CPU path)."""
 
 load("@local_cuda//:defs.bzl", "CUDA_ENABLED", "NVCC")
+load("//tools:stoker.bzl", "stoker_cc_library", "stoker_cc_test")
 
 # Hopper (H100/H200) machine code, plus PTX for newer GPUs to JIT from.
 _NVCC_FLAGS = "-std=c++17 -O3 -Xcompiler -fPIC -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90"
 
 def cuda_cc_library(name, **kwargs):
-    """A cc_library that exists only when CUDA was found."""
+    """A stoker_cc_library that exists only when CUDA was found."""
     if CUDA_ENABLED:
-        native.cc_library(name = name, **kwargs)
+        stoker_cc_library(name = name, **kwargs)
 
 def cuda_cc_test(name, **kwargs):
-    """A cc_test that exists only when CUDA was found; tag it "gpu" if it needs a GPU."""
+    """A stoker_cc_test that exists only when CUDA was found; tag it "gpu" if it needs a GPU."""
     if CUDA_ENABLED:
-        native.cc_test(name = name, **kwargs)
+        stoker_cc_test(name = name, **kwargs)
 
 def cuda_kernel_library(name, src, hdrs, kernel_hdrs = [], deps = [], **kwargs):
     """Compiles one .cu file with nvcc into a cc_library (Bazel 4.2.3 has no CUDA rules).

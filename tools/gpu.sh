@@ -15,17 +15,19 @@
 #       --quick, --gpu_decode_share=0,auto) go to every phase. Prints a short summary per step; the whole output of
 #       each, bench.jsonl and the report are in OUT.
 #   bundle/bin/gpu.sh kernels OUT CASE...
-#       Kernel-class breakdown of the training step under Nsight Compute, Stoker's step and
-#       the Python recipe's over the same number of steady-state steps (PROFILE_STEPS,
-#       default 2), classified by bin/kernel_breakdown.py.
-#       CASE: stoker:<model>[:<extra trainer flags, comma-separated>] | peer:<arch>[:compile]
+#       Kernel-class breakdown of the training step from CUPTI's kernel records (Stoker's
+#       --kernel_trace, PyTorch's profiler), Stoker's step and the Python recipe's over the
+#       same number of steady-state steps (PROFILE_STEPS, default 3; batch BATCH, default
+#       256), classified by bin/kernel_breakdown.py; the traces stay in OUT (.json.gz).
+#       CASE: stoker:<model or .pt2>[:<extra trainer flags, comma-separated>]
+#           | peer:<arch>[:eager|compile|reduce-overhead (default compile)]
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 bundle="$(dirname "$here")"
 stoker="$bundle/stoker"
 export PYTHONUNBUFFERED=1
 
-usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 checks() {  # checks [OUT]
   "$here/gpu_checks.sh" "$@"
@@ -88,31 +90,29 @@ bench() {  # bench OUT [--BENCH_FLAG...] STEP...
 kernels() {  # kernels OUT CASE...
   local out="$1"; shift
   mkdir -p "$out"
-  local ncu_bin
-  ncu_bin="$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)"
-  [[ -x "$ncu_bin" ]] || { echo "gpu.sh kernels: no ncu on this host" >&2; return 1; }
-  local steps=${PROFILE_STEPS:-2}
-  local metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
+  local steps=${PROFILE_STEPS:-3} batch=${BATCH:-256}
   local case kind what extra name start cmd more
   for case in "$@"; do
     IFS=: read -r kind what extra <<<"$case"
-    name="${kind}_${what}${extra:+_${extra//[,=-]/}}"
+    name="${kind}_$(basename "${what%.pt2}")${extra:+_${extra//[,=-]/}}"
     if [[ $kind == stoker ]]; then
       cmd=("$stoker" trainer --device=cuda --model="$what" --num_classes=1000 --image_size=224
-           --batch_size=256 --precision=bf16 --optimizer=adamw --lr=1e-3 --weight_decay=1e-4
-           --synthetic_steps=16 --warmup_steps=10 --profile_steps="$steps" --log_every=10)
+           --batch_size="$batch" --precision=bf16 --optimizer=adamw --lr=1e-3 --weight_decay=1e-4
+           --synthetic_steps=$((steps + 13)) --warmup_steps=10 --profile_steps="$steps" --log_every=10
+           --kernel_trace="$out/$name.json")
       [[ -n $extra ]] && IFS=, read -ra more <<<"$extra" && cmd+=("${more[@]}")
     else
-      cmd=(python3 "$here/profile_peer.py" --arch "$what" --steps "$steps" ${extra:+--compile})
+      cmd=(python3 "$here/profile_peer.py" --arch "$what" --batch "$batch" --steps "$steps"
+           --mode "${extra:-compile}" --trace "$out/$name.json")
     fi
     echo "== $name: ${cmd[*]}"
     start=$(date +%s)
-    "$ncu_bin" --profile-from-start off --clock-control none --csv --print-units base \
-      --metrics "$metrics" "${cmd[@]}" >"$out/$name.csv" 2>"$out/$name.err"
-    echo "ncu exit $? after $(( $(date +%s) - start )) s"
-    tail -3 "$out/$name.err"
-    python3 "$here/kernel_breakdown.py" "$out/$name.csv" --steps "$steps" --json "$out/$name.json" |
-      tee "$out/$name.txt"
+    "${cmd[@]}" >"$out/$name.log" 2>&1
+    echo "exit $? after $(( $(date +%s) - start )) s"
+    tail -3 "$out/$name.log"
+    python3 "$here/kernel_breakdown.py" "$out/$name.json" --steps "$steps" \
+      --json "$out/$name.breakdown.json" | tee "$out/$name.txt"
+    gzip -f "$out/$name.json"
   done
 }
 

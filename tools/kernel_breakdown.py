@@ -1,26 +1,38 @@
 #!/usr/bin/env python3
-"""Where a training step's GPU time goes, by kernel class, from an Nsight Compute CSV.
+"""Where a training step's GPU time goes, by kernel class, from a Chrome trace of CUPTI's
+kernel records or an Nsight Compute CSV.
+
+    bundle/stoker trainer ... --profile_steps=N --kernel_trace=stoker.json
+    python3 tools/peer_kernel_trace.py ARCH --batch B --steps N --out peer.json
+    python3 tools/kernel_breakdown.py stoker.json --steps N
 
     ncu --profile-from-start off --clock-control none --csv \
         --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
         bundle/stoker trainer ... --profile_steps=N > kernels.csv
     python3 tools/kernel_breakdown.py kernels.csv --steps N [--copy_gbps 4300]
 
-The trainer marks its --profile_steps as the profiled range (cudaProfilerStart/Stop), so
-the CSV holds those steps' kernels only. Each kernel class gets its time and DRAM bytes per
-step, the rate it moved them at, and the time those bytes would take at the measured
-device copy rate (the floor for memory-bound work). Kernels run serialised under ncu, so
-the sum is GPU busy time, not the step's wall time (launch gaps are not in it).
+A trace (`.json`, `.json.gz`) holds every kernel's interval on the GPU timeline as it ran:
+each class gets its time per step, and the window's span minus the time some kernel ran is
+the GPU's idle time (launch gaps, host waits). An ncu CSV holds the profiled range's kernels
+replayed one by one with their DRAM bytes: each class also gets its bytes per step, the rate
+it moved them at, and the time those bytes would take at the measured device copy rate (the
+floor for memory-bound work); ncu's sum is busy time, not wall time.
 """
-import argparse, collections, csv, json, re, sys
+import argparse, collections, csv, gzip, json, re, sys
 
 # First match wins: batch norm before convolution (cuDNN names both). Stoker's fused
 # batch-norm kernels (trainer/nn/fused_kernels.cu) count as batch norm.
 CLASSES = [
+    ("attention", r"flash|fmha|attention|sdpa"),
     ("batch_norm", r"batch_?norm|bn_fw|bn_bw|welford|_bn_|batchnorm|"
                    r"statisticskernel|statisticsfinalize|fixedstatistics|applykernel|backwardreduce|"
                    r"backwardfinalize|backwardapply"),
-    ("convolution_gemm", r"conv|xmma|gemm|cutlass|implicit|dgrad|wgrad|fprop|sm90_|cudnn|nhwckrsc"),
+    ("layer_norm", r"layer_?norm|rms_?norm|group_?norm"),
+    ("convolution_gemm", r"conv|xmma|gemm|cutlass|implicit|dgrad|wgrad|fprop|sm90_|cudnn|nhwckrsc|"
+                         r"nvjet|triton_tem"),
+    # Inductor's generated kernels: pointwise chains, and reductions with what it fused in.
+    ("triton_pointwise", r"triton_poi"),
+    ("triton_reduction", r"triton_red|triton_per"),
     ("loss", r"nll_loss|softmax|cross_entropy"),
     ("optimizer", r"adam|fused_sgd|multi_tensor|foreach"),
     ("pooling", r"pool"),
@@ -54,14 +66,45 @@ def read_kernels(path):
     return kernels
 
 
+def read_trace(path):
+    """({id: {"name", "gpu__time_duration.sum"}}, busy seconds, span seconds) from a Chrome
+    trace's kernel, copy and set records (microseconds)."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        events = json.load(f)
+    events = events.get("traceEvents", []) if isinstance(events, dict) else events
+    gpu = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    kernels = collections.OrderedDict()
+    intervals = []
+    for i, e in enumerate(sorted(gpu, key=lambda e: e["ts"])):
+        start, dur = float(e["ts"]), float(e.get("dur", 0.0))
+        kernels[i] = {"name": e.get("name", "?"), "gpu__time_duration.sum": dur * 1e-6}
+        intervals.append((start, start + dur))
+    busy, end = 0.0, None
+    for start, stop in intervals:  # sorted by start: the union of the intervals
+        if end is None or start > end:
+            busy += stop - start
+            end = stop
+        elif stop > end:
+            busy += stop - end
+            end = stop
+    span = (max(s for _, s in intervals) - intervals[0][0]) if intervals else 0.0
+    return kernels, busy * 1e-6, span * 1e-6
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("csv")
+    ap.add_argument("csv", help="a Chrome trace (.json, .json.gz) or an ncu CSV")
     ap.add_argument("--steps", type=int, required=True, help="profiled steps in the CSV")
     ap.add_argument("--copy_gbps", type=float, default=4300.0, help="measured device copy rate")
     ap.add_argument("--json", help="also write the table here")
     a = ap.parse_args()
-    kernels = read_kernels(a.csv)
+    trace = a.csv.endswith((".json", ".json.gz")) or ".rank" in a.csv
+    busy = span = None
+    if trace:
+        kernels, busy, span = read_trace(a.csv)
+    else:
+        kernels = read_kernels(a.csv)
     if not kernels:
         sys.exit(f"{a.csv}: no kernels (was the range empty?)")
     per = collections.defaultdict(lambda: {"kernels": 0, "seconds": 0.0, "bytes": 0.0})
@@ -74,8 +117,12 @@ def main():
         names[k["name"][:90]] += k.get("gpu__time_duration.sum", 0.0)
     total = sum(c["seconds"] for c in per.values())
     rows = []
-    print(f"{len(kernels)} kernels over {a.steps} steps; GPU busy {1e3 * total / a.steps:.2f} ms per step")
-    print(f"{'class':<24}{'kernels/step':>13}{'ms/step':>10}{'share':>8}{'GB/step':>9}{'GB/s':>8}{'ms at copy rate':>17}")
+    print(f"{len(kernels)} kernels over {a.steps} steps; kernel time {1e3 * total / a.steps:.2f} ms per step")
+    if trace:
+        print(f"GPU timeline: span {1e3 * span / a.steps:.2f} ms per step, busy {1e3 * busy / a.steps:.2f}, "
+              f"idle {1e3 * (span - busy) / a.steps:.2f} ({(span - busy) / span:.1%} of the span)")
+    print(f"{'class':<24}{'kernels/step':>13}{'ms/step':>10}{'share':>8}" +
+          ("" if trace else f"{'GB/step':>9}{'GB/s':>8}{'ms at copy rate':>17}"))
     for label, c in sorted(per.items(), key=lambda kv: -kv[1]["seconds"]):
         ms = 1e3 * c["seconds"] / a.steps
         gb = c["bytes"] / a.steps / 1e9
@@ -83,13 +130,16 @@ def main():
         floor = 1e3 * gb / a.copy_gbps
         rows.append(dict(kernel_class=label, kernels_per_step=c["kernels"] / a.steps, ms_per_step=ms,
                          share=c["seconds"] / total, gb_per_step=gb, gbps=rate, ms_at_copy_rate=floor))
-        print(f"{label:<24}{c['kernels'] / a.steps:>13.1f}{ms:>10.2f}{c['seconds'] / total:>8.1%}{gb:>9.2f}{rate:>8.0f}{floor:>17.2f}")
+        print(f"{label:<24}{c['kernels'] / a.steps:>13.1f}{ms:>10.2f}{c['seconds'] / total:>8.1%}" +
+              ("" if trace else f"{gb:>9.2f}{rate:>8.0f}{floor:>17.2f}"))
     print("\nlongest kernels (ms per step):")
     for name, s in sorted(names.items(), key=lambda kv: -kv[1])[:15]:
         print(f"  {1e3 * s / a.steps:8.3f}  {name}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"steps": a.steps, "kernels": len(kernels), "busy_ms_per_step": 1e3 * total / a.steps,
+            json.dump({"steps": a.steps, "kernels": len(kernels), "kernel_ms_per_step": 1e3 * total / a.steps,
+                       "span_ms_per_step": None if span is None else 1e3 * span / a.steps,
+                       "busy_ms_per_step": None if busy is None else 1e3 * busy / a.steps,
                        "classes": rows}, f, indent=1)
 
 

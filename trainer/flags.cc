@@ -138,6 +138,11 @@ ABSL_FLAG(std::string, final_params_out, "",
 ABSL_FLAG(int, profile_steps, 0,
           "Measure a time breakdown per step (data wait, host-to-device, forward, backward, "
           "allreduce wait, optimizer) over N steps after the warm-up (0: off).");
+ABSL_FLAG(std::string, kernel_trace, "",
+          "If set (with --profile_steps), the profiled steps' GPU kernels and copies, recorded "
+          "with CUPTI through libtorch's profiler, are written to PATH (PATH.rank<r> with "
+          "several ranks) as a Chrome trace (Perfetto opens it; tools/kernel_breakdown.py "
+          "classifies it).");
 
 // Device and precision.
 ABSL_FLAG(std::string, device, "auto",
@@ -221,7 +226,7 @@ FlagSpec TrainerFlagSpec() {
         "resume", "stop_after_steps", "checkpoint_mode"}},
       {"Outputs (rank 0)",
        {"log_every", "progress", "metrics_out", "metrics_jsonl", "tensorboard_dir", "loss_log",
-        "export", "final_params_out", "sample_log", "profile_steps"}},
+        "export", "final_params_out", "sample_log", "profile_steps", "kernel_trace"}},
       {"Device and precision",
        {"device", "precision", "channels_last", "fused_blocks", "sync_batchnorm", "cuda_graphs",
         "cudnn_benchmark", "deterministic", "init_scale", "growth_factor", "backoff_factor",
@@ -326,6 +331,7 @@ absl::StatusOr<TrainerOptions> OptionsFromFlags() {
   report.final_params_out = absl::GetFlag(FLAGS_final_params_out);
   report.sample_log = absl::GetFlag(FLAGS_sample_log);
   report.profile_steps = absl::GetFlag(FLAGS_profile_steps);
+  report.kernel_trace = absl::GetFlag(FLAGS_kernel_trace);
 
   DeviceOptions& device = o.device;
   ASSIGN_OR_RETURN(device.device, ParseDeviceChoice(absl::GetFlag(FLAGS_device)));

@@ -1,5 +1,6 @@
 #include "trainer/profiled_steps.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "trainer/device.h"
 
@@ -11,6 +12,12 @@ absl::StatusOr<StepProfiler*> ProfiledSteps::Start(int64_t step, const TrainingM
   if (profiler_ == nullptr) {
     ASSIGN_OR_RETURN(profiler_, MakeStepProfiler(context_));
     SetDeviceProfilerRange(context_, true);
+    if (!kernel_trace_path_.empty()) {
+      const std::string path = context_.world_size() > 1
+                                   ? absl::StrCat(kernel_trace_path_, ".rank", context_.rank.rank)
+                                   : kernel_trace_path_;
+      ASSIGN_OR_RETURN(kernel_trace_, KernelTrace::Start(path));
+    }
   }
   allreduce_before_ = trained.allreduce_seconds();
   RETURN_IF_ERROR(profiler_->StartStep());
@@ -36,7 +43,13 @@ absl::Status ProfiledSteps::End(int64_t step, const TrainingModel& trained) {
                                trained.allreduce_seconds() - allreduce_before_);
   }
   RETURN_IF_ERROR(profiler_->EndStep());
-  if (step + 1 == first_ + count_) SetDeviceProfilerRange(context_, false);
+  if (step + 1 == first_ + count_) {
+    SetDeviceProfilerRange(context_, false);
+    if (kernel_trace_ != nullptr) {
+      RETURN_IF_ERROR(kernel_trace_->Stop());
+      kernel_trace_.reset();
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -1,6 +1,7 @@
 // ProfiledSteps: the steps of a run that the step profiler times (--profile_steps of them,
 // after the --warmup_steps), the one profiler they share (made at the first), and the CUDA
-// profiler range around them, so that an external profiler can capture those steps alone.
+// profiler range around them, so that an external profiler can capture those steps alone,
+// and, when asked, their GPU kernels recorded in-process (trainer/report/kernel_trace.h).
 // On the CPU the gradient allreduces' host seconds (timed apart by the training model's
 // TimedCommunicator) move from backward to the allreduce wait. Owned by the training thread.
 #ifndef STOKER_TRAINER_PROFILED_STEPS_H_
@@ -8,9 +9,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "trainer/report/kernel_trace.h"
 #include "trainer/report/step_profiler.h"
 #include "trainer/run_context.h"
 #include "trainer/training_model.h"
@@ -20,8 +24,12 @@ namespace stoker::trainer {
 class ProfiledSteps {
  public:
   // Profiles steps [first, first + count) of the run (0-based, counted by the caller).
-  ProfiledSteps(const RunContext& context, int64_t first, int64_t count)
-      : context_(context), first_(first), count_(count) {}
+  // `kernel_trace`: where the steps' kernel trace goes ("": none).
+  ProfiledSteps(const RunContext& context, int64_t first, int64_t count, std::string kernel_trace)
+      : context_(context),
+        first_(first),
+        count_(count),
+        kernel_trace_path_(std::move(kernel_trace)) {}
 
   // The started profiler when step `step` is profiled, else nullptr.
   absl::StatusOr<StepProfiler*> Start(int64_t step, const TrainingModel& trained);
@@ -39,7 +47,9 @@ class ProfiledSteps {
   const RunContext& context_;
   const int64_t first_;
   const int64_t count_;
+  const std::string kernel_trace_path_;
   std::unique_ptr<StepProfiler> profiler_;
+  std::unique_ptr<KernelTrace> kernel_trace_;  // while the profiled steps run
   bool in_step_ = false;
   double allreduce_before_ = 0;  // the training model's allreduce seconds at Start
 };

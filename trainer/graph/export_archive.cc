@@ -8,7 +8,6 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "common/torch_status.h"
 #include "trainer/graph/export_schema.h"
@@ -194,17 +193,11 @@ absl::StatusOr<ExportArchive> ReadExportArchive(const std::string& path) {
   }
   ASSIGN_OR_RETURN(archive.train, ReadProgram(*reader, path, train_model, &archive.torch_version));
   ASSIGN_OR_RETURN(archive.weights, ReadWeights(*reader, path, train_model));
-  ASSIGN_OR_RETURN(std::vector<ArchiveWeight> constants, ReadConstants(*reader, path, train_model));
-  if (!constants.empty()) {
-    std::vector<std::string> names;
-    for (const ArchiveWeight& c : constants) names.push_back(c.name);
-    return Refuse(path,
-                  absl::StrCat("the program has tensor constants (", absl::StrJoin(names, ", "),
-                               "); register them as buffers of the module to train it"));
-  }
+  ASSIGN_OR_RETURN(archive.train_constants, ReadConstants(*reader, path, train_model));
   if (train_model == "train" && reader->hasRecord("models/eval.json")) {
     std::string eval_version;
     ASSIGN_OR_RETURN(archive.eval, ReadProgram(*reader, path, "eval", &eval_version));
+    ASSIGN_OR_RETURN(archive.eval_constants, ReadConstants(*reader, path, "eval"));
   }
   return archive;
 }

@@ -37,6 +37,11 @@ struct ExportArchive {
   std::optional<nlohmann::json> eval;  // the evaluation program's, when the archive has one
   // The training program's weights: parameters in their order, then buffers in theirs.
   std::vector<ArchiveWeight> weights;
+  // The tensor constants each program reads (tensors its forward made, which torch.export
+  // lifts into the archive: Swin's window indices), by their constant name. Not weights:
+  // never trained, never in the state dict.
+  std::vector<ArchiveWeight> train_constants;
+  std::vector<ArchiveWeight> eval_constants;
 };
 
 // The torch release whose graphs Stoker runs ("2.11"); an archive written by another is

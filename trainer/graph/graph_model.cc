@@ -73,6 +73,17 @@ absl::StatusOr<std::shared_ptr<GraphModel>> GraphModel::Load(const std::string& 
       });
   RETURN_IF_ERROR(registered);
 
+  GraphState eval_state = state;
+  eval_state.constants.clear();
+  for (const ArchiveWeight& c : archive.train_constants) {
+    state.constants[c.name] = c.value;
+    model->constants_.push_back(c.value);
+  }
+  for (const ArchiveWeight& c : archive.eval_constants) {
+    eval_state.constants[c.name] = c.value;
+    model->constants_.push_back(c.value);
+  }
+
   GraphProgramOptions train_options;
   train_options.where = absl::StrCat("--model=", path, " (training program)");
   train_options.num_classes = options.num_classes;
@@ -83,12 +94,29 @@ absl::StatusOr<std::shared_ptr<GraphModel>> GraphModel::Load(const std::string& 
   model->has_eval_program_ = archive.eval.has_value();
   if (archive.eval.has_value()) {
     eval_options.where = absl::StrCat("--model=", path, " (evaluation program)");
-    ASSIGN_OR_RETURN(model->eval_, GraphProgram::Build(*archive.eval, state, eval_options));
+    ASSIGN_OR_RETURN(model->eval_, GraphProgram::Build(*archive.eval, eval_state, eval_options));
   } else {
     eval_options.eval_from_training = true;
     ASSIGN_OR_RETURN(model->eval_, GraphProgram::Build(archive.train, state, eval_options));
   }
   return model;
+}
+
+void GraphModel::to(torch::Device device, torch::Dtype dtype, bool non_blocking) {
+  torch::nn::Module::to(device, dtype, non_blocking);
+  MoveConstants(device, non_blocking);
+}
+
+void GraphModel::to(torch::Device device, bool non_blocking) {
+  torch::nn::Module::to(device, non_blocking);
+  MoveConstants(device, non_blocking);
+}
+
+void GraphModel::MoveConstants(torch::Device device, bool non_blocking) {
+  torch::NoGradGuard no_grad;
+  for (at::Tensor& constant : constants_) {
+    constant.set_data(constant.to(device, /*non_blocking=*/non_blocking));
+  }
 }
 
 torch::Tensor GraphModel::forward(torch::Tensor images) {

@@ -3,7 +3,9 @@
 // registered in the module under their state-dict names ("layer1.0.bn1.weight", in
 // submodules "layer1" -> "0" -> "bn1"), so buckets, the optimizer, checkpoints, resume,
 // validation and --export treat it as any built-in model, and the exported weights load
-// into the user's Python class with load_state_dict(strict=True).
+// into the user's Python class with load_state_dict(strict=True). The tensor constants that
+// torch.export lifted into the archive are kept beside the module's tensors: they move with
+// the model (`to`), and are never trained, checkpointed or exported.
 #ifndef STOKER_TRAINER_GRAPH_GRAPH_MODEL_H_
 #define STOKER_TRAINER_GRAPH_GRAPH_MODEL_H_
 
@@ -13,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "trainer/graph/graph_program.h"
@@ -47,6 +50,12 @@ class GraphModel final : public ImageClassifier {
   void SetRandomSeed(uint64_t seed) override;
   std::vector<at::Generator> DeviceGenerators() override;
 
+  // Moves the parameters and buffers as torch::nn::Module does, and the tensor constants to
+  // `device` (keeping their dtype: they are indices and masks as often as values).
+  using torch::nn::Module::to;
+  void to(torch::Device device, torch::Dtype dtype, bool non_blocking = false) override;
+  void to(torch::Device device, bool non_blocking = false) override;
+
   int num_classes() const { return train_->num_classes(); }
   int image_size() const { return train_->image_size(); }
   bool has_eval_program() const { return has_eval_program_; }
@@ -58,6 +67,10 @@ class GraphModel final : public ImageClassifier {
   // The generator of `device`, made on first use and seeded with seed_.
   at::Generator& GeneratorFor(const c10::Device& device);
 
+  // Moves the tensor constants to `device`, in place (the programs hold the same tensors).
+  void MoveConstants(torch::Device device, bool non_blocking);
+
+  std::vector<at::Tensor> constants_;  // both programs' tensor constants
   std::unique_ptr<GraphProgram> train_;
   std::unique_ptr<GraphProgram> eval_;
   bool has_eval_program_ = false;

@@ -18,7 +18,8 @@ absl::Status Refuse(const SignatureExpectations& expect, absl::string_view why) 
   return absl::InvalidArgumentError(absl::StrCat(expect.where, ": ", why));
 }
 
-// The input specs: parameters and buffers bound to `state`'s, and one image batch.
+// The input specs: parameters, buffers and tensor constants bound to `state`'s, and one image
+// batch.
 absl::Status ReadInputSpecs(const json& signature, const GraphState& state,
                             const SignatureExpectations& expect, ProgramSignature* read) {
   for (const json& spec : signature.value("input_specs", json::array())) {
@@ -34,6 +35,13 @@ absl::Status ReadInputSpecs(const json& signature, const GraphState& state,
         return Refuse(expect, absl::StrCat("the program reads ", kind, " ", name,
                                            ", which the archive's weights lack"));
       read->weights.push_back({arg, it->second, kind == "buffer"});
+    } else if (kind == "tensor_constant") {
+      const std::string name = body.value("tensor_constant_name", "");
+      auto it = state.constants.find(name);
+      if (it == state.constants.end())
+        return Refuse(expect, absl::StrCat("the program reads tensor constant ", name,
+                                           ", which the archive's constants lack"));
+      read->weights.push_back({body["arg"].value("name", ""), it->second, false});
     } else if (kind == "user_input") {
       if (!read->input.empty() || ArgumentKind(body["arg"]) != "as_tensor") {
         return Refuse(
@@ -45,9 +53,9 @@ absl::Status ReadInputSpecs(const json& signature, const GraphState& state,
     } else {
       return Refuse(expect,
                     absl::StrCat("the program has an input of kind '", kind,
-                                 "' (constants, custom objects or effect tokens); Stoker runs "
-                                 "programs whose inputs are "
-                                 "parameters, buffers and one image batch"));
+                                 "' (non-tensor constants, custom objects or effect tokens); "
+                                 "Stoker runs programs whose inputs are parameters, buffers, "
+                                 "tensor constants and one image batch"));
     }
   }
   if (read->input.empty()) return Refuse(expect, "the program has no image input");

@@ -22,18 +22,22 @@ namespace stoker::trainer {
 struct GraphState {
   std::map<std::string, at::Tensor> parameters;
   std::map<std::string, at::Tensor> buffers;
+  // The program's lifted tensor constants, by constant name ("lifted_tensor_0"): read, never
+  // trained, updated or saved.
+  std::map<std::string, at::Tensor> constants;
 };
 
 // A graph value bound to one of the model's tensors.
 struct SignatureTensor {
   std::string value;  // the graph's name for it: "p_conv_weight", "add_3"
-  at::Tensor tensor;  // the model's parameter or buffer
+  at::Tensor tensor;  // the model's parameter, buffer or tensor constant
   bool is_buffer = false;
 };
 
 struct ProgramSignature {
-  std::vector<SignatureTensor> weights;  // parameters and buffers, in the program's order
-  std::string input;                     // the image batch's value
+  // Parameters, buffers and tensor constants, in the program's order.
+  std::vector<SignatureTensor> weights;
+  std::string input;  // the image batch's value
   int channels = 3;
   int image_size = 0;
   std::string output;  // the logits' value
@@ -52,9 +56,9 @@ struct SignatureExpectations {
 // Reads and checks the "signature" of `graph_module` (with the tensor metadata of its
 // "graph"), binding parameters and buffers to `state`'s. InvalidArgument
 // "<where>: <what> ..." for a program without graph or signature, an input that is neither
-// a parameter, a buffer nor the one image batch, an image batch Stoker cannot feed, an
-// output that is neither the one logits tensor nor a buffer update, logits or images of
-// other sizes than `expect` asks, and a parameter or buffer `state` lacks.
+// a parameter, a buffer, a tensor constant nor the one image batch, an image batch Stoker cannot
+// feed, an output that is neither the one logits tensor nor a buffer update, logits or images of
+// other sizes than `expect` asks, and a parameter, buffer or constant `state` lacks.
 absl::StatusOr<ProgramSignature> ReadProgramSignature(const nlohmann::json& graph_module,
                                                       const GraphState& state,
                                                       const SignatureExpectations& expect);

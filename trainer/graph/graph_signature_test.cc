@@ -1,6 +1,6 @@
-// Tests of reading a program's signature from hand-written specs: parameters and buffers
-// bound to the model's tensors, the one image batch and its size, the one logits tensor
-// and its classes, buffer updates, and each refusal's wording.
+// Tests of reading a program's signature from hand-written specs: parameters, buffers and
+// tensor constants bound to the model's tensors, the one image batch and its size, the one logits
+// tensor and its classes, buffer updates, and each refusal's wording.
 #include "trainer/graph/graph_signature.h"
 
 #include <ATen/ATen.h>
@@ -93,6 +93,26 @@ TEST_F(GraphSignatureTest, WeightTheStateLacksIsRefused) {
   state_.parameters.clear();
   EXPECT_EQ(Refusal(Program()),
             "m.pt2: the program reads parameter fc.weight, which the archive's weights lack");
+}
+
+TEST_F(GraphSignatureTest, TensorConstantsBindToTheStatesConstants) {
+  json program = Program();
+  program["signature"]["input_specs"].insert(
+      program["signature"]["input_specs"].begin() + 2,
+      json::parse(R"({"tensor_constant": {"arg": {"name": "c_lifted_tensor_0"},
+                                          "tensor_constant_name": "lifted_tensor_0"}})"));
+  state_.constants["lifted_tensor_0"] = at::arange(4);
+  absl::StatusOr<ProgramSignature> read = ReadProgramSignature(program, state_, {"m.pt2", 10, 16});
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->weights.size(), 3u);
+  EXPECT_EQ(read->weights[2].value, "c_lifted_tensor_0");
+  EXPECT_TRUE(read->weights[2].tensor.is_same(state_.constants["lifted_tensor_0"]));
+  EXPECT_FALSE(read->weights[2].is_buffer);
+
+  state_.constants.clear();
+  EXPECT_EQ(Refusal(program),
+            "m.pt2: the program reads tensor constant lifted_tensor_0, which the archive's "
+            "constants lack");
 }
 
 TEST_F(GraphSignatureTest, InputOfAnotherKindIsRefused) {

@@ -19,6 +19,10 @@ absl::Status ReportOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("--profile_steps=", profile_steps, ": must be >= 0"));
   }
+  if (!kernel_trace.empty() && profile_steps == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kernel_trace=", kernel_trace, ": needs --profile_steps=N, the steps it records"));
+  }
   return absl::OkStatus();
 }
 

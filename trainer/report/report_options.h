@@ -32,6 +32,9 @@ struct ReportOptions {
   // trained batch to <path>.rank<r>: what tests check sampling and seeding with.
   std::string sample_log;
   int profile_steps = 0;  // time breakdown over this many steps after the warm-up
+  // The profiled steps' GPU kernels as a Chrome trace (trainer/report/kernel_trace.h), to this
+  // path (<path>.rank<r> when there are several ranks).
+  std::string kernel_trace;
 
   // InvalidArgument naming the flag at fault.
   absl::Status Validate() const;

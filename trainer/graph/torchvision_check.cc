@@ -2,6 +2,7 @@
 // export and the eager reference, then the comparison of the exported weights' logits.
 #include "trainer/graph/torchvision_check.h"
 
+#include <ATen/Parallel.h>
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
@@ -36,9 +37,6 @@ using ::stoker::testing::TempPath;
 constexpr char kTorchvisionWorker[] = R"py(
 import gc, json, runpy, sys, time, traceback, types, torch, torchvision
 replies, sys.stdout = sys.stdout, sys.stderr
-# The models are small at these sizes and tests run side by side: one thread is the
-# cheapest.
-torch.set_num_threads(1)
 
 
 # The model the last export built (seed 7), which the export tool exports, eager PyTorch
@@ -56,10 +54,12 @@ class Built(types.ModuleType):
 sys.modules["stoker_built"] = Built("stoker_built")
 
 
-def export(tool, arch, size, classes, batch, kwargs, zero_stochastic_depth, archive, reference):
+def export(tool, arch, size, classes, batch, kwargs, zero_stochastic_depth, threads, archive,
+           reference):
     """Builds the model, exports it with the export tool, then computes eager PyTorch's first
     step on one batch: the batch, the loss, every gradient and the buffers after the step."""
     start, cpu_start = time.monotonic(), time.process_time()
+    torch.set_num_threads(threads)  # the test's: kernels may sum in another order on others
     built.clear()
     gc.collect()
     torch.manual_seed(7)
@@ -195,6 +195,7 @@ absl::StatusOr<TorchvisionExport> ExportTorchvisionModel(const TorchvisionModel&
                       {"batch", model.batch},
                       {"kwargs", model.kwargs},
                       {"zero_stochastic_depth", model.zero_stochastic_depth},
+                      {"threads", at::get_num_threads()},
                       {"archive", exported.archive},
                       {"reference", exported.reference}});
   if (!reply.ok()) return reply.status();

@@ -45,7 +45,9 @@ struct TorchvisionExport {
 // for ExpectTrainsAsInPyTorch's comparison. FailedPrecondition whose message starts "not
 // capturable: " and gives export's error when the export tool fails (torch.export cannot
 // capture the model in training mode, or the tool refuses what it captured); Internal for any
-// other failure. Files go under $TEST_TMPDIR, named for the arch.
+// other failure. PyTorch runs on as many threads as the caller's at::get_num_threads(), so
+// that its kernels sum in the same order as Stoker's. Files go under $TEST_TMPDIR, named for
+// the arch.
 absl::StatusOr<TorchvisionExport> ExportTorchvisionModel(const TorchvisionModel& model);
 
 // True for ExportTorchvisionModel's "not capturable" error.

@@ -61,10 +61,10 @@ ABSL_FLAG(absl::Duration, ready_timeout, absl::Seconds(60),
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(10),
           "How long a stopped child may take between SIGTERM and SIGKILL.");
 ABSL_FLAG(absl::Duration, stop_grace, absl::Seconds(90),
-          "After SIGINT/SIGTERM/SIGHUP: how long the ranks may take to stop at a step boundary "
-          "with a checkpoint (they get SIGUSR2 through mpirun or srun) before they are stopped. "
-          "Keep it below the scheduler's warning (the Slurm templates ask for SIGTERM 120 s "
-          "before the time limit) less --shutdown_grace. 0: stop them at once.");
+          "After SIGINT/SIGTERM/SIGHUP/SIGUSR1/SIGUSR2: how long the ranks may take to stop at a "
+          "step boundary with a checkpoint (they get SIGUSR2 through mpirun or srun) before they "
+          "are stopped. Keep it below the scheduler's warning (the Slurm templates ask for SIGUSR1 "
+          "120 s before the time limit) less --shutdown_grace. 0: stop them at once.");
 ABSL_FLAG(bool, dry_run, false, "Print the commands the job would run, then exit 0.");
 
 namespace stoker::launcher {

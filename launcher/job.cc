@@ -47,7 +47,8 @@ constexpr absl::Duration kStrayKillTimeout = absl::Seconds(5);
 //    - mpirun succeeded: SIGTERM the data service, which must exit 0; exit 0.
 //    The data service is listed first, so when both have exited by the time we look, the
 //    data service is taken as the cause: trainers fail when their data source dies.
-// 4. A caught SIGINT/SIGTERM/SIGHUP at any point stops both children; exit 128 + signal.
+// 4. A caught SIGINT/SIGTERM/SIGHUP/SIGUSR1/SIGUSR2 at any point stops both children;
+//    exit 128 + signal.
 //    The ranks first get the chance to stop with a checkpoint (Note [Stopping with a
 //    checkpoint]).
 // "Stop" is TerminateAll: SIGTERM to the process group, SIGKILL after --shutdown_grace.
@@ -79,7 +80,7 @@ bool IsStopSignalCode(int code) {
 }
 
 // Note [Stopping with a checkpoint]
-// A scheduler's warning (Slurm's --signal=B:TERM@120, scancel) reaches the launcher, and the
+// A scheduler's warning (Slurm's --signal=B:USR1@120, scancel) reaches the launcher, and the
 // job should end with a checkpoint at a step boundary before anything is killed. SIGTERM
 // to mpirun does not give that: mpirun SIGKILLs its ranks about a second after forwarding
 // it, whatever they are doing. So the launcher first sends SIGUSR2 to mpirun or srun, which
@@ -88,7 +89,7 @@ bool IsStopSignalCode(int code) {
 // writes a checkpoint and they exit 140. The launcher waits up to --stop_grace for that,
 // with the data service still serving, and only then stops whatever still runs as before.
 // A second signal meanwhile stops everything at once. The job's code stays 128 + the
-// signal the launcher got (143 for SIGTERM): resumable.
+// signal the launcher got (143 for SIGTERM, 138 for SIGUSR1): resumable.
 constexpr int kStopAtStepBoundarySignal = SIGUSR2;
 
 // The job's code for mpirun's or srun's failure `status` (Note [Exit code of a job]).

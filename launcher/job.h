@@ -2,8 +2,8 @@
 // socket accepts connections, run the trainers under mpirun, watch both, stop the other
 // side when one fails. Cluster modes (several hosts under mpirun, or srun): run mpirun/srun
 // alone (each node's local rank 0 starts that node's data service) and watch it. Always:
-// forward SIGINT/SIGTERM, and leave no process, socket or shared-memory segment behind on
-// this machine. PlanJob is pure (apart from looking programs up); RunJob does it.
+// forward SIGINT/SIGTERM/SIGHUP/SIGUSR1/SIGUSR2, and leave no process, socket or shared-memory
+// segment behind on this machine. PlanJob is pure (apart from looking programs up); RunJob does it.
 #ifndef STOKER_LAUNCHER_JOB_H_
 #define STOKER_LAUNCHER_JOB_H_
 
@@ -40,8 +40,8 @@ struct JobConfig {
   absl::Duration ready_timeout = absl::Seconds(60);   // --ready_timeout
   absl::Duration shutdown_grace = absl::Seconds(10);  // SIGTERM to SIGKILL (--shutdown_grace)
   // How long the ranks may take to stop at a step boundary with a checkpoint after a
-  // SIGINT/SIGTERM/SIGHUP to the launcher, before they are stopped (--stop_grace; Note
-  // [Stopping with a checkpoint] in job.cc). Zero: stop them at once.
+  // SIGINT/SIGTERM/SIGHUP/SIGUSR1/SIGUSR2 to the launcher, before they are stopped (--stop_grace;
+  // Note [Stopping with a checkpoint] in job.cc). Zero: stop them at once.
   absl::Duration stop_grace = absl::Seconds(90);
 };
 
@@ -77,8 +77,9 @@ struct JobResult {
 };
 
 // Runs `plan` to the end (Note [Job lifecycle]). Exit codes: 0 on success; the first
-// failure's code; 128 + signal when a SIGINT/SIGTERM/SIGHUP stopped the job (143 for
-// SIGTERM, e.g. a Slurm time limit or scancel). Catches SIGINT, SIGTERM and SIGHUP while
+// failure's code; 128 + signal when a SIGINT/SIGTERM/SIGHUP/SIGUSR1/SIGUSR2 stopped the job
+// (143 for SIGTERM, e.g. scancel or a preemption; 138 for SIGUSR1, Slurm's warning before
+// the time limit with --signal=B:USR1@N). Catches those five signals while
 // it runs (so at most one RunJob at a time per process): the first one asks the ranks to
 // stop at a step boundary with a checkpoint and waits up to stop_grace for them (Note
 // [Stopping with a checkpoint] in job.cc), then stops the job with exit code 128 + signal;

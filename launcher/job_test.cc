@@ -94,16 +94,36 @@ class JobTest : public ::testing::Test {
   // something ends it.
   void KeepTheRanksTraining() { SetEnv("STOKER_FAKE_TRAINER_SLEEP", "1000"); }
 
-  // A thread that sends this process (the launcher's job) SIGTERM once the fake trainer's
-  // last rank has started sleeping; join it after Run().
-  // SIGTERM to this process once both ranks sleep: each has set its stop trap by then.
-  std::thread SigtermOnceRanksSleep() {
-    return std::thread([this] {
+  // A thread that sends this process (the launcher's job) SIGTERM, or `signal`, once both
+  // of the fake trainer's ranks have started sleeping: each has set its stop trap by then.
+  // Join it after Run().
+  std::thread SigtermOnceRanksSleep() { return SignalOnceRanksSleep(SIGTERM); }
+  std::thread SignalOnceRanksSleep(int signal) {
+    return std::thread([this, signal] {
       if (WaitForFile(out_ + "/trainer.0.sleep.pid", absl::Seconds(20)) &&
           WaitForFile(out_ + "/trainer.1.sleep.pid", absl::Seconds(20))) {
-        kill(getpid(), SIGTERM);
+        kill(getpid(), signal);
       }
     });
+  }
+
+  // `signal` to the launcher's job while the ranks train: each rank stops with its
+  // "checkpoint" (1 s) within the stop grace, and the job exits 128 + `signal`.
+  void ExpectTheRanksStopWithACheckpointOn(int signal) {
+    KeepTheRanksTraining();
+    SetEnv("STOKER_FAKE_TRAINER_STOP_S", "1");
+    config_.stop_grace = absl::Seconds(30);
+    std::thread sender = SignalOnceRanksSleep(signal);
+    JobResult result = Run();
+    sender.join();
+    EXPECT_EQ(result.exit_code, 128 + signal);
+    EXPECT_THAT(result.status, StatusIs(absl::StatusCode::kCancelled));
+    EXPECT_THAT(std::string(result.status.message()), HasSubstr(DescribeSignal(signal)));
+    for (const char* rank : {"0", "1"}) {
+      EXPECT_EQ(ReadFileOrEmpty(absl::StrCat(out_, "/trainer.", rank, ".stopped")), "stopped\n")
+          << rank;
+    }
+    EXPECT_LT(elapsed_, absl::Seconds(20));
   }
 
   JobResult Run() {
@@ -272,6 +292,16 @@ TEST_F(JobTest, SigtermLetsTheRanksStopWithACheckpointBeforeAnythingIsKilled) {
   }
   EXPECT_GE(elapsed_, absl::Seconds(6));
   EXPECT_LT(elapsed_, absl::Seconds(20));
+}
+
+// Slurm's warning before the time limit (--signal=B:USR1@N) stops the job as SIGTERM does:
+// the ranks stop with a checkpoint, and the job exits 128 + the signal (138, 140).
+TEST_F(JobTest, Sigusr1LetsTheRanksStopWithACheckpointAndExitsWith138) {
+  ExpectTheRanksStopWithACheckpointOn(SIGUSR1);
+}
+
+TEST_F(JobTest, Sigusr2LetsTheRanksStopWithACheckpointAndExitsWith140) {
+  ExpectTheRanksStopWithACheckpointOn(SIGUSR2);
 }
 
 TEST_F(JobTest, RanksThatDoNotStopWithinTheStopGraceAreStopped) {

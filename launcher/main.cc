@@ -4,8 +4,9 @@
 // Slurm allocation, and cleans up. `launcher doctor [flags]` checks the machine. Flags:
 // launcher/flags.h (--help lists them); what runs: launcher/command.h.
 // Exit codes are the table of common/exit_codes.h: 0 on success, 2 for usage errors, 128 +
-// signal when stopped by SIGINT/SIGTERM/SIGHUP (143 for SIGTERM), else the first failure's
-// code (Note [Exit code of a job] in launcher/job.cc); doctor: 1 when a check fails.
+// signal when stopped by SIGINT/SIGTERM/SIGHUP/SIGUSR1/SIGUSR2 (143 for SIGTERM, 138 for
+// SIGUSR1), else the first failure's code (Note [Exit code of a job] in launcher/job.cc);
+// doctor: 1 when a check fails.
 #include <cstdio>
 #include <string>
 #include <vector>

@@ -13,8 +13,6 @@
 namespace stoker::launcher {
 namespace {
 
-constexpr int kCaughtSignals[] = {SIGINT, SIGTERM, SIGHUP};
-
 // The write end of the live instance's pipe; -1 when none is installed.
 std::atomic<int> signal_pipe{-1};
 
@@ -44,8 +42,8 @@ absl::StatusOr<TerminationSignals> TerminationSignals::Install() {
   action.sa_handler = OnSignal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
-  for (int i = 0; i < 3; ++i) {
-    if (sigaction(kCaughtSignals[i], &action, &signals.previous_[i]) != 0) {
+  for (int i = 0; i < kNumCaught; ++i) {
+    if (sigaction(kCaught[i], &action, &signals.previous_[i]) != 0) {
       return ErrnoToStatus(errno, "sigaction");  // ~TerminationSignals restores the others
     }
     signals.handlers_set_ = i + 1;
@@ -59,7 +57,7 @@ TerminationSignals::TerminationSignals(TerminationSignals&& other) noexcept
       installed_(std::exchange(other.installed_, false)),
       handlers_set_(std::exchange(other.handlers_set_, 0)),
       first_signal_(other.first_signal_) {
-  for (int i = 0; i < 3; ++i) previous_[i] = other.previous_[i];
+  for (int i = 0; i < kNumCaught; ++i) previous_[i] = other.previous_[i];
 }
 
 TerminationSignals& TerminationSignals::operator=(TerminationSignals&& other) noexcept {
@@ -70,7 +68,7 @@ TerminationSignals& TerminationSignals::operator=(TerminationSignals&& other) no
     installed_ = std::exchange(other.installed_, false);
     handlers_set_ = std::exchange(other.handlers_set_, 0);
     first_signal_ = other.first_signal_;
-    for (int i = 0; i < 3; ++i) previous_[i] = other.previous_[i];
+    for (int i = 0; i < kNumCaught; ++i) previous_[i] = other.previous_[i];
   }
   return *this;
 }
@@ -79,7 +77,7 @@ TerminationSignals::~TerminationSignals() { Uninstall(); }
 
 void TerminationSignals::Uninstall() {
   if (!installed_) return;
-  for (int i = 0; i < handlers_set_; ++i) sigaction(kCaughtSignals[i], &previous_[i], nullptr);
+  for (int i = 0; i < handlers_set_; ++i) sigaction(kCaught[i], &previous_[i], nullptr);
   handlers_set_ = 0;
   signal_pipe.store(-1);
   installed_ = false;

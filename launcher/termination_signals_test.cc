@@ -27,6 +27,17 @@ TEST(TerminationSignalsTest, TurnsSigtermIntoAReadableFdAndRemembersTheFirst) {
   EXPECT_EQ(signals->Take(), SIGTERM);
 }
 
+// Slurm's warning before the time limit (`--signal=B:USR1@120`) stops the job like SIGTERM.
+TEST(TerminationSignalsTest, CatchesSigusr1AndSigusr2) {
+  for (int signal : {SIGUSR1, SIGUSR2}) {
+    absl::StatusOr<TerminationSignals> signals = TerminationSignals::Install();
+    ASSERT_TRUE(signals.ok()) << signals.status();
+    raise(signal);
+    EXPECT_TRUE(Readable(signals->wake_fd()));
+    EXPECT_EQ(signals->Take(), signal);
+  }
+}
+
 TEST(TerminationSignalsTest, OnlyOneInstanceAtATime) {
   absl::StatusOr<TerminationSignals> first = TerminationSignals::Install();
   ASSERT_TRUE(first.ok());

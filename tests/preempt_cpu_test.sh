@@ -3,8 +3,10 @@
 # same step with a checkpoint before anything is killed (the launcher asks the ranks to stop
 # with SIGUSR2 through mpirun and waits up to --stop_grace), and the job exits 143; a second
 # run with --resume=auto (the default) continues from it, and the losses of both runs are
-# bit-identical to those of an uninterrupted run. SIGUSR2 to mpirun (which forwards it to the ranks at once) does the
-# same without anything being killed: the job exits 140. Nothing is left behind.
+# bit-identical to those of an uninterrupted run. SIGUSR1 to the launcher (Slurm's warning
+# before the time limit, --signal=B:USR1@N) does the same, and the job exits 138. SIGUSR2 to
+# mpirun (which forwards it to the ranks at once) does the same without anything being
+# killed: the job exits 140. Nothing is left behind.
 set -euo pipefail
 source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
 begin_job_test
@@ -64,6 +66,28 @@ wait "$pid" || { cat "$out/resumed.log"; echo "FAIL: the resumed run failed"; ex
 grep -q "resuming from .*$(printf 'ckpt-%012d' "$stop_step")" "$out/resumed.log" || { echo "FAIL: did not resume from step $stop_step"; exit 1; }
 assert_nothing_left "$job"
 same_losses "$out/reference.txt" "$out/term.txt" "$out/resumed.txt"
+
+# SIGUSR1 to the launcher: the same stop as SIGTERM's, exit 138.
+job="preempt-usr1-$$-$RANDOM"
+launch usr1 "$job" --checkpoint_dir="$out/ckpt_usr1"
+wait_for_lines "$out/usr1.txt" 20
+kill -USR1 "$pid"
+set +e; wait "$pid"; rc=$?; set -e
+[[ $rc -eq 138 ]] || { cat "$out/usr1.log"; echo "FAIL: the launcher exited $rc after SIGUSR1, expected 138"; exit 1; }
+grep -q "caught signal 10 (SIGUSR1): asking the ranks to stop at the next step boundary with a checkpoint (signal 12 (SIGUSR2) to mpirun" "$out/usr1.log" ||
+  { cat "$out/usr1.log"; echo "FAIL: the launcher did not ask the ranks to stop"; exit 1; }
+grep -q "I the ranks stopped after .*: mpirun (pid [0-9]*) exited with code 140" "$out/usr1.log" ||
+  { cat "$out/usr1.log"; echo "FAIL: the ranks did not stop by themselves within the grace"; exit 1; }
+stop_step=$(sed -n 's/.*stopped by User defined signal 2 at epoch [0-9]*, batch [0-9]* of [0-9]* (step \([0-9]*\)).*/\1/p' "$out/usr1.log")
+[[ -n "$stop_step" ]] || { cat "$out/usr1.log"; echo "FAIL: the ranks did not stop"; exit 1; }
+[[ -f "$out/ckpt_usr1/$(printf 'ckpt-%012d.stoker' "$stop_step")" ]] || { ls -l "$out/ckpt_usr1"; echo "FAIL: no checkpoint of step $stop_step"; exit 1; }
+assert_nothing_left "$job"
+job="preempt-usr1-resume-$$-$RANDOM"
+launch usr1_resumed "$job" --checkpoint_dir="$out/ckpt_usr1"
+wait "$pid" || { cat "$out/usr1_resumed.log"; echo "FAIL: the resumed run failed"; exit 1; }
+grep -q "resuming from .*$(printf 'ckpt-%012d' "$stop_step")" "$out/usr1_resumed.log" || { echo "FAIL: did not resume from step $stop_step"; exit 1; }
+assert_nothing_left "$job"
+same_losses "$out/reference.txt" "$out/usr1.txt" "$out/usr1_resumed.txt"
 
 # SIGUSR2 to mpirun: forwarded to the ranks at once; they stop, checkpoint and exit 140.
 job="preempt-usr2-$$-$RANDOM"

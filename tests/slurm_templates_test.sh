@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The sbatch templates of launcher/slurm/, run as sbatch would run them on the first node of
 # an allocation (SLURM_* set by hand) with the launcher in --dry_run: each must be valid bash
-# and must come to the srun command its #SBATCH lines ask for.
+# and must come to the srun command its #SBATCH lines ask for. Each asks to be requeued and
+# for SIGUSR1 to the batch shell before the time limit, and `exec`s the launcher, so that the
+# signal reaches the launcher (which stops at a step boundary with a checkpoint).
 set -euo pipefail
 root="${TEST_SRCDIR}/stoker"
 out="${TEST_TMPDIR:-$(mktemp -d)}"
@@ -21,6 +23,11 @@ check() {
   cpus=$(sed -n 's/^#SBATCH --cpus-per-task=//p' "$template")
   [[ "$(sed -n 's/^#SBATCH --nodes=//p' "$template")" == "$nodes" ]] ||
     { echo "FAIL: $1 does not ask for $nodes node(s)"; exit 1; }
+  grep -qx -- "#SBATCH --requeue" "$template" || { echo "FAIL: $1 has no #SBATCH --requeue"; exit 1; }
+  grep -qxE -- "#SBATCH --signal=B:USR1@[0-9]+" "$template" ||
+    { echo "FAIL: $1 has no #SBATCH --signal=B:USR1@<seconds>"; exit 1; }
+  grep -qE '^exec \$STOKER_LAUNCHER ' "$template" ||
+    { echo "FAIL: $1 does not exec the launcher (the batch shell's signals must reach it)"; exit 1; }
   env -i PATH="$out/bin:/usr/bin:/bin" HOME="$out" \
     SLURM_JOB_ID=4242 SLURM_JOB_NUM_NODES="$nodes" SLURM_NTASKS_PER_NODE="$tasks" \
     SLURM_GPUS_ON_NODE="$gpus" SLURM_CPUS_PER_TASK="$cpus" \

@@ -126,6 +126,7 @@ void RunCall(const GraphCall& call, GraphFrame& frame) {
       return;
     case GraphCall::Kind::kBatchNorm:
     case GraphCall::Kind::kMaxPool:
+    case GraphCall::Kind::kSelfAttention:
       values[call.outputs[0][0]] = RunFusedBlock(call, frame);
       return;
   }

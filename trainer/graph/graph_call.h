@@ -35,13 +35,14 @@ struct GraphArg {
 
 struct GraphCall {
   enum class Kind {
-    kOperator,   // `op` through the dispatcher
-    kSymSize,    // a size query: `sym_op` is "size", "numel" or "stride"
-    kSymArith,   // integer arithmetic on sizes: `sym_op` is "mul", "add", ...
-    kDropout,    // aten::dropout(_) drawing from the run's generator
-    kAlias,      // the output is the first argument (a skipped in-place update)
-    kBatchNorm,  // Note [Fused blocks in a program]
-    kMaxPool,    // Note [Fused blocks in a program]
+    kOperator,       // `op` through the dispatcher
+    kSymSize,        // a size query: `sym_op` is "size", "numel" or "stride"
+    kSymArith,       // integer arithmetic on sizes: `sym_op` is "mul", "add", ...
+    kDropout,        // aten::dropout(_) drawing from the run's generator
+    kAlias,          // the output is the first argument (a skipped in-place update)
+    kBatchNorm,      // Note [Fused blocks in a program]
+    kMaxPool,        // Note [Fused blocks in a program]
+    kSelfAttention,  // Note [Fused blocks in a program]
   };
   Kind kind = Kind::kOperator;
   std::optional<c10::OperatorHandle> op;

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "trainer/nn/fused_blocks.h"
+#include "trainer/nn/self_attention.h"
 #include "trainer/nn/sync_batch_norm.h"
 
 namespace stoker::trainer {
@@ -145,11 +146,232 @@ GraphArg Constant(c10::IValue value) {
   return arg;
 }
 
+bool IsInt(const GraphArg& arg, int64_t value) {
+  return IsConstant(arg) && arg.constant.isInt() && arg.constant.toInt() == value;
+}
+
+bool IsInts(const GraphArg& arg, const std::vector<int64_t>& values) {
+  return IsConstant(arg) && arg.constant.isIntList() && arg.constant.toIntVector() == values;
+}
+
+// The last element of an int list argument where it is a constant, else -1.
+int64_t LastInt(const GraphArg& arg) {
+  if (IsConstant(arg) && arg.constant.isIntList() && !arg.constant.toIntVector().empty())
+    return arg.constant.toIntVector().back();
+  if (arg.kind == GraphArg::Kind::kIntList && !arg.ints.empty() && arg.slots.back() < 0)
+    return arg.ints.back();
+  return -1;
+}
+
+// The calls of a program as a graph: who writes each slot, how many read it.
+class CallGraph {
+ public:
+  CallGraph(const std::vector<std::unique_ptr<GraphCall>>& calls,
+            const std::vector<int>& outside_reads)
+      : calls_(calls) {
+    for (size_t i = 0; i < calls.size(); ++i) {
+      for (int s : Reads(*calls[i])) ++readers_[s];
+      for (const std::vector<int>& slots : calls[i]->outputs) {
+        for (int s : slots) {
+          if (s >= 0) producer_[s] = static_cast<int>(i);
+        }
+      }
+    }
+    for (int s : outside_reads) ++readers_[s];
+  }
+
+  int Readers(int slot) const {
+    auto found = readers_.find(slot);
+    return found == readers_.end() ? 0 : found->second;
+  }
+
+  // The call that computes `arg`'s slot as its only output, if it is `name`; else -1.
+  int Producer(const GraphArg& arg, const char* name, const char* overload = "") const {
+    if (!IsSlot(arg)) return -1;
+    auto found = producer_.find(arg.slot);
+    if (found == producer_.end()) return -1;
+    const GraphCall& call = *calls_[found->second];
+    if (!IsOp(call, name, overload) || call.outputs.size() != 1 || call.outputs[0].size() != 1)
+      return -1;
+    return found->second;
+  }
+
+  // The one call that reads `slot`, if it is `name` reading it as its first argument.
+  int SoleReader(int slot, const char* name, const char* overload, size_t after) const {
+    if (Readers(slot) != 1) return -1;
+    for (size_t j = after + 1; j < calls_.size(); ++j) {
+      const GraphCall& call = *calls_[j];
+      const std::vector<int> reads = Reads(call);
+      if (std::find(reads.begin(), reads.end(), slot) == reads.end()) continue;
+      if (!IsOp(call, name, overload) || !IsSlot(call.args[0]) || call.args[0].slot != slot ||
+          call.outputs.size() != 1 || call.outputs[0].size() != 1)
+        return -1;
+      return static_cast<int>(j);
+    }
+    return -1;
+  }
+
+  const GraphCall& operator[](int i) const { return *calls_[i]; }
+  int Output(int i) const { return calls_[i]->outputs[0][0]; }
+
+ private:
+  const std::vector<std::unique_ptr<GraphCall>>& calls_;
+  std::unordered_map<int, int> readers_;
+  std::unordered_map<int, int> producer_;
+};
+
+// aten::scaled_dot_product_attention's arguments by position.
+enum AttentionArg { kQuery, kKey, kValue, kAttnMask, kDropoutP, kIsCausal, kScale, kEnableGqa };
+
+// A batch-first nn.MultiheadAttention self-attention as torch.export records it, around the
+// scaled_dot_product_attention call `attention` (Note [Self-attention without layout
+// copies], trainer/nn/self_attention.h):
+//   xt = transpose(x, 1, 0); proj = linear(xt, in_w, in_b)
+//   packed = contiguous(squeeze(transpose(unsqueeze(unflatten(proj, -1, [3, E]), 0), 0, -2), -2))
+//   q|k|v = view(transpose(view(select(packed, 0, 0|1|2), [L, N*H, D]), 0, 1), [N, H, L, D])
+//   o = scaled_dot_product_attention(q, k, v, None, p, causal, scale)
+//   out = transpose(view(linear(view(permute(o, [2, 0, 1, 3]), [L*N, E]), out_w, out_b),
+//                        [L, N, E]), 1, 0)
+// every intermediate value read by the next call only. On a match: the pattern's calls (the
+// last, the output transpose, at `*last`) and a kSelfAttention call for them.
+bool MatchSelfAttention(const CallGraph& graph, int attention, std::vector<int>* pattern,
+                        std::unique_ptr<GraphCall>* fused) {
+  const GraphCall& sdpa = graph[attention];
+  if (!IsOp(sdpa, "aten::scaled_dot_product_attention") || sdpa.args.size() != 8) return false;
+  if (!IsConstant(sdpa.args[kAttnMask]) || !sdpa.args[kAttnMask].constant.isNone() ||
+      !IsConstant(sdpa.args[kDropoutP]) || !sdpa.args[kDropoutP].constant.isDouble() ||
+      !IsConstant(sdpa.args[kIsCausal]) || !sdpa.args[kIsCausal].constant.isBool() ||
+      !IsConstant(sdpa.args[kScale]) || !IsConstant(sdpa.args[kEnableGqa]) ||
+      sdpa.args[kEnableGqa].constant.toBool()) {
+    return false;
+  }
+  std::vector<int> calls = {attention};
+  // q, k and v back to the packed projection.
+  int packed_call = -1;
+  int64_t head_dim = -1;
+  for (int i = 0; i < 3; ++i) {
+    const int view_heads = graph.Producer(sdpa.args[kQuery + i], "aten::view");
+    if (view_heads < 0 || graph.Readers(graph.Output(view_heads)) != 1) return false;
+    const int transposed = graph.Producer(graph[view_heads].args[0], "aten::transpose", "int");
+    if (transposed < 0 || graph.Readers(graph.Output(transposed)) != 1 ||
+        !IsInt(graph[transposed].args[1], 0) || !IsInt(graph[transposed].args[2], 1))
+      return false;
+    const int view_rows = graph.Producer(graph[transposed].args[0], "aten::view");
+    if (view_rows < 0 || graph.Readers(graph.Output(view_rows)) != 1) return false;
+    const int64_t d = LastInt(graph[view_rows].args[1]);
+    if (d <= 0 || (head_dim >= 0 && d != head_dim)) return false;
+    head_dim = d;
+    const int selected = graph.Producer(graph[view_rows].args[0], "aten::select", "int");
+    if (selected < 0 || graph.Readers(graph.Output(selected)) != 1 ||
+        !IsInt(graph[selected].args[1], 0) || !IsInt(graph[selected].args[2], i))
+      return false;
+    const int contiguous = graph.Producer(graph[selected].args[0], "aten::contiguous");
+    if (contiguous < 0 || (packed_call >= 0 && contiguous != packed_call)) return false;
+    packed_call = contiguous;
+    calls.insert(calls.end(), {view_heads, transposed, view_rows, selected});
+  }
+  if (graph.Readers(graph.Output(packed_call)) != 3) return false;
+  const int squeezed = graph.Producer(graph[packed_call].args[0], "aten::squeeze", "dim");
+  if (squeezed < 0 || graph.Readers(graph.Output(squeezed)) != 1 ||
+      !IsInt(graph[squeezed].args[1], -2))
+    return false;
+  const int swapped = graph.Producer(graph[squeezed].args[0], "aten::transpose", "int");
+  if (swapped < 0 || graph.Readers(graph.Output(swapped)) != 1 ||
+      !IsInt(graph[swapped].args[1], 0) || !IsInt(graph[swapped].args[2], -2))
+    return false;
+  const int unsqueezed = graph.Producer(graph[swapped].args[0], "aten::unsqueeze");
+  if (unsqueezed < 0 || graph.Readers(graph.Output(unsqueezed)) != 1 ||
+      !IsInt(graph[unsqueezed].args[1], 0))
+    return false;
+  const int unflattened = graph.Producer(graph[unsqueezed].args[0], "aten::unflatten", "int");
+  if (unflattened < 0 || graph.Readers(graph.Output(unflattened)) != 1 ||
+      !IsInt(graph[unflattened].args[1], -1) || !IsConstant(graph[unflattened].args[2]) ||
+      !graph[unflattened].args[2].constant.isIntList() ||
+      graph[unflattened].args[2].constant.toIntVector().size() != 2 ||
+      graph[unflattened].args[2].constant.toIntVector()[0] != 3)
+    return false;
+  const int in_proj = graph.Producer(graph[unflattened].args[0], "aten::linear");
+  if (in_proj < 0 || graph.Readers(graph.Output(in_proj)) != 1) return false;
+  const int input_t = graph.Producer(graph[in_proj].args[0], "aten::transpose", "int");
+  if (input_t < 0 || graph.Readers(graph.Output(input_t)) != 1 ||
+      !IsInt(graph[input_t].args[1], 1) || !IsInt(graph[input_t].args[2], 0) ||
+      !IsSlot(graph[input_t].args[0]))
+    return false;
+  calls.insert(calls.end(),
+               {packed_call, squeezed, swapped, unsqueezed, unflattened, in_proj, input_t});
+  // The attention's output to the out-projection and back to batch first.
+  const int permuted = graph.SoleReader(graph.Output(attention), "aten::permute", "", attention);
+  if (permuted < 0 || !IsInts(graph[permuted].args[1], {2, 0, 1, 3})) return false;
+  const int rows = graph.SoleReader(graph.Output(permuted), "aten::view", "", permuted);
+  if (rows < 0) return false;
+  const int out_proj = graph.SoleReader(graph.Output(rows), "aten::linear", "", rows);
+  if (out_proj < 0) return false;
+  const int unrows = graph.SoleReader(graph.Output(out_proj), "aten::view", "", out_proj);
+  if (unrows < 0) return false;
+  const int output_t = graph.SoleReader(graph.Output(unrows), "aten::transpose", "int", unrows);
+  if (output_t < 0 || !IsInt(graph[output_t].args[1], 1) || !IsInt(graph[output_t].args[2], 0))
+    return false;
+  calls.insert(calls.end(), {permuted, rows, out_proj, unrows, output_t});
+
+  auto call = std::make_unique<GraphCall>();
+  call->kind = GraphCall::Kind::kSelfAttention;
+  call->args = {graph[input_t].args[0],  graph[in_proj].args[1],  graph[in_proj].args[2],
+                graph[out_proj].args[1], graph[out_proj].args[2], Constant(head_dim),
+                sdpa.args[kDropoutP],    sdpa.args[kIsCausal],    sdpa.args[kScale]};
+  call->outputs = graph[output_t].outputs;
+  call->list_output = {false};
+  *pattern = std::move(calls);
+  *fused = std::move(call);
+  return true;
+}
+
+// Drops the calls marked `removed`.
+void Compact(const std::vector<bool>& removed, std::vector<std::unique_ptr<GraphCall>>& calls) {
+  std::vector<std::unique_ptr<GraphCall>> kept;
+  kept.reserve(calls.size());
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (!removed[i]) kept.push_back(std::move(calls[i]));
+  }
+  calls = std::move(kept);
+}
+
+// Rewrites every MatchSelfAttention pattern whose inputs nothing writes while it runs into
+// its kSelfAttention call, which takes the place of the pattern's last call.
+int FuseSelfAttention(std::vector<std::unique_ptr<GraphCall>>& calls,
+                      const std::vector<int>& outside_reads) {
+  int fused_count = 0;
+  std::vector<bool> removed(calls.size(), false);
+  {
+    const CallGraph graph(calls, outside_reads);
+    for (size_t i = 0; i < calls.size(); ++i) {
+      std::vector<int> pattern;
+      std::unique_ptr<GraphCall> fused;
+      if (!MatchSelfAttention(graph, static_cast<int>(i), &pattern, &fused)) continue;
+      const auto [first, last] = std::minmax_element(pattern.begin(), pattern.end());
+      bool inputs_written = false;
+      for (int j = *first; j <= *last; ++j) {
+        for (int a = 0; a < 5; ++a) {
+          inputs_written =
+              inputs_written || (IsSlot(fused->args[a]) && Writes(*calls[j], fused->args[a].slot));
+        }
+      }
+      if (inputs_written) continue;
+      for (int j : pattern) removed[j] = true;
+      removed[*last] = false;
+      calls[*last] = std::move(fused);
+      ++fused_count;
+    }
+  }
+  Compact(removed, calls);
+  return fused_count;
+}
+
 }  // namespace
 
 FusedBlockCounts FuseBlocks(std::vector<std::unique_ptr<GraphCall>>& calls,
                             const std::vector<int>& outside_reads) {
   FusedBlockCounts counts;
+  counts.self_attention = FuseSelfAttention(calls, outside_reads);
   std::unordered_map<int, int> readers;
   for (const auto& call : calls) {
     for (int s : Reads(*call)) ++readers[s];
@@ -223,17 +445,31 @@ FusedBlockCounts FuseBlocks(std::vector<std::unique_ptr<GraphCall>>& calls,
     }
   }
 
-  std::vector<std::unique_ptr<GraphCall>> kept;
-  kept.reserve(calls.size());
-  for (size_t i = 0; i < calls.size(); ++i) {
-    if (!removed[i]) kept.push_back(std::move(calls[i]));
-  }
-  calls = std::move(kept);
+  Compact(removed, calls);
   return counts;
 }
 
 at::Tensor RunFusedBlock(const GraphCall& call, const GraphFrame& frame) {
   const at::Tensor x = Resolve(call.args[0], frame).toTensor();
+  if (call.kind == GraphCall::Kind::kSelfAttention) {
+    SelfAttentionArguments attention;
+    auto tensor = [&](int i) {
+      const c10::IValue v = Resolve(call.args[i], frame);
+      return v.isTensor() ? v.toTensor() : at::Tensor();
+    };
+    attention.in_weight = tensor(1);
+    attention.in_bias = tensor(2);
+    attention.out_weight = tensor(3);
+    attention.out_bias = tensor(4);
+    const int64_t head_dim = call.args[5].constant.toInt();
+    TORCH_CHECK(x.dim() == 3 && x.size(2) % head_dim == 0, "self-attention over ", x.sizes(),
+                " with heads of ", head_dim);
+    attention.heads = x.size(2) / head_dim;
+    attention.dropout_p = call.args[6].constant.toDouble();
+    attention.is_causal = call.args[7].constant.toBool();
+    if (!call.args[8].constant.isNone()) attention.scale = call.args[8].constant.toDouble();
+    return SelfAttention(x, attention);
+  }
   if (call.kind == GraphCall::Kind::kMaxPool) {
     const int kernel = static_cast<int>(call.args[1].constant.toInt());
     const int stride = static_cast<int>(call.args[2].constant.toInt());

@@ -6,6 +6,8 @@
 //   batch_norm -> add(residual) -> relu      one kBatchNorm call with the residual and ReLU
 //   batch_norm (any other)                   one kBatchNorm call alone
 //   max_pool2d (square, dilation 1, floor)   one kMaxPool call
+//   a batch-first nn.MultiheadAttention's    one kSelfAttention call (Note [Self-attention
+//   self-attention (MatchSelfAttention)      without layout copies], nn/self_attention.h)
 // (relu and add in place or not; add with alpha 1; batch norms with tensors for their
 // parameters and running statistics). A pattern is taken only where its intermediate values
 // have no other reader, and the fused call takes the place of the
@@ -36,6 +38,7 @@ struct FusedBlockCounts {
   int batch_norm_relu = 0;
   int batch_norm_add_relu = 0;
   int max_pool = 0;
+  int self_attention = 0;
 };
 
 // Rewrites `calls` in place. `outside_reads` are slots read other than by calls (the
@@ -43,7 +46,7 @@ struct FusedBlockCounts {
 FusedBlockCounts FuseBlocks(std::vector<std::unique_ptr<GraphCall>>& calls,
                             const std::vector<int>& outside_reads);
 
-// The value of a kBatchNorm or kMaxPool call. Throws c10::Error.
+// The value of a kBatchNorm, kMaxPool or kSelfAttention call. Throws c10::Error.
 at::Tensor RunFusedBlock(const GraphCall& call, const GraphFrame& frame);
 
 }  // namespace stoker::trainer

@@ -129,6 +129,9 @@ void RunCall(const GraphCall& call, GraphFrame& frame) {
     case GraphCall::Kind::kSelfAttention:
       values[call.outputs[0][0]] = RunFusedBlock(call, frame);
       return;
+    case GraphCall::Kind::kLayerNorm:
+      RunFusedLayerNorm(call, frame);
+      return;
   }
 }
 

@@ -43,6 +43,7 @@ struct GraphCall {
     kBatchNorm,      // Note [Fused blocks in a program]
     kMaxPool,        // Note [Fused blocks in a program]
     kSelfAttention,  // Note [Fused blocks in a program]
+    kLayerNorm,      // Note [Fused blocks in a program]
   };
   Kind kind = Kind::kOperator;
   std::optional<c10::OperatorHandle> op;

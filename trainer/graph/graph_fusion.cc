@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "trainer/nn/fused_blocks.h"
+#include "trainer/nn/layer_norm.h"
 #include "trainer/nn/self_attention.h"
 #include "trainer/nn/sync_batch_norm.h"
 
@@ -366,12 +367,93 @@ int FuseSelfAttention(std::vector<std::unique_ptr<GraphCall>>& calls,
   return fused_count;
 }
 
+// aten::layer_norm's arguments by position.
+enum LayerNormArg { kNormInput, kNormalizedShape, kNormWeight, kNormBias, kNormEps, kNormCudnn };
+
+// Whether every reader of `slot` is a matrix product reading it as its input (aten::linear
+// or a kSelfAttention call), none outside the calls: then a bf16 value there is what those
+// readers would cast it to under bf16 autocast anyway.
+bool ReadOnlyByMatrixProducts(const std::vector<std::unique_ptr<GraphCall>>& calls,
+                              const CallGraph& graph, int slot) {
+  int readers = 0;
+  for (const auto& call : calls) {
+    const std::vector<int> reads = Reads(*call);
+    const int n = static_cast<int>(std::count(reads.begin(), reads.end(), slot));
+    if (n == 0) continue;
+    const bool product =
+        IsOp(*call, "aten::linear") || call->kind == GraphCall::Kind::kSelfAttention;
+    if (n != 1 || !product || !IsSlot(call->args[0]) || call->args[0].slot != slot) return false;
+    readers += n;
+  }
+  return readers > 0 && readers == graph.Readers(slot);
+}
+
+// Note [Layer norm with its add and cast] (trainer/nn/layer_norm.h): a layer norm over the
+// last dimension, with tensors for its weight and bias, whose output only matrix products
+// read, becomes a kLayerNorm call; with the add.Tensor (alpha 1) that computes its input,
+// where nothing between them reads the sum or writes the add's operands, the add too (the
+// kLayerNorm call then writes the sum as well).
+int FuseLayerNorms(std::vector<std::unique_ptr<GraphCall>>& calls,
+                   const std::vector<int>& outside_reads) {
+  int fused_count = 0;
+  std::vector<bool> removed(calls.size(), false);
+  {
+    const CallGraph graph(calls, outside_reads);
+    for (size_t j = 0; j < calls.size(); ++j) {
+      const GraphCall& norm = *calls[j];
+      if (!IsOp(norm, "aten::layer_norm") || norm.args.size() != 6 ||
+          !IsSlot(norm.args[kNormInput]) || !IsSlot(norm.args[kNormWeight]) ||
+          !IsSlot(norm.args[kNormBias]) || !IsConstant(norm.args[kNormEps]) ||
+          !norm.args[kNormEps].constant.isDouble() || !IsConstant(norm.args[kNormalizedShape]) ||
+          !norm.args[kNormalizedShape].constant.isIntList() ||
+          norm.args[kNormalizedShape].constant.toIntVector().size() != 1 ||
+          norm.outputs.size() != 1 || norm.outputs[0].size() != 1 ||
+          !ReadOnlyByMatrixProducts(calls, graph, norm.outputs[0][0])) {
+        continue;
+      }
+      auto fused = std::make_unique<GraphCall>();
+      fused->kind = GraphCall::Kind::kLayerNorm;
+      fused->args = {norm.args[kNormInput], Constant(c10::IValue()), norm.args[kNormWeight],
+                     norm.args[kNormBias], norm.args[kNormEps]};
+      fused->outputs = {norm.outputs[0]};
+      fused->list_output = {false};
+      const int sum_slot = norm.args[kNormInput].slot;
+      const int add = graph.Producer(norm.args[kNormInput], "aten::add", "Tensor");
+      bool in_place = false;
+      if (add >= 0 && !removed[add] && calls[add]->args.size() == 3 &&
+          IsSlot(calls[add]->args[1]) &&
+          ResidualOf(*calls[add], calls[add]->args[0].slot, &in_place) ==
+              calls[add]->args[1].slot) {
+        bool clear = true;
+        for (size_t k = add + 1; k < j && clear; ++k) {
+          const std::vector<int> reads = Reads(*calls[k]);
+          clear = std::find(reads.begin(), reads.end(), sum_slot) == reads.end() &&
+                  !Writes(*calls[k], calls[add]->args[0].slot) &&
+                  !Writes(*calls[k], calls[add]->args[1].slot);
+        }
+        if (clear) {
+          fused->args[0] = calls[add]->args[0];
+          fused->args[1] = calls[add]->args[1];
+          fused->outputs = {{sum_slot}, norm.outputs[0]};
+          fused->list_output = {false, false};
+          removed[add] = true;
+        }
+      }
+      calls[j] = std::move(fused);
+      ++fused_count;
+    }
+  }
+  Compact(removed, calls);
+  return fused_count;
+}
+
 }  // namespace
 
 FusedBlockCounts FuseBlocks(std::vector<std::unique_ptr<GraphCall>>& calls,
                             const std::vector<int>& outside_reads) {
   FusedBlockCounts counts;
   counts.self_attention = FuseSelfAttention(calls, outside_reads);
+  counts.layer_norm = FuseLayerNorms(calls, outside_reads);
   std::unordered_map<int, int> readers;
   for (const auto& call : calls) {
     for (int s : Reads(*call)) ++readers[s];
@@ -447,6 +529,23 @@ FusedBlockCounts FuseBlocks(std::vector<std::unique_ptr<GraphCall>>& calls,
 
   Compact(removed, calls);
   return counts;
+}
+
+void RunFusedLayerNorm(const GraphCall& call, GraphFrame& frame) {
+  std::vector<c10::IValue>& values = *frame.values;
+  const at::Tensor a = Resolve(call.args[0], frame).toTensor();
+  const c10::IValue b = Resolve(call.args[1], frame);
+  LayerNormArguments norm;
+  norm.weight = Resolve(call.args[2], frame).toTensor();
+  norm.bias = Resolve(call.args[3], frame).toTensor();
+  norm.eps = call.args[4].constant.toDouble();
+  auto [sum, y] = AddLayerNorm(a, b.isTensor() ? b.toTensor() : at::Tensor(), norm);
+  if (call.outputs.size() == 2) {
+    values[call.outputs[0][0]] = std::move(sum);
+    values[call.outputs[1][0]] = std::move(y);
+  } else {
+    values[call.outputs[0][0]] = std::move(y);
+  }
 }
 
 at::Tensor RunFusedBlock(const GraphCall& call, const GraphFrame& frame) {

@@ -8,6 +8,8 @@
 //   max_pool2d (square, dilation 1, floor)   one kMaxPool call
 //   a batch-first nn.MultiheadAttention's    one kSelfAttention call (Note [Self-attention
 //   self-attention (MatchSelfAttention)      without layout copies], nn/self_attention.h)
+//   (add ->) layer_norm read by matrix       one kLayerNorm call (Note [Layer norm with its
+//   products only                            add and cast], nn/layer_norm.h)
 // (relu and add in place or not; add with alpha 1; batch norms with tensors for their
 // parameters and running statistics). A pattern is taken only where its intermediate values
 // have no other reader, and the fused call takes the place of the
@@ -39,6 +41,7 @@ struct FusedBlockCounts {
   int batch_norm_add_relu = 0;
   int max_pool = 0;
   int self_attention = 0;
+  int layer_norm = 0;  // with or without the add before it
 };
 
 // Rewrites `calls` in place. `outside_reads` are slots read other than by calls (the
@@ -48,6 +51,9 @@ FusedBlockCounts FuseBlocks(std::vector<std::unique_ptr<GraphCall>>& calls,
 
 // The value of a kBatchNorm, kMaxPool or kSelfAttention call. Throws c10::Error.
 at::Tensor RunFusedBlock(const GraphCall& call, const GraphFrame& frame);
+
+// Runs a kLayerNorm call, storing the sum (where it has the add) and the normalised output.
+void RunFusedLayerNorm(const GraphCall& call, GraphFrame& frame);
 
 }  // namespace stoker::trainer
 

@@ -21,8 +21,8 @@ struct Case {
   const char* kwargs;        // JSON: dropout and stochastic depth off, ViT's image size
   bool fused_blocks = true;  // the program's fused-block rewrite (the CPU runs its composition)
   // The rewrite's expected {batch norm alone, batch norm + ReLU, batch norm + add + ReLU, max
-  // pool, self-attention} counts in the training program; -1: not checked.
-  int fused[5] = {-1, -1, -1, -1, -1};
+  // pool, self-attention, layer norm} counts in the training program; -1: not checked.
+  int fused[6] = {-1, -1, -1, -1, -1, -1};
 };
 
 constexpr int kBatch = 4;
@@ -44,10 +44,10 @@ TEST_P(TorchvisionExportTest, TrainsAsInPyTorchAndExportsWeightsTorchvisionLoads
   std::cerr << c.arch << ": fused blocks " << fused.batch_norm << " batch norm alone, "
             << fused.batch_norm_relu << " batch norm + ReLU, " << fused.batch_norm_add_relu
             << " batch norm + add + ReLU, " << fused.max_pool << " max pool, "
-            << fused.self_attention << " self-attention\n";
+            << fused.self_attention << " self-attention, " << fused.layer_norm << " layer norm\n";
   if (!c.fused_blocks) {
     EXPECT_EQ(fused.batch_norm + fused.batch_norm_relu + fused.batch_norm_add_relu +
-                  fused.max_pool + fused.self_attention,
+                  fused.max_pool + fused.self_attention + fused.layer_norm,
               0);
   } else if (c.fused[0] >= 0) {
     EXPECT_EQ(fused.batch_norm, c.fused[0]);
@@ -55,6 +55,7 @@ TEST_P(TorchvisionExportTest, TrainsAsInPyTorchAndExportsWeightsTorchvisionLoads
     EXPECT_EQ(fused.batch_norm_add_relu, c.fused[2]);
     EXPECT_EQ(fused.max_pool, c.fused[3]);
     EXPECT_EQ(fused.self_attention, c.fused[4]);
+    EXPECT_EQ(fused.layer_norm, c.fused[5]);
   }
   ExpectTrainsAsInPyTorch(*exported, model);
 }
@@ -63,22 +64,23 @@ INSTANTIATE_TEST_SUITE_P(
     Torchvision, TorchvisionExportTest,
     // A ResNet's stem and each block's inner batch norms end in ReLU, each block's last one
     // in add + ReLU; the downsample branches' batch norms are fused alone.
-    ::testing::Values(Case{"resnet18", 32, "{}", true, {3, 9, 8, 1, 0}},
+    ::testing::Values(Case{"resnet18", 32, "{}", true, {3, 9, 8, 1, 0, 0}},
                       Case{"resnet18", 32, "{}", false},
-                      Case{"resnet50", 32, "{}", true, {4, 33, 16, 1, 0}},
+                      Case{"resnet50", 32, "{}", true, {4, 33, 16, 1, 0, 0}},
                       Case{"mobilenet_v3_small", 32, R"({"dropout": 0.0})"},
                       Case{"efficientnet_b0", 32,
                            R"({"dropout": 0.0, "stochastic_depth_prob": 0.0})"},
                       Case{"convnext_tiny", 32, R"({"stochastic_depth_prob": 0.0})"},
                       // vit_b_16's class with fewer and narrower layers: the same
                       // operations in a model a thousand times smaller, each layer's
-                      // attention one kSelfAttention call.
+                      // attention one kSelfAttention call and both its layer norms
+                      // kLayerNorm calls (the encoder's last one feeds no matrix product).
                       Case{"VisionTransformer",
                            32,
                            R"({"image_size": 32, "patch_size": 8, "num_layers": 2,
                                "num_heads": 4, "hidden_dim": 64, "mlp_dim": 128})",
                            true,
-                           {0, 0, 0, 0, 2}}),
+                           {0, 0, 0, 0, 2, 4}}),
     [](const ::testing::TestParamInfo<Case>& info) {
       return absl::StrCat(info.param.arch, info.param.fused_blocks ? "" : "_unfused");
     });

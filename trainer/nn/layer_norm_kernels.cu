@@ -1,0 +1,160 @@
+#include "trainer/nn/layer_norm_kernels.h"
+
+#include <cuda_bf16.h>
+
+#include "common/element_conversions.cuh"
+
+namespace stoker::trainer {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kRowsPerBlock = 8;  // one warp a row
+constexpr int kChunkRows = 256;   // rows per partial sum of the parameter gradients
+constexpr int kColumnThreads = 32;
+constexpr int kRowThreads = 8;
+
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffff, v, offset);
+  return v;
+}
+
+// One warp a row. The row is read once from global memory and again from cache.
+__global__ void ForwardKernel(const float* __restrict__ residual,
+                              const __nv_bfloat16* __restrict__ branch, float* __restrict__ sum,
+                              __nv_bfloat16* __restrict__ y, const float* __restrict__ weight,
+                              const float* __restrict__ bias, float eps, int64_t rows, int width,
+                              float* __restrict__ mean_out, float* __restrict__ rstd_out) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.y;
+  if (row >= rows) return;
+  const int lane = threadIdx.x;
+  const int64_t base = row * width;
+  const float* in = branch != nullptr ? sum + base : residual + base;
+  float total = 0.f;
+  for (int j = lane; j < width; j += kWarp) {
+    float v = residual[base + j];
+    if (branch != nullptr) {
+      v += ToFloat(branch[base + j]);
+      sum[base + j] = v;
+    }
+    total += v;
+  }
+  const float mean = WarpSum(total) / width;
+  float squares = 0.f;
+  for (int j = lane; j < width; j += kWarp) {
+    const float d = in[j] - mean;
+    squares += d * d;
+  }
+  const float rstd = rsqrtf(WarpSum(squares) / width + eps);
+  for (int j = lane; j < width; j += kWarp) {
+    y[base + j] = FromFloat<__nv_bfloat16>((in[j] - mean) * rstd * weight[j] + bias[j]);
+  }
+  if (lane == 0) {
+    mean_out[row] = mean;
+    rstd_out[row] = rstd;
+  }
+}
+
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * weight, one warp a row.
+__global__ void BackwardKernel(const __nv_bfloat16* __restrict__ dy, const float* __restrict__ x,
+                               const float* __restrict__ mean, const float* __restrict__ rstd,
+                               const float* __restrict__ weight, const float* __restrict__ dsum_in,
+                               int64_t rows, int width, float* __restrict__ dsum,
+                               __nv_bfloat16* __restrict__ dbranch) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.y;
+  if (row >= rows) return;
+  const int lane = threadIdx.x;
+  const int64_t base = row * width;
+  const float m = mean[row], r = rstd[row];
+  float g_total = 0.f, gx_total = 0.f;
+  for (int j = lane; j < width; j += kWarp) {
+    const float g = ToFloat(dy[base + j]) * weight[j];
+    g_total += g;
+    gx_total += g * (x[base + j] - m) * r;
+  }
+  const float g_mean = WarpSum(g_total) / width;
+  const float gx_mean = WarpSum(gx_total) / width;
+  for (int j = lane; j < width; j += kWarp) {
+    const float g = ToFloat(dy[base + j]) * weight[j];
+    const float xhat = (x[base + j] - m) * r;
+    float d = r * (g - g_mean - xhat * gx_mean);
+    if (dsum_in != nullptr) d += dsum_in[base + j];
+    dsum[base + j] = d;
+    if (dbranch != nullptr) dbranch[base + j] = FromFloat<__nv_bfloat16>(d);
+  }
+}
+
+// Block (kColumnThreads, kRowThreads) over 32 columns and one chunk of kChunkRows rows.
+__global__ void ParameterGradientKernel(const __nv_bfloat16* __restrict__ dy,
+                                        const float* __restrict__ x, const float* __restrict__ mean,
+                                        const float* __restrict__ rstd, int64_t rows, int width,
+                                        float* __restrict__ scratch) {
+  __shared__ float dweight[kRowThreads][kColumnThreads];
+  __shared__ float dbias[kRowThreads][kColumnThreads];
+  const int column = blockIdx.x * kColumnThreads + threadIdx.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.y) * kChunkRows;
+  const int64_t last = min(first + kChunkRows, rows);
+  float w = 0.f, b = 0.f;
+  if (column < width) {
+    for (int64_t row = first + threadIdx.y; row < last; row += kRowThreads) {
+      const float g = ToFloat(dy[row * width + column]);
+      w += g * (x[row * width + column] - mean[row]) * rstd[row];
+      b += g;
+    }
+  }
+  dweight[threadIdx.y][threadIdx.x] = w;
+  dbias[threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  if (threadIdx.y == 0 && column < width) {
+    for (int i = 1; i < kRowThreads; ++i) {
+      w += dweight[i][threadIdx.x];
+      b += dbias[i][threadIdx.x];
+    }
+    float* out = scratch + static_cast<int64_t>(blockIdx.y) * 2 * width;
+    out[column] = w;
+    out[width + column] = b;
+  }
+}
+
+unsigned RowBlocks(NormRows shape) {
+  return static_cast<unsigned>((shape.rows + kRowsPerBlock - 1) / kRowsPerBlock);
+}
+
+}  // namespace
+
+cudaError_t LaunchLayerNormForward(const float* residual, const void* branch, float* sum, void* y,
+                                   const float* weight, const float* bias, float eps,
+                                   NormRows shape, float* mean, float* rstd, cudaStream_t stream) {
+  if (shape.rows == 0) return cudaSuccess;
+  ForwardKernel<<<RowBlocks(shape), dim3(kWarp, kRowsPerBlock), 0, stream>>>(
+      residual, static_cast<const __nv_bfloat16*>(branch), sum, static_cast<__nv_bfloat16*>(y),
+      weight, bias, eps, shape.rows, shape.width, mean, rstd);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchLayerNormBackward(const void* dy, const float* sum, const float* mean,
+                                    const float* rstd, const float* weight, const float* dsum_in,
+                                    NormRows shape, float* dsum, void* dbranch,
+                                    cudaStream_t stream) {
+  if (shape.rows == 0) return cudaSuccess;
+  BackwardKernel<<<RowBlocks(shape), dim3(kWarp, kRowsPerBlock), 0, stream>>>(
+      static_cast<const __nv_bfloat16*>(dy), sum, mean, rstd, weight, dsum_in, shape.rows,
+      shape.width, dsum, static_cast<__nv_bfloat16*>(dbranch));
+  return cudaGetLastError();
+}
+
+int64_t LayerNormChunks(NormRows shape) { return (shape.rows + kChunkRows - 1) / kChunkRows; }
+
+int64_t LayerNormScratchFloats(NormRows shape) { return LayerNormChunks(shape) * 2 * shape.width; }
+
+cudaError_t LaunchLayerNormParameterGradients(const void* dy, const float* sum, const float* mean,
+                                              const float* rstd, NormRows shape, float* scratch,
+                                              cudaStream_t stream) {
+  if (shape.rows == 0) return cudaSuccess;
+  const dim3 grid((shape.width + kColumnThreads - 1) / kColumnThreads,
+                  static_cast<unsigned>(LayerNormChunks(shape)));
+  ParameterGradientKernel<<<grid, dim3(kColumnThreads, kRowThreads), 0, stream>>>(
+      static_cast<const __nv_bfloat16*>(dy), sum, mean, rstd, shape.rows, shape.width, scratch);
+  return cudaGetLastError();
+}
+
+}  // namespace stoker::trainer

@@ -88,6 +88,8 @@ class CheckpointWriter {
   void AddHeldTensor(absl::string_view name, absl::string_view dtype,
                      const std::vector<int64_t>& shape, std::shared_ptr<const void> keep_alive,
                      const void* data, size_t bytes);
+  // The size of the file so far, in bytes.
+  size_t size() const { return sealed_.size() + bytes_.size(); }
   // The file's bytes: header (with the checksums) and payload.
   std::string Finish() &&;
   // The file without joining its parts into one buffer: computes the checksums (reading

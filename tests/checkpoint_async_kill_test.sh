@@ -8,7 +8,8 @@
 # previous complete checkpoint (step 8); the same torn bytes under a checkpoint's name, as a
 # crash can leave a file whose length is there but not its data, are refused by their CRC
 # and the run falls back to step 8 too. Either way training continues with the
-# uninterrupted run's losses, bit for bit, and every job leaves nothing behind.
+# uninterrupted run's losses, bit for bit, and every job leaves nothing behind. Checkpoints
+# due while the previous write is in flight wait for it, and say so.
 set -euo pipefail
 source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
 begin_job_test
@@ -100,4 +101,20 @@ grep -q "resuming from .*ckpt-000000000008.stoker: epoch 1, batch 8, step 8" "$o
 head -n 8 "$out/full.txt" | cat - "$out/named.txt" | cmp - "$out/full.txt" ||
   { echo "FAIL: the losses after the fall-back differ from the uninterrupted run's"; exit 1; }
 echo "the torn write was refused by name and by CRC; both runs resumed at step 8 with the uninterrupted run's losses"
+
+# Checkpoints due faster than they are written (each write held 2 s): each waits for the
+# write before it and says so; the run ends once the last is written, with the same losses.
+STOKER_TEST_CHECKPOINT_WRITE_PAUSE_MS=2000 run waits --loss_log="$out/waits.txt" \
+  --checkpoint_dir="$out/ckpt_waits" --checkpoint_every_steps=4 --checkpoint_async \
+  --metrics_jsonl="$out/waits.jsonl"
+[[ $rc -eq 0 ]] || { cat "$out/waits.log"; echo "FAIL: exit $rc"; exit 1; }
+grep -q "first waited .* s for the previous checkpoint's write to end" "$out/waits.log" ||
+  { cat "$out/waits.log"; echo "FAIL: a checkpoint that waited for the previous write did not say so"; exit 1; }
+grep '"type": "checkpoint"' "$out/waits.jsonl" | sed 's/.*"waited_s": \([0-9.e-]*\).*/\1/' |
+  awk '$1 > 0.1 {found = 1} END {exit !found}' ||
+  { cat "$out/waits.jsonl"; echo "FAIL: no JSON line shows the wait for the previous write"; exit 1; }
+ls "$out/ckpt_waits"
+[[ "$(ls "$out/ckpt_waits" | grep -c '^ckpt-.*\.stoker$')" -eq 3 ]] || { echo "FAIL: expected the newest 3 checkpoints"; exit 1; }
+cmp "$out/waits.txt" "$out/full.txt" || { echo "FAIL: the losses differ from the uninterrupted run's"; exit 1; }
+grep "first waited" "$out/waits.log" | head -n 1
 echo "PASS"

@@ -11,8 +11,8 @@
 #       (default /tmp/smoke).
 #   bundle/bin/gpu.sh bench OUT [--BENCH_FLAG...] STEP...
 #       STEP: checks, report, or a phase of bin/bench_gpu.py (data_service, one_gpu,
-#       one_gpu_anchor, step, exported, profile, two_gpu, hybrid, packed, checkpoint). The --flags (e.g.
-#       --quick, --gpu_decode_share=0,auto) go to every phase. Prints a short summary per step; the whole output of
+#       one_gpu_anchor, step, exported, profile, two_gpu, hybrid, packed, checkpoint). The
+#       --flags (e.g. --quick, --gpu_decode_share=0,auto) go to every phase. Prints a short summary per step; the whole output of
 #       each, bench.jsonl and the report are in OUT.
 #   bundle/bin/gpu.sh kernels OUT CASE...
 #       Kernel-class breakdown of the training step from CUPTI's kernel records (Stoker's

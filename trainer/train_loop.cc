@@ -321,6 +321,9 @@ absl::StatusOr<std::string> Trainer::WriteCheckpoint(const RunPosition& position
   // those validation measures (Note [Running statistics as DDP keeps them]).
   if (!o_.checkpoint.dir.empty()) RETURN_IF_ERROR(trained_->SyncBuffers(gradients_));
   if (!checkpoints_->writes()) return std::string();
+  // The steps queued on the device finish first: their time is training, not the
+  // checkpoint's stall.
+  RETURN_IF_ERROR(WaitForDevice(context_));
   // One snapshot in host memory at a time: the previous write ends first (Note
   // [Asynchronous checkpoints] in trainer/checkpoint/run_checkpoints.h).
   const Clock::time_point start = Clock::now();

@@ -19,10 +19,10 @@
 // first. A stop (--stop_after_steps, a preemption signal) and the end of the run wait for
 // the write in flight before the process exits, and so does a run that fails otherwise
 // (the destructor). Never worse than the synchronous write: the step waits for a subset of
-// its work (the copy it made too), the host holds one copy of the state as the synchronous
-// write's buffer did (pinned and cached between checkpoints on a GPU), and a failure is
-// reported at most one step later, before any later checkpoint could replace the last
-// good one.
+// its work (the copy it makes too), the host holds one copy of the state as the synchronous
+// write does (on a GPU, in pinned memory kept for the next checkpoint in either mode), and
+// a failure is reported at most one step later, before any later checkpoint could replace
+// the last good one.
 #ifndef STOKER_TRAINER_CHECKPOINT_RUN_CHECKPOINTS_H_
 #define STOKER_TRAINER_CHECKPOINT_RUN_CHECKPOINTS_H_
 

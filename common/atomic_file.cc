@@ -65,6 +65,11 @@ absl::Status WriteFailed(int errno_value, absl::string_view what, const std::str
 mode_t DirectoryModeFor(mode_t file_mode) { return (file_mode & 0777) | ((file_mode & 0444) >> 2); }
 
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents, mode_t mode) {
+  return WriteFileAtomically(path, absl::MakeConstSpan(&contents, 1), mode);
+}
+
+absl::Status WriteFileAtomically(const std::string& path, absl::Span<const absl::string_view> parts,
+                                 mode_t mode, const PartWrittenHook& after_part) {
   const std::string directory = DirectoryOf(path);
   // Unique among this process's writes and other processes' (pid), and not guessable.
   static std::atomic<uint64_t> writes{0};
@@ -85,8 +90,13 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
     return WriteFailed(errno, absl::StrCat("chmod of ", temporary), path);
   }
   // Note [Full disk while writing].
-  if (int error = WriteAll(fd.get(), contents); error != 0) {
-    return WriteFailed(error, absl::StrCat("writing ", temporary), path);
+  size_t written = 0;
+  for (absl::string_view part : parts) {
+    if (int error = WriteAll(fd.get(), part); error != 0) {
+      return WriteFailed(error, absl::StrCat("writing ", temporary), path);
+    }
+    written += part.size();
+    if (after_part != nullptr) after_part(written);
   }
   if (::fsync(fd.get()) != 0) return WriteFailed(errno, absl::StrCat("fsync of ", temporary), path);
   if (::close(fd.Release()) != 0) {

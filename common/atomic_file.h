@@ -7,11 +7,13 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace stoker {
 
@@ -35,6 +37,17 @@ mode_t DirectoryModeFor(mode_t file_mode);
 // failed (ResourceExhausted for a full disk).
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents,
                                  mode_t mode = kPrivateFileMode);
+
+// Called after each part of a gathered write is in the temporary file (before its fsync),
+// with the bytes written so far: a seam for tests of a process killed in the middle of a
+// write.
+using PartWrittenHook = std::function<void(size_t bytes_written)>;
+
+// As above, with the contents the concatenation of `parts`, written one after the other
+// without joining them in memory.
+absl::Status WriteFileAtomically(const std::string& path, absl::Span<const absl::string_view> parts,
+                                 mode_t mode = kPrivateFileMode,
+                                 const PartWrittenHook& after_part = nullptr);
 
 // The whole file. NotFound if it does not exist.
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path);

@@ -45,6 +45,29 @@ TEST(AtomicFileTest, WritesThenReplacesAndLeavesNoTemporary) {
   EXPECT_EQ(Entries(dir), std::vector<std::string>{"weights.pt"});
 }
 
+TEST(AtomicFileTest, PartsAreWrittenInOrderAndTheDestinationAppearsOnlyAtTheEnd) {
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("atomic_parts"));
+  const std::string dir = dir_temp.path();
+  const std::string path = dir + "/ckpt";
+  const std::string big(70000, 'b');
+  const std::vector<absl::string_view> parts = {"head", "", big, "tail"};
+  std::vector<size_t> written;
+  std::vector<std::vector<std::string>> seen;
+  ASSERT_OK(WriteFileAtomically(path, parts, 0600, [&](size_t bytes) {
+    written.push_back(bytes);
+    seen.push_back(Entries(dir));
+  }));
+  EXPECT_EQ(written, (std::vector<size_t>{4, 4, 4 + big.size(), 8 + big.size()}));
+  for (const std::vector<std::string>& names : seen) {
+    ASSERT_EQ(names.size(), 1u);  // only the temporary, never a partial destination
+    EXPECT_TRUE(absl::StartsWith(names[0], ".ckpt.tmp-")) << names[0];
+  }
+  auto read = ReadWholeFile(path);
+  ASSERT_OK(read);
+  EXPECT_EQ(*read, "head" + big + "tail");
+  EXPECT_EQ(Entries(dir), std::vector<std::string>{"ckpt"});
+}
+
 TEST(AtomicFileTest, AFailedWriteNamesThePathAndLeavesNothing) {
   ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("atomic_fail"));
   const std::string dir = dir_temp.path();

@@ -10,6 +10,7 @@ phase by phase, usually through `bundle/bin/gpu.sh bench OUT PHASE...`:
     python3 bundle/bin/bench_gpu.py --phase two_gpu --out OUT
     python3 bundle/bin/bench_gpu.py --phase hybrid --out OUT     # GPU JPEG decode: fixed shares, auto, chart
     python3 bundle/bin/bench_gpu.py --phase packed --out OUT     # the pre-resized packed format
+    python3 bundle/bin/bench_gpu.py --phase checkpoint --out OUT # step time with checkpoints vs none
     python3 bundle/bin/bench_gpu.py --phase report --out OUT   # ratios, JSON, PNG chart
 Each phase appends JSON lines to OUT/bench.jsonl. One-GPU phases are pinned to 16 cores
 (what a one-GPU H200 machine has) with taskset, for both Stoker and the recipes.
@@ -311,6 +312,77 @@ def phase_exported(out):
                  "--no_dali", "--no_compile", "--batch", str(batch), "--steps", "20"],
                 env={"CUDA_VISIBLE_DEVICES": "0"}, cores=CORES_1GPU, timeout=300)
         anchor_lines(out, p, "python", {"ranks": 1})
+
+
+CHECKPOINT_EVERY = 50
+CHECKPOINT_STEPS = 308  # 8 warm-up steps, then 300 timed: 6 checkpoints in the window
+
+
+def checkpoint_stalls(jsonl_path, warmup, every):
+    """The stall (s) of each periodic checkpoint in the timed window (`"type": "checkpoint"`
+    lines of --metrics_jsonl), and of the final one."""
+    periodic, final = [], None
+    if not os.path.exists(jsonl_path):
+        return periodic, final
+    for line in open(jsonl_path):
+        r = json.loads(line)
+        if r.get("type") != "checkpoint":
+            continue
+        if r["global_step"] % every == 0 and r["global_step"] > warmup:
+            periodic.append(r)
+        else:
+            final = r
+    return periodic, final
+
+
+def phase_checkpoint(out, models):
+    """Checkpoint cost on one GPU: step time with a checkpoint every CHECKPOINT_EVERY steps,
+    asynchronous (--checkpoint_async) and synchronous, against none; synthetic batches, bf16,
+    AdamW. The timed images/s leaves each checkpoint's stall out (as every Stoker figure
+    does), so the step time with checkpoints adds the stalls of the timed window back:
+    (timed seconds + stalls) / timed steps. Prints the stall of each checkpoint."""
+    for arch, batch in models:
+        model = arch
+        if arch.startswith("exported_"):
+            name = arch[len("exported_"):]
+            model = f"/tmp/stoker_export_{name}.pt2"
+            if not os.path.exists(model):
+                p = run([sys.executable, os.path.join(HERE, "export_model.py"), f"torchvision.models:{name}",
+                         "--num_classes", "1000", "--image_size", "224", "--out", model], timeout=600)
+                if p.returncode != 0:
+                    record(out, who="stoker", what=f"export_{name}", error=p.returncode)
+                    continue
+        base = stoker_train(out, f"checkpoint_none_{arch}_1gpu", 1, model, synthetic_steps=CHECKPOINT_STEPS,
+                            cores=CORES_1GPU, batch=batch)
+        for mode in ("async", "sync"):
+            ckpt = os.path.join(WORK, f"ckpt_{arch}_{mode}")
+            subprocess.run(["rm", "-rf", ckpt])
+            jsonl = f"checkpoint_{mode}_{arch}.jsonl"
+            row = stoker_train(out, f"checkpoint_{mode}_{arch}_1gpu", 1, model, synthetic_steps=CHECKPOINT_STEPS,
+                               cores=CORES_1GPU, batch=batch, jsonl=jsonl, quiet=True,
+                               extra=["--checkpoint_dir=" + ckpt, f"--checkpoint_every_steps={CHECKPOINT_EVERY}",
+                                      "--checkpoint_every_epochs=0", "--keep_checkpoints=2", "--resume=none",
+                                      "--checkpoint_async" if mode == "async" else "--nocheckpoint_async"])
+            periodic, final = checkpoint_stalls(os.path.join(WORK, jsonl), 8, CHECKPOINT_EVERY)
+            subprocess.run(["rm", "-rf", ckpt])
+            ips, steps, ips0 = row.get("images_per_second"), row.get("measured_steps"), base.get("images_per_second")
+            if ips and steps and ips0:
+                stall = sum(r["stall_s"] for r in periodic)
+                step_s = (steps * batch / ips + stall) / steps
+                step0_s = batch / ips0
+                row.update(step_ms=round(1000 * step_s, 3), step_ms_without_checkpoints=round(1000 * step0_s, 3),
+                           overhead_pct=round(100 * (step_s / step0_s - 1), 3), checkpoints=len(periodic),
+                           checkpoint_mb=round(periodic[0]["bytes"] / 1e6, 1) if periodic else None,
+                           stall_s=[round(r["stall_s"], 4) for r in periodic],
+                           waited_s=[round(r["waited_s"], 4) for r in periodic],
+                           max_stall_s=round(max((r["stall_s"] for r in periodic), default=0), 4),
+                           final_stall_s=round(final["stall_s"], 4) if final else None)
+            record(out, **row)
+            if "overhead_pct" in row:
+                log(f"checkpoint: {'MET ' if row['overhead_pct'] < 1 else 'MISS'} {arch} {mode}: step "
+                    f"{row['step_ms']} ms against {row['step_ms_without_checkpoints']} ms without checkpoints "
+                    f"= +{row['overhead_pct']}% (goal < 1%); {row['checkpoints']} checkpoints of "
+                    f"{row['checkpoint_mb']} MB, stall per checkpoint {row['stall_s']} s")
 
 
 def report_exported(rows):
@@ -658,7 +730,10 @@ def phase_report(out):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--phase", required=True, choices=["data_service", "one_gpu", "one_gpu_anchor", "step", "exported", "profile", "two_gpu",
-                             "hybrid", "packed", "report"])
+                             "hybrid", "packed", "checkpoint", "report"])
+    ap.add_argument("--checkpoint_models", default="resnet50:256,exported_vit_b_16:128",
+                    help="checkpoint: comma-separated MODEL:BATCH, MODEL a built-in model or "
+                         "exported_<torchvision name> (exported by tools/export_model.py at 224x224)")
     ap.add_argument("--gpu_decode_share", default="0,0.25,0.5,0.75,auto",
                     help="hybrid: comma-separated shares to measure (numbers, and auto); the chart "
                          "shows everything measured into --out, so the phase may run in parts")
@@ -693,6 +768,8 @@ def main():
         phase_hybrid(a.out, tuple(x if x == "auto" else float(x) for x in a.gpu_decode_share.split(",") if x))
     elif a.phase == "packed":
         phase_packed(a.out)
+    elif a.phase == "checkpoint":
+        phase_checkpoint(a.out, [(m.split(":")[0], int(m.split(":")[1])) for m in a.checkpoint_models.split(",") if m])
     else:
         phase_report(a.out)
 

@@ -11,8 +11,8 @@
 #       (default /tmp/smoke).
 #   bundle/bin/gpu.sh bench OUT [--BENCH_FLAG...] STEP...
 #       STEP: checks, report, or a phase of bin/bench_gpu.py (data_service, one_gpu,
-#       one_gpu_anchor, step, exported, profile, two_gpu, hybrid, packed). The --flags (e.g.
-#       --quick, --gpu_decode_share=0,auto) go to every phase. Prints a short summary per step; the whole output of
+#       one_gpu_anchor, step, exported, profile, two_gpu, hybrid, packed, checkpoint). The
+#       --flags (e.g. --quick, --gpu_decode_share=0,auto) go to every phase. Prints a short summary per step; the whole output of
 #       each, bench.jsonl and the report are in OUT.
 #   bundle/bin/gpu.sh kernels OUT CASE...
 #       Kernel-class breakdown of the training step from CUPTI's kernel records (Stoker's
@@ -82,7 +82,7 @@ bench() {  # bench OUT [--BENCH_FLAG...] STEP...
         python3 "$here/bench_gpu.py" --phase report --out "$out" ;;
       *)
         python3 "$here/bench_gpu.py" --phase "$step" --out "$out" "${flags[@]}" |
-          grep -E '^\[bench [0-9:]+\] (\{"who"|exit)' | cut -c1-400 ;;
+          grep -E '^\[bench [0-9:]+\] (\{"who"|exit|checkpoint:)' | cut -c1-400 ;;
     esac
   done
 }

@@ -1,12 +1,14 @@
 #include "trainer/flags.h"
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "common/decode_share.h"
 #include "common/flag_value.h"
 #include "common/flags.h"
@@ -110,6 +112,11 @@ ABSL_FLAG(std::string, checkpoint_mode, "0600",
           "File mode (octal) of checkpoints and --export weights; directories made for them get "
           "the same bits plus search where reading is allowed (0600: owner only, folders 0700; "
           "0640: group may read).");
+ABSL_FLAG(bool, checkpoint_async, stoker::trainer::kCheckpointAsyncByDefault,
+          "Write checkpoints on a writer thread while training goes on: the step waits only "
+          "while the state is copied to host memory (pinned on a GPU); one write in flight at a "
+          "time; a stop or the end of the run waits for it. --nocheckpoint_async: the step "
+          "waits for the whole write.");
 ABSL_FLAG(int, stop_after_steps, 0,
           "End this run after N optimizer steps with a checkpoint, as a preemption would, and exit "
           "75 (0: off). For time-sliced jobs.");
@@ -224,7 +231,7 @@ FlagSpec TrainerFlagSpec() {
       {"Validation", {"val_every", "val_batch_size"}},
       {"Checkpoints and preemption",
        {"checkpoint_dir", "checkpoint_every_steps", "checkpoint_every_epochs", "keep_checkpoints",
-        "resume", "stop_after_steps", "checkpoint_mode"}},
+        "resume", "stop_after_steps", "checkpoint_mode", "checkpoint_async"}},
       {"Outputs (rank 0)",
        {"log_every", "progress", "metrics_out", "metrics_jsonl", "tensorboard_dir", "loss_log",
         "export", "final_params_out", "sample_log", "profile_steps", "kernel_trace"}},
@@ -318,6 +325,15 @@ absl::StatusOr<TrainerOptions> OptionsFromFlags() {
   ASSIGN_OR_RETURN(checkpoint.resume, ResumeFrom::Parse(absl::GetFlag(FLAGS_resume)));
   checkpoint.stop_after_steps = absl::GetFlag(FLAGS_stop_after_steps);
   ASSIGN_OR_RETURN(checkpoint.file_mode, ParseCheckpointMode(absl::GetFlag(FLAGS_checkpoint_mode)));
+  checkpoint.async = absl::GetFlag(FLAGS_checkpoint_async);
+  if (const char* pause = std::getenv(kCheckpointWritePauseVariable); pause != nullptr) {
+    int milliseconds = 0;
+    if (!absl::SimpleAtoi(pause, &milliseconds) || milliseconds < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(kCheckpointWritePauseVariable, "=", pause,
+                                                     ": not a number of milliseconds"));
+    }
+    checkpoint.write_pause_for_testing = absl::Milliseconds(milliseconds);
+  }
 
   ReportOptions& report = o.report;
   report.log_every = absl::GetFlag(FLAGS_log_every);

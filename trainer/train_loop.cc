@@ -71,6 +71,8 @@ class Trainer {
                                   const at::Tensor& loss_sum);
   absl::StatusOr<int> Validate(int64_t epoch);
   absl::StatusOr<std::string> WriteCheckpoint(const RunPosition& position);
+  // Waits for the checkpoint write in flight (--checkpoint_async); its error, if it failed.
+  absl::Status EndCheckpointWrites();
   absl::StatusOr<TrainingOutcome> Stop(TrainingOutcome::End end, int signal_number,
                                        const RunPosition& position);
   absl::StatusOr<TrainingOutcome> Finish();
@@ -216,6 +218,8 @@ absl::StatusOr<Stopped> Trainer::TrainEpoch(int64_t epoch) {
     RETURN_IF_ERROR(profiled_->End(steps_this_run_, *trained_));
     b += group;
     RETURN_IF_ERROR(AfterOptimizerStep(epoch, b, group, loss_sum));
+    // A checkpoint write that failed on the writer thread ends the run at this step boundary.
+    RETURN_IF_ERROR(checkpoints_->WriteError());
     if (o_.checkpoint.every_steps > 0 && global_step_ % o_.checkpoint.every_steps == 0) {
       RETURN_IF_ERROR(WriteCheckpoint(RunPosition{epoch, b, global_step_}).status());
     }
@@ -317,17 +321,37 @@ absl::StatusOr<std::string> Trainer::WriteCheckpoint(const RunPosition& position
   // those validation measures (Note [Running statistics as DDP keeps them]).
   if (!o_.checkpoint.dir.empty()) RETURN_IF_ERROR(trained_->SyncBuffers(gradients_));
   if (!checkpoints_->writes()) return std::string();
+  // The steps queued on the device finish first: their time is training, not the
+  // checkpoint's stall.
+  RETURN_IF_ERROR(WaitForDevice(context_));
+  // One snapshot in host memory at a time: the previous write ends first (Note
+  // [Asynchronous checkpoints] in trainer/checkpoint/run_checkpoints.h).
   const Clock::time_point start = Clock::now();
+  RETURN_IF_ERROR(checkpoints_->WaitForWrites());
+  const Clock::time_point copying = Clock::now();
   ASSIGN_OR_RETURN(
-      std::string bytes,
-      EncodeCheckpoint(trained_->state(), position, GeometryOf(o_, context_.world_size(), seed_)));
-  ASSIGN_OR_RETURN(std::string path, checkpoints_->Write(position.global_step, bytes));
+      CheckpointWriter snapshot,
+      SnapshotCheckpoint(trained_->state(), position, GeometryOf(o_, context_.world_size(), seed_),
+                         /*own_copies=*/o_.checkpoint.async));
+  CheckpointReport report;
+  report.bytes = static_cast<int64_t>(snapshot.size());
+  ASSIGN_OR_RETURN(report.path, checkpoints_->Save(position.global_step, std::move(snapshot)));
   reporter_->ExcludeSince(start);
-  reporter_->Note(absl::StrFormat("checkpoint %s (epoch %d, batch %d, step %d; %.1f MB in %.2f s)",
-                                  path, position.epoch + 1, position.batches_done,
-                                  position.global_step, bytes.size() / 1e6,
-                                  Seconds(Clock::now() - start)));
-  return path;
+  report.epoch = position.epoch;
+  report.batches_done = position.batches_done;
+  report.global_step = position.global_step;
+  report.async = o_.checkpoint.async;
+  report.stall = Seconds(Clock::now() - start);
+  report.waited = Seconds(copying - start);
+  RETURN_IF_ERROR(reporter_->Checkpoint(report));
+  return report.path;
+}
+
+absl::Status Trainer::EndCheckpointWrites() {
+  const Clock::time_point start = Clock::now();
+  absl::Status written = checkpoints_->WaitForWrites();
+  reporter_->ExcludeSince(start);
+  return written;
 }
 
 absl::StatusOr<TrainingOutcome> Trainer::Stop(TrainingOutcome::End end, int signal_number,
@@ -336,6 +360,8 @@ absl::StatusOr<TrainingOutcome> Trainer::Stop(TrainingOutcome::End end, int sign
   outcome.end = end;
   outcome.signal = signal_number;
   absl::StatusOr<std::string> written = WriteCheckpoint(position);
+  // The checkpoint is there only once its write has ended.
+  if (absl::Status ended = EndCheckpointWrites(); written.ok() && !ended.ok()) written = ended;
   // Every rank waits for rank 0's checkpoint: a rank that exits early with a non-zero code
   // makes mpirun end the others, rank 0 included.
   int64_t ok = written.ok() ? 1 : 0;
@@ -363,6 +389,7 @@ absl::StatusOr<TrainingOutcome> Trainer::Finish() {
   if (trains && steps_this_run_ > 0) {
     ASSIGN_OR_RETURN(outcome.checkpoint, WriteCheckpoint(RunPosition{o_.epochs, 0, global_step_}));
   }
+  RETURN_IF_ERROR(EndCheckpointWrites());
   RunSummary summary;
   // Rank 0 exports the buffers every rank validated with; a collective, so on every rank.
   if (trains && !o_.report.export_path.empty()) RETURN_IF_ERROR(trained_->SyncBuffers(gradients_));

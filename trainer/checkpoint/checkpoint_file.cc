@@ -53,18 +53,23 @@ const char* KindName(uint8_t kind) {
   return "unknown";
 }
 
-// Writes the header of `file` (its first kHeaderBytes) for the payload after it, with
-// `entries` as the entry count.
-void WriteHeader(uint32_t entries, std::string& file) {
-  const uint64_t payload = file.size() - kHeaderBytes;
+// Writes the header into the first kHeaderBytes of `first`, the file's first part, for a
+// payload of `payload` bytes with checksum `payload_crc` and `entries` entries.
+void WriteHeader(uint32_t entries, uint64_t payload, uint32_t payload_crc, std::string& first) {
   std::string header;
   header.append(kMagic, sizeof(kMagic));
   Put<uint32_t>(header, kCheckpointFormatVersion);
-  Put<uint32_t>(header, Crc32cExtend(0, file.data() + kHeaderBytes, payload));
+  Put<uint32_t>(header, payload_crc);
   Put<uint64_t>(header, payload);
   Put<uint32_t>(header, entries);
   Put<uint32_t>(header, Crc32c(header));
-  std::memcpy(file.data(), header.data(), kHeaderBytes);
+  std::memcpy(first.data(), header.data(), kHeaderBytes);
+}
+
+// The header of a file that is all in `file`.
+void WriteHeader(uint32_t entries, std::string& file) {
+  const uint64_t payload = file.size() - kHeaderBytes;
+  WriteHeader(entries, payload, Crc32cExtend(0, file.data() + kHeaderBytes, payload), file);
 }
 
 }  // namespace
@@ -100,21 +105,77 @@ void CheckpointWriter::AddString(absl::string_view name, absl::string_view value
   bytes_.append(value.data(), value.size());
 }
 
-void CheckpointWriter::AddTensor(absl::string_view name, absl::string_view dtype,
-                                 const std::vector<int64_t>& shape, const void* data,
-                                 size_t bytes) {
+void CheckpointWriter::AddTensorHeader(absl::string_view name, absl::string_view dtype,
+                                       const std::vector<int64_t>& shape, size_t bytes) {
   AddName(name, kTensor);
   Put<uint8_t>(bytes_, static_cast<uint8_t>(dtype.size()));
   bytes_.append(dtype.data(), dtype.size());
   Put<uint32_t>(bytes_, static_cast<uint32_t>(shape.size()));
   for (int64_t d : shape) Put<int64_t>(bytes_, d);
   Put<uint64_t>(bytes_, bytes);
+}
+
+void CheckpointWriter::AddTensor(absl::string_view name, absl::string_view dtype,
+                                 const std::vector<int64_t>& shape, const void* data,
+                                 size_t bytes) {
+  AddTensorHeader(name, dtype, shape, bytes);
   bytes_.append(static_cast<const char*>(data), bytes);
 }
 
+void CheckpointWriter::AddHeldTensor(absl::string_view name, absl::string_view dtype,
+                                     const std::vector<int64_t>& shape,
+                                     std::shared_ptr<const void> keep_alive, const void* data,
+                                     size_t bytes) {
+  AddTensorHeader(name, dtype, shape, bytes);
+  sealed_.pieces_.push_back({std::move(bytes_)});
+  bytes_.clear();
+  SealedCheckpoint::Piece held;
+  held.keep_alive = std::move(keep_alive);
+  held.held = absl::string_view(static_cast<const char*>(data), bytes);
+  sealed_.pieces_.push_back(std::move(held));
+}
+
 std::string CheckpointWriter::Finish() && {
-  WriteHeader(entries_, bytes_);
-  return std::move(bytes_);
+  if (sealed_.pieces_.empty()) {
+    WriteHeader(entries_, bytes_);
+    return std::move(bytes_);
+  }
+  const SealedCheckpoint sealed = std::move(*this).Seal();
+  std::string file;
+  file.reserve(sealed.size());
+  for (absl::string_view part : sealed.parts()) file.append(part.data(), part.size());
+  return file;
+}
+
+SealedCheckpoint CheckpointWriter::Seal() && {
+  SealedCheckpoint sealed = std::move(sealed_);
+  sealed.pieces_.push_back({std::move(bytes_)});
+  uint64_t payload = 0;
+  uint32_t crc = 0;
+  for (const SealedCheckpoint::Piece& piece : sealed.pieces_) {
+    absl::string_view part = piece.view();
+    if (&piece == &sealed.pieces_.front()) part.remove_prefix(kHeaderBytes);
+    payload += part.size();
+    crc = Crc32cExtend(crc, part.data(), part.size());
+  }
+  WriteHeader(entries_, payload, crc, sealed.pieces_.front().bytes);
+  return sealed;
+}
+
+std::vector<absl::string_view> SealedCheckpoint::parts() const {
+  std::vector<absl::string_view> parts;
+  parts.reserve(pieces_.size());
+  for (const Piece& piece : pieces_) {
+    if (piece.view().empty()) continue;
+    parts.push_back(piece.view());
+  }
+  return parts;
+}
+
+size_t SealedCheckpoint::size() const {
+  size_t size = 0;
+  for (const Piece& piece : pieces_) size += piece.view().size();
+  return size;
 }
 
 absl::StatusOr<CheckpointReader> CheckpointReader::Parse(std::string bytes,

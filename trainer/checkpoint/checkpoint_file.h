@@ -36,7 +36,35 @@ inline constexpr size_t kCheckpointHeaderBytes = 32;
 // length, both checksums), its entry count kept; a file shorter than a header unchanged.
 std::string SealedCheckpointForTesting(std::string file);
 
-// Builds a checkpoint's bytes in memory. Thread-compatible.
+// A checkpoint file as the runs of bytes that follow each other in it: the header and
+// entries it owns, and the tensor bytes it holds by reference (CheckpointWriter::AddHeldTensor).
+// Move-only; thread-compatible (sealed on one thread, written on another).
+//
+//   RETURN_IF_ERROR(WriteFileAtomically(path, std::move(writer).Seal().parts()));
+class SealedCheckpoint {
+ public:
+  SealedCheckpoint(SealedCheckpoint&&) = default;
+  SealedCheckpoint& operator=(SealedCheckpoint&&) = default;
+
+  // The file's bytes in order, valid while this object lives and is not moved.
+  std::vector<absl::string_view> parts() const;
+  // The file's size in bytes.
+  size_t size() const;
+
+ private:
+  friend class CheckpointWriter;
+  // Owned bytes, or bytes held by reference (`held`, kept alive by `keep_alive`).
+  struct Piece {
+    std::string bytes;
+    std::shared_ptr<const void> keep_alive;
+    absl::string_view held;
+    absl::string_view view() const { return held.data() != nullptr ? held : bytes; }
+  };
+  SealedCheckpoint() = default;
+  std::vector<Piece> pieces_;
+};
+
+// Builds a checkpoint in memory. Thread-compatible.
 //
 //   CheckpointWriter writer;
 //   writer.AddInt("epoch", 3);
@@ -45,17 +73,35 @@ std::string SealedCheckpointForTesting(std::string file);
 class CheckpointWriter {
  public:
   CheckpointWriter();
+  CheckpointWriter(CheckpointWriter&&) = default;
+  CheckpointWriter& operator=(CheckpointWriter&&) = default;
+
   void AddInt(absl::string_view name, int64_t value);
   void AddDouble(absl::string_view name, double value);
   void AddString(absl::string_view name, absl::string_view value);
+  // Copies the `bytes` at `data` now.
   void AddTensor(absl::string_view name, absl::string_view dtype, const std::vector<int64_t>& shape,
                  const void* data, size_t bytes);
+  // As AddTensor, but the bytes at `data` are not copied: they are read when the file is
+  // sealed and written, and must stay unchanged until then. `keep_alive` owns them and is
+  // held as long as this writer or its SealedCheckpoint.
+  void AddHeldTensor(absl::string_view name, absl::string_view dtype,
+                     const std::vector<int64_t>& shape, std::shared_ptr<const void> keep_alive,
+                     const void* data, size_t bytes);
+  // The size of the file so far, in bytes.
+  size_t size() const { return sealed_.size() + bytes_.size(); }
   // The file's bytes: header (with the checksums) and payload.
   std::string Finish() &&;
+  // The file without joining its parts into one buffer: computes the checksums (reading
+  // the held tensors) and writes the header.
+  SealedCheckpoint Seal() &&;
 
  private:
   void AddName(absl::string_view name, uint8_t kind);
-  std::string bytes_;  // header placeholder, then the payload
+  void AddTensorHeader(absl::string_view name, absl::string_view dtype,
+                       const std::vector<int64_t>& shape, size_t bytes);
+  SealedCheckpoint sealed_;  // the pieces before bytes_
+  std::string bytes_;        // the header placeholder (in the first piece), then the payload
   uint32_t entries_ = 0;
 };
 

@@ -4,6 +4,7 @@
 #include "trainer/checkpoint/checkpoint_file.h"
 
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,39 @@ TEST(CheckpointFileTest, RoundTripsEveryKindOfEntry) {
   EXPECT_EQ(last, 6.5f);
   EXPECT_TRUE(reader->Tensor("scalar")->shape.empty());
   EXPECT_EQ(reader->Names().size(), 5u);
+}
+
+// Sample()'s file with its tensors held by reference rather than copied.
+CheckpointWriter SampleHeld(int64_t step, std::shared_ptr<std::vector<float>> values,
+                            std::shared_ptr<int64_t> scalar) {
+  CheckpointWriter writer;
+  writer.AddInt("step", step);
+  writer.AddDouble("lr", 0.125);
+  writer.AddString("model", "resnet18");
+  writer.AddHeldTensor("model/fc.weight", "float32", {2, 3}, values, values->data(),
+                       values->size() * sizeof(float));
+  *scalar = step;
+  writer.AddHeldTensor("scalar", "int64", {}, scalar, scalar.get(), sizeof(int64_t));
+  return writer;
+}
+
+TEST(CheckpointFileTest, HeldTensorsMakeTheSameFileWhenSealedOrFinished) {
+  auto values = std::make_shared<std::vector<float>>(std::vector<float>{1, 2, 3, 4, 5, 6.5f});
+  auto scalar = std::make_shared<int64_t>(0);
+  const std::string finished = SampleHeld(42, values, scalar).Finish();
+  EXPECT_EQ(finished, Sample(42));
+
+  std::weak_ptr<std::vector<float>> watch = values;
+  SealedCheckpoint sealed = SampleHeld(42, std::move(values), scalar).Seal();
+  EXPECT_FALSE(watch.expired()) << "the sealed file holds its tensors";
+  SealedCheckpoint moved = std::move(sealed);
+  std::string joined;
+  for (absl::string_view part : moved.parts()) joined.append(part.data(), part.size());
+  EXPECT_EQ(moved.size(), joined.size());
+  EXPECT_EQ(joined, Sample(42));
+  ASSERT_OK(CheckpointReader::Parse(joined, "sealed"));
+  { SealedCheckpoint gone = std::move(moved); }
+  EXPECT_TRUE(watch.expired()) << "the tensors are released with the sealed file";
 }
 
 TEST(CheckpointFileTest, MissingOrMistypedEntriesAreNamed) {

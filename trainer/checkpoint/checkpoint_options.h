@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 
 namespace stoker::trainer {
 
@@ -26,6 +27,13 @@ struct ResumeFrom {
 // unless it is within 0777 and lets the owner read and write.
 absl::StatusOr<uint32_t> ParseCheckpointMode(absl::string_view flag_value);
 
+// --checkpoint_async's default (Note [Asynchronous checkpoints] in run_checkpoints.h).
+inline constexpr bool kCheckpointAsyncByDefault = true;
+
+// For tests: the environment variable that sets CheckpointOptions::write_pause_for_testing
+// (milliseconds).
+inline constexpr char kCheckpointWritePauseVariable[] = "STOKER_TEST_CHECKPOINT_WRITE_PAUSE_MS";
+
 struct CheckpointOptions {
   std::string dir;       // empty: no checkpoints
   int every_steps = 0;   // optimizer steps between checkpoints; 0: not by steps
@@ -38,6 +46,13 @@ struct CheckpointOptions {
   // The mode of checkpoints and exported weights (--checkpoint_mode); directories made for
   // them get the same bits plus search where reading is allowed (0600 -> 0700).
   uint32_t file_mode = 0600;
+  // Rank 0 writes checkpoints on a writer thread while training goes on (--checkpoint_async):
+  // the step waits only while the state is copied to host memory.
+  bool async = kCheckpointAsyncByDefault;
+  // For tests of a process killed in the middle of a checkpoint write: a pause after the
+  // first part of each checkpoint file is in its temporary file (kCheckpointWritePauseVariable).
+  // Zero: none.
+  absl::Duration write_pause_for_testing = absl::ZeroDuration();
   // What makes two runs the same run (the model, its classes and input size, the seed),
   // recorded in the directory's RUN file by its first run and checked by every later one:
   // a run never resumes nor overwrites another run's checkpoints. Set by the trainer

@@ -9,6 +9,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/atomic_file.h"
 #include "common/errno_status.h"
 #include "common/exit_codes.h"
@@ -122,6 +125,22 @@ absl::StatusOr<absl::optional<CheckpointReader>> PickCheckpoint(const Checkpoint
   return checkpoint;
 }
 
+// Writes the checkpoint file `path` from `parts` and removes the checkpoints past the newest
+// --keep_checkpoints. Errors carry kExitCheckpointIo.
+absl::Status WriteCheckpointFile(const CheckpointOptions& o, const std::string& path,
+                                 absl::Span<const absl::string_view> parts) {
+  PartWrittenHook pause;
+  if (o.write_pause_for_testing > absl::ZeroDuration()) {
+    pause = [&o, first = true](size_t) mutable {
+      if (first) absl::SleepFor(o.write_pause_for_testing);
+      first = false;
+    };
+  }
+  RETURN_IF_ERROR(
+      WithExitCode(WriteFileAtomically(path, parts, o.file_mode, pause), kExitCheckpointIo));
+  return WithExitCode(RemoveOldCheckpoints(o.dir, o.keep), kExitCheckpointIo);
+}
+
 }  // namespace
 
 absl::StatusOr<RunCheckpoints> RunCheckpoints::Open(const CheckpointOptions& options, bool writer) {
@@ -140,6 +159,7 @@ absl::StatusOr<RunCheckpoints> RunCheckpoints::Open(const CheckpointOptions& opt
   if (!removed.ok()) return WithExitCode(removed.status(), kExitCheckpointIo);
   const int stale = *removed;
   if (stale > 0) LogInfo("removed %d partial checkpoint file(s) of an interrupted write", stale);
+  if (options.async) checkpoints.writes_ = std::make_unique<WriteBehind>();
   return checkpoints;
 }
 
@@ -175,11 +195,40 @@ absl::StatusOr<std::string> RunCheckpoints::Write(int64_t global_step,
                                                   const std::string& bytes) const {
   if (!writes()) return std::string();
   const std::string path = absl::StrCat(options_.dir, "/", CheckpointFileName(global_step));
-  RETURN_IF_ERROR(
-      WithExitCode(WriteFileAtomically(path, bytes, options_.file_mode), kExitCheckpointIo));
-  RETURN_IF_ERROR(
-      WithExitCode(RemoveOldCheckpoints(options_.dir, options_.keep), kExitCheckpointIo));
+  RETURN_IF_ERROR(WriteCheckpointFile(options_, path, {bytes}));
   return path;
+}
+
+absl::StatusOr<std::string> RunCheckpoints::Save(int64_t global_step, CheckpointWriter checkpoint) {
+  if (!writes()) return std::string();
+  const std::string path = absl::StrCat(options_.dir, "/", CheckpointFileName(global_step));
+  if (writes_ == nullptr) {
+    const SealedCheckpoint sealed = std::move(checkpoint).Seal();
+    RETURN_IF_ERROR(WriteCheckpointFile(options_, path, sealed.parts()));
+    return path;
+  }
+  // Note [Asynchronous checkpoints]. The write owns what it reads: the options by value,
+  // and the snapshot.
+  RETURN_IF_ERROR(writes_
+                      ->Start([options = options_, path,
+                               checkpoint = std::move(checkpoint)]() mutable -> absl::Status {
+                        const absl::Time start = absl::Now();
+                        const SealedCheckpoint sealed = std::move(checkpoint).Seal();
+                        RETURN_IF_ERROR(WriteCheckpointFile(options, path, sealed.parts()));
+                        LogInfo("checkpoint %s written in the background: %.1f MB in %.2f s", path,
+                                sealed.size() / 1e6, absl::ToDoubleSeconds(absl::Now() - start));
+                        return absl::OkStatus();
+                      })
+                      .status());
+  return path;
+}
+
+absl::Status RunCheckpoints::WaitForWrites() const {
+  return writes_ == nullptr ? absl::OkStatus() : writes_->Wait();
+}
+
+absl::Status RunCheckpoints::WriteError() const {
+  return writes_ == nullptr ? absl::OkStatus() : writes_->error();
 }
 
 }  // namespace stoker::trainer

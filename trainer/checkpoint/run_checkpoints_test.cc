@@ -3,14 +3,20 @@
 // files of dead writers removed but never a live one's.
 #include "trainer/checkpoint/run_checkpoints.h"
 
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "common/atomic_file.h"
 #include "common/exit_codes.h"
 #include "common/testing/status_matchers.h"
@@ -40,6 +46,28 @@ mode_t ModeOf(const std::string& path) {
 bool Exists(const std::string& path) {
   struct stat st;
   return lstat(path.c_str(), &st) == 0;
+}
+
+// A checkpoint of `step` with one tensor held by reference, as a run's snapshot is.
+CheckpointWriter Snapshot(int64_t step) {
+  CheckpointWriter writer;
+  writer.AddInt("step", step);
+  auto values = std::make_shared<std::vector<float>>(1000, static_cast<float>(step));
+  writer.AddHeldTensor("model/w", "float32", {1000}, values, values->data(), 4000);
+  writer.AddString("end", "yes");
+  return writer;
+}
+
+std::vector<std::string> Entries(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = opendir(dir.c_str());
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 TEST(RunCheckpointsTest, CheckpointsAreOwnerOnlyAndTheirFoldersToo) {
@@ -135,6 +163,79 @@ TEST(RunCheckpointsTest, ALiveWritersTemporaryIsNeverRemovedAndADeadOnesIs) {
   live = absl::CancelledError("killed");
   EXPECT_OK(RunCheckpoints::Open(Options(dir), /*writer=*/true));
   EXPECT_FALSE(Exists(in_flight));
+}
+
+TEST(RunCheckpointsTest, SavingKeepsEveryRuleWhetherSynchronousOrAsynchronous) {
+  for (const bool async : {false, true}) {
+    SCOPED_TRACE(async ? "async" : "sync");
+    ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("ckpt_save"));
+    CheckpointOptions options = Options(dir_temp.path() + "/ckpt");
+    options.async = async;
+    options.keep = 2;
+    options.file_mode = 0640;
+    {
+      ASSERT_OK_AND_ASSIGN(RunCheckpoints checkpoints, RunCheckpoints::Open(options, true));
+      for (int64_t step : {10, 20, 30}) {
+        ASSERT_OK_AND_ASSIGN(std::string path, checkpoints.Save(step, Snapshot(step)));
+        EXPECT_EQ(path, absl::StrCat(options.dir, "/", CheckpointFileName(step)));
+        EXPECT_OK(checkpoints.WriteError());
+      }
+      EXPECT_OK(checkpoints.WaitForWrites());
+      EXPECT_OK(checkpoints.WriteError());
+    }
+    EXPECT_EQ(Entries(options.dir), (std::vector<std::string>{"LOCK", "RUN", CheckpointFileName(20),
+                                                              CheckpointFileName(30)}));
+    for (int64_t step : {20, 30}) {
+      const std::string path = absl::StrCat(options.dir, "/", CheckpointFileName(step));
+      EXPECT_EQ(ModeOf(path), 0640u);
+      ASSERT_OK_AND_ASSIGN(CheckpointReader reader, LoadCheckpoint(path));
+      EXPECT_EQ(*reader.Int("step"), step);
+      EXPECT_EQ(reader.bytes(), Snapshot(step).Finish());
+    }
+  }
+}
+
+TEST(RunCheckpointsTest, AnAsynchronousSaveReturnsAtOnceAndTheEndWaitsForItsWrite) {
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("ckpt_in_flight"));
+  CheckpointOptions options = Options(dir_temp.path());
+  options.async = true;
+  options.write_pause_for_testing = absl::Milliseconds(500);
+  const std::string path = absl::StrCat(options.dir, "/", CheckpointFileName(5));
+  {
+    ASSERT_OK_AND_ASSIGN(RunCheckpoints checkpoints, RunCheckpoints::Open(options, true));
+    const absl::Time start = absl::Now();
+    ASSERT_OK(checkpoints.Save(5, Snapshot(5)));
+    EXPECT_LT(absl::Now() - start, absl::Milliseconds(400)) << "the step waited for the write";
+    absl::SleepFor(absl::Milliseconds(100));
+    // In flight: a partial temporary file, nothing under the checkpoint's name, the lock held.
+    const std::vector<std::string> entries = Entries(options.dir);
+    ASSERT_EQ(entries.size(), 3u) << absl::StrJoin(entries, " ");
+    EXPECT_TRUE(absl::StartsWith(entries[0], ".ckpt-000000000005.stoker.tmp-")) << entries[0];
+    EXPECT_FALSE(Exists(path));
+    EXPECT_FALSE(RunCheckpoints::Open(options, /*writer=*/true).ok());
+  }
+  ASSERT_OK_AND_ASSIGN(CheckpointReader reader, LoadCheckpoint(path));
+  EXPECT_EQ(*reader.Int("step"), 5);
+  EXPECT_EQ(Entries(options.dir), (std::vector<std::string>{"LOCK", "RUN", CheckpointFileName(5)}));
+}
+
+TEST(RunCheckpointsTest, AFailedAsynchronousWriteIsNeverLostAndCarriesExitCode74) {
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("ckpt_fails"));
+  CheckpointOptions options = Options(dir_temp.path() + "/ckpt");
+  options.async = true;
+  ASSERT_OK_AND_ASSIGN(RunCheckpoints checkpoints, RunCheckpoints::Open(options, true));
+  ASSERT_OK(checkpoints.Save(1, Snapshot(1)));
+  ASSERT_OK(checkpoints.WaitForWrites());
+  // The directory goes away under the run: the next write fails on the writer thread.
+  ASSERT_EQ(rename(options.dir.c_str(), (options.dir + ".gone").c_str()), 0);
+  ASSERT_OK(checkpoints.Save(2, Snapshot(2))) << "handed over: the failure comes later";
+  const absl::Status waited = checkpoints.WaitForWrites();
+  EXPECT_THAT(waited, StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_TRUE(absl::StrContains(waited.message(), CheckpointFileName(2))) << waited;
+  EXPECT_EQ(ExitCodeOf(waited), kExitCheckpointIo);
+  EXPECT_EQ(ExitCodeOf(checkpoints.WriteError()), kExitCheckpointIo);
+  const absl::StatusOr<std::string> next = checkpoints.Save(3, Snapshot(3));
+  EXPECT_EQ(ExitCodeOf(next.status()), kExitCheckpointIo) << next.status();
 }
 
 }  // namespace

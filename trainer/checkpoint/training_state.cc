@@ -3,14 +3,17 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/types/optional.h"
 #include "common/status_macros.h"
 #include "common/torch_status.h"
 #include "trainer/nn/state_dict.h"
@@ -34,13 +37,63 @@ absl::StatusOr<std::string> DtypeName(at::ScalarType type) {
       absl::StrCat("checkpoint: unsupported dtype ", c10::toString(type)));
 }
 
-void AddTensor(CheckpointWriter& writer, const std::string& name, const at::Tensor& tensor,
+// Note [Snapshot of the training state]
+// A checkpoint's tensors are held by reference in its CheckpointWriter rather than copied
+// into one buffer: serialising them (and their checksum) can then run on the writer thread
+// (--checkpoint_async) while the step waits only for their copy to host memory. A device
+// tensor is copied into pinned host memory (PyTorch's caching host allocator, so that the
+// next checkpoint reuses the blocks) without blocking, and the step waits once, on the
+// current stream, after the last copy. A host tensor is copied too when the snapshot must
+// outlive the step (the optimizer updates it in place); when the file is sealed before the
+// state changes again, it is referenced as it is.
+class StateWriter {
+ public:
+  explicit StateWriter(bool own_copies) : own_copies_(own_copies) {}
+
+  void AddInt(absl::string_view name, int64_t value) { checkpoint_.AddInt(name, value); }
+  void AddDouble(absl::string_view name, double value) { checkpoint_.AddDouble(name, value); }
+  void AddString(absl::string_view name, absl::string_view value) {
+    checkpoint_.AddString(name, value);
+  }
+  void AddTensor(const std::string& name, const at::Tensor& tensor, const std::string& dtype) {
+    at::Tensor host;
+    if (tensor.is_cuda()) {
+      host = at::empty(tensor.sizes(),
+                       at::TensorOptions().dtype(tensor.scalar_type()).pinned_memory(true));
+      host.copy_(tensor.detach(), /*non_blocking=*/true);
+      device_ = tensor.device();
+    } else if (!tensor.is_cpu()) {
+      host = tensor.detach().to(at::kCPU).contiguous();
+    } else if (own_copies_) {
+      host = tensor.detach().clone(at::MemoryFormat::Contiguous);
+    } else {
+      host = tensor.detach().contiguous();
+    }
+    auto held = std::make_shared<at::Tensor>(host);
+    checkpoint_.AddHeldTensor(name, dtype, host.sizes().vec(), held, host.data_ptr(),
+                              host.nbytes());
+  }
+
+  // The checkpoint, once the copies from the device have ended.
+  CheckpointWriter Done() && {
+    if (device_.has_value()) {
+      c10::impl::getDeviceGuardImpl(device_->type())->getStream(*device_).synchronize();
+    }
+    return std::move(checkpoint_);
+  }
+
+ private:
+  bool own_copies_;
+  CheckpointWriter checkpoint_;
+  absl::optional<c10::Device> device_;  // of the copies to wait for
+};
+
+void AddTensor(StateWriter& writer, const std::string& name, const at::Tensor& tensor,
                const std::string& dtype) {
-  const at::Tensor host = tensor.detach().to(at::kCPU).contiguous();
-  writer.AddTensor(name, dtype, host.sizes().vec(), host.data_ptr(), host.nbytes());
+  writer.AddTensor(name, tensor, dtype);
 }
 
-absl::Status AddTensorChecked(CheckpointWriter& writer, const std::string& name,
+absl::Status AddTensorChecked(StateWriter& writer, const std::string& name,
                               const at::Tensor& tensor) {
   ASSIGN_OR_RETURN(std::string dtype, DtypeName(tensor.scalar_type()));
   AddTensor(writer, name, tensor, dtype);
@@ -92,11 +145,12 @@ absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> NamedOptimizerTe
 
 }  // namespace
 
-absl::StatusOr<std::string> EncodeCheckpoint(const TrainingStateRefs& state,
-                                             const RunPosition& position,
-                                             const RunGeometry& geometry) {
-  return TorchCall("writing the checkpoint", [&]() -> absl::StatusOr<std::string> {
-    CheckpointWriter writer;
+absl::StatusOr<CheckpointWriter> SnapshotCheckpoint(const TrainingStateRefs& state,
+                                                    const RunPosition& position,
+                                                    const RunGeometry& geometry, bool own_copies) {
+  // Note [Snapshot of the training state].
+  return TorchCall("writing the checkpoint", [&]() -> absl::StatusOr<CheckpointWriter> {
+    StateWriter writer(own_copies);
     writer.AddString("format", kFormat);
     writer.AddString("geometry/model", geometry.model);
     writer.AddInt("geometry/num_classes", geometry.num_classes);
@@ -126,8 +180,16 @@ absl::StatusOr<std::string> EncodeCheckpoint(const TrainingStateRefs& state,
       std::lock_guard<std::mutex> lock(generator.mutex());
       AddTensor(writer, "rng/cpu", generator.get_state(), "uint8");
     }
-    return std::move(writer).Finish();
+    return std::move(writer).Done();
   });
+}
+
+absl::StatusOr<std::string> EncodeCheckpoint(const TrainingStateRefs& state,
+                                             const RunPosition& position,
+                                             const RunGeometry& geometry) {
+  ASSIGN_OR_RETURN(CheckpointWriter checkpoint,
+                   SnapshotCheckpoint(state, position, geometry, /*own_copies=*/false));
+  return std::move(checkpoint).Finish();
 }
 
 absl::StatusOr<RunGeometry> CheckpointGeometry(const CheckpointReader& c) {

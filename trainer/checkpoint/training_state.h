@@ -53,6 +53,15 @@ absl::StatusOr<std::string> EncodeCheckpoint(const TrainingStateRefs& state,
                                              const RunPosition& position,
                                              const RunGeometry& geometry);
 
+// The checkpoint with its tensors in host memory, to be sealed and written later, maybe on
+// another thread: device tensors are copied to pinned host memory (waits for the copies).
+// With `own_copies`, host tensors are copied too, so that the state may change as soon as
+// this returns; without, they are referenced and must not change until the checkpoint is
+// sealed (Note [Snapshot of the training state] in training_state.cc).
+absl::StatusOr<CheckpointWriter> SnapshotCheckpoint(const TrainingStateRefs& state,
+                                                    const RunPosition& position,
+                                                    const RunGeometry& geometry, bool own_copies);
+
 // The geometry and position a checkpoint records.
 absl::StatusOr<RunGeometry> CheckpointGeometry(const CheckpointReader& checkpoint);
 absl::StatusOr<RunPosition> CheckpointPosition(const CheckpointReader& checkpoint);

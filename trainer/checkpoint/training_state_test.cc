@@ -100,6 +100,23 @@ TEST(TrainingStateTest, RestoredRunContinuesBitForBit) {
     EXPECT_TRUE(at::equal(a[i].second, b[i].second)) << a[i].first;
 }
 
+TEST(TrainingStateTest, ASnapshotWithItsOwnCopiesIsUnchangedByTheStepsAfterIt) {
+  TrainedRun run = MakeRun(1, /*scaling=*/true);
+  TrainSteps(run, 2);
+  const RunPosition position{0, 2, 2};
+  ASSERT_OK_AND_ASSIGN(const std::string then, EncodeCheckpoint(run.refs(), position, Geometry()));
+  ASSERT_OK_AND_ASSIGN(CheckpointWriter snapshot,
+                       SnapshotCheckpoint(run.refs(), position, Geometry(), /*own_copies=*/true));
+  // The optimizer updates the parameters and its state in place.
+  TrainSteps(run, 2);
+  ASSERT_OK_AND_ASSIGN(const std::string now, EncodeCheckpoint(run.refs(), position, Geometry()));
+  ASSERT_NE(now, then);
+  const SealedCheckpoint sealed = std::move(snapshot).Seal();
+  std::string written;
+  for (absl::string_view part : sealed.parts()) written.append(part.data(), part.size());
+  EXPECT_EQ(written, then) << "the snapshot changed with the state after it";
+}
+
 TEST(TrainingStateTest, ResumeIsRefusedWhenTheRunCannotContinue) {
   const RunGeometry saved = Geometry();
   RunGeometry other = saved;

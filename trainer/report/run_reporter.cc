@@ -249,6 +249,37 @@ absl::Status RunReporter::Validation(int64_t epoch, int64_t global_step,
   return absl::OkStatus();
 }
 
+absl::Status RunReporter::Checkpoint(const CheckpointReport& c) {
+  if (!rank0()) return absl::OkStatus();
+  if (c.async) {
+    Note(absl::StrFormat(
+        "checkpoint %s (epoch %d, batch %d, step %d; %.1f MB; the step waited %.3f s for the "
+        "copy to host memory; writing in the background)",
+        c.path, c.epoch + 1, c.batches_done, c.global_step, c.bytes / 1e6, c.stall));
+  } else {
+    Note(absl::StrFormat("checkpoint %s (epoch %d, batch %d, step %d; %.1f MB in %.2f s)", c.path,
+                         c.epoch + 1, c.batches_done, c.global_step, c.bytes / 1e6, c.stall));
+  }
+  if (c.waited >= 0.001) {
+    Note(absl::StrFormat(
+        "the checkpoint at step %d first waited %.3f s for the previous checkpoint's write to "
+        "end (one write in flight at a time: checkpoints come faster than they are written)",
+        c.global_step, c.waited));
+  }
+  if (jsonl_ == nullptr) return absl::OkStatus();
+  return jsonl_->Write(JsonObject()
+                           .Add("type", "checkpoint")
+                           .Add("path", c.path)
+                           .Add("epoch", c.epoch + 1)
+                           .Add("step", c.batches_done)
+                           .Add("global_step", c.global_step)
+                           .Add("bytes", c.bytes)
+                           .Add("async", c.async)
+                           .Add("stall_s", c.stall)
+                           .Add("waited_s", c.waited)
+                           .Add("time", UnixSeconds()));
+}
+
 absl::Status RunReporter::Stopped(const std::string& why, const std::string& reason, int64_t epoch,
                                   int64_t batches_done, int64_t batches_per_epoch,
                                   int64_t global_step, const std::string& checkpoint) {

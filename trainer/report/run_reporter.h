@@ -46,6 +46,18 @@ struct ValidationScores {
   double top1 = 0, top5 = 0, loss = 0;
 };
 
+// One checkpoint as the reports show it.
+struct CheckpointReport {
+  std::string path;
+  int64_t epoch = 0;  // 0-based, as RunPosition
+  int64_t batches_done = 0;
+  int64_t global_step = 0;
+  int64_t bytes = 0;
+  bool async = false;  // written on the writer thread (--checkpoint_async)
+  double stall = 0;    // seconds the step waited: the whole write, or (async) the copy
+  double waited = 0;   // of `stall` (async): seconds waiting for the previous write to end
+};
+
 // What a run is, for its summary.
 struct RunDescription {
   std::string model;
@@ -126,6 +138,8 @@ class RunReporter {
   void Note(const std::string& line);
   absl::Status Validation(int64_t epoch, int64_t global_step, const ValidationScores& scores,
                           double seconds);
+  // Rank 0: a checkpoint's log line (with the step's stall) and its JSON line.
+  absl::Status Checkpoint(const CheckpointReport& checkpoint);
   // Rank 0: why the run stopped early and how to resume it.
   absl::Status Stopped(const std::string& why, const std::string& reason, int64_t epoch,
                        int64_t batches_done, int64_t batches_per_epoch, int64_t global_step,

@@ -392,10 +392,12 @@ absl::StatusOr<std::string> BatchProducer::ReportGpuDecodeFailure(int64_t epoch,
   absl::Status stop;
   if (bad_samples_ == nullptr || !bad_samples_->skips()) {
     if (bad_samples_ != nullptr) bad_samples_->MarkBad(index, description, bad);
+    // The file and the flag first: the control socket carries 255 bytes of message.
     stop = absl::DataLossError(absl::StrCat(
-        "rank ", request_.rank, ", epoch ", epoch, ", ", description, ": ", bad.message(),
+        "rank ", request_.rank, ", epoch ", epoch, ", ", description,
         bad_samples_ != nullptr ? " (--bad_files=fail; --bad_files=skip would replace the sample)"
-                                : ""));
+                                : "",
+        ": ", bad.message()));
   } else {
     // Note [GPU decode failures].
     bad_samples_->MarkBad(index, description, bad,

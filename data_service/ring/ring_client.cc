@@ -4,12 +4,15 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/errno_status.h"
 #include "common/shm_segment.h"
@@ -158,14 +161,18 @@ struct RingClient::State {
   UniqueFd control;
   SharedMemorySegment segment;
   RingConsumer consumer;
-  uint32_t next_request_id = 1;
   int64_t last_epoch = -1;
-  int64_t batches_requested = 0;
+  std::atomic<int64_t> batches_requested{0};  // written by StartEpoch(), read by Acquire()
   int64_t batches_acquired = 0;
-  // Once the service is gone or reported a production error, every call returns this.
-  absl::Status fatal;
   // Per slot: the copy of what it held when acquired (Note [Slot contents are checked]).
   std::vector<internal::PrivateSlot> copies;
+  // Serialises the use of the control socket: the prefetch thread's ReportBadSample() and
+  // its look for an asynchronous error in Acquire() against the training thread's
+  // StartEpoch(), so that no call reads another's reply.
+  absl::Mutex control_mu;
+  uint32_t next_request_id ABSL_GUARDED_BY(control_mu) = 1;
+  // Once the service is gone or reported a production error, every call returns this.
+  absl::Status fatal ABSL_GUARDED_BY(control_mu);
 
   State(std::string path, const RingRequest& r, UniqueFd fd, SharedMemorySegment seg,
         RingConsumer c)
@@ -176,8 +183,17 @@ struct RingClient::State {
         consumer(std::move(c)),
         copies(static_cast<size_t>(std::max(r.slot_count, 1))) {}
 
+  absl::Status Fatal() {
+    absl::MutexLock lock(&control_mu);
+    return fatal;
+  }
+
   // Turns what came from the control socket outside a request into the fatal status.
   absl::Status Fail(const absl::Status& status) {
+    absl::MutexLock lock(&control_mu);
+    return FailLocked(status);
+  }
+  absl::Status FailLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(control_mu) {
     if (absl::IsUnavailable(status)) {
       fatal = absl::UnavailableError(absl::StrCat("the data service at ", socket_path,
                                                   " is gone (rank ", request.rank,
@@ -192,8 +208,10 @@ struct RingClient::State {
   // Sends `message` and waits for the reply to it. A kError without request id (a
   // production error) or a closed connection is fatal.
   absl::StatusOr<ControlMessage> Call(ControlMessage message, absl::Duration timeout) {
+    absl::MutexLock lock(&control_mu);
+    if (!fatal.ok()) return fatal;
     message.request_id = next_request_id++;
-    if (absl::Status s = SendMessage(control.get(), message); !s.ok()) return Fail(s);
+    if (absl::Status s = SendMessage(control.get(), message); !s.ok()) return FailLocked(s);
     const absl::Time deadline = absl::Now() + timeout;
     while (true) {
       absl::StatusOr<ControlMessage> reply =
@@ -203,10 +221,10 @@ struct RingClient::State {
                                                         " did not answer within ",
                                                         absl::FormatDuration(timeout)));
       }
-      if (!reply.ok()) return Fail(reply.status());
+      if (!reply.ok()) return FailLocked(reply.status());
       if (reply->request_id == message.request_id) return *reply;
       if (reply->type == static_cast<uint16_t>(MessageType::kError)) {
-        return Fail(StatusFromError(*reply));
+        return FailLocked(StatusFromError(*reply));
       }
       // A stale reply to an earlier request that timed out: skip it.
     }
@@ -287,7 +305,7 @@ RingClient::~RingClient() = default;
 
 absl::StatusOr<EpochInfo> RingClient::StartEpoch(int64_t epoch, uint64_t seed) {
   State& s = *state_;
-  if (!s.fatal.ok()) return s.fatal;
+  if (absl::Status fatal = s.Fatal(); !fatal.ok()) return fatal;
   if (epoch <= s.last_epoch) {
     return absl::FailedPreconditionError(absl::StrCat("StartEpoch(", epoch, ") after StartEpoch(",
                                                       s.last_epoch, "): epochs must increase"));
@@ -305,7 +323,7 @@ absl::StatusOr<EpochInfo> RingClient::StartEpoch(int64_t epoch, uint64_t seed) {
     return absl::InternalError(absl::StrCat("unexpected answer to StartEpoch(", epoch, ")"));
   }
   s.last_epoch = epoch;
-  s.batches_requested += reply->batches;
+  s.batches_requested.fetch_add(reply->batches);
   EpochInfo info;
   info.epoch = reply->epoch;
   info.samples = reply->samples;
@@ -315,11 +333,11 @@ absl::StatusOr<EpochInfo> RingClient::StartEpoch(int64_t epoch, uint64_t seed) {
 
 absl::StatusOr<BatchView> RingClient::Acquire(absl::Duration timeout) {
   State& s = *state_;
-  if (!s.fatal.ok()) return s.fatal;
+  if (absl::Status fatal = s.Fatal(); !fatal.ok()) return fatal;
   if (s.batches_acquired >= s.batches_requested) {
     return absl::FailedPreconditionError(
         absl::StrCat("rank ", s.request.rank, " acquired every batch of the epochs it started (",
-                     s.batches_requested, "): call StartEpoch first"));
+                     s.batches_requested.load(), "): call StartEpoch first"));
   }
   const absl::Time deadline = absl::Now() + timeout;
   while (true) {
@@ -348,21 +366,24 @@ absl::StatusOr<BatchView> RingClient::Acquire(absl::Duration timeout) {
     }
     if (!absl::IsDeadlineExceeded(slot.status())) return slot.status();
     // Nothing yet: is the service still there? (EOF, or an asynchronous error report.)
-    pollfd p{s.control.get(), POLLIN, 0};
-    if (poll(&p, 1, 0) > 0) {
-      absl::StatusOr<ControlMessage> message =
-          ReceiveMessage(s.control.get(), absl::ZeroDuration());
-      if (!message.ok()) {
-        if (!absl::IsDeadlineExceeded(message.status())) return s.Fail(message.status());
-      } else if (message->type == static_cast<uint16_t>(MessageType::kError)) {
-        return s.Fail(StatusFromError(*message));
+    {
+      absl::MutexLock lock(&s.control_mu);
+      pollfd p{s.control.get(), POLLIN, 0};
+      if (poll(&p, 1, 0) > 0) {
+        absl::StatusOr<ControlMessage> message =
+            ReceiveMessage(s.control.get(), absl::ZeroDuration());
+        if (!message.ok()) {
+          if (!absl::IsDeadlineExceeded(message.status())) return s.FailLocked(message.status());
+        } else if (message->type == static_cast<uint16_t>(MessageType::kError)) {
+          return s.FailLocked(StatusFromError(*message));
+        }
       }
     }
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("rank ", s.request.rank, ": no batch from the data service within ",
                        absl::FormatDuration(timeout), " (", s.batches_acquired, " of ",
-                       s.batches_requested, " batches acquired)"));
+                       s.batches_requested.load(), " batches acquired)"));
     }
   }
 }
@@ -370,7 +391,7 @@ absl::StatusOr<BatchView> RingClient::Acquire(absl::Duration timeout) {
 absl::StatusOr<std::string> RingClient::ReportBadSample(int64_t epoch, int64_t sample_index,
                                                         absl::string_view why) {
   State& s = *state_;
-  if (!s.fatal.ok()) return s.fatal;
+  if (absl::Status fatal = s.Fatal(); !fatal.ok()) return fatal;
   ControlMessage message = NewMessage(MessageType::kBadSample, 0);
   message.epoch = epoch;
   message.sample_index = sample_index;

@@ -44,7 +44,9 @@ struct BatchView {
 };
 
 // Owns the control connection to the data service and this rank's mapped ring.
-// Move-only. Not thread-safe: one thread (the trainer's main or prefetch thread) uses it.
+// Move-only. Acquire(), Release() and ReportBadSample() belong to one thread (the
+// trainer's prefetch thread), StartEpoch() to one other (the training thread); the
+// control socket is shared between them under a lock.
 //
 //   ASSIGN_OR_RETURN(auto client, RingClient::Connect(socket, request, absl::Seconds(30)));
 //   ASSIGN_OR_RETURN(EpochInfo info, client->StartEpoch(epoch, seed));

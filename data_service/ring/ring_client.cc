@@ -118,18 +118,16 @@ absl::Status CopySlotContents(const RingRequest& request, const ReadableSlot& sl
   copy.sample_kinds.assign(slot.sample_kinds, slot.sample_kinds + n);
   copy.deferred_headers.resize(n);
   copy.deferred_count = 0;
-  auto refuse = [&](int32_t i, absl::string_view what) {
-    return absl::OutOfRangeError(absl::StrCat("rank ", request.rank, ": ring slot ", slot.slot,
-                                              " (epoch ", slot.epoch, ", step ", slot.step,
-                                              ") holds ", what, " at position ", i));
-  };
+  const std::string slot_name = absl::StrCat("rank ", request.rank, ": ring slot ", slot.slot,
+                                             " (epoch ", slot.epoch, ", step ", slot.step, ")");
   for (int32_t i = 0; i < slot.count; ++i) {
     const int32_t label = copy.labels[i];
     const bool label_ok = label >= 0 && (request.num_classes <= 0 || label < request.num_classes);
     if (!label_ok || copy.sample_indices[i] < 0) {
-      return refuse(i, absl::StrCat("label ", label, " for sample index ", copy.sample_indices[i],
-                                    "; labels must be in [0, ", request.num_classes,
-                                    ") (--num_classes) and indices not negative"));
+      return absl::OutOfRangeError(
+          absl::StrCat(slot_name, " holds label ", label, " for sample index ",
+                       copy.sample_indices[i], " at position ", i, "; labels must be in [0, ",
+                       request.num_classes, ") (--num_classes) and indices not negative"));
     }
   }
   const size_t sample_bytes = static_cast<size_t>(request.image_size) * request.image_size * 3;
@@ -137,18 +135,21 @@ absl::Status CopySlotContents(const RingRequest& request, const ReadableSlot& sl
     const uint8_t kind = copy.sample_kinds[i];
     if (kind == static_cast<uint8_t>(SampleKind::kPixels)) continue;
     if (kind != static_cast<uint8_t>(SampleKind::kDeferredJpeg)) {
-      return refuse(i, absl::StrCat("unknown sample kind ", kind));
+      return absl::OutOfRangeError(
+          absl::StrCat(slot_name, " holds a sample of unknown kind ", kind, " at position ", i));
     }
     ++copy.deferred_count;
     DeferredSampleHeader& header = copy.deferred_headers[i];
     std::memcpy(&header, slot.images + sample_bytes * i, sizeof(header));
     if (absl::Status s = CheckDeferredHeader(header, request); !s.ok()) {
-      return refuse(i, absl::StrCat("a malformed deferred sample (", s.message(), ")"));
+      return absl::OutOfRangeError(absl::StrCat(
+          slot_name, " has a malformed deferred sample at position ", i, ": ", s.message()));
     }
   }
   if (copy.deferred_count != slot.deferred_count) {
-    return refuse(slot.count, absl::StrCat(copy.deferred_count, " deferred samples, its metadata ",
-                                           "says ", slot.deferred_count));
+    return absl::OutOfRangeError(absl::StrCat(slot_name, " holds ", copy.deferred_count,
+                                              " deferred samples; its metadata says ",
+                                              slot.deferred_count));
   }
   return absl::OkStatus();
 }

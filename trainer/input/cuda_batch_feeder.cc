@@ -375,8 +375,7 @@ class CudaBatchFeeder final : public BatchFeeder {
     ASSIGN_OR_RETURN(
         std::vector<SampleReplacement> replacements,
         RouteRefusedSamples(view, refused, [&](int64_t sample_index, absl::string_view why) {
-          return source_->ReportBadSample(view.epoch, sample_index,
-                                          absl::StrCat("the trainer's GPU decoder: ", why));
+          return source_->ReportBadSample(view.epoch, sample_index, why);
         }));
     const size_t sample_bytes = static_cast<size_t>(options_.image_size) * options_.image_size * 3;
     int32_t* labels = staging.labels.data_ptr<int32_t>();

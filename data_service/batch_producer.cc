@@ -366,7 +366,9 @@ bool BatchProducer::TryDefer(InFlightBatch& batch, int32_t i, SampleScratch& scr
   if (!bytes.ok()) return false;
   const image::SampleKey key{batch.options.seed, batch.options.epoch, index};
   const std::optional<DeferredSampleHeader> header =
-      image::PlanDeferredJpeg(*bytes, batch.spec, key, image_bytes);
+      image::PlanDeferredJpeg(*bytes, batch.spec, key, image_bytes, nullptr,
+                              request_.gpu_decode_arena_bytes != 0 ? request_.gpu_decode_arena_bytes
+                                                                   : kDefaultGpuDecodeArenaBytes);
   if (!header.has_value()) {
     deferred_stats_.kept_on_cpu.fetch_add(1, std::memory_order_relaxed);
     return false;
@@ -375,6 +377,41 @@ bool BatchProducer::TryDefer(InFlightBatch& batch, int32_t i, SampleScratch& scr
   batch.slot.sample_kinds[i] = static_cast<uint8_t>(SampleKind::kDeferredJpeg);
   deferred_stats_.deferred.fetch_add(1, std::memory_order_relaxed);
   return true;
+}
+
+absl::StatusOr<std::string> BatchProducer::ReportGpuDecodeFailure(int64_t epoch, int64_t index,
+                                                                  absl::string_view why) {
+  if (index < 0 || index >= dataset_->size()) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", request_.rank,
+                                                   " reported a GPU decode failure of sample ",
+                                                   index, ", outside the dataset"));
+  }
+  const std::string description = dataset_->Describe(index);
+  const absl::Status bad = MarkBadSample(
+      absl::DataLossError(absl::StrCat("the trainer's GPU decoder refused it: ", why)));
+  absl::Status stop;
+  if (bad_samples_ == nullptr || !bad_samples_->skips()) {
+    if (bad_samples_ != nullptr) bad_samples_->MarkBad(index, description, bad);
+    // The file and the flag first: the control socket carries 255 bytes of message.
+    stop = absl::DataLossError(absl::StrCat(
+        "rank ", request_.rank, ", epoch ", epoch, ", ", description,
+        bad_samples_ != nullptr ? " (--bad_files=fail; --bad_files=skip would replace the sample)"
+                                : "",
+        ": ", bad.message()));
+  } else {
+    // Note [GPU decode failures].
+    bad_samples_->MarkBad(index, description, bad,
+                          "another sample of its batch, on the trainer's GPU decode path");
+    stop = bad_samples_->CountSkip(description, bad);
+    if (stop.ok()) return description;
+  }
+  LogError("%s (exit %d): %s", ExitCause(ExitCodeOf(stop)), ExitCodeOf(stop), StatusText(stop));
+  {
+    absl::MutexLock lock(&mu_);
+    if (failure_.ok()) failure_ = stop;
+    stopping_ = true;
+  }
+  return stop;
 }
 
 void BatchProducer::ProductionLoop() {

@@ -20,6 +20,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/shm_segment.h"
 #include "data_service/dataset/bad_samples.h"
@@ -73,6 +74,19 @@ struct DeferredStats {
   std::atomic<int64_t> kept_on_cpu{0};  // at a GPU position but decoded here (not eligible)
 };
 
+// Note [GPU decode failures]
+// A deferred sample that the trainer's GPU decoder refuses (corrupt tables or entropy-coded
+// data, which the marker walk of ParseJpegFrame() does not read) is a bad file found after
+// its batch left the service. The trainer reports it on the control socket
+// (RingClient::ReportBadSample) and waits for the answer, and the service applies the CPU
+// path's policy with the CPU path's counters (BadSampleTracker): the file is marked bad
+// (warned about once, by its name, and counted among the bad files); with
+// --bad_files=skip its replacement counts as a skipped sample toward --max_bad_fraction,
+// and DataLoss past it; with --bad_files=fail the answer is the error, naming the file,
+// that stops the run. The replacement itself is the trainer's, since the batch has left
+// the service: the refused sample's place takes another sample of the same batch (Note
+// [Replacing samples the GPU cannot decode] in trainer/input/cuda_batch_feeder.cc).
+
 // Produces one rank's batches into its ring. QueueEpoch() is thread-safe; production runs
 // on a member thread ("production thread"), its samples on the shared pool. Batches are
 // bit-identical whatever the pool size: each sample is a pure function of (dataset,
@@ -111,6 +125,15 @@ class BatchProducer {
   // removed from /dev/shm at once, but its mapping, and so this object, must live until
   // they end (Note [Abandoned decodes at shutdown] in data_service/service.h).
   absl::Status Stop(absl::Time deadline);
+
+  // The trainer could not decode sample `index`, delivered in `epoch` as a deferred JPEG
+  // (`why` says what its decoder reported): applies the bad-data policy to it as to a file
+  // the CPU path cannot use (Note [GPU decode failures]). Returns the sample's description
+  // (naming its file) when the run goes on; DataLoss, naming the file, when the policy
+  // stops it (--bad_files=fail, or past --max_bad_fraction), and production stops too.
+  // InvalidArgument for an index outside the dataset. Thread-safe.
+  absl::StatusOr<std::string> ReportGpuDecodeFailure(int64_t epoch, int64_t index,
+                                                     absl::string_view why);
 
   const std::string& segment_name() const { return segment_.name(); }
   size_t ring_bytes() const { return segment_.size(); }

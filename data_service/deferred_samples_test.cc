@@ -32,6 +32,7 @@ namespace stoker::data_service {
 namespace {
 
 using ::stoker::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 constexpr int kImageSize = 48;
@@ -96,12 +97,15 @@ BatchProducerOptions ProducerOptions(absl::string_view use) {
   return options;
 }
 
-// Two epochs through a fresh producer with `share` on a pool of `threads`.
+// Two epochs through a fresh producer with `share` on a pool of `threads`, for a trainer
+// whose GPU decode arena is `arena_bytes`.
 std::vector<Received> TwoEpochs(std::shared_ptr<const Dataset> dataset, int threads, bool train,
-                                double share, BadSampleTracker* bad = nullptr) {
+                                double share, BadSampleTracker* bad = nullptr,
+                                uint64_t arena_bytes = kDefaultGpuDecodeArenaBytes) {
   WorkerPool pool(threads);
   BatchProducerOptions options = ProducerOptions("ring");
   options.request.train = train;
+  options.request.gpu_decode_arena_bytes = arena_bytes;
   options.gpu_decode_share = share;
   options.bad_samples = bad;
   auto producer = BatchProducer::Create(options, dataset, &pool, [](const absl::Status& s) {
@@ -407,6 +411,124 @@ TEST(RequestedShareTest, AFixedShareIgnoresTheRequest) {
     EXPECT_EQ(slot.gpu_decode_share, 0.5);
     ExpectBatchOfShare(slot, 0.5);
   });
+}
+
+// Note [The GPU decode arena]: BaselineFolder's images have rows of 256 bytes decoded, 36
+// of them in class 0 and 38 in class 1; an arena of 9500 bytes takes the first only.
+TEST(DeferredSamplesTest, ImagesLargerThanTheTrainersArenaStayOnTheCpu) {
+  auto dataset = OpenFolder(BaselineFolder("arena_bound"));
+  ASSERT_EQ(DeferredDecodedBytes(73, 36), 9216u);
+  ASSERT_EQ(DeferredDecodedBytes(40, 38), 9728u);
+  const std::vector<Received> batches = TwoEpochs(dataset, 2, true, 1.0, nullptr, 9500);
+  ASSERT_FALSE(batches.empty());
+  int64_t deferred = 0;
+  for (const Received& b : batches) {
+    for (size_t i = 0; i < b.kinds.size(); ++i) {
+      const bool is_deferred = b.kinds[i] == static_cast<uint8_t>(SampleKind::kDeferredJpeg);
+      EXPECT_EQ(is_deferred, b.labels[i] == 0) << dataset->Describe(b.indices[i]);
+      deferred += is_deferred ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(deferred, 24);  // class 0's 12 images, in each of the two epochs
+}
+
+// A producer over BaselineFolder (24 samples) whose first epoch has been produced and
+// consumed, so that its 24 samples are counted as seen.
+struct ConsumedEpochRig {
+  std::shared_ptr<const Dataset> dataset;
+  std::unique_ptr<BadSampleTracker> bad;
+  std::unique_ptr<WorkerPool> pool = std::make_unique<WorkerPool>(2);
+  std::unique_ptr<BatchProducer> producer;
+
+  ConsumedEpochRig(const std::string& name, const BadSampleOptions& options)
+      : dataset(OpenFolder(BaselineFolder(name))),
+        bad(std::make_unique<BadSampleTracker>(options, dataset->size(), nullptr)) {
+    BatchProducerOptions producer_options = ProducerOptions(name);
+    producer_options.gpu_decode_share = 1.0;
+    producer_options.bad_samples = bad.get();
+    auto created = BatchProducer::Create(
+        producer_options, dataset, pool.get(),
+        [](const absl::Status& s) { ADD_FAILURE() << "unexpected production error: " << s; });
+    EXPECT_OK(created);
+    producer = std::move(*created);
+    auto epoch = producer->QueueEpoch(0, kSeed);
+    EXPECT_OK(epoch);
+    auto segment = SharedMemorySegment::Open(producer->segment_name());
+    EXPECT_OK(segment);
+    auto consumer = RingConsumer::Attach(segment->data(), segment->size());
+    EXPECT_OK(consumer);
+    for (int64_t b = 0; b < epoch->batches; ++b) {
+      auto slot = consumer->Acquire(absl::Seconds(20));
+      EXPECT_OK(slot);
+      if (!slot.ok()) break;
+      EXPECT_OK(consumer->Release(slot->slot));
+    }
+  }
+};
+
+int Occurrences(const std::string& text, const std::string& word) {
+  int count = 0;
+  for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) ++count;
+  return count;
+}
+
+// Note [GPU decode failures]: under --bad_files=skip, counted as the CPU path counts a bad
+// file (one bad file, a skipped sample each time), and named once in the log.
+TEST(GpuDecodeFailureTest, UnderSkipIsCountedAndNamedOnce) {
+  BadSampleOptions options;
+  options.max_fraction = 0.5;
+  options.min_samples = 1;
+  ConsumedEpochRig rig("gpu_failure_skip", options);
+  const std::string file = rig.dataset->Describe(5);
+  ASSERT_THAT(file, HasSubstr(".jpg"));
+  ::testing::internal::CaptureStderr();
+  auto first = rig.producer->ReportGpuDecodeFailure(0, 5, "nvJPEG: bad JPEG");
+  auto again = rig.producer->ReportGpuDecodeFailure(1, 5, "nvJPEG: bad JPEG");
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_OK(first);
+  ASSERT_OK(again);
+  EXPECT_EQ(*first, file);
+  const BadSampleStats stats = rig.bad->stats();
+  EXPECT_EQ(stats.samples_seen, 24);
+  EXPECT_EQ(stats.bad_files, 1);
+  EXPECT_EQ(stats.samples_skipped, 2);
+  EXPECT_EQ(Occurrences(log, file), 1) << log;
+  EXPECT_THAT(log, HasSubstr("nvJPEG: bad JPEG"));
+  EXPECT_OK(rig.producer->QueueEpoch(1, kSeed));
+}
+
+TEST(GpuDecodeFailureTest, UnderFailStopsTheRunNamingTheFile) {
+  BadSampleOptions options;
+  options.policy = BadFilePolicy::kFail;
+  ConsumedEpochRig rig("gpu_failure_fail", options);
+  const std::string file = rig.dataset->Describe(7);
+  EXPECT_THAT(
+      rig.producer->ReportGpuDecodeFailure(0, 7, "nvJPEG: bad JPEG"),
+      StatusIs(absl::StatusCode::kDataLoss, AllOf(HasSubstr(file), HasSubstr("--bad_files=fail"),
+                                                  HasSubstr("nvJPEG: bad JPEG"))));
+  EXPECT_EQ(rig.bad->stats().bad_files, 1);
+  EXPECT_THAT(rig.producer->QueueEpoch(1, kSeed), StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+TEST(GpuDecodeFailureTest, CountsTowardTheMaxBadFraction) {
+  BadSampleOptions options;
+  options.max_fraction = 0.05;  // of 24 samples seen: 1.2 may be replaced
+  options.min_samples = 1;
+  ConsumedEpochRig rig("gpu_failure_fraction", options);
+  EXPECT_OK(rig.producer->ReportGpuDecodeFailure(0, 1, "nvJPEG: bad JPEG"));
+  EXPECT_THAT(rig.producer->ReportGpuDecodeFailure(0, 2, "nvJPEG: bad JPEG"),
+              StatusIs(absl::StatusCode::kDataLoss, AllOf(HasSubstr("--max_bad_fraction"),
+                                                          HasSubstr(rig.dataset->Describe(2)))));
+}
+
+TEST(GpuDecodeFailureTest, AnIndexOutsideTheDatasetIsRefused) {
+  BadSampleOptions options;
+  ConsumedEpochRig rig("gpu_failure_index", options);
+  EXPECT_THAT(rig.producer->ReportGpuDecodeFailure(0, -1, "x"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(rig.producer->ReportGpuDecodeFailure(0, rig.dataset->size(), "x"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(rig.bad->stats().bad_files, 0);
 }
 
 }  // namespace

@@ -620,6 +620,21 @@ bool DataService::Handle(Connection* connection, const ControlMessage& message) 
       reply.batches = info->batches;
       return connection->Send(reply).ok();
     }
+    case MessageType::kBadSample: {
+      if (connection->producer == nullptr) {
+        return connection
+            ->Send(ErrorMessage(
+                absl::FailedPreconditionError("a bad-sample report before the ring was registered"),
+                id))
+            .ok();
+      }
+      absl::StatusOr<std::string> counted = connection->producer->ReportGpuDecodeFailure(
+          message.epoch, message.sample_index, Text(message));
+      if (!counted.ok()) return connection->Send(ErrorMessage(counted.status(), id)).ok();
+      ControlMessage reply = NewMessage(MessageType::kBadSampleCounted, id);
+      SetText(&reply, *counted);
+      return connection->Send(reply).ok();
+    }
     default:
       (void)connection->Send(
           ErrorMessage(absl::InvalidArgumentError(absl::StrCat("unexpected control message type ",

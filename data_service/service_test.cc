@@ -410,6 +410,48 @@ TEST_F(ServiceTest, AnUnusableFileFailsTheClientNamingItWithBadFilesFail) {
   EXPECT_EQ(service_->stats().bad_samples.bad_files, 1);
 }
 
+// Note [GPU decode failures] in batch_producer.h: a sample the trainer could not decode,
+// reported on the socket, goes through the service's bad-data policy.
+TEST_F(ServiceTest, AReportedGpuDecodeFailureIsCountedAndAnsweredWithTheFile) {
+  BadSampleOptions skip;
+  skip.max_fraction = 0.5;
+  skip.min_samples = 1;
+  std::shared_ptr<const Dataset> dataset = JpegFolder("service_gpu_skip", 8, false);
+  StartService({dataset, nullptr}, 2, skip);
+  auto client = Connect(Request());
+  ASSERT_NE(client, nullptr);
+  ASSERT_OK(client->StartEpoch(0, 1));
+  auto batch = client->Acquire(absl::Seconds(20));
+  ASSERT_OK(batch);
+  const int64_t index = batch->sample_indices[3];
+  absl::StatusOr<std::string> named = client->ReportBadSample(0, index, "nvJPEG: bad JPEG");
+  ASSERT_OK(named);
+  EXPECT_EQ(*named, dataset->Describe(index));
+  EXPECT_EQ(service_->stats().bad_samples.bad_files, 1);
+  EXPECT_EQ(service_->stats().bad_samples.samples_skipped, 1);
+  EXPECT_THAT(client->ReportBadSample(0, 1000, "x"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("outside the dataset")));
+}
+
+TEST_F(ServiceTest, AReportedGpuDecodeFailureStopsTheRunWithBadFilesFail) {
+  BadSampleOptions fail;
+  fail.policy = BadFilePolicy::kFail;
+  std::shared_ptr<const Dataset> dataset = JpegFolder("service_gpu_fail", 8, false);
+  StartService({dataset, nullptr}, 2, fail);
+  auto client = Connect(Request());
+  ASSERT_NE(client, nullptr);
+  ASSERT_OK(client->StartEpoch(0, 1));
+  auto batch = client->Acquire(absl::Seconds(20));
+  ASSERT_OK(batch);
+  const int64_t index = batch->sample_indices[0];
+  EXPECT_THAT(client->ReportBadSample(0, index, "nvJPEG: bad JPEG"),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       AllOf(HasSubstr(dataset->Describe(index)), HasSubstr("--bad_files=fail"))));
+  EXPECT_EQ(service_->stats().bad_samples.bad_files, 1);
+  // Fatal for the ring: the next calls give the same error.
+  EXPECT_THAT(client->StartEpoch(1, 1), StatusIs(absl::StatusCode::kDataLoss));
+}
+
 TEST_F(ServiceTest, StatsReportRingsScratchAndReplacedSamples) {
   StartService({JpegFolder("service_stats", 15, true), JpegFolder("service_stats_val", 4, false)},
                2);

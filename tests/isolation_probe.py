@@ -22,9 +22,9 @@ import struct
 import sys
 import time
 
-MESSAGE = struct.Struct("<IHHIiiiiiiBB2xqQqqQi4x256s")
-assert MESSAGE.size == 344
-MAGIC, VERSION = 0x4C435453, 2
+MESSAGE = struct.Struct("<IHHIiiiiiiBB2xqQqqQi4xQq256s")
+assert MESSAGE.size == 360
+MAGIC, VERSION = 0x4C435453, 3
 REGISTER, REGISTERED, START_EPOCH, EPOCH_STARTED, ERROR = 1, 2, 3, 4, 5
 INVALID_ARGUMENT, ALREADY_EXISTS, PERMISSION_DENIED = 3, 6, 7
 TIMEOUT_S = 20
@@ -38,7 +38,8 @@ def fail(text):
 def pack(kind, request_id=1, rank=0, world=2, batch=8, image=16, slots=2, train=1, epoch=0,
          seed=0, text=b"", magic=MAGIC, version=VERSION, drop_last=0):
     return MESSAGE.pack(magic, version, kind, request_id, 0, rank, world, batch, image, slots,
-                        train, drop_last, epoch, seed, 0, 0, 0, 0, text.ljust(256, b"\0")[:256])
+                        train, drop_last, epoch, seed, 0, 0, 0, 0, 0, 0,
+                        text.ljust(256, b"\0")[:256])
 
 
 def unpack(packet):
@@ -46,7 +47,7 @@ def unpack(packet):
         fail(f"the service sent a packet of {len(packet)} bytes; a message is {MESSAGE.size}")
     f = MESSAGE.unpack(packet)
     return {"magic": f[0], "version": f[1], "type": f[2], "request_id": f[3], "status": f[4],
-            "text": f[18].split(b"\0", 1)[0].decode(errors="replace")}
+            "text": f[20].split(b"\0", 1)[0].decode(errors="replace")}
 
 
 def connect(path):
@@ -175,7 +176,7 @@ def main():
         raw(path, pack(REGISTER) + b"\xff" * (65536 - MESSAGE.size), ["control packet of 65536 bytes"],
             "64 KiB packet")
     elif command == "length-prefix":
-        raw(path, struct.pack("<Q", 1 << 62) + pack(REGISTER), ["control packet of 352 bytes"],
+        raw(path, struct.pack("<Q", 1 << 62) + pack(REGISTER), ["control packet of 368 bytes"],
             "length prefix 2^62")
     elif command == "bad-fields":
         cases = [

@@ -9,19 +9,20 @@ import zlib
 
 from PIL import Image
 
-# data_service/ring/wire_types.h: ControlMessage, 344 bytes, little-endian.
-MESSAGE = struct.Struct("<IHHIiiiiiiBB2xqQqqQi4x256s")
-assert MESSAGE.size == 344
-MAGIC, VERSION = 0x4C435453, 2
+# data_service/ring/wire_types.h: ControlMessage, 360 bytes, little-endian.
+MESSAGE = struct.Struct("<IHHIiiiiiiBB2xqQqqQi4xQq256s")
+assert MESSAGE.size == 360
+MAGIC, VERSION = 0x4C435453, 3
 REGISTER, REGISTERED, START_EPOCH, EPOCH_STARTED, ERROR = 1, 2, 3, 4, 5
+BAD_SAMPLE, BAD_SAMPLE_COUNTED = 6, 7
 
 
 def message(kind, request_id=1, status=0, rank=0, world=2, batch=32, image=32, slots=4,
             train=1, drop_last=0, epoch=0, seed=0, samples=0, batches=0, ring_bytes=0,
-            num_classes=0, text=b"", magic=MAGIC, version=VERSION):
+            num_classes=0, arena=0, sample_index=0, text=b"", magic=MAGIC, version=VERSION):
     return MESSAGE.pack(magic, version, kind, request_id, status, rank, world, batch, image,
                         slots, train, drop_last, epoch, seed, samples, batches, ring_bytes,
-                        num_classes, text.ljust(256, b"\0")[:256])
+                        num_classes, arena, sample_index, text.ljust(256, b"\0")[:256])
 
 
 def control_seeds():
@@ -38,6 +39,11 @@ def control_seeds():
     yield "bad_magic", message(REGISTER, magic=0x12345678)
     yield "bad_version", message(REGISTER, version=1)
     yield "register_classes", message(REGISTER, num_classes=1000)
+    yield "register_arena", message(REGISTER, arena=256 << 20)
+    yield "bad_sample", message(BAD_SAMPLE, request_id=3, epoch=1, sample_index=42,
+                                text=b"nvJPEG: bad JPEG")
+    yield "bad_sample_negative", message(BAD_SAMPLE, sample_index=-7)
+    yield "bad_sample_counted", message(BAD_SAMPLE_COUNTED, request_id=3, text=b"/data/a.jpg")
     yield "truncated", message(REGISTER)[:100]
     yield "oversized", message(REGISTER) + b"\xff" * 64
     yield "length_prefix_huge", struct.pack("<Q", 1 << 62) + message(REGISTER)

@@ -174,6 +174,54 @@ PY
     --model=resnet18 --num_classes=10 --image_size=64 --batch_size=32 --epochs=2 --log_every=5 \
     --loss_log="$out/loss_decode_$1.txt" --metrics_out="$out/decode_$1.json" "${@:2}"
 }
+# A JPEG that only nvJPEG finds bad (its frame names quantisation table 3, which it does
+# not define: the data service's marker walk defers it) among 63 good ones (4 full batches
+# of 16 per epoch, all trained), every sample deferred (--gpu_decode_share=1), under the
+# data service's bad-data policy (Note [GPU decode failures] in
+# data_service/batch_producer.h): with --bad_files=skip the job completes, the service
+# counts the file (unusable files 1) and the job's log names it exactly once; with
+# --bad_files=fail the job exits 65 (bad data) naming it.
+gpu_bad_file() {
+  local data="$out/gpu_bad_file_jpegs"
+  rm -rf "$data"
+  python3 - "$data" <<'PY' || return 1
+import os, sys
+import numpy as np
+from PIL import Image
+root = sys.argv[1]
+for c in range(2):
+    os.makedirs(f"{root}/c{c}", exist_ok=True)
+    for i in range(31 if c == 0 else 32):
+        y, x = np.mgrid[0:96, 0:128]
+        pixels = np.stack([(x + 8 * i) % 128, (y + 5 * c) % 96, (x + y) // 3], -1).astype(np.uint8)
+        Image.fromarray(pixels).save(f"{root}/c{c}/{i:03d}.jpg", quality=90)
+jpeg = bytearray(open(f"{root}/c0/007.jpg", "rb").read())
+sof = jpeg.find(b"\xff\xc0")
+assert sof > 0, "no baseline frame header"
+jpeg[sof + 4 + 6 + 2] = 3  # the first component's quantisation table: 3, never defined
+open(f"{root}/c0/corrupt.jpg", "wb").write(jpeg)
+PY
+  local launch=(--np=1 --dataset=imagefolder --train_dir="$data" --data_threads=2 --seed=3)
+  local train=(--model=resnet18 --num_classes=2 --image_size=64 --batch_size=16 --epochs=2
+    --log_every=4 --gpu_decode_share=1)
+  "$stoker" launcher "${launch[@]}" --data_service_args="--bad_files=skip" -- "${train[@]}" \
+    > "$out/gpu_bad_file_skip.log" 2>&1 || { tail -n 30 "$out/gpu_bad_file_skip.log"; echo "the skip run failed"; return 1; }
+  grep -h "corrupt.jpg\|refused\|unusable files" "$out/gpu_bad_file_skip.log"
+  local named
+  named=$(grep -c "corrupt.jpg" "$out/gpu_bad_file_skip.log")
+  echo "skip: the job's log names corrupt.jpg $named time(s) over 2 epochs"
+  (( named == 1 )) || { echo "expected the file named exactly once"; return 1; }
+  grep -q "unusable files 1" "$out/gpu_bad_file_skip.log" || { echo "the data service did not count it"; return 1; }
+  grep -q "GPU 0 decoded [1-9][0-9]* deferred samples .* 2 refused" "$out/gpu_bad_file_skip.log" ||
+    { echo "the trainer did not decode on the GPU and refuse the file in each epoch"; return 1; }
+  "$stoker" launcher "${launch[@]}" --data_service_args="--bad_files=fail" -- "${train[@]}" \
+    > "$out/gpu_bad_file_fail.log" 2>&1
+  local rc=$?
+  grep -h "corrupt.jpg" "$out/gpu_bad_file_fail.log" | head -n 5
+  echo "fail: exit $rc"
+  (( rc == 65 )) || { tail -n 30 "$out/gpu_bad_file_fail.log"; echo "expected exit 65 (bad data)"; return 1; }
+  grep -q "corrupt.jpg) (--bad_files=fail" "$out/gpu_bad_file_fail.log" || { echo "the error does not name the file"; return 1; }
+}
 decode_share_deterministic() {
   decode_share_run det1 --deterministic > "$out/decode_det1.log" 2>&1 || { cat "$out/decode_det1.log"; return 1; }
   decode_share_run det2 --deterministic > "$out/decode_det2.log" 2>&1 || { cat "$out/decode_det2.log"; return 1; }
@@ -215,7 +263,7 @@ check() {  # check NAME COMMAND...: runs it (a program or a function below) with
   local name="$1"; shift
   [[ -z "${STOKER_GPU_CHECKS:-}" || "$name" =~ $STOKER_GPU_CHECKS ]] || return 0
   echo "=== $name"
-  if timeout --signal=KILL 300 bash -c "$(declare -f precision_run precision_compare kernel_trace_run resume_run resume_bitwise graphs_bitwise digits_run digits_compare export_resnet18 two_gpu_training runfiles_test ran_unskipped decode_share_run decode_share_deterministic decode_share_adaptive); \"\$@\"" \
+  if timeout --signal=KILL 300 bash -c "$(declare -f precision_run precision_compare kernel_trace_run resume_run resume_bitwise graphs_bitwise digits_run digits_compare export_resnet18 two_gpu_training runfiles_test ran_unskipped decode_share_run decode_share_deterministic decode_share_adaptive gpu_bad_file); \"\$@\"" \
       check "$@" >"$out/$name.log" 2>&1; then
     echo "PASS $name"; passed=$((passed + 1))
   else
@@ -280,6 +328,8 @@ check kernel_trace kernel_trace_run
 check resume_bitwise resume_bitwise
 check decode_share_deterministic decode_share_deterministic
 check decode_share_adaptive decode_share_adaptive
+check gpu_bad_file gpu_bad_file
+cat "$out/gpu_bad_file.log"
 grep -E "^steps|identical|differ" "$out/resume_bitwise.log" || true
 check digits_fused digits_run fused
 check digits_plain digits_run plain --nofused_blocks --nocuda_graphs

@@ -48,6 +48,10 @@ ABSL_FLAG(
     "the images/s trained (0.375, fixed, with --deterministic), 0 on the CPU; a number in [0, "
     "1] fixes it (above 0 needs a GPU); 0 turns GPU decode off. A data service started with "
     "its own --gpu_decode_share=F (in --data_service_args) uses F whatever this asks.");
+ABSL_FLAG(int, gpu_decode_arena_mib, 256,
+          "Bound, in MiB, on the GPU memory that decoding a batch's deferred JPEGs at full size "
+          "takes (48 or more): JPEGs larger than it, decoded, are left to the data service's "
+          "CPUs, and a batch whose deferred JPEGs need more is decoded in rounds.");
 ABSL_FLAG(int, data_timeout_s, 120, "Seconds to wait for a batch before failing.");
 ABSL_FLAG(int, collective_timeout_s, 300,
           "Seconds a collective (gradient allreduce, stop vote, broadcast) may take before the "
@@ -222,8 +226,8 @@ FlagSpec TrainerFlagSpec() {
   spec.sections = {
       {"Data and model",
        {"data_socket", "model", "init_weights", "num_classes", "image_size", "batch_size", "epochs",
-        "seed", "data_split", "drop_last_batch", "ring_slots", "gpu_decode_share", "data_timeout_s",
-        "bucket_mb"}},
+        "seed", "data_split", "drop_last_batch", "ring_slots", "gpu_decode_share",
+        "gpu_decode_arena_mib", "data_timeout_s", "bucket_mb"}},
       {"Optimizer and schedule",
        {"optimizer", "lr", "momentum", "nesterov", "weight_decay", "no_decay_bn_bias", "adam_beta1",
         "adam_beta2", "adam_eps", "lr_schedule", "warmup_epochs", "lr_step_epochs", "lr_step_gamma",
@@ -285,6 +289,7 @@ absl::StatusOr<TrainerOptions> OptionsFromFlags() {
   input.synthetic_steps = absl::GetFlag(FLAGS_synthetic_steps);
   ASSIGN_OR_RETURN(input.gpu_decode_share,
                    ParseGpuDecodeShare(absl::GetFlag(FLAGS_gpu_decode_share)));
+  input.gpu_decode_arena_mib = absl::GetFlag(FLAGS_gpu_decode_arena_mib);
 
   CommOptions& comm = o.comm;
   comm.collective_timeout = absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_s));

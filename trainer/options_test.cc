@@ -99,6 +99,9 @@ TEST(ValidateOptionsTest, EveryBadValueIsRefusedNamingItsFlag) {
       {"--backoff_factor=", [](TrainerOptions& o) { o.scaler.backoff_factor = 1.0; }},
       {"--growth_interval=", [](TrainerOptions& o) { o.scaler.growth_interval = 0; }},
       {"--gpu_decode_share=", [](TrainerOptions& o) { o.input.gpu_decode_share = 1.5; }},
+      {"--gpu_decode_arena_mib=", [](TrainerOptions& o) { o.input.gpu_decode_arena_mib = 47; }},
+      {"--gpu_decode_arena_mib=",
+       [](TrainerOptions& o) { o.input.gpu_decode_arena_mib = (1 << 20) + 1; }},
       {"--gpu_decode_share=",
        [](TrainerOptions& o) {
          o.device.device = DeviceChoice::kCpu, o.input.gpu_decode_share = 0.5;

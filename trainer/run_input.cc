@@ -29,6 +29,7 @@ FeederOptions FeederOptionsFor(const TrainerOptions& o, const RunContext& contex
   std::copy(o.input.mean, o.input.mean + 3, feeder.mean);
   std::copy(o.input.stddev, o.input.stddev + 3, feeder.stddev);
   feeder.timeout = o.input.data_timeout;
+  feeder.gpu_decode_arena_bytes = GpuDecodeArenaBytes(o.input);
   return feeder;
 }
 
@@ -47,6 +48,10 @@ class SkippingBatchSource final : public BatchSource {
     }
   }
   absl::Status Release(const BatchView& batch) override { return inner_->Release(batch); }
+  absl::StatusOr<std::string> ReportBadSample(int64_t epoch, int64_t sample_index,
+                                              absl::string_view why) override {
+    return inner_->ReportBadSample(epoch, sample_index, why);
+  }
   void* memory_base() const override { return inner_->memory_base(); }
   size_t memory_bytes() const override { return inner_->memory_bytes(); }
 
@@ -148,7 +153,16 @@ absl::StatusOr<std::unique_ptr<RingInput>> RingInput::Open(const TrainerOptions&
   request.train = o.input.train_split;
   request.num_classes = o.model.num_classes;
   request.gpu_decode_share = share_plan.initial;
+  request.gpu_decode_arena_bytes = GpuDecodeArenaBytes(o.input);
   input->feeder_options_.gpu_decode = share_plan.adaptive || share_plan.initial > 0;
+  if (input->feeder_options_.gpu_decode && context.rank0()) {
+    // Note [The GPU decode arena] in data_service/image/deferred_jpeg.h.
+    LogInfo(
+        "GPU JPEG decode: nvJPEG decodes the deferred samples from a private copy into an "
+        "arena of at most %d MiB per GPU (--gpu_decode_arena_mib); the data service decodes "
+        "JPEGs larger than that on its CPUs",
+        o.input.gpu_decode_arena_mib);
+  }
   ASSIGN_OR_RETURN(input->ring_,
                    RingClient::Connect(o.input.data_socket, request, o.input.data_timeout));
   ASSIGN_OR_RETURN(EpochInfo first, input->ring_->StartEpoch(start.epoch, start.seed));

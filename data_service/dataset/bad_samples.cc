@@ -53,16 +53,14 @@ bool BadSampleTracker::IsKnownBad(int64_t index) const {
 }
 
 void BadSampleTracker::MarkBad(int64_t index, absl::string_view description,
-                               const absl::Status& why) {
+                               const absl::Status& why, absl::string_view replacement) {
   if (index < 0 || index >= size_) return;
   const uint64_t bit = uint64_t{1} << (index % 64);
   if ((known_bad_[index / 64].fetch_or(bit, std::memory_order_relaxed) & bit) != 0) return;
   counters_->bad_files_.fetch_add(1, std::memory_order_relaxed);
   if (options_.policy == BadFilePolicy::kSkip) {
-    LogWarning(
-        "unusable %s: %s; it is replaced by the next usable sample of the epoch "
-        "(--bad_files=skip; warned once per file)",
-        description, why.message());
+    LogWarning("unusable %s: %s; it is replaced by %s (--bad_files=skip; warned once per file)",
+               description, why.message(), replacement);
   }
 }
 

@@ -87,9 +87,11 @@ class BadSampleTracker {
   bool IsKnownBad(int64_t index) const;
 
   // Records that sample `index` (`description` names it and its file) is unusable
-  // because of `why`. The first time for this index it logs a warning and counts a bad
-  // file; later calls do nothing.
-  void MarkBad(int64_t index, absl::string_view description, const absl::Status& why);
+  // because of `why`. The first time for this index it logs a warning, which says that it
+  // is replaced by `replacement` under --bad_files=skip, and counts a bad file; later calls
+  // do nothing.
+  void MarkBad(int64_t index, absl::string_view description, const absl::Status& why,
+               absl::string_view replacement = "the next usable sample of the epoch");
 
   // Counts `samples` positions handed to the decoders.
   void AddSeen(int64_t samples);

@@ -110,7 +110,8 @@ AxisMap FromDeferredAxis(const DeferredAxis& axis) {
 std::optional<DeferredSampleHeader> PlanDeferredJpeg(absl::Span<const uint8_t> bytes,
                                                      const TransformSpec& spec,
                                                      const SampleKey& key, size_t capacity,
-                                                     absl::string_view* why_not) {
+                                                     absl::string_view* why_not,
+                                                     uint64_t arena_bytes) {
   auto refuse = [&](absl::string_view why) -> std::optional<DeferredSampleHeader> {
     if (why_not != nullptr) *why_not = why;
     return std::nullopt;
@@ -124,6 +125,9 @@ std::optional<DeferredSampleHeader> PlanDeferredJpeg(absl::Span<const uint8_t> b
   const int64_t pixels = static_cast<int64_t>(info.width) * info.height;
   if (pixels > spec.decode.max_pixels) return refuse("more pixels than the limit");
   if (pixels > kMaxDeferredPixels) return refuse("more pixels than the GPU path takes");
+  if (DeferredDecodedBytes(info.width, info.height) > arena_bytes) {
+    return refuse("larger, decoded, than the trainer's GPU decode arena");
+  }
   absl::StatusOr<SampleGeometry> geometry = PlanSampleGeometry(info.width, info.height, spec, &key);
   if (!geometry.ok()) return refuse("no geometry");
   DeferredSampleHeader header;

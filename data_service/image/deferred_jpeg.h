@@ -50,15 +50,26 @@ JpegFrameInfo ParseJpegFrame(absl::Span<const uint8_t> bytes);
 // into GPU memory (48 MiB of RGB at this size).
 inline constexpr int64_t kMaxDeferredPixels = int64_t{4096} * 4096;
 
+// Note [The GPU decode arena]
+// The trainer decodes a batch's deferred JPEGs at full size into one device buffer, its
+// arena, before cropping them into the batch. The arena has a bound, the trainer's
+// --gpu_decode_arena_mib (reported when the trainer starts), sent to the service in the
+// RingRequest (gpu_decode_arena_bytes): a JPEG whose decoded size
+// (DeferredDecodedBytes(), from its frame header) is larger is not deferred but decoded
+// here, on the CPU path, so a dataset of huge images costs the GPU no more than the
+// bound. The trainer decodes a batch whose deferred images together need more than the
+// bound in several rounds, each within it, and the ring client refuses a slot whose
+// deferred header names an image above it.
+
 // The header of sample `key`'s deferred form, or nullopt when the sample stays on the
 // CPU: not hardware-decodable, more than spec.decode.max_pixels or kMaxDeferredPixels
-// pixels, or its bytes do not fit `capacity` (the sample's place, S * S * 3) after the
-// header. `spec` must be
+// pixels, a decoded size above `arena_bytes` (Note [The GPU decode arena]), or its bytes
+// do not fit `capacity` (the sample's place, S * S * 3) after the header. `spec` must be
 // valid. `why_not`, when given, receives the reason for nullopt.
-std::optional<DeferredSampleHeader> PlanDeferredJpeg(absl::Span<const uint8_t> bytes,
-                                                     const TransformSpec& spec,
-                                                     const SampleKey& key, size_t capacity,
-                                                     absl::string_view* why_not = nullptr);
+std::optional<DeferredSampleHeader> PlanDeferredJpeg(
+    absl::Span<const uint8_t> bytes, const TransformSpec& spec, const SampleKey& key,
+    size_t capacity, absl::string_view* why_not = nullptr,
+    uint64_t arena_bytes = kDefaultGpuDecodeArenaBytes);
 
 // Writes `header` and then `bytes` (header.encoded_bytes of them) to `dst`.
 void WriteDeferredSample(const DeferredSampleHeader& header, absl::Span<const uint8_t> bytes,

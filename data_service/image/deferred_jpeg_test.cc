@@ -126,6 +126,18 @@ TEST(PlanDeferredJpegTest, RefusesWhatDoesNotFitOrIsTooLarge) {
 }
 
 // The slot layout of a deferred sample: the 128-byte header, then the JPEG's bytes.
+TEST(PlanDeferredJpegTest, ImagesLargerThanTheArenaStayOnTheCpu) {
+  const std::vector<uint8_t> jpeg = Jpeg(64, 48, TJSAMP_420);
+  const TransformSpec spec = TransformSpec::Train(32);
+  const SampleKey key{1, 0, 3};
+  // 64 x 48 decodes to 48 rows of 256 bytes (192 padded): 12288 bytes.
+  ASSERT_EQ(DeferredDecodedBytes(64, 48), 12288u);
+  absl::string_view why;
+  EXPECT_FALSE(PlanDeferredJpeg(jpeg, spec, key, 1 << 20, &why, 12287).has_value());
+  EXPECT_EQ(why, "larger, decoded, than the trainer's GPU decode arena");
+  EXPECT_TRUE(PlanDeferredJpeg(jpeg, spec, key, 1 << 20, nullptr, 12288).has_value());
+}
+
 TEST(WriteDeferredSampleTest, HeaderThenBytes) {
   const std::vector<uint8_t> jpeg = Jpeg(64, 64, TJSAMP_444);
   const std::optional<DeferredSampleHeader> header =

@@ -60,6 +60,7 @@ void SetRequest(const RingRequest& request, ControlMessage* message) {
   message->train = request.train ? 1 : 0;
   message->drop_last = request.drop_last ? 1 : 0;
   message->num_classes = request.num_classes;
+  message->gpu_decode_arena_bytes = request.gpu_decode_arena_bytes;
 }
 
 RingRequest GetRequest(const ControlMessage& message) {
@@ -72,6 +73,7 @@ RingRequest GetRequest(const ControlMessage& message) {
   request.train = message.train != 0;
   request.drop_last = message.drop_last != 0;
   request.num_classes = message.num_classes;
+  request.gpu_decode_arena_bytes = message.gpu_decode_arena_bytes;
   return request;
 }
 
@@ -85,7 +87,7 @@ absl::Status Validate(const ControlMessage& message) {
                                                    kControlVersion, ")"));
   }
   if (message.type < static_cast<uint16_t>(MessageType::kRegister) ||
-      message.type > static_cast<uint16_t>(MessageType::kError)) {
+      message.type > static_cast<uint16_t>(MessageType::kBadSampleCounted)) {
     return absl::InvalidArgumentError(
         absl::StrCat("control message has an unknown type ", message.type));
   }

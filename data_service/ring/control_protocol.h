@@ -4,6 +4,9 @@
 //
 //   client -> service   kRegister     RingRequest           -> kRegistered (segment, geometry)
 //   client -> service   kStartEpoch   epoch, seed           -> kEpochStarted (EpochInfo)
+//   client -> service   kBadSample    epoch, sample_index,  -> kBadSampleCounted (the sample's
+//                                       why                    file), or kError when the
+//                                                            bad-data policy stops the run
 //   service -> client   kError        code, text            (a reply, or with request_id 0
 //                                                            an asynchronous production error)
 // Every reply carries the request_id of its request. A malformed packet (wrong size,

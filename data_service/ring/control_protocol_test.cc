@@ -35,8 +35,10 @@ TEST_F(ControlProtocolTest, RegisterRoundTripsThroughTheSocket) {
   const RingRequest request{/*rank=*/3,         /*world_size=*/8, /*batch_size=*/64,
                             /*image_size=*/224, /*slot_count=*/6, /*train=*/false,
                             /*drop_last=*/true};
+  RingRequest with_arena = request;
+  with_arena.gpu_decode_arena_bytes = uint64_t{3} << 30;
   ControlMessage message = NewMessage(MessageType::kRegister, 42);
-  SetRequest(request, &message);
+  SetRequest(with_arena, &message);
   ASSERT_OK(SendMessage(a_.get(), message));
   auto received = ReceiveMessage(b_.get(), absl::Seconds(1));
   ASSERT_OK(received);
@@ -50,6 +52,22 @@ TEST_F(ControlProtocolTest, RegisterRoundTripsThroughTheSocket) {
   EXPECT_EQ(decoded.slot_count, 6);
   EXPECT_FALSE(decoded.train);
   EXPECT_TRUE(decoded.drop_last);
+  EXPECT_EQ(decoded.gpu_decode_arena_bytes, uint64_t{3} << 30);
+}
+
+TEST_F(ControlProtocolTest, BadSampleReportsRoundTripThroughTheSocket) {
+  ControlMessage message = NewMessage(MessageType::kBadSample, 7);
+  message.epoch = 2;
+  message.sample_index = 123456789012;
+  SetText(&message, "nvJPEG: bad JPEG");
+  ASSERT_OK(SendMessage(a_.get(), message));
+  auto received = ReceiveMessage(b_.get(), absl::Seconds(1));
+  ASSERT_OK(received);
+  EXPECT_EQ(received->type, static_cast<uint16_t>(MessageType::kBadSample));
+  EXPECT_EQ(received->epoch, 2);
+  EXPECT_EQ(received->sample_index, 123456789012);
+  EXPECT_EQ(Text(*received), "nvJPEG: bad JPEG");
+  EXPECT_OK(Validate(NewMessage(MessageType::kBadSampleCounted, 7)));
 }
 
 TEST_F(ControlProtocolTest, ErrorsCarryTheirCodeAndATruncatedText) {
@@ -84,7 +102,7 @@ TEST_F(ControlProtocolTest, WrongSizedPacketsAreRejected) {
   SendRaw(big.data(), big.size());
   absl::Status oversized = ReceiveMessage(b_.get(), absl::Seconds(1)).status();
   EXPECT_THAT(oversized, StatusIs(absl::StatusCode::kInvalidArgument,
-                                  HasSubstr("control packet of 394 bytes; a message is 344")));
+                                  HasSubstr("control packet of 410 bytes; a message is 360")));
   // A packet far larger than a message (a huge length prefix in front, say) is consumed
   // whole and named with its real size.
   std::string huge(64 * 1024, '\xff');

@@ -4,11 +4,15 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <utility>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/errno_status.h"
 #include "common/shm_segment.h"
@@ -50,43 +54,107 @@ absl::StatusOr<UniqueFd> ConnectSocket(const std::string& path, absl::Time deadl
 }
 
 // Note [Slot contents are checked]
-// The ring is memory another process writes, so what a slot says is checked before the
-// trainer uses it: RingConsumer checks the slot's count and position, and this checks its
-// labels (in [0, --num_classes), so that no label reaches a device-side assert) and sample
-// indices (not negative), and the header of every deferred sample (its magic and version,
-// a JPEG that fits in the sample's place, an output size equal to the ring's). A
-// violation is OutOfRange and fatal for the ring.
-absl::Status CheckSlotContents(const RingRequest& request, const ReadableSlot& slot) {
-  for (int32_t i = 0; i < slot.count; ++i) {
-    const int32_t label = slot.labels[i];
-    const bool label_ok = label >= 0 && (request.num_classes <= 0 || label < request.num_classes);
-    if (!label_ok || slot.sample_indices[i] < 0) {
-      return absl::OutOfRangeError(
-          absl::StrCat("rank ", request.rank, ": ring slot ", slot.slot, " (epoch ", slot.epoch,
-                       ", step ", slot.step, ") holds label ", label, " for sample index ",
-                       slot.sample_indices[i], " at position ", i, "; labels must be in [0, ",
-                       request.num_classes, ") (--num_classes) and indices not negative"));
-    }
-  }
-  if (slot.deferred_count == 0) return absl::OkStatus();
+// The ring is memory another process writes, and may rewrite at any time, so what a slot
+// says is copied once into the client's own memory, checked there, and only the copy is
+// used: RingConsumer copies the slot's count and position, and this copies its labels,
+// sample indices, sample kinds and the header of every deferred sample, then checks the
+// copies: labels in [0, --num_classes) (so that no label reaches a device-side assert),
+// indices not negative, kinds known and as many deferred as the metadata says, and each
+// deferred header's magic and version, a JPEG that fits in the sample's place, an output
+// size equal to the ring's, a full size whose decode fits the GPU decode arena and axes
+// that read only pixels of it. The BatchView hands out the copies; only the pixels (and a
+// deferred sample's JPEG bytes, which the GPU decoder copies once more into its own
+// memory before nvJPEG reads them) are read from the ring. A violation is OutOfRange and
+// fatal for the ring.
+
+// Whether one axis of a deferred header reads only pixels of a `size`-pixel image.
+bool AxisInside(const DeferredAxis& axis, int32_t size) {
+  return axis.clip_begin >= 0 && axis.clip_begin < axis.clip_end && axis.clip_end <= size &&
+         axis.scale > 0.0 && axis.scale < 1e6 && axis.in0 > -1e6 && axis.in0 < 1e6 &&
+         axis.out_offset >= 0 && axis.out_offset < (1 << 20);
+}
+
+}  // namespace
+
+namespace internal {
+
+absl::Status CheckDeferredHeader(const DeferredSampleHeader& header, const RingRequest& request) {
   const size_t sample_bytes = static_cast<size_t>(request.image_size) * request.image_size * 3;
-  for (int32_t i = 0; i < slot.count; ++i) {
-    if (slot.sample_kinds[i] != static_cast<uint8_t>(SampleKind::kDeferredJpeg)) continue;
-    DeferredSampleHeader header;
-    std::memcpy(&header, slot.images + sample_bytes * i, sizeof(header));
-    if (header.magic != kDeferredMagic || header.version != kDeferredVersion ||
-        header.encoded_bytes == 0 || header.encoded_bytes > sample_bytes - sizeof(header) ||
-        header.x.out_size != request.image_size || header.y.out_size != request.image_size) {
-      return absl::OutOfRangeError(absl::StrCat(
-          "rank ", request.rank, ": ring slot ", slot.slot, " (epoch ", slot.epoch, ", step ",
-          slot.step, ") has a malformed deferred sample at position ", i, " (magic ", header.magic,
-          ", version ", header.version, ", ", header.encoded_bytes, " bytes)"));
-    }
+  const uint64_t arena_bytes = request.gpu_decode_arena_bytes != 0 ? request.gpu_decode_arena_bytes
+                                                                   : kDefaultGpuDecodeArenaBytes;
+  if (header.magic != kDeferredMagic || header.version != kDeferredVersion) {
+    return absl::OutOfRangeError(
+        absl::StrCat("magic ", header.magic, ", version ", header.version));
+  }
+  if (header.encoded_bytes == 0 || sample_bytes < sizeof(header) ||
+      header.encoded_bytes > sample_bytes - sizeof(header)) {
+    return absl::OutOfRangeError(absl::StrCat(header.encoded_bytes, " bytes of JPEG in a place of ",
+                                              sample_bytes, " bytes"));
+  }
+  if (header.x.out_size != request.image_size || header.y.out_size != request.image_size) {
+    return absl::OutOfRangeError(absl::StrCat("output size ", header.x.out_size, "x",
+                                              header.y.out_size, " in a ring of ",
+                                              request.image_size));
+  }
+  if (header.width <= 0 || header.height <= 0 ||
+      DeferredDecodedBytes(header.width, header.height) > arena_bytes) {
+    return absl::OutOfRangeError(absl::StrCat("a ", header.width, "x", header.height,
+                                              " image, whose decode does not fit the GPU decode "
+                                              "arena of ",
+                                              arena_bytes, " bytes"));
+  }
+  if (header.flip > 1 || header.train > 1 || !AxisInside(header.x, header.width) ||
+      !AxisInside(header.y, header.height)) {
+    return absl::OutOfRangeError("a crop outside the image");
   }
   return absl::OkStatus();
 }
 
-}  // namespace
+absl::Status CopySlotContents(const RingRequest& request, const ReadableSlot& slot,
+                              PrivateSlot& copy) {
+  const size_t n = static_cast<size_t>(slot.count);
+  copy.labels.assign(slot.labels, slot.labels + n);
+  copy.sample_indices.assign(slot.sample_indices, slot.sample_indices + n);
+  copy.sample_kinds.assign(slot.sample_kinds, slot.sample_kinds + n);
+  copy.deferred_headers.resize(n);
+  copy.deferred_count = 0;
+  const std::string slot_name = absl::StrCat("rank ", request.rank, ": ring slot ", slot.slot,
+                                             " (epoch ", slot.epoch, ", step ", slot.step, ")");
+  for (int32_t i = 0; i < slot.count; ++i) {
+    const int32_t label = copy.labels[i];
+    const bool label_ok = label >= 0 && (request.num_classes <= 0 || label < request.num_classes);
+    if (!label_ok || copy.sample_indices[i] < 0) {
+      return absl::OutOfRangeError(
+          absl::StrCat(slot_name, " holds label ", label, " for sample index ",
+                       copy.sample_indices[i], " at position ", i, "; labels must be in [0, ",
+                       request.num_classes, ") (--num_classes) and indices not negative"));
+    }
+  }
+  const size_t sample_bytes = static_cast<size_t>(request.image_size) * request.image_size * 3;
+  for (int32_t i = 0; i < slot.count; ++i) {
+    const uint8_t kind = copy.sample_kinds[i];
+    if (kind == static_cast<uint8_t>(SampleKind::kPixels)) continue;
+    if (kind != static_cast<uint8_t>(SampleKind::kDeferredJpeg)) {
+      return absl::OutOfRangeError(
+          absl::StrCat(slot_name, " holds a sample of unknown kind ", kind, " at position ", i));
+    }
+    ++copy.deferred_count;
+    DeferredSampleHeader& header = copy.deferred_headers[i];
+    std::memcpy(&header, slot.images + sample_bytes * i, sizeof(header));
+    if (absl::Status s = CheckDeferredHeader(header, request); !s.ok()) {
+      return absl::OutOfRangeError(absl::StrCat(
+          slot_name, " has a malformed deferred sample at position ", i, ": ", s.message()));
+    }
+  }
+  if (copy.deferred_count != slot.deferred_count) {
+    return absl::OutOfRangeError(absl::StrCat(slot_name, " holds ", copy.deferred_count,
+                                              " deferred samples; its metadata says ",
+                                              slot.deferred_count));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace internal
 
 struct RingClient::State {
   std::string socket_path;
@@ -94,12 +162,18 @@ struct RingClient::State {
   UniqueFd control;
   SharedMemorySegment segment;
   RingConsumer consumer;
-  uint32_t next_request_id = 1;
   int64_t last_epoch = -1;
-  int64_t batches_requested = 0;
+  std::atomic<int64_t> batches_requested{0};  // written by StartEpoch(), read by Acquire()
   int64_t batches_acquired = 0;
+  // Per slot: the copy of what it held when acquired (Note [Slot contents are checked]).
+  std::vector<internal::PrivateSlot> copies;
+  // Serialises the use of the control socket: the prefetch thread's ReportBadSample() and
+  // its look for an asynchronous error in Acquire() against the training thread's
+  // StartEpoch(), so that no call reads another's reply.
+  absl::Mutex control_mu;
+  uint32_t next_request_id ABSL_GUARDED_BY(control_mu) = 1;
   // Once the service is gone or reported a production error, every call returns this.
-  absl::Status fatal;
+  absl::Status fatal ABSL_GUARDED_BY(control_mu);
 
   State(std::string path, const RingRequest& r, UniqueFd fd, SharedMemorySegment seg,
         RingConsumer c)
@@ -107,10 +181,20 @@ struct RingClient::State {
         request(r),
         control(std::move(fd)),
         segment(std::move(seg)),
-        consumer(std::move(c)) {}
+        consumer(std::move(c)),
+        copies(static_cast<size_t>(std::max(r.slot_count, 1))) {}
+
+  absl::Status Fatal() {
+    absl::MutexLock lock(&control_mu);
+    return fatal;
+  }
 
   // Turns what came from the control socket outside a request into the fatal status.
   absl::Status Fail(const absl::Status& status) {
+    absl::MutexLock lock(&control_mu);
+    return FailLocked(status);
+  }
+  absl::Status FailLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(control_mu) {
     if (absl::IsUnavailable(status)) {
       fatal = absl::UnavailableError(absl::StrCat("the data service at ", socket_path,
                                                   " is gone (rank ", request.rank,
@@ -125,8 +209,10 @@ struct RingClient::State {
   // Sends `message` and waits for the reply to it. A kError without request id (a
   // production error) or a closed connection is fatal.
   absl::StatusOr<ControlMessage> Call(ControlMessage message, absl::Duration timeout) {
+    absl::MutexLock lock(&control_mu);
+    if (!fatal.ok()) return fatal;
     message.request_id = next_request_id++;
-    if (absl::Status s = SendMessage(control.get(), message); !s.ok()) return Fail(s);
+    if (absl::Status s = SendMessage(control.get(), message); !s.ok()) return FailLocked(s);
     const absl::Time deadline = absl::Now() + timeout;
     while (true) {
       absl::StatusOr<ControlMessage> reply =
@@ -136,10 +222,10 @@ struct RingClient::State {
                                                         " did not answer within ",
                                                         absl::FormatDuration(timeout)));
       }
-      if (!reply.ok()) return Fail(reply.status());
+      if (!reply.ok()) return FailLocked(reply.status());
       if (reply->request_id == message.request_id) return *reply;
       if (reply->type == static_cast<uint16_t>(MessageType::kError)) {
-        return Fail(StatusFromError(*reply));
+        return FailLocked(StatusFromError(*reply));
       }
       // A stale reply to an earlier request that timed out: skip it.
     }
@@ -220,7 +306,7 @@ RingClient::~RingClient() = default;
 
 absl::StatusOr<EpochInfo> RingClient::StartEpoch(int64_t epoch, uint64_t seed) {
   State& s = *state_;
-  if (!s.fatal.ok()) return s.fatal;
+  if (absl::Status fatal = s.Fatal(); !fatal.ok()) return fatal;
   if (epoch <= s.last_epoch) {
     return absl::FailedPreconditionError(absl::StrCat("StartEpoch(", epoch, ") after StartEpoch(",
                                                       s.last_epoch, "): epochs must increase"));
@@ -238,7 +324,7 @@ absl::StatusOr<EpochInfo> RingClient::StartEpoch(int64_t epoch, uint64_t seed) {
     return absl::InternalError(absl::StrCat("unexpected answer to StartEpoch(", epoch, ")"));
   }
   s.last_epoch = epoch;
-  s.batches_requested += reply->batches;
+  s.batches_requested.fetch_add(reply->batches);
   EpochInfo info;
   info.epoch = reply->epoch;
   info.samples = reply->samples;
@@ -248,18 +334,20 @@ absl::StatusOr<EpochInfo> RingClient::StartEpoch(int64_t epoch, uint64_t seed) {
 
 absl::StatusOr<BatchView> RingClient::Acquire(absl::Duration timeout) {
   State& s = *state_;
-  if (!s.fatal.ok()) return s.fatal;
+  if (absl::Status fatal = s.Fatal(); !fatal.ok()) return fatal;
   if (s.batches_acquired >= s.batches_requested) {
     return absl::FailedPreconditionError(
         absl::StrCat("rank ", s.request.rank, " acquired every batch of the epochs it started (",
-                     s.batches_requested, "): call StartEpoch first"));
+                     s.batches_requested.load(), "): call StartEpoch first"));
   }
   const absl::Time deadline = absl::Now() + timeout;
   while (true) {
     const absl::Duration left = std::max(deadline - absl::Now(), absl::ZeroDuration());
     absl::StatusOr<ReadableSlot> slot = s.consumer.Acquire(std::min(left, kWaitSlice));
     if (slot.ok()) {
-      if (absl::Status checked = CheckSlotContents(s.request, *slot); !checked.ok()) {
+      internal::PrivateSlot& copy = s.copies[slot->slot];
+      if (absl::Status checked = internal::CopySlotContents(s.request, *slot, copy);
+          !checked.ok()) {
         return s.Fail(checked);
       }
       ++s.batches_acquired;
@@ -269,32 +357,56 @@ absl::StatusOr<BatchView> RingClient::Acquire(absl::Duration timeout) {
       view.step = slot->step;
       view.count = slot->count;
       view.images = slot->images;
-      view.labels = slot->labels;
-      view.sample_indices = slot->sample_indices;
-      view.sample_kinds = slot->sample_kinds;
-      view.deferred_count = slot->deferred_count;
+      view.labels = copy.labels.data();
+      view.sample_indices = copy.sample_indices.data();
+      view.sample_kinds = copy.sample_kinds.data();
+      view.deferred_headers = copy.deferred_headers.data();
+      view.deferred_count = copy.deferred_count;
       view.gpu_decode_share = slot->gpu_decode_share;
       return view;
     }
     if (!absl::IsDeadlineExceeded(slot.status())) return slot.status();
     // Nothing yet: is the service still there? (EOF, or an asynchronous error report.)
-    pollfd p{s.control.get(), POLLIN, 0};
-    if (poll(&p, 1, 0) > 0) {
-      absl::StatusOr<ControlMessage> message =
-          ReceiveMessage(s.control.get(), absl::ZeroDuration());
-      if (!message.ok()) {
-        if (!absl::IsDeadlineExceeded(message.status())) return s.Fail(message.status());
-      } else if (message->type == static_cast<uint16_t>(MessageType::kError)) {
-        return s.Fail(StatusFromError(*message));
+    {
+      absl::MutexLock lock(&s.control_mu);
+      pollfd p{s.control.get(), POLLIN, 0};
+      if (poll(&p, 1, 0) > 0) {
+        absl::StatusOr<ControlMessage> message =
+            ReceiveMessage(s.control.get(), absl::ZeroDuration());
+        if (!message.ok()) {
+          if (!absl::IsDeadlineExceeded(message.status())) return s.FailLocked(message.status());
+        } else if (message->type == static_cast<uint16_t>(MessageType::kError)) {
+          return s.FailLocked(StatusFromError(*message));
+        }
       }
     }
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("rank ", s.request.rank, ": no batch from the data service within ",
                        absl::FormatDuration(timeout), " (", s.batches_acquired, " of ",
-                       s.batches_requested, " batches acquired)"));
+                       s.batches_requested.load(), " batches acquired)"));
     }
   }
+}
+
+absl::StatusOr<std::string> RingClient::ReportBadSample(int64_t epoch, int64_t sample_index,
+                                                        absl::string_view why) {
+  State& s = *state_;
+  if (absl::Status fatal = s.Fatal(); !fatal.ok()) return fatal;
+  ControlMessage message = NewMessage(MessageType::kBadSample, 0);
+  message.epoch = epoch;
+  message.sample_index = sample_index;
+  SetText(&message, why);
+  absl::StatusOr<ControlMessage> reply = s.Call(message, kReplyTimeout);
+  if (!reply.ok()) return reply.status();
+  if (reply->type == static_cast<uint16_t>(MessageType::kError)) {
+    return s.Fail(StatusFromError(*reply));
+  }
+  if (reply->type != static_cast<uint16_t>(MessageType::kBadSampleCounted)) {
+    return absl::InternalError(absl::StrCat("unexpected answer to the report of sample ",
+                                            sample_index, ": message type ", reply->type));
+  }
+  return std::string(Text(*reply));
 }
 
 absl::Status RingClient::Release(const BatchView& batch) {

@@ -8,10 +8,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "data_service/ring/ring.h"
 #include "data_service/ring/wire_types.h"
 
 namespace stoker::data_service {
@@ -20,14 +23,20 @@ namespace stoker::data_service {
 struct BatchView {
   int32_t slot = -1;
   int64_t epoch = 0;
-  int64_t step = 0;                         // batch index within the epoch, from 0
-  int32_t count = 0;                        // samples in this batch (<= batch_size)
-  const uint8_t* images = nullptr;          // count * image_size * image_size * 3 bytes
+  int64_t step = 0;   // batch index within the epoch, from 0
+  int32_t count = 0;  // samples in this batch (<= batch_size)
+  // count * image_size * image_size * 3 bytes, in the ring: the one field read from
+  // shared memory (Note [Slot contents are checked] in ring_client.cc).
+  const uint8_t* images = nullptr;
+  // The rest is the client's checked copy of the slot, valid until Release().
   const int32_t* labels = nullptr;          // count labels
   const int64_t* sample_indices = nullptr;  // count dataset indices (for tests and resume)
   // SampleKind of each sample: kPixels, or kDeferredJpeg (a DeferredSampleHeader and a
-  // JPEG in the sample's place, for the trainer to decode; checked by Acquire()).
+  // JPEG in the sample's place, for the trainer to decode).
   const uint8_t* sample_kinds = nullptr;
+  // count entries; entry i, when sample i is kDeferredJpeg, is the checked copy of its
+  // header (whose JPEG follows it in `images`). Null where no sample is deferred.
+  const DeferredSampleHeader* deferred_headers = nullptr;
   int32_t deferred_count = 0;  // samples of kind kDeferredJpeg
   // The share of GPU decode positions the batch was produced with (Note [The requested
   // GPU decode share] in data_service/ring/ring.h).
@@ -35,7 +44,9 @@ struct BatchView {
 };
 
 // Owns the control connection to the data service and this rank's mapped ring.
-// Move-only. Not thread-safe: one thread (the trainer's main or prefetch thread) uses it.
+// Move-only. Acquire(), Release() and ReportBadSample() belong to one thread (the
+// trainer's prefetch thread), StartEpoch() to one other (the training thread); the
+// control socket is shared between them under a lock.
 //
 //   ASSIGN_OR_RETURN(auto client, RingClient::Connect(socket, request, absl::Seconds(30)));
 //   ASSIGN_OR_RETURN(EpochInfo info, client->StartEpoch(epoch, seed));
@@ -64,6 +75,16 @@ class RingClient {
   // label outside [0, request.num_classes) (Note [Slot contents are checked]).
   absl::StatusOr<BatchView> Acquire(absl::Duration timeout);
 
+  // Tells the service that sample `sample_index` of `epoch`, delivered as a deferred JPEG,
+  // could not be decoded (`why`), so that its bad-data policy treats it as it treats a
+  // file the CPU path cannot use (Note [GPU decode failures] in
+  // data_service/batch_producer.h): counted, logged once by file name, and a run stopped
+  // under --bad_files=fail or past --max_bad_fraction. Returns the sample's description
+  // (its file) when the policy lets the run go on; else the policy's error (DataLoss,
+  // naming the file), which is then fatal for the ring.
+  absl::StatusOr<std::string> ReportBadSample(int64_t epoch, int64_t sample_index,
+                                              absl::string_view why);
+
   // Gives the batch's slot back to the producer. Call only once nothing reads the slot
   // any more (on a GPU: after the copy from it has completed).
   absl::Status Release(const BatchView& batch);
@@ -86,6 +107,28 @@ class RingClient {
   std::unique_ptr<State> state_;
 };
 
+namespace internal {
+
+// What a client keeps of one slot (Note [Slot contents are checked] in ring_client.cc).
+struct PrivateSlot {
+  std::vector<int32_t> labels;
+  std::vector<int64_t> sample_indices;
+  std::vector<uint8_t> sample_kinds;
+  std::vector<DeferredSampleHeader> deferred_headers;  // meaningful where the kind says so
+  int32_t deferred_count = 0;
+};
+
+// Copies `slot`'s labels, indices, kinds and deferred headers into `copy`, reading each
+// once from the ring, and checks the copy; OutOfRange, naming the slot and position, for
+// anything the trainer must not use.
+absl::Status CopySlotContents(const RingRequest& request, const ReadableSlot& slot,
+                              PrivateSlot& copy);
+
+// OutOfRange, saying what is wrong, unless `header` is a deferred sample the trainer may
+// decode for a ring of `request`.
+absl::Status CheckDeferredHeader(const DeferredSampleHeader& header, const RingRequest& request);
+
+}  // namespace internal
 }  // namespace stoker::data_service
 
 #endif  // STOKER_DATA_SERVICE_RING_RING_CLIENT_H_

@@ -125,10 +125,26 @@ static_assert(std::is_trivially_copyable_v<DeferredSampleHeader>);
 static_assert(sizeof(DeferredSampleHeader) == 128,
               "DeferredSampleHeader is part of the shared-memory ABI");
 
+// The bytes a deferred JPEG of width x height pixels takes, decoded, in the trainer's GPU
+// decode arena: RGB rows padded to 256 bytes. The service defers only images whose
+// decoded size is at most the ring's RingRequest::gpu_decode_arena_bytes (Note [The GPU
+// decode arena] in data_service/image/deferred_jpeg.h), and the client refuses a slot
+// that holds a larger one.
+inline constexpr uint64_t kDecodedRowAlignment = 256;
+inline uint64_t DeferredDecodedBytes(int32_t width, int32_t height) {
+  if (width <= 0 || height <= 0) return 0;
+  const uint64_t row = (static_cast<uint64_t>(width) * 3 + kDecodedRowAlignment - 1) /
+                       kDecodedRowAlignment * kDecodedRowAlignment;
+  return row * static_cast<uint64_t>(height);
+}
+
+// The trainer's GPU decode arena when it does not say otherwise (--gpu_decode_arena_mib).
+inline constexpr uint64_t kDefaultGpuDecodeArenaBytes = uint64_t{256} << 20;
+
 // ---- The control socket ----
 
 inline constexpr uint32_t kControlMagic = 0x4c435453;  // "STCL", little-endian
-inline constexpr uint16_t kControlVersion = 2;
+inline constexpr uint16_t kControlVersion = 3;
 inline constexpr size_t kControlTextBytes = 256;
 
 enum class MessageType : uint16_t {
@@ -137,6 +153,8 @@ enum class MessageType : uint16_t {
   kStartEpoch = 3,
   kEpochStarted = 4,
   kError = 5,
+  kBadSample = 6,
+  kBadSampleCounted = 7,
 };
 
 // One packet. Fields not used by a type are zero.
@@ -165,11 +183,18 @@ struct ControlMessage {
   // kRegister (and echoed by kRegistered): RingRequest::num_classes.
   int32_t num_classes;
   uint8_t reserved1[4];
-  // kRegistered: the shared-memory segment name. kError: the message. NUL-terminated.
+  // kRegister (and echoed by kRegistered): RingRequest::gpu_decode_arena_bytes.
+  uint64_t gpu_decode_arena_bytes;
+  // kBadSample: the dataset index of the sample the trainer could not decode (with
+  // `epoch` and `text`, why).
+  int64_t sample_index;
+  // kRegistered: the shared-memory segment name. kError: the message. kBadSample: why the
+  // sample is unusable. kBadSampleCounted: the sample's description (its file).
+  // NUL-terminated.
   char text[kControlTextBytes];
 };
 static_assert(std::is_trivially_copyable_v<ControlMessage>);
-static_assert(sizeof(ControlMessage) == 344, "ControlMessage is the wire format");
+static_assert(sizeof(ControlMessage) == 360, "ControlMessage is the wire format");
 
 // ---- What the client asks for and is told ----
 
@@ -191,6 +216,10 @@ struct RingRequest {
   // socket: RingClient::Connect writes it into the ring's header before it returns, so it
   // holds from the first batch; RingClient::RequestGpuDecodeShare changes it later.
   double gpu_decode_share = 0.0;
+  // The bound on this rank's GPU decode arena: the service defers only JPEGs whose
+  // DeferredDecodedBytes() are at most this (Note [The GPU decode arena] in
+  // data_service/image/deferred_jpeg.h); 0 reads as kDefaultGpuDecodeArenaBytes.
+  uint64_t gpu_decode_arena_bytes = kDefaultGpuDecodeArenaBytes;
 };
 
 // One epoch as the service will deliver it to this rank.

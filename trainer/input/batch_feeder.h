@@ -10,21 +10,28 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "data_service/ring/ring_client.h"
 
 namespace stoker::trainer {
 
 // Where host batches come from: the data service's ring (RingClient), or a test's fake.
-// Acquire and Release are called from one thread at a time.
+// Acquire, Release and ReportBadSample are called from one thread at a time.
 class BatchSource {
  public:
   virtual ~BatchSource() = default;
   virtual absl::StatusOr<data_service::BatchView> Acquire(absl::Duration timeout) = 0;
   virtual absl::Status Release(const data_service::BatchView& batch) = 0;
+  // Sample `sample_index` of `epoch` could not be decoded here (`why`): the data service's
+  // bad-data policy counts it (RingClient::ReportBadSample). The sample's description
+  // when the run goes on; the policy's error when it stops the run.
+  virtual absl::StatusOr<std::string> ReportBadSample(int64_t epoch, int64_t sample_index,
+                                                      absl::string_view why) = 0;
   // The host memory that batches live in (registered with CUDA when possible).
   virtual void* memory_base() const = 0;
   virtual size_t memory_bytes() const = 0;
@@ -39,6 +46,10 @@ class RingBatchSource final : public BatchSource {
   }
   absl::Status Release(const data_service::BatchView& batch) override {
     return ring_->Release(batch);
+  }
+  absl::StatusOr<std::string> ReportBadSample(int64_t epoch, int64_t sample_index,
+                                              absl::string_view why) override {
+    return ring_->ReportBadSample(epoch, sample_index, why);
   }
   void* memory_base() const override { return ring_->ring_base(); }
   size_t memory_bytes() const override { return ring_->ring_bytes(); }
@@ -57,6 +68,9 @@ struct FeederOptions {
   // Batches may hold deferred samples (a GPU decode share above 0, or adaptive): the CUDA
   // feeder makes its JPEG decoder at start, not in the middle of training.
   bool gpu_decode = false;
+  // The bound on the JPEG decoder's device arena (Note [The GPU decode arena] in
+  // data_service/image/deferred_jpeg.h): the ring's RingRequest::gpu_decode_arena_bytes.
+  uint64_t gpu_decode_arena_bytes = data_service::kDefaultGpuDecodeArenaBytes;
 };
 
 // One batch on the training device. `images` is [count, 3, H, W] in channels_last

@@ -16,6 +16,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/torch_status.h"
+#include "trainer/input/gpu_decode_refusals.h"
 #include "trainer/input/gpu_jpeg_decoder.h"
 #include "trainer/input/normalize_kernel.h"
 
@@ -41,11 +42,14 @@ namespace {
 // Note [Replacing samples the GPU cannot decode]
 // The data service defers only JPEGs whose markers the hardware decoder takes, so a
 // deferred sample that nvJPEG still refuses (corrupt tables or entropy data that a marker
-// walk cannot see) is a bad file found late, when the batch has left the service. It is
-// replaced as the service replaces bad files, by the next usable sample, here the next
-// position of the same batch (cyclically) that is not refused itself: its pixels, label
-// and index are copied into the refused one's place on the copy stream, the failure is
-// counted (CudaFeederStats::gpu_decode_failures) and logged with the sample's index. So
+// walk cannot see) is a bad file found late, when the batch has left the service. It goes
+// to the service's bad-data policy all the same (RouteRefusedSamples, Note [GPU decode
+// failures] in data_service/batch_producer.h): counted with the CPU path's counters toward
+// --max_bad_fraction, its file named once in the service's log, and the run stopped, with
+// the policy's error, under --bad_files=fail. When the policy lets the run go on, the
+// sample is replaced by the next position of the same batch (cyclically) that is not
+// refused itself: its pixels, label and index are copied into the refused one's place on
+// the copy stream, and the failure is counted (CudaFeederStats::gpu_decode_failures). So
 // the batch keeps its size and stays a pure function of the batch's contents. A batch
 // whose samples are all refused is an error.
 
@@ -228,8 +232,9 @@ class CudaBatchFeeder final : public BatchFeeder {
           times.longest_host_ms);
     }
     LogInfo(
-        "GPU %d decoded %lld deferred samples with nvJPEG's %s backend; %lld refused and "
-        "replaced; %lld of the decoded ones left by the JPEG engines to the CUDA backend",
+        "GPU %d decoded %lld deferred samples with nvJPEG's %s backend; %lld refused (counted "
+        "by the data service's bad-data policy, which names their files); %lld of the decoded "
+        "ones left by the JPEG engines to the CUDA backend",
         device_, static_cast<long long>(gpu_decoded_), decoder_->hardware() ? "hardware" : "CUDA",
         static_cast<long long>(gpu_refused_),
         static_cast<long long>(decoder_->cuda_backend_decodes()));
@@ -346,50 +351,42 @@ class CudaBatchFeeder final : public BatchFeeder {
   // sample.
   absl::Status MakeDecoder() {
     ASSIGN_OR_RETURN(decoder_,
-                     GpuJpegDecoder::Create(device_, options_.batch_size, options_.image_size));
+                     GpuJpegDecoder::Create(device_, options_.batch_size, options_.image_size,
+                                            options_.gpu_decode_arena_bytes));
     if (stats_ != nullptr) stats_->gpu_decode_hardware = decoder_->hardware();
     return absl::OkStatus();
   }
 
   // Prefetch thread: decodes the deferred samples of `view` into `staging` on the copy
-  // stream, after the batch's copy, and replaces those nvJPEG refuses (Note [Replacing
-  // samples the GPU cannot decode]).
+  // stream, after the batch's copy, and hands those nvJPEG refuses to the bad-data policy
+  // (Note [Replacing samples the GPU cannot decode]).
   absl::Status DecodeDeferred(const data_service::BatchView& view, Staging& staging, Ready& ready) {
     if (decoder_ == nullptr) RETURN_IF_ERROR(MakeDecoder());
     uint8_t* images = staging.images.data_ptr<uint8_t>();
-    ASSIGN_OR_RETURN(std::vector<int32_t> failed,
+    ASSIGN_OR_RETURN(std::vector<RefusedJpeg> refused,
                      decoder_->Decode(view, images, copy_stream_.get()));
-    gpu_decoded_ += view.deferred_count - static_cast<int64_t>(failed.size());
-    gpu_refused_ += static_cast<int64_t>(failed.size());
+    gpu_decoded_ += view.deferred_count - static_cast<int64_t>(refused.size());
+    gpu_refused_ += static_cast<int64_t>(refused.size());
     if (stats_ != nullptr) {
       stats_->gpu_decoded = gpu_decoded_;
       stats_->gpu_decode_failures = gpu_refused_;
     }
-    if (failed.empty()) return absl::OkStatus();
-    if (static_cast<int32_t>(failed.size()) == view.count) {
-      return absl::DataLossError(absl::StrCat("epoch ", view.epoch, ", step ", view.step,
-                                              ": nvJPEG refused every one of the ", view.count,
-                                              " samples of the batch (deferred JPEGs)"));
-    }
+    if (refused.empty()) return absl::OkStatus();
+    ASSIGN_OR_RETURN(
+        std::vector<SampleReplacement> replacements,
+        RouteRefusedSamples(view, refused, [&](int64_t sample_index, absl::string_view why) {
+          return source_->ReportBadSample(view.epoch, sample_index, why);
+        }));
     const size_t sample_bytes = static_cast<size_t>(options_.image_size) * options_.image_size * 3;
-    auto refused = [&](int32_t p) { return std::binary_search(failed.begin(), failed.end(), p); };
     int32_t* labels = staging.labels.data_ptr<int32_t>();
-    for (int32_t bad : failed) {
-      int32_t with = (bad + 1) % view.count;
-      while (refused(with)) with = (with + 1) % view.count;
-      RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(images + sample_bytes * bad,
-                                           images + sample_bytes * with, sample_bytes,
+    std::vector<int64_t>& indices = ready.batch.sample_indices;
+    for (const SampleReplacement& r : replacements) {
+      RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(images + sample_bytes * r.refused,
+                                           images + sample_bytes * r.with, sample_bytes,
                                            cudaMemcpyDeviceToDevice, copy_stream_.get()));
-      RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(labels + bad, labels + with, sizeof(int32_t),
+      RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(labels + r.refused, labels + r.with, sizeof(int32_t),
                                            cudaMemcpyDeviceToDevice, copy_stream_.get()));
-      std::vector<int64_t>& indices = ready.batch.sample_indices;
-      const int64_t index = indices.empty() ? -1 : indices[bad];
-      if (!indices.empty()) indices[bad] = indices[with];
-      LogWarning(
-          "epoch %lld, step %lld: nvJPEG refused the JPEG of sample %lld (position %d); "
-          "replaced by the sample at position %d",
-          static_cast<long long>(view.epoch), static_cast<long long>(view.step),
-          static_cast<long long>(index), bad, with);
+      if (!indices.empty()) indices[r.refused] = indices[r.with];
     }
     return absl::OkStatus();
   }

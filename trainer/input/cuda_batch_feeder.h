@@ -14,8 +14,8 @@ struct CudaFeederStats {
   bool pinned = false;  // the ring is registered with CUDA (page-locked)
   int64_t batches_copied = 0;
   // Deferred samples (Note [Deferred samples] in data_service/image/deferred_jpeg.h):
-  // decoded on the GPU, and refused by nvJPEG and replaced (Note [Replacing samples the
-  // GPU cannot decode] in cuda_batch_feeder.cc).
+  // decoded on the GPU, and refused by nvJPEG, reported to the bad-data policy and
+  // replaced (Note [Replacing samples the GPU cannot decode] in cuda_batch_feeder.cc).
   int64_t gpu_decoded = 0;
   int64_t gpu_decode_failures = 0;
   bool gpu_decode_hardware = false;  // nvJPEG's hardware backend (the JPEG engines) decodes

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "data_service/ring/wire_types.h"
 
@@ -92,6 +93,24 @@ absl::Status FakeBatchSource::Release(const data_service::BatchView& batch) {
   free_.push_back(batch.slot);
   ++released_;
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> FakeBatchSource::ReportBadSample(int64_t, int64_t sample_index,
+                                                             absl::string_view why) {
+  {
+    absl::MutexLock lock(&reports_mu_);
+    reports_.emplace_back(sample_index, std::string(why));
+  }
+  const std::string name = absl::StrCat("sample ", sample_index);
+  if (options_.bad_files_fail) {
+    return absl::DataLossError(absl::StrCat(name, " (--bad_files=fail): ", why));
+  }
+  return name;
+}
+
+std::vector<std::pair<int64_t, std::string>> FakeBatchSource::reports() const {
+  absl::MutexLock lock(&reports_mu_);
+  return reports_;
 }
 
 FeederOptions IdentityFeederOptions(int batch_size, int image_size) {

@@ -11,10 +11,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "trainer/input/batch_feeder.h"
 
@@ -37,6 +41,8 @@ struct FakeBatchSourceOptions {
   double gpu_decode_share = 0.0;
   // >= 0: in every batch, this sample is marked as a deferred JPEG (its bytes are not one).
   int deferred_sample = -1;
+  // ReportBadSample answers as the data service does under --bad_files=fail: DataLoss.
+  bool bad_files_fail = false;
 };
 
 // Acquire and Release are called from one thread at a time (a feeder's training or
@@ -57,12 +63,17 @@ class FakeBatchSource final : public BatchSource {
 
   absl::StatusOr<data_service::BatchView> Acquire(absl::Duration timeout) override;
   absl::Status Release(const data_service::BatchView& batch) override;
+  // Records the report; answers "sample N" (or, with bad_files_fail, DataLoss naming it).
+  absl::StatusOr<std::string> ReportBadSample(int64_t epoch, int64_t sample_index,
+                                              absl::string_view why) override;
   void* memory_base() const override { return const_cast<uint8_t*>(memory_.data()); }
   size_t memory_bytes() const override { return memory_.size(); }
 
   const FakeBatchSourceOptions& options() const { return options_; }
   // The number of samples batch `number` holds.
   int CountOf(int64_t number) const;
+  // The reports so far: (sample index, why). Read once the feeder is idle or gone.
+  std::vector<std::pair<int64_t, std::string>> reports() const;
   int64_t acquired() const { return acquired_.load(); }
   int64_t released() const { return released_.load(); }
 
@@ -82,6 +93,8 @@ class FakeBatchSource final : public BatchSource {
   int64_t next_ = 0;
   int64_t fail_number_ = -1;
   absl::Status fail_status_;
+  mutable absl::Mutex reports_mu_;
+  std::vector<std::pair<int64_t, std::string>> reports_ ABSL_GUARDED_BY(reports_mu_);
   std::atomic<int64_t> acquired_{0};
   std::atomic<int64_t> released_{0};
 };

@@ -11,11 +11,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/cuda_status.h"
 #include "common/cuda_stream.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "data_service/ring/wire_types.h"
+#include "trainer/input/decode_arena.h"
 #include "trainer/input/deferred_resample_kernel.h"
 
 namespace stoker::trainer {
@@ -48,8 +50,13 @@ struct NvjpegState {
   nvjpegHandle_t cuda_handle = nullptr;
   nvjpegJpegState_t cuda_state = nullptr;
   int64_t cuda_decodes = 0;  // images the hardware refused and the CUDA backend decoded
-  uint8_t* arena = nullptr;  // device: the full-size decoded images of one batch
+  uint8_t* arena = nullptr;  // device: the full-size decoded images of one round
   size_t arena_bytes = 0;
+  uint64_t arena_limit = 0;  // the arena never grows past this (Note [The GPU decode arena])
+  // Pinned host memory: the private copy of the batch's JPEGs that nvJPEG reads (Note
+  // [Decoding from a private copy]).
+  uint8_t* jpeg_copy = nullptr;
+  size_t jpeg_copy_bytes = 0;
   ResampleJob* host_jobs = nullptr;    // pinned, max_batch entries
   ResampleJob* device_jobs = nullptr;  // device, max_batch entries
   // nvJPEG's stream, which holds nothing else (Note [Decoding waits on the host]).
@@ -67,6 +74,7 @@ struct NvjpegState {
     if (jpeg_state != nullptr) api.JpegStateDestroy(jpeg_state);
     if (handle != nullptr) api.Destroy(handle);
     if (arena != nullptr) cudaFree(arena);
+    if (jpeg_copy != nullptr) cudaFreeHost(jpeg_copy);
     if (device_jobs != nullptr) cudaFree(device_jobs);
     if (host_jobs != nullptr) cudaFreeHost(host_jobs);
   }
@@ -151,10 +159,6 @@ absl::StatusOr<NvjpegApi> LoadNvjpeg() {
   return api;
 }
 
-size_t RoundUp(size_t value, size_t multiple) {
-  return (value + multiple - 1) / multiple * multiple;
-}
-
 ResampleAxis ToResampleAxis(const data_service::DeferredAxis& axis) {
   return ResampleAxis{axis.in0, axis.scale, axis.out_offset, axis.clip_begin, axis.clip_end, 0};
 }
@@ -176,20 +180,24 @@ ResampleAxis ToResampleAxis(const data_service::DeferredAxis& axis) {
 // CUDA backend, so that a JPEG the engines do not take (a size or layout they lack) is
 // decoded rather than taken for a bad file. Only an image both refuse is reported.
 
-// Whether one axis of a header reads only pixels of a `size`-pixel image.
-bool AxisInside(const data_service::DeferredAxis& axis, int size) {
-  return axis.clip_begin >= 0 && axis.clip_begin < axis.clip_end && axis.clip_end <= size &&
-         axis.scale > 0.0 && axis.scale < 1e6 && axis.in0 > -1e6 && axis.in0 < 1e6 &&
-         axis.out_offset >= 0;
-}
+// Note [Decoding from a private copy]
+// The ring is memory the data service writes, and may rewrite while the trainer reads it,
+// so nothing that the decoder trusts is read from it twice: the headers are the ring
+// client's copy, checked there (Note [Slot contents are checked] in
+// data_service/ring/ring_client.cc: sizes, a decoded size within the arena, a crop inside
+// the image), and each JPEG's bytes (as many as its checked header says) are copied once
+// into the decoder's pinned memory, from which nvJPEG reads both the image's size and its
+// data. The copy stays unchanged until the decode's work is done (the next Decode() waits
+// for it before reusing the memory).
 
 // One deferred sample of the batch being decoded.
 struct Pending {
   int32_t position = 0;
   data_service::DeferredSampleHeader header;
-  const uint8_t* jpeg = nullptr;
+  const uint8_t* jpeg = nullptr;  // in the private copy
   size_t pitch = 0;
-  size_t offset = 0;  // in the arena
+  uint64_t bytes = 0;  // decoded
+  size_t offset = 0;   // in the arena, within its round
   bool ok = true;
 };
 
@@ -210,9 +218,11 @@ int64_t GpuJpegDecoder::cuda_backend_decodes() const { return state_->cuda_decod
 GpuDecodeTimes GpuJpegDecoder::times() const { return state_->times; }
 
 absl::StatusOr<std::unique_ptr<GpuJpegDecoder>> GpuJpegDecoder::Create(int device, int max_batch,
-                                                                       int image_size) {
-  if (max_batch < 1 || image_size < 1) {
-    return absl::InvalidArgumentError("GpuJpegDecoder needs a batch size and an image size");
+                                                                       int image_size,
+                                                                       uint64_t arena_bytes) {
+  if (max_batch < 1 || image_size < 1 || arena_bytes < 1) {
+    return absl::InvalidArgumentError(
+        "GpuJpegDecoder needs a batch size, an image size and an arena bound");
   }
   ASSIGN_OR_RETURN(NvjpegApi api, LoadNvjpeg());
   RETURN_IF_CUDA_ERROR(cudaSetDevice(device));
@@ -221,6 +231,7 @@ absl::StatusOr<std::unique_ptr<GpuJpegDecoder>> GpuJpegDecoder::Create(int devic
   state->device = device;
   state->max_batch = max_batch;
   state->image_size = image_size;
+  state->arena_limit = arena_bytes;
   nvjpegStatus_t created =
       api.CreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, 0, &state->handle);
   state->hardware = created == NVJPEG_STATUS_SUCCESS;
@@ -244,62 +255,12 @@ absl::StatusOr<std::unique_ptr<GpuJpegDecoder>> GpuJpegDecoder::Create(int devic
   return std::unique_ptr<GpuJpegDecoder>(new GpuJpegDecoder(std::move(state)));
 }
 
-absl::StatusOr<std::vector<int32_t>> GpuJpegDecoder::Decode(const data_service::BatchView& batch,
-                                                            uint8_t* device_images,
-                                                            cudaStream_t stream) {
-  NvjpegState& s = *state_;
-  std::vector<int32_t> failed;
-  if (batch.deferred_count == 0 || batch.sample_kinds == nullptr) return failed;
-  if (batch.count > s.max_batch) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("batch of ", batch.count, " samples, the decoder takes ", s.max_batch));
-  }
-  const size_t sample_bytes = static_cast<size_t>(s.image_size) * s.image_size * 3;
-  // The arena and the job table are reused: the previous batch's work must be done.
-  if (s.pending) {
-    RETURN_IF_ERROR(s.done.Synchronize());
-    s.pending = false;
-  }
+namespace {
 
-  // Headers, and nvJPEG's own reading of each JPEG's size, which must be the header's.
-  std::vector<Pending> work;
-  size_t arena_needed = 0;
-  for (int32_t i = 0; i < batch.count; ++i) {
-    if (batch.sample_kinds[i] != static_cast<uint8_t>(data_service::SampleKind::kDeferredJpeg)) {
-      continue;
-    }
-    Pending p;
-    p.position = i;
-    const uint8_t* place = batch.images + sample_bytes * i;
-    std::memcpy(&p.header, place, sizeof(p.header));
-    p.jpeg = place + sizeof(p.header);
-    int components = 0;
-    nvjpegChromaSubsampling_t subsampling;
-    int widths[NVJPEG_MAX_COMPONENT] = {};
-    int heights[NVJPEG_MAX_COMPONENT] = {};
-    const nvjpegStatus_t info = s.api.GetImageInfo(s.handle, p.jpeg, p.header.encoded_bytes,
-                                                   &components, &subsampling, widths, heights);
-    if (info != NVJPEG_STATUS_SUCCESS || components != 3 || widths[0] != p.header.width ||
-        heights[0] != p.header.height || !AxisInside(p.header.x, p.header.width) ||
-        !AxisInside(p.header.y, p.header.height)) {
-      failed.push_back(i);
-      continue;
-    }
-    p.pitch = RoundUp(static_cast<size_t>(p.header.width) * 3, 256);
-    p.offset = arena_needed;
-    arena_needed += p.pitch * static_cast<size_t>(p.header.height);
-    work.push_back(p);
-  }
-  if (work.empty()) return failed;
-  if (arena_needed > s.arena_bytes) {
-    if (s.arena != nullptr) RETURN_IF_CUDA_ERROR(cudaFree(s.arena));
-    s.arena = nullptr;
-    s.arena_bytes = 0;
-    const size_t bytes = arena_needed + arena_needed / 4;
-    RETURN_IF_CUDA_ERROR(cudaMalloc(reinterpret_cast<void**>(&s.arena), bytes));
-    s.arena_bytes = bytes;
-  }
-
+// Decodes `work` (one round) into the arena on nvJPEG's stream; the images nvJPEG refuses
+// are marked not ok and added to `refused`, with why. Note [Hardware refusals].
+absl::Status DecodeInArena(NvjpegState& s, absl::Span<Pending> work,
+                           std::vector<RefusedJpeg>& refused) {
   std::vector<const unsigned char*> data(work.size());
   std::vector<size_t> lengths(work.size());
   std::vector<nvjpegImage_t> images(work.size());
@@ -328,60 +289,189 @@ absl::StatusOr<std::vector<int32_t>> GpuJpegDecoder::Decode(const data_service::
   if (decoded == NVJPEG_STATUS_ALLOCATOR_FAILURE) {
     return NvjpegStatus(decoded, "nvjpegDecodeBatched");
   }
-  if (decoded != NVJPEG_STATUS_SUCCESS) {
-    // Some image of the batch is refused: find which, one at a time.
-    s.initialized_batch = -1;
-    for (size_t k = 0; k < work.size(); ++k) {
-      RETURN_IF_NVJPEG_ERROR(
-          s.api.DecodeBatchedInitialize(s.handle, s.jpeg_state, 1, 1, NVJPEG_OUTPUT_RGBI));
-      nvjpegStatus_t one = s.api.DecodeBatched(s.handle, s.jpeg_state, &data[k], &lengths[k],
-                                               &images[k], s.decode_stream.get());
-      if (one == NVJPEG_STATUS_ALLOCATOR_FAILURE) return NvjpegStatus(one, "nvjpegDecodeBatched");
-      if (one != NVJPEG_STATUS_SUCCESS && s.hardware) {
-        // Note [Hardware refusals].
-        if (s.cuda_handle == nullptr) {
-          RETURN_IF_NVJPEG_ERROR(
-              s.api.CreateEx(NVJPEG_BACKEND_DEFAULT, nullptr, nullptr, 0, &s.cuda_handle));
-          RETURN_IF_NVJPEG_ERROR(s.api.JpegStateCreate(s.cuda_handle, &s.cuda_state));
-        }
+  if (decoded == NVJPEG_STATUS_SUCCESS) return absl::OkStatus();
+  // Some image of the round is refused: find which, one at a time.
+  s.initialized_batch = -1;
+  for (size_t k = 0; k < work.size(); ++k) {
+    RETURN_IF_NVJPEG_ERROR(
+        s.api.DecodeBatchedInitialize(s.handle, s.jpeg_state, 1, 1, NVJPEG_OUTPUT_RGBI));
+    nvjpegStatus_t one = s.api.DecodeBatched(s.handle, s.jpeg_state, &data[k], &lengths[k],
+                                             &images[k], s.decode_stream.get());
+    if (one == NVJPEG_STATUS_ALLOCATOR_FAILURE) return NvjpegStatus(one, "nvjpegDecodeBatched");
+    const nvjpegStatus_t hardware = one;
+    if (one != NVJPEG_STATUS_SUCCESS && s.hardware) {
+      // Note [Hardware refusals].
+      if (s.cuda_handle == nullptr) {
         RETURN_IF_NVJPEG_ERROR(
-            s.api.DecodeBatchedInitialize(s.cuda_handle, s.cuda_state, 1, 1, NVJPEG_OUTPUT_RGBI));
-        one = s.api.DecodeBatched(s.cuda_handle, s.cuda_state, &data[k], &lengths[k], &images[k],
-                                  s.decode_stream.get());
-        if (one == NVJPEG_STATUS_ALLOCATOR_FAILURE) {
-          return NvjpegStatus(one, "nvjpegDecodeBatched");
-        }
-        if (one == NVJPEG_STATUS_SUCCESS) ++s.cuda_decodes;
+            s.api.CreateEx(NVJPEG_BACKEND_DEFAULT, nullptr, nullptr, 0, &s.cuda_handle));
+        RETURN_IF_NVJPEG_ERROR(s.api.JpegStateCreate(s.cuda_handle, &s.cuda_state));
       }
-      if (one != NVJPEG_STATUS_SUCCESS) {
-        work[k].ok = false;
-        failed.push_back(work[k].position);
-      }
+      RETURN_IF_NVJPEG_ERROR(
+          s.api.DecodeBatchedInitialize(s.cuda_handle, s.cuda_state, 1, 1, NVJPEG_OUTPUT_RGBI));
+      one = s.api.DecodeBatched(s.cuda_handle, s.cuda_state, &data[k], &lengths[k], &images[k],
+                                s.decode_stream.get());
+      if (one == NVJPEG_STATUS_ALLOCATOR_FAILURE) return NvjpegStatus(one, "nvjpegDecodeBatched");
+      if (one == NVJPEG_STATUS_SUCCESS) ++s.cuda_decodes;
     }
-    s.initialized_batch = 1;
+    if (one != NVJPEG_STATUS_SUCCESS) {
+      work[k].ok = false;
+      refused.push_back(RefusedJpeg{
+          work[k].position,
+          s.hardware ? absl::StrCat("nvJPEG's hardware backend (", NvjpegStatusName(hardware),
+                                    ") and CUDA backend (", NvjpegStatusName(one), ") refused it")
+                     : absl::StrCat("nvJPEG refused it (", NvjpegStatusName(one), ")")});
+    }
+  }
+  s.initialized_batch = 1;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<RefusedJpeg>> GpuJpegDecoder::Decode(
+    const data_service::BatchView& batch, uint8_t* device_images, cudaStream_t stream) {
+  NvjpegState& s = *state_;
+  std::vector<RefusedJpeg> refused;
+  if (batch.deferred_count == 0 || batch.sample_kinds == nullptr) return refused;
+  if (batch.deferred_headers == nullptr) {
+    return absl::InvalidArgumentError(
+        "deferred samples without their checked headers (RingClient::Acquire's copy)");
+  }
+  if (batch.count > s.max_batch) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch of ", batch.count, " samples, the decoder takes ", s.max_batch));
+  }
+  const size_t sample_bytes = static_cast<size_t>(s.image_size) * s.image_size * 3;
+  // The arena, the private copy and the job table are reused: the previous batch's work
+  // must be done.
+  if (s.pending) {
+    RETURN_IF_ERROR(s.done.Synchronize());
+    s.pending = false;
   }
 
-  RETURN_IF_ERROR(s.decoded.Record(s.decode_stream.get()));
-  RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(stream, s.decoded.get(), 0));
-  int jobs = 0;
-  for (const Pending& p : work) {
-    if (!p.ok) continue;
-    ResampleJob& job = s.host_jobs[jobs++];
-    job.src = s.arena + p.offset;
-    job.dst = device_images + sample_bytes * p.position;
-    job.src_pitch = static_cast<int64_t>(p.pitch);
-    job.x = ToResampleAxis(p.header.x);
-    job.y = ToResampleAxis(p.header.y);
-    job.flip = p.header.flip;
-    job.reserved = 0;
+  // Note [Decoding from a private copy]: the checked headers, and one copy of the bytes.
+  std::vector<Pending> deferred;
+  size_t copy_bytes = 0;
+  for (int32_t i = 0; i < batch.count; ++i) {
+    if (batch.sample_kinds[i] != static_cast<uint8_t>(data_service::SampleKind::kDeferredJpeg)) {
+      continue;
+    }
+    Pending p;
+    p.position = i;
+    p.header = batch.deferred_headers[i];
+    if (p.header.encoded_bytes > sample_bytes - sizeof(p.header)) {
+      return absl::InvalidArgumentError(absl::StrCat("deferred sample ", i, " of ",
+                                                     p.header.encoded_bytes,
+                                                     " bytes, more than its place holds"));
+    }
+    p.offset = copy_bytes;  // in the private copy, until the arena's offsets are set
+    copy_bytes += p.header.encoded_bytes;
+    deferred.push_back(p);
   }
-  RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(s.device_jobs, s.host_jobs, sizeof(ResampleJob) * jobs,
-                                       cudaMemcpyHostToDevice, stream));
-  RETURN_IF_CUDA_ERROR(LaunchDeferredResample(s.device_jobs, jobs, s.image_size, stream));
+  if (copy_bytes > s.jpeg_copy_bytes) {
+    if (s.jpeg_copy != nullptr) RETURN_IF_CUDA_ERROR(cudaFreeHost(s.jpeg_copy));
+    s.jpeg_copy = nullptr;
+    s.jpeg_copy_bytes = 0;
+    const size_t bytes = copy_bytes + copy_bytes / 4;
+    RETURN_IF_CUDA_ERROR(cudaMallocHost(reinterpret_cast<void**>(&s.jpeg_copy), bytes));
+    s.jpeg_copy_bytes = bytes;
+  }
+  for (Pending& p : deferred) {
+    std::memcpy(s.jpeg_copy + p.offset, batch.images + sample_bytes * p.position + sizeof(p.header),
+                p.header.encoded_bytes);
+    p.jpeg = s.jpeg_copy + p.offset;
+  }
+
+  // nvJPEG's own reading of each JPEG's size, from the copy, which must be the header's.
+  std::vector<Pending> work;
+  std::vector<uint64_t> decoded_bytes;
+  for (Pending& p : deferred) {
+    int components = 0;
+    nvjpegChromaSubsampling_t subsampling;
+    int widths[NVJPEG_MAX_COMPONENT] = {};
+    int heights[NVJPEG_MAX_COMPONENT] = {};
+    const nvjpegStatus_t info = s.api.GetImageInfo(s.handle, p.jpeg, p.header.encoded_bytes,
+                                                   &components, &subsampling, widths, heights);
+    if (info != NVJPEG_STATUS_SUCCESS) {
+      refused.push_back(RefusedJpeg{p.position, absl::StrCat("nvJPEG cannot read its header (",
+                                                             NvjpegStatusName(info), ")")});
+      continue;
+    }
+    if (components != 3 || widths[0] != p.header.width || heights[0] != p.header.height) {
+      refused.push_back(RefusedJpeg{
+          p.position, absl::StrCat("nvJPEG reads a ", widths[0], "x", heights[0], " image of ",
+                                   components, " components, the data service a ", p.header.width,
+                                   "x", p.header.height, " one of 3")});
+      continue;
+    }
+    p.pitch = data_service::DeferredDecodedBytes(p.header.width, 1);
+    p.bytes = data_service::DeferredDecodedBytes(p.header.width, p.header.height);
+    decoded_bytes.push_back(p.bytes);
+    work.push_back(p);
+  }
+  if (work.empty()) {
+    std::sort(refused.begin(), refused.end(),
+              [](const RefusedJpeg& a, const RefusedJpeg& b) { return a.position < b.position; });
+    return refused;
+  }
+
+  // Note [The GPU decode arena]: rounds that each fit the bound, in an arena no larger
+  // than the largest round.
+  ASSIGN_OR_RETURN(std::vector<DecodeRound> rounds, PlanDecodeRounds(decoded_bytes, s.arena_limit));
+  uint64_t arena_needed = 0;
+  for (const DecodeRound& round : rounds) arena_needed = std::max(arena_needed, round.bytes);
+  if (arena_needed > s.arena_bytes) {
+    if (s.arena != nullptr) RETURN_IF_CUDA_ERROR(cudaFree(s.arena));
+    s.arena = nullptr;
+    s.arena_bytes = 0;
+    const size_t bytes = std::min<uint64_t>(arena_needed + arena_needed / 4, s.arena_limit);
+    RETURN_IF_CUDA_ERROR(cudaMalloc(reinterpret_cast<void**>(&s.arena), bytes));
+    s.arena_bytes = bytes;
+  }
+
+  int jobs = 0;
+  for (size_t r = 0; r < rounds.size(); ++r) {
+    const DecodeRound& round = rounds[r];
+    if (r > 0) {
+      // The previous round's crops, on `stream`, read the arena this round overwrites.
+      RETURN_IF_ERROR(s.done.Record(stream));
+      RETURN_IF_ERROR(s.done.Synchronize());
+    }
+    absl::Span<Pending> round_work(work.data() + round.first, round.count);
+    size_t offset = 0;
+    for (Pending& p : round_work) {
+      p.offset = offset;
+      offset += p.bytes;
+    }
+    RETURN_IF_ERROR(DecodeInArena(s, round_work, refused));
+    RETURN_IF_ERROR(s.decoded.Record(s.decode_stream.get()));
+    RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(stream, s.decoded.get(), 0));
+    const int first_job = jobs;
+    for (const Pending& p : round_work) {
+      if (!p.ok) continue;
+      ResampleJob& job = s.host_jobs[jobs++];
+      job.src = s.arena + p.offset;
+      job.dst = device_images + sample_bytes * p.position;
+      job.src_pitch = static_cast<int64_t>(p.pitch);
+      job.x = ToResampleAxis(p.header.x);
+      job.y = ToResampleAxis(p.header.y);
+      job.flip = p.header.flip;
+      job.reserved = 0;
+    }
+    const int round_jobs = jobs - first_job;
+    if (round_jobs > 0) {
+      RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(s.device_jobs + first_job, s.host_jobs + first_job,
+                                           sizeof(ResampleJob) * round_jobs, cudaMemcpyHostToDevice,
+                                           stream));
+      RETURN_IF_CUDA_ERROR(
+          LaunchDeferredResample(s.device_jobs + first_job, round_jobs, s.image_size, stream));
+    }
+  }
   RETURN_IF_ERROR(s.done.Record(stream));
   s.pending = true;
-  std::sort(failed.begin(), failed.end());
-  return failed;
+  std::sort(refused.begin(), refused.end(),
+            [](const RefusedJpeg& a, const RefusedJpeg& b) { return a.position < b.position; });
+  return refused;
 }
 
 }  // namespace stoker::trainer

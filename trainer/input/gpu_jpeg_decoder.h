@@ -17,6 +17,8 @@
 
 #include "absl/status/statusor.h"
 #include "data_service/ring/ring_client.h"
+#include "data_service/ring/wire_types.h"
+#include "trainer/input/gpu_decode_refusals.h"
 
 namespace stoker::trainer {
 
@@ -45,28 +47,35 @@ struct GpuDecodeTimes {
 // Owned by one thread (the feeder's prefetch thread). Not thread-safe.
 //
 //   ASSIGN_OR_RETURN(auto decoder, GpuJpegDecoder::Create(device, batch_size, image_size));
-//   ASSIGN_OR_RETURN(std::vector<int32_t> failed, decoder->Decode(view, device_images, stream));
+//   ASSIGN_OR_RETURN(std::vector<RefusedJpeg> refused,
+//                    decoder->Decode(view, device_images, stream));
 class GpuJpegDecoder {
  public:
   // Loads libnvjpeg and creates a hardware-backend decoder on `device` for batches of up
-  // to `max_batch` samples of image_size x image_size. FailedPrecondition, naming the
-  // library and how to get it, when it cannot be loaded. Falls back to nvJPEG's default
-  // (CUDA) backend, with a warning, on a GPU without JPEG engines.
-  static absl::StatusOr<std::unique_ptr<GpuJpegDecoder>> Create(int device, int max_batch,
-                                                                int image_size);
+  // to `max_batch` samples of image_size x image_size, whose full-size images take at
+  // most `arena_bytes` of device memory at a time (Note [The GPU decode arena] in
+  // data_service/image/deferred_jpeg.h). FailedPrecondition, naming the library and how
+  // to get it, when it cannot be loaded. Falls back to nvJPEG's default (CUDA) backend,
+  // with a warning, on a GPU without JPEG engines.
+  static absl::StatusOr<std::unique_ptr<GpuJpegDecoder>> Create(
+      int device, int max_batch, int image_size,
+      uint64_t arena_bytes = data_service::kDefaultGpuDecodeArenaBytes);
   ~GpuJpegDecoder();
   GpuJpegDecoder(const GpuJpegDecoder&) = delete;
   GpuJpegDecoder& operator=(const GpuJpegDecoder&) = delete;
 
-  // Decodes every kDeferredJpeg sample of `batch` (host memory, which must stay unchanged
-  // until the work on `stream` has completed) and enqueues on `stream`, after the decode
-  // and after the work already queued there, the writing of each into `device_images` (count x S x
-  // S x 3 bytes, HWC) at its position. Pixel samples are not touched. Returns the positions whose
-  // JPEG nvJPEG refused (their place is left unspecified), in increasing order; errors are CUDA's
-  // or nvJPEG's failures that are not one image's fault. Waits for the previous call's work on the
-  // host side only as far as needed to reuse its buffers.
-  absl::StatusOr<std::vector<int32_t>> Decode(const data_service::BatchView& batch,
-                                              uint8_t* device_images, cudaStream_t stream);
+  // Decodes every kDeferredJpeg sample of `batch` and enqueues on `stream`, after the decode
+  // and after the work already queued there, the writing of each into `device_images`
+  // (count x S x S x 3 bytes, HWC) at its position. Pixel samples are not touched. The
+  // headers are batch.deferred_headers (the ring client's checked copy); each JPEG is
+  // copied once from `batch.images` into the decoder's own pinned memory, which is all
+  // nvJPEG reads (Note [Decoding from a private copy] in gpu_jpeg_decoder.cc). Returns the
+  // samples nvJPEG refused, with why (their place is left unspecified), in increasing
+  // position; errors are CUDA's or nvJPEG's failures that are not one image's fault. A
+  // batch whose images need more than the arena is decoded in rounds. Waits for the
+  // previous call's work on the host side only as far as needed to reuse its buffers.
+  absl::StatusOr<std::vector<RefusedJpeg>> Decode(const data_service::BatchView& batch,
+                                                  uint8_t* device_images, cudaStream_t stream);
 
   // Whether the GPU's JPEG engines decode (false: nvJPEG's CUDA backend).
   bool hardware() const;

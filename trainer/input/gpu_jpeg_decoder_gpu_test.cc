@@ -1,7 +1,9 @@
 // GPU tests of deferred samples (tag gpu; Note [Deferred samples] in
 // data_service/image/deferred_jpeg.h): nvJPEG-decoded samples against the data service's
 // CPU pipeline on the same (bytes, geometry), bit-identical hybrid batches across runs,
-// and a JPEG that only nvJPEG finds bad, counted and replaced by the CUDA feeder.
+// a JPEG that only nvJPEG finds bad, reported by index to the bad-data policy, counted
+// and replaced by the CUDA feeder, or stopping the run under --bad_files=fail, and a batch
+// decoded in rounds within a small arena, as in one.
 #include "trainer/input/gpu_jpeg_decoder.h"
 
 #include <ATen/ATen.h>
@@ -18,12 +20,16 @@
 #include <cstdio>
 #include <cstring>
 #include <optional>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/cuda_work_queues.h"
 #include "data_service/image/deferred_jpeg.h"
 #include "data_service/image/transforms.h"
+#include "data_service/ring/ring_client.h"
 #include "data_service/ring/wire_types.h"
 #include "data_service/test_util.h"
 #include "gtest/gtest.h"
@@ -88,6 +94,7 @@ struct HostBatch {
   std::vector<uint8_t> kinds;
   std::vector<int32_t> labels;
   std::vector<int64_t> indices;
+  std::vector<data_service::DeferredSampleHeader> headers;  // the ring client's checked copy
   std::vector<image::SampleKey> keys;
 
   BatchView View() const {
@@ -98,6 +105,7 @@ struct HostBatch {
     view.labels = labels.data();
     view.sample_indices = indices.data();
     view.sample_kinds = kinds.data();
+    view.deferred_headers = headers.data();
     view.deferred_count = static_cast<int32_t>(
         std::count(kinds.begin(), kinds.end(), static_cast<uint8_t>(SampleKind::kDeferredJpeg)));
     return view;
@@ -121,6 +129,7 @@ HostBatch MakeBatch(const std::vector<std::vector<uint8_t>>& jpegs, int count,
           image::DecodeAndTransform(jpeg, spec, key, scratch, b.images.data() + sample_bytes * i)
               .ok());
       b.kinds.push_back(static_cast<uint8_t>(SampleKind::kPixels));
+      b.headers.emplace_back();
       b.labels.push_back(i);
       b.indices.push_back(1000 + i);
       b.keys.push_back(key);
@@ -131,6 +140,10 @@ HostBatch MakeBatch(const std::vector<std::vector<uint8_t>>& jpegs, int count,
     EXPECT_TRUE(header.has_value()) << "sample " << i;
     if (!header.has_value()) continue;
     image::WriteDeferredSample(*header, jpeg, b.images.data() + sample_bytes * i);
+    data_service::RingRequest request;
+    request.image_size = spec.output_size;
+    EXPECT_TRUE(data_service::internal::CheckDeferredHeader(*header, request).ok());
+    b.headers.push_back(*header);
     b.kinds.push_back(static_cast<uint8_t>(SampleKind::kDeferredJpeg));
     b.labels.push_back(i);
     b.indices.push_back(1000 + i);
@@ -145,9 +158,15 @@ std::vector<uint8_t> DecodeOnGpu(GpuJpegDecoder& decoder, const HostBatch& batch
   uint8_t* device = nullptr;
   EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&device), bytes), cudaSuccess);
   EXPECT_EQ(cudaMemset(device, 0, bytes), cudaSuccess);
-  absl::StatusOr<std::vector<int32_t>> refused = decoder.Decode(batch.View(), device, nullptr);
+  absl::StatusOr<std::vector<RefusedJpeg>> refused = decoder.Decode(batch.View(), device, nullptr);
   EXPECT_TRUE(refused.ok()) << refused.status();
-  if (failed != nullptr && refused.ok()) *failed = *refused;
+  if (failed != nullptr && refused.ok()) {
+    failed->clear();
+    for (const RefusedJpeg& r : *refused) {
+      failed->push_back(r.position);
+      std::printf("[ hybrid ] refused sample %d: %s\n", r.position, r.why.c_str());
+    }
+  }
   std::vector<uint8_t> host(bytes);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(cudaMemcpy(host.data(), device, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
@@ -238,22 +257,40 @@ std::vector<uint8_t> UndefinedQuantTable(std::vector<uint8_t> jpeg) {
   return jpeg;
 }
 
-// Serves one batch from host memory, then nothing.
+// Serves one batch from host memory, then nothing. Bad-sample reports are recorded and
+// answered as the data service answers them under --bad_files=skip, or, with
+// `bad_files_fail`, under --bad_files=fail.
 class OneBatchSource final : public BatchSource {
  public:
-  explicit OneBatchSource(const HostBatch& batch) : batch_(batch) {}
+  explicit OneBatchSource(const HostBatch& batch, bool bad_files_fail = false)
+      : batch_(batch), bad_files_fail_(bad_files_fail) {}
   absl::StatusOr<BatchView> Acquire(absl::Duration) override {
     if (served_) return absl::DeadlineExceededError("no more batches");
     served_ = true;
     return batch_.View();
   }
   absl::Status Release(const BatchView&) override { return absl::OkStatus(); }
+  absl::StatusOr<std::string> ReportBadSample(int64_t, int64_t sample_index,
+                                              absl::string_view why) override {
+    reports_.emplace_back(sample_index, std::string(why));
+    const std::string file =
+        absl::StrCat("sample ", sample_index, " (class0/", sample_index, ".jpg)");
+    if (bad_files_fail_) {
+      return absl::DataLossError(absl::StrCat(
+          file, " (--bad_files=fail; --bad_files=skip would replace the sample): ", why));
+    }
+    return file;
+  }
   void* memory_base() const override { return const_cast<uint8_t*>(batch_.images.data()); }
   size_t memory_bytes() const override { return batch_.images.size(); }
+  // What the feeder reported: (sample index, why). Read once the feeder is gone.
+  const std::vector<std::pair<int64_t, std::string>>& reports() const { return reports_; }
 
  private:
   const HostBatch& batch_;
+  const bool bad_files_fail_;
   bool served_ = false;
+  std::vector<std::pair<int64_t, std::string>> reports_;
 };
 
 at::Tensor FeedOnce(const HostBatch& batch, CudaFeederStats* stats) {
@@ -303,9 +340,67 @@ TEST(GpuJpegDecoderTest, BadFileInTheGpuShareIsCountedAndReplaced) {
   }
   EXPECT_EQ(stats.gpu_decode_failures, 1);
   EXPECT_EQ(stats.gpu_decoded, 5);
-  std::printf("[ hybrid ] bad file: %lld refused and replaced, %lld decoded on the GPU\n",
-              static_cast<long long>(stats.gpu_decode_failures),
-              static_cast<long long>(stats.gpu_decoded));
+  // Counted by the bad-data policy: reported once, by the sample's dataset index (the
+  // service names its file), with nvJPEG's reason.
+  ASSERT_EQ(source.reports().size(), 1u);
+  EXPECT_EQ(source.reports()[0].first, batch.indices[bad]);
+  EXPECT_NE(source.reports()[0].second.find("nvJPEG"), std::string::npos)
+      << source.reports()[0].second;
+  std::printf(
+      "[ hybrid ] bad file: %lld refused, reported as sample %lld (%s) and replaced, %lld "
+      "decoded on the GPU\n",
+      static_cast<long long>(stats.gpu_decode_failures),
+      static_cast<long long>(source.reports()[0].first), source.reports()[0].second.c_str(),
+      static_cast<long long>(stats.gpu_decoded));
+}
+
+// --bad_files=fail: the policy's error (DataLoss, naming the file) ends the run from the
+// GPU path as from the CPU path; the batch is not delivered.
+TEST(GpuJpegDecoderTest, BadFileInTheGpuShareStopsTheRunWithBadFilesFail) {
+  if (!HaveGpu()) GTEST_SKIP() << "needs a GPU";
+  std::vector<std::vector<uint8_t>> jpegs = TestJpegs();
+  const int bad = 4;
+  jpegs[bad] = UndefinedQuantTable(jpegs[bad]);
+  const HostBatch batch = MakeBatch(jpegs, 6, image::TransformSpec::Train(160));
+  OneBatchSource source(batch, /*bad_files_fail=*/true);
+  CudaFeederStats stats;
+  {
+    absl::StatusOr<std::unique_ptr<BatchFeeder>> feeder =
+        MakeCudaBatchFeeder(&source, IdentityFeederOptions(6, 160), 0, &stats);
+    ASSERT_TRUE(feeder.ok()) << feeder.status();
+    absl::StatusOr<TrainingBatch> next = (*feeder)->Next();
+    ASSERT_FALSE(next.ok());
+    EXPECT_EQ(next.status().code(), absl::StatusCode::kDataLoss) << next.status();
+    const std::string message(next.status().message());
+    EXPECT_NE(message.find(absl::StrCat("class0/", batch.indices[bad], ".jpg")), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("--bad_files=fail"), std::string::npos) << message;
+    std::printf("[ hybrid ] --bad_files=fail: the run stops with %s\n",
+                next.status().ToString().c_str());
+  }
+  EXPECT_EQ(stats.gpu_decode_failures, 1);
+  ASSERT_EQ(source.reports().size(), 1u);
+  EXPECT_EQ(source.reports()[0].first, batch.indices[bad]);
+}
+
+// Note [The GPU decode arena]: an arena that holds the largest test image (1024 x 768)
+// but not a batch of them decodes the batch in rounds, to the same bytes.
+TEST(GpuJpegDecoderTest, ABatchLargerThanTheArenaIsDecodedInRoundsToTheSameBytes) {
+  if (!HaveGpu()) GTEST_SKIP() << "needs a GPU";
+  const HostBatch batch = MakeBatch(TestJpegs(), 24, image::TransformSpec::Train(160));
+  absl::StatusOr<std::unique_ptr<GpuJpegDecoder>> whole = GpuJpegDecoder::Create(0, 24, 160);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  const uint64_t small = data_service::DeferredDecodedBytes(1024, 768) + (1 << 20);
+  absl::StatusOr<std::unique_ptr<GpuJpegDecoder>> rounds =
+      GpuJpegDecoder::Create(0, 24, 160, small);
+  ASSERT_TRUE(rounds.ok()) << rounds.status();
+  const std::vector<uint8_t> a = DecodeOnGpu(**whole, batch);
+  const std::vector<uint8_t> b = DecodeOnGpu(**rounds, batch);
+  EXPECT_TRUE(a == b) << "decoding in rounds changed the bytes";
+  const GpuDecodeTimes times = (*rounds)->times();
+  EXPECT_GT(times.batches, 1) << "the small arena should have taken several rounds";
+  std::printf("[ hybrid ] arena of %.1f MiB: one batch of 24 in %lld decode rounds\n",
+              small / 1048576.0, static_cast<long long>(times.batches));
 }
 
 // Note [Hardware work queues]: how long one batch's decode keeps the host while other work
@@ -341,7 +436,7 @@ TEST(GpuJpegDecoderTest, DecodeTimeBesideOtherWork) {
         load();
       }
       const auto start = std::chrono::steady_clock::now();
-      absl::StatusOr<std::vector<int32_t>> refused =
+      absl::StatusOr<std::vector<RefusedJpeg>> refused =
           (*decoder)->Decode(batch.View(), device, stream);
       times.push_back(ms_since(start));
       EXPECT_TRUE(refused.ok() && refused->empty());

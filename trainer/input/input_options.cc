@@ -22,6 +22,13 @@ absl::Status InputOptions::Validate() const {
   if (gpu_decode_share.has_value() && !(*gpu_decode_share >= 0.0 && *gpu_decode_share <= 1.0)) {
     return FlagValueError("gpu_decode_share", *gpu_decode_share, "must be auto or in [0, 1]");
   }
+  if (gpu_decode_arena_mib < kMinGpuDecodeArenaMib ||
+      gpu_decode_arena_mib > kMaxGpuDecodeArenaMib) {
+    return FlagValueError(
+        "gpu_decode_arena_mib", gpu_decode_arena_mib,
+        absl::StrCat("must be in [", kMinGpuDecodeArenaMib, ", ", kMaxGpuDecodeArenaMib,
+                     "] (a 4096 x 4096 JPEG, the largest deferred, decodes to 48 MiB)"));
+  }
   return absl::OkStatus();
 }
 

@@ -4,6 +4,7 @@
 #ifndef STOKER_TRAINER_INPUT_INPUT_OPTIONS_H_
 #define STOKER_TRAINER_INPUT_INPUT_OPTIONS_H_
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -13,6 +14,12 @@
 #include "absl/time/time.h"
 
 namespace stoker::trainer {
+
+// --gpu_decode_arena_mib's default and bounds: data_service::kDefaultGpuDecodeArenaBytes,
+// and at least a 4096 x 4096 JPEG (48 MiB decoded), the largest the service defers.
+inline constexpr int kDefaultGpuDecodeArenaMib = 256;
+inline constexpr int kMinGpuDecodeArenaMib = 48;
+inline constexpr int kMaxGpuDecodeArenaMib = 1 << 20;
 
 struct InputOptions {
   std::string data_socket;  // the node's data service; empty with synthetic_steps
@@ -33,10 +40,18 @@ struct InputOptions {
   // (Note [Deferred samples] in data_service/image/deferred_jpeg.h), in [0, 1]; nullopt
   // is auto (PlanGpuDecodeShare).
   std::optional<double> gpu_decode_share;
+  // --gpu_decode_arena_mib: the bound on the GPU memory the JPEG decoder holds for a batch's
+  // full-size images (Note [The GPU decode arena] in data_service/image/deferred_jpeg.h).
+  int gpu_decode_arena_mib = kDefaultGpuDecodeArenaMib;
 
   // InvalidArgument naming the flag at fault.
   absl::Status Validate() const;
 };
+
+// --gpu_decode_arena_mib in bytes.
+inline uint64_t GpuDecodeArenaBytes(const InputOptions& options) {
+  return static_cast<uint64_t>(options.gpu_decode_arena_mib) << 20;
+}
 
 // What `auto` resolves to where the share does not adapt: under --deterministic (which
 // samples the GPU decodes depends on the share, so an adapting share would change the

@@ -2,8 +2,9 @@
 // SOCK_SEQPACKET socket: one fixed-size, trivially copyable ControlMessage
 // (data_service/ring/wire_types.h) per packet.
 //
-//   client -> service   kRegister     RingRequest           -> kRegistered (segment, geometry)
-//   client -> service   kStartEpoch   epoch, seed           -> kEpochStarted (EpochInfo)
+//   client -> service   kRegister     RingRequest           -> kRegistered (segment, geometry,
+//                                                            dataset size)
+//   client -> service   kStartEpoch   epoch, seed, start    -> kEpochStarted (EpochInfo)
 //   service -> client   kError        code, text            (a reply, or with request_id 0
 //                                                            an asynchronous production error)
 // Every reply carries the request_id of its request. A malformed packet (wrong size,

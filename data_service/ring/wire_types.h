@@ -128,7 +128,7 @@ static_assert(sizeof(DeferredSampleHeader) == 128,
 // ---- The control socket ----
 
 inline constexpr uint32_t kControlMagic = 0x4c435453;  // "STCL", little-endian
-inline constexpr uint16_t kControlVersion = 2;
+inline constexpr uint16_t kControlVersion = 3;
 inline constexpr size_t kControlTextBytes = 256;
 
 enum class MessageType : uint16_t {
@@ -155,7 +155,10 @@ struct ControlMessage {
   uint8_t train;
   uint8_t drop_last;
   uint8_t reserved0[2];
-  // kStartEpoch: epoch, seed. kEpochStarted: epoch, samples, batches.
+  // kStartEpoch: epoch, seed, and in `samples` the epoch's start position: the samples of
+  // its global order already trained (Note [The rest of an epoch] in
+  // data_service/dataset/sampler.h). kEpochStarted: epoch, samples, batches. kRegistered:
+  // in `samples`, the split's dataset size.
   int64_t epoch;
   uint64_t seed;
   int64_t samples;
@@ -193,10 +196,11 @@ struct RingRequest {
   double gpu_decode_share = 0.0;
 };
 
-// One epoch as the service will deliver it to this rank.
+// One epoch as the service will deliver it to this rank: the whole epoch, or its rest
+// from the start position StartEpoch named.
 struct EpochInfo {
   int64_t epoch = 0;
-  int64_t samples = 0;  // samples this rank sees in the epoch (the sampler's num_samples)
+  int64_t samples = 0;  // samples this rank sees (the sampler's num_samples for a whole epoch)
   int64_t batches = 0;  // ceil(samples / batch_size); only the last batch may be short
 };
 

@@ -20,8 +20,8 @@ start() {
   job="requeue-$name-$$-$RANDOM"
   timeout --signal=KILL 600 "$root/launcher/launcher" --np="$np" --job_id="$job" \
     --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
-    --dataset=synthetic --synthetic_samples=$samples --synthetic_classes=4 --data_threads=1 -- \
-    --model=small_cnn --num_classes=4 --image_size=32 --seed=$seed --lr=0.05 --epochs=1 \
+    --seed=$seed --dataset=synthetic --synthetic_samples=$samples --synthetic_classes=4 \
+    --data_threads=1 -- --model=small_cnn --num_classes=4 --image_size=32 --lr=0.05 --epochs=1 \
     --log_every=1 --checkpoint_dir="$out/ckpt" --checkpoint_every_steps=4 \
     --sample_log="$out/$name" --loss_log="$out/$name.loss" "$@" > "$out/$name.log" 2>&1 &
   pid=$!

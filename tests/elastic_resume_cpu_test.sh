@@ -11,19 +11,19 @@
 set -euo pipefail
 source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
 begin_job_test
-check="$python $root/tests/check_epoch_order.py"
+check="$python $root/tests/check_epoch_order.py"  # the trainer's --drop_last_batch is the default
 seed=11
 
 # run NP NAME SAMPLES [TRAINER FLAGS...]: a launcher job of NP ranks on SAMPLES synthetic
-# samples; its output in $out/NAME.log, its sample logs $out/NAME.rank<r>, rank 0's losses
+# samples, with --seed=$run_seed (default $seed); its output in $out/NAME.log, its sample logs $out/NAME.rank<r>, rank 0's losses
 # $out/NAME.loss, its progress records $out/NAME.jsonl; sets rc.
 run() {
   local np="$1" name="$2" samples="$3" job="elastic-$2-$$-$RANDOM"; shift 3
   set +e
   timeout 600 "$root/launcher/launcher" --np="$np" --job_id="$job" \
     --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
-    --dataset=synthetic --synthetic_samples="$samples" --synthetic_classes=4 --data_threads=1 -- \
-    --model=small_cnn --num_classes=4 --image_size=32 --seed=$seed --lr=0.05 \
+    --seed="${run_seed:-$seed}" --dataset=synthetic --synthetic_samples="$samples" \
+    --synthetic_classes=4 --data_threads=1 -- --model=small_cnn --num_classes=4 --image_size=32 --lr=0.05 \
     --lr_schedule=cosine --warmup_epochs=0.5 --sync_batchnorm --log_every=1 --val_every=1 \
     --sample_log="$out/$name" --loss_log="$out/$name.loss" --metrics_jsonl="$out/$name.jsonl" \
     "$@" > "$out/$name.log" 2>&1
@@ -94,13 +94,13 @@ $check --samples=600 --seed=$seed --epoch=0 "$out/full:3:8:0" "$out/full:3:8:0" 
 resume 2 w2 600 stop --batch_size=12 --epochs=2
 grep -q "global batch of 24 did not: the schedule continues at step 10" "$out/w2.log" ||
   { cat "$out/w2.log"; echo "FAIL: no schedule note"; exit 1; }
-$check --samples=600 --seed=$seed --epoch=0 "$out/stop:3:8:0" "$out/w2:2:12:240"
-$check --samples=600 --seed=$seed --epoch=1 "$out/w2:2:12:0"
+$check --samples=600 --seed=$seed --epoch=0 --drop_last_batch "$out/stop:3:8:0" "$out/w2:2:12:240"
+$check --samples=600 --seed=$seed --epoch=1 --drop_last_batch "$out/w2:2:12:0"
 same_step_losses full w2
 validated w2 600
 resume 4 w4 600 stop --batch_size=6 --epochs=2
-$check --samples=600 --seed=$seed --epoch=0 "$out/stop:3:8:0" "$out/w4:4:6:240"
-$check --samples=600 --seed=$seed --epoch=1 "$out/w4:4:6:0"
+$check --samples=600 --seed=$seed --epoch=0 --drop_last_batch "$out/stop:3:8:0" "$out/w4:4:6:240"
+$check --samples=600 --seed=$seed --epoch=1 --drop_last_batch "$out/w4:4:6:0"
 same_step_losses full w4
 validated w4 600
 
@@ -109,8 +109,8 @@ validated w4 600
 resume 4 w4b8 600 stop --batch_size=8 --epochs=2
 grep -q "the global batch changed from 24 to 32: the schedule continues by samples seen, at step 7" \
   "$out/w4b8.log" || { cat "$out/w4b8.log"; echo "FAIL: no schedule note"; exit 1; }
-$check --samples=600 --seed=$seed --epoch=0 "$out/stop:3:8:0" "$out/w4b8:4:8:240"
-$check --samples=600 --seed=$seed --epoch=1 "$out/w4b8:4:8:0"
+$check --samples=600 --seed=$seed --epoch=0 --drop_last_batch "$out/stop:3:8:0" "$out/w4b8:4:8:240"
+$check --samples=600 --seed=$seed --epoch=1 --drop_last_batch "$out/w4b8:4:8:0"
 "$python" - "$out/full.jsonl" "$out/w4b8.jsonl" <<'PY'
 import json, sys
 def losses(path):
@@ -128,8 +128,8 @@ cp -r "$out/ckpt-stop" "$out/ckpt-refused"
 run 2 other_data 700 --batch_size=12 --epochs=2 --checkpoint_dir="$out/ckpt-refused"
 [[ $rc -ne 0 ]] && grep -q "stopped in the middle of epoch 1 of a training set of 600 samples; the data service serves 700 (launcher --train_dir, --dataset, --synthetic_samples)" "$out/other_data.log" ||
   { cat "$out/other_data.log"; echo "FAIL: another dataset was not refused by name"; exit 1; }
-run 2 other_seed 600 --batch_size=12 --epochs=2 --checkpoint_dir="$out/ckpt-seed" \
-  --resume="$out/ckpt-refused/ckpt-000000000010.stoker" --seed=12
+run_seed=12 run 2 other_seed 600 --batch_size=12 --epochs=2 --checkpoint_dir="$out/ckpt-seed" \
+  --resume="$out/ckpt-refused/ckpt-000000000010.stoker"
 [[ $rc -ne 0 ]] && grep -q -- "--seed=12" "$out/other_seed.log" ||
   { cat "$out/other_seed.log"; echo "FAIL: another seed was not refused by name"; exit 1; }
 

@@ -213,7 +213,11 @@ absl::Status BatchProducer::Stop(absl::Time deadline) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<EpochInfo> BatchProducer::QueueEpoch(int64_t epoch, uint64_t seed) {
+absl::StatusOr<EpochInfo> BatchProducer::QueueEpoch(int64_t epoch, uint64_t seed,
+                                                    int64_t start_sample) {
+  absl::StatusOr<std::vector<int64_t>> indices =
+      sampler_.RestOfEpochIndices(seed, epoch, start_sample);
+  if (!indices.ok()) return indices.status();
   EpochPlan plan;
   plan.epoch = epoch;
   plan.seed = seed;
@@ -230,7 +234,7 @@ absl::StatusOr<EpochInfo> BatchProducer::QueueEpoch(int64_t epoch, uint64_t seed
     }
     last_epoch_ = epoch;
   }
-  plan.indices = std::make_shared<const std::vector<int64_t>>(sampler_.EpochIndices(seed, epoch));
+  plan.indices = std::make_shared<const std::vector<int64_t>>(*std::move(indices));
   const int64_t samples = static_cast<int64_t>(plan.indices->size());
   plan.batches = (samples + request_.batch_size - 1) / request_.batch_size;
   EpochInfo info;

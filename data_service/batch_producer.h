@@ -113,10 +113,15 @@ class BatchProducer {
   BatchProducer(const BatchProducer&) = delete;
   BatchProducer& operator=(const BatchProducer&) = delete;
 
-  // Queues `epoch` with sampler seed `seed`; its batches follow those of the epochs
-  // queued before. InvalidArgument unless epoch >= 0 and greater than every epoch queued
-  // before; FailedPrecondition after a production error.
-  absl::StatusOr<EpochInfo> QueueEpoch(int64_t epoch, uint64_t seed);
+  // Queues `epoch` with sampler seed `seed`, from `start_sample` samples of its global
+  // order on (Note [The rest of an epoch] in data_service/dataset/sampler.h; 0: the whole
+  // epoch); its batches, numbered from step 0, follow those of the epochs queued before.
+  // InvalidArgument unless epoch >= 0 and greater than every epoch queued before, and
+  // start_sample in 0..dataset size-1; FailedPrecondition after a production error.
+  absl::StatusOr<EpochInfo> QueueEpoch(int64_t epoch, uint64_t seed, int64_t start_sample = 0);
+
+  // The number of samples of the dataset this producer samples from.
+  int64_t dataset_size() const { return sampler_.options().dataset_size; }
 
   // Ends production (samples not yet started are skipped) and waits until `deadline` for
   // the samples being decoded, which write into the ring. OK when none is left (then, and

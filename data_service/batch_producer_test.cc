@@ -242,6 +242,35 @@ TEST(BatchProducerTest, RejectsBadRequestsNamingTheField) {
   EXPECT_FALSE(SegmentExists(name));
 }
 
+TEST(BatchProducerTest, AnEpochStartedMidwayDeliversTheRestOfItsOrderFromStepZero) {
+  WorkerPool pool(2);
+  auto dataset = Synthetic();  // 53 samples
+  const RingRequest request = Request(2, 3);
+  auto producer = Make(dataset, &pool, request);
+  ASSERT_NE(producer, nullptr);
+  EXPECT_EQ(producer->dataset_size(), 53);
+  // 20 samples of epoch 4's global order consumed (by a run of another world size): rank 2
+  // of 3 takes positions 22, 25, ..., 53 (54 wraps to the epoch's first sample).
+  auto info = producer->QueueEpoch(4, 6, 20);
+  ASSERT_OK(info);
+  EXPECT_EQ(info->samples, 11);  // ceil(33 / 3)
+  EXPECT_EQ(info->batches, 3);   // ceil(11 / 4)
+  auto sampler = DistributedSampler::Create({53, 3, 2, true, false});
+  ASSERT_OK(sampler);
+  auto expected = sampler->RestOfEpochIndices(6, 4, 20);
+  ASSERT_OK(expected);
+  std::vector<int64_t> got;
+  const std::vector<Received> batches = Drain(*producer, info->batches);
+  for (size_t b = 0; b < batches.size(); ++b) {
+    EXPECT_EQ(batches[b].epoch, 4);
+    EXPECT_EQ(batches[b].step, static_cast<int64_t>(b));
+    got.insert(got.end(), batches[b].indices.begin(), batches[b].indices.end());
+  }
+  EXPECT_EQ(got, *expected);
+  EXPECT_THAT(producer->QueueEpoch(5, 6, 53),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("position 53")));
+}
+
 TEST(BatchProducerTest, EpochsMustBeNonNegativeAndIncreasing) {
   WorkerPool pool(1);
   auto producer = Make(Synthetic(), &pool, Request());

@@ -593,6 +593,7 @@ bool DataService::Handle(Connection* connection, const ControlMessage& message) 
       ControlMessage reply = NewMessage(MessageType::kRegistered, id);
       SetRequest(request, &reply);
       reply.ring_bytes = connection->producer->ring_bytes();
+      reply.samples = connection->producer->dataset_size();
       SetText(&reply, connection->producer->segment_name());
       LogInfo("rank %d of %d (pid %d): ring %s, %d slots of %d x %dx%dx3, %s split", request.rank,
               request.world_size, connection->peer_pid, connection->producer->segment_name(),
@@ -612,7 +613,7 @@ bool DataService::Handle(Connection* connection, const ControlMessage& message) 
             .ok();
       }
       absl::StatusOr<EpochInfo> info =
-          connection->producer->QueueEpoch(message.epoch, message.seed);
+          connection->producer->QueueEpoch(message.epoch, message.seed, message.samples);
       if (!info.ok()) return connection->Send(ErrorMessage(info.status(), id)).ok();
       ControlMessage reply = NewMessage(MessageType::kEpochStarted, id);
       reply.epoch = info->epoch;

@@ -10,7 +10,8 @@ absl::Status FeedWithoutTraining(RunInput& input, RunReporter& reporter, const R
   int64_t batches = 0;
   for (int64_t epoch = first_epoch; epoch < epochs; ++epoch) {
     if (epoch + 1 < epochs) RETURN_IF_ERROR(input.PrefetchEpoch(epoch + 1));
-    for (int64_t b = 0; b < input.batches_per_epoch(); ++b, ++batches) {
+    const EpochBatches range = input.BatchesOf(epoch);
+    for (int64_t b = range.first; b < range.end; ++b, ++batches) {
       if (batches == warmup_batches) {
         RETURN_IF_ERROR(WaitForDevice(context));
         reporter.StartMeasuring();

@@ -33,19 +33,17 @@ FeederOptions FeederOptionsFor(const TrainerOptions& o, const RunContext& contex
   return feeder;
 }
 
-// A resumed run restarts the data service's epoch from its first batch: acquire and release
-// the batches the run had already consumed (the ring delivers in order, and the batches are
-// a pure function of seed, epoch and index, so the rest are the same batches).
-class SkippingBatchSource final : public BatchSource {
+// The rest of the epoch a run resumed in comes from the data service numbered from step
+// 0 (Note [The rest of an epoch] in data_service/dataset/sampler.h): renumber its batches
+// from `first`, their index in the epoch, so that the training loop sees one numbering.
+class RenumberingBatchSource final : public BatchSource {
  public:
-  SkippingBatchSource(std::unique_ptr<BatchSource> inner, int64_t epoch, int64_t skip)
-      : inner_(std::move(inner)), epoch_(epoch), skip_(skip) {}
+  RenumberingBatchSource(std::unique_ptr<BatchSource> inner, int64_t epoch, int64_t first)
+      : inner_(std::move(inner)), epoch_(epoch), first_(first) {}
   absl::StatusOr<BatchView> Acquire(absl::Duration timeout) override {
-    while (true) {
-      ASSIGN_OR_RETURN(BatchView view, inner_->Acquire(timeout));
-      if (view.epoch != epoch_ || view.step >= skip_) return view;
-      RETURN_IF_ERROR(inner_->Release(view));
-    }
+    ASSIGN_OR_RETURN(BatchView view, inner_->Acquire(timeout));
+    if (view.epoch == epoch_) view.step += first_;
+    return view;
   }
   absl::Status Release(const BatchView& batch) override { return inner_->Release(batch); }
   absl::StatusOr<std::string> ReportBadSample(int64_t epoch, int64_t sample_index,
@@ -58,17 +56,23 @@ class SkippingBatchSource final : public BatchSource {
  private:
   std::unique_ptr<BatchSource> inner_;
   int64_t epoch_;
-  int64_t skip_;
+  int64_t first_;
 };
 
 class SyntheticInput final : public RunInput {
  public:
   SyntheticInput(const TrainerOptions& o, const RunContext& context, const InputStart& start)
       : steps_(o.input.synthetic_steps),
+        start_epoch_(start.epoch),
+        first_(std::min(steps_,
+                        start.samples_done / (int64_t{o.input.batch_size} * context.world_size()))),
         feeder_(FeederOptionsFor(o, context), o.model.num_classes, TrainingDevice(context), steps_,
-                start.epoch * steps_ + start.batches_done) {}
+                start.epoch * steps_ + first_) {}
   int64_t batches_per_epoch() const override { return steps_; }
   int64_t trained_per_epoch() const override { return steps_; }
+  EpochBatches BatchesOf(int64_t epoch) const override {
+    return {epoch == start_epoch_ ? first_ : 0, steps_, steps_};
+  }
   BatchFeeder& feeder() override { return feeder_; }
   absl::Status PrefetchEpoch(int64_t) override { return absl::OkStatus(); }
   bool has_validation() const override { return false; }
@@ -78,6 +82,8 @@ class SyntheticInput final : public RunInput {
 
  private:
   int64_t steps_;
+  int64_t start_epoch_;
+  int64_t first_;  // batches of the start epoch already trained
   SyntheticBatchFeeder feeder_;
 };
 
@@ -91,6 +97,11 @@ class RingInput final : public RunInput {
                                                          DecodeShareGauge* decode_share);
   int64_t batches_per_epoch() const override { return batches_per_epoch_; }
   int64_t trained_per_epoch() const override { return trained_per_epoch_; }
+  EpochBatches BatchesOf(int64_t epoch) const override {
+    if (epoch == start_epoch_) return start_batches_;
+    return {0, trained_per_epoch_, batches_per_epoch_};
+  }
+  int64_t dataset_size() const override { return ring_->dataset_size(); }
   BatchFeeder& feeder() override { return *feeder_; }
   absl::Status PrefetchEpoch(int64_t epoch) override {
     return ring_->StartEpoch(epoch, seed_).status();
@@ -113,6 +124,8 @@ class RingInput final : public RunInput {
   uint64_t seed_;
   int64_t batches_per_epoch_ = 0;
   int64_t trained_per_epoch_ = 0;
+  int64_t start_epoch_ = 0;
+  EpochBatches start_batches_;  // of start_epoch_
   std::unique_ptr<RingClient> ring_;
   std::unique_ptr<RingClient> val_ring_;
   std::unique_ptr<BatchSource> source_;
@@ -165,15 +178,38 @@ absl::StatusOr<std::unique_ptr<RingInput>> RingInput::Open(const TrainerOptions&
   }
   ASSIGN_OR_RETURN(input->ring_,
                    RingClient::Connect(o.input.data_socket, request, o.input.data_timeout));
-  ASSIGN_OR_RETURN(EpochInfo first, input->ring_->StartEpoch(start.epoch, start.seed));
-  input->batches_per_epoch_ = first.batches;
-  const bool short_last = first.samples % o.input.batch_size != 0;
-  input->trained_per_epoch_ = first.batches - (o.input.drop_last_batch && short_last ? 1 : 0);
+  const int64_t dataset_size = input->ring_->dataset_size();
+  if (start.check_dataset_size) RETURN_IF_ERROR(start.check_dataset_size(dataset_size));
+  // A whole epoch's batches, as DistributedSampler splits it (Note [The rest of an epoch]).
+  const int64_t world = context.world_size();
+  const int64_t batch = o.input.batch_size;
+  const int64_t per_rank = (dataset_size + world - 1) / world;
+  input->batches_per_epoch_ = (per_rank + batch - 1) / batch;
+  const bool short_last = per_rank % batch != 0;
+  input->trained_per_epoch_ =
+      input->batches_per_epoch_ - (o.input.drop_last_batch && short_last ? 1 : 0);
   if (input->trained_per_epoch_ < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--batch_size=", o.input.batch_size, ": an epoch gives each rank ", first.samples,
-        " samples, not one full batch (use a smaller batch or --nodrop_last_batch)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--batch_size=", o.input.batch_size, ": an epoch gives each rank ", per_rank,
+                     " samples, not one full batch (use a smaller batch or --nodrop_last_batch)"));
   }
+  if (start.samples_done >= dataset_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the run resumes at sample ", start.samples_done, " of epoch ",
+                     start.epoch + 1, ", past the training split's ", dataset_size, " samples"));
+  }
+  // The batches of the epoch the run starts in: the rest of it from start.samples_done on
+  // (all of it from 0), numbered from the batch index an uninterrupted run of this
+  // geometry would have reached.
+  ASSIGN_OR_RETURN(EpochInfo first,
+                   input->ring_->StartEpoch(start.epoch, start.seed, start.samples_done));
+  input->start_epoch_ = start.epoch;
+  const int64_t first_batch = start.samples_done / (world * batch);
+  const bool rest_short_last = first.samples % batch != 0;
+  input->start_batches_ = {
+      first_batch,
+      first_batch + first.batches - (o.input.drop_last_batch && rest_short_last ? 1 : 0),
+      first_batch + first.batches};
   if (o.validation.every > 0 && !o.benchmark.data_only && !o.input.train_split) {
     // Training on the validation split (a benchmark's choice): validating on it too would
     // only measure the training data again.
@@ -204,9 +240,9 @@ absl::StatusOr<std::unique_ptr<RingInput>> RingInput::Open(const TrainerOptions&
     }
   }
   input->source_ = std::make_unique<RingBatchSource>(input->ring_.get());
-  if (start.batches_done > 0) {
-    input->source_ = std::make_unique<SkippingBatchSource>(std::move(input->source_), start.epoch,
-                                                           start.batches_done);
+  if (first_batch > 0) {
+    input->source_ = std::make_unique<RenumberingBatchSource>(std::move(input->source_),
+                                                              start.epoch, first_batch);
   }
   ASSIGN_OR_RETURN(std::unique_ptr<BatchFeeder> feeder,
                    MakeBatchFeeder(input->source_.get(), input->feeder_options_, input->device_));

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "trainer/input/batch_feeder.h"
@@ -25,15 +26,32 @@ struct ValidationPass {
   std::unique_ptr<BatchFeeder> feeder;
 };
 
+// The batches of one epoch that a run takes, by their index in the epoch: [first,
+// trained_end) are trained, [trained_end, end) delivered and skipped (the short last batch,
+// --drop_last_batch).
+struct EpochBatches {
+  int64_t first = 0;
+  int64_t trained_end = 0;
+  int64_t end = 0;
+};
+
 // Owned by the training thread.
 class RunInput {
  public:
   virtual ~RunInput() = default;
 
-  // Batches per epoch as delivered, and as trained: without the short last batch when it is
-  // dropped (--drop_last_batch). The same for every epoch.
+  // Batches of a whole epoch as delivered, and as trained: without the short last batch
+  // when it is dropped (--drop_last_batch).
   virtual int64_t batches_per_epoch() const = 0;
   virtual int64_t trained_per_epoch() const = 0;
+  // The batches of `epoch` this run takes: a whole epoch's, or in the epoch the run resumed
+  // in, the rest of it (Note [Resuming on another geometry] in trainer/train_loop.cc).
+  virtual EpochBatches BatchesOf(int64_t epoch) const {
+    (void)epoch;
+    return {0, trained_per_epoch(), batches_per_epoch()};
+  }
+  // Samples in the training split (0: unknown, as for synthetic batches).
+  virtual int64_t dataset_size() const { return 0; }
 
   // The training batches in (epoch, step) order, from the run's start position on.
   virtual BatchFeeder& feeder() = 0;
@@ -45,11 +63,16 @@ class RunInput {
   virtual absl::StatusOr<ValidationPass> StartValidation(int64_t epoch) = 0;
 };
 
-// Where the run starts: its first epoch and the batches of it already trained.
+// Where the run starts: its first epoch and the samples of that epoch's global order
+// already trained, over all ranks (Note [The rest of an epoch] in
+// data_service/dataset/sampler.h).
 struct InputStart {
   int64_t epoch = 0;
-  int64_t batches_done = 0;
+  int64_t samples_done = 0;
   uint64_t seed = 0;  // the run's (rank 0's, or the checkpoint's) seed
+  // Called with the training split's size before the first epoch is asked for; an error
+  // ends the opening (a resume refuses another dataset). May be empty.
+  std::function<absl::Status(int64_t dataset_size)> check_dataset_size;
 };
 
 using RunInputFactory = std::function<absl::StatusOr<std::unique_ptr<RunInput>>(const InputStart&)>;

@@ -34,6 +34,27 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 
 using Stopped = absl::optional<TrainingOutcome>;  // a run that ends early, or none
 
+// Note [Resuming on another geometry]
+// A checkpoint records the position in its epoch as the samples of the epoch's global
+// order consumed (RunPosition::samples_done) and the global batch it was trained with. A
+// run resumed from it, on any world size, batch size and accumulation, asks every data
+// service for the rest of the epoch from that position; each service splits the rest among
+// the new ranks as DistributedSampler splits an epoch (Note [The rest of an epoch] in
+// data_service/dataset/sampler.h), so every sample not yet trained is trained once, in the
+// global order, and every rank agrees on the split because it is a pure function of
+// (seed, epoch, position, world size). The rest's batches carry the index an
+// uninterrupted run of the new geometry would give them (floor(position / (world x
+// batch)) onwards), and a checkpoint written in it records the position in samples again.
+//
+// The learning-rate schedule is a function of the optimizer step. When the global batch
+// (world x batch x accumulation) is unchanged, the run continues at the checkpoint's
+// optimizer step: each step is still the same number of samples, and a run of the same
+// geometry then continues bit for bit. When it changed, a step is another number of
+// samples, so the schedule continues by samples seen: at the step an uninterrupted run of
+// the new geometry would have reached, epoch x steps per epoch + position / global batch.
+// The schedule's warm-up and decay are set in epochs, so either way it keeps its shape over
+// the samples of the run; counting old steps at a new batch would move it ahead or back.
+
 // The input side's GPU decode share as the reports show it.
 DecodeShareReport ReportOf(const DecodeShareGauge::Reading& reading) {
   DecodeShareReport report;
@@ -76,6 +97,11 @@ class Trainer {
   absl::StatusOr<TrainingOutcome> Stop(TrainingOutcome::End end, int signal_number,
                                        const RunPosition& position);
   absl::StatusOr<TrainingOutcome> Finish();
+  // Where the run stands after the batches of `epoch` before index `batch` (Note
+  // [Resuming on another geometry]).
+  RunPosition PositionAt(int64_t epoch, int64_t batch) const;
+  // The learning-rate schedule's step to continue at (Note [Resuming on another geometry]).
+  int64_t ResumedGlobalStep();
 
   const TrainerOptions& o_;
   const RunContext& context_;
@@ -86,6 +112,7 @@ class Trainer {
   uint64_t seed_ = 0;
   RunPosition start_;
   absl::optional<RunGeometry> saved_;  // the resumed checkpoint's shape
+  std::string checkpoint_source_;      // the resumed checkpoint's name
 
   std::unique_ptr<RunReporter> reporter_;
   absl::optional<RunCheckpoints> checkpoints_;
@@ -110,18 +137,20 @@ absl::Status Trainer::Resume() {
   if (!checkpoint.has_value()) return trained_->BroadcastState(gradients_);
   ASSIGN_OR_RETURN(saved_, CheckpointGeometry(*checkpoint));
   ASSIGN_OR_RETURN(start_, CheckpointPosition(*checkpoint));
-  RunGeometry current = GeometryOf(o_, context_.world_size(), seed_);
-  current.seed = saved_->seed;
-  RETURN_IF_ERROR(CheckResumable(*saved_, start_, current, checkpoint->source()));
+  checkpoint_source_ = checkpoint->source();
+  RETURN_IF_ERROR(CheckResumable(*saved_, start_, GeometryOf(o_, context_.world_size(), seed_),
+                                 checkpoint->source()));
   RETURN_IF_ERROR(RestoreTrainingState(*checkpoint, trained_->state()));
   if (saved_->seed != seed_ && context_.rank0()) {
     LogWarning("--seed=%d differs from the checkpoint's %d: continuing with the checkpoint's",
                seed_, saved_->seed);
   }
   seed_ = saved_->seed;
-  reporter_->Note(absl::StrFormat("resuming from %s: epoch %d, batch %d, step %d",
-                                  checkpoint->source(), start_.epoch + 1, start_.batches_done,
-                                  start_.global_step));
+  reporter_->Note(absl::StrFormat(
+      "resuming from %s: epoch %d, batch %d, step %d (sample %d of the epoch's order, global "
+      "batch %d)",
+      checkpoint->source(), start_.epoch + 1, start_.batches_done, start_.global_step,
+      start_.samples_done, start_.global_batch));
   return absl::OkStatus();
 }
 
@@ -150,19 +179,18 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
     return Finish();
   }
 
-  ASSIGN_OR_RETURN(input_, open_input_(InputStart{start_.epoch, start_.batches_done, seed_}));
+  InputStart input_start{start_.epoch, start_.samples_done, seed_};
+  if (saved_.has_value()) {
+    input_start.check_dataset_size = [this](int64_t dataset_size) {
+      return CheckResumableDataset(*saved_, start_, dataset_size, checkpoint_source_);
+    };
+  }
+  ASSIGN_OR_RETURN(input_, open_input_(input_start));
   steps_per_epoch_ = (input_->trained_per_epoch() + o_.step.accumulate - 1) / o_.step.accumulate;
   ASSIGN_OR_RETURN(LearningRateSchedule schedule,
                    LearningRateSchedule::Create(ScheduleOptionsFor(o_, steps_per_epoch_)));
   schedule_.emplace(schedule);
-  if (saved_.has_value() && start_.batches_done == 0 &&
-      (saved_->world_size != context_.world_size() || saved_->batch_size != o_.input.batch_size ||
-       saved_->accumulate != o_.step.accumulate)) {
-    // At an epoch boundary the run may change shape; the schedule continues at the epoch.
-    global_step_ = start_.epoch * steps_per_epoch_;
-    reporter_->Note(absl::StrCat(
-        "the run's batch geometry changed: the schedule continues at step ", global_step_));
-  }
+  global_step_ = ResumedGlobalStep();
   EnableAutocast(o_.device, context_);
   reporter_->Starting(input_->batches_per_epoch(), steps_per_epoch_, o_.step.accumulate,
                       o_.optimizer.learning_rate, LrScheduleName(o_.schedule.kind));
@@ -179,21 +207,54 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
     const bool last = epoch + 1 == o_.epochs;
     if (input_->has_validation() && ((epoch + 1) % o_.validation.every == 0 || last)) {
       ASSIGN_OR_RETURN(int stop, Validate(epoch));
-      if (stop != 0)
-        return Stop(TrainingOutcome::End::kStopSignal, stop,
-                    RunPosition{epoch + 1, 0, global_step_});
+      if (stop != 0) return Stop(TrainingOutcome::End::kStopSignal, stop, PositionAt(epoch + 1, 0));
     }
     if (!last && o_.checkpoint.every_epochs > 0 && (epoch + 1) % o_.checkpoint.every_epochs == 0) {
-      RETURN_IF_ERROR(WriteCheckpoint(RunPosition{epoch + 1, 0, global_step_}).status());
+      RETURN_IF_ERROR(WriteCheckpoint(PositionAt(epoch + 1, 0)).status());
     }
   }
   return Finish();
 }
 
+int64_t Trainer::ResumedGlobalStep() {
+  if (!saved_.has_value() ||
+      (saved_->world_size == context_.world_size() && saved_->batch_size == o_.input.batch_size &&
+       saved_->accumulate == o_.step.accumulate)) {
+    return start_.global_step;
+  }
+  const int64_t global_batch =
+      int64_t{o_.input.batch_size} * context_.world_size() * o_.step.accumulate;
+  if (global_batch == start_.global_batch) {
+    reporter_->Note(absl::StrCat("the run's batch geometry changed, its global batch of ",
+                                 global_batch, " did not: the schedule continues at step ",
+                                 start_.global_step));
+    return start_.global_step;
+  }
+  const int64_t step = start_.epoch * steps_per_epoch_ + start_.samples_done / global_batch;
+  reporter_->Note(absl::StrCat("the global batch changed from ", start_.global_batch, " to ",
+                               global_batch, ": the schedule continues by samples seen, at step ",
+                               step));
+  return step;
+}
+
+RunPosition Trainer::PositionAt(int64_t epoch, int64_t batch) const {
+  const int64_t micro_batch = int64_t{o_.input.batch_size} * context_.world_size();
+  RunPosition position{epoch, batch, global_step_};
+  position.global_batch = micro_batch * o_.step.accumulate;
+  if (epoch == start_.epoch && input_ != nullptr) {
+    position.samples_done =
+        start_.samples_done + (batch - input_->BatchesOf(epoch).first) * micro_batch;
+  } else {
+    position.samples_done = batch * micro_batch;
+  }
+  return position;
+}
+
 // Trains the rest of `epoch`. Returns an outcome when the run stops inside it.
 absl::StatusOr<Stopped> Trainer::TrainEpoch(int64_t epoch) {
-  const int64_t trained = input_->trained_per_epoch();
-  int64_t b = epoch == start_.epoch ? start_.batches_done : 0;
+  const EpochBatches batches = input_->BatchesOf(epoch);
+  const int64_t trained = batches.trained_end;
+  int64_t b = batches.first;
   // Ask for the next epoch now, so that its first batches are ready at the boundary. A
   // failure joins the next vote (Note [Stopping together]): the service may be stopping.
   if (epoch + 1 < o_.epochs) data_error_ = input_->PrefetchEpoch(epoch + 1);
@@ -208,8 +269,7 @@ absl::StatusOr<Stopped> Trainer::TrainEpoch(int64_t epoch) {
     for (int i = 0; i < group; ++i) {
       TrainingBatch batch;
       ASSIGN_OR_RETURN(int stop, NextMicroBatch(epoch, b + i, &batch, profiler));
-      if (stop != 0)
-        return Stop(TrainingOutcome::End::kStopSignal, stop, RunPosition{epoch, b, global_step_});
+      if (stop != 0) return Stop(TrainingOutcome::End::kStopSignal, stop, PositionAt(epoch, b));
       ASSIGN_OR_RETURN(at::Tensor loss, step.MicroBatch(batch.images, batch.labels, profiler));
       RETURN_IF_ERROR(reporter_->LogLoss(epoch, b + i, loss));
       loss_sum = loss_sum.defined() ? loss_sum + loss : loss;
@@ -221,18 +281,17 @@ absl::StatusOr<Stopped> Trainer::TrainEpoch(int64_t epoch) {
     // A checkpoint write that failed on the writer thread ends the run at this step boundary.
     RETURN_IF_ERROR(checkpoints_->WriteError());
     if (o_.checkpoint.every_steps > 0 && global_step_ % o_.checkpoint.every_steps == 0) {
-      RETURN_IF_ERROR(WriteCheckpoint(RunPosition{epoch, b, global_step_}).status());
+      RETURN_IF_ERROR(WriteCheckpoint(PositionAt(epoch, b)).status());
     }
     if (o_.checkpoint.stop_after_steps > 0 && steps_this_run_ == o_.checkpoint.stop_after_steps) {
-      return Stop(TrainingOutcome::End::kStopAfterSteps, 0, RunPosition{epoch, b, global_step_});
+      return Stop(TrainingOutcome::End::kStopAfterSteps, 0, PositionAt(epoch, b));
     }
   }
   // The short last batch (dropped): consumed so that the ring moves on to the next epoch.
-  for (; b < input_->batches_per_epoch(); ++b) {
+  for (; b < batches.end; ++b) {
     TrainingBatch batch;
     ASSIGN_OR_RETURN(int stop, NextMicroBatch(epoch, b, &batch, nullptr));
-    if (stop != 0)
-      return Stop(TrainingOutcome::End::kStopSignal, stop, RunPosition{epoch, b, global_step_});
+    if (stop != 0) return Stop(TrainingOutcome::End::kStopSignal, stop, PositionAt(epoch, b));
   }
   return Stopped();
 }
@@ -273,7 +332,7 @@ absl::Status Trainer::AfterOptimizerStep(int64_t epoch, int64_t batches_done, in
     reporter_->StartMeasuring();
   }
   const int64_t step_in_epoch = (batches_done + o_.step.accumulate - 1) / o_.step.accumulate;
-  const bool last_of_epoch = batches_done >= input_->trained_per_epoch();
+  const bool last_of_epoch = batches_done >= input_->BatchesOf(epoch).trained_end;
   if (step_in_epoch % o_.report.log_every != 0 && !last_of_epoch) return absl::OkStatus();
 
   // The loss averaged over the window and over ranks: a collective on every rank.
@@ -329,10 +388,11 @@ absl::StatusOr<std::string> Trainer::WriteCheckpoint(const RunPosition& position
   const Clock::time_point start = Clock::now();
   RETURN_IF_ERROR(checkpoints_->WaitForWrites());
   const Clock::time_point copying = Clock::now();
-  ASSIGN_OR_RETURN(
-      CheckpointWriter snapshot,
-      SnapshotCheckpoint(trained_->state(), position, GeometryOf(o_, context_.world_size(), seed_),
-                         /*own_copies=*/o_.checkpoint.async));
+  RunGeometry geometry = GeometryOf(o_, context_.world_size(), seed_);
+  geometry.dataset_size = input_ != nullptr ? input_->dataset_size() : 0;
+  ASSIGN_OR_RETURN(CheckpointWriter snapshot,
+                   SnapshotCheckpoint(trained_->state(), position, geometry,
+                                      /*own_copies=*/o_.checkpoint.async));
   CheckpointReport report;
   report.bytes = static_cast<int64_t>(snapshot.size());
   ASSIGN_OR_RETURN(report.path, checkpoints_->Save(position.global_step, std::move(snapshot)));
@@ -387,7 +447,7 @@ absl::StatusOr<TrainingOutcome> Trainer::Finish() {
   TrainingOutcome outcome;
   const bool trains = !o_.benchmark.data_only;
   if (trains && steps_this_run_ > 0) {
-    ASSIGN_OR_RETURN(outcome.checkpoint, WriteCheckpoint(RunPosition{o_.epochs, 0, global_step_}));
+    ASSIGN_OR_RETURN(outcome.checkpoint, WriteCheckpoint(PositionAt(o_.epochs, 0)));
   }
   RETURN_IF_ERROR(EndCheckpointWrites());
   RunSummary summary;

@@ -104,10 +104,15 @@ class FakeInput final : public RunInput {
   FakeInput(const FakeInputSpec& spec, const InputStart& start,
             std::vector<std::pair<int64_t, int64_t>>* seen)
       : spec_(spec),
-        feeder_(spec.batches_per_epoch, spec.batch_size, start.epoch, start.batches_done,
-                spec.label_offset, seen) {}
+        start_epoch_(start.epoch),
+        first_(start.samples_done / spec.batch_size),
+        feeder_(spec.batches_per_epoch, spec.batch_size, start.epoch, first_, spec.label_offset,
+                seen) {}
   int64_t batches_per_epoch() const override { return spec_.batches_per_epoch; }
   int64_t trained_per_epoch() const override { return spec_.batches_per_epoch; }
+  EpochBatches BatchesOf(int64_t epoch) const override {
+    return {epoch == start_epoch_ ? first_ : 0, spec_.batches_per_epoch, spec_.batches_per_epoch};
+  }
   BatchFeeder& feeder() override { return feeder_; }
   absl::Status PrefetchEpoch(int64_t) override { return absl::OkStatus(); }
   bool has_validation() const override { return spec_.val_samples > 0; }
@@ -122,6 +127,8 @@ class FakeInput final : public RunInput {
 
  private:
   FakeInputSpec spec_;
+  int64_t start_epoch_;
+  int64_t first_;  // batches of the start epoch already trained (one rank)
   ListFeeder feeder_;
 };
 

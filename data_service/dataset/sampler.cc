@@ -55,6 +55,26 @@ absl::StatusOr<DistributedSampler> DistributedSampler::Create(const SamplerOptio
 }
 
 std::vector<int64_t> DistributedSampler::EpochIndices(uint64_t seed, int64_t epoch) const {
+  return Positions(seed, epoch, 0, total_size());
+}
+
+absl::StatusOr<std::vector<int64_t>> DistributedSampler::RestOfEpochIndices(
+    uint64_t seed, int64_t epoch, int64_t start_sample) const {
+  const int64_t n = options_.dataset_size;
+  if (start_sample < 0 || start_sample >= n) {
+    return absl::InvalidArgumentError(absl::StrCat("sampler: the epoch's position ", start_sample,
+                                                   " is not in 0..", n - 1, " (dataset of ", n,
+                                                   " samples)"));
+  }
+  // Note [The rest of an epoch]: DistributedSampler's padding or cut, applied to the rest.
+  const int64_t rest = n - start_sample;
+  const int64_t world = options_.world_size;
+  const int64_t per_rank = options_.drop_last ? rest / world : (rest + world - 1) / world;
+  return Positions(seed, epoch, start_sample, start_sample + per_rank * world);
+}
+
+std::vector<int64_t> DistributedSampler::Positions(uint64_t seed, int64_t epoch, int64_t begin,
+                                                   int64_t end) const {
   const int64_t n = options_.dataset_size;
   std::vector<int64_t> order;
   if (options_.shuffle) {
@@ -63,12 +83,11 @@ std::vector<int64_t> DistributedSampler::EpochIndices(uint64_t seed, int64_t epo
     order.resize(n);
     std::iota(order.begin(), order.end(), int64_t{0});
   }
-  const int64_t total = total_size();
   // Without drop_last, torch pads with the first indices, repeating the whole list as many
   // times as needed when padding exceeds n. With drop_last it keeps the first total.
   std::vector<int64_t> mine;
-  mine.reserve(num_samples_);
-  for (int64_t i = options_.rank; i < total; i += options_.world_size) {
+  mine.reserve((end - begin) / options_.world_size);
+  for (int64_t i = begin + options_.rank; i < end; i += options_.world_size) {
     mine.push_back(order[i % n]);
   }
   return mine;

@@ -1,6 +1,7 @@
 // Tests of DistributedSampler: coverage per epoch across ranks, padding, drop_last, a new
-// order each epoch, and identical indices to PyTorch's own DistributedSampler (run
-// through $STOKER_PYTHON, falling back to python3; the test fails if torch is missing).
+// order each epoch, the rest of an epoch on another world size, and identical indices to PyTorch's
+// own DistributedSampler (run through $STOKER_PYTHON, falling back to python3; the test fails if
+// torch is missing).
 #include "data_service/dataset/sampler.h"
 
 #include <map>
@@ -124,6 +125,69 @@ TEST(DistributedSamplerTest, RejectsBadOptionsWithClearErrors) {
   EXPECT_THAT(bad_rank, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank 2")));
   EXPECT_THAT(DistributedSampler::Create({kMaxRandpermSize, 2, 0}),
               StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// The rest of `epoch` from `start` on `world` ranks, put back in global order: rank r's
+// k-th index at position r + k * world.
+std::vector<int64_t> RestInGlobalOrder(int64_t n, int world, bool drop_last, uint64_t seed,
+                                       int64_t epoch, int64_t start) {
+  std::vector<std::vector<int64_t>> ranks;
+  for (int r = 0; r < world; ++r) {
+    auto sampler = DistributedSampler::Create({n, world, r, /*shuffle=*/true, drop_last});
+    EXPECT_OK(sampler);
+    auto rest = sampler->RestOfEpochIndices(seed, epoch, start);
+    EXPECT_OK(rest);
+    EXPECT_EQ(rest->size(), ranks.empty() ? rest->size() : ranks[0].size()) << "rank " << r;
+    ranks.push_back(*rest);
+  }
+  std::vector<int64_t> order(ranks[0].size() * world);
+  for (int r = 0; r < world; ++r) {
+    for (size_t k = 0; k < ranks[r].size(); ++k) order[r + k * world] = ranks[r][k];
+  }
+  return order;
+}
+
+TEST(DistributedSamplerTest, RestOfEpochContinuesTheGlobalOrderOnAnyWorldSize) {
+  const int64_t n = 101;
+  const std::vector<int64_t> order = TorchRandperm(n, 9 + 2);
+  for (int64_t start : {0, 1, 24, 60, 99, 100}) {
+    for (int world : {1, 2, 3, 4, 7}) {
+      for (bool drop_last : {false, true}) {
+        const std::vector<int64_t> rest = RestInGlobalOrder(n, world, drop_last, 9, 2, start);
+        const int64_t left = n - start;
+        const int64_t expected_size =
+            (drop_last ? left / world : (left + world - 1) / world) * world;
+        ASSERT_EQ(static_cast<int64_t>(rest.size()), expected_size)
+            << "start " << start << " world " << world << " drop_last " << drop_last;
+        // The order from `start` on, padded with the epoch's first indices.
+        for (int64_t i = 0; i < expected_size; ++i) {
+          EXPECT_EQ(rest[i], order[(start + i) % n]) << "position " << start + i;
+        }
+      }
+    }
+  }
+}
+
+TEST(DistributedSamplerTest, RestOfEpochFromZeroOrAMultipleOfTheWorldIsTheEpochsTail) {
+  for (bool drop_last : {false, true}) {
+    for (int64_t start : {0, 12, 36}) {
+      auto sampler = DistributedSampler::Create({50, 4, 3, /*shuffle=*/true, drop_last});
+      ASSERT_OK(sampler);
+      const std::vector<int64_t> whole = sampler->EpochIndices(5, 1);
+      auto rest = sampler->RestOfEpochIndices(5, 1, start);
+      ASSERT_OK(rest);
+      EXPECT_EQ(*rest, std::vector<int64_t>(whole.begin() + start / 4, whole.end()))
+          << "start " << start << " drop_last " << drop_last;
+    }
+  }
+}
+
+TEST(DistributedSamplerTest, RestOfEpochRefusesAPositionOutsideTheDataset) {
+  auto sampler = DistributedSampler::Create({10, 2, 0});
+  ASSERT_OK(sampler);
+  EXPECT_THAT(sampler->RestOfEpochIndices(0, 0, 10),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("position 10")));
+  EXPECT_THAT(sampler->RestOfEpochIndices(0, 0, -1), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 struct TorchCase {

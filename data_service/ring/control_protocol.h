@@ -2,8 +2,9 @@
 // SOCK_SEQPACKET socket: one fixed-size, trivially copyable ControlMessage
 // (data_service/ring/wire_types.h) per packet.
 //
-//   client -> service   kRegister     RingRequest           -> kRegistered (segment, geometry)
-//   client -> service   kStartEpoch   epoch, seed           -> kEpochStarted (EpochInfo)
+//   client -> service   kRegister     RingRequest           -> kRegistered (segment, geometry,
+//                                                            dataset size)
+//   client -> service   kStartEpoch   epoch, seed, start    -> kEpochStarted (EpochInfo)
 //   client -> service   kBadSample    epoch, sample_index,  -> kBadSampleCounted (the sample's
 //                                       why                    file), or kError when the
 //                                                            bad-data policy stops the run

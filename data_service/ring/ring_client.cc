@@ -162,6 +162,7 @@ struct RingClient::State {
   UniqueFd control;
   SharedMemorySegment segment;
   RingConsumer consumer;
+  int64_t dataset_size = 0;
   int64_t last_epoch = -1;
   std::atomic<int64_t> batches_requested{0};  // written by StartEpoch(), read by Acquire()
   int64_t batches_acquired = 0;
@@ -296,15 +297,18 @@ absl::StatusOr<std::unique_ptr<RingClient>> RingClient::Connect(const std::strin
         absl::StrCat("ring ", segment_name, " does not have the requested geometry"));
   }
   consumer->RequestGpuDecodeShare(request.gpu_decode_share);
-  return std::unique_ptr<RingClient>(new RingClient(std::make_unique<State>(
-      socket_path, request, std::move(*control), std::move(*segment), std::move(*consumer))));
+  auto state = std::make_unique<State>(socket_path, request, std::move(*control),
+                                       std::move(*segment), std::move(*consumer));
+  state->dataset_size = reply->samples;
+  return std::unique_ptr<RingClient>(new RingClient(std::move(state)));
 }
 
 RingClient::RingClient(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
 RingClient::~RingClient() = default;
 
-absl::StatusOr<EpochInfo> RingClient::StartEpoch(int64_t epoch, uint64_t seed) {
+absl::StatusOr<EpochInfo> RingClient::StartEpoch(int64_t epoch, uint64_t seed,
+                                                 int64_t start_sample) {
   State& s = *state_;
   if (absl::Status fatal = s.Fatal(); !fatal.ok()) return fatal;
   if (epoch <= s.last_epoch) {
@@ -314,6 +318,7 @@ absl::StatusOr<EpochInfo> RingClient::StartEpoch(int64_t epoch, uint64_t seed) {
   ControlMessage message = NewMessage(MessageType::kStartEpoch, 0);
   message.epoch = epoch;
   message.seed = seed;
+  message.samples = start_sample;
   absl::StatusOr<ControlMessage> reply = s.Call(message, kReplyTimeout);
   if (!reply.ok()) return reply.status();
   if (reply->type == static_cast<uint16_t>(MessageType::kError)) {
@@ -420,5 +425,6 @@ void RingClient::RequestGpuDecodeShare(double share) {
 void* RingClient::ring_base() const { return state_->segment.data(); }
 size_t RingClient::ring_bytes() const { return state_->segment.size(); }
 const RingRequest& RingClient::request() const { return state_->request; }
+int64_t RingClient::dataset_size() const { return state_->dataset_size; }
 
 }  // namespace stoker::data_service

@@ -65,10 +65,13 @@ class RingClient {
   RingClient(const RingClient&) = delete;
   RingClient& operator=(const RingClient&) = delete;
 
-  // Asks the service to produce `epoch` with sampler seed `seed`. Epochs must be asked
-  // for in increasing order; the next one may be asked for before the current one has
-  // been consumed, so that its first batches are ready at the boundary.
-  absl::StatusOr<EpochInfo> StartEpoch(int64_t epoch, uint64_t seed);
+  // Asks the service to produce `epoch` with sampler seed `seed`, from `start_sample`:
+  // the samples of the epoch's global order already trained, whose rest the service splits
+  // among request().world_size ranks (Note [The rest of an epoch] in
+  // data_service/dataset/sampler.h; its batch steps count from 0 again). Epochs must be
+  // asked for in increasing order; the next one may be asked for before the current one
+  // has been consumed, so that its first batches are ready at the boundary.
+  absl::StatusOr<EpochInfo> StartEpoch(int64_t epoch, uint64_t seed, int64_t start_sample = 0);
 
   // Waits for the next published batch, in (epoch, step) order. DeadlineExceeded after
   // `timeout`; Unavailable if the service died (its message says so); OutOfRange for a
@@ -100,6 +103,8 @@ class RingClient {
   void* ring_base() const;
   size_t ring_bytes() const;
   const RingRequest& request() const;
+  // The number of samples in the split the service serves (its sampler's dataset size).
+  int64_t dataset_size() const;
 
  private:
   struct State;

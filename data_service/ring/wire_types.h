@@ -173,7 +173,10 @@ struct ControlMessage {
   uint8_t train;
   uint8_t drop_last;
   uint8_t reserved0[2];
-  // kStartEpoch: epoch, seed. kEpochStarted: epoch, samples, batches.
+  // kStartEpoch: epoch, seed, and in `samples` the epoch's start position: the samples of
+  // its global order already trained (Note [The rest of an epoch] in
+  // data_service/dataset/sampler.h). kEpochStarted: epoch, samples, batches. kRegistered:
+  // in `samples`, the split's dataset size.
   int64_t epoch;
   uint64_t seed;
   int64_t samples;
@@ -222,10 +225,11 @@ struct RingRequest {
   uint64_t gpu_decode_arena_bytes = kDefaultGpuDecodeArenaBytes;
 };
 
-// One epoch as the service will deliver it to this rank.
+// One epoch as the service will deliver it to this rank: the whole epoch, or its rest
+// from the start position StartEpoch named.
 struct EpochInfo {
   int64_t epoch = 0;
-  int64_t samples = 0;  // samples this rank sees in the epoch (the sampler's num_samples)
+  int64_t samples = 0;  // samples this rank sees (the sampler's num_samples for a whole epoch)
   int64_t batches = 0;  // ceil(samples / batch_size); only the last batch may be short
 };
 

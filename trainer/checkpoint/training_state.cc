@@ -160,9 +160,12 @@ absl::StatusOr<CheckpointWriter> SnapshotCheckpoint(const TrainingStateRefs& sta
     writer.AddInt("geometry/accumulate", geometry.accumulate);
     writer.AddString("geometry/optimizer", geometry.optimizer);
     writer.AddInt("geometry/seed", static_cast<int64_t>(geometry.seed));
+    writer.AddInt("geometry/dataset_size", geometry.dataset_size);
     writer.AddInt("position/epoch", position.epoch);
     writer.AddInt("position/batches_done", position.batches_done);
     writer.AddInt("position/global_step", position.global_step);
+    writer.AddInt("position/samples_done", position.samples_done);
+    writer.AddInt("position/global_batch", position.global_batch);
 
     for (const auto& [name, tensor] : StateDictItems(*state.model)) {
       RETURN_IF_ERROR(AddTensorChecked(writer, absl::StrCat("model/", name), tensor));
@@ -208,6 +211,9 @@ absl::StatusOr<RunGeometry> CheckpointGeometry(const CheckpointReader& c) {
   ASSIGN_OR_RETURN(g.optimizer, c.String("geometry/optimizer"));
   ASSIGN_OR_RETURN(int64_t seed, c.Int("geometry/seed"));
   g.seed = static_cast<uint64_t>(seed);
+  if (c.Has("geometry/dataset_size")) {
+    ASSIGN_OR_RETURN(g.dataset_size, c.Int("geometry/dataset_size"));
+  }
   return g;
 }
 
@@ -216,7 +222,18 @@ absl::StatusOr<RunPosition> CheckpointPosition(const CheckpointReader& c) {
   ASSIGN_OR_RETURN(p.epoch, c.Int("position/epoch"));
   ASSIGN_OR_RETURN(p.batches_done, c.Int("position/batches_done"));
   ASSIGN_OR_RETURN(p.global_step, c.Int("position/global_step"));
-  if (p.epoch < 0 || p.batches_done < 0 || p.global_step < 0) {
+  if (c.Has("position/samples_done")) {
+    ASSIGN_OR_RETURN(p.samples_done, c.Int("position/samples_done"));
+    ASSIGN_OR_RETURN(p.global_batch, c.Int("position/global_batch"));
+  } else {
+    // Written before positions were counted in samples: its run took every batch of the
+    // epoch from the first, world_size x batch_size samples of the global order each.
+    ASSIGN_OR_RETURN(const RunGeometry g, CheckpointGeometry(c));
+    p.samples_done = p.batches_done * g.world_size * g.batch_size;
+    p.global_batch = g.world_size * g.batch_size * g.accumulate;
+  }
+  if (p.epoch < 0 || p.batches_done < 0 || p.global_step < 0 || p.samples_done < 0 ||
+      p.global_batch < 0) {
     return absl::DataLossError(absl::StrCat(c.source(), ": negative position"));
   }
   return p;
@@ -235,21 +252,25 @@ absl::Status CheckResumable(const RunGeometry& saved, const RunPosition& positio
   }
   if (saved.optimizer != current.optimizer)
     return differs("--optimizer", saved.optimizer, current.optimizer);
-  if (position.batches_done > 0) {
-    // Mid-epoch, the batches still to come depend on how the epoch was cut up.
-    auto mid = [&](absl::string_view what, int64_t then, int64_t now) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          source, " stopped in the middle of epoch ", position.epoch + 1, " with ", what, " ", then,
-          "; this run has ", now, " (change it only at an epoch boundary)"));
-    };
-    if (saved.world_size != current.world_size)
-      return mid("world size", saved.world_size, current.world_size);
-    if (saved.batch_size != current.batch_size)
-      return mid("--batch_size", saved.batch_size, current.batch_size);
-    if (saved.accumulate != current.accumulate)
-      return mid("--accumulate", saved.accumulate, current.accumulate);
+  if (position.samples_done > 0 && saved.seed != current.seed) {
+    // Mid-epoch, the rest of the epoch is the rest of the order the seed made.
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, " stopped in the middle of epoch ", position.epoch + 1,
+                     " of the order of --seed=", saved.seed, "; this run has --seed=", current.seed,
+                     ": cannot resume from it (resume with --seed=", saved.seed, ")"));
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckResumableDataset(const RunGeometry& saved, const RunPosition& position,
+                                   int64_t dataset_size, const std::string& source) {
+  if (position.samples_done == 0 || saved.dataset_size == 0 || saved.dataset_size == dataset_size) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      source, " stopped in the middle of epoch ", position.epoch + 1, " of a training set of ",
+      saved.dataset_size, " samples; the data service serves ", dataset_size,
+      " (launcher --train_dir, --dataset, --synthetic_samples): cannot resume from it"));
 }
 
 absl::Status RestoreModelState(const CheckpointReader& checkpoint, ImageClassifier& model) {

@@ -14,6 +14,7 @@ namespace stoker::trainer {
 namespace {
 
 using ::stoker::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 struct TrainedRun {
@@ -73,7 +74,7 @@ RunGeometry Geometry() {
 TEST(TrainingStateTest, RestoredRunContinuesBitForBit) {
   TrainedRun original = MakeRun(1, /*scaling=*/true);
   TrainSteps(original, 3);
-  RunPosition position{2, 5, 3};
+  RunPosition position{2, 5, 3, /*samples_done=*/80, /*global_batch=*/16};
   auto bytes = EncodeCheckpoint(original.refs(), position, Geometry());
   ASSERT_OK(bytes);
   auto checkpoint = CheckpointReader::Parse(*bytes, "mem");
@@ -88,6 +89,8 @@ TEST(TrainingStateTest, RestoredRunContinuesBitForBit) {
   auto got_position = CheckpointPosition(*checkpoint);
   ASSERT_OK(got_position);
   EXPECT_EQ(got_position->batches_done, 5);
+  EXPECT_EQ(got_position->samples_done, 80);
+  EXPECT_EQ(got_position->global_batch, 16);
   auto got_geometry = CheckpointGeometry(*checkpoint);
   ASSERT_OK(got_geometry);
   EXPECT_EQ(got_geometry->seed, 77u);
@@ -125,13 +128,63 @@ TEST(TrainingStateTest, ResumeIsRefusedWhenTheRunCannotContinue) {
       absl::StrContains(CheckResumable(saved, {1, 0, 10}, other, "ckpt").message(), "--model"));
   other = saved;
   other.world_size = 4;
+  other.batch_size = 3;
+  other.accumulate = 2;
   EXPECT_OK(CheckResumable(saved, {1, 0, 10}, other, "ckpt")) << "epoch boundary: allowed";
-  const absl::Status mid = CheckResumable(saved, {1, 3, 10}, other, "ckpt");
-  EXPECT_THAT(mid, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("world size")));
+  EXPECT_OK(CheckResumable(saved, {1, 3, 10, 48, 16}, other, "ckpt")) << "mid-epoch: allowed";
+  other = saved;
+  other.seed = 78;
+  EXPECT_OK(CheckResumable(saved, {1, 0, 10}, other, "ckpt")) << "the checkpoint's seed is used";
+  EXPECT_THAT(CheckResumable(saved, {1, 3, 10, 48, 16}, other, "ckpt"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("ckpt stopped in the middle of epoch 2"),
+                             HasSubstr("--seed=77"), HasSubstr("--seed=78"))));
   other = saved;
   other.num_classes = 1000;
   EXPECT_TRUE(absl::StrContains(CheckResumable(saved, {1, 0, 10}, other, "ckpt").message(),
                                 "--num_classes"));
+}
+
+TEST(TrainingStateTest, ResumeMidEpochIsRefusedOnAnotherDataset) {
+  RunGeometry saved = Geometry();
+  saved.dataset_size = 1000;
+  EXPECT_OK(CheckResumableDataset(saved, {1, 3, 10, 48, 16}, 1000, "ckpt"));
+  EXPECT_OK(CheckResumableDataset(saved, {1, 0, 10}, 999, "ckpt")) << "epoch boundary: allowed";
+  EXPECT_THAT(
+      CheckResumableDataset(saved, {1, 3, 10, 48, 16}, 999, "ckpt"),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               AllOf(HasSubstr("ckpt stopped in the middle of epoch 2"), HasSubstr("1000 samples"),
+                     HasSubstr("serves 999"), HasSubstr("--train_dir"))));
+  saved.dataset_size = 0;
+  EXPECT_OK(CheckResumableDataset(saved, {1, 3, 10, 48, 16}, 999, "ckpt")) << "size unknown";
+}
+
+TEST(TrainingStateTest, ACheckpointWithoutSamplePositionsCountsItsBatches) {
+  // Written as checkpoints were before positions were counted in samples.
+  CheckpointWriter writer;
+  writer.AddString("format", "stoker training checkpoint");
+  writer.AddString("geometry/model", "small_cnn");
+  writer.AddInt("geometry/num_classes", 4);
+  writer.AddInt("geometry/image_size", 16);
+  writer.AddInt("geometry/world_size", 3);
+  writer.AddInt("geometry/batch_size", 8);
+  writer.AddInt("geometry/accumulate", 2);
+  writer.AddString("geometry/optimizer", "sgd");
+  writer.AddInt("geometry/seed", 5);
+  writer.AddInt("position/epoch", 1);
+  writer.AddInt("position/batches_done", 6);
+  writer.AddInt("position/global_step", 20);
+  const std::string bytes = std::move(writer).Finish();
+  auto checkpoint = CheckpointReader::Parse(bytes, "old");
+  ASSERT_OK(checkpoint);
+  auto geometry = CheckpointGeometry(*checkpoint);
+  ASSERT_OK(geometry);
+  EXPECT_EQ(geometry->dataset_size, 0);
+  auto position = CheckpointPosition(*checkpoint);
+  ASSERT_OK(position);
+  EXPECT_EQ(position->batches_done, 6);
+  EXPECT_EQ(position->samples_done, 6 * 3 * 8);
+  EXPECT_EQ(position->global_batch, 3 * 8 * 2);
 }
 
 TEST(TrainingStateTest, ATensorOfAnotherShapeIsNamed) {

@@ -108,7 +108,9 @@ void RunReporter::AddBatch(int64_t epoch, int64_t index, absl::Duration data_wai
   if (!sample_log_.is_open()) return;
   sample_log_ << epoch << " " << index;
   for (int64_t sample : samples) sample_log_ << " " << sample;
-  sample_log_ << "\n";
+  // Flushed line by line, as --loss_log is: a killed rank's log still holds every batch it
+  // took.
+  sample_log_ << "\n" << std::flush;
 }
 
 absl::Status RunReporter::LogLoss(int64_t epoch, int64_t index, const at::Tensor& loss) {

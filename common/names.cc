@@ -26,4 +26,8 @@ std::string RingSegmentName(absl::string_view job_id, int32_t rank, bool train) 
   return absl::StrCat("/stoker.", job_id, ".ring.", rank, train ? "" : ".val");
 }
 
+std::string RankFilePath(absl::string_view path, int rank) {
+  return absl::StrCat(path, ".rank", rank);
+}
+
 }  // namespace stoker

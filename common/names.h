@@ -1,5 +1,6 @@
 // The names a job gives the things it leaves on a machine: the job id that every one of
-// them carries, and the shared-memory names of the data service's rings. The launcher,
+// them carries, the shared-memory names of the data service's rings, and the per-rank
+// files of an output path. The launcher,
 // the data service and the trainer all build and check these names here, so that what one
 // program creates is what another one finds and removes.
 #ifndef STOKER_COMMON_NAMES_H_
@@ -30,6 +31,11 @@ absl::Status ValidateJobId(absl::string_view job_id);
 // validation ring: the shared-memory name of rank `rank`'s ring. The segment's file is
 // this name under /dev/shm.
 std::string RingSegmentName(absl::string_view job_id, int32_t rank, bool train);
+
+// "<path>.rank<rank>": the file of rank `rank` where every rank writes an output of its own
+// to one path the user gave (the trainer's --sample_log, --final_params_out, and
+// --kernel_trace with several ranks).
+std::string RankFilePath(absl::string_view path, int rank);
 
 }  // namespace stoker
 

@@ -38,6 +38,11 @@ TEST(NamesTest, RingSegmentNamesCarryJobRankAndSplit) {
   EXPECT_EQ(RingSegmentName("job-1", 12, /*train=*/false), "/stoker.job-1.ring.12.val");
 }
 
+TEST(NamesTest, RankFilePathsCarryTheRank) {
+  EXPECT_EQ(RankFilePath("/out/samples.log", 0), "/out/samples.log.rank0");
+  EXPECT_EQ(RankFilePath("trace.json", 12), "trace.json.rank12");
+}
+
 TEST(NamesTest, NoJobsRingNameStartsWithAnotherJobsPrefix) {
   // Why '.' is refused: job "a"'s names all start with "stoker.a.", which job "a.b"'s
   // would too.

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/decode_share.h"
+#include "common/flag_binding.h"
 #include "common/flags.h"
 #include "common/status_macros.h"
 #include "data_service/dataset/bad_samples.h"
@@ -86,9 +87,7 @@ namespace {
 
 // data_service's own flags (this file's; not the ones libraries register).
 FlagSpec DataServiceFlagSpec() {
-  FlagSpec spec;
-  spec.program = "data_service";
-  spec.files = {"data_service/flags.cc"};
+  FlagSpec spec = FlagSpecOf("data_service", "data_service/flags.cc");
   spec.sections = {
       {"Flags",
        {"socket",           "job_id",           "node_id",           "dataset",
@@ -104,36 +103,34 @@ FlagSpec DataServiceFlagSpec() {
 
 absl::StatusOr<DataServiceOptions> OptionsFromFlags() {
   DataServiceOptions o;
-  DatasetConfig& dataset = o.dataset;
-  dataset.kind = absl::GetFlag(FLAGS_dataset);
-  dataset.train_dir = absl::GetFlag(FLAGS_train_dir);
-  dataset.val_dir = absl::GetFlag(FLAGS_val_dir);
-  dataset.synthetic_samples = absl::GetFlag(FLAGS_synthetic_samples);
-  dataset.synthetic_classes = absl::GetFlag(FLAGS_synthetic_classes);
-  dataset.data_seed = absl::GetFlag(FLAGS_data_seed);
-  ASSIGN_OR_RETURN(dataset.image_folder.follow_links_outside_root,
-                   ParseFollowLinks(absl::GetFlag(FLAGS_follow_links)));
-  dataset.image_folder.scan_timeout = absl::Seconds(absl::GetFlag(FLAGS_scan_timeout_s));
+  RETURN_IF_ERROR(ApplyFlagBindings({
+      {FLAGS_dataset, &o.dataset.kind},
+      {FLAGS_train_dir, &o.dataset.train_dir},
+      {FLAGS_val_dir, &o.dataset.val_dir},
+      {FLAGS_synthetic_samples, &o.dataset.synthetic_samples},
+      {FLAGS_synthetic_classes, &o.dataset.synthetic_classes},
+      {FLAGS_data_seed, &o.dataset.data_seed},
+      {FLAGS_follow_links, &o.dataset.image_folder.follow_links_outside_root, ParseFollowLinks},
+      {FLAGS_scan_timeout_s, &o.dataset.image_folder.scan_timeout, FlagSeconds},
 
-  ServiceOptions& service = o.service;
-  service.socket_path = absl::GetFlag(FLAGS_socket);
-  service.job_id = absl::GetFlag(FLAGS_job_id);
-  service.node_id = absl::GetFlag(FLAGS_node_id);
-  service.threads = absl::GetFlag(FLAGS_threads);
-  service.prefetch = absl::GetFlag(FLAGS_prefetch);
-  service.eval_resize_ratio = absl::GetFlag(FLAGS_eval_resize_ratio);
-  service.max_image_pixels = absl::GetFlag(FLAGS_max_image_pixels);
-  ASSIGN_OR_RETURN(service.exact_jpeg, ParseJpegDecode(absl::GetFlag(FLAGS_jpeg_decode)));
-  ASSIGN_OR_RETURN(service.gpu_decode_share,
-                   ParseGpuDecodeShare(absl::GetFlag(FLAGS_gpu_decode_share)));
-  ASSIGN_OR_RETURN(service.bad_samples.policy, ParseBadFilePolicy(absl::GetFlag(FLAGS_bad_files)));
-  service.bad_samples.max_fraction = absl::GetFlag(FLAGS_max_bad_fraction);
-  service.shutdown_timeout = absl::Seconds(absl::GetFlag(FLAGS_shutdown_timeout_s));
-  ASSIGN_OR_RETURN(service.max_memory, ParseMaxMemory(absl::GetFlag(FLAGS_max_memory)));
+      {FLAGS_socket, &o.service.socket_path},
+      {FLAGS_job_id, &o.service.job_id},
+      {FLAGS_node_id, &o.service.node_id},
+      {FLAGS_threads, &o.service.threads},
+      {FLAGS_prefetch, &o.service.prefetch},
+      {FLAGS_eval_resize_ratio, &o.service.eval_resize_ratio},
+      {FLAGS_max_image_pixels, &o.service.max_image_pixels},
+      {FLAGS_jpeg_decode, &o.service.exact_jpeg, ParseJpegDecode},
+      {FLAGS_gpu_decode_share, &o.service.gpu_decode_share, ParseGpuDecodeShare},
+      {FLAGS_bad_files, &o.service.bad_samples.policy, ParseBadFilePolicy},
+      {FLAGS_max_bad_fraction, &o.service.bad_samples.max_fraction},
+      {FLAGS_shutdown_timeout_s, &o.service.shutdown_timeout, FlagSeconds},
+      {FLAGS_max_memory, &o.service.max_memory, ParseMaxMemory},
 
-  o.owner_record = absl::GetFlag(FLAGS_owner_record);
-  o.remove_socket_dir = absl::GetFlag(FLAGS_remove_socket_dir);
-  o.sandbox = absl::GetFlag(FLAGS_sandbox);
+      {FLAGS_owner_record, &o.owner_record},
+      {FLAGS_remove_socket_dir, &o.remove_socket_dir},
+      {FLAGS_sandbox, &o.sandbox},
+  }));
   RETURN_IF_ERROR(o.Validate());
   return o;
 }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "common/flag_binding.h"
 #include "common/flags.h"
 #include "common/status_macros.h"
 #include "launcher/rank/data_service_args.h"
@@ -72,9 +73,7 @@ namespace {
 
 // The launcher's own flags (this file's), in the launcher's wording; `--` ends them.
 FlagSpec LauncherFlagSpec() {
-  FlagSpec spec;
-  spec.program = "launcher";
-  spec.files = {"launcher/flags.cc"};
+  FlagSpec spec = FlagSpecOf("launcher", "launcher/flags.cc");
   spec.passed_on = true;
   spec.positional_hint = "trainer flags go after '--'";
   spec.wording = FlagWording::kSentence;
@@ -99,35 +98,35 @@ absl::StatusOr<LauncherCommandLine> ParseLauncherCommandLine(absl::Span<const st
   if (result.help) return result;
 
   LauncherOptions& o = result.options;
-  PlacementOptions& placement = o.placement;
-  placement.mode = absl::GetFlag(FLAGS_mode);
-  placement.ranks_per_node = absl::GetFlag(FLAGS_np);
-  placement.ranks_per_node_given = parsed.given.count("np") > 0;
-  placement.hostfile = absl::GetFlag(FLAGS_hostfile);
-  placement.hosts = absl::GetFlag(FLAGS_hosts);
-  placement.mpirun = absl::GetFlag(FLAGS_mpirun);
-  placement.mpirun_args = SplitOnSpaces(absl::GetFlag(FLAGS_mpirun_args));
-  placement.srun = absl::GetFlag(FLAGS_srun);
-  placement.srun_args = SplitOnSpaces(absl::GetFlag(FLAGS_srun_args));
+  RETURN_IF_ERROR(ApplyFlagBindings({
+      {FLAGS_mode, &o.placement.mode},
+      {FLAGS_np, &o.placement.ranks_per_node},
+      {FLAGS_hostfile, &o.placement.hostfile},
+      {FLAGS_hosts, &o.placement.hosts},
+      {FLAGS_mpirun, &o.placement.mpirun},
+      {FLAGS_mpirun_args, &o.placement.mpirun_args, SplitOnSpaces},
+      {FLAGS_srun, &o.placement.srun},
+      {FLAGS_srun_args, &o.placement.srun_args, SplitOnSpaces},
 
-  DatasetOptions& data = o.data;
-  data.dataset = absl::GetFlag(FLAGS_dataset);
-  data.train_dir = absl::GetFlag(FLAGS_train_dir);
-  data.val_dir = absl::GetFlag(FLAGS_val_dir);
-  data.synthetic_samples = absl::GetFlag(FLAGS_synthetic_samples);
-  data.synthetic_classes = absl::GetFlag(FLAGS_synthetic_classes);
-  data.threads = absl::GetFlag(FLAGS_data_threads);
-  data.prefetch = absl::GetFlag(FLAGS_data_prefetch);
-  ASSIGN_OR_RETURN(data.extra_args, ParseDataServiceArgs(absl::GetFlag(FLAGS_data_service_args)));
+      {FLAGS_dataset, &o.data.dataset},
+      {FLAGS_train_dir, &o.data.train_dir},
+      {FLAGS_val_dir, &o.data.val_dir},
+      {FLAGS_synthetic_samples, &o.data.synthetic_samples},
+      {FLAGS_synthetic_classes, &o.data.synthetic_classes},
+      {FLAGS_data_threads, &o.data.threads},
+      {FLAGS_data_prefetch, &o.data.prefetch},
+      {FLAGS_data_service_args, &o.data.extra_args, ParseDataServiceArgs},
 
-  o.trainer = absl::GetFlag(FLAGS_trainer);
-  o.data_service = absl::GetFlag(FLAGS_data_service);
-  o.seed = absl::GetFlag(FLAGS_seed);
-  o.job_id = absl::GetFlag(FLAGS_job_id);
-  o.ready_timeout = absl::GetFlag(FLAGS_ready_timeout);
-  o.shutdown_grace = absl::GetFlag(FLAGS_shutdown_grace);
-  o.stop_grace = absl::GetFlag(FLAGS_stop_grace);
-  o.dry_run = absl::GetFlag(FLAGS_dry_run);
+      {FLAGS_trainer, &o.trainer},
+      {FLAGS_data_service, &o.data_service},
+      {FLAGS_seed, &o.seed},
+      {FLAGS_job_id, &o.job_id},
+      {FLAGS_ready_timeout, &o.ready_timeout},
+      {FLAGS_shutdown_grace, &o.shutdown_grace},
+      {FLAGS_stop_grace, &o.stop_grace},
+      {FLAGS_dry_run, &o.dry_run},
+  }));
+  o.placement.ranks_per_node_given = parsed.given.count("np") > 0;
   o.trainer_args = parsed.passed_on;
   RETURN_IF_ERROR(o.Validate());
   return result;

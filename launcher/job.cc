@@ -27,6 +27,9 @@ namespace {
 // How often readiness is probed while the data service starts.
 constexpr absl::Duration kReadyProbeInterval = absl::Milliseconds(50);
 // How long stray processes may take to die after SIGKILL.
+// Note [Stray children]: how long what outlives mpirun, srun or the data service may take to
+// exit by itself before SIGKILL, and how long it may take to go after that.
+constexpr absl::Duration kStrayGrace = absl::Seconds(2);
 constexpr absl::Duration kStrayKillTimeout = absl::Seconds(5);
 
 // Note [Job lifecycle]
@@ -464,10 +467,11 @@ JobResult RunJob(const JobPlan& plan) {
 
   JobResult result = JobRun(plan, *signals).Supervise();
 
-  std::vector<pid_t> strays = KillStrayChildren({}, kStrayKillTimeout);
+  std::vector<pid_t> strays = KillStrayChildren({}, kStrayGrace, kStrayKillTimeout);
   if (!strays.empty()) {
-    LogWarning("killed %d process(es) that outlived mpirun or the data service (pids %s)",
-               static_cast<int>(strays.size()), absl::StrJoin(strays, ", "));
+    LogWarning("killed %d process(es) still running %s after mpirun or the data service (pids %s)",
+               static_cast<int>(strays.size()), absl::FormatDuration(kStrayGrace),
+               absl::StrJoin(strays, ", "));
   }
   if (was_subreaper.ok()) RestoreChildSubreaper(*was_subreaper);
 

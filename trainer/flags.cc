@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/decode_share.h"
+#include "common/flag_binding.h"
 #include "common/flag_value.h"
 #include "common/flags.h"
 #include "common/status_macros.h"
@@ -218,9 +219,7 @@ namespace {
 
 // The trainer's flags: those of this file.
 FlagSpec TrainerFlagSpec() {
-  FlagSpec spec;
-  spec.program = "trainer";
-  spec.files = {"trainer/flags.cc"};
+  FlagSpec spec = FlagSpecOf("trainer", "trainer/flags.cc");
   spec.flagfile_alias = true;
   spec.positional_hint = "the trainer takes only --name=value flags";
   spec.sections = {
@@ -251,6 +250,10 @@ FlagSpec TrainerFlagSpec() {
   return spec;
 }
 
+absl::StatusOr<bool> ParseDataSplit(absl::string_view name) {
+  return ParseFlagChoice<bool>("data_split", name, {{"train", true}, {"val", false}});
+}
+
 absl::StatusOr<std::vector<int>> ParseEpochList(const std::vector<std::string>& items) {
   std::vector<int> epochs;
   for (const std::string& item : items) {
@@ -268,107 +271,99 @@ absl::StatusOr<std::vector<int>> ParseEpochList(const std::vector<std::string>& 
 
 absl::StatusOr<TrainerOptions> OptionsFromFlags() {
   TrainerOptions o;
-  o.epochs = absl::GetFlag(FLAGS_epochs);
-  o.seed = absl::GetFlag(FLAGS_seed);
-  o.model.name = absl::GetFlag(FLAGS_model);
-  o.model.num_classes = absl::GetFlag(FLAGS_num_classes);
-  o.model.fused_blocks = absl::GetFlag(FLAGS_fused_blocks);
-  o.model.sync_batchnorm = absl::GetFlag(FLAGS_sync_batchnorm);
-  o.model.init_weights = absl::GetFlag(FLAGS_init_weights);
+  RETURN_IF_ERROR(ApplyFlagBindings({
+      {FLAGS_epochs, &o.epochs},
+      {FLAGS_seed, &o.seed},
+      {FLAGS_model, &o.model.name},
+      {FLAGS_num_classes, &o.model.num_classes},
+      {FLAGS_fused_blocks, &o.model.fused_blocks},
+      {FLAGS_sync_batchnorm, &o.model.sync_batchnorm},
+      {FLAGS_init_weights, &o.model.init_weights},
 
-  InputOptions& input = o.input;
-  input.data_socket = absl::GetFlag(FLAGS_data_socket);
-  input.image_size = absl::GetFlag(FLAGS_image_size);
-  input.batch_size = absl::GetFlag(FLAGS_batch_size);
-  ASSIGN_OR_RETURN(input.train_split,
-                   ParseFlagChoice<bool>("data_split", absl::GetFlag(FLAGS_data_split),
-                                         {{"train", true}, {"val", false}}));
-  input.drop_last_batch = absl::GetFlag(FLAGS_drop_last_batch);
-  input.ring_slots = absl::GetFlag(FLAGS_ring_slots);
-  input.data_timeout = absl::Seconds(absl::GetFlag(FLAGS_data_timeout_s));
-  input.synthetic_steps = absl::GetFlag(FLAGS_synthetic_steps);
-  ASSIGN_OR_RETURN(input.gpu_decode_share,
-                   ParseGpuDecodeShare(absl::GetFlag(FLAGS_gpu_decode_share)));
-  input.gpu_decode_arena_mib = absl::GetFlag(FLAGS_gpu_decode_arena_mib);
+      {FLAGS_data_socket, &o.input.data_socket},
+      {FLAGS_image_size, &o.input.image_size},
+      {FLAGS_batch_size, &o.input.batch_size},
+      {FLAGS_data_split, &o.input.train_split, ParseDataSplit},
+      {FLAGS_drop_last_batch, &o.input.drop_last_batch},
+      {FLAGS_ring_slots, &o.input.ring_slots},
+      {FLAGS_data_timeout_s, &o.input.data_timeout, FlagSeconds},
+      {FLAGS_synthetic_steps, &o.input.synthetic_steps},
+      {FLAGS_gpu_decode_share, &o.input.gpu_decode_share, ParseGpuDecodeShare},
+      {FLAGS_gpu_decode_arena_mib, &o.input.gpu_decode_arena_mib},
 
-  CommOptions& comm = o.comm;
-  comm.collective_timeout = absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_s));
-  comm.collective_abort_grace = absl::Seconds(absl::GetFlag(FLAGS_collective_abort_grace_s));
-  comm.bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
+      {FLAGS_collective_timeout_s, &o.comm.collective_timeout, FlagSeconds},
+      {FLAGS_collective_abort_grace_s, &o.comm.collective_abort_grace, FlagSeconds},
+      {FLAGS_bucket_mb, &o.comm.bucket_mb},
 
-  OptimizerOptions& optimizer = o.optimizer;
-  ASSIGN_OR_RETURN(optimizer.kind, ParseOptimizerKind(absl::GetFlag(FLAGS_optimizer)));
-  optimizer.learning_rate = absl::GetFlag(FLAGS_lr);
-  optimizer.momentum = absl::GetFlag(FLAGS_momentum);
-  optimizer.nesterov = absl::GetFlag(FLAGS_nesterov);
-  optimizer.weight_decay = absl::GetFlag(FLAGS_weight_decay);
-  optimizer.no_decay_bn_bias = absl::GetFlag(FLAGS_no_decay_bn_bias);
-  optimizer.beta1 = absl::GetFlag(FLAGS_adam_beta1);
-  optimizer.beta2 = absl::GetFlag(FLAGS_adam_beta2);
-  optimizer.eps = absl::GetFlag(FLAGS_adam_eps);
+      {FLAGS_optimizer, &o.optimizer.kind, ParseOptimizerKind},
+      {FLAGS_lr, &o.optimizer.learning_rate},
+      {FLAGS_momentum, &o.optimizer.momentum},
+      {FLAGS_nesterov, &o.optimizer.nesterov},
+      {FLAGS_weight_decay, &o.optimizer.weight_decay},
+      {FLAGS_no_decay_bn_bias, &o.optimizer.no_decay_bn_bias},
+      {FLAGS_adam_beta1, &o.optimizer.beta1},
+      {FLAGS_adam_beta2, &o.optimizer.beta2},
+      {FLAGS_adam_eps, &o.optimizer.eps},
 
-  LrScheduleOptions& schedule = o.schedule;
-  ASSIGN_OR_RETURN(schedule.kind, ParseLrSchedule(absl::GetFlag(FLAGS_lr_schedule)));
-  schedule.warmup_epochs = absl::GetFlag(FLAGS_warmup_epochs);
-  ASSIGN_OR_RETURN(schedule.step_epochs, ParseEpochList(absl::GetFlag(FLAGS_lr_step_epochs)));
-  schedule.gamma = absl::GetFlag(FLAGS_lr_step_gamma);
-  schedule.lr_min = absl::GetFlag(FLAGS_lr_min);
+      {FLAGS_lr_schedule, &o.schedule.kind, ParseLrSchedule},
+      {FLAGS_warmup_epochs, &o.schedule.warmup_epochs},
+      {FLAGS_lr_step_epochs, &o.schedule.step_epochs, ParseEpochList},
+      {FLAGS_lr_step_gamma, &o.schedule.gamma},
+      {FLAGS_lr_min, &o.schedule.lr_min},
 
-  o.step.label_smoothing = absl::GetFlag(FLAGS_label_smoothing);
-  o.step.clip_grad_norm = absl::GetFlag(FLAGS_clip_grad_norm);
-  o.step.accumulate = absl::GetFlag(FLAGS_accumulate);
-  o.step.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
+      {FLAGS_label_smoothing, &o.step.label_smoothing},
+      {FLAGS_clip_grad_norm, &o.step.clip_grad_norm},
+      {FLAGS_accumulate, &o.step.accumulate},
+      {FLAGS_cuda_graphs, &o.step.cuda_graphs},
 
-  o.validation.every = absl::GetFlag(FLAGS_val_every);
-  o.validation.batch_size = absl::GetFlag(FLAGS_val_batch_size);
+      {FLAGS_val_every, &o.validation.every},
+      {FLAGS_val_batch_size, &o.validation.batch_size},
 
-  CheckpointOptions& checkpoint = o.checkpoint;
-  checkpoint.dir = absl::GetFlag(FLAGS_checkpoint_dir);
-  checkpoint.every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
-  checkpoint.every_epochs = absl::GetFlag(FLAGS_checkpoint_every_epochs);
-  checkpoint.keep = absl::GetFlag(FLAGS_keep_checkpoints);
-  ASSIGN_OR_RETURN(checkpoint.resume, ResumeFrom::Parse(absl::GetFlag(FLAGS_resume)));
-  checkpoint.stop_after_steps = absl::GetFlag(FLAGS_stop_after_steps);
-  ASSIGN_OR_RETURN(checkpoint.file_mode, ParseCheckpointMode(absl::GetFlag(FLAGS_checkpoint_mode)));
-  checkpoint.async = absl::GetFlag(FLAGS_checkpoint_async);
+      {FLAGS_checkpoint_dir, &o.checkpoint.dir},
+      {FLAGS_checkpoint_every_steps, &o.checkpoint.every_steps},
+      {FLAGS_checkpoint_every_epochs, &o.checkpoint.every_epochs},
+      {FLAGS_keep_checkpoints, &o.checkpoint.keep},
+      {FLAGS_resume, &o.checkpoint.resume, ResumeFrom::Parse},
+      {FLAGS_stop_after_steps, &o.checkpoint.stop_after_steps},
+      {FLAGS_checkpoint_mode, &o.checkpoint.file_mode, ParseCheckpointMode},
+      {FLAGS_checkpoint_async, &o.checkpoint.async},
+
+      {FLAGS_log_every, &o.report.log_every},
+      {FLAGS_progress, &o.report.progress, ParseProgressMode},
+      {FLAGS_metrics_out, &o.report.metrics_out},
+      {FLAGS_metrics_jsonl, &o.report.metrics_jsonl},
+      {FLAGS_tensorboard_dir, &o.report.tensorboard_dir},
+      {FLAGS_loss_log, &o.report.loss_log},
+      {FLAGS_export, &o.report.export_path},
+      {FLAGS_final_params_out, &o.report.final_params_out},
+      {FLAGS_sample_log, &o.report.sample_log},
+      {FLAGS_profile_steps, &o.report.profile_steps},
+      {FLAGS_kernel_trace, &o.report.kernel_trace},
+
+      {FLAGS_device, &o.device.device, ParseDeviceChoice},
+      {FLAGS_precision, &o.device.precision, ParsePrecision},
+      {FLAGS_channels_last, &o.device.channels_last},
+      {FLAGS_cudnn_benchmark, &o.device.cudnn_benchmark},
+      {FLAGS_deterministic, &o.device.deterministic},
+      {FLAGS_cache_release_fraction, &o.device.cache_release_fraction},
+      {FLAGS_expandable_segments, &o.device.expandable_segments},
+
+      {FLAGS_init_scale, &o.scaler.init_scale},
+      {FLAGS_growth_factor, &o.scaler.growth_factor},
+      {FLAGS_backoff_factor, &o.scaler.backoff_factor},
+      {FLAGS_growth_interval, &o.scaler.growth_interval},
+
+      {FLAGS_warmup_steps, &o.benchmark.warmup_steps},
+      {FLAGS_data_only, &o.benchmark.data_only},
+  }));
   if (const char* pause = std::getenv(kCheckpointWritePauseVariable); pause != nullptr) {
     int milliseconds = 0;
     if (!absl::SimpleAtoi(pause, &milliseconds) || milliseconds < 0) {
       return absl::InvalidArgumentError(absl::StrCat(kCheckpointWritePauseVariable, "=", pause,
                                                      ": not a number of milliseconds"));
     }
-    checkpoint.write_pause_for_testing = absl::Milliseconds(milliseconds);
+    o.checkpoint.write_pause_for_testing = absl::Milliseconds(milliseconds);
   }
-
-  ReportOptions& report = o.report;
-  report.log_every = absl::GetFlag(FLAGS_log_every);
-  ASSIGN_OR_RETURN(report.progress, ParseProgressMode(absl::GetFlag(FLAGS_progress)));
-  report.metrics_out = absl::GetFlag(FLAGS_metrics_out);
-  report.metrics_jsonl = absl::GetFlag(FLAGS_metrics_jsonl);
-  report.tensorboard_dir = absl::GetFlag(FLAGS_tensorboard_dir);
-  report.loss_log = absl::GetFlag(FLAGS_loss_log);
-  report.export_path = absl::GetFlag(FLAGS_export);
-  report.final_params_out = absl::GetFlag(FLAGS_final_params_out);
-  report.sample_log = absl::GetFlag(FLAGS_sample_log);
-  report.profile_steps = absl::GetFlag(FLAGS_profile_steps);
-  report.kernel_trace = absl::GetFlag(FLAGS_kernel_trace);
-
-  DeviceOptions& device = o.device;
-  ASSIGN_OR_RETURN(device.device, ParseDeviceChoice(absl::GetFlag(FLAGS_device)));
-  ASSIGN_OR_RETURN(device.precision, ParsePrecision(absl::GetFlag(FLAGS_precision)));
-  device.channels_last = absl::GetFlag(FLAGS_channels_last);
-  device.cudnn_benchmark = absl::GetFlag(FLAGS_cudnn_benchmark);
-  device.deterministic = absl::GetFlag(FLAGS_deterministic);
-  device.cache_release_fraction = absl::GetFlag(FLAGS_cache_release_fraction);
-  device.expandable_segments = absl::GetFlag(FLAGS_expandable_segments);
-
-  o.scaler.init_scale = absl::GetFlag(FLAGS_init_scale);
-  o.scaler.growth_factor = absl::GetFlag(FLAGS_growth_factor);
-  o.scaler.backoff_factor = absl::GetFlag(FLAGS_backoff_factor);
-  o.scaler.growth_interval = absl::GetFlag(FLAGS_growth_interval);
-
-  o.benchmark.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
-  o.benchmark.data_only = absl::GetFlag(FLAGS_data_only);
   // Without --data_socket the node's local rank 0 starts the data service after MPI start-up
   // and sets it (launcher/rank/node_data_service.h); check the rest now.
   TrainerOptions checked = o;
@@ -379,11 +374,12 @@ absl::StatusOr<TrainerOptions> OptionsFromFlags() {
 
 absl::StatusOr<NodeDataServiceFlags> NodeDataServiceFlagsFromFlags() {
   NodeDataServiceFlags node;
-  node.job_id = absl::GetFlag(FLAGS_job_id);
-  node.program = absl::GetFlag(FLAGS_data_service);
-  ASSIGN_OR_RETURN(node.args,
-                   launcher::ParseDataServiceArgs(absl::GetFlag(FLAGS_data_service_args)));
-  node.ranks_per_node = absl::GetFlag(FLAGS_ranks_per_node);
+  RETURN_IF_ERROR(ApplyFlagBindings({
+      {FLAGS_job_id, &node.job_id},
+      {FLAGS_data_service, &node.program},
+      {FLAGS_data_service_args, &node.args, launcher::ParseDataServiceArgs},
+      {FLAGS_ranks_per_node, &node.ranks_per_node},
+  }));
   return node;
 }
 

@@ -1,6 +1,6 @@
 #include "trainer/profiled_steps.h"
 
-#include "absl/strings/str_cat.h"
+#include "common/names.h"
 #include "common/status_macros.h"
 #include "trainer/device.h"
 
@@ -14,7 +14,7 @@ absl::StatusOr<StepProfiler*> ProfiledSteps::Start(int64_t step, const TrainingM
     SetDeviceProfilerRange(context_, true);
     if (!kernel_trace_path_.empty()) {
       const std::string path = context_.world_size() > 1
-                                   ? absl::StrCat(kernel_trace_path_, ".rank", context_.rank.rank)
+                                   ? RankFilePath(kernel_trace_path_, context_.rank.rank)
                                    : kernel_trace_path_;
       ASSIGN_OR_RETURN(kernel_trace_, KernelTrace::Start(path));
     }

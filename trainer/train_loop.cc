@@ -11,6 +11,7 @@
 #include "absl/types/optional.h"
 #include "common/exit_codes.h"
 #include "common/logging.h"
+#include "common/names.h"
 #include "common/status_macros.h"
 #include "common/torch_status.h"
 #include "trainer/checkpoint/run_checkpoints.h"
@@ -474,8 +475,8 @@ absl::StatusOr<TrainingOutcome> Trainer::Finish() {
   if (context_.use_cuda)
     ReportDeviceMemory(o_.device, context_, /*log=*/context_.rank.local_rank == 0);
   if (!o_.report.final_params_out.empty()) {
-    RETURN_IF_ERROR(trained_->WriteParameters(
-        absl::StrCat(o_.report.final_params_out, ".rank", context_.rank.rank)));
+    RETURN_IF_ERROR(
+        trained_->WriteParameters(RankFilePath(o_.report.final_params_out, context_.rank.rank)));
   }
   return outcome;
 }

@@ -79,7 +79,9 @@ TEST(TrainingModelTest, SyncBuffersGivesEveryRankRankZerosRunningStatistics) {
   ASSERT_EQ(mine.size(), 9u);  // 3 batch norms: mean, var, num_batches_tracked; none else
   bool differ = false;
   for (size_t i = 0; i < mine.size(); ++i) differ = differ || !at::equal(mine[i], rank0[i]);
-  if (comm.rank() != 0) EXPECT_TRUE(differ) << "the shards gave the ranks the same statistics";
+  if (comm.rank() != 0) {
+    EXPECT_TRUE(differ) << "the shards gave the ranks the same statistics";
+  }
 
   ASSERT_TRUE(t.model->SyncBuffers(comm).ok());
   const std::vector<at::Tensor> buffers = model.buffers();

@@ -230,9 +230,11 @@ absl::StatusOr<bool> BecomeChildSubreaper() {
 
 void RestoreChildSubreaper(bool previous) { prctl(PR_SET_CHILD_SUBREAPER, previous ? 1 : 0); }
 
-std::vector<pid_t> KillStrayChildren(absl::Span<const pid_t> keep, absl::Duration timeout) {
+std::vector<pid_t> KillStrayChildren(absl::Span<const pid_t> keep, absl::Duration grace,
+                                     absl::Duration timeout) {
   std::vector<pid_t> killed;
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time kill_from = absl::Now() + grace;
+  const absl::Time deadline = kill_from + timeout;
   while (true) {
     std::vector<ChildEntry> strays = ListChildren();
     strays.erase(std::remove_if(strays.begin(), strays.end(),
@@ -242,8 +244,9 @@ std::vector<pid_t> KillStrayChildren(absl::Span<const pid_t> keep, absl::Duratio
                                 }),
                  strays.end());
     if (strays.empty()) return killed;
+    const bool kill_now = absl::Now() >= kill_from;
     for (const ChildEntry& child : strays) {
-      if (!child.zombie) {
+      if (!child.zombie && kill_now) {
         // Our child and not reaped yet, so the pid (and a group it leads) is still its own.
         if (getpgid(child.pid) == child.pid) kill(-child.pid, SIGKILL);
         kill(child.pid, SIGKILL);
@@ -255,8 +258,8 @@ std::vector<pid_t> KillStrayChildren(absl::Span<const pid_t> keep, absl::Duratio
       }
     }
     if (absl::Now() >= deadline) {
-      LogError("stray child processes still there after %s: %d left", absl::FormatDuration(timeout),
-               static_cast<int>(strays.size()));
+      LogError("stray child processes still there after %s: %d left",
+               absl::FormatDuration(grace + timeout), static_cast<int>(strays.size()));
       return killed;
     }
     absl::SleepFor(kPollTick);

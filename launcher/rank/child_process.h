@@ -179,11 +179,14 @@ absl::Status TerminateAll(absl::Span<ChildProcess* const> children, absl::Durati
 absl::StatusOr<bool> BecomeChildSubreaper();
 void RestoreChildSubreaper(bool previous);
 
-// SIGKILLs and reaps every child process of this process whose pid is not in `keep`, and
-// keeps doing so for the children those leave behind, until there is none or `timeout`
-// passes. Returns the pids it killed. Call it once every ChildProcess has been reaped: what
-// is left then is stray (Note [Stray children]).
-std::vector<pid_t> KillStrayChildren(absl::Span<const pid_t> keep, absl::Duration timeout);
+// Reaps every child process of this process whose pid is not in `keep`, and the children
+// those leave behind: each gets `grace` to exit by itself (a process on its way out, such as
+// the daemon that Open MPI starts for a rank run without mpirun, which ends just after its
+// rank), then SIGKILL; gives up `timeout` after the grace. Returns the pids it killed. Call
+// it once every ChildProcess has been reaped: what is left then is stray (Note [Stray
+// children]).
+std::vector<pid_t> KillStrayChildren(absl::Span<const pid_t> keep, absl::Duration grace,
+                                     absl::Duration timeout);
 
 namespace internal {
 

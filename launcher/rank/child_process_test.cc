@@ -385,8 +385,25 @@ TEST(StrayChildrenTest, SubreaperAdoptsAndKillsOrphansOfADeadChild) {
   ASSERT_OK(child->Terminate(absl::Seconds(10)));
   ASSERT_TRUE(IsProcessAlive(orphan));
 
-  std::vector<pid_t> killed = KillStrayChildren({}, absl::Seconds(5));
+  std::vector<pid_t> killed = KillStrayChildren({}, absl::Milliseconds(100), absl::Seconds(5));
   EXPECT_THAT(killed, ElementsAre(orphan));
+  EXPECT_FALSE(IsProcessAlive(orphan));
+  RestoreChildSubreaper(*previous);
+}
+
+// Open MPI's daemon of a rank started without mpirun ends just after its rank: adopted, it
+// is reaped when it exits within the grace, not killed.
+TEST(StrayChildrenTest, AnOrphanThatExitsWithinTheGraceIsReapedNotKilled) {
+  absl::StatusOr<bool> previous = BecomeChildSubreaper();
+  ASSERT_OK(previous);
+  ASSERT_OK_AND_ASSIGN(const TempDir dir, TempDir::Create("orphans"));
+  absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell(
+      absl::StrCat("setsid sh -c 'echo $$ > ", dir.Join("orphan"), "; exec sleep 0.3' & wait")));
+  ASSERT_OK(child);
+  const pid_t orphan = ReadPid(dir.Join("orphan"));
+  ASSERT_OK(child->Terminate(absl::Seconds(10)));
+
+  EXPECT_THAT(KillStrayChildren({}, absl::Seconds(10), absl::Seconds(5)), ::testing::IsEmpty());
   EXPECT_FALSE(IsProcessAlive(orphan));
   RestoreChildSubreaper(*previous);
 }
@@ -395,7 +412,8 @@ TEST(StrayChildrenTest, LeavesKeptChildrenAlone) {
   absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell("sleep 1000"));
   ASSERT_OK(child);
   const pid_t keep[] = {child->pid()};
-  EXPECT_THAT(KillStrayChildren(keep, absl::Seconds(1)), ::testing::IsEmpty());
+  EXPECT_THAT(KillStrayChildren(keep, absl::Milliseconds(100), absl::Seconds(1)),
+              ::testing::IsEmpty());
   EXPECT_TRUE(IsProcessAlive(child->pid()));
 }
 

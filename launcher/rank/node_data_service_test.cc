@@ -102,7 +102,9 @@ TEST_F(NodeDataServiceTest, EachNodeRunsItsOwnServiceUnderRankZerosJobIdAndSeed)
   MPI_Barrier(MPI_COMM_WORLD);
   EXPECT_FALSE(PathExists(node_service.socket_path()));
   EXPECT_FALSE(PathExists(job_dir));  // the last node here removed it
-  if (pid > 0) EXPECT_FALSE(testing::IsProcessAlive(pid));
+  if (pid > 0) {
+    EXPECT_FALSE(testing::IsProcessAlive(pid));
+  }
   EXPECT_EQ(node_service.Stop().code(), absl::StatusCode::kFailedPrecondition);
 }
 
@@ -148,7 +150,9 @@ TEST_F(NodeDataServiceTest, DestructorWithoutStopEndsTheService) {
     pid = (*service)->pid();
     socket = (*service)->socket_path();
   }
-  if (pid > 0) EXPECT_TRUE(WaitForProcessExit(pid, absl::Seconds(5)));
+  if (pid > 0) {
+    EXPECT_TRUE(WaitForProcessExit(pid, absl::Seconds(5)));
+  }
   MPI_Barrier(MPI_COMM_WORLD);
   EXPECT_FALSE(PathExists(socket));
   EXPECT_FALSE(PathExists(socket.substr(0, socket.rfind('/'))));
@@ -172,7 +176,9 @@ TEST_F(NodeDataServiceTest, StopGivesUpOnALocalRankThatDoesNotComeAndStillEndsTh
       EXPECT_TRUE(stopped.ok()) << stopped;  // local rank 0 is waiting already
     }
   }
-  if (pid > 0) EXPECT_TRUE(WaitForProcessExit(pid, absl::Seconds(10)));
+  if (pid > 0) {
+    EXPECT_TRUE(WaitForProcessExit(pid, absl::Seconds(10)));
+  }
   MPI_Barrier(MPI_COMM_WORLD);
 }
 

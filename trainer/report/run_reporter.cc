@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
+#include "common/names.h"
 #include "common/status_macros.h"
 
 namespace stoker::trainer {
@@ -54,7 +55,7 @@ absl::StatusOr<std::unique_ptr<RunReporter>> RunReporter::Create(const ReportOpt
   std::unique_ptr<RunReporter> reporter(
       new RunReporter(options, rank, run, std::move(decode_share)));
   if (!options.sample_log.empty()) {
-    const std::string path = absl::StrCat(options.sample_log, ".rank", rank);
+    const std::string path = RankFilePath(options.sample_log, rank);
     reporter->sample_log_.open(path, std::ios::trunc);
     if (!reporter->sample_log_)
       return absl::InvalidArgumentError(absl::StrCat("--sample_log: cannot write ", path));

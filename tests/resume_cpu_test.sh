@@ -14,7 +14,7 @@ begin_job_test
 run() {  # run NAME [trainer flags...]; sets $rc
   local name="$1"; shift
   run_launcher_job 0 resume "$name" \
-    --dataset=synthetic --synthetic_samples=1500 --synthetic_classes=4 --data_threads=1 -- \
+    --dataset=synthetic --synthetic_samples="${SAMPLES:-1500}" --synthetic_classes=4 --data_threads=1 -- \
     --model=small_cnn --num_classes=4 --image_size=32 --batch_size=32 --accumulate=2 \
     --epochs=3 --lr=0.1 --lr_schedule=cosine --warmup_epochs=0.5 --weight_decay=1e-4 \
     --no_decay_bn_bias --nesterov --label_smoothing=0.1 --clip_grad_norm=5 --log_every=5 \
@@ -48,6 +48,16 @@ run end2 --loss_log="$out/end2.txt" --checkpoint_dir="$out/ckpt_end"
 [[ $rc -eq 0 ]] || { cat "$out/end2.log"; echo "FAIL: exit $rc"; exit 1; }
 grep -q "epoch 1, batch 23, step 12" "$out/end2.log" || { echo "FAIL: did not resume at epoch 1 batch 23"; exit 1; }
 same_losses "$out/full.txt" "$out/end1.txt" "$out/end2.txt"
+
+# An epoch that ends exactly (1536 samples: 24 full batches a rank, no short one, 12 steps):
+# stopped after its last step, the resumed run continues with the next epoch.
+SAMPLES=1536 run exact_full --loss_log="$out/exact_full.txt" --epochs=2
+[[ $rc -eq 0 ]] || { cat "$out/exact_full.log"; echo "FAIL: exit $rc"; exit 1; }
+SAMPLES=1536 run exact1 --loss_log="$out/exact1.txt" --epochs=2 --checkpoint_dir="$out/ckpt_exact" --stop_after_steps=12
+[[ $rc -eq 75 ]] || { cat "$out/exact1.log"; echo "FAIL: exit $rc"; exit 1; }
+SAMPLES=1536 run exact2 --loss_log="$out/exact2.txt" --epochs=2 --checkpoint_dir="$out/ckpt_exact"
+[[ $rc -eq 0 ]] || { cat "$out/exact2.log"; echo "FAIL: the run resumed at an epoch's end exited $rc"; exit 1; }
+same_losses "$out/exact_full.txt" "$out/exact1.txt" "$out/exact2.txt"
 
 # Checkpoints every 4 steps; stop at 22; truncate the newest (22): resume falls back to 20.
 run trunc1 --loss_log="$out/trunc1.txt" --checkpoint_dir="$out/ckpt_trunc" --checkpoint_every_steps=4 \

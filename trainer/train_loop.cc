@@ -147,6 +147,14 @@ absl::Status Trainer::Resume() {
                seed_, saved_->seed);
   }
   seed_ = saved_->seed;
+  // A checkpoint written after the last batch of an epoch has every sample of that epoch's
+  // order trained (the rest is padding or the dropped short batch): the run continues with
+  // the next epoch.
+  if (saved_->dataset_size > 0 && start_.samples_done >= saved_->dataset_size) {
+    ++start_.epoch;
+    start_.batches_done = 0;
+    start_.samples_done = 0;
+  }
   reporter_->Note(absl::StrFormat(
       "resuming from %s: epoch %d, batch %d, step %d (sample %d of the epoch's order, global "
       "batch %d)",

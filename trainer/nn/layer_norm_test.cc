@@ -86,8 +86,8 @@ TEST(LayerNormTest, IsTheCompositionOnTheCpu) {
 #ifdef STOKER_GPU_TEST
 // Against fp64: the sum and every gradient in fp32 arithmetic (1e-4 of the largest
 // magnitude: fp32 sums over up to a few thousand terms in another order); y and the
-// branch's gradient are bf16, so they may be off by half a bf16 unit in the last place of
-// their largest magnitude (2^-9) beyond that.
+// branch's gradient are bf16, rounded once: half a bf16 unit in the last place of a value
+// in [2^e, 2^(e+1)) is 2^(e-8), so up to 2^-8 of the largest magnitude beyond that.
 void ExpectAccurate(std::vector<int64_t> shape, bool with_branch) {
   const Inputs in = Draw(shape, with_branch);
   const Outputs exact = Run(in, torch::kCPU, torch::kDouble, torch::kDouble, false);
@@ -95,7 +95,7 @@ void ExpectAccurate(std::vector<int64_t> shape, bool with_branch) {
   const Outputs plain_in_fp32 = Run(in, torch::kCUDA, torch::kFloat, torch::kFloat, false);
   ASSERT_EQ(fused.y.sizes(), exact.y.sizes());
   const std::vector<std::tuple<const char*, torch::Tensor, torch::Tensor, torch::Tensor, double>>
-      checks = {{"y", fused.y, plain_in_fp32.y, exact.y, 1e-4 + 1.0 / 512},
+      checks = {{"y", fused.y, plain_in_fp32.y, exact.y, 1e-4 + 1.0 / 256},
                 {"d residual", fused.dresidual, plain_in_fp32.dresidual, exact.dresidual, 1e-4},
                 {"d weight", fused.dweight, plain_in_fp32.dweight, exact.dweight, 1e-4},
                 {"d bias", fused.dbias, plain_in_fp32.dbias, exact.dbias, 1e-4}};
@@ -112,9 +112,9 @@ void ExpectAccurate(std::vector<int64_t> shape, bool with_branch) {
     const double sum_error = RelativeError(fused.sum, exact.sum);
     const double branch_error = RelativeError(fused.dbranch, exact.dbranch);
     std::printf("  [%s] add + norm sum: %.3g (allowed 1e-6), d branch: %.3g (allowed %.3g)\n",
-                dims.c_str(), sum_error, branch_error, 1e-4 + 1.0 / 512);
+                dims.c_str(), sum_error, branch_error, 1e-4 + 1.0 / 256);
     EXPECT_LE(sum_error, 1e-6);
-    EXPECT_LE(branch_error, 1e-4 + 1.0 / 512);
+    EXPECT_LE(branch_error, 1e-4 + 1.0 / 256);
   }
 }
 

@@ -150,6 +150,12 @@ absl::StatusOr<SharedMemorySegment> SharedMemorySegment::Create(const std::strin
   if (!fd.valid()) {
     const int error = errno;
     if (error == EEXIST) {
+      struct stat st;
+      if (stat(absl::StrCat("/dev/shm", name).c_str(), &st) == 0 && st.st_uid != geteuid()) {
+        return absl::AlreadyExistsError(absl::StrCat(
+            "shared-memory segment ", name, " already exists and belongs to uid ", st.st_uid,
+            ", not to this user (uid ", geteuid(), "): use another job id"));
+      }
       return absl::AlreadyExistsError(absl::StrCat(
           "shared-memory segment ", name, " already exists (another service of the same job, ",
           "or a stale one: remove /dev/shm", name, ")"));

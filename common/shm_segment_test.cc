@@ -106,6 +106,10 @@ TEST(SharedMemorySegmentTest, OpenRefusesASegmentOthersMayUseOrOfAnotherUser) {
     opened = SharedMemorySegment::Open(name);
     EXPECT_THAT(opened, StatusIs(absl::StatusCode::kPermissionDenied,
                                  HasSubstr("belongs to uid 65534, not to this user")));
+    // Nor can Create take the name: it says whose the segment is.
+    EXPECT_THAT(SharedMemorySegment::Create(name, 4096),
+                StatusIs(absl::StatusCode::kAlreadyExists,
+                         HasSubstr("already exists and belongs to uid 65534, not to this user")));
   }
   close(fd);
   shm_unlink(name.c_str());

@@ -64,6 +64,9 @@ class SkippingBatchSource final : public BatchSource {
 // batch's DeadlineExceeded is tagged kExitPeerLost, so that the job ends with 69, which a
 // scheduler requeues, not with a collective timeout's 124. The rank's failure reaches the
 // others through the stop vote; a dead service is noticed sooner, by its closed socket.
+
+// A feeder whose timeouts name the data service as stuck (Note [A stuck data service]).
+// Owned by the training thread, as the feeder it wraps.
 class StuckServiceFeeder final : public BatchFeeder {
  public:
   StuckServiceFeeder(std::unique_ptr<BatchFeeder> inner, std::string socket_path)

@@ -41,6 +41,7 @@ absl::Status RefusalExitCode(absl::Status refusal, absl::StatusCode service_code
                                service_code == absl::StatusCode::kAlreadyExists;
   return node_lacks_room ? WithExitCode(std::move(refusal), kExitUsage) : refusal;
 }
+
 absl::Status CorruptRing(absl::Status status) {
   return WithExitCode(std::move(status), kExitPeerLost);
 }

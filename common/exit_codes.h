@@ -8,9 +8,14 @@
 // | ------- | ------------------------------------------- | -------------------------------- |
 // | 0       | finished                                    | no                               |
 // | 1       | any other failure (an internal fault)       | the message says                 |
-// | 2       | bad flag or configuration file              | no: fix the command              |
-// | 65      | bad data (bad-file cap, labels out of range)| no: fix the dataset              |
-// | 69      | a rank or the data service was lost         | yes                              |
+// | 2       | bad flag or configuration file; no room     | no: fix the command              |
+// |         | for the rings in /dev/shm, a ring's name    |                                  |
+// |         | taken (another job's or user's segment)     |                                  |
+// | 65      | bad data (bad-file cap, more classes than   | no: fix the dataset              |
+// |         | --num_classes)                              |                                  |
+// | 69      | a rank or the data service was lost or is   | yes                              |
+// |         | stuck, or another process broke a ring      |                                  |
+// |         | (truncated it, corrupted a header or slot)  |                                  |
 // | 74      | checkpoint or exported-weights I/O          | after fixing the storage         |
 // | 75      | --stop_after_steps reached, checkpoint      | yes: resumes                     |
 // | 124     | a collective or start-up deadline passed    | yes, once; then look at the node |
@@ -46,8 +51,10 @@ absl::Status WithExitCode(absl::Status status, int exit_code);
 
 // The exit code for `status`: 0 for OK; its tag (WithExitCode) if it has one; else by the
 // canonical code: Unavailable -> kExitPeerLost, DeadlineExceeded -> kExitTimeout, DataLoss
-// and OutOfRange -> kExitBadData (the data service's bad-file cap, labels outside
-// --num_classes); anything else kExitFailure.
+// and OutOfRange -> kExitBadData (the data service's bad-file cap, a dataset with more
+// classes than --num_classes); anything else kExitFailure. A ring's errors carry the
+// code of whoever is at fault (Note [Whose fault a ring error is] in
+// data_service/ring/ring_client.cc).
 int ExitCodeOf(const absl::Status& status);
 
 // What an exit code means, in the words of the table above ("bad data"); "failure" for a

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/errno_status.h"
+#include "common/exit_codes.h"
 #include "common/unique_fd.h"
 
 namespace stoker {
@@ -36,6 +37,7 @@ constexpr int kMaxMappings = 256;
 RegisteredMapping g_mappings[kMaxMappings];
 std::atomic<int> g_guard_exit_code{1};
 char g_guard_who[128] = "shared memory";
+char g_guard_cause[64] = "failure";  // ExitCause(g_guard_exit_code)
 
 void RegisterMapping(const void* data, size_t size, const std::string& name) {
   for (RegisteredMapping& slot : g_mappings) {
@@ -87,7 +89,9 @@ void OnSigbus(int signal, siginfo_t* info, void*) {
     const int code = g_guard_exit_code.load();
     WriteText("[");
     WriteText(g_guard_who);
-    WriteText("] E failure (exit ");
+    WriteText("] E ");
+    WriteText(g_guard_cause);
+    WriteText(" (exit ");
     WriteNumber(static_cast<uint64_t>(code));
     WriteText("): shared memory truncated: ");
     WriteText(slot.name);
@@ -146,6 +150,12 @@ absl::StatusOr<SharedMemorySegment> SharedMemorySegment::Create(const std::strin
   if (!fd.valid()) {
     const int error = errno;
     if (error == EEXIST) {
+      struct stat st;
+      if (stat(absl::StrCat("/dev/shm", name).c_str(), &st) == 0 && st.st_uid != geteuid()) {
+        return absl::AlreadyExistsError(absl::StrCat(
+            "shared-memory segment ", name, " already exists and belongs to uid ", st.st_uid,
+            ", not to this user (uid ", geteuid(), "): use another job id"));
+      }
       return absl::AlreadyExistsError(absl::StrCat(
           "shared-memory segment ", name, " already exists (another service of the same job, ",
           "or a stale one: remove /dev/shm", name, ")"));
@@ -238,9 +248,13 @@ absl::Status SharedMemorySegment::Unlink() {
 
 absl::Status InstallTruncatedSharedMemoryGuard(int exit_code, absl::string_view who) {
   g_guard_exit_code.store(exit_code);
-  const size_t n = std::min(who.size(), sizeof(g_guard_who) - 1);
-  std::memcpy(g_guard_who, who.data(), n);
-  g_guard_who[n] = '\0';
+  auto copy = [](absl::string_view text, char* buffer, size_t capacity) {
+    const size_t n = std::min(text.size(), capacity - 1);
+    std::memcpy(buffer, text.data(), n);
+    buffer[n] = '\0';
+  };
+  copy(who, g_guard_who, sizeof(g_guard_who));
+  copy(ExitCause(exit_code), g_guard_cause, sizeof(g_guard_cause));
   struct sigaction action = {};
   action.sa_sigaction = OnSigbus;
   action.sa_flags = SA_SIGINFO;

@@ -72,10 +72,12 @@ absl::Status ValidateSegmentName(absl::string_view name);
 // SIGBUS whose address lies in a registered mapping writes one error line naming the
 // segment, its mapped size and the offset touched ("shared memory truncated: ...") and
 // exits with `exit_code` at once (only async-signal-safe calls). Any other SIGBUS is left
-// to the default action.
+// to the default action. The programs pass kExitPeerLost: another process broke the
+// segment, not this one's data or flags.
 
 // Installs the guard for the whole process (SIGBUS handler); its line starts with
-// "[<who>] " (the log identity, "trainer rank 3"). Call from main().
+// "[<who>] E <cause> (exit <exit_code>): " (the log identity, "trainer rank 3", and
+// ExitCause(exit_code)), as ReportFailure's lines do. Call from main().
 absl::Status InstallTruncatedSharedMemoryGuard(int exit_code, absl::string_view who);
 
 }  // namespace stoker

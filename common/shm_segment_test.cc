@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/exit_codes.h"
 #include "common/test_tmpfs.h"
 #include "common/testing/status_matchers.h"
 #include "gtest/gtest.h"
@@ -105,6 +106,10 @@ TEST(SharedMemorySegmentTest, OpenRefusesASegmentOthersMayUseOrOfAnotherUser) {
     opened = SharedMemorySegment::Open(name);
     EXPECT_THAT(opened, StatusIs(absl::StatusCode::kPermissionDenied,
                                  HasSubstr("belongs to uid 65534, not to this user")));
+    // Nor can Create take the name: it says whose the segment is.
+    EXPECT_THAT(SharedMemorySegment::Create(name, 4096),
+                StatusIs(absl::StatusCode::kAlreadyExists,
+                         HasSubstr("already exists and belongs to uid 65534, not to this user")));
   }
   close(fd);
   shm_unlink(name.c_str());
@@ -159,7 +164,7 @@ TEST(SharedMemorySegmentTest, ATruncatedSegmentEndsTheProcessNamingItInsteadOfAS
   ASSERT_OK(opened);
   volatile const uint8_t* last_page = static_cast<const uint8_t*>(opened->data()) + 3 * page;
   const auto truncate_and_read = [&] {
-    if (!InstallTruncatedSharedMemoryGuard(1, "trainer rank 0").ok()) _exit(3);
+    if (!InstallTruncatedSharedMemoryGuard(kExitPeerLost, "trainer rank 0").ok()) _exit(3);
     // Another process shrinks the segment to one page.
     const int fd = shm_open(name.c_str(), O_RDWR, 0);
     if (fd < 0 || ftruncate(fd, static_cast<off_t>(page)) != 0) _exit(4);
@@ -168,10 +173,11 @@ TEST(SharedMemorySegmentTest, ATruncatedSegmentEndsTheProcessNamingItInsteadOfAS
     _exit(0);
   };
   const absl::Time start = absl::Now();
-  EXPECT_EXIT(truncate_and_read(), ::testing::ExitedWithCode(1),
-              absl::StrCat("\\[trainer rank 0\\] E failure \\(exit 1\\): shared memory truncated: ",
-                           name, " was mapped with ", 4 * page, " bytes, but byte ", 3 * page,
-                           " is past the end of the segment now"));
+  EXPECT_EXIT(truncate_and_read(), ::testing::ExitedWithCode(kExitPeerLost),
+              absl::StrCat(
+                  "\\[trainer rank 0\\] E peer lost \\(exit 69\\): shared memory truncated: ", name,
+                  " was mapped with ", 4 * page, " bytes, but byte ", 3 * page,
+                  " is past the end of the segment now"));
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
   // A SIGBUS elsewhere keeps its default action.
   EXPECT_EXIT(

@@ -67,7 +67,7 @@ ServeOutcome ServeUntilStopped(const DataServiceOptions& options) {
 
   // Note [Truncated shared memory] in common/shm_segment.h.
   if (absl::Status guarded = InstallTruncatedSharedMemoryGuard(
-          kExitFailure, absl::StrCat("data_service node ", options.service.node_id));
+          kExitPeerLost, absl::StrCat("data_service node ", options.service.node_id));
       !guarded.ok()) {
     outcome.status = guarded;
     return outcome;

@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/exit_codes.h"
 #include "common/testing/status_matchers.h"
 #include "common/unique_fd.h"
 #include "common/unix_socket.h"
@@ -214,10 +215,13 @@ TEST_F(ServiceTest, BadRequestsAreRefusedWithInvalidArgument) {
   request.image_size = kMaxImageSize;
   refused = RingClient::Connect(socket_, request, absl::Seconds(10));
   EXPECT_THAT(refused, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("/dev/shm")));
+  // No room on the node is the configuration's fault (Note [Whose fault a ring error is]).
+  EXPECT_EQ(ExitCodeOf(refused.status()), kExitUsage);
 
   request = Request(3, 2);
   refused = RingClient::Connect(socket_, request, absl::Seconds(10));
   EXPECT_THAT(refused, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(ExitCodeOf(refused.status()), kExitFailure);
 
   // The service is unharmed.
   EXPECT_NE(Connect(Request()), nullptr);
@@ -276,8 +280,13 @@ TEST_F(ServiceTest, ALabelOutsideNumClassesInASlotFailsTheClient) {
   EXPECT_THAT(failed, StatusIs(absl::StatusCode::kOutOfRange,
                                AllOf(HasSubstr("rank 0: ring slot "),
                                      HasSubstr("labels must be in [0, 4) (--num_classes)"))));
+  // The service checked the dataset's classes at registration, so a label beyond them in a
+  // slot is another process's fault: a lost peer, not bad data.
+  EXPECT_EQ(ExitCodeOf(failed), kExitPeerLost);
   // Fatal for the ring: the next call says the same.
-  EXPECT_THAT(client->Acquire(absl::Seconds(1)), StatusIs(absl::StatusCode::kOutOfRange));
+  const absl::Status again = client->Acquire(absl::Seconds(1)).status();
+  EXPECT_THAT(again, StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_EQ(ExitCodeOf(again), kExitPeerLost);
 }
 
 TEST_F(ServiceTest, ARankCanHoldOnlyOneRing) {
@@ -286,6 +295,7 @@ TEST_F(ServiceTest, ARankCanHoldOnlyOneRing) {
   ASSERT_NE(first, nullptr);
   auto second = RingClient::Connect(socket_, Request(), absl::Seconds(10));
   EXPECT_THAT(second, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("already exists")));
+  EXPECT_EQ(ExitCodeOf(second.status()), kExitUsage);
   // The refusal must not have removed the first client's ring.
   EXPECT_TRUE(SegmentExists(RingSegmentName(job_, 0, true)));
 }
@@ -367,6 +377,7 @@ TEST_F(ServiceTest, AFailedSampleReachesTheClientAsItsError) {
   if (info.ok()) status = client->Acquire(absl::Seconds(20)).status();
   EXPECT_THAT(status, StatusIs(absl::StatusCode::kDataLoss,
                                AllOf(HasSubstr("truncated file"), HasSubstr("epoch 0, step 0"))));
+  EXPECT_EQ(ExitCodeOf(status), kExitBadData);  // the dataset's fault
   EXPECT_THAT(client->Acquire(absl::Seconds(1)), StatusIs(absl::StatusCode::kDataLoss));
   EXPECT_THAT(client->StartEpoch(1, 1), StatusIs(absl::StatusCode::kDataLoss));
 }

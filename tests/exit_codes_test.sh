@@ -8,9 +8,12 @@
 #  - more unusable files than --max_bad_fraction allows: 65, naming a file;
 #  - a checkpoint that cannot be read (--resume=FILE of garbage): 74, naming the file.
 # Bound: each job ends within 60 s and leaves nothing behind. The other codes are asserted
-# where their faults are made: 69 (a peer lost) by fault_kill_test, 124 (a collective
-# timeout) by fault_stall_test and fault_finalize_stall_test, 128+N (stopped by signal,
-# resumable) by preempt_cpu_test.
+# where their faults are made: 2 for /dev/shm too small by storage_small_shm_test and for
+# another user's segment under a ring's name by fault_shm_test; 69 (a peer lost) for a
+# killed process by fault_kill_test, for a truncated ring and an overwritten slot by
+# fault_shm_test, for a stopped data service by fault_service_stall_test; 124 (a
+# collective timeout) by fault_stall_test and fault_finalize_stall_test; 128+N (stopped by
+# signal, resumable) by preempt_cpu_test.
 set -euo pipefail
 source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
 begin_job_test

@@ -11,11 +11,12 @@
 #  4. kill -9 of local rank 0 and its data service together under a bare mpirun: nobody is
 #     left to clean up, so the job's owner record (local rank 0's) stays with its files, and
 #     the next bare-mpirun job on the machine removes them, naming the dead job.
-# Bound: each job ends within 60 s of the kill; nothing of it is left (no process, no
+# Bound: each job ends within 10 s of the kill; nothing of it is left (no process, no
 # /dev/shm segment, no socket or job directory; in case 4 once the next job has run). The
 # kill of rank 0 alone and the stop of the data service under a bare mpirun are in
 # node_service_failure_test; the stall of a rank in fault_stall_test; the kill of the
-# launcher in fault_launcher_kill_test.
+# launcher in fault_launcher_kill_test; the stop (SIGSTOP) of the data service in
+# fault_service_stall_test.
 set -euo pipefail
 source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
 begin_job_test
@@ -55,7 +56,7 @@ expect_failure() {
 echo "== 1: kill -9 of the data service"
 start_job service-killed
 kill -KILL "$service_pid"
-expect_failure 60 69 "\] E peer lost \(exit 69\): data service \(pid $service_pid\) killed by signal 9"
+expect_failure 10 69 "\] E peer lost \(exit 69\): data service \(pid $service_pid\) killed by signal 9"
 grep -q "job $job failed: data service (pid $service_pid) killed by signal 9" "$log" ||
   { cat "$log"; echo "FAIL: the launcher did not name the data service"; exit 1; }
 assert_nothing_left "$job" "$service_pid" "${rank_pid[@]}"
@@ -64,7 +65,7 @@ echo "== 2: kill -9 of rank 1"
 start_job rank1-killed
 kill -KILL "${rank_pid[1]}"
 # A rank killed by a signal it does not stop on is a lost peer (69), not a resumable stop.
-expect_failure 60
+expect_failure 10
 [[ "$code_of_last_job" -eq 69 ]] || { cat "$log"; echo "FAIL: exit code $code_of_last_job, expected 69"; exit 1; }
 # mpirun names the rank (the PID it prints is 0 inside a pid namespace).
 grep -q "process rank 1 with PID [0-9]* .*exited on signal 9" "$log" ||
@@ -88,7 +89,7 @@ echo "== 3: kill -9 of the data service under a bare mpirun (local rank 0 starte
 start_bare_job bare-service-killed
 [[ -f "/tmp/stoker.$job.owner" ]] || { cat "$log"; echo "FAIL: local rank 0 holds no owner record"; exit 1; }
 kill -KILL "$service_pid"
-expect_failure 60 69 "^\[trainer rank [01] [^]]*\] E peer lost \(exit 69\): UNAVAILABLE: the data service at .* is gone"
+expect_failure 10 69 "^\[trainer rank [01] [^]]*\] E peer lost \(exit 69\): UNAVAILABLE: the data service at .* is gone"
 grep -q "UNAVAILABLE: the data service at .* is gone" "$log" || { cat "$log"; echo "FAIL: no rank reported the data service gone"; exit 1; }
 grep -q "removed leftover /dev/shm/stoker.$job.ring.0" "$log" || { cat "$log"; echo "FAIL: local rank 0 did not remove the segments"; exit 1; }
 assert_nothing_left "$job" "$service_pid" "${rank_pid[@]}"
@@ -97,7 +98,7 @@ echo "== 4: kill -9 of local rank 0 and its data service together under a bare m
 start_bare_job bare-owner-killed
 dead="$job" dead_log="$log" dead_owner="${rank_pid[0]}" dead_pids=("$service_pid" "${rank_pid[@]}")
 kill -KILL "${rank_pid[0]}" "$service_pid"
-expect_failure 60
+expect_failure 10
 left=$(ls /dev/shm | grep -F "stoker.$dead." || true)
 [[ -n "$left" && -f "/tmp/stoker.$dead.owner" ]] ||
   { cat "$dead_log"; echo "FAIL: expected the dead job's segments and owner record to stay, found: $left"; exit 1; }

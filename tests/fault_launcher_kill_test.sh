@@ -2,7 +2,7 @@
 # kill -9 of the launcher (process faults):
 #  1. mid-epoch: its children die with it (PR_SET_PDEATHSIG): mpirun by SIGKILL and the ranks
 #     after it, the data service by SIGTERM, on which it removes its socket and segments.
-#     Bound: no process of the job is left 30 s after the kill. What the launcher itself
+#     Bound: no process of the job is left 10 s after the kill. What the launcher itself
 #     would have removed (the job directory, its owner record) stays until the next
 #     launcher on the machine, which removes it with a log line and runs its own job.
 #  2. the launcher and its data service killed together (as an OOM kill may): the data
@@ -68,7 +68,7 @@ under_way "$out/dead.log"
 kill -KILL "$launcher_pid"
 wait "$launcher_pid" 2>/dev/null || true
 # shellcheck disable=SC2086
-all_gone 30 "$service_pid" "$mpirun_pid" $rank_pids
+all_gone 10 "$service_pid" "$mpirun_pid" $rank_pids
 sleep 0.5
 leftover_procs=$(pgrep -af -- "$dead" | grep -v pgrep || true)
 [[ -z "$leftover_procs" ]] || { echo "FAIL: processes left: $leftover_procs"; exit 1; }
@@ -92,7 +92,7 @@ under_way "$out/together.log"
 kill -KILL "$launcher_pid" "$service_pid"
 wait "$launcher_pid" 2>/dev/null || true
 # shellcheck disable=SC2086
-all_gone 30 "$service_pid" "$mpirun_pid" $rank_pids
+all_gone 10 "$service_pid" "$mpirun_pid" $rank_pids
 segments=$(ls /dev/shm | grep -F "stoker.$job." || true)
 [[ -n "$segments" ]] || { echo "FAIL: expected the killed data service's segments to be left"; exit 1; }
 echo "left: $segments"

@@ -4,7 +4,7 @@
 # allreduce not complete, log which collective it is, that rank 1 has not reached it and
 # stopped beating (stalled), and the last collective each rank completed, and exit non-zero;
 # mpirun ends the job (the stopped rank too) and the launcher exits non-zero. Bound: the job
-# ends within 60 s of the SIGSTOP (10 s timeout + teardown), and nothing of it is left.
+# ends within 20 s of the SIGSTOP (the 10 s timeout + 10 s), and nothing of it is left.
 # Then the same over two "nodes" (--ranks_per_node=2 under a bare mpirun): rank 2, on the
 # stopped rank 3's node, names it; the report says how many ranks are on other nodes.
 set -euo pipefail

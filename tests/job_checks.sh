@@ -2,8 +2,8 @@
 # check that a job left nothing behind, the pids of a job's processes, long training jobs
 # (through the launcher or a bare mpirun) and waiting for their training to start, a short
 # two-rank launcher job, the stalled-rank fault (SIGSTOP of a
-# rank, then the collective watchdogs' report), the first error line of a job's output, and
-# the check that a job's loss fell.
+# rank, then the collective watchdogs' report), the first error line of a job's output, the
+# check that a job's loss fell, and the check that a job left no GPU memory held.
 # A test starts with
 #
 #   set -euo pipefail
@@ -239,7 +239,7 @@ run_small_job() {
 # LOG. Once LOSS_FILE has MIN_STEPS lines (training is under way; at most 120 s), it sends
 # SIGSTOP to rank RANK (its pid from the data service's pid record for that rank's training
 # ring) and waits for COMMAND, which must exit non-zero, not before the collective timeout
-# and within 60 s of the SIGSTOP. Sets stall_code (COMMAND's exit code), stalled_pid (the
+# and within TIMEOUT_S + 10 s of the SIGSTOP. Sets stall_code (COMMAND's exit code), stalled_pid (the
 # stopped rank's pid) and rank_pids (every rank's, one space after each). On failure prints
 # LOG and a FAIL line and returns 1.
 stall_rank() {
@@ -272,7 +272,8 @@ stall_rank() {
   elapsed=$((SECONDS - start))
   echo "the job exited with code $code $elapsed s after the SIGSTOP"
   [[ "$code" -ne 0 ]] || { cat "$log"; echo "FAIL: the job exited 0"; return 1; }
-  [[ "$elapsed" -le 60 ]] || { cat "$log"; echo "FAIL: the job took more than 60 s to end"; return 1; }
+  [[ "$elapsed" -le $((timeout_s + 10)) ]] ||
+    { cat "$log"; echo "FAIL: the job took more than $((timeout_s + 10)) s (the collective timeout + 10 s) to end"; return 1; }
   [[ "$elapsed" -ge $((timeout_s - 1)) ]] ||
     { cat "$log"; echo "FAIL: the job ended before the collective timeout ($timeout_s s)"; return 1; }
 }
@@ -311,4 +312,33 @@ check_stall_report() {
     { cat "$log"; echo "FAIL: the report does not name rank $rank as stalled"; return 1; }
   grep -q "$completed" <<< "$report" ||
     { cat "$log"; echo "FAIL: the report does not give each rank's last collective"; return 1; }
+}
+
+# gpu_memory_used: the memory in use on each visible GPU, in MiB, space-separated (nvidia-smi).
+gpu_memory_used() {
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | tr -d ' ' | paste -sd' '
+}
+
+# assert_gpu_memory_released BEFORE: within 10 s, every GPU's memory in use is back to
+# within 64 MiB of BEFORE (gpu_memory_used taken before the job started): a failed job
+# holds no GPU memory once it has ended. Prints the compute processes nvidia-smi still
+# lists; on failure a FAIL line and returns 1.
+assert_gpu_memory_released() {
+  local before=($1) now held i start=$SECONDS
+  while true; do
+    now=($(gpu_memory_used))
+    held=""
+    for i in "${!before[@]}"; do
+      (( ${now[i]:-0} <= ${before[i]} + 64 )) || held="$held GPU $i: ${now[i]} MiB (before the job ${before[i]} MiB);"
+    done
+    [[ -z "$held" ]] && break
+    if (( SECONDS - start >= 10 )); then
+      nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv || true
+      echo "FAIL: GPU memory still held 10 s after the job ended:$held"
+      return 1
+    fi
+    sleep 0.5
+  done
+  echo "GPU memory released: ${now[*]} MiB in use (before the job ${before[*]} MiB) after $((SECONDS - start)) s;" \
+    "compute processes: $(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | paste -sd';' || true)"
 }

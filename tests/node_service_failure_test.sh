@@ -6,7 +6,7 @@
 #     with a non-zero code;
 #  2. the data service stopped mid-training: the ranks get Unavailable from their rings and
 #     the job ends with a non-zero code naming the data service.
-# Either way within a bounded time, and nothing of the job is left.
+# Either way within 10 s, and nothing of the job is left.
 set -euo pipefail
 source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
 begin_job_test
@@ -32,7 +32,7 @@ expect_job_failure() {
 echo "== 1: local rank 0 dies"
 start_job rank0-dies
 kill -KILL "$rank0_pid"
-expect_job_failure 60
+expect_job_failure 10
 grep -q "\[data_service node 0 .*SIGTERM: shutting down" "$log" ||
   { cat "$log"; echo "FAIL: the data service did not get SIGTERM when its rank died"; exit 1; }
 assert_nothing_left "$job" "$service_pid" "$rank0_pid"
@@ -40,7 +40,7 @@ assert_nothing_left "$job" "$service_pid" "$rank0_pid"
 echo "== 2: the data service stops"
 start_job service-stops
 kill -TERM "$service_pid"
-expect_job_failure 60
+expect_job_failure 10
 grep -q "UNAVAILABLE: the data service at .* is gone" "$log" || { cat "$log"; echo "FAIL: no rank reported the data service gone"; exit 1; }
 assert_nothing_left "$job" "$service_pid" "$rank0_pid"
 echo "PASS"

@@ -1,10 +1,12 @@
 #include "trainer/run_input.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/exit_codes.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "data_service/ring/ring_client.h"
@@ -59,6 +61,34 @@ class RenumberingBatchSource final : public BatchSource {
   int64_t first_;
 };
 
+// Note [A stuck data service]
+// A data service that keeps its socket open but sends no batch within --data_timeout_s
+// (stopped by SIGSTOP, hung in the kernel, deadlocked) is a lost peer like a dead one: the
+// batch's DeadlineExceeded is tagged kExitPeerLost, so that the job ends with 69, which a
+// scheduler requeues, not with a collective timeout's 124. The rank's failure reaches the
+// others through the stop vote; a dead service is noticed sooner, by its closed socket.
+
+// A feeder whose timeouts name the data service as stuck (Note [A stuck data service]).
+// Owned by the training thread, as the feeder it wraps.
+class StuckServiceFeeder final : public BatchFeeder {
+ public:
+  StuckServiceFeeder(std::unique_ptr<BatchFeeder> inner, std::string socket_path)
+      : inner_(std::move(inner)), socket_path_(std::move(socket_path)) {}
+  absl::StatusOr<TrainingBatch> Next() override {
+    absl::StatusOr<TrainingBatch> batch = inner_->Next();
+    if (!absl::IsDeadlineExceeded(batch.status())) return batch;
+    return WithExitCode(
+        absl::DeadlineExceededError(absl::StrCat(
+            "the data service at ", socket_path_,
+            " is stuck (stopped or hung; --data_timeout_s): ", batch.status().message())),
+        kExitPeerLost);
+  }
+
+ private:
+  std::unique_ptr<BatchFeeder> inner_;
+  std::string socket_path_;
+};
+
 class SyntheticInput final : public RunInput {
  public:
   SyntheticInput(const TrainerOptions& o, const RunContext& context, const InputStart& start)
@@ -110,8 +140,11 @@ class RingInput final : public RunInput {
   absl::StatusOr<ValidationPass> StartValidation(int64_t epoch) override;
 
  private:
-  RingInput(FeederOptions feeder_options, at::Device device, uint64_t seed)
-      : feeder_options_(feeder_options), device_(device), seed_(seed) {}
+  RingInput(FeederOptions feeder_options, at::Device device, uint64_t seed, std::string socket_path)
+      : feeder_options_(feeder_options),
+        device_(device),
+        seed_(seed),
+        socket_path_(std::move(socket_path)) {}
 
   // The GPU decode share of the training ring (`training_ring`) or the validation ring
   // (PlanGpuDecodeShare), with auto turned off, and a warning, where libnvjpeg is missing.
@@ -122,6 +155,7 @@ class RingInput final : public RunInput {
   FeederOptions feeder_options_;
   at::Device device_;
   uint64_t seed_;
+  std::string socket_path_;
   int64_t batches_per_epoch_ = 0;
   int64_t trained_per_epoch_ = 0;
   int64_t start_epoch_ = 0;
@@ -153,8 +187,8 @@ absl::StatusOr<std::unique_ptr<RingInput>> RingInput::Open(const TrainerOptions&
                                                            const RunContext& context,
                                                            const InputStart& start,
                                                            DecodeShareGauge* decode_share) {
-  std::unique_ptr<RingInput> input(
-      new RingInput(FeederOptionsFor(o, context), TrainingDevice(context), start.seed));
+  std::unique_ptr<RingInput> input(new RingInput(
+      FeederOptionsFor(o, context), TrainingDevice(context), start.seed, o.input.data_socket));
   ASSIGN_OR_RETURN(const GpuDecodeSharePlan share_plan,
                    SharePlan(o, context, input->device_, /*training_ring=*/true));
   RingRequest request;
@@ -246,6 +280,7 @@ absl::StatusOr<std::unique_ptr<RingInput>> RingInput::Open(const TrainerOptions&
   }
   ASSIGN_OR_RETURN(std::unique_ptr<BatchFeeder> feeder,
                    MakeBatchFeeder(input->source_.get(), input->feeder_options_, input->device_));
+  feeder = std::make_unique<StuckServiceFeeder>(std::move(feeder), o.input.data_socket);
   ShareControl control;
   control.plan = share_plan;
   control.request = [ring = input->ring_.get()](double share) {
@@ -267,6 +302,7 @@ absl::StatusOr<ValidationPass> RingInput::StartValidation(int64_t epoch) {
   options.batch_size = pass.batch_size;
   options.gpu_decode = val_ring_->request().gpu_decode_share > 0;
   ASSIGN_OR_RETURN(pass.feeder, MakeBatchFeeder(pass.source.get(), options, device_));
+  pass.feeder = std::make_unique<StuckServiceFeeder>(std::move(pass.feeder), socket_path_);
   return pass;
 }
 

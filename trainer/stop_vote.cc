@@ -15,8 +15,9 @@ namespace stoker::trainer {
 namespace {
 
 // How long a rank whose data service is gone waits for a stop signal before it calls that a
-// failure (mpirun passes SIGTERM on to the ranks after a second).
-constexpr absl::Duration kStopSignalGrace = absl::Seconds(5);
+// failure: mpirun passes SIGTERM on to the ranks after a second, and a loaded node may take
+// another; no longer, since it delays the end of a job that lost its data service.
+constexpr absl::Duration kStopSignalGrace = absl::Seconds(3);
 
 // One counter per stop signal, in order of precedence, then "no batch", one counter per
 // cause of the table in common/exit_codes.h, so that every rank fails with the code of

@@ -70,8 +70,8 @@ absl::StatusOr<int> RunTrainerRank(int* argc, char*** argv, TrainerOptions optio
   }
   // A ring truncated under this rank ends it naming the segment (Note [Truncated shared
   // memory] in common/shm_segment.h), not with a bare SIGBUS.
-  if (absl::Status guarded =
-          InstallTruncatedSharedMemoryGuard(kExitFailure, absl::StrCat("trainer rank ", rank.rank));
+  if (absl::Status guarded = InstallTruncatedSharedMemoryGuard(
+          kExitPeerLost, absl::StrCat("trainer rank ", rank.rank));
       !guarded.ok()) {
     (*session)->Abort(ReportFailure(guarded));
   }

@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/errno_status.h"
+#include "common/exit_codes.h"
 #include "common/shm_segment.h"
 #include "common/unique_fd.h"
 #include "common/unix_socket.h"
@@ -27,8 +28,27 @@ namespace {
 // Acquire waits on the ring in slices this long, looking at the control socket in
 // between, so that a dead service is noticed within a slice.
 constexpr absl::Duration kWaitSlice = absl::Milliseconds(100);
-// How long StartEpoch waits for the service's reply.
-constexpr absl::Duration kReplyTimeout = absl::Seconds(60);
+
+// Note [Whose fault a ring error is]
+// The exit code of a ring error tells a scheduler whom to blame (common/exit_codes.h):
+//  - a ring the service refused because the node lacks room for it (/dev/shm, the
+//    service's --max_memory, its connections) or because its name is taken (another
+//    service of the job, another user's segment squatting the name): a configuration
+//    fault, kExitUsage; a dataset with more classes than --num_classes stays bad data;
+//  - a ring whose header or slot breaks its format (a bad magic, an inconsistent slot, a
+//    label outside --num_classes; Note [Slot contents are checked]): the data service
+//    wrote the slot after checking its labels against --num_classes at registration, so
+//    another process changed the memory; a peer is at fault, kExitPeerLost, not the
+//    dataset.
+absl::Status RefusalExitCode(absl::Status refusal, absl::StatusCode service_code) {
+  const bool node_lacks_room = service_code == absl::StatusCode::kResourceExhausted ||
+                               service_code == absl::StatusCode::kAlreadyExists;
+  return node_lacks_room ? WithExitCode(std::move(refusal), kExitUsage) : refusal;
+}
+
+absl::Status CorruptRing(absl::Status status) {
+  return WithExitCode(std::move(status), kExitPeerLost);
+}
 
 absl::StatusOr<UniqueFd> ConnectSocket(const std::string& path, absl::Time deadline) {
   absl::StatusOr<sockaddr_un> address = UnixSocketAddress(path);
@@ -159,6 +179,8 @@ absl::Status CopySlotContents(const RingRequest& request, const ReadableSlot& sl
 struct RingClient::State {
   std::string socket_path;
   RingRequest request;
+  // How long a call waits for the service's reply: Connect's timeout.
+  absl::Duration reply_timeout;
   UniqueFd control;
   SharedMemorySegment segment;
   RingConsumer consumer;
@@ -176,10 +198,11 @@ struct RingClient::State {
   // Once the service is gone or reported a production error, every call returns this.
   absl::Status fatal ABSL_GUARDED_BY(control_mu);
 
-  State(std::string path, const RingRequest& r, UniqueFd fd, SharedMemorySegment seg,
-        RingConsumer c)
+  State(std::string path, const RingRequest& r, absl::Duration timeout, UniqueFd fd,
+        SharedMemorySegment seg, RingConsumer c)
       : socket_path(std::move(path)),
         request(r),
+        reply_timeout(timeout),
         control(std::move(fd)),
         segment(std::move(seg)),
         consumer(std::move(c)),
@@ -204,6 +227,7 @@ struct RingClient::State {
       fatal = absl::Status(status.code(), absl::StrCat("data service (rank ", request.rank,
                                                        "): ", status.message()));
     }
+    fatal = WithExitCode(fatal, ExitCodeOf(status));
     return fatal;
   }
 
@@ -219,9 +243,12 @@ struct RingClient::State {
       absl::StatusOr<ControlMessage> reply =
           ReceiveMessage(control.get(), std::max(deadline - absl::Now(), absl::ZeroDuration()));
       if (absl::IsDeadlineExceeded(reply.status())) {
-        return absl::DeadlineExceededError(absl::StrCat("the data service at ", socket_path,
-                                                        " did not answer within ",
-                                                        absl::FormatDuration(timeout)));
+        // A service that holds its connection open but does not answer is stuck (stopped,
+        // hung): a lost peer.
+        return WithExitCode(absl::DeadlineExceededError(absl::StrCat(
+                                "the data service at ", socket_path, " did not answer within ",
+                                absl::FormatDuration(timeout), " (stopped or hung)")),
+                            kExitPeerLost);
       }
       if (!reply.ok()) return FailLocked(reply.status());
       if (reply->request_id == message.request_id) return *reply;
@@ -263,13 +290,15 @@ absl::StatusOr<std::unique_ptr<RingClient>> RingClient::Connect(const std::strin
     // A refused request is InvalidArgument (whatever the reason: a bad field, no room in
     // /dev/shm, the rank already registered); a refused user stays PermissionDenied, and
     // a dataset with more classes than RingRequest::num_classes stays OutOfRange.
+    // Its exit code: Note [Whose fault a ring error is].
     const absl::Status refusal = StatusFromError(*reply);
     const absl::StatusCode code = absl::IsPermissionDenied(refusal) || absl::IsOutOfRange(refusal)
                                       ? refusal.code()
                                       : absl::StatusCode::kInvalidArgument;
-    return absl::Status(
-        code, absl::StrCat("data service at ", socket_path, " refused the ring request of rank ",
-                           request.rank, ": ", Text(*reply)));
+    return RefusalExitCode(absl::Status(code, absl::StrCat("data service at ", socket_path,
+                                                           " refused the ring request of rank ",
+                                                           request.rank, ": ", Text(*reply))),
+                           refusal.code());
   }
   if (reply->type != static_cast<uint16_t>(MessageType::kRegistered) || reply->request_id != 1) {
     return absl::InternalError(absl::StrCat("data service at ", socket_path,
@@ -289,7 +318,7 @@ absl::StatusOr<std::unique_ptr<RingClient>> RingClient::Connect(const std::strin
                                             " bytes, the service said ", reply->ring_bytes));
   }
   absl::StatusOr<RingConsumer> consumer = RingConsumer::Attach(segment->data(), segment->size());
-  if (!consumer.ok()) return consumer.status();
+  if (!consumer.ok()) return CorruptRing(consumer.status());
   const RingGeometry& geometry = consumer->layout().geometry;
   if (geometry.batch_size != request.batch_size || geometry.image_size != request.image_size ||
       geometry.slot_count != request.slot_count) {
@@ -297,7 +326,7 @@ absl::StatusOr<std::unique_ptr<RingClient>> RingClient::Connect(const std::strin
         absl::StrCat("ring ", segment_name, " does not have the requested geometry"));
   }
   consumer->RequestGpuDecodeShare(request.gpu_decode_share);
-  auto state = std::make_unique<State>(socket_path, request, std::move(*control),
+  auto state = std::make_unique<State>(socket_path, request, timeout, std::move(*control),
                                        std::move(*segment), std::move(*consumer));
   state->dataset_size = reply->samples;
   return std::unique_ptr<RingClient>(new RingClient(std::move(state)));
@@ -319,7 +348,7 @@ absl::StatusOr<EpochInfo> RingClient::StartEpoch(int64_t epoch, uint64_t seed,
   message.epoch = epoch;
   message.seed = seed;
   message.samples = start_sample;
-  absl::StatusOr<ControlMessage> reply = s.Call(message, kReplyTimeout);
+  absl::StatusOr<ControlMessage> reply = s.Call(message, s.reply_timeout);
   if (!reply.ok()) return reply.status();
   if (reply->type == static_cast<uint16_t>(MessageType::kError)) {
     return StatusFromError(*reply);
@@ -353,7 +382,7 @@ absl::StatusOr<BatchView> RingClient::Acquire(absl::Duration timeout) {
       internal::PrivateSlot& copy = s.copies[slot->slot];
       if (absl::Status checked = internal::CopySlotContents(s.request, *slot, copy);
           !checked.ok()) {
-        return s.Fail(checked);
+        return s.Fail(CorruptRing(checked));
       }
       ++s.batches_acquired;
       BatchView view;
@@ -370,6 +399,7 @@ absl::StatusOr<BatchView> RingClient::Acquire(absl::Duration timeout) {
       view.gpu_decode_share = slot->gpu_decode_share;
       return view;
     }
+    if (absl::IsDataLoss(slot.status())) return CorruptRing(slot.status());
     if (!absl::IsDeadlineExceeded(slot.status())) return slot.status();
     // Nothing yet: is the service still there? (EOF, or an asynchronous error report.)
     {

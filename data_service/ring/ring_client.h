@@ -57,7 +57,10 @@ class RingClient {
   // service created for this rank, asking for request.gpu_decode_share in its header
   // before the first batch. Unavailable if the service is not there within
   // `timeout`; InvalidArgument if it refuses the request (the message says why), but
-  // OutOfRange if its dataset has more classes than request.num_classes.
+  // OutOfRange if its dataset has more classes than request.num_classes. A refusal for
+  // lack of room (/dev/shm, --max_memory) or a taken segment name carries kExitUsage; a
+  // ring whose header is not a ring's, kExitPeerLost (Note [Whose fault a ring error is]
+  // in ring_client.cc). Later calls wait up to `timeout` for the service's replies.
   static absl::StatusOr<std::unique_ptr<RingClient>> Connect(const std::string& socket_path,
                                                              const RingRequest& request,
                                                              absl::Duration timeout);
@@ -71,11 +74,14 @@ class RingClient {
   // data_service/dataset/sampler.h; its batch steps count from 0 again). Epochs must be
   // asked for in increasing order; the next one may be asked for before the current one
   // has been consumed, so that its first batches are ready at the boundary.
+  // DeadlineExceeded with kExitPeerLost when the service does not answer within Connect's
+  // timeout.
   absl::StatusOr<EpochInfo> StartEpoch(int64_t epoch, uint64_t seed, int64_t start_sample = 0);
 
   // Waits for the next published batch, in (epoch, step) order. DeadlineExceeded after
   // `timeout`; Unavailable if the service died (its message says so); OutOfRange for a
-  // label outside [0, request.num_classes) (Note [Slot contents are checked]).
+  // label outside [0, request.num_classes) (Note [Slot contents are checked]) and
+  // DataLoss for an inconsistent slot, both with kExitPeerLost.
   absl::StatusOr<BatchView> Acquire(absl::Duration timeout);
 
   // Tells the service that sample `sample_index` of `epoch`, delivered as a deferred JPEG,

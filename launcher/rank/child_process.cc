@@ -496,6 +496,9 @@ absl::Status TerminateAll(absl::Span<ChildProcess* const> children, absl::Durati
   for (ChildProcess* child : running) {
     absl::Status sent = child->SignalGroup(SIGTERM);
     if (!sent.ok()) LogWarning("SIGTERM to %s: %s", child->Describe(), sent.ToString());
+    // A stopped child (SIGSTOP) would hold its SIGTERM until continued and get SIGKILL
+    // after the grace, with no chance to remove what it made: continue it.
+    (void)child->SignalGroup(SIGCONT);
   }
 
   auto wait_for_all = [&running](absl::Time deadline, int wake) -> absl::StatusOr<bool> {

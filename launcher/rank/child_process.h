@@ -160,7 +160,8 @@ absl::StatusOr<WaitResult> WaitForFirstExit(absl::Span<ChildProcess* const> chil
                                             absl::Duration timeout, int wake_fd = -1);
 
 // Ends every child in `children` that still runs, all at once: SIGTERM to each process
-// group, up to `grace` for all of them to exit, then SIGKILL to the groups of those left.
+// group (and SIGCONT, so that a stopped child gets it), up to `grace` for all of them to
+// exit, then SIGKILL to the groups of those left.
 // When `wake_fd` becomes readable during the grace period (a second Ctrl-C), the SIGKILL
 // comes at once. Logs which children needed SIGKILL. DeadlineExceeded, naming them, if some
 // child is not reaped a few seconds after SIGKILL.

@@ -338,6 +338,19 @@ TEST(TerminateAllTest, EndsEveryChildAtOnce) {
   EXPECT_EQ(b->exit_status(), ExitStatus::Signaled(SIGTERM));
 }
 
+TEST(TerminateAllTest, AStoppedChildIsContinuedToHandleItsSigterm) {
+  absl::StatusOr<ChildProcess> child =
+      ChildProcess::Spawn(Shell("trap 'exit 7' TERM; while :; do sleep 0.05; done"));
+  ASSERT_OK(child);
+  absl::SleepFor(absl::Milliseconds(100));  // let the shell install its trap
+  ASSERT_OK(child->SignalGroup(SIGSTOP));
+  std::vector<ChildProcess*> children = {&*child};
+  const absl::Time start = absl::Now();
+  ASSERT_OK(TerminateAll(children, absl::Seconds(10)));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));  // not the grace, then SIGKILL
+  EXPECT_EQ(child->exit_status(), ExitStatus::Exited(7));
+}
+
 TEST(TerminateAllTest, WakeFdCutsTheGracePeriodShort) {
   absl::StatusOr<ChildProcess> child =
       ChildProcess::Spawn(Shell("trap '' TERM; while :; do sleep 0.05; done"));

@@ -479,7 +479,7 @@ TEST(DataServiceBinaryTest, WithTheSandboxTheServiceStillServesAndStopsCleanly) 
   const std::string socket = dir + "/ds.sock";
   const std::string job = absl::StrCat("binsandbox", test_util::UniqueId());
   ServiceProcess service({"--socket=" + socket, "--job_id=" + job, "--threads=2",
-                          "--synthetic_samples=64", "--require_sandbox"});
+                          "--synthetic_samples=64", "--sandbox"});
   RingRequest request;
   request.batch_size = 8;
   request.image_size = 16;

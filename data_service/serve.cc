@@ -72,6 +72,7 @@ class Sandboxing {
                             ": files made, written and removed only under /dev/shm, the "
                             "socket's directory for its socket, nothing executed",
                             *abi >= 6 ? ", signals only within the sandbox" : "");
+      files_confined_ = true;
       return absl::OkStatus();
     }
     files_ = absl::StrCat("no Landlock (", abi.status().message(),
@@ -94,8 +95,10 @@ class Sandboxing {
                            " system calls (no execve, fork, namespaces, sockets, io_uring, "
                            "ptrace, process_vm_*; EPERM)")
             : absl::StrCat("no seccomp filter (", filtered.message(), ")");
-    if (filtered.ok()) {
+    if (filtered.ok() && files_confined_) {
       LogInfo("sandbox on: %s; %s", calls, files_);
+    } else if (filtered.ok()) {
+      LogWarning("sandbox on: %s; %s", calls, files_);
     } else {
       LogWarning("sandbox incomplete: %s; %s", calls, files_);
     }
@@ -110,7 +113,8 @@ class Sandboxing {
   }
 
   const DataServiceOptions& options_;
-  std::string files_;
+  std::string files_;  // what Landlock does, or why it could not
+  bool files_confined_ = false;
 };
 
 }  // namespace

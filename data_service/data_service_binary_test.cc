@@ -497,11 +497,34 @@ TEST(DataServiceBinaryTest, WithTheSandboxTheServiceStillServesAndStopsCleanly) 
   client->reset();
   service.Signal(SIGTERM);
   EXPECT_EQ(service.Wait(absl::Seconds(20)), 0) << service.Log();
-  EXPECT_NE(service.Log().find("sandbox on: execve, execveat, ptrace"), std::string::npos)
+  EXPECT_NE(service.Log().find("sandbox on: seccomp allowlist of "), std::string::npos)
       << service.Log();
   EXPECT_TRUE(SegmentsOfJob(job).empty());
   struct stat st;
   EXPECT_NE(lstat(socket.c_str(), &st), 0) << "the socket was left";
+}
+
+TEST(DataServiceBinaryTest, TheSandboxIsOnByDefaultAndNosandboxTurnsItOff) {
+  ASSERT_FALSE(BinaryPath().empty());
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::CreateShort("stoker-bintest"));
+  for (const bool off : {false, true}) {
+    const std::string job = absl::StrCat("binsbxdefault", off, test_util::UniqueId());
+    std::vector<std::string> flags = {"--socket=" + dir_temp.path() + "/ds.sock", "--job_id=" + job,
+                                      "--threads=1", "--synthetic_samples=8"};
+    if (off) flags.push_back("--nosandbox");
+    ServiceProcess service(flags);
+    RingRequest request;
+    request.batch_size = 4;
+    request.image_size = 16;
+    auto client = RingClient::Connect(dir_temp.path() + "/ds.sock", request, absl::Seconds(60));
+    ASSERT_OK(client) << client.status() << "\n" << service.Log();
+    client->reset();
+    service.Signal(SIGTERM);
+    EXPECT_EQ(service.Wait(absl::Seconds(20)), 0) << service.Log();
+    const std::string expected =
+        off ? "sandbox off (--nosandbox)" : "sandbox on: seccomp allowlist";
+    EXPECT_NE(service.Log().find(expected), std::string::npos) << service.Log();
+  }
 }
 
 // Whether `path` exists within `timeout`.
@@ -547,7 +570,7 @@ TEST(DataServiceBinaryTest, HelpListsEveryFlag) {
   for (const char* flag :
        {"--dataset", "packed", "--bad_files", "--max_bad_fraction", "--max_image_pixels",
         "--eval_resize_ratio", "--threads", "--prefetch", "--max_memory", "--shutdown_timeout_s",
-        "--sandbox", "--gpu_decode_share", "--remove_socket_dir"}) {
+        "--sandbox", "--require_sandbox", "--gpu_decode_share", "--remove_socket_dir"}) {
     EXPECT_NE(service.Log().find(flag), std::string::npos) << flag << "\n" << service.Log();
   }
 }

@@ -75,10 +75,14 @@ ABSL_FLAG(std::string, max_memory, "auto",
           "640 MiB per decode thread + 1 GiB + each ring while mapped (logged at start); none; "
           "or a size (8G, 512MiB). An image that needs more fails as an unusable file; a ring "
           "that does not fit under a size is refused");
-ABSL_FLAG(bool, sandbox, false,
-          "once initialised, refuse the system calls the service never needs (running "
-          "programs, tracing, new sockets, mounts, identity changes...) with a seccomp filter "
-          "and PR_SET_NO_NEW_PRIVS (data_service/sandbox.h)");
+ABSL_FLAG(bool, sandbox, true,
+          "confine the service where the kernel allows (data_service/sandbox.h): a seccomp "
+          "allowlist (no new programs, processes, namespaces, sockets, io_uring or tracing; "
+          "no file opened for writing but new rings) and Landlock (files written only under "
+          "/dev/shm); --nosandbox: off");
+ABSL_FLAG(bool, require_sandbox, false,
+          "fail at start (exit 2) when the kernel lacks seccomp filters or Landlock, instead "
+          "of logging it and running with what is there");
 ABSL_FLAG(double, eval_resize_ratio, 256.0 / 224.0,
           "validation transform: Resize(round(image_size x this)) then CenterCrop(image_size)");
 
@@ -89,13 +93,13 @@ namespace {
 FlagSpec DataServiceFlagSpec() {
   FlagSpec spec = FlagSpecOf("data_service", "data_service/flags.cc");
   spec.sections = {
-      {"Flags",
-       {"socket",           "job_id",           "node_id",           "dataset",
-        "train_dir",        "val_dir",          "synthetic_samples", "synthetic_classes",
-        "data_seed",        "threads",          "prefetch",          "bad_files",
-        "max_bad_fraction", "max_image_pixels", "eval_resize_ratio", "jpeg_decode",
-        "gpu_decode_share", "follow_links",     "scan_timeout_s",    "shutdown_timeout_s",
-        "max_memory",       "sandbox",          "owner_record",      "remove_socket_dir"}}};
+      {"Flags", {"socket",           "job_id",           "node_id",           "dataset",
+                 "train_dir",        "val_dir",          "synthetic_samples", "synthetic_classes",
+                 "data_seed",        "threads",          "prefetch",          "bad_files",
+                 "max_bad_fraction", "max_image_pixels", "eval_resize_ratio", "jpeg_decode",
+                 "gpu_decode_share", "follow_links",     "scan_timeout_s",    "shutdown_timeout_s",
+                 "max_memory",       "sandbox",          "require_sandbox",   "owner_record",
+                 "remove_socket_dir"}}};
   return spec;
 }
 
@@ -130,6 +134,7 @@ absl::StatusOr<DataServiceOptions> OptionsFromFlags() {
       {FLAGS_owner_record, &o.owner_record},
       {FLAGS_remove_socket_dir, &o.remove_socket_dir},
       {FLAGS_sandbox, &o.sandbox},
+      {FLAGS_require_sandbox, &o.require_sandbox},
   }));
   RETURN_IF_ERROR(o.Validate());
   return o;
@@ -154,7 +159,7 @@ std::string DataServiceFlagsHelp() {
       "[--eval_resize_ratio=R] [--jpeg_decode=fast|exact] [--gpu_decode_share=auto|F] "
       "[--follow_links=yes|no] "
       "[--scan_timeout_s=N] [--shutdown_timeout_s=N] [--max_memory=auto|none|SIZE] "
-      "[--sandbox]\n",
+      "[--nosandbox|--require_sandbox]\n",
       FlagsHelp(DataServiceFlagSpec()));
 }
 

@@ -23,7 +23,7 @@ TEST(DataServiceFlagsTest, FlagsBecomeOptions) {
   auto parsed = Parse({"--socket=/tmp/s.sock", "--job_id=j", "--node_id=3", "--threads=4",
                        "--jpeg_decode=exact", "--gpu_decode_share=0.25", "--follow_links=no",
                        "--scan_timeout_s=7", "--bad_files=fail", "--max_memory=none",
-                       "--owner_record=/tmp/o", "--remove_socket_dir", "--sandbox"});
+                       "--owner_record=/tmp/o", "--remove_socket_dir", "--require_sandbox"});
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   const DataServiceOptions& o = parsed->options;
   EXPECT_EQ(o.service.socket_path, "/tmp/s.sock");
@@ -39,6 +39,14 @@ TEST(DataServiceFlagsTest, FlagsBecomeOptions) {
   EXPECT_EQ(o.owner_record, "/tmp/o");
   EXPECT_TRUE(o.remove_socket_dir);
   EXPECT_TRUE(o.sandbox);
+  EXPECT_TRUE(o.require_sandbox);
+}
+
+TEST(DataServiceFlagsTest, NosandboxTurnsTheSandboxOff) {
+  absl::FlagSaver saver;
+  auto parsed = Parse({"--socket=/tmp/s.sock", "--job_id=j", "--nosandbox"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_FALSE(parsed->options.sandbox);
 }
 
 TEST(DataServiceFlagsTest, TheBinaryDefaultsAreKept) {
@@ -52,6 +60,8 @@ TEST(DataServiceFlagsTest, TheBinaryDefaultsAreKept) {
   EXPECT_EQ(o.service.max_memory.kind, MaxMemory::Kind::kAuto);
   EXPECT_TRUE(o.dataset.image_folder.follow_links_outside_root);
   EXPECT_EQ(o.service.shutdown_timeout, absl::Seconds(5));
+  EXPECT_TRUE(o.sandbox);
+  EXPECT_FALSE(o.require_sandbox);
 }
 
 TEST(DataServiceFlagsTest, BadValuesAreRefusedNamingTheFlag) {
@@ -86,7 +96,7 @@ TEST(DataServiceFlagsTest, HelpNamesEveryFlagAndParsesNothingElse) {
   EXPECT_TRUE(parsed->help);
   const std::string help = DataServiceFlagsHelp();
   for (const char* flag : {"--socket", "--gpu_decode_share", "--max_memory", "--sandbox",
-                           "--owner_record", "--remove_socket_dir"}) {
+                           "--require_sandbox", "--owner_record", "--remove_socket_dir"}) {
     EXPECT_NE(help.find(flag), std::string::npos) << flag;
   }
 }

@@ -29,7 +29,10 @@ struct DataServiceOptions {
   // On shutdown, remove the socket's directory when nothing else is left in it (a node's
   // job directory, launcher/rank/job_files.h).
   bool remove_socket_dir = false;
-  bool sandbox = false;  // data_service/sandbox.h, once initialised
+  // data_service/sandbox.h: on where the kernel offers it (--nosandbox: off); with
+  // `require_sandbox`, a kernel without seccomp filters or Landlock fails the start.
+  bool sandbox = true;
+  bool require_sandbox = false;
 
   // InvalidArgument naming the flag at fault: a missing --socket or --job_id, a bad job
   // id, a value out of range, --train_dir/--val_dir without a dataset that reads them.

@@ -10,7 +10,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "common/exit_codes.h"
 #include "common/logging.h"
 #include "common/shm_segment.h"
@@ -53,6 +52,71 @@ absl::Status ServeUntilSignal(DataService& service, const sigset_t& signals) {
   }
 }
 
+// The sandbox's two layers (Note [Sandbox layers] in data_service/sandbox.h), each applied
+// where the kernel allows; what could not be applied is logged once, and with
+// --require_sandbox fails the start (exit 2).
+class Sandboxing {
+ public:
+  explicit Sandboxing(const DataServiceOptions& options) : options_(options) {}
+
+  // Landlock, while this is the process's only thread.
+  absl::Status RestrictFiles() {
+    if (!options_.sandbox) return absl::OkStatus();
+    SandboxPaths paths;
+    paths.socket_path = options_.service.socket_path;
+    paths.owner_record = options_.owner_record;
+    paths.remove_socket_dir = options_.remove_socket_dir;
+    absl::StatusOr<int> abi = data_service::RestrictFiles(paths);
+    if (abi.ok()) {
+      files_ = absl::StrCat("Landlock ABI ", *abi,
+                            ": files made, written and removed only under /dev/shm, the "
+                            "socket's directory for its socket, nothing executed",
+                            *abi >= 6 ? ", signals only within the sandbox" : "");
+      files_confined_ = true;
+      return absl::OkStatus();
+    }
+    files_ = absl::StrCat("no Landlock (", abi.status().message(),
+                          "): new files can be made and files removed anywhere the user can");
+    return Required(abi.status(), "Landlock");
+  }
+
+  // The seccomp allowlist, on every thread, and the log line saying what is on.
+  absl::Status FilterSystemCalls() {
+    if (!options_.sandbox) {
+      LogWarning(
+          "sandbox off (--nosandbox): a decoder bug exploited by a crafted image runs "
+          "with every right of this user");
+      return absl::OkStatus();
+    }
+    const absl::Status filtered = data_service::FilterSystemCalls();
+    const std::string calls =
+        filtered.ok()
+            ? absl::StrCat("seccomp allowlist of ", SandboxAllowedSyscalls().size(),
+                           " system calls (no execve, fork, namespaces, sockets, io_uring, "
+                           "ptrace, process_vm_*; EPERM)")
+            : absl::StrCat("no seccomp filter (", filtered.message(), ")");
+    if (filtered.ok() && files_confined_) {
+      LogInfo("sandbox on: %s; %s", calls, files_);
+    } else if (filtered.ok()) {
+      LogWarning("sandbox on: %s; %s", calls, files_);
+    } else {
+      LogWarning("sandbox incomplete: %s; %s", calls, files_);
+    }
+    return Required(filtered, "seccomp");
+  }
+
+ private:
+  absl::Status Required(const absl::Status& status, const char* layer) const {
+    if (status.ok() || !options_.require_sandbox) return absl::OkStatus();
+    return AsUsageError(absl::FailedPreconditionError(
+        absl::StrCat("--require_sandbox: cannot apply ", layer, ": ", status.message())));
+  }
+
+  const DataServiceOptions& options_;
+  std::string files_;  // what Landlock does, or why it could not
+  bool files_confined_ = false;
+};
+
 }  // namespace
 
 ServeOutcome ServeUntilStopped(const DataServiceOptions& options) {
@@ -73,6 +137,12 @@ ServeOutcome ServeUntilStopped(const DataServiceOptions& options) {
     return outcome;
   }
 
+  Sandboxing sandboxing(options);
+  if (absl::Status restricted = sandboxing.RestrictFiles(); !restricted.ok()) {
+    outcome.status = restricted;
+    return outcome;
+  }
+
   absl::StatusOr<Datasets> datasets = OpenDatasets(options.dataset);
   if (!datasets.ok()) {
     const bool usage =
@@ -88,13 +158,10 @@ ServeOutcome ServeUntilStopped(const DataServiceOptions& options) {
     return outcome;
   }
 
-  if (options.sandbox) {
-    if (absl::Status sandboxed = InstallSandbox(); !sandboxed.ok()) {
-      (void)(*service)->Shutdown();
-      outcome.status = sandboxed;
-      return outcome;
-    }
-    LogInfo("sandbox on: %s refused (EPERM)", absl::StrJoin(SandboxRefusedSyscalls(), ", "));
+  if (absl::Status filtered = sandboxing.FilterSystemCalls(); !filtered.ok()) {
+    (void)(*service)->Shutdown();
+    outcome.status = filtered;
+    return outcome;
   }
 
   outcome.status = ServeUntilSignal(**service, signals);

@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/flags.h"
+#include "data_service/sandbox.h"
 #include "launcher/launch_command.h"
 #include "launcher/rank/program_paths.h"
 
@@ -44,6 +45,10 @@ namespace {
 //              [Pinning and the locked-memory limit] in trainer/input/cuda_batch_feeder.cc). OK
 //              when unlimited or when the process has CAP_IPC_LOCK (root); otherwise WARN
 //              (jobs within one node do not need it).
+// sandbox      the data service's sandbox (data_service/sandbox.h), on by default. OK with
+//              seccomp filters and Landlock; WARN with seccomp alone (new files can be made
+//              and files removed anywhere the user can) or neither (the service runs
+//              unconfined; with --require_sandbox it refuses to start).
 
 // The NVIDIA driver API, by hand: the launcher does not link CUDA.
 using CuInit = int (*)(unsigned int);
@@ -346,6 +351,37 @@ Check MemlockCheck(const MachineFacts& facts) {
   return check;
 }
 
+Check SandboxCheck(const MachineFacts& facts) {
+  Check check{"sandbox"};
+  const std::string landlock = facts.landlock_abi > 0
+                                   ? absl::StrCat("Landlock ABI ", facts.landlock_abi)
+                                   : absl::StrCat("no Landlock (", facts.landlock_missing, ")");
+  const std::string landlock_fix =
+      "enable Landlock: Linux 5.13 or later with CONFIG_SECURITY_LANDLOCK, and landlock in "
+      "the kernel's lsm= boot parameter (or CONFIG_LSM)";
+  if (!facts.seccomp) {
+    check.verdict = Verdict::kWarn;
+    check.finding = absl::StrCat("no seccomp filters (", facts.seccomp_missing, "), ", landlock,
+                                 ": the data service runs unconfined; a decoder bug exploited "
+                                 "by a crafted image has every right of the user");
+    check.fix = absl::StrCat("use a kernel with CONFIG_SECCOMP_FILTER",
+                             facts.landlock_abi > 0 ? "" : absl::StrCat("; ", landlock_fix));
+    return check;
+  }
+  if (facts.landlock_abi == 0) {
+    check.verdict = Verdict::kWarn;
+    check.finding = absl::StrCat(
+        "seccomp filters, ", landlock,
+        ": the data service's system calls are confined, but it can still make new files "
+        "and remove files anywhere the user can");
+    check.fix = landlock_fix;
+    return check;
+  }
+  check.finding = absl::StrCat("seccomp filters and ", landlock,
+                               ": the data service's system calls and file writes are confined");
+  return check;
+}
+
 }  // namespace
 
 namespace {
@@ -439,6 +475,11 @@ MachineFacts GatherFacts(const DoctorOptions& options) {
   ProbeMpi(facts, options);
   ProbeSharedMemory(facts);
   ProbeMemlock(facts);
+  const data_service::SandboxSupport sandbox = data_service::ProbeSandboxSupport();
+  facts.seccomp = sandbox.seccomp;
+  facts.seccomp_missing = sandbox.seccomp_missing;
+  facts.landlock_abi = sandbox.landlock_abi;
+  facts.landlock_missing = sandbox.landlock_missing;
   return facts;
 }
 
@@ -453,6 +494,7 @@ std::vector<Check> Evaluate(const MachineFacts& facts, const DoctorOptions& opti
       MpiCheck(facts),
       SharedMemoryCheck(facts, options, ranks),
       MemlockCheck(facts),
+      SandboxCheck(facts),
   };
 }
 

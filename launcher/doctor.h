@@ -1,5 +1,6 @@
 // `launcher doctor`: checks the machine for what a Stoker job needs (GPUs and driver, cuDNN,
-// NCCL, MPI, /dev/shm for the rings, the locked-memory limit for pinning them), each with a
+// NCCL, MPI, /dev/shm for the rings, the locked-memory limit for pinning them, the kernel's
+// support for the data service's sandbox), each with a
 // verdict and a fix. Facts are gathered at run time without linking CUDA (dlopen), and judged
 // by a pure function, so that every verdict is testable on any machine.
 #ifndef STOKER_LAUNCHER_DOCTOR_H_
@@ -75,6 +76,11 @@ struct MachineFacts {
   bool memlock_unlimited = false;
   uint64_t memlock_bytes = 0;  // the soft limit
   bool has_ipc_lock = false;
+  // The data service's sandbox (data_service/sandbox.h): seccomp filters, Landlock.
+  bool seccomp = false;
+  std::string seccomp_missing;   // why not
+  int landlock_abi = 0;          // 0: none
+  std::string landlock_missing;  // why not
 };
 
 // Looks at this machine. Never fails: what it cannot find is a fact too.
@@ -84,7 +90,8 @@ enum class Verdict { kOk, kWarn, kFail };
 
 // One line of the report. Plain data.
 struct Check {
-  std::string name;  // "GPUs", "CUDA driver", "cuDNN", "NCCL", "MPI", "/dev/shm", "memlock"
+  std::string name;  // "GPUs", "CUDA driver", "cuDNN", "NCCL", "MPI", "/dev/shm", "memlock",
+                     // "sandbox"
   Verdict verdict = Verdict::kOk;
   std::string finding;  // what was found
   std::string fix;      // what to do about it; empty when there is nothing to do

@@ -19,6 +19,7 @@
 #include "common/testing/python_runner.h"
 #include "common/testing/status_matchers.h"
 #include "common/testing/temp_dir.h"
+#include "data_service/sandbox.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/doctor.h"
@@ -166,6 +167,19 @@ TEST(DoctorCommandTest, MemlockVerdictMatchesThisMachine) {
   } else {
     EXPECT_THAT(memlock.line, StartsWith("[WARN] memlock: "));
     EXPECT_THAT(memlock.fix, HasSubstr("ulimit -l"));
+  }
+}
+
+TEST(DoctorCommandTest, SandboxVerdictMatchesThisMachine) {
+  const data_service::SandboxSupport support = data_service::ProbeSandboxSupport();
+  const DoctorRun run = RunDoctor({"--np=1"});
+  const ReportLine sandbox = Line(run.stdout_text, "sandbox");
+  if (support.seccomp && support.landlock_abi > 0) {
+    EXPECT_THAT(sandbox.line,
+                StartsWith(absl::StrCat("[OK]   sandbox: seccomp filters and Landlock ABI ",
+                                        support.landlock_abi)));
+  } else {
+    EXPECT_THAT(sandbox.line, StartsWith("[WARN] sandbox: "));
   }
 }
 

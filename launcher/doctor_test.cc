@@ -29,6 +29,8 @@ MachineFacts GoodGpuNode() {
   facts.shm_total_bytes = 64 * kGiB;
   facts.shm_available_bytes = 64 * kGiB;
   facts.memlock_unlimited = true;
+  facts.seccomp = true;
+  facts.landlock_abi = 7;
   return facts;
 }
 
@@ -43,7 +45,7 @@ Check Find(const std::vector<Check>& checks, const std::string& name) {
 
 TEST(DoctorTest, AGoodGpuNodeIsAllOk) {
   const std::vector<Check> checks = Evaluate(GoodGpuNode(), DoctorOptions{});
-  ASSERT_EQ(checks.size(), 7u);
+  ASSERT_EQ(checks.size(), 8u);
   for (const Check& check : checks) {
     EXPECT_EQ(check.verdict, Verdict::kOk) << check.name << ": " << check.finding;
     EXPECT_TRUE(check.fix.empty()) << check.name;
@@ -165,6 +167,26 @@ TEST(DoctorTest, ALowMemlockLimitIsAWarningAboutInfinibandUnlessCapIpcLock) {
   EXPECT_EQ(Find(Evaluate(facts, options), "memlock").verdict, Verdict::kOk);
 }
 
+TEST(DoctorTest, TheSandboxWarnsWithoutLandlockOrSeccomp) {
+  MachineFacts facts = GoodGpuNode();
+  EXPECT_THAT(Find(Evaluate(facts, DoctorOptions{}), "sandbox").finding,
+              HasSubstr("seccomp filters and Landlock ABI 7"));
+  facts.landlock_abi = 0;
+  facts.landlock_missing = "built into the kernel but not enabled";
+  Check sandbox = Find(Evaluate(facts, DoctorOptions{}), "sandbox");
+  EXPECT_EQ(sandbox.verdict, Verdict::kWarn);
+  EXPECT_THAT(sandbox.finding, HasSubstr("no Landlock (built into the kernel but not enabled)"));
+  EXPECT_THAT(sandbox.finding, HasSubstr("can still make new files"));
+  EXPECT_THAT(sandbox.fix, HasSubstr("lsm="));
+  facts.seccomp = false;
+  facts.seccomp_missing = "no CONFIG_SECCOMP";
+  sandbox = Find(Evaluate(facts, DoctorOptions{}), "sandbox");
+  EXPECT_EQ(sandbox.verdict, Verdict::kWarn);
+  EXPECT_THAT(sandbox.finding, HasSubstr("runs unconfined"));
+  EXPECT_THAT(sandbox.fix, HasSubstr("CONFIG_SECCOMP_FILTER"));
+  EXPECT_EQ(DoctorExitCode(Evaluate(facts, DoctorOptions{})), 0);
+}
+
 TEST(DoctorTest, ReportShowsVerdictsFixesAndASummary) {
   MachineFacts facts = GoodGpuNode();
   facts.driver_cuda_version = 12000;
@@ -173,7 +195,7 @@ TEST(DoctorTest, ReportShowsVerdictsFixesAndASummary) {
   EXPECT_THAT(report, HasSubstr("[FAIL] CUDA driver: "));
   EXPECT_THAT(report, HasSubstr("\n       fix: upgrade the NVIDIA driver"));
   EXPECT_THAT(report, HasSubstr("[OK]   GPUs: 8 GPU(s) visible"));
-  EXPECT_THAT(report, HasSubstr("1 FAIL, 0 WARN, 6 OK\n"));
+  EXPECT_THAT(report, HasSubstr("1 FAIL, 0 WARN, 7 OK\n"));
 }
 
 TEST(DoctorArgsTest, ParsesTheJobsShape) {

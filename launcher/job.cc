@@ -113,6 +113,16 @@ int DataServiceFailureCode(const ExitStatus& status) {
   return kExitPeerLost;
 }
 
+// The data service's exit `status` in words. SIGSYS is its sandbox's kill
+// (data_service/sandbox.h), after a line in its log naming the system call.
+std::string DataServiceEnd(const ExitStatus& status) {
+  std::string text = status.ToString();
+  if (status.signaled() && status.signal() == SIGSYS) {
+    absl::StrAppend(&text, ", killed by its sandbox (its log names the system call)");
+  }
+  return text;
+}
+
 JobResult Failure(absl::Status status, int exit_code) {
   return JobResult{std::move(status), exit_code == 0 ? 1 : exit_code};
 }
@@ -245,10 +255,11 @@ JobResult JobRun::AwaitDataService() {
     if (!waited.ok()) return Failure(waited.status(), 1);
     switch (waited->event) {
       case WaitResult::Event::kExited:
-        return Failure(absl::UnavailableError(absl::StrCat(
-                           data_service->Describe(), " ", data_service->exit_status()->ToString(),
-                           " before it accepted connections on ", plan_.socket_path)),
-                       DataServiceFailureCode(*data_service->exit_status()));
+        return Failure(
+            absl::UnavailableError(absl::StrCat(
+                data_service->Describe(), " ", DataServiceEnd(*data_service->exit_status()),
+                " before it accepted connections on ", plan_.socket_path)),
+            DataServiceFailureCode(*data_service->exit_status()));
       case WaitResult::Event::kWoken:
         return Interrupted(*signals_.Take());
       case WaitResult::Event::kTimedOut:
@@ -261,10 +272,10 @@ JobResult JobRun::AfterDataServiceExited() {
   const ExitStatus status = *data_service_->exit_status();
   const int code = DataServiceFailureCode(status);
   LogError("%s (exit %d): %s %s while the trainers were running; stopping %s", ExitCause(code),
-           code, data_service_->Describe(), status.ToString(), mpirun_->Describe());
+           code, data_service_->Describe(), DataServiceEnd(status), mpirun_->Describe());
   StopAll();
   return Failure(
-      absl::UnavailableError(absl::StrCat(data_service_->Describe(), " ", status.ToString(),
+      absl::UnavailableError(absl::StrCat(data_service_->Describe(), " ", DataServiceEnd(status),
                                           " while the trainers were running")),
       code);
 }

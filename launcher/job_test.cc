@@ -239,6 +239,15 @@ TEST_F(JobTest, DataServiceKilledBySignalReportsTheSignal) {
               HasSubstr("killed by signal 11 (SIGSEGV) while the trainers were running"));
 }
 
+TEST_F(JobTest, DataServiceKilledByItsSandboxSaysSo) {
+  KeepTheRanksTraining();
+  JobResult result = RunWithDataService(absl::StrCat("crash_after_ready:300:", SIGSYS));
+  EXPECT_EQ(result.exit_code, kExitPeerLost);
+  EXPECT_THAT(std::string(result.status.message()),
+              HasSubstr("killed by signal 31, killed by its sandbox (its log names the "
+                        "system call) while the trainers were running"));
+}
+
 TEST_F(JobTest, FailingTrainerReturnsMpirunsCodeAndStopsTheDataService) {
   SetEnv("STOKER_FAKE_TRAINER_EXIT", "3");
   SetEnv("STOKER_FAKE_TRAINER_FAILING_RANK", "1");

@@ -6,7 +6,7 @@
 //   exit_before_ready:CODE   exit CODE without ever listening
 //   never_ready              never listen; exit 0 on SIGTERM
 //   exit_after_ready:CODE:MS listen, then exit CODE after MS ms without cleaning up
-//   crash_after_ready:MS     listen, then die of SIGSEGV after MS ms
+//   crash_after_ready:MS[:SIGNAL]  listen, then die of SIGNAL (default SIGSEGV) after MS ms
 //   leak_on_term             on SIGTERM exit 0 but leave the socket and segment behind
 //   ignore_term              ignore SIGTERM (the launcher must SIGKILL it)
 //   fail_on_term:CODE        on SIGTERM clean up but exit CODE
@@ -132,8 +132,9 @@ int main(int argc, char** argv) {
     pollfd fds[2] = {{term_fd, POLLIN, 0}, {listen_fd, POLLIN, 0}};
     const int ready = poll(fds, listen_fd >= 0 ? 2 : 1, timeout_ms);
     if (ready == 0 && mode[0] == "crash_after_ready") {
-      signal(SIGSEGV, SIG_DFL);
-      raise(SIGSEGV);
+      const int fatal = mode.size() > 2 ? IntField(mode, 2) : SIGSEGV;
+      signal(fatal, SIG_DFL);
+      raise(fatal);
     }
     if (ready == 0) return IntField(mode, 1);  // exit_after_ready: no cleanup, as a crash
     if (ready < 0) continue;

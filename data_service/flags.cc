@@ -1,14 +1,19 @@
 #include "data_service/flags.h"
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/decode_share.h"
 #include "common/flags.h"
 #include "common/status_macros.h"
+#include "common/trace_events.h"
 #include "data_service/dataset/bad_samples.h"
 #include "data_service/image/decode.h"
 #include "data_service/memory_limit.h"
@@ -78,6 +83,14 @@ ABSL_FLAG(bool, sandbox, false,
           "once initialised, refuse the system calls the service never needs (running "
           "programs, tracing, new sockets, mounts, identity changes...) with a seccomp filter "
           "and PR_SET_NO_NEW_PRIVS (data_service/sandbox.h)");
+ABSL_FLAG(std::string, trace, "",
+          "If set, a directory: the service writes a Chrome trace of each training ring's batches "
+          "--trace_steps (data_service.node<N>.json: every sample on its decode thread with its "
+          "file, bytes, read, decode and resize time; each ring slot filled and each wait for a "
+          "free one). The trainer passes it with its own --trace.");
+ABSL_FLAG(std::string, trace_steps, "",
+          "With --trace: the batches A:B (0-based, B excluded) of each training ring to trace, "
+          "with the ring's slot count of batches before them (decoded ahead); empty: 0:30.");
 ABSL_FLAG(double, eval_resize_ratio, 256.0 / 224.0,
           "validation transform: Resize(round(image_size x this)) then CenterCrop(image_size)");
 
@@ -96,8 +109,24 @@ FlagSpec DataServiceFlagSpec() {
         "data_seed",        "threads",          "prefetch",          "bad_files",
         "max_bad_fraction", "max_image_pixels", "eval_resize_ratio", "jpeg_decode",
         "gpu_decode_share", "follow_links",     "scan_timeout_s",    "shutdown_timeout_s",
-        "max_memory",       "sandbox",          "owner_record",      "remove_socket_dir"}}};
+        "max_memory",       "sandbox",          "owner_record",      "remove_socket_dir",
+        "trace",            "trace_steps"}}};
   return spec;
+}
+
+// Note [Injected decode delay] in data_service/service.h.
+absl::StatusOr<absl::Duration> InjectedDecodeDelay(int32_t node_id) {
+  const char* value = std::getenv("STOKER_TEST_SLOW_DECODE");
+  if (value == nullptr) return absl::ZeroDuration();
+  std::vector<std::string> parts = absl::StrSplit(value, ':');
+  int32_t node = 0;
+  int ms = 0;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &node) || !absl::SimpleAtoi(parts[1], &ms) ||
+      ms < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("STOKER_TEST_SLOW_DECODE=", value, ": must be NODE:MS (tests only)"));
+  }
+  return node == node_id ? absl::Milliseconds(ms) : absl::ZeroDuration();
 }
 
 }  // namespace
@@ -130,6 +159,12 @@ absl::StatusOr<DataServiceOptions> OptionsFromFlags() {
   service.bad_samples.max_fraction = absl::GetFlag(FLAGS_max_bad_fraction);
   service.shutdown_timeout = absl::Seconds(absl::GetFlag(FLAGS_shutdown_timeout_s));
   ASSIGN_OR_RETURN(service.max_memory, ParseMaxMemory(absl::GetFlag(FLAGS_max_memory)));
+
+  service.trace_dir = absl::GetFlag(FLAGS_trace);
+  if (!absl::GetFlag(FLAGS_trace_steps).empty()) {
+    ASSIGN_OR_RETURN(service.trace_batches, ParseTraceSteps(absl::GetFlag(FLAGS_trace_steps)));
+  }
+  ASSIGN_OR_RETURN(service.injected_decode_delay, InjectedDecodeDelay(service.node_id));
 
   o.owner_record = absl::GetFlag(FLAGS_owner_record);
   o.remove_socket_dir = absl::GetFlag(FLAGS_remove_socket_dir);

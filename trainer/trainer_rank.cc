@@ -94,6 +94,7 @@ absl::StatusOr<int> RunTrainerRank(int* argc, char*** argv, TrainerOptions optio
     absl::StatusOr<bool> use_cuda = BindRankToGpu(options.device.device, rank);
     RunContext context;
     context.rank = rank;
+    context.world = (*session)->world();
     context.job_id = node_data_service != nullptr
                          ? node_data_service->job_id()
                          : launcher::JobIdOfSocketPath(options.input.data_socket);

@@ -1,6 +1,7 @@
 #include "common/trace_events.h"
 
 #include <time.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -18,6 +19,19 @@ int64_t TraceNowMicros() {
   struct timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
   return static_cast<int64_t>(now.tv_sec) * 1000000 + now.tv_nsec / 1000;
+}
+
+std::string TraceHostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "?";
+  return name;
+}
+
+uint64_t RingBatchFlowId(int rank, int64_t epoch, int64_t step) {
+  const uint64_t r = static_cast<uint64_t>(rank) & ((uint64_t{1} << 19) - 1);
+  const uint64_t e = static_cast<uint64_t>(epoch) & ((uint64_t{1} << 13) - 1);
+  const uint64_t s = static_cast<uint64_t>(step) & ((uint64_t{1} << 20) - 1);
+  return (((r << 13) | e) << 20) | s;
 }
 
 absl::StatusOr<TraceSteps> ParseTraceSteps(absl::string_view text) {
@@ -176,6 +190,10 @@ void TraceRecorder::Counter(absl::string_view name, int64_t ts_us, double value)
 
 absl::Status TraceRecorder::Finish() {
   Pause();
+  return Write();
+}
+
+absl::Status TraceRecorder::Write() {
   std::string text = "{\"traceEvents\":[\n";
   absl::MutexLock lock(&mu_);
   std::vector<std::string> lines;

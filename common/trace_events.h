@@ -34,6 +34,15 @@ namespace stoker {
 // Microseconds on CLOCK_MONOTONIC.
 int64_t TraceNowMicros();
 
+// This machine's host name, as the traces name processes by it.
+std::string TraceHostName();
+
+// The id of the flow from the data service that publishes batch (epoch, step) of rank
+// `rank`'s ring to the rank that takes it: the same on both sides, unique in a job while
+// rank < 2^19, epoch < 2^13 and step < 2^20, and below 2^52 (trace viewers read ids as
+// doubles). Other flows use ids from 2^52 on.
+uint64_t RingBatchFlowId(int rank, int64_t epoch, int64_t step);
+
 // The steps a run traces: [first, end), 0-based optimizer steps of the run.
 struct TraceSteps {
   int64_t first = 0;
@@ -92,8 +101,10 @@ class TraceRecorder {
   void Start();
   // Stops recording; the events stay until Finish.
   void Pause();
-  // Stops recording and writes the file (atomically) with the events so far and the
-  // metadata; later calls write it again with what was added since.
+  // Writes the file (atomically) with the events so far and the metadata, and goes on
+  // recording; later calls write it again with what was added since.
+  absl::Status Write();
+  // Stops recording, then Write().
   absl::Status Finish();
 
   // The name of thread `tid` in the view.

@@ -109,6 +109,27 @@ TEST(TraceRecorderTest, RecordsFromManyThreads) {
   ASSERT_THAT(trace.Finish(), IsOk());
 }
 
+TEST(RingBatchFlowIdTest, IsUniquePerBatchAndBelowTwoToThe52) {
+  EXPECT_NE(RingBatchFlowId(1, 0, 5), RingBatchFlowId(2, 0, 5));
+  EXPECT_NE(RingBatchFlowId(1, 0, 5), RingBatchFlowId(1, 1, 5));
+  EXPECT_NE(RingBatchFlowId(1, 0, 5), RingBatchFlowId(1, 0, 6));
+  EXPECT_LT(RingBatchFlowId((1 << 19) - 1, 8191, (1 << 20) - 1), uint64_t{1} << 52);
+}
+
+TEST(TraceRecorderTest, WriteKeepsRecording) {
+  ASSERT_OK_AND_ASSIGN(testing::TempDir dir, testing::TempDir::Create("trace"));
+  TraceRecorder trace(dir.path() + "/t.json", 0, "p");
+  trace.Start();
+  trace.Instant(0, "a", "x", 1);
+  ASSERT_THAT(trace.Write(), IsOk());
+  EXPECT_TRUE(trace.recording());
+  trace.Instant(0, "b", "x", 2);
+  ASSERT_THAT(trace.Finish(), IsOk());
+  EXPECT_FALSE(trace.recording());
+  ASSERT_OK_AND_ASSIGN(std::string text, ReadWholeFile(dir.path() + "/t.json"));
+  EXPECT_EQ(nlohmann::json::parse(text)["traceEvents"].size(), 2u + 2u);
+}
+
 TEST(TraceNowMicrosTest, IsMonotonic) {
   const int64_t a = TraceNowMicros();
   const int64_t b = TraceNowMicros();

@@ -116,9 +116,9 @@ struct BatchProducer::InFlightBatch {
   bool spec_ok = false;
   std::atomic<int32_t> remaining{0};
   absl::Notification done;
-  bool traced = false;      // recorded in the trace (BatchProducerOptions::trace)
-  int64_t ordinal = 0;      // of the ring's batches, in production order
-  int64_t started_us = 0;   // TraceNowMicros() when its samples were submitted
+  bool traced = false;     // recorded in the trace (BatchProducerOptions::trace)
+  int64_t ordinal = 0;     // of the ring's batches, in production order
+  int64_t started_us = 0;  // TraceNowMicros() when its samples were submitted
   absl::Mutex mu;
   // The error of the lowest failing sample position, so the report does not depend on
   // thread timing.
@@ -450,15 +450,15 @@ void BatchProducer::ProductionLoop() {
         const int64_t published = batch->traced ? TraceNowMicros() : 0;
         // Batches in flight overlap: each slot is a track of its own.
         const int slot_thread = trace_thread_ + 1 + batch->slot.slot;
-        if (batch->traced) {
+        if (batch->traced && batch->ordinal >= trace_batches_.first) {
           trace_->FlowStart(slot_thread, "batch",
                             RingBatchFlowId(request_.rank, batch->epoch, batch->step), published);
         }
         status = producer_.Publish(batch->slot, batch->epoch, batch->step, batch->count,
                                    batch->gpu_decode_share);
         if (batch->traced) {
-          trace_->Complete(slot_thread, absl::StrCat("slot filled: step ", batch->step),
-                           "ring", batch->started_us, TraceNowMicros(),
+          trace_->Complete(slot_thread, absl::StrCat("slot filled: step ", batch->step), "ring",
+                           batch->started_us, TraceNowMicros(),
                            TraceArgs()
                                .Add("rank", request_.rank)
                                .Add("epoch", batch->epoch)

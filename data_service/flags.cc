@@ -102,15 +102,33 @@ FlagSpec DataServiceFlagSpec() {
   FlagSpec spec;
   spec.program = "data_service";
   spec.files = {"data_service/flags.cc"};
-  spec.sections = {
-      {"Flags",
-       {"socket",           "job_id",           "node_id",           "dataset",
-        "train_dir",        "val_dir",          "synthetic_samples", "synthetic_classes",
-        "data_seed",        "threads",          "prefetch",          "bad_files",
-        "max_bad_fraction", "max_image_pixels", "eval_resize_ratio", "jpeg_decode",
-        "gpu_decode_share", "follow_links",     "scan_timeout_s",    "shutdown_timeout_s",
-        "max_memory",       "sandbox",          "owner_record",      "remove_socket_dir",
-        "trace",            "trace_steps"}}};
+  spec.sections = {{"Flags",
+                    {"socket",
+                     "job_id",
+                     "node_id",
+                     "dataset",
+                     "train_dir",
+                     "val_dir",
+                     "synthetic_samples",
+                     "synthetic_classes",
+                     "data_seed",
+                     "threads",
+                     "prefetch",
+                     "bad_files",
+                     "max_bad_fraction",
+                     "max_image_pixels",
+                     "eval_resize_ratio",
+                     "jpeg_decode",
+                     "gpu_decode_share",
+                     "follow_links",
+                     "scan_timeout_s",
+                     "shutdown_timeout_s",
+                     "max_memory",
+                     "sandbox",
+                     "owner_record",
+                     "remove_socket_dir",
+                     "trace",
+                     "trace_steps"}}};
   return spec;
 }
 

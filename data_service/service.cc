@@ -182,14 +182,13 @@ DataService::DataService(const ServiceOptions& options, Datasets datasets, Uniqu
                            ? nullptr
                            : std::make_unique<BadSampleTracker>(
                                  options.bad_samples, datasets_.val->size(), bad_counters_)),
-      trace_(options.trace_dir.empty()
-                 ? nullptr
-                 : std::make_unique<TraceRecorder>(
-                       absl::StrCat(options.trace_dir, "/data_service.node", options.node_id,
-                                    ".json"),
-                       kDataServiceTracePidBase + options.node_id,
-                       absl::StrCat("data service of node ", options.node_id, " on ",
-                                    TraceHostName()))),
+      trace_(options.trace_dir.empty() ? nullptr
+                                       : std::make_unique<TraceRecorder>(
+                                             absl::StrCat(options.trace_dir, "/data_service.node",
+                                                          options.node_id, ".json"),
+                                             kDataServiceTracePidBase + options.node_id,
+                                             absl::StrCat("data service of node ", options.node_id,
+                                                          " on ", TraceHostName()))),
       pool_(std::make_unique<WorkerPool>(options.threads > 0 ? options.threads
                                                              : WorkerPool::DefaultThreadCount(1))),
       accept_thread_([this] { AcceptLoop(); }) {

@@ -71,9 +71,10 @@ ABSL_FLAG(std::string, trace, "",
           "writes a Chrome trace of the traced steps there (the trainers' --trace), rank 0 gives "
           "each traced step's verdict, and at the job's end the launcher merges them into "
           "DIR/job_trace.json on one clock (as `launcher trace merge DIR` does).");
-ABSL_FLAG(std::string, trace_steps, "",
-          "With --trace: the trainers' --trace_steps=A:B, the optimizer steps traced (empty: the 10 "
-          "after the warm-up).");
+ABSL_FLAG(
+    std::string, trace_steps, "",
+    "With --trace: the trainers' --trace_steps=A:B, the optimizer steps traced (empty: the 10 "
+    "after the warm-up).");
 
 namespace stoker::launcher {
 namespace {

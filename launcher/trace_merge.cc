@@ -64,9 +64,9 @@ absl::StatusOr<std::vector<std::string>> TraceFiles(const std::string& dir,
   }
   std::sort(files.begin(), files.end());
   if (files.empty()) {
-    return absl::NotFoundError(absl::StrCat(
-        "trace merge: no rank*.json or data_service.node*.json in ", dir,
-        " (was the job run with --trace=", dir, "?)"));
+    return absl::NotFoundError(
+        absl::StrCat("trace merge: no rank*.json or data_service.node*.json in ", dir,
+                     " (was the job run with --trace=", dir, "?)"));
   }
   return files;
 }
@@ -178,9 +178,27 @@ absl::StatusOr<TraceMergeSummary> MergeTrace(const std::string& dir, const std::
     processes.push_back(std::move(process));
   }
   if (origin == std::numeric_limits<int64_t>::max()) origin = 0;
+  // A flow needs both ends: one whose other end fell outside the other process's window
+  // (a batch decoded ahead of the window, a synthetic batch) is left out.
+  std::map<std::pair<std::string, uint64_t>, int> flow_ends;
+  auto flow_key = [](const Json& event) {
+    return std::make_pair(event.value("name", ""), event.value("id", uint64_t{0}));
+  };
+  for (const TraceFile& file : files) {
+    for (const Json& event : file.json["traceEvents"]) {
+      const std::string ph = event.value("ph", "");
+      if (ph == "s") flow_ends[flow_key(event)] |= 1;
+      if (ph == "f") flow_ends[flow_key(event)] |= 2;
+    }
+  }
   Json events = Json::array();
   for (TraceFile& file : files) {
     for (Json& event : file.json["traceEvents"]) {
+      const std::string ph = event.value("ph", "");
+      if ((ph == "s" || ph == "f") && flow_ends[flow_key(event)] != 3) {
+        ++summary.unpaired_flows;
+        continue;
+      }
       if (event.contains("ts")) event["ts"] = event["ts"].get<int64_t>() - origin;
       events.push_back(std::move(event));
     }
@@ -232,10 +250,11 @@ int RunTraceCommand(const std::vector<std::string>& args) {
     LogError("%s", merged.status().message());
     return kExitFailure;
   }
-  LogInfo("merged %d rank(s) and %d data service(s), %d events, into %s (clock error at most %d "
-          "us)",
-          merged->ranks, merged->data_services, merged->events, merged->path,
-          merged->max_clock_error_us);
+  LogInfo(
+      "merged %d rank(s) and %d data service(s), %d events, into %s (clock error at most %d "
+      "us)",
+      merged->ranks, merged->data_services, merged->events, merged->path,
+      merged->max_clock_error_us);
   for (const std::string& line : merged->data_service_lines) LogInfo("data service %s", line);
   return kExitOk;
 }

@@ -19,10 +19,11 @@ inline constexpr char kMergedTraceName[] = "job_trace.json";
 
 // What one merge did.
 struct TraceMergeSummary {
-  std::string path;        // the merged file
-  int ranks = 0;           // rank files merged
-  int data_services = 0;   // data-service files merged
-  int64_t events = 0;      // events written (metadata included)
+  std::string path;                // the merged file
+  int ranks = 0;                   // rank files merged
+  int data_services = 0;           // data-service files merged
+  int64_t events = 0;              // events written (metadata included)
+  int64_t unpaired_flows = 0;      // flow ends left out: their other end is outside the trace
   int64_t max_clock_error_us = 0;  // the largest residual error of any process's offset
   // One line per data service: its samples in the window and their mean read, decode and
   // resize times, e.g. "node 1 (data service of node 1 on gpu07): 480 samples, mean 4.1 ms
@@ -33,7 +34,8 @@ struct TraceMergeSummary {
 // Merges DIR/rank*.json and DIR/data_service.node*.json into DIR/job_trace.json (or `out`
 // when not empty). A rank's offset against rank 0 is interpolated between its measurement
 // at the window's start and at its end; a data service takes the offset of its node's rank
-// with the smallest error. Times are then counted from the job's first event. NotFound
+// with the smallest error. Times are then counted from the job's first event; a flow end
+// whose other end no file holds is left out. NotFound
 // when DIR holds no trace; InvalidArgument naming a file that is not a Stoker trace.
 absl::StatusOr<TraceMergeSummary> MergeTrace(const std::string& dir, const std::string& out = "");
 

@@ -49,6 +49,7 @@ TEST(TraceMergeTest, PutsRanksAndDataServicesOnRankZerosClock) {
     service.Start();
     service.Complete(100, "sample", "decode", 1900 - 500, 1950 - 500,
                      TraceArgs().Add("bytes", 2000).Add("decode_ms", 0.04).Add("read_ms", 0.01));
+    service.FlowStart(100, "batch", 5, 1940 - 500);  // its batch was taken by no traced step
     service.SetMetadata("kind", "\"data_service\"");
     service.SetMetadata("node", "1");
     service.SetMetadata("decode_threads", "2");
@@ -58,6 +59,7 @@ TEST(TraceMergeTest, PutsRanksAndDataServicesOnRankZerosClock) {
   EXPECT_EQ(summary.ranks, 2);
   EXPECT_EQ(summary.data_services, 1);
   EXPECT_EQ(summary.max_clock_error_us, 3);
+  EXPECT_EQ(summary.unpaired_flows, 1);
   ASSERT_EQ(summary.data_service_lines.size(), 1u);
   EXPECT_THAT(summary.data_service_lines[0],
               HasSubstr("node 1 (data service): 1 samples, mean 0.05 ms (read 0.01, decode 0.04"));
@@ -66,7 +68,8 @@ TEST(TraceMergeTest, PutsRanksAndDataServicesOnRankZerosClock) {
   std::map<std::pair<int, std::string>, int64_t> ts;
   for (const nlohmann::json& event : merged["traceEvents"]) {
     if (event.contains("ts")) {
-      ts[{event["pid"].get<int>(), event["ph"].get<std::string>() + event["name"].get<std::string>()}] =
+      ts[{event["pid"].get<int>(),
+          event["ph"].get<std::string>() + event["name"].get<std::string>()}] =
           event["ts"].get<int64_t>();
     }
   }

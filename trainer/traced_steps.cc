@@ -1,7 +1,5 @@
 #include "trainer/traced_steps.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 #include <utility>
@@ -24,17 +22,11 @@ namespace {
 // The ping-pong rounds of one clock measurement (Note [One clock for the job]).
 constexpr int kClockRounds = 16;
 
-// Host names longer than this are cut in the verdicts.
+// Host names longer than this are cut in the verdicts (a multiple of 8).
 constexpr int kHostNameBytes = 64;
 
 // What each rank sends rank 0 per traced step.
 constexpr int kTimesPerRank = 5;
-
-std::string HostName() {
-  char name[256] = {};
-  if (gethostname(name, sizeof(name) - 1) != 0) return "?";
-  return name;
-}
 
 }  // namespace
 
@@ -77,7 +69,7 @@ absl::StatusOr<std::unique_ptr<TracedSteps>> TracedSteps::Create(const TrainerOp
   RETURN_IF_ERROR(MakeDirectories(options.report.trace_dir));
   const std::string path =
       absl::StrCat(options.report.trace_dir, "/rank", context.rank.rank, ".json");
-  const std::string host_name = HostName();
+  const std::string host_name = TraceHostName();
   std::unique_ptr<TracedSteps> traced(
       new TracedSteps(context, host, steps, path,
                       absl::StrCat("rank ", context.rank.rank, " on ", host_name, " (node ",
@@ -125,23 +117,23 @@ absl::Status TracedSteps::StepStarting(int64_t step) {
   if (!in_step_) return absl::OkStatus();
   if (!started_) {
     started_ = true;
-    // Every rank's host, for the verdicts: one row of kHostNameBytes per rank.
+    // Every rank's host and node, for the verdicts: a row of kHostNameBytes of the name
+    // and one int64 of the node per rank, summed (every other row is zero).
     const int world = context_.world_size();
-    std::vector<uint8_t> names(static_cast<size_t>(world) * kHostNameBytes, 0);
-    std::memcpy(names.data() + static_cast<size_t>(context_.rank.rank) * kHostNameBytes,
-                host_name_.data(), std::min<size_t>(host_name_.size(), kHostNameBytes - 1));
-    std::vector<float> nodes(world, 0.0f);
-    nodes[context_.rank.rank] = static_cast<float>(context_.rank.node_index);
+    constexpr int kRow = kHostNameBytes / 8 + 1;
+    std::vector<int64_t> rows(static_cast<size_t>(world) * kRow, 0);
+    int64_t* mine = rows.data() + static_cast<size_t>(context_.rank.rank) * kRow;
+    std::memcpy(mine, host_name_.data(), std::min<size_t>(host_name_.size(), kHostNameBytes - 1));
+    mine[kRow - 1] = context_.rank.node_index;
     if (world > 1) {
       RETURN_IF_ERROR(
-          host_.AllReduce(names.data(), names.size(), ElementType::kUInt8, ReduceOp::kSum));
-      RETURN_IF_ERROR(
-          host_.AllReduce(nodes.data(), nodes.size(), ElementType::kFloat32, ReduceOp::kSum));
+          host_.AllReduce(rows.data(), rows.size(), ElementType::kInt64, ReduceOp::kSum));
     }
     for (int r = 0; r < world; ++r) {
-      const char* row = reinterpret_cast<const char*>(names.data()) + r * kHostNameBytes;
+      const int64_t* row = rows.data() + static_cast<size_t>(r) * kRow;
+      const char* name = reinterpret_cast<const char*>(row);
       places_.push_back(
-          {r, std::string(row, strnlen(row, kHostNameBytes)), static_cast<int>(nodes[r])});
+          {r, std::string(name, strnlen(name, kHostNameBytes)), static_cast<int>(row[kRow - 1])});
     }
     recorder_.Start();
     RETURN_IF_ERROR(MeasureClock("start"));
@@ -160,12 +152,18 @@ absl::Status TracedSteps::StepStarting(int64_t step) {
   return RecordDevicePoint("start");
 }
 
-void TracedSteps::BatchArrived(int64_t start_us, int64_t end_us, absl::Duration data_wait) {
+void TracedSteps::BatchArrived(int64_t epoch, int64_t batch, int64_t start_us, int64_t end_us,
+                               absl::Duration data_wait) {
   if (!in_step_) return;
   const int64_t wait_us =
       std::min<int64_t>(absl::ToInt64Microseconds(data_wait), end_us - start_us);
-  recorder_.Complete(kTrainingTraceThread, "data wait", "input", start_us, start_us + wait_us);
+  recorder_.Complete(kTrainingTraceThread, "data wait", "input", start_us, start_us + wait_us,
+                     TraceArgs().Add("epoch", epoch).Add("batch", batch));
   recorder_.Complete(kTrainingTraceThread, "copy", "copy", start_us + wait_us, end_us);
+  // The batch's flow from the data service that published it (an end with no start, a
+  // synthetic batch's, is dropped by the merge).
+  recorder_.FlowEnd(kTrainingTraceThread, "batch",
+                    RingBatchFlowId(context_.rank.rank, epoch, batch), start_us + wait_us);
   times_.input_ms += wait_us / 1e3;
   times_.copy_ms += (end_us - start_us - wait_us) / 1e3;
   (void)RecordDevicePoint("batch");

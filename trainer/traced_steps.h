@@ -56,7 +56,9 @@ class TracedSteps {
   absl::Status StepStarting(int64_t step);
   // The parts of a traced step as the loop measured them (TraceNowMicros); no-ops outside
   // the window. `data_wait` is the feeder's wait for the data service within [start, end).
-  void BatchArrived(int64_t start_us, int64_t end_us, absl::Duration data_wait);
+  // The batch is (epoch, batch) of the rank's ring.
+  void BatchArrived(int64_t epoch, int64_t batch, int64_t start_us, int64_t end_us,
+                    absl::Duration data_wait);
   void Voted(int64_t start_us, int64_t end_us);
   // Forward, backward and the optimizer; `comm_seconds` of it was spent inside gradient
   // reductions (the CPU's, in backward's hooks).

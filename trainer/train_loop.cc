@@ -294,7 +294,7 @@ absl::StatusOr<int> Trainer::NextMicroBatch(int64_t epoch, int64_t index, Traini
   ASSIGN_OR_RETURN(int stop, AgreeOnStop(host_, local));
   if (stop != 0) return stop;
   if (traced_ != nullptr) {
-    traced_->BatchArrived(next_start, next_end, next->data_wait);
+    traced_->BatchArrived(next->epoch, next->step, next_start, next_end, next->data_wait);
     traced_->Voted(next_end, TraceNowMicros());
   }
   *batch = std::move(*next);

@@ -140,8 +140,8 @@ absl::Status EncodedImageDataset::Load(int64_t index, const SampleOptions& optio
   if (!bytes.ok()) return bytes.status();
   scratch.times.file_bytes = static_cast<int64_t>(bytes->size());
   absl::Status status = DecodeSample(*bytes, index, options, scratch, dst);
-  scratch.times.decode_us = std::max<int64_t>(0, micros(Clock::now() - read) -
-                                                     scratch.times.resize_us);
+  scratch.times.decode_us =
+      std::max<int64_t>(0, micros(Clock::now() - read) - scratch.times.resize_us);
   return status;
 }
 

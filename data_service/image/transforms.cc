@@ -1,8 +1,8 @@
 // RandomResizedCrop / Resize + CenterCrop geometry and the fused decode-crop-resize.
 #include "data_service/image/transforms.h"
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 

@@ -13,10 +13,11 @@ constexpr int kPingTag = 7301;
 constexpr int kPongTag = 7302;
 constexpr int kFlowTag = 7303;
 
-// Flow ids of the clock pings: unique per (rank, measurement) within the job's trace.
+// Flow ids of the clock pings: unique per (rank, measurement) within the job's trace, from
+// 2^52 on (below: RingBatchFlowId) and below 2^53.
 uint64_t FlowId(int rank, int64_t sequence) {
-  return (uint64_t{0xC10C} << 48) | (static_cast<uint64_t>(sequence) << 24) |
-         static_cast<uint64_t>(rank);
+  return (uint64_t{1} << 52) | ((static_cast<uint64_t>(sequence) & 0xFFFFFFF) << 24) |
+         (static_cast<uint64_t>(rank) & 0xFFFFFF);
 }
 
 }  // namespace

@@ -164,10 +164,14 @@ absl::StatusOr<TraceMergeSummary> MergeTrace(const std::string& dir, const std::
       ++summary.ranks;
     }
     summary.max_clock_error_us = std::max(summary.max_clock_error_us, clock.error_us);
+    // Both ends of a slice go through the same monotone map, so slices that nested or
+    // followed each other on a thread still do.
+    auto on_rank0 = [&clock](int64_t t) { return t + clock.OffsetAt(t); };
     for (Json& event : file.json["traceEvents"]) {
       if (!event.contains("ts")) continue;
       const int64_t ts = event["ts"].get<int64_t>();
-      const int64_t moved = ts + clock.OffsetAt(ts);
+      const int64_t moved = on_rank0(ts);
+      if (event.contains("dur")) event["dur"] = on_rank0(ts + event["dur"].get<int64_t>()) - moved;
       event["ts"] = moved;
       origin = std::min(origin, moved);
     }

@@ -137,6 +137,8 @@ def main():
     for e in events:
         if e["ph"] == "f" and e["name"] == "batch" and e["id"] in starts and lo <= e["ts"] <= hi:
             s = starts[e["id"]]
+            if s["ts"] < lo:
+                continue
             ys = index.get((s["pid"], "service"))
             yr = index.get((e["pid"], "rank"))
             if ys is not None and yr is not None:

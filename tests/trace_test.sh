@@ -100,8 +100,8 @@ STOKER_TEST_SLOW_RANK=2:300 run_traced slow_rank
 check_verdicts slow_rank straggler 2 compute
 check_trace slow_rank
 
-echo "=== 2. node 1's data service waits 60 ms before each sample"
-STOKER_TEST_SLOW_DECODE=1:60 run_traced slow_node
+echo "=== 2. node 1's data service waits 100 ms before each sample"
+STOKER_TEST_SLOW_DECODE=1:100 run_traced slow_node
 check_verdicts slow_node input 1 input
 check_trace slow_node
 

@@ -137,6 +137,12 @@ absl::Status TracedSteps::StepStarting(int64_t step) {
     }
     recorder_.Start();
     RETURN_IF_ERROR(MeasureClock("start"));
+    // Rank 0 answers the pings rank by rank: line the ranks up again before the step, so
+    // that no rank's first traced step starts waiting for the others.
+    if (world > 1) {
+      int64_t line_up = 0;
+      RETURN_IF_ERROR(host_.AllReduce(&line_up, 1, ElementType::kInt64, ReduceOp::kSum));
+    }
 #ifdef STOKER_WITH_CUDA
     if (context_.use_cuda) {
       device_->stream = at::cuda::getCurrentCUDAStream(context_.cuda_device).stream();

@@ -85,8 +85,10 @@ def main():
 
     fig, ax = plt.subplots(figsize=(14, 0.75 * len(rows) + 2.2))
     ms = lambda t: (t - t0) / 1e3  # noqa: E731
-    for e in events:
-        if e["ph"] != "X" or e["ts"] + e["dur"] < lo or e["ts"] > hi:
+    # Longest first, so that what nests inside a slice (a bucket's reduction inside
+    # backward) is drawn over it.
+    for e in sorted((e for e in events if e["ph"] == "X"), key=lambda e: -e["dur"]):
+        if e["ts"] + e["dur"] < lo or e["ts"] > hi:
             continue
         cat = e.get("cat", "")
         pid = e["pid"]

@@ -6,8 +6,10 @@
 #include <cmath>
 #include <new>
 #include <optional>
+#include <thread>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -114,6 +116,9 @@ struct BatchProducer::InFlightBatch {
   bool spec_ok = false;
   std::atomic<int32_t> remaining{0};
   absl::Notification done;
+  bool traced = false;     // recorded in the trace (BatchProducerOptions::trace)
+  int64_t ordinal = 0;     // of the ring's batches, in production order
+  int64_t started_us = 0;  // TraceNowMicros() when its samples were submitted
   absl::Mutex mu;
   // The error of the lowest failing sample position, so the report does not depend on
   // thread timing.
@@ -167,6 +172,10 @@ BatchProducer::BatchProducer(const BatchProducerOptions& options,
       max_image_pixels_(options.max_image_pixels),
       exact_jpeg_(options.exact_jpeg),
       gpu_decode_share_(options.gpu_decode_share),
+      trace_(options.trace),
+      trace_batches_(options.trace_batches),
+      trace_thread_(options.trace_thread),
+      injected_decode_delay_(options.injected_decode_delay),
       bad_samples_(options.bad_samples),
       dataset_(std::move(dataset)),
       pool_(pool),
@@ -248,6 +257,11 @@ absl::StatusOr<EpochInfo> BatchProducer::QueueEpoch(int64_t epoch, uint64_t seed
   return info;
 }
 
+bool BatchProducer::Traced(int64_t ordinal) const {
+  if (trace_ == nullptr || !trace_->recording()) return false;
+  return ordinal >= trace_batches_.first - request_.slot_count && ordinal < trace_batches_.end;
+}
+
 bool BatchProducer::StopRequested() {
   absl::MutexLock lock(&mu_);
   return stopping_;
@@ -289,6 +303,9 @@ std::shared_ptr<BatchProducer::InFlightBatch> BatchProducer::StartBatch(const Wr
     if (spec.ok()) batch->spec = *spec;
   }
   ++next_step_;
+  batch->ordinal = batches_started_++;
+  batch->traced = Traced(batch->ordinal);
+  if (batch->traced) batch->started_us = TraceNowMicros();
   if (bad_samples_ != nullptr) bad_samples_->AddSeen(batch->count);
 
   for (int32_t i = 0; i < batch->count; ++i) {
@@ -321,6 +338,26 @@ void BatchProducer::ProduceSample(InFlightBatch& batch, int32_t i, SampleScratch
 
   // Named in the shutdown's message should this read never return (a hung mount).
   WorkerPool::NoteActivity(absl::StrCat("rank ", request_.rank, ", ", dataset_->Describe(index)));
+  const int64_t traced_start = batch.traced ? TraceNowMicros() : 0;
+  scratch.time_stages = batch.traced;
+  absl::Cleanup record = [&] {
+    scratch.time_stages = false;
+    if (!batch.traced) return;
+    const SampleTimes& t = scratch.times;
+    trace_->Complete(kDecodeTraceThreadBase + WorkerPool::CurrentWorkerIndex(), "sample", "decode",
+                     traced_start, TraceNowMicros(),
+                     TraceArgs()
+                         .Add("file", dataset_->Describe(index))
+                         .Add("bytes", t.file_bytes)
+                         .Add("read_ms", t.read_us / 1e3)
+                         .Add("decode_ms", t.decode_us / 1e3)
+                         .Add("resize_ms", t.resize_us / 1e3)
+                         .Add("rank", request_.rank)
+                         .Add("epoch", batch.epoch)
+                         .Add("step", batch.step));
+  };
+  scratch.times = SampleTimes();
+  if (injected_decode_delay_ > absl::ZeroDuration()) absl::SleepFor(injected_decode_delay_);
   if (batch.spec_ok && IsGpuDecodePosition(i, batch.gpu_decode_share) &&
       TryDefer(batch, i, scratch)) {
     return;
@@ -423,8 +460,18 @@ void BatchProducer::ProductionLoop() {
   while (!StopRequested()) {
     // Start batches while a slot is free; block for one only when nothing is in flight.
     if (static_cast<int32_t>(in_flight.size()) < prefetch_ && HasNextBatch()) {
+      const bool traced = Traced(batches_started_);
+      const int64_t claim_start = traced ? TraceNowMicros() : 0;
       absl::StatusOr<WritableSlot> slot =
           producer_.Claim(in_flight.empty() ? kPollInterval : absl::ZeroDuration());
+      if (traced && in_flight.empty()) {
+        // The ring is full: the rank has not released a slot yet.
+        const int64_t claimed = TraceNowMicros();
+        if (claimed - claim_start >= 20) {
+          trace_->Complete(trace_thread_, "waiting for a free slot", "ring", claim_start, claimed,
+                           TraceArgs().Add("rank", request_.rank));
+        }
+      }
       if (slot.ok()) {
         in_flight.push_back(StartBatch(*slot));
         continue;
@@ -441,8 +488,30 @@ void BatchProducer::ProductionLoop() {
         status = batch->status;
       }
       if (status.ok()) {
+        const int64_t published = batch->traced ? TraceNowMicros() : 0;
+        // Batches in flight overlap: each slot is a track of its own.
+        const int slot_thread = trace_thread_ + 1 + batch->slot.slot;
+        if (batch->traced && batch->ordinal >= trace_batches_.first) {
+          trace_->FlowStart(slot_thread, "batch",
+                            RingBatchFlowId(request_.rank, batch->epoch, batch->step), published);
+        }
         status = producer_.Publish(batch->slot, batch->epoch, batch->step, batch->count,
                                    batch->gpu_decode_share);
+        if (batch->traced) {
+          trace_->Complete(slot_thread, absl::StrCat("slot filled: step ", batch->step), "ring",
+                           batch->started_us, TraceNowMicros(),
+                           TraceArgs()
+                               .Add("rank", request_.rank)
+                               .Add("epoch", batch->epoch)
+                               .Add("step", batch->step)
+                               .Add("samples", batch->count)
+                               .Add("published_us", published));
+          if (batch->ordinal + 1 == trace_batches_.end) {
+            if (absl::Status written = trace_->Write(); !written.ok()) {
+              LogWarning("the trace: %s", written.message());
+            }
+          }
+        }
       }
       if (!status.ok()) {
         // The job's first error line, often: it names the cause (common/exit_codes.h).

@@ -23,6 +23,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/shm_segment.h"
+#include "common/trace_events.h"
 #include "data_service/dataset/bad_samples.h"
 #include "data_service/dataset/dataset.h"
 #include "data_service/dataset/sampler.h"
@@ -52,7 +53,25 @@ struct BatchProducerOptions {
   // the producers of one split and outliving them. Null: every failing sample stops
   // production, as --bad_files=fail does.
   BadSampleTracker* bad_samples = nullptr;
+  // The trace (--trace, common/trace_events.h): this ring's batches `trace_batches`
+  // (counted from its first, 0-based), and the slot_count batches decoded ahead of them,
+  // are recorded into `trace` (null: none) while it records: each sample on its decode
+  // thread (file, bytes, read, decode and resize time), and on `trace_thread` each slot
+  // filled (to its publication, a flow to the rank that takes it; thread trace_thread + 1 +
+  // the slot) and each wait for a free slot. After the window's last batch the trace file
+  // is written.
+  TraceRecorder* trace = nullptr;
+  TraceSteps trace_batches;
+  int trace_thread = 0;
+  // For tests only (Note [Injected decode delay] in data_service/service.h): every sample
+  // waits this long before it is decoded.
+  absl::Duration injected_decode_delay = absl::ZeroDuration();
 };
+
+// The trace's threads of a data service: decode thread i is kDecodeTraceThreadBase + i; the
+// training ring of rank r has kRingTraceThreadBase * (r + 1) and the slot_count after it.
+inline constexpr int kDecodeTraceThreadBase = 100;
+inline constexpr int kRingTraceThreadBase = 1000;
 
 // InvalidArgument, naming the flag, unless `eval_resize_ratio` is in [1, 8] and
 // `max_image_pixels` is positive (BatchProducerOptions' and ServiceOptions' fields).
@@ -170,6 +189,8 @@ class BatchProducer {
   // sample is to be decoded here instead.
   bool TryDefer(InFlightBatch& batch, int32_t i, SampleScratch& scratch);
   bool StopRequested();
+  // Whether batch `ordinal` of this ring (0-based, in production order) is traced.
+  bool Traced(int64_t ordinal) const;
 
   const RingRequest request_;
   const int32_t prefetch_;
@@ -177,6 +198,10 @@ class BatchProducer {
   const int64_t max_image_pixels_;
   const bool exact_jpeg_;
   const std::optional<double> gpu_decode_share_;  // nullopt: the consumer's request
+  TraceRecorder* const trace_;
+  const TraceSteps trace_batches_;
+  const int trace_thread_;
+  const absl::Duration injected_decode_delay_;
   BadSampleTracker* const bad_samples_;
   const std::shared_ptr<const Dataset> dataset_;
   WorkerPool* const pool_;
@@ -199,6 +224,7 @@ class BatchProducer {
   // Production thread only; after it is joined, Stop()'s (under stop_mu_).
   EpochPlan current_;
   int64_t next_step_ = 0;
+  int64_t batches_started_ = 0;  // of every epoch, for the trace window
   std::deque<std::shared_ptr<InFlightBatch>> in_flight_;
 
   absl::Mutex stop_mu_;  // serialises Stop()

@@ -1,15 +1,20 @@
 #include "data_service/flags.h"
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/decode_share.h"
 #include "common/flag_binding.h"
 #include "common/flags.h"
 #include "common/status_macros.h"
+#include "common/trace_events.h"
 #include "data_service/dataset/bad_samples.h"
 #include "data_service/image/decode.h"
 #include "data_service/memory_limit.h"
@@ -83,6 +88,14 @@ ABSL_FLAG(bool, sandbox, true,
 ABSL_FLAG(bool, require_sandbox, false,
           "fail at start (exit 2) when the kernel lacks seccomp filters or Landlock, instead "
           "of logging it and running with what is there");
+ABSL_FLAG(std::string, trace, "",
+          "If set, a directory: the service writes a Chrome trace of each training ring's batches "
+          "--trace_steps (data_service.node<N>.json: every sample on its decode thread with its "
+          "file, bytes, read, decode and resize time; each ring slot filled and each wait for a "
+          "free one). The trainer passes it with its own --trace.");
+ABSL_FLAG(std::string, trace_steps, "",
+          "With --trace: the batches A:B (0-based, B excluded) of each training ring to trace, "
+          "with the ring's slot count of batches before them (decoded ahead); empty: 0:30.");
 ABSL_FLAG(double, eval_resize_ratio, 256.0 / 224.0,
           "validation transform: Resize(round(image_size x this)) then CenterCrop(image_size)");
 
@@ -92,15 +105,50 @@ namespace {
 // data_service's own flags (this file's; not the ones libraries register).
 FlagSpec DataServiceFlagSpec() {
   FlagSpec spec = FlagSpecOf("data_service", "data_service/flags.cc");
-  spec.sections = {
-      {"Flags", {"socket",           "job_id",           "node_id",           "dataset",
-                 "train_dir",        "val_dir",          "synthetic_samples", "synthetic_classes",
-                 "data_seed",        "threads",          "prefetch",          "bad_files",
-                 "max_bad_fraction", "max_image_pixels", "eval_resize_ratio", "jpeg_decode",
-                 "gpu_decode_share", "follow_links",     "scan_timeout_s",    "shutdown_timeout_s",
-                 "max_memory",       "sandbox",          "require_sandbox",   "owner_record",
-                 "remove_socket_dir"}}};
+  spec.sections = {{"Flags",
+                    {"socket",
+                     "job_id",
+                     "node_id",
+                     "dataset",
+                     "train_dir",
+                     "val_dir",
+                     "synthetic_samples",
+                     "synthetic_classes",
+                     "data_seed",
+                     "threads",
+                     "prefetch",
+                     "bad_files",
+                     "max_bad_fraction",
+                     "max_image_pixels",
+                     "eval_resize_ratio",
+                     "jpeg_decode",
+                     "gpu_decode_share",
+                     "follow_links",
+                     "scan_timeout_s",
+                     "shutdown_timeout_s",
+                     "max_memory",
+                     "sandbox",
+                     "require_sandbox",
+                     "owner_record",
+                     "remove_socket_dir",
+                     "trace",
+                     "trace_steps"}}};
   return spec;
+}
+
+// Note [Injected decode delay] in data_service/service.h.
+absl::StatusOr<absl::Duration> InjectedDecodeDelay(int32_t node_id) {
+  const char* value = std::getenv("STOKER_TEST_SLOW_DECODE");
+  if (value == nullptr) return absl::ZeroDuration();
+  std::vector<std::string> parts = absl::StrSplit(value, ':');
+  int32_t node = 0;
+  int ms = 0;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &node) || !absl::SimpleAtoi(parts[1], &ms) ||
+      ms < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("STOKER_TEST_SLOW_DECODE=", value, ": must be NODE:MS (tests only)"));
+  }
+  return node == node_id ? absl::Milliseconds(ms) : absl::ZeroDuration();
 }
 
 }  // namespace
@@ -135,7 +183,12 @@ absl::StatusOr<DataServiceOptions> OptionsFromFlags() {
       {FLAGS_remove_socket_dir, &o.remove_socket_dir},
       {FLAGS_sandbox, &o.sandbox},
       {FLAGS_require_sandbox, &o.require_sandbox},
+      {FLAGS_trace, &o.service.trace_dir},
   }));
+  if (!absl::GetFlag(FLAGS_trace_steps).empty()) {
+    ASSIGN_OR_RETURN(o.service.trace_batches, ParseTraceSteps(absl::GetFlag(FLAGS_trace_steps)));
+  }
+  ASSIGN_OR_RETURN(o.service.injected_decode_delay, InjectedDecodeDelay(o.service.node_id));
   RETURN_IF_ERROR(o.Validate());
   return o;
 }

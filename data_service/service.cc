@@ -182,9 +182,28 @@ DataService::DataService(const ServiceOptions& options, Datasets datasets, Uniqu
                            ? nullptr
                            : std::make_unique<BadSampleTracker>(
                                  options.bad_samples, datasets_.val->size(), bad_counters_)),
+      trace_(options.trace_dir.empty() ? nullptr
+                                       : std::make_unique<TraceRecorder>(
+                                             absl::StrCat(options.trace_dir, "/data_service.node",
+                                                          options.node_id, ".json"),
+                                             kDataServiceTracePidBase + options.node_id,
+                                             absl::StrCat("data service of node ", options.node_id,
+                                                          " on ", TraceHostName()))),
       pool_(std::make_unique<WorkerPool>(options.threads > 0 ? options.threads
                                                              : WorkerPool::DefaultThreadCount(1))),
       accept_thread_([this] { AcceptLoop(); }) {
+  if (trace_ != nullptr) {
+    for (int i = 0; i < pool_->thread_count(); ++i) {
+      trace_->NameThread(kDecodeTraceThreadBase + i, absl::StrCat("decode thread ", i));
+    }
+    trace_->SetMetadata("kind", "\"data_service\"");
+    trace_->SetMetadata("node", absl::StrCat(options_.node_id));
+    trace_->SetMetadata("host", TraceJsonString(TraceHostName()));
+    trace_->SetMetadata("decode_threads", absl::StrCat(pool_->thread_count()));
+    trace_->SetMetadata("batches", absl::StrCat("[", options_.trace_batches.first, ",",
+                                                options_.trace_batches.end, "]"));
+    trace_->Start();
+  }
   LogInfo(
       "listening on %s (job %s, node %d, %d decode threads%s, training samples %d%s; "
       "--bad_files=%s, --max_bad_fraction=%g; %s)",
@@ -237,6 +256,11 @@ absl::Status DataService::Shutdown() {
   } else {
     stuck.insert(stuck.begin(), std::string(pool_stopped.message()));
     KeepForever(std::shared_ptr<WorkerPool>(std::move(pool)));
+  }
+  if (trace_ != nullptr) {
+    if (absl::Status written = trace_->Finish(); !written.ok()) {
+      LogWarning("the trace: %s", written.message());
+    }
   }
   struct stat st;
   if (stat(options_.socket_path.c_str(), &st) == 0 && st.st_dev == socket_device_ &&
@@ -548,6 +572,19 @@ bool DataService::Handle(Connection* connection, const ControlMessage& message) 
       producer_options.max_image_pixels = options_.max_image_pixels;
       producer_options.exact_jpeg = options_.exact_jpeg;
       producer_options.gpu_decode_share = options_.gpu_decode_share;
+      producer_options.injected_decode_delay = options_.injected_decode_delay;
+      if (trace_ != nullptr && request.train) {
+        // Tracks of its own per ring: the production thread's waits, then one per slot.
+        const int base = kRingTraceThreadBase * (request.rank + 1);
+        producer_options.trace = trace_.get();
+        producer_options.trace_batches = options_.trace_batches;
+        producer_options.trace_thread = base;
+        trace_->NameThread(base, absl::StrCat("rank ", request.rank, "'s ring"));
+        for (int32_t slot = 0; slot < request.slot_count; ++slot) {
+          trace_->NameThread(base + 1 + slot,
+                             absl::StrCat("rank ", request.rank, "'s ring: slot ", slot));
+        }
+      }
       producer_options.bad_samples =
           request.train ? train_bad_samples_.get() : val_bad_samples_.get();
       // Room under --max_memory first (the ring is mapped by Create); an invalid geometry

@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/names.h"
+#include "common/trace_events.h"
 #include "common/unique_fd.h"
 #include "data_service/dataset/bad_samples.h"
 #include "data_service/dataset/dataset_config.h"
@@ -55,7 +56,23 @@ struct ServiceOptions {
   // defaults to auto; the library's to none, so that a process that embeds the service
   // (tests, benchmarks) keeps its own limits.
   MaxMemory max_memory{MaxMemory::Kind::kNone, 0};
+  // --trace: the directory where the service writes its trace (data_service.node<N>.json,
+  // common/trace_events.h) of each training ring's batches `trace_batches`: the decode
+  // threads' samples and the rings' slots (BatchProducerOptions::trace); empty: off.
+  std::string trace_dir;
+  TraceSteps trace_batches{0, 30};
+  // For tests only: Note [Injected decode delay].
+  absl::Duration injected_decode_delay = absl::ZeroDuration();
 };
+
+// Note [Injected decode delay]: for tests only, STOKER_TEST_SLOW_DECODE=N:MS makes the data
+// service of node N wait MS milliseconds before decoding each sample: a slow node whose
+// trace verdict tests check (//tests:trace_test). Read by data_service/flags.cc; unset
+// (always, outside tests): no delay.
+
+// The trace's clock note and process number for the data service of node `node_id`: its
+// ranks are 0..world-1, so a data service is 1000000 + its node.
+inline constexpr int kDataServiceTracePidBase = 1000000;
 
 // Note [Abandoned decodes at shutdown]
 // A decode thread may sit in a read that never returns (a hung NFS or FUSE mount). Its
@@ -156,6 +173,7 @@ class DataService {
   std::shared_ptr<BadSampleCounters> bad_counters_;
   std::unique_ptr<BadSampleTracker> train_bad_samples_;
   std::unique_ptr<BadSampleTracker> val_bad_samples_;  // null without a validation split
+  std::unique_ptr<TraceRecorder> trace_;               // with --trace; outlives the pool
   std::unique_ptr<WorkerPool> pool_;
 
   absl::Mutex mu_;

@@ -64,6 +64,10 @@ absl::Status WorkerPool::Stop(absl::Time deadline) {
   return absl::OkStatus();
 }
 
+int WorkerPool::CurrentWorkerIndex() {
+  return current_worker_ != nullptr ? current_worker_->index : -1;
+}
+
 void WorkerPool::NoteActivity(std::string activity) {
   Worker* worker = current_worker_;
   if (worker == nullptr) return;

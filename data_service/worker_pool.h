@@ -59,6 +59,8 @@ class WorkerPool {
   // Records what the calling worker thread does now (e.g. "sample 12 (train/cat/1.jpg)"),
   // until its task returns; a no-op on threads that are not a pool's workers.
   static void NoteActivity(std::string activity);
+  // The calling worker thread's index (0..thread_count()-1); -1 off the pool.
+  static int CurrentWorkerIndex();
 
   // The workers in the middle of a task now, by thread index.
   std::vector<BusyWorker> busy_workers() const;

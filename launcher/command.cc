@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/exit_codes.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -73,6 +75,33 @@ void LogSlurmRestart(const std::vector<std::string>& trainer_args) {
         "--checkpoint_dir: they start afresh",
         restarts);
   }
+}
+
+// A trainer flag's value among `args` ("--name=value"), or `fallback`.
+int64_t TrainerFlagOr(const std::vector<std::string>& args, absl::string_view name,
+                      int64_t fallback) {
+  const std::string prefix = absl::StrCat("--", name, "=");
+  int64_t value = fallback;
+  for (const std::string& arg : args) {
+    if (absl::StartsWith(arg, prefix)) (void)absl::SimpleAtoi(arg.substr(prefix.size()), &value);
+  }
+  return value;
+}
+
+// The data service's --trace_steps for trainers that trace `trace_steps` (their window in
+// optimizer steps, "" for their default: 10 after --warmup_steps, 10 by default): its rings
+// count batches, --accumulate to a step. The trainers check the flags themselves.
+std::string DataServiceTraceSteps(const std::string& trace_steps,
+                                  const std::vector<std::string>& trainer_args) {
+  const int64_t accumulate = std::max<int64_t>(1, TrainerFlagOr(trainer_args, "accumulate", 1));
+  int64_t first = TrainerFlagOr(trainer_args, "warmup_steps", 10);
+  int64_t end = first + 10;
+  std::vector<std::string> parts = absl::StrSplit(trace_steps, ':');
+  if (parts.size() == 2) {
+    (void)absl::SimpleAtoi(parts[0], &first);
+    (void)absl::SimpleAtoi(parts[1], &end);
+  }
+  return absl::StrCat(first * accumulate, ":", end * accumulate);
 }
 
 }  // namespace
@@ -142,6 +171,12 @@ absl::StatusOr<JobConfig> JobConfigFor(const LauncherOptions& options,
   config.data_service.prefetch = options.data.prefetch;
   config.data_service.data_seed = options.seed;
   config.data_service.extra_args = options.data.extra_args;
+  if (!options.trace_dir.empty() && local) {
+    // The cluster modes' services get it from the node's local rank 0, with its --trace.
+    config.data_service.extra_args.push_back(absl::StrCat("--trace=", options.trace_dir));
+    config.data_service.extra_args.push_back(absl::StrCat(
+        "--trace_steps=", DataServiceTraceSteps(options.trace_steps, options.trainer_args)));
+  }
 
   TrainerLaunch& trainers = config.trainers;
   ASSIGN_OR_RETURN(trainers.trainer, ProgramFlag(options.trainer, "trainer", "--trainer"));
@@ -179,6 +214,12 @@ absl::StatusOr<JobConfig> JobConfigFor(const LauncherOptions& options,
   }
   trainers.seed = options.seed;
   trainers.trainer_args = options.trainer_args;
+  if (!options.trace_dir.empty()) {
+    trainers.trainer_args.push_back(absl::StrCat("--trace=", options.trace_dir));
+    if (!options.trace_steps.empty()) {
+      trainers.trainer_args.push_back(absl::StrCat("--trace_steps=", options.trace_steps));
+    }
+  }
   // STOKER_* settings reach every rank, also on other hosts; so does the library path that
   // bundle/stoker sets (remote ranks do not inherit mpirun's environment).
   trainers.exported_env = EnvironmentNamesWithPrefix(environment, "STOKER_");

@@ -67,6 +67,15 @@ ABSL_FLAG(absl::Duration, stop_grace, absl::Seconds(90),
           "are stopped. Keep it below the scheduler's warning (the Slurm templates ask for SIGUSR1 "
           "120 s before the time limit) less --shutdown_grace. 0: stop them at once.");
 ABSL_FLAG(bool, dry_run, false, "Print the commands the job would run, then exit 0.");
+ABSL_FLAG(std::string, trace, "",
+          "If set, a directory (on a file system every host shares): every rank and data service "
+          "writes a Chrome trace of the traced steps there (the trainers' --trace), rank 0 gives "
+          "each traced step's verdict, and at the job's end the launcher merges them into "
+          "DIR/job_trace.json on one clock (as `launcher trace merge DIR` does).");
+ABSL_FLAG(
+    std::string, trace_steps, "",
+    "With --trace: the trainers' --trace_steps=A:B, the optimizer steps traced (empty: the 10 "
+    "after the warm-up).");
 
 namespace stoker::launcher {
 namespace {
@@ -89,7 +98,8 @@ std::vector<std::string> SplitOnSpaces(const std::string& text) {
 const char kLauncherUsage[] =
     "Usage: launcher [flags] -- [trainer flags]\n"
     "       launcher doctor [--np=N] [--batch_size=B] [--image_size=S] [--ring_slots=K] "
-    "[--mpirun=PROGRAM]\n";
+    "[--mpirun=PROGRAM]\n"
+    "       launcher trace merge DIR [--out=FILE]\n";
 
 absl::StatusOr<LauncherCommandLine> ParseLauncherCommandLine(absl::Span<const std::string> args) {
   LauncherCommandLine result;
@@ -108,6 +118,8 @@ absl::StatusOr<LauncherCommandLine> ParseLauncherCommandLine(absl::Span<const st
       {FLAGS_srun, &o.placement.srun},
       {FLAGS_srun_args, &o.placement.srun_args, SplitOnSpaces},
 
+      {FLAGS_trace, &o.trace_dir},
+      {FLAGS_trace_steps, &o.trace_steps},
       {FLAGS_dataset, &o.data.dataset},
       {FLAGS_train_dir, &o.data.train_dir},
       {FLAGS_val_dir, &o.data.val_dir},

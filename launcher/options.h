@@ -55,6 +55,11 @@ struct LauncherOptions {
   absl::Duration shutdown_grace = absl::Seconds(10);
   absl::Duration stop_grace = absl::Seconds(90);
   bool dry_run = false;
+  // --trace: the directory every rank and data service writes its trace to, merged into
+  // one file at the job's end (launcher/trace_merge.h); empty: off. --trace_steps: the
+  // trainers' window ("A:B"; empty: theirs by default).
+  std::string trace_dir;
+  std::string trace_steps;
   std::vector<std::string> trainer_args;  // after `--`, passed to every trainer verbatim
 
   // InvalidArgument naming the flag at fault: the placement's, a bad --job_id, a

@@ -156,6 +156,16 @@ ABSL_FLAG(std::string, kernel_trace, "",
           "with CUPTI through libtorch's profiler, are written to PATH (PATH.rank<r> with "
           "several ranks) as a Chrome trace (Perfetto opens it; tools/kernel_breakdown.py "
           "classifies it).");
+ABSL_FLAG(std::string, trace, "",
+          "If set, a directory: every rank writes the traced steps (--trace_steps) as a Chrome "
+          "trace (rank<r>.json: data wait, copy, forward, backward, each gradient bucket's "
+          "reduction, optimizer, CUDA-graph replay, validation, checkpoint; the GPU's intervals), "
+          "each node's data service its decode threads and ring (data_service.node<k>.json), and "
+          "rank 0 says what bounded each traced step (the verdict) and sums it up at the end. "
+          "`launcher trace merge DIR` puts them on one clock in one file.");
+ABSL_FLAG(std::string, trace_steps, "",
+          "With --trace: the run's optimizer steps A:B (0-based, B excluded) to trace; empty: the "
+          "10 steps after --warmup_steps.");
 
 // Device and precision.
 ABSL_FLAG(std::string, device, "auto",
@@ -237,7 +247,8 @@ FlagSpec TrainerFlagSpec() {
         "resume", "stop_after_steps", "checkpoint_mode", "checkpoint_async"}},
       {"Outputs (rank 0)",
        {"log_every", "progress", "metrics_out", "metrics_jsonl", "tensorboard_dir", "loss_log",
-        "export", "final_params_out", "sample_log", "profile_steps", "kernel_trace"}},
+        "export", "final_params_out", "sample_log", "profile_steps", "kernel_trace", "trace",
+        "trace_steps"}},
       {"Device and precision",
        {"device", "precision", "channels_last", "fused_blocks", "sync_batchnorm", "cuda_graphs",
         "cudnn_benchmark", "deterministic", "init_scale", "growth_factor", "backoff_factor",
@@ -339,6 +350,8 @@ absl::StatusOr<TrainerOptions> OptionsFromFlags() {
       {FLAGS_sample_log, &o.report.sample_log},
       {FLAGS_profile_steps, &o.report.profile_steps},
       {FLAGS_kernel_trace, &o.report.kernel_trace},
+      {FLAGS_trace, &o.report.trace_dir},
+      {FLAGS_trace_steps, &o.report.trace_steps},
 
       {FLAGS_device, &o.device.device, ParseDeviceChoice},
       {FLAGS_precision, &o.device.precision, ParsePrecision},

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/flag_value.h"
 #include "common/status_macros.h"
+#include "common/trace_events.h"
 
 namespace stoker::trainer {
 namespace {}  // namespace
@@ -93,6 +94,8 @@ absl::Status ValidateOptions(const TrainerOptions& o) {
   RETURN_IF_ERROR(o.validation.Validate());
   RETURN_IF_ERROR(o.checkpoint.Validate());
   RETURN_IF_ERROR(o.report.Validate());
+  if (!o.report.trace_steps.empty())
+    RETURN_IF_ERROR(ParseTraceSteps(o.report.trace_steps).status());
   RETURN_IF_ERROR(o.benchmark.Validate());
   if (o.input.synthetic_steps > 0 && o.benchmark.data_only) {
     return FlagValueError("data_only", "true",

@@ -4,16 +4,21 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <thread>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/types/optional.h"
 #include "common/exit_codes.h"
 #include "common/logging.h"
 #include "common/names.h"
 #include "common/status_macros.h"
 #include "common/torch_status.h"
+#include "common/trace_events.h"
 #include "trainer/checkpoint/run_checkpoints.h"
 #include "trainer/checkpoint/training_state.h"
 #include "trainer/comm/rank_watch.h"
@@ -25,6 +30,7 @@
 #include "trainer/profiled_steps.h"
 #include "trainer/report/run_reporter.h"
 #include "trainer/stop_vote.h"
+#include "trainer/traced_steps.h"
 #include "trainer/training_model.h"
 
 namespace stoker::trainer {
@@ -68,6 +74,22 @@ DecodeShareReport ReportOf(const DecodeShareGauge::Reading& reading) {
   return report;
 }
 
+// Note [Injected step sleep]: for tests only, STOKER_TEST_SLOW_RANK=R:MS makes rank R sleep
+// MS milliseconds before each step's forward pass, a straggler whose trace verdict tests
+// check (//tests:trace_test). Unset (always, outside tests): no sleep. Returns the
+// milliseconds this rank sleeps.
+int InjectedStepSleepMs(int rank) {
+  const char* value = std::getenv("STOKER_TEST_SLOW_RANK");
+  if (value == nullptr) return 0;
+  std::vector<std::string> parts = absl::StrSplit(value, ':');
+  int slow_rank = -1, ms = 0;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &slow_rank) ||
+      !absl::SimpleAtoi(parts[1], &ms) || slow_rank != rank) {
+    return 0;
+  }
+  return ms;
+}
+
 // One rank's run. Members are declared in dependency order; the destructor releases them
 // in reverse (the input before the model it feeds).
 class Trainer {
@@ -80,7 +102,8 @@ class Trainer {
         gradients_(gradients),
         host_(host),
         open_input_(std::move(open_input)),
-        decode_share_(decode_share) {}
+        decode_share_(decode_share),
+        injected_sleep_ms_(InjectedStepSleepMs(context.rank.rank)) {}
 
   absl::StatusOr<TrainingOutcome> Run();
 
@@ -103,6 +126,8 @@ class Trainer {
   RunPosition PositionAt(int64_t epoch, int64_t batch) const;
   // The learning-rate schedule's step to continue at (Note [Resuming on another geometry]).
   int64_t ResumedGlobalStep();
+  // What traced steps record into; null without --trace.
+  TraceRecorder* trace() { return traced_ != nullptr ? traced_->recorder() : nullptr; }
 
   const TrainerOptions& o_;
   const RunContext& context_;
@@ -110,6 +135,7 @@ class Trainer {
   Communicator& host_;
   RunInputFactory open_input_;
   const DecodeShareGauge& decode_share_;
+  const int injected_sleep_ms_;  // Note [Injected step sleep]
   uint64_t seed_ = 0;
   RunPosition start_;
   absl::optional<RunGeometry> saved_;  // the resumed checkpoint's shape
@@ -119,6 +145,7 @@ class Trainer {
   absl::optional<RunCheckpoints> checkpoints_;
   std::unique_ptr<TrainingModel> trained_;
   absl::optional<ProfiledSteps> profiled_;
+  std::unique_ptr<TracedSteps> traced_;  // with --trace
   std::unique_ptr<RunInput> input_;
   absl::optional<LearningRateSchedule> schedule_;
   int64_t steps_per_epoch_ = 0;  // optimizer steps
@@ -175,6 +202,8 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
   ASSIGN_OR_RETURN(reporter_, RunReporter::Create(o_.report, context_.rank.rank, run, [this] {
                      return ReportOf(decode_share_.Read());
                    }));
+  ASSIGN_OR_RETURN(traced_, TracedSteps::Create(o_, context_, host_));
+  if (traced_ != nullptr) trained_->step().set_trace(traced_->recorder(), kTrainingTraceThread);
   CheckpointOptions checkpoint_options = o_.checkpoint;
   checkpoint_options.run_identity = RunIdentity(o_);
   ASSIGN_OR_RETURN(RunCheckpoints checkpoints,
@@ -272,6 +301,7 @@ absl::StatusOr<Stopped> Trainer::TrainEpoch(int64_t epoch) {
   while (b < trained) {
     const int group = static_cast<int>(std::min<int64_t>(o_.step.accumulate, trained - b));
     ASSIGN_OR_RETURN(StepProfiler * profiler, profiled_->Start(steps_this_run_, *trained_));
+    if (traced_ != nullptr) RETURN_IF_ERROR(traced_->StepStarting(steps_this_run_));
     trained_->SeedRandomOps(seed_, context_.rank.rank, global_step_);
     step.Begin(group);
     at::Tensor loss_sum;
@@ -279,12 +309,25 @@ absl::StatusOr<Stopped> Trainer::TrainEpoch(int64_t epoch) {
       TrainingBatch batch;
       ASSIGN_OR_RETURN(int stop, NextMicroBatch(epoch, b + i, &batch, profiler));
       if (stop != 0) return Stop(TrainingOutcome::End::kStopSignal, stop, PositionAt(epoch, b));
+      const int64_t compute_start = TraceNowMicros();
+      const double comm_before = trained_->allreduce_seconds();
+      if (injected_sleep_ms_ > 0) {
+        TraceSpan sleep(trace(), kTrainingTraceThread, "injected sleep (test)", "compute");
+        std::this_thread::sleep_for(std::chrono::milliseconds(injected_sleep_ms_));
+      }
       ASSIGN_OR_RETURN(at::Tensor loss, step.MicroBatch(batch.images, batch.labels, profiler));
+      if (traced_ != nullptr) {
+        traced_->Computed(compute_start, TraceNowMicros(),
+                          trained_->allreduce_seconds() - comm_before);
+      }
       RETURN_IF_ERROR(reporter_->LogLoss(epoch, b + i, loss));
       loss_sum = loss_sum.defined() ? loss_sum + loss : loss;
     }
+    const int64_t finish_start = TraceNowMicros();
     RETURN_IF_ERROR(step.Finish(schedule_->At(global_step_), profiler));
+    if (traced_ != nullptr) traced_->Computed(finish_start, TraceNowMicros(), 0);
     RETURN_IF_ERROR(profiled_->End(steps_this_run_, *trained_));
+    if (traced_ != nullptr) RETURN_IF_ERROR(traced_->StepEnded(steps_this_run_, *reporter_));
     b += group;
     RETURN_IF_ERROR(AfterOptimizerStep(epoch, b, group, loss_sum));
     // A checkpoint write that failed on the writer thread ends the run at this step boundary.
@@ -309,7 +352,9 @@ absl::StatusOr<Stopped> Trainer::TrainEpoch(int64_t epoch) {
 // agreed stop signal, or 0 with `batch` filled.
 absl::StatusOr<int> Trainer::NextMicroBatch(int64_t epoch, int64_t index, TrainingBatch* batch,
                                             StepProfiler* profiler) {
+  const int64_t next_start = TraceNowMicros();
   absl::StatusOr<TrainingBatch> next = input_->feeder().Next();
+  const int64_t next_end = TraceNowMicros();
   if (profiler != nullptr) RETURN_IF_ERROR(profiler->Mark(StepPhase::kHostToDevice));
   absl::Status local = data_error_.ok() ? next.status() : data_error_;
   data_error_ = absl::OkStatus();
@@ -320,6 +365,10 @@ absl::StatusOr<int> Trainer::NextMicroBatch(int64_t epoch, int64_t index, Traini
   }
   ASSIGN_OR_RETURN(int stop, AgreeOnStop(host_, local));
   if (stop != 0) return stop;
+  if (traced_ != nullptr) {
+    traced_->BatchArrived(next->epoch, next->step, next_start, next_end, next->data_wait);
+    traced_->Voted(next_end, TraceNowMicros());
+  }
   *batch = std::move(*next);
   RETURN_IF_ERROR(profiled_->DataArrived(profiler, batch->data_wait));
   reporter_->AddBatch(epoch, index, batch->data_wait, batch->gpu_input_wait, batch->sample_indices);
@@ -366,6 +415,7 @@ absl::Status Trainer::AfterOptimizerStep(int64_t epoch, int64_t batches_done, in
 
 // Validates after `epoch`. Returns the agreed stop signal (0: done).
 absl::StatusOr<int> Trainer::Validate(int64_t epoch) {
+  TraceSpan span(trace(), kTrainingTraceThread, "validation", "validation");
   const Clock::time_point start = Clock::now();
   absl::StatusOr<ValidationPass> pass = input_->StartValidation(epoch);
   ASSIGN_OR_RETURN(int stop_now, AgreeOnStop(host_, pass.status()));
@@ -394,6 +444,7 @@ absl::StatusOr<std::string> Trainer::WriteCheckpoint(const RunPosition& position
   RETURN_IF_ERROR(WaitForDevice(context_));
   // One snapshot in host memory at a time: the previous write ends first (Note
   // [Asynchronous checkpoints] in trainer/checkpoint/run_checkpoints.h).
+  TraceSpan span(trace(), kTrainingTraceThread, "checkpoint", "checkpoint");
   const Clock::time_point start = Clock::now();
   RETURN_IF_ERROR(checkpoints_->WaitForWrites());
   const Clock::time_point copying = Clock::now();
@@ -425,6 +476,7 @@ absl::Status Trainer::EndCheckpointWrites() {
 
 absl::StatusOr<TrainingOutcome> Trainer::Stop(TrainingOutcome::End end, int signal_number,
                                               const RunPosition& position) {
+  if (traced_ != nullptr) RETURN_IF_ERROR(traced_->Finish());
   TrainingOutcome outcome;
   outcome.end = end;
   outcome.signal = signal_number;
@@ -453,6 +505,7 @@ absl::StatusOr<TrainingOutcome> Trainer::Stop(TrainingOutcome::End end, int sign
 
 absl::StatusOr<TrainingOutcome> Trainer::Finish() {
   RETURN_IF_ERROR(WaitForDevice(context_));
+  if (traced_ != nullptr) RETURN_IF_ERROR(traced_->Finish());
   TrainingOutcome outcome;
   const bool trains = !o_.benchmark.data_only;
   if (trains && steps_this_run_ > 0) {

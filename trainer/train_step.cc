@@ -88,6 +88,8 @@ absl::StatusOr<at::Tensor> TrainStep::ForwardBackward(const at::Tensor& images,
                                                       StepProfiler* profiler) {
   const std::string micro_batch =
       absl::StrCat(" of micro-batch ", done_ + 1, " of ", micro_batches_);
+  absl::optional<TraceSpan> forward;
+  forward.emplace(trace_, trace_tid_, "forward", "compute");
   ASSIGN_OR_RETURN(
       at::Tensor loss, TorchCall(absl::StrCat("train step: forward", micro_batch), [&] {
         at::Tensor loss = at::cross_entropy_loss(model_.forward(images), labels, /*weight=*/{},
@@ -96,7 +98,9 @@ absl::StatusOr<at::Tensor> TrainStep::ForwardBackward(const at::Tensor& images,
         if (options_.autocast) at::autocast::clear_cache();
         return loss;
       }));
+  forward.reset();
   if (profiler != nullptr) RETURN_IF_ERROR(profiler->Mark(StepPhase::kForward));
+  TraceSpan backward(trace_, trace_tid_, "backward", "compute");
   RETURN_IF_ERROR(TorchCall(absl::StrCat("train step: backward", micro_batch), [&] {
     const at::Tensor objective = micro_batches_ > 1 ? loss / micro_batches_ : loss;
     scaler_.Scale(objective).backward();
@@ -172,7 +176,10 @@ absl::StatusOr<at::Tensor> TrainStep::MicroBatch(const at::Tensor& images, const
         graph->images.copy_(images);
         graph->labels.copy_(labels);
       }));
-      RETURN_IF_ERROR(graph->graph->Replay());
+      {
+        TraceSpan replay(trace_, trace_tid_, "CUDA graph replay: forward and backward", "compute");
+        RETURN_IF_ERROR(graph->graph->Replay());
+      }
       if (last) RETURN_IF_ERROR(buckets_.WatchReplay());
       ++replays_;
       ++done_;
@@ -184,7 +191,10 @@ absl::StatusOr<at::Tensor> TrainStep::MicroBatch(const at::Tensor& images, const
   buckets_.BeginStep(/*reduce=*/last);
   ASSIGN_OR_RETURN(at::Tensor loss, ForwardBackward(images, labels, profiler));
   if (profiler != nullptr) RETURN_IF_ERROR(profiler->Mark(StepPhase::kBackward));
-  RETURN_IF_ERROR(buckets_.FinishStep());
+  {
+    TraceSpan wait(trace_, trace_tid_, "gradient reductions: wait", "communication");
+    RETURN_IF_ERROR(buckets_.FinishStep());
+  }
   if (last && profiler != nullptr) RETURN_IF_ERROR(profiler->Mark(StepPhase::kAllreduceWait));
   ++done_;
   return loss.detach();
@@ -257,14 +267,18 @@ absl::Status TrainStep::Finish(double learning_rate, StepProfiler* profiler) {
   if (UseGraphs(profiler)) {
     ASSIGN_OR_RETURN(FinishGraph * graph, GraphForFinish());
     if (graph != nullptr) {
+      TraceSpan replay(trace_, trace_tid_, "CUDA graph replay: optimizer", "compute");
       RETURN_IF_ERROR(graph->graph->Replay());
       last_finish_replayed_ = true;
       ++replays_;
       return absl::OkStatus();
     }
   }
-  RETURN_IF_ERROR(TorchCall("train step: unscale, clip and optimizer step",
-                            [&] { return UpdateParameters(/*on_device=*/false); }));
+  {
+    TraceSpan optimizer(trace_, trace_tid_, "optimizer", "compute");
+    RETURN_IF_ERROR(TorchCall("train step: unscale, clip and optimizer step",
+                              [&] { return UpdateParameters(/*on_device=*/false); }));
+  }
   last_finish_replayed_ = false;
   ++uncaptured_steps_;
   if (skipped_) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/trace_events.h"
 #include "trainer/comm/grad_buckets.h"
 #include "trainer/nn/image_classifier.h"
 #include "trainer/nn/loss_scaler.h"
@@ -88,6 +89,15 @@ class TrainStep {
   // Finish; undefined without clipping.
   const at::Tensor& grad_norm() const;
 
+  // Records forward, backward (with each bucket's reduction), the optimizer and the CUDA
+  // graphs replayed into `trace` (may be null) on thread `tid` while it records. Traced
+  // steps run as untraced ones do: captured steps stay captured.
+  void set_trace(TraceRecorder* trace, int tid) {
+    trace_ = trace;
+    trace_tid_ = tid;
+    buckets_.set_trace(trace, tid);
+  }
+
   // Graphs captured so far (Note [Capturing the step]) and the micro-batches and Finish
   // calls that replayed one.
   int graphs_captured() const;
@@ -130,6 +140,8 @@ class TrainStep {
   bool last_finish_replayed_ = false;
   int64_t replays_ = 0;
   std::unique_ptr<Graphs> graphs_;  // with cuda_graphs, until a capture fails
+  TraceRecorder* trace_ = nullptr;
+  int trace_tid_ = 0;
 };
 
 // Scales the gradients in place so that their global L2 norm is at most `max_norm`

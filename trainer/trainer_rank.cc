@@ -16,6 +16,7 @@
 #include "trainer/gpu_binding.h"
 #include "trainer/run_context.h"
 #include "trainer/stop_signal.h"
+#include "trainer/traced_steps.h"
 #include "trainer/train_loop.h"
 
 #ifdef STOKER_WITH_CUDA
@@ -37,6 +38,14 @@ std::unique_ptr<launcher::NodeDataService> StartNodeDataService(launcher::MpiSes
   service_options.job_id = flags.job_id;
   service_options.seed = options.seed;
   service_options.args = flags.args;
+  if (!options.report.trace_dir.empty()) {
+    // The service traces the batches of the ranks' traced steps (trainer/traced_steps.h).
+    absl::StatusOr<TraceSteps> window = TraceWindowOf(options);
+    if (!window.ok()) session.Abort(ReportFailure(window.status()));
+    service_options.args.push_back(absl::StrCat("--trace=", options.report.trace_dir));
+    service_options.args.push_back(
+        absl::StrCat("--trace_steps=", DataServiceTraceSteps(*window, options.step.accumulate)));
+  }
   service_options.ready_timeout = options.input.data_timeout;
   service_options.startup_timeout = options.comm.collective_timeout;
   auto started = launcher::NodeDataService::Start(session.info(), session.world(), session.node(),
@@ -94,6 +103,7 @@ absl::StatusOr<int> RunTrainerRank(int* argc, char*** argv, TrainerOptions optio
     absl::StatusOr<bool> use_cuda = BindRankToGpu(options.device.device, rank);
     RunContext context;
     context.rank = rank;
+    context.world = (*session)->world();
     context.job_id = node_data_service != nullptr
                          ? node_data_service->job_id()
                          : launcher::JobIdOfSocketPath(options.input.data_socket);

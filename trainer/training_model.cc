@@ -89,7 +89,8 @@ absl::StatusOr<std::unique_ptr<TrainingModel>> TrainingModel::Create(const Train
     parameters.push_back(item.value());
   }
   Communicator* reducing = &gradients;
-  if (o.report.profile_steps > 0 && !context.use_cuda) {
+  // The CPU's step profile and trace move the reductions' time from backward to waiting.
+  if ((o.report.profile_steps > 0 || !o.report.trace_dir.empty()) && !context.use_cuda) {
     t->timed_ = std::make_unique<TimedCommunicator>(&gradients);
     reducing = t->timed_.get();
   }

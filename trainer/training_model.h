@@ -63,7 +63,8 @@ class TrainingModel {
   // layout), to `path` atomically with `file_mode` (--export). A write failure names the flag
   // and carries the checkpoint I/O exit code.
   absl::Status ExportWeights(const std::string& path, uint32_t file_mode);
-  // CPU profiling: seconds spent inside the gradient allreduces so far (0 when not timed).
+  // CPU profiling and tracing: seconds spent inside the gradient allreduces so far (0 when
+  // not timed).
   double allreduce_seconds() const { return timed_ != nullptr ? timed_->seconds() : 0; }
   bool allreduce_timed() const { return timed_ != nullptr; }
 

@@ -42,6 +42,15 @@ inline constexpr double kDefaultEvalResizeRatio = 256.0 / 224.0;
 // round(image_size * ratio): the evaluation Resize() for a crop of image_size.
 int32_t EvalResizeSize(int32_t image_size, double ratio);
 
+// What one Load() took, stage by stage, when SampleScratch::time_stages asks (the trace's
+// per-sample figures, common/trace_events.h). A dataset without a stage leaves it 0.
+struct SampleTimes {
+  int64_t file_bytes = 0;  // the encoded image read
+  int64_t read_us = 0;     // reading it
+  int64_t decode_us = 0;   // decoding (headers, entropy decoding, IDCT, colour)
+  int64_t resize_us = 0;   // resampling the decoded rows into the sample
+};
+
 // The working memory of one worker thread's Load() calls, reused sample after sample so
 // that steady state allocates nothing: the encoded file's bytes and the decoder's and
 // resampler's buffers. Not thread-safe: one per worker thread (WorkerPool owns them).
@@ -57,6 +66,9 @@ struct SampleScratch {
   // kMaxRetainedFileBytes) and is reused.
   std::vector<uint8_t> file_bytes;
   image::TransformScratch transform;
+  // Set by the caller before Load() to have it fill `times`; off, nothing is timed.
+  bool time_stages = false;
+  SampleTimes times;
 };
 
 // A SampleScratch::file_bytes larger than this after a sample is freed, so that one huge

@@ -4,7 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "common/errno_status.h"
@@ -105,7 +107,15 @@ absl::Status DecodeSample(absl::Span<const uint8_t> bytes, int64_t index,
   absl::StatusOr<image::TransformSpec> spec = SampleTransform(options);
   if (!spec.ok()) return spec.status();
   const image::SampleKey key{options.seed, options.epoch, index};
-  absl::Status status = image::DecodeAndTransform(bytes, *spec, key, scratch.transform, dst);
+  absl::Status status;
+  if (scratch.time_stages) {
+    image::TransformTrace trace;
+    trace.time_resize = true;
+    status = image::DecodeAndTransform(bytes, *spec, key, scratch.transform, dst, &trace);
+    scratch.times.resize_us = trace.resize_ns / 1000;
+  } else {
+    status = image::DecodeAndTransform(bytes, *spec, key, scratch.transform, dst);
+  }
   // The spec is valid, so what remains is the image's fault, except running out of memory.
   if (status.ok() || absl::IsResourceExhausted(status)) return status;
   return MarkBadSample(std::move(status));
@@ -113,9 +123,26 @@ absl::Status DecodeSample(absl::Span<const uint8_t> bytes, int64_t index,
 
 absl::Status EncodedImageDataset::Load(int64_t index, const SampleOptions& options,
                                        SampleScratch& scratch, uint8_t* dst) const {
+  if (!scratch.time_stages) {
+    absl::StatusOr<absl::Span<const uint8_t>> bytes = ReadEncoded(index, scratch);
+    if (!bytes.ok()) return bytes.status();
+    return DecodeSample(*bytes, index, options, scratch, dst);
+  }
+  using Clock = std::chrono::steady_clock;
+  auto micros = [](Clock::duration d) {
+    return std::chrono::duration_cast<std::chrono::microseconds>(d).count();
+  };
+  const Clock::time_point start = Clock::now();
   absl::StatusOr<absl::Span<const uint8_t>> bytes = ReadEncoded(index, scratch);
+  const Clock::time_point read = Clock::now();
+  scratch.times = SampleTimes();
+  scratch.times.read_us = micros(read - start);
   if (!bytes.ok()) return bytes.status();
-  return DecodeSample(*bytes, index, options, scratch, dst);
+  scratch.times.file_bytes = static_cast<int64_t>(bytes->size());
+  absl::Status status = DecodeSample(*bytes, index, options, scratch, dst);
+  scratch.times.decode_us =
+      std::max<int64_t>(0, micros(Clock::now() - read) - scratch.times.resize_us);
+  return status;
 }
 
 }  // namespace stoker::data_service

@@ -2,6 +2,7 @@
 #include "data_service/image/transforms.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 
@@ -199,10 +200,31 @@ class TransformPipeline {
     RgbResampler& resampler = scratch.resampler_;
     resampler.Start(h, v, flip);
     // The decoder keeps each row for as long as the resampler reads it: no copies.
-    RETURN_IF_ERROR(decoder.Decode(
-        scale, region, [&](int, const uint8_t* rgb) { resampler.AddRow(rgb); },
-        resampler.rows_kept()));
-    resampler.Finish(dst, static_cast<ptrdiff_t>(size) * 3);
+    if (trace != nullptr && trace->time_resize) {
+      int64_t resize_ns = 0;
+      RETURN_IF_ERROR(decoder.Decode(
+          scale, region,
+          [&](int, const uint8_t* rgb) {
+            const auto start = std::chrono::steady_clock::now();
+            resampler.AddRow(rgb);
+            resize_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::steady_clock::now() - start)
+                             .count();
+          },
+          resampler.rows_kept()));
+      const auto start = std::chrono::steady_clock::now();
+      resampler.Finish(dst, static_cast<ptrdiff_t>(size) * 3);
+      resize_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                       std::chrono::steady_clock::now() - start)
+                       .count();
+      local_trace.time_resize = true;
+      local_trace.resize_ns = resize_ns;
+    } else {
+      RETURN_IF_ERROR(decoder.Decode(
+          scale, region, [&](int, const uint8_t* rgb) { resampler.AddRow(rgb); },
+          resampler.rows_kept()));
+      resampler.Finish(dst, static_cast<ptrdiff_t>(size) * 3);
+    }
 
     if (trace != nullptr) {
       local_trace.header = header;

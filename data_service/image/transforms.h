@@ -108,6 +108,10 @@ struct TransformTrace {
   PixelRect decoded;  // rows and columns decoded, in the scaled image
   TrainParams train;  // kTrain
   EvalGeometry eval;  // kEval
+  // Set before the call to time the resampling of the decoded rows into resize_ns (the
+  // rest of the call is decoding); off, nothing is timed.
+  bool time_resize = false;
+  int64_t resize_ns = 0;
 };
 
 // The per-thread working memory of DecodeAndTransform(): the decoder with its row

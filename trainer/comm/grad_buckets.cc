@@ -165,8 +165,19 @@ absl::Status GradBuckets::Launch(int bucket) {
                      " is no longer a view into its bucket (was zero_grad(set_to_none) called?)"));
   }
   ASSIGN_OR_RETURN(ElementType type, ElementTypeOf(flat_[bucket]));
-  return communicator_->AllReduce(flat_[bucket].data_ptr(), flat_[bucket].numel(), type,
-                                  ReduceOp::kAverage);
+  if (trace_ == nullptr || !trace_->recording()) {
+    return communicator_->AllReduce(flat_[bucket].data_ptr(), flat_[bucket].numel(), type,
+                                    ReduceOp::kAverage);
+  }
+  const int64_t issued = TraceNowMicros();
+  const int64_t bytes = flat_[bucket].numel() * static_cast<int64_t>(ElementSize(type));
+  trace_->Instant(trace_tid_, absl::StrCat("bucket ", bucket, " issued"), "communication", issued,
+                  TraceArgs().Add("bucket", bucket).Add("bytes", bytes));
+  absl::Status status = communicator_->AllReduce(flat_[bucket].data_ptr(), flat_[bucket].numel(),
+                                                 type, ReduceOp::kAverage);
+  trace_->Complete(trace_tid_, absl::StrCat("bucket ", bucket, " reduction"), "communication",
+                   issued, TraceNowMicros(), TraceArgs().Add("bucket", bucket).Add("bytes", bytes));
+  return status;
 }
 
 void GradBuckets::OnGradientReady(int parameter) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/trace_events.h"
 #include "trainer/comm/bucket_plan.h"
 #include "trainer/comm/communicator.h"
 
@@ -68,6 +69,15 @@ class GradBuckets {
   // Buckets reduced so far in this step (for tests of the overlap).
   int buckets_launched() const { return next_to_launch_; }
 
+  // Records each bucket's reduction in `trace` (may be null) on thread `tid` while it
+  // records: an instant when the bucket is issued, and a slice from issue until the
+  // communicator returns (a host communicator's reduction is done then; a device
+  // communicator's is enqueued, and the GPU intervals show when it ran).
+  void set_trace(TraceRecorder* trace, int tid) {
+    trace_ = trace;
+    trace_tid_ = tid;
+  }
+
  private:
   struct Hooks;
   GradBuckets(std::vector<at::Tensor> parameters, std::vector<std::string> names,
@@ -83,6 +93,8 @@ class GradBuckets {
   std::vector<int> pending_;           // bucket -> gradients still to come this step
   std::vector<char> ready_this_step_;  // parameter -> its gradient arrived
   Communicator* communicator_;
+  TraceRecorder* trace_ = nullptr;
+  int trace_tid_ = 0;
   bool reduce_ = true;
   bool armed_ = false;
   int next_to_launch_ = 0;

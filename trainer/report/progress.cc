@@ -33,6 +33,7 @@ std::string FormatProgressLine(const ProgressSnapshot& p) {
     absl::StrAppend(&line, absl::StrFormat("  gpu-decode %.1f%%", 100.0 * p.gpu_decode_share));
   }
   if (!p.memory.empty()) absl::StrAppend(&line, "  ", p.memory);
+  if (!p.bound.empty()) absl::StrAppend(&line, "  bound ", p.bound);
   if (p.eta_seconds >= 0) absl::StrAppend(&line, "  ETA ", FormatEta(p.eta_seconds));
   return line;
 }

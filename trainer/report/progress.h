@@ -30,10 +30,14 @@ struct ProgressSnapshot {
   double gpu_decode_share = -1;      // 0..1, of each batch decoded on the GPU; negative: not shown
   std::string memory;                // e.g. "GPU 3.2/80.0 GiB" or "RSS 1.1 GiB"; empty: not shown
   double eta_seconds = -1;           // negative: unknown
+  // What bounds the job's steps, in a word, from the traced steps' verdicts ("input",
+  // "copy", "compute", "communication", "straggler"; trainer/report/step_verdict.h); empty:
+  // not shown.
+  std::string bound;
 };
 
 // "epoch 2/10  step 120/390  loss 1.2345  lr 0.0800  1234 img/s  data 3.0%  gpu-wait 0.4%
-//  gpu-decode 25%  RSS 1.1 GiB  ETA 5m12s" (on one line)
+//  gpu-decode 25%  RSS 1.1 GiB  bound input  ETA 5m12s" (on one line)
 std::string FormatProgressLine(const ProgressSnapshot& snapshot);
 
 // "42s", "5m12s", "3h07m", "2d04h".

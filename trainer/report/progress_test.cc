@@ -49,6 +49,21 @@ TEST(ProgressTest, LineShowsTheGpusWaitAndDecodeShareWhereKnown) {
             "gpu-decode 37.5%");
 }
 
+TEST(ProgressTest, LineShowsTheJobsBoundInAWord) {
+  ProgressSnapshot p;
+  p.epoch = 1;
+  p.epochs = 1;
+  p.step = 5;
+  p.steps_per_epoch = 9;
+  p.loss = 1;
+  p.learning_rate = 0.1;
+  p.images_per_second = 100;
+  p.bound = "input";
+  p.eta_seconds = 3;
+  EXPECT_EQ(FormatProgressLine(p),
+            "epoch 1/1  step 5/9  loss 1.0000  lr 0.1  100 img/s  data 0.0%  bound input  ETA 3s");
+}
+
 TEST(ProgressTest, EtaReadsNaturally) {
   EXPECT_EQ(FormatEta(42), "42s");
   EXPECT_EQ(FormatEta(312), "5m12s");

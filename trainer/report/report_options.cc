@@ -20,6 +20,10 @@ absl::Status ReportOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "--kernel_trace=", kernel_trace, ": needs --profile_steps=N, the steps it records"));
   }
+  if (!trace_steps.empty() && trace_dir.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--trace_steps=", trace_steps, ": needs --trace=DIR, where the trace goes"));
+  }
   return absl::OkStatus();
 }
 

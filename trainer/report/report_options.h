@@ -17,6 +17,9 @@ namespace stoker::trainer {
 // is a pipe); in place; or one line each time.
 enum class ProgressMode { kAuto, kInPlace, kLines };
 
+// The steps --trace records without --trace_steps: this many after the warm-up.
+inline constexpr int kDefaultTraceSteps = 10;
+
 absl::StatusOr<ProgressMode> ParseProgressMode(absl::string_view name);
 
 struct ReportOptions {
@@ -35,6 +38,13 @@ struct ReportOptions {
   // The profiled steps' GPU kernels as a Chrome trace (trainer/report/kernel_trace.h), to this
   // path (<path>.rank<r> when there are several ranks).
   std::string kernel_trace;
+  // --trace: the directory where each rank writes its trace of the traced steps
+  // (rank<r>.json, trainer/traced_steps.h) and asks its node's data service to write its
+  // own; empty: off.
+  std::string trace_dir;
+  // --trace_steps: "A:B", the run's optimizer steps [A, B) that are traced (checked by
+  // ValidateOptions); empty: kDefaultTraceSteps steps after the warm-up.
+  std::string trace_steps;
 
   // InvalidArgument naming the flag at fault.
   absl::Status Validate() const;

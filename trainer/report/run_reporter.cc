@@ -166,6 +166,7 @@ absl::Status RunReporter::Progress(const TrainProgress& p) {
   // The progress line shows the share only where some of it may be decoded on the GPU.
   const bool share_shown = !share.mode.empty();
   if (share_shown && !share.off) snapshot.gpu_decode_share = share.share;
+  if (verdicts_.steps() > 0) snapshot.bound = StepBoundName(verdicts_.bound());
   progress_->Update(FormatProgressLine(snapshot));
   const bool has_norm = !std::isnan(p.grad_norm);
   if (jsonl_ != nullptr) {
@@ -213,6 +214,30 @@ void RunReporter::Starting(int64_t batches_per_epoch, int64_t steps_per_epoch, i
       "%d%s, lr %g (%s)",
       run_.model, run_.epochs, batches_per_epoch, steps_per_epoch, run_.world_size, run_.batch_size,
       accumulate, accumulate > 1 ? " (accumulated)" : "", learning_rate, schedule));
+}
+
+absl::Status RunReporter::TraceVerdict(const StepVerdict& v) {
+  verdicts_.Add(v);
+  if (!rank0()) return absl::OkStatus();
+  Note(v.text);
+  if (jsonl_ == nullptr) return absl::OkStatus();
+  JsonObject record;
+  record.Add("type", "trace_step")
+      .Add("step", v.step)
+      .Add("bound", StepBoundName(v.bound))
+      .Add("step_ms", v.step_ms)
+      .Add("median_ms", v.median_ms)
+      .Add("stage", v.stage)
+      .Add("stage_ms", v.stage_ms);
+  if (v.rank >= 0) {
+    record.Add("rank", v.rank)
+        .Add("host", v.host)
+        .Add("node", v.node)
+        .Add("excess_ms", v.excess_ms)
+        .Add("others_comm_ms", v.others_comm_ms);
+  }
+  record.Add("text", v.text);
+  return jsonl_->Write(record);
 }
 
 void RunReporter::Note(const std::string& line) {
@@ -339,6 +364,22 @@ absl::Status RunReporter::Finished(const RunSummary& s) {
   }
   if (profiled) LogInfo("%s", s.profiler->Report());
   if (!s.exported.empty()) LogInfo("exported the model's state dict to %s", s.exported);
+  if (verdicts_.steps() > 0) {
+    LogInfo("%s", verdicts_.Text());
+    if (jsonl_ != nullptr) {
+      JsonObject record;
+      record.Add("type", "trace_verdict")
+          .Add("steps", verdicts_.steps())
+          .Add("bound", StepBoundName(verdicts_.bound()));
+      if (verdicts_.culprit_rank() >= 0) {
+        record.Add("rank", verdicts_.culprit_rank())
+            .Add("stage", verdicts_.culprit_stage())
+            .Add("excess_ms", verdicts_.culprit_excess_ms());
+      }
+      record.Add("text", verdicts_.Text());
+      RETURN_IF_ERROR(jsonl_->Write(record));
+    }
+  }
   if (jsonl_ != nullptr) {
     JsonObject record;
     record.Add("type", "end").Add("epochs", run_.epochs).Add("global_step", s.global_step);

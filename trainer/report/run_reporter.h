@@ -22,6 +22,7 @@
 #include "trainer/report/progress.h"
 #include "trainer/report/report_options.h"
 #include "trainer/report/step_profiler.h"
+#include "trainer/report/step_verdict.h"
 #include "trainer/report/tensorboard_writer.h"
 #include "trainer/report/throughput_meter.h"
 
@@ -144,6 +145,10 @@ class RunReporter {
   absl::Status Stopped(const std::string& why, const std::string& reason, int64_t epoch,
                        int64_t batches_done, int64_t batches_per_epoch, int64_t global_step,
                        const std::string& checkpoint);
+  // Rank 0: a traced step's verdict (--trace): its line, and a "trace_step" JSON line. The
+  // window's verdict so far names the job's bound on the progress line, and the summary
+  // says it at the end (a "trace_verdict" JSON line).
+  absl::Status TraceVerdict(const StepVerdict& verdict);
   // Rank 0: the summary line(s), the "end" JSON line and --metrics_out.
   absl::Status Finished(const RunSummary& summary);
 
@@ -176,6 +181,7 @@ class RunReporter {
   absl::optional<ValidationScores> last_val_;
   double best_top1_ = -1;
   int64_t best_epoch_ = -1;
+  VerdictSummary verdicts_;  // of the traced steps
 };
 
 }  // namespace stoker::trainer

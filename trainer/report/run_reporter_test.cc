@@ -233,6 +233,35 @@ TEST_F(RunReporterTest, ValidationStopAndEndAreJsonLinesAndTheSummaryIsWritten) 
   EXPECT_EQ(metrics.back(), '\n');
 }
 
+TEST_F(RunReporterTest, TracedStepsGiveVerdictLinesTheBoundAndASummary) {
+  StderrCapture capture(dir_.Join("stderr"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RunReporter> reporter,
+                       RunReporter::Create(options_, 0, Description()));
+  const std::vector<RankPlace> places = {{0, "hosta", 0}, {1, "hostb", 1}};
+  const std::vector<RankStepTimes> slow_input = {{1, 1, 10, 30, 42}, {31, 1, 10, 0, 42}};
+  ASSERT_OK(reporter->TraceVerdict(JudgeStep(4, slow_input, places, 40)));
+  TrainThreeSteps(*reporter);
+  RunSummary summary;
+  summary.global_step = 3;
+  summary.steps_this_run = 3;
+  ASSERT_OK(reporter->Finished(summary));
+
+  const std::string printed = capture.Text();
+  EXPECT_THAT(printed, HasSubstr("step 4: 42.0 ms, +2.0 ms against the median (40.0 ms); input: "
+                                 "rank 1 on hostb (node 1) waited 31.0 ms for input"));
+  EXPECT_THAT(printed, HasSubstr("  bound input  "));
+  EXPECT_THAT(printed, HasSubstr("trace verdict over 1 step: bound by input (input 1)"));
+  const std::vector<std::string> records = Lines(ReadFile(options_.metrics_jsonl));
+  ASSERT_THAT(records, SizeIs(4));
+  EXPECT_THAT(records[0], StartsWith("{\"type\": \"trace_step\", \"step\": 4, \"bound\": "
+                                     "\"input\", \"step_ms\": 42, \"median_ms\": 40, "
+                                     "\"stage\": \"input\", \"stage_ms\": 31, \"rank\": 1, "
+                                     "\"host\": \"hostb\", \"node\": 1, "));
+  EXPECT_THAT(records[2], StartsWith("{\"type\": \"trace_verdict\", \"steps\": 1, \"bound\": "
+                                     "\"input\", \"rank\": 1, \"stage\": \"input\", "));
+  EXPECT_THAT(records[3], StartsWith("{\"type\": \"end\""));
+}
+
 TEST_F(RunReporterTest, ATensorBoardEventFileIsCreatedAndHoldsTheScalars) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<RunReporter> reporter,
                        RunReporter::Create(options_, 0, Description()));

@@ -194,15 +194,17 @@ absl::StatusOr<std::map<std::string, at::Tensor>> ParseSafetensors(const std::st
                             data_size, " (truncated, or trailing bytes)"));
   }
   const char* data = bytes.data() + 8 + header_size;
-  return TorchCall(absl::StrCat(kFlag, "=", path, ": safetensors file"), [&] {
-    std::map<std::string, at::Tensor> state;
-    for (const SafetensorsEntry& e : entries) {
-      at::Tensor tensor = at::empty(e.shape, at::TensorOptions().dtype(e.dtype));
-      if (e.end > e.begin) std::memcpy(tensor.data_ptr(), data + e.begin, e.end - e.begin);
-      state[e.name] = std::move(tensor);
-    }
-    return state;
-  });
+  std::map<std::string, at::Tensor> state;
+  for (const SafetensorsEntry& e : entries) {
+    // libtorch refuses what it cannot shape (an empty tensor whose other sizes overflow).
+    absl::StatusOr<at::Tensor> tensor = TorchCall(absl::StrCat("tensor '", e.name, "'"), [&] {
+      return at::empty(e.shape, at::TensorOptions().dtype(e.dtype));
+    });
+    if (!tensor.ok()) return bad(tensor.status().message());
+    if (e.end > e.begin) std::memcpy(tensor->data_ptr(), data + e.begin, e.end - e.begin);
+    state[e.name] = *std::move(tensor);
+  }
+  return state;
 }
 
 // torch.save's zip format, read by libtorch's unpickler: Note [Pickled state dicts].

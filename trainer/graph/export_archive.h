@@ -59,8 +59,7 @@ absl::StatusOr<ExportArchive> ReadExportArchive(const std::string& path);
 // a record claims more bytes than the archive holds, a JSON record is not an object or a
 // field has the wrong type, or when its weights are missing, pickled (tensor subclasses), of
 // negative or overflowing sizes, strides or offset, or of the wrong size.
-absl::StatusOr<ExportArchive> ParseExportArchive(const std::string& path,
-                                                 const std::string& bytes);
+absl::StatusOr<ExportArchive> ParseExportArchive(const std::string& path, const std::string& bytes);
 
 }  // namespace stoker::trainer
 

@@ -19,10 +19,14 @@ bool NamesNoFile(int error) {
          error == ENAMETOOLONG;
 }
 
+// InvalidArgument tagged kExitUsage when the path names no file (a bad flag), else the
+// errno's own code tagged kExitCheckpointIo.
 absl::Status StorageError(int error, absl::string_view flag, absl::string_view path,
                           absl::string_view doing) {
-  return WithExitCode(ErrnoToStatus(error, absl::StrCat(flag, "=", path, ": ", doing)),
-                      NamesNoFile(error) ? kExitUsage : kExitCheckpointIo);
+  const absl::Status status = ErrnoToStatus(error, absl::StrCat(flag, "=", path, ": ", doing));
+  if (NamesNoFile(error))
+    return WithExitCode(absl::InvalidArgumentError(status.message()), kExitUsage);
+  return WithExitCode(status, kExitCheckpointIo);
 }
 
 }  // namespace

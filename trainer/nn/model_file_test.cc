@@ -42,6 +42,7 @@ TEST(ModelFileTest, PathsThatNameNoFileAreUsageErrors) {
     SCOPED_TRACE(path);
     absl::StatusOr<std::string> read = ReadModelFile("--init_weights", path);
     ASSERT_FALSE(read.ok());
+    EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_EQ(ExitCodeOf(read.status()), kExitUsage);
     EXPECT_THAT(std::string(read.status().message()),
                 HasSubstr(absl::StrCat("--init_weights=", path, ": ")));

@@ -119,10 +119,10 @@ train unconverged --epochs=2 --val_every=2 --log_every=11 --metrics_jsonl="$out/
 [[ $rc -eq 0 ]] || { cat "$out/unconverged.log"; echo "FAIL: the unconverged run exited $rc"; exit 1; }
 top1_in_python "$out/unconverged.jsonl" "$out/digits_net_unconverged.pt" 2 0.005 0
 
-# Fine-tuning from those weights (--init_weights, torch.save's format): one epoch at a small
-# rate stays in the band.
+# Fine-tuning from those weights (--init_weights, torch.save's format, which the run's own
+# export makes trusted: --allow_pickle): one epoch at a small rate stays in the band.
 train finetune --epochs=1 --lr=0.002 --warmup_epochs=0 --val_every=1 \
-  --init_weights="$out/digits_net_trained.pt" --metrics_jsonl="$out/finetune.jsonl"
+  --init_weights="$out/digits_net_trained.pt" --allow_pickle --metrics_jsonl="$out/finetune.jsonl"
 [[ $rc -eq 0 ]] || { cat "$out/finetune.log"; echo "FAIL: fine-tuning exited $rc"; exit 1; }
 "$python" - "$out" <<'PY'
 import json, os, sys

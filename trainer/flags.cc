@@ -26,9 +26,13 @@ ABSL_FLAG(std::string, model, "small_cnn",
           "archive (model.pt2, from tools/export_model.py or torch.export.save) to train a model "
           "brought from Python.");
 ABSL_FLAG(std::string, init_weights, "",
-          "If set, a state dict (torch.save's format or safetensors) that the model starts from "
-          "instead of its own initialisation, loaded as load_state_dict(strict=True) does; a "
-          "resumed checkpoint still wins.");
+          "If set, a state dict (safetensors, or torch.save's format with --allow_pickle) that "
+          "the model starts from instead of its own initialisation, loaded as "
+          "load_state_dict(strict=True) does; a resumed checkpoint still wins.");
+ABSL_FLAG(bool, allow_pickle, false,
+          "Read an --init_weights file in torch.save's format (a Python pickle, whose C++ reader "
+          "is not safe on untrusted input: only for a file you made or trust, such as Stoker's "
+          "own --export). Without it such a file is refused; convert it to safetensors.");
 ABSL_FLAG(int, num_classes, 10, "Number of classes of the dataset.");
 ABSL_FLAG(int, image_size, 32, "Square image size in pixels fed to the model.");
 ABSL_FLAG(int, batch_size, 32, "Batch size per rank (per micro-batch with --accumulate).");
@@ -234,9 +238,9 @@ FlagSpec TrainerFlagSpec() {
   spec.positional_hint = "the trainer takes only --name=value flags";
   spec.sections = {
       {"Data and model",
-       {"data_socket", "model", "init_weights", "num_classes", "image_size", "batch_size", "epochs",
-        "seed", "data_split", "drop_last_batch", "ring_slots", "gpu_decode_share",
-        "gpu_decode_arena_mib", "data_timeout_s", "bucket_mb"}},
+       {"data_socket", "model", "init_weights", "allow_pickle", "num_classes", "image_size",
+        "batch_size", "epochs", "seed", "data_split", "drop_last_batch", "ring_slots",
+        "gpu_decode_share", "gpu_decode_arena_mib", "data_timeout_s", "bucket_mb"}},
       {"Optimizer and schedule",
        {"optimizer", "lr", "momentum", "nesterov", "weight_decay", "no_decay_bn_bias", "adam_beta1",
         "adam_beta2", "adam_eps", "lr_schedule", "warmup_epochs", "lr_step_epochs", "lr_step_gamma",
@@ -290,6 +294,7 @@ absl::StatusOr<TrainerOptions> OptionsFromFlags() {
       {FLAGS_fused_blocks, &o.model.fused_blocks},
       {FLAGS_sync_batchnorm, &o.model.sync_batchnorm},
       {FLAGS_init_weights, &o.model.init_weights},
+      {FLAGS_allow_pickle, &o.model.allow_pickle},
 
       {FLAGS_data_socket, &o.input.data_socket},
       {FLAGS_image_size, &o.input.image_size},

@@ -31,6 +31,9 @@ struct ModelOptions {
   // Batch norm over all ranks' batches: Note [Sync batch norm] (trainer/nn/sync_batch_norm.h).
   bool sync_batchnorm = false;
   std::string init_weights;  // a state dict to start from; empty: the model's initialisation
+  // Read init_weights in torch.save's pickle format too: Note [Pickled state dicts]
+  // (trainer/nn/state_dict_file.h).
+  bool allow_pickle = false;
 
   absl::Status Validate() const;
 };

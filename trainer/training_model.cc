@@ -62,7 +62,9 @@ absl::StatusOr<std::unique_ptr<TrainingModel>> TrainingModel::Create(const Train
   ASSIGN_OR_RETURN(t->model_, MakeModel(o.model.name, o.model.num_classes, o.input.image_size,
                                         o.model.fused_blocks));
   if (!o.model.init_weights.empty()) {
-    ASSIGN_OR_RETURN(auto state, ReadStateDictFile(o.model.init_weights));
+    StateDictFileOptions file_options;
+    file_options.allow_pickle = o.model.allow_pickle;
+    ASSIGN_OR_RETURN(auto state, ReadStateDictFile(o.model.init_weights, file_options));
     RETURN_IF_ERROR(
         LoadStateDict(state, *t->model_, absl::StrCat("--init_weights=", o.model.init_weights)));
   }

@@ -100,7 +100,9 @@ TEST(TrainingModelTest, SyncBuffersGivesEveryRankRankZerosRunningStatistics) {
     const std::string path = std::string(tmp != nullptr ? tmp : "/tmp") + "/exported_" +
                              std::to_string(getpid()) + ".pth";
     ASSERT_TRUE(t.model->ExportWeights(path, 0644).ok());
-    auto exported = ReadStateDictFile(path);
+    StateDictFileOptions own_export;  // torch.save's format, which this run wrote
+    own_export.allow_pickle = true;
+    auto exported = ReadStateDictFile(path, own_export);
     ASSERT_TRUE(exported.ok()) << exported.status();
     int compared = 0;
     for (const auto& item : model.named_buffers()) {

@@ -2,15 +2,20 @@
 
 #include <ATen/ATen.h>
 #include <caffe2/serialize/inline_container.h>
+#include <caffe2/serialize/read_adapter_interface.h>
 
-#include <fstream>
+#include <algorithm>
+#include <cstring>
 #include <memory>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "common/torch_status.h"
 #include "trainer/graph/export_schema.h"
+#include "trainer/graph/graph_node.h"
+#include "trainer/nn/model_file.h"
 
 namespace stoker::trainer {
 namespace {
@@ -22,161 +27,248 @@ using Reader = caffe2::serialize::PyTorchStreamReader;
 constexpr int kSchemaMajor = 8;
 
 absl::Status Refuse(const std::string& path, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat("--model=", path, ": ", why));
+  return RefuseModelFile("--model", path, why);
 }
 
-absl::StatusOr<std::string> ReadRecord(Reader& reader, const std::string& path,
-                                       const std::string& name) {
-  if (!reader.hasRecord(name)) return Refuse(path, absl::StrCat("the archive has no ", name));
-  return TorchCall(absl::StrCat("--model=", path, ": reading ", name), [&] {
-    auto [data, size] = reader.getRecord(name);
-    return std::string(static_cast<const char*>(data.get()), size);
-  });
+// The archive's bytes, as libtorch's zip reader reads them.
+class BytesReadAdapter final : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit BytesReadAdapter(const std::string& bytes) : bytes_(bytes) {}
+  size_t size() const override { return bytes_.size(); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
+    if (pos >= bytes_.size()) return 0;
+    n = std::min<size_t>(n, bytes_.size() - pos);
+    std::memcpy(buf, bytes_.data() + pos, n);
+    return n;
+  }
+
+ private:
+  const std::string& bytes_;
+};
+
+// An archive being read: its file's name (for errors), its size and its zip reader.
+struct OpenArchive {
+  const std::string& path;
+  size_t size;
+  Reader& reader;
+};
+
+absl::StatusOr<std::string> ReadRecord(const OpenArchive& archive, const std::string& name) {
+  if (!archive.reader.hasRecord(name))
+    return Refuse(archive.path, absl::StrCat("the archive has no ", name));
+  absl::StatusOr<std::string> record =
+      TorchCall(absl::StrCat("reading ", name), [&]() -> absl::StatusOr<std::string> {
+        // torch.export.save stores records uncompressed: one that claims more bytes than the
+        // whole archive is a compressed bomb or a lie, refused before anything is allocated.
+        const size_t size = archive.reader.getRecordSize(name);
+        if (size > archive.size) {
+          return Refuse(archive.path,
+                        absl::StrCat(name, " claims ", size, " bytes, more than the archive's ",
+                                     archive.size));
+        }
+        auto [data, read] = archive.reader.getRecord(name);
+        return std::string(static_cast<const char*>(data.get()), read);
+      });
+  if (!record.ok() && record.status().code() == absl::StatusCode::kInternal) {
+    return Refuse(archive.path, record.status().message());  // a zip fault libtorch found
+  }
+  return record;
 }
 
-absl::StatusOr<json> ReadJson(Reader& reader, const std::string& path, const std::string& name) {
-  ASSIGN_OR_RETURN(std::string text, ReadRecord(reader, path, name));
+absl::StatusOr<json> ReadJson(const OpenArchive& archive, const std::string& name) {
+  ASSIGN_OR_RETURN(std::string text, ReadRecord(archive, name));
   json parsed = json::parse(text, /*cb=*/nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded() || !parsed.is_object()) {
-    return Refuse(path, absl::StrCat(name, " is not a JSON object"));
+    return Refuse(archive.path, absl::StrCat(name, " is not a JSON object"));
   }
   return parsed;
 }
 
-// A weight or constant of the program `model`, stored raw as its whole storage's bytes,
-// restrided by its tensor_meta.
-absl::StatusOr<at::Tensor> ReadTensor(Reader& reader, const std::string& path,
-                                      const std::string& folder, const std::string& name,
-                                      const json& entry) {
-  const std::string where = absl::StrCat("weight ", name);
-  if (!entry.is_object() || !entry.contains("path_name") || !entry.contains("tensor_meta")) {
-    return Refuse(path, absl::StrCat(where, ": malformed entry in the weights config"));
+// The elements a view of `sizes`, `strides` and `offset` reaches, one past its last (0 for
+// an empty view); false when a size, stride or the offset is negative or the count
+// overflows.
+bool ElementsReached(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                     int64_t offset, int64_t* reached) {
+  if (offset < 0) return false;
+  int64_t last = offset;  // the last element's index
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] < 0 || strides[d] < 0) return false;
+    if (sizes[d] == 0) {
+      *reached = 0;
+      return true;
+    }
+    int64_t span = 0;
+    if (__builtin_mul_overflow(sizes[d] - 1, strides[d], &span) ||
+        __builtin_add_overflow(last, span, &last)) {
+      return false;
+    }
   }
-  if (entry.value("use_pickle", false)) {
-    return Refuse(path,
-                  absl::StrCat(where, " is a pickled tensor subclass; only plain tensors load"));
-  }
-  const json& meta = entry["tensor_meta"];
-  ASSIGN_OR_RETURN(at::ScalarType dtype, ScalarTypeOf(meta.value("dtype", 0), where));
-  ASSIGN_OR_RETURN(std::vector<int64_t> sizes, StaticInts(meta["sizes"], where));
-  ASSIGN_OR_RETURN(std::vector<int64_t> strides, StaticInts(meta["strides"], where));
-  ASSIGN_OR_RETURN(std::vector<int64_t> offset,
-                   StaticInts(json::array({meta["storage_offset"]}), where));
-  ASSIGN_OR_RETURN(
-      std::string bytes,
-      ReadRecord(reader, path, absl::StrCat(folder, entry["path_name"].get<std::string>())));
-  return TorchCall(
-      absl::StrCat("--model=", path, ": ", where), [&]() -> absl::StatusOr<at::Tensor> {
-        const int64_t item = static_cast<int64_t>(c10::elementSize(dtype));
-        int64_t needed = sizes.empty() ? 1 : 0;  // elements the view reaches, +1
-        bool empty = false;
-        for (size_t d = 0; d < sizes.size(); ++d) {
-          if (sizes[d] == 0) empty = true;
-          needed += (sizes[d] - 1) * strides[d];
-        }
-        if (!sizes.empty()) needed += 1;
-        needed += offset[0];
-        if (empty) return at::empty(sizes, at::TensorOptions().dtype(dtype));
-        if (static_cast<int64_t>(bytes.size()) < needed * item || bytes.size() % item != 0) {
-          return Refuse(path, absl::StrCat(where, ": ", bytes.size(),
-                                           " bytes stored, the tensor needs ", needed * item));
-        }
-        const at::Tensor flat =
-            at::from_blob(bytes.data(), {static_cast<int64_t>(bytes.size()) / item},
-                          at::TensorOptions().dtype(dtype));
-        return flat.as_strided(sizes, strides, offset[0]).contiguous().clone();
-      });
+  return !__builtin_add_overflow(last, 1, reached);
 }
 
-absl::StatusOr<std::vector<ArchiveWeight>> ReadWeights(Reader& reader, const std::string& path,
+// The tensor stored in the record `record`, viewed as `sizes`, `strides` and `offset` of
+// `dtype`; refusals start with `where`.
+absl::StatusOr<at::Tensor> ReadView(const OpenArchive& archive, const std::string& record,
+                                    const std::string& where, at::ScalarType dtype,
+                                    const std::vector<int64_t>& sizes,
+                                    const std::vector<int64_t>& strides, int64_t offset) {
+  auto bad = [&](absl::string_view why) {
+    return Refuse(archive.path, absl::StrCat(where, ": ", why));
+  };
+  if (strides.size() != sizes.size()) {
+    return bad(absl::StrCat("it has ", sizes.size(), " sizes and ", strides.size(), " strides"));
+  }
+  int64_t reached = 0;
+  if (!ElementsReached(sizes, strides, offset, &reached)) {
+    return bad(absl::StrCat("sizes [", absl::StrJoin(sizes, ","), "], strides [",
+                            absl::StrJoin(strides, ","), "] and storage offset ", offset,
+                            " are not a view of a storage (negative, or past 2^63)"));
+  }
+  ASSIGN_OR_RETURN(std::string bytes, ReadRecord(archive, record));
+  const int64_t item = static_cast<int64_t>(c10::elementSize(dtype));
+  int64_t needed = 0;
+  if (reached > 0 && (__builtin_mul_overflow(reached, item, &needed) ||
+                      static_cast<int64_t>(bytes.size()) < needed || bytes.size() % item != 0)) {
+    return bad(absl::StrCat(bytes.size(), " bytes stored, the tensor needs ", reached, " of ", item,
+                            " bytes"));
+  }
+  // A view larger than the archive (a broadcast: strides of 0) would be materialised from a
+  // few stored bytes into any amount of memory; no exported weight is one.
+  int64_t tensor_bytes = item;
+  for (int64_t size : sizes) {
+    if (__builtin_mul_overflow(tensor_bytes, size, &tensor_bytes)) tensor_bytes = INT64_MAX;
+  }
+  if (reached > 0 && tensor_bytes > static_cast<int64_t>(archive.size)) {
+    return bad(absl::StrCat("its view of ", bytes.size(), " stored bytes spans ", tensor_bytes,
+                            ", more than the archive's ", archive.size));
+  }
+  // libtorch refuses what it cannot shape (an empty tensor whose other sizes overflow).
+  absl::StatusOr<at::Tensor> tensor = TorchCall("making the tensor", [&] {
+    if (reached == 0) return at::empty(sizes, at::TensorOptions().dtype(dtype));
+    const at::Tensor flat = at::from_blob(bytes.data(), {static_cast<int64_t>(bytes.size()) / item},
+                                          at::TensorOptions().dtype(dtype));
+    return flat.as_strided(sizes, strides, offset).contiguous().clone();
+  });
+  if (!tensor.ok()) return bad(tensor.status().message());
+  return tensor;
+}
+
+// A weight or constant of the program `model`, stored raw as its whole storage's bytes,
+// restrided by its tensor_meta.
+absl::StatusOr<at::Tensor> ReadTensor(const OpenArchive& archive, const std::string& folder,
+                                      const std::string& name, const json& entry) {
+  const std::string where = absl::StrCat("weight ", name);
+  auto bad = [&](absl::string_view why) {
+    return Refuse(archive.path, absl::StrCat(where, ": ", why));
+  };
+  if (!entry.is_object() || !Field(entry, "path_name").is_string() ||
+      !Field(entry, "tensor_meta").is_object()) {
+    return bad("malformed entry in the weights config (no path_name or tensor_meta)");
+  }
+  if (Field(entry, "use_pickle").is_boolean() && entry["use_pickle"].get<bool>()) {
+    return bad("a pickled tensor subclass; only plain tensors load");
+  }
+  const json& meta = entry["tensor_meta"];
+  if (!Field(meta, "dtype").is_number_integer()) return bad("its dtype is not a dtype code");
+  // The schema's readers word their refusals "<where>: ...".
+  auto refused = [&](const absl::Status& status) { return Refuse(archive.path, status.message()); };
+  const absl::StatusOr<at::ScalarType> dtype = ScalarTypeOf(meta["dtype"].get<int>(), where);
+  if (!dtype.ok()) return refused(dtype.status());
+  absl::StatusOr<std::vector<int64_t>> sizes = StaticInts(Field(meta, "sizes"), where);
+  if (!sizes.ok()) return refused(sizes.status());
+  absl::StatusOr<std::vector<int64_t>> strides = StaticInts(Field(meta, "strides"), where);
+  if (!strides.ok()) return refused(strides.status());
+  absl::StatusOr<std::vector<int64_t>> offset =
+      StaticInts(json::array({Field(meta, "storage_offset")}), where);
+  if (!offset.ok()) return refused(offset.status());
+  return ReadView(archive, absl::StrCat(folder, entry["path_name"].get<std::string>()), where,
+                  *dtype, *sizes, *strides, (*offset)[0]);
+}
+
+// The boolean field `key` of `object`, `otherwise` when it has none.
+bool BoolField(const json& object, const char* key, bool otherwise) {
+  const json& field = Field(object, key);
+  return field.is_boolean() ? field.get<bool>() : otherwise;
+}
+
+absl::StatusOr<std::vector<ArchiveWeight>> ReadWeights(const OpenArchive& archive,
                                                        const std::string& model) {
-  ASSIGN_OR_RETURN(
-      json config,
-      ReadJson(reader, path, absl::StrCat("data/weights/", model, "_weights_config.json")));
-  if (!config.contains("config") || !config["config"].is_object()) {
-    return Refuse(path, absl::StrCat("data/weights/", model, "_weights_config.json has no config"));
+  const std::string name = absl::StrCat("data/weights/", model, "_weights_config.json");
+  ASSIGN_OR_RETURN(json config, ReadJson(archive, name));
+  if (!Field(config, "config").is_object()) {
+    return Refuse(archive.path, absl::StrCat(name, " has no config"));
   }
   std::vector<ArchiveWeight> parameters, buffers;
-  for (const auto& [name, entry] : config["config"].items()) {
-    ASSIGN_OR_RETURN(at::Tensor value, ReadTensor(reader, path, "data/weights/", name, entry));
-    ArchiveWeight weight{name, std::move(value), entry.value("is_param", false),
-                         entry["tensor_meta"].value("requires_grad", false)};
+  for (const auto& [weight_name, entry] : config["config"].items()) {
+    ASSIGN_OR_RETURN(at::Tensor value, ReadTensor(archive, "data/weights/", weight_name, entry));
+    ArchiveWeight weight{weight_name, std::move(value), BoolField(entry, "is_param", false),
+                         BoolField(entry["tensor_meta"], "requires_grad", false)};
     (weight.is_parameter ? parameters : buffers).push_back(std::move(weight));
   }
   for (ArchiveWeight& b : buffers) parameters.push_back(std::move(b));
   return parameters;
 }
 
-absl::StatusOr<std::vector<ArchiveWeight>> ReadConstants(Reader& reader, const std::string& path,
+absl::StatusOr<std::vector<ArchiveWeight>> ReadConstants(const OpenArchive& archive,
                                                          const std::string& model) {
   const std::string name = absl::StrCat("data/constants/", model, "_constants_config.json");
   std::vector<ArchiveWeight> constants;
-  if (!reader.hasRecord(name)) return constants;
-  ASSIGN_OR_RETURN(json config, ReadJson(reader, path, name));
-  if (!config.contains("config") || !config["config"].is_object()) return constants;
+  if (!archive.reader.hasRecord(name)) return constants;
+  ASSIGN_OR_RETURN(json config, ReadJson(archive, name));
+  if (!Field(config, "config").is_object()) return constants;
   for (const auto& [constant, entry] : config["config"].items()) {
-    ASSIGN_OR_RETURN(at::Tensor value,
-                     ReadTensor(reader, path, "data/constants/", constant, entry));
+    ASSIGN_OR_RETURN(at::Tensor value, ReadTensor(archive, "data/constants/", constant, entry));
     constants.push_back(ArchiveWeight{constant, std::move(value), false, false});
   }
   return constants;
 }
 
 // The program `model`'s graph_module, after checking its schema and torch versions.
-absl::StatusOr<json> ReadProgram(Reader& reader, const std::string& path, const std::string& model,
+absl::StatusOr<json> ReadProgram(const OpenArchive& archive, const std::string& model,
                                  std::string* torch_version) {
   const std::string name = absl::StrCat("models/", model, ".json");
-  ASSIGN_OR_RETURN(json program, ReadJson(reader, path, name));
-  const std::string version = program.value("torch_version", "");
+  ASSIGN_OR_RETURN(json program, ReadJson(archive, name));
+  const json& version_field = Field(program, "torch_version");
+  const std::string version = version_field.is_string() ? version_field.get<std::string>() : "";
   if (!absl::StartsWith(version, absl::StrCat(kExportTorchRelease, "."))) {
-    return Refuse(path, absl::StrCat("exported by torch ", version.empty() ? "(unknown)" : version,
-                                     "; Stoker runs graphs of torch ", kExportTorchRelease,
-                                     ": export the model again with torch ", kExportTorchRelease));
+    return Refuse(archive.path,
+                  absl::StrCat("exported by torch ", version.empty() ? "(unknown)" : version,
+                               "; Stoker runs graphs of torch ", kExportTorchRelease,
+                               ": export the model again with torch ", kExportTorchRelease));
   }
   *torch_version = version;
-  const int major =
-      program.contains("schema_version") ? program["schema_version"].value("major", -1) : -1;
+  const json& major_field = Field(Field(program, "schema_version"), "major");
+  const int64_t major = major_field.is_number_integer() ? major_field.get<int64_t>() : -1;
   if (major != kSchemaMajor) {
-    return Refuse(path, absl::StrCat(name, ": export schema version ", major, ", Stoker reads ",
-                                     kSchemaMajor));
+    return Refuse(archive.path, absl::StrCat(name, ": export schema version ", major,
+                                             ", Stoker reads ", kSchemaMajor));
   }
-  if (!program.contains("graph_module") || !program["graph_module"].is_object()) {
-    return Refuse(path, absl::StrCat(name, " has no graph_module"));
+  if (!Field(program, "graph_module").is_object()) {
+    return Refuse(archive.path, absl::StrCat(name, " has no graph_module"));
   }
   json graph_module = program["graph_module"];
-  graph_module["range_constraints"] = program.value("range_constraints", json::object());
+  const json& range_constraints = Field(program, "range_constraints");
+  graph_module["range_constraints"] =
+      range_constraints.is_object() ? range_constraints : json::object();
   return graph_module;
 }
 
-}  // namespace
-
-absl::StatusOr<ExportArchive> ReadExportArchive(const std::string& path) {
-  {
-    std::ifstream probe(path, std::ios::binary);
-    if (!probe) return Refuse(path, "cannot open the file");
-  }
-  std::unique_ptr<Reader> reader;
-  absl::Status opened = TorchCall("opening", [&] { reader = std::make_unique<Reader>(path); });
-  if (!opened.ok()) {
-    return Refuse(path,
-                  absl::StrCat("not a readable torch.export archive (truncated, or not a zip file "
-                               "that torch.export.save wrote): ",
-                               opened.message()));
-  }
+absl::StatusOr<ExportArchive> ParseOpenArchive(const OpenArchive& open) {
+  const std::string& path = open.path;
   ExportArchive archive;
   archive.path = path;
-  if (!reader->hasRecord("archive_format")) {
+  if (!open.reader.hasRecord("archive_format")) {
     return Refuse(path,
                   "a zip file but not a torch.export archive (no archive_format record; a "
                   "torch.save checkpoint or TorchScript file?)");
   }
-  ASSIGN_OR_RETURN(std::string format, ReadRecord(*reader, path, "archive_format"));
+  ASSIGN_OR_RETURN(std::string format, ReadRecord(open, "archive_format"));
   if (format != "pt2") {
     return Refuse(
         path, absl::StrCat("archive_format is '", format, "', not a torch.export archive ('pt2')"));
   }
-  if (reader->hasRecord("archive_version")) {
-    ASSIGN_OR_RETURN(std::string version, ReadRecord(*reader, path, "archive_version"));
+  if (open.reader.hasRecord("archive_version")) {
+    ASSIGN_OR_RETURN(std::string version, ReadRecord(open, "archive_version"));
     if (version != "0") {
       return Refuse(path,
                     absl::StrCat("archive_version ", version, "; Stoker reads version 0 (torch ",
@@ -184,22 +276,48 @@ absl::StatusOr<ExportArchive> ReadExportArchive(const std::string& path) {
     }
   }
   std::string train_model;
-  if (reader->hasRecord("models/train.json")) {
+  if (open.reader.hasRecord("models/train.json")) {
     train_model = "train";
-  } else if (reader->hasRecord("models/model.json")) {
+  } else if (open.reader.hasRecord("models/model.json")) {
     train_model = "model";
   } else {
     return Refuse(path, "the archive holds no program (models/train.json or models/model.json)");
   }
-  ASSIGN_OR_RETURN(archive.train, ReadProgram(*reader, path, train_model, &archive.torch_version));
-  ASSIGN_OR_RETURN(archive.weights, ReadWeights(*reader, path, train_model));
-  ASSIGN_OR_RETURN(archive.train_constants, ReadConstants(*reader, path, train_model));
-  if (train_model == "train" && reader->hasRecord("models/eval.json")) {
+  ASSIGN_OR_RETURN(archive.train, ReadProgram(open, train_model, &archive.torch_version));
+  ASSIGN_OR_RETURN(archive.weights, ReadWeights(open, train_model));
+  ASSIGN_OR_RETURN(archive.train_constants, ReadConstants(open, train_model));
+  if (train_model == "train" && open.reader.hasRecord("models/eval.json")) {
     std::string eval_version;
-    ASSIGN_OR_RETURN(archive.eval, ReadProgram(*reader, path, "eval", &eval_version));
-    ASSIGN_OR_RETURN(archive.eval_constants, ReadConstants(*reader, path, "eval"));
+    ASSIGN_OR_RETURN(archive.eval, ReadProgram(open, "eval", &eval_version));
+    ASSIGN_OR_RETURN(archive.eval_constants, ReadConstants(open, "eval"));
   }
   return archive;
+}
+
+}  // namespace
+
+absl::StatusOr<ExportArchive> ParseExportArchive(const std::string& path,
+                                                 const std::string& bytes) {
+  std::unique_ptr<Reader> reader;
+  absl::Status opened = TorchCall("opening", [&] {
+    reader = std::make_unique<Reader>(std::make_shared<BytesReadAdapter>(bytes));
+  });
+  if (!opened.ok()) {
+    return Refuse(path,
+                  absl::StrCat("not a readable torch.export archive (truncated, or not a zip file "
+                               "that torch.export.save wrote): ",
+                               opened.message()));
+  }
+  try {
+    return ParseOpenArchive(OpenArchive{path, bytes.size(), *reader});
+  } catch (const std::exception& e) {  // a JSON field of the wrong type the checks missed
+    return Refuse(path, absl::StrCat("malformed archive: ", e.what()));
+  }
+}
+
+absl::StatusOr<ExportArchive> ReadExportArchive(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string bytes, ReadModelFile("--model", path));
+  return ParseExportArchive(path, bytes);
 }
 
 }  // namespace stoker::trainer

@@ -48,11 +48,18 @@ struct ExportArchive {
 // refused, since the ATen operator set and its schemas change between releases.
 inline constexpr char kExportTorchRelease[] = "2.11";
 
-// Reads the archive at `path`. InvalidArgument naming the file when it is missing,
-// truncated or not a zip file, not a torch.export archive (no `archive_format` "pt2", no
-// program), of an unknown archive or schema version, written by another torch release, or
-// when its weights are missing, pickled (tensor subclasses) or of the wrong size.
+// Reads the archive at `path` whole (ReadModelFile, trainer/nn/model_file.h: a file that
+// cannot be read, or over the size cap) and parses it (ParseExportArchive).
 absl::StatusOr<ExportArchive> ReadExportArchive(const std::string& path);
+
+// The archive in `bytes`, the content of the file `path`: Note [Untrusted model files]
+// (trainer/nn/model_file.h). InvalidArgument tagged kExitUsage naming the file when it is
+// truncated or not a zip file, not a torch.export archive (no `archive_format` "pt2", no
+// program), of an unknown archive or schema version, written by another torch release, when
+// a record claims more bytes than the archive holds, a JSON record is not an object or a
+// field has the wrong type, or when its weights are missing, pickled (tensor subclasses), of
+// negative or overflowing sizes, strides or offset, or of the wrong size.
+absl::StatusOr<ExportArchive> ParseExportArchive(const std::string& path, const std::string& bytes);
 
 }  // namespace stoker::trainer
 

@@ -9,9 +9,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/exit_codes.h"
 #include "common/status_macros.h"
 #include "common/torch_status.h"
 #include "trainer/graph/export_archive.h"
+#include "trainer/graph/graph_node.h"
+#include "trainer/nn/model_file.h"
 
 namespace stoker::trainer {
 namespace {
@@ -42,11 +45,30 @@ std::pair<torch::nn::Module*, std::string> Owner(
 absl::StatusOr<std::shared_ptr<GraphModel>> GraphModel::Load(const std::string& path,
                                                              const GraphModelOptions& options) {
   ASSIGN_OR_RETURN(ExportArchive archive, ReadExportArchive(path));
+  return FromArchive(archive, options);
+}
+
+absl::StatusOr<std::shared_ptr<GraphModel>> GraphModel::FromArchive(
+    const ExportArchive& archive, const GraphModelOptions& options) {
+  absl::StatusOr<std::shared_ptr<GraphModel>> model;
+  try {
+    model = Build(archive, options);
+  } catch (const std::exception& e) {  // a field of the wrong JSON type, or missing
+    return RefuseModelFile("--model", archive.path, absl::StrCat("malformed program: ", e.what()));
+  }
+  if (!model.ok()) return WithExitCode(model.status(), kExitUsage);
+  return model;
+}
+
+absl::StatusOr<std::shared_ptr<GraphModel>> GraphModel::Build(const ExportArchive& archive,
+                                                              const GraphModelOptions& options) {
+  const std::string& path = archive.path;
   std::set<std::string> non_persistent;
+  const nlohmann::json& input_specs = Field(Field(archive.train, "signature"), "input_specs");
   for (const nlohmann::json& spec :
-       archive.train["signature"].value("input_specs", nlohmann::json::array())) {
-    if (spec.contains("buffer") && !spec["buffer"].value("persistent", true)) {
-      non_persistent.insert(spec["buffer"].value("buffer_name", ""));
+       input_specs.is_array() ? input_specs : nlohmann::json::array()) {
+    if (spec.contains("buffer") && !Field(spec, "buffer").value("persistent", true)) {
+      non_persistent.insert(Field(spec, "buffer").value("buffer_name", ""));
     }
   }
   std::shared_ptr<GraphModel> model(new GraphModel());

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "trainer/graph/export_archive.h"
 #include "trainer/graph/graph_program.h"
 #include "trainer/nn/image_classifier.h"
 
@@ -37,10 +38,15 @@ struct GraphModelOptions {
 class GraphModel final : public ImageClassifier {
  public:
   // Reads and checks the archive (trainer/graph/export_archive.h) and builds both programs
-  // with the archive's weights. InvalidArgument with the refusal's reason (the file, or the
-  // node, its operator and why).
+  // with the archive's weights: ReadExportArchive's errors, then FromArchive's.
   static absl::StatusOr<std::shared_ptr<GraphModel>> Load(const std::string& path,
                                                           const GraphModelOptions& options);
+
+  // Builds both programs of `archive` with its weights. Every refusal (the file, or the
+  // node, its operator and why) is tagged kExitUsage: Note [Untrusted model files]
+  // (trainer/nn/model_file.h); a malformed JSON field of the program is refused naming it.
+  static absl::StatusOr<std::shared_ptr<GraphModel>> FromArchive(const ExportArchive& archive,
+                                                                 const GraphModelOptions& options);
 
   torch::Tensor forward(torch::Tensor images) override;
 
@@ -63,6 +69,10 @@ class GraphModel final : public ImageClassifier {
 
  private:
   GraphModel() = default;
+
+  // FromArchive's work, which may throw nlohmann::json's exceptions on a malformed field.
+  static absl::StatusOr<std::shared_ptr<GraphModel>> Build(const ExportArchive& archive,
+                                                           const GraphModelOptions& options);
 
   // The generator of `device`, made on first use and seeded with seed_.
   at::Generator& GeneratorFor(const c10::Device& device);

@@ -16,6 +16,13 @@ const json& ListField(const json& object, const char* key) {
 
 }  // namespace
 
+const json& Field(const json& object, const char* key) {
+  static const json* const kNull = new json();
+  if (!object.is_object()) return *kNull;
+  auto it = object.find(key);
+  return it == object.end() ? *kNull : *it;
+}
+
 std::string ArgumentKind(const json& argument) {
   if (!argument.is_object() || argument.empty()) return "";
   return argument.begin().key();
@@ -31,13 +38,14 @@ absl::StatusOr<GraphNode> ReadGraphNode(const json& node, absl::string_view wher
   read.name = node.value("name", read.target);
   read.where = absl::StrCat(where, ": node ", read.name, " (", read.target, ")");
   for (const json& input : ListField(node, "inputs")) {
-    if (ArgumentKind(input["arg"]) == "as_graph") {
+    if (!Field(input, "arg").is_object()) return read.Refuse("an input without its argument");
+    if (ArgumentKind(Field(input, "arg")) == "as_graph") {
       return read.Refuse(
           "takes a subgraph: data-dependent control flow or a higher-order operator, which "
           "Stoker does not run; "
           "express the branch with tensor ops (torch.where) or make it static");
     }
-    read.inputs[input.value("name", "")] = &input["arg"];
+    read.inputs[input.value("name", "")] = &Field(input, "arg");
   }
   read.outputs = node.value("outputs", json::array());
   return read;

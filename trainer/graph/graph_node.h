@@ -14,6 +14,10 @@
 
 namespace stoker::trainer {
 
+// object[key] when `object` is an object that has `key`, else null: a read of a field that
+// a malformed file may lack (a const json's operator[] asserts the key is there).
+const nlohmann::json& Field(const nlohmann::json& object, const char* key);
+
 // The kind of a serialised Argument, Output or spec: its one key ("as_tensor", "as_ints",
 // "parameter", ...); "" for anything that is not an object with a key.
 std::string ArgumentKind(const nlohmann::json& argument);

@@ -39,6 +39,7 @@ absl::StatusOr<std::unique_ptr<GraphCall>> SymArithCall(const GraphNode& node,
       return node.Refuse("an operand is not an integer size");
     call->args.push_back(std::move(arg));
   }
+  if (!node.outputs.is_array() || node.outputs.size() != 1) return node.Refuse("not one output");
   call->outputs.push_back({OutputSlot(node.outputs[0], values)});
   call->list_output.push_back(false);
   return call;
@@ -52,7 +53,7 @@ absl::StatusOr<std::unique_ptr<GraphCall>> SymSizeCall(const GraphNode& node,
   call->sym_op = op.sym_op;
   GraphArg self;
   self.kind = GraphArg::Kind::kSlot;
-  self.slot = values.SlotOf((*node.inputs.at("self"))["as_tensor"].value("name", ""));
+  self.slot = values.SlotOf(Field(*node.inputs.at("self"), "as_tensor").value("name", ""));
   call->args.push_back(std::move(self));
   if (call->sym_op != "numel") {
     GraphArg dim;
@@ -61,6 +62,7 @@ absl::StatusOr<std::unique_ptr<GraphCall>> SymSizeCall(const GraphNode& node,
       return node.Refuse("malformed size query");
     call->args.push_back(std::move(dim));
   }
+  if (!node.outputs.is_array() || node.outputs.size() != 1) return node.Refuse("not one output");
   call->outputs.push_back({OutputSlot(node.outputs[0], values)});
   call->list_output.push_back(false);
   return call;

@@ -55,7 +55,9 @@ class GraphProgram {
   // argument, an argument kind the runner does not convert, an input that is not one NCHW
   // image batch (with 3 channels, a dynamic batch dimension and static height and width),
   // an output that is not one [batch, classes] logits tensor, and a parameter or buffer
-  // that `state` lacks.
+  // that `state` lacks. A field of another JSON type than the schema's throws
+  // nlohmann::json's exception (GraphModel::FromArchive turns it into a refusal); a field
+  // that is missing reads as null, never an assertion.
   static absl::StatusOr<std::unique_ptr<GraphProgram>> Build(const nlohmann::json& graph_module,
                                                              const GraphState& state,
                                                              const GraphProgramOptions& options);

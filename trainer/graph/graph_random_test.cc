@@ -27,7 +27,9 @@ using testing::TempPath;
 
 // The {name: tensor} dict that Python's torch.save wrote at `path`.
 std::map<std::string, at::Tensor> ReadTensors(const std::string& path) {
-  absl::StatusOr<std::map<std::string, at::Tensor>> tensors = ReadStateDictFile(path);
+  StateDictFileOptions trusted;  // a file this test's Python wrote
+  trusted.allow_pickle = true;
+  absl::StatusOr<std::map<std::string, at::Tensor>> tensors = ReadStateDictFile(path, trusted);
   EXPECT_TRUE(tensors.ok()) << tensors.status();
   return tensors.ok() ? *std::move(tensors) : std::map<std::string, at::Tensor>();
 }

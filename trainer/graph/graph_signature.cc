@@ -23,8 +23,9 @@ absl::Status Refuse(const SignatureExpectations& expect, absl::string_view why) 
 // the argument is not a tensor.
 absl::Status ReadTheOneTensor(const json& body, const SignatureExpectations& expect,
                               absl::string_view why_not, std::string* name) {
-  if (!name->empty() || ArgumentKind(body["arg"]) != "as_tensor") return Refuse(expect, why_not);
-  *name = body["arg"]["as_tensor"].value("name", "");
+  if (!name->empty() || ArgumentKind(Field(body, "arg")) != "as_tensor")
+    return Refuse(expect, why_not);
+  *name = Field(Field(body, "arg"), "as_tensor").value("name", "");
   return absl::OkStatus();
 }
 
@@ -34,9 +35,9 @@ absl::Status ReadInputSpecs(const json& signature, const GraphState& state,
                             const SignatureExpectations& expect, ProgramSignature* read) {
   for (const json& spec : signature.value("input_specs", json::array())) {
     const std::string kind = ArgumentKind(spec);
-    const json& body = spec[kind];
+    const json& body = Field(spec, kind.c_str());
     if (kind == "parameter" || kind == "buffer") {
-      const std::string arg = body["arg"].value("name", "");
+      const std::string arg = Field(body, "arg").value("name", "");
       const std::string name =
           body.value(kind == "parameter" ? "parameter_name" : "buffer_name", "");
       const auto& bound = kind == "parameter" ? state.parameters : state.buffers;
@@ -51,7 +52,7 @@ absl::Status ReadInputSpecs(const json& signature, const GraphState& state,
       if (it == state.constants.end())
         return Refuse(expect, absl::StrCat("the program reads tensor constant ", name,
                                            ", which the archive's constants lack"));
-      read->weights.push_back({body["arg"].value("name", ""), it->second, false});
+      read->weights.push_back({Field(body, "arg").value("name", ""), it->second, false});
     } else if (kind == "user_input") {
       RETURN_IF_ERROR(ReadTheOneTensor(
           body, expect,
@@ -77,7 +78,7 @@ absl::Status CheckImageInput(const json& tensor_values, const SignatureExpectati
   if (!tensor_values.contains(input_name))
     return Refuse(expect, absl::StrCat("input ", input_name, " has no tensor metadata"));
   const json& meta = tensor_values[input_name];
-  const json& sizes = meta["sizes"];
+  const json& sizes = Field(meta, "sizes");
   if (!sizes.is_array() || sizes.size() != 4) {
     return Refuse(expect,
                   absl::StrCat("input ", input_name, " is not one NCHW image batch: it has ",
@@ -136,7 +137,7 @@ absl::Status ReadOutputSpecs(const json& signature, const GraphState& state,
                              const SignatureExpectations& expect, ProgramSignature* read) {
   for (const json& spec : signature.value("output_specs", json::array())) {
     const std::string kind = ArgumentKind(spec);
-    const json& body = spec[kind];
+    const json& body = Field(spec, kind.c_str());
     if (kind == "user_output") {
       RETURN_IF_ERROR(ReadTheOneTensor(
           body, expect,
@@ -149,7 +150,7 @@ absl::Status ReadOutputSpecs(const json& signature, const GraphState& state,
       if (it == state.buffers.end())
         return Refuse(
             expect, absl::StrCat("the program updates buffer ", name, ", which the archive lacks"));
-      read->buffer_mutations.push_back({body["arg"].value("name", ""), it->second, true});
+      read->buffer_mutations.push_back({Field(body, "arg").value("name", ""), it->second, true});
     } else {
       return Refuse(expect,
                     absl::StrCat("the program has an output of kind '", kind,

@@ -1,7 +1,10 @@
-// Tests --init_weights' reading: a state dict Python wrote with torch.save or safetensors
-// loads into the model it came from, tensor for tensor, and one that does not fit
-// (missing, unexpected or reshaped keys), or a file that is neither format, is refused
-// with the keys or the reason named. Python runs in $STOKER_PYTHON.
+// Tests --init_weights' reading: a state dict Python wrote with torch.save (read with
+// allow_pickle) or safetensors loads into the model it came from, tensor for tensor, and one
+// that does not fit (missing, unexpected or reshaped keys), or a file that is neither
+// format, is refused with the keys or the reason named. A torch.save file is refused
+// without allow_pickle. Malformed safetensors files, one fault each, are refused naming the
+// file, the tensor and the field, with kExitUsage, never a crash. Python runs in
+// $STOKER_PYTHON.
 #include "trainer/nn/state_dict_file.h"
 
 #include <torch/torch.h>
@@ -12,6 +15,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/exit_codes.h"
 #include "common/testing/python_runner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -24,6 +28,9 @@ namespace {
 using ::testing::HasSubstr;
 
 using testing::TempPath;
+
+// The test's own torch.save files are trusted.
+const StateDictFileOptions kTrusted = {/*allow_pickle=*/true};
 
 // From the model's own state dict: the same values plus 1 (num_batches_tracked plus 3),
 // written both ways, and three that do not fit.
@@ -65,7 +72,8 @@ class StateDictFileTest : public ::testing::Test {
   }
 
   absl::Status Load(absl::string_view name) {
-    absl::StatusOr<std::map<std::string, at::Tensor>> state = ReadStateDictFile(TempPath(name));
+    absl::StatusOr<std::map<std::string, at::Tensor>> state =
+        ReadStateDictFile(TempPath(name), kTrusted);
     if (!state.ok()) return state.status();
     return LoadStateDict(*state, *model_, std::string(name));
   }
@@ -99,6 +107,136 @@ TEST_F(StateDictFileTest, FilesThatAreNoStateDictAreRefused) {
   EXPECT_THAT(std::string(Load("garbage.pt").message()),
               HasSubstr("neither torch.save's zip format nor a safetensors file"));
   EXPECT_THAT(std::string(Load("absent.pt").message()), HasSubstr("cannot open the file"));
+}
+
+TEST_F(StateDictFileTest, TorchSaveFileIsRefusedUnlessPicklesAreAllowed) {
+  const std::string path = TempPath("changed.pt");
+  absl::StatusOr<std::map<std::string, at::Tensor>> state = ReadStateDictFile(path);
+  ASSERT_FALSE(state.ok());
+  EXPECT_EQ(ExitCodeOf(state.status()), kExitUsage);
+  EXPECT_THAT(
+      std::string(state.status().message()),
+      HasSubstr(absl::StrCat("--init_weights=", path, ": torch.save's format is a Python pickle")));
+  EXPECT_THAT(std::string(state.status().message()), HasSubstr("--allow_pickle"));
+}
+
+// A safetensors file: the 8-byte header length, `header`, then `data`.
+std::string Safetensors(const std::string& header, const std::string& data) {
+  const uint64_t size = header.size();
+  std::string bytes(reinterpret_cast<const char*>(&size), sizeof(size));
+  return absl::StrCat(bytes, header, data);
+}
+
+TEST(SafetensorsTest, WellFormedFileLoadsEveryTensor) {
+  const float values[3] = {1.5f, -2, 4};
+  const std::string data(reinterpret_cast<const char*>(values), sizeof(values));
+  absl::StatusOr<std::map<std::string, at::Tensor>> state =
+      ParseStateDictFile("ok.safetensors", Safetensors(R"({"__metadata__": {"format": "pt"},
+                      "b": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]},
+                      "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                      "e": {"dtype": "I64", "shape": [0, 3], "data_offsets": [12, 12]}})",
+                                                       data));
+  ASSERT_TRUE(state.ok()) << state.status();
+  ASSERT_EQ(state->size(), 3);
+  EXPECT_TRUE(at::equal(state->at("a"), torch::tensor({1.5f, -2.0f})));
+  EXPECT_TRUE(at::equal(state->at("b"), torch::tensor({4.0f})));
+  EXPECT_EQ(state->at("e").sizes(), (std::vector<int64_t>{0, 3}));
+}
+
+struct MalformedCase {
+  const char* what;
+  std::string bytes;
+  const char* message;  // what the refusal says after "--init_weights=<file>: "
+};
+
+TEST(SafetensorsTest, MalformedFilesAreRefusedByName) {
+  const std::string data(8, '\0');  // two float32
+  auto entry = [](const std::string& fields) { return absl::StrCat(R"({"t": {)", fields, "}}"); };
+  const std::string f32 = R"("dtype": "F32", )";
+  const std::vector<MalformedCase> cases = {
+      {"shorter than a header length", "\x08\0\0{", "neither torch.save's zip format"},
+      {"header past the end", std::string("\x64\0\0\0\0\0\0\0{}xx", 12),
+       "the header runs past the end"},
+      {"huge header length", std::string("\xff\xff\xff\xff\xff\xff\xff\x7f{}", 10),
+       "over the limit of 100000000"},
+      {"not JSON", Safetensors("{not json", data), "the header is not a JSON object"},
+      {"a JSON list", Safetensors("[1, 2]", data), "neither torch.save's zip format"},
+      {"entry not an object", Safetensors(R"({"t": 3})", data), "tensor 't': its entry is not"},
+      {"missing dtype", Safetensors(entry(R"("shape": [2], "data_offsets": [0, 8])"), data),
+       "tensor 't': no dtype"},
+      {"missing shape", Safetensors(entry(f32 + R"("data_offsets": [0, 8])"), data),
+       "tensor 't': no shape"},
+      {"missing offsets", Safetensors(entry(f32 + R"("shape": [2])"), data),
+       "tensor 't': no data_offsets"},
+      {"dtype a number",
+       Safetensors(entry(R"("dtype": 7, "shape": [2], "data_offsets": [0, 8])"), data),
+       "tensor 't': dtype is not a string"},
+      {"unknown dtype",
+       Safetensors(entry(R"("dtype": "F128", "shape": [2], "data_offsets": [0, 8])"), data),
+       "tensor 't': unknown safetensors dtype F128"},
+      {"shape a string", Safetensors(entry(f32 + R"("shape": "2", "data_offsets": [0, 8])"), data),
+       "tensor 't': shape is not a list"},
+      {"negative shape", Safetensors(entry(f32 + R"("shape": [-2], "data_offsets": [0, 8])"), data),
+       "tensor 't': shape [-2] is not a list of sizes >= 0"},
+      {"fractional shape",
+       Safetensors(entry(f32 + R"("shape": [2.0], "data_offsets": [0, 8])"), data),
+       "is not a list of sizes >= 0"},
+      {"overflowing shape",
+       Safetensors(entry(f32 + R"("shape": [4294967296, 4294967296, 2], "data_offsets": [0, 8])"),
+                   data),
+       "has more elements than 2^64"},
+      {"shape times size overflows",
+       Safetensors(entry(f32 + R"("shape": [4611686018427387904], "data_offsets": [0, 8])"), data),
+       "needs 4611686018427387904 elements"},
+      {"one offset", Safetensors(entry(f32 + R"("shape": [2], "data_offsets": [8])"), data),
+       "data_offsets [8] are not [begin, end]"},
+      {"negative offset",
+       Safetensors(entry(f32 + R"("shape": [2], "data_offsets": [-8, 0])"), data),
+       "data_offsets [-8,0] are not [begin, end]"},
+      {"reversed offsets",
+       Safetensors(entry(f32 + R"("shape": [0], "data_offsets": [8, 0])"), data),
+       "are not [begin, end] with begin <= end"},
+      {"offsets do not fit the shape",
+       Safetensors(entry(f32 + R"("shape": [3], "data_offsets": [0, 8])"), data),
+       "span 8 bytes, its shape [3] of F32 needs 3 elements"},
+      {"offsets past the end",
+       Safetensors(entry(f32 + R"("shape": [2], "data_offsets": [8, 16])"), data),
+       "its data starts at byte 8, after a gap"},
+      {"offsets far past the end",
+       Safetensors(
+           entry(f32 +
+                 R"("shape": [2], "data_offsets": [18446744073709551608, 18446744073709551615])"),
+           data),
+       "span 7 bytes"},
+      {"overlapping tensors",
+       Safetensors(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                       "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
+                   data),
+       "tensor 'b': its data starts at byte 4, inside another tensor's"},
+      {"trailing bytes", Safetensors(entry(f32 + R"("shape": [1], "data_offsets": [0, 4])"), data),
+       "the tensors cover 4 bytes of data, the file holds 8"},
+      {"duplicate tensor",
+       Safetensors(R"({"t": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+                       "t": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
+                   data),
+       "the header names 't' twice"},
+      {"duplicate field",
+       Safetensors(entry(f32 + R"("dtype": "I32", "shape": [2], "data_offsets": [0, 8])"), data),
+       "the header names 'dtype' twice"},
+      {"metadata not an object", Safetensors(R"({"__metadata__": [1]})", ""),
+       "__metadata__ is not an object"},
+  };
+  for (const MalformedCase& c : cases) {
+    SCOPED_TRACE(c.what);
+    absl::StatusOr<std::map<std::string, at::Tensor>> state =
+        ParseStateDictFile("bad.safetensors", c.bytes);
+    ASSERT_FALSE(state.ok());
+    EXPECT_EQ(state.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(ExitCodeOf(state.status()), kExitUsage);
+    EXPECT_THAT(std::string(state.status().message()),
+                HasSubstr("--init_weights=bad.safetensors: "));
+    EXPECT_THAT(std::string(state.status().message()), HasSubstr(c.message));
+  }
 }
 
 }  // namespace

@@ -432,7 +432,7 @@ absl::StatusOr<std::string> RingClient::ReportBadSample(int64_t epoch, int64_t s
   message.epoch = epoch;
   message.sample_index = sample_index;
   SetText(&message, why);
-  absl::StatusOr<ControlMessage> reply = s.Call(message, kReplyTimeout);
+  absl::StatusOr<ControlMessage> reply = s.Call(message, s.reply_timeout);
   if (!reply.ok()) return reply.status();
   if (reply->type == static_cast<uint16_t>(MessageType::kError)) {
     return s.Fail(StatusFromError(*reply));

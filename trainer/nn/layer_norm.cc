@@ -121,7 +121,10 @@ bool IsParameter(const torch::Tensor& t, int64_t width) {
 bool FusedLayerNormApplies(const torch::Tensor& a, const torch::Tensor& b,
                            const LayerNormArguments& args) {
 #ifdef STOKER_WITH_CUDA
-  if (!a.is_cuda() || a.dim() < 1 || a.numel() == 0 || a.size(-1) > (1 << 20)) return false;
+  // A norm over one element is its bias (zero gradient to its input): left to the composition.
+  if (!a.is_cuda() || a.dim() < 1 || a.numel() == 0 || a.size(-1) < 2 || a.size(-1) > (1 << 20)) {
+    return false;
+  }
   if (!at::autocast::is_autocast_enabled(at::kCUDA) ||
       at::autocast::get_autocast_dtype(at::kCUDA) != at::kBFloat16) {
     return false;

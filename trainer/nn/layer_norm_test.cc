@@ -120,7 +120,7 @@ void ExpectAccurate(std::vector<int64_t> shape, bool with_branch) {
 
 TEST(LayerNormGpuTest, MatchesTheCompositionInDouble) {
   const std::vector<std::vector<int64_t>> shapes = {
-      {1, 1}, {3, 7}, {5, 33}, {2, 3, 96}, {17, 1000}, {300, 768}, {2, 197, 768}, {1000, 1024}};
+      {1, 2}, {3, 7}, {5, 33}, {2, 3, 96}, {17, 1000}, {300, 768}, {2, 197, 768}, {1000, 1024}};
   for (const auto& shape : shapes) {
     for (bool with_branch : {true, false}) ExpectAccurate(shape, with_branch);
   }
@@ -136,6 +136,8 @@ TEST(LayerNormGpuTest, AppliesOnlyUnderBf16Autocast) {
   EXPECT_TRUE(FusedLayerNormApplies(residual, branch, args));
   EXPECT_TRUE(FusedLayerNormApplies(branch, residual, args));
   EXPECT_FALSE(FusedLayerNormApplies(residual, branch.to(torch::kHalf), args));
+  LayerNormArguments one{in.weight.cuda().slice(0, 0, 1), in.bias.cuda().slice(0, 0, 1), 1e-5};
+  EXPECT_FALSE(FusedLayerNormApplies(residual.slice(1, 0, 1).contiguous(), torch::Tensor(), one));
   at::autocast::set_autocast_enabled(at::kCUDA, false);
 }
 #endif

@@ -7,6 +7,7 @@ phase by phase, usually through `bundle/bin/gpu.sh bench OUT PHASE...`:
     python3 bundle/bin/bench_gpu.py --phase one_gpu --out OUT
     python3 bundle/bin/bench_gpu.py --phase step --out OUT       # the step against torch.compile
     python3 bundle/bin/bench_gpu.py --phase exported --out OUT   # torch.export models (own OUT)
+    python3 bundle/bin/bench_gpu.py --phase models --models vit_b_16:128 --out OUT  # vs torch.compile
     python3 bundle/bin/bench_gpu.py --phase two_gpu --out OUT
     python3 bundle/bin/bench_gpu.py --phase hybrid --out OUT     # GPU JPEG decode: fixed shares, auto, chart
     python3 bundle/bin/bench_gpu.py --phase packed --out OUT     # the pre-resized packed format
@@ -312,6 +313,83 @@ def phase_exported(out):
                  "--no_dali", "--no_compile", "--batch", str(batch), "--steps", "20"],
                 env={"CUDA_VISIBLE_DEVICES": "0"}, cores=CORES_1GPU, timeout=300)
         anchor_lines(out, p, "python", {"ranks": 1})
+
+
+def phase_models(out, models, modes, nofused=True):
+    """Models exported from torchvision (tools/export_model.py, 224x224, 1000 classes) trained
+    by Stoker's graph runner, with its fused rewrites (the default) and without
+    (--nofused_blocks), against ../shared/bench/anchor_models.py (fused AdamW) in the same
+    call: synthetic batches, bf16, channels_last, AdamW. `models`: [(arch, batch)]. Prints
+    the table with each model's ratio to its best torch.compile mode and their geometric
+    mean (report_models)."""
+    os.makedirs(WORK, exist_ok=True)
+    exports = {}
+    for arch, _ in models:
+        pt2 = os.path.join(WORK, f"export_{arch}.pt2")
+        cmd = [sys.executable, os.path.join(HERE, "export_model.py"), f"torchvision.models:{arch}",
+               "--num_classes", "1000", "--image_size", "224", "--out", pt2]
+        log("$ " + " ".join(cmd))
+        exports[arch] = (pt2, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    for arch, batch in models:
+        pt2, p = exports[arch]
+        output, _ = p.communicate(timeout=600)
+        if p.returncode != 0:
+            log(f"export {arch}: exit {p.returncode}\n{output[-2000:]}")
+            record(out, who="stoker", what=f"export_{arch}", error=p.returncode)
+            continue
+        stoker_train(out, f"synthetic_exported_{arch}_1gpu", 1, pt2, synthetic_steps=50,
+                     cores=CORES_1GPU, batch=batch)
+        if nofused:
+            stoker_train(out, f"synthetic_exported_nofused_{arch}_1gpu", 1, pt2, synthetic_steps=50,
+                         cores=CORES_1GPU, batch=batch, extra=["--nofused_blocks"])
+    p = run([sys.executable, os.path.join(ANCHORS, "anchor_models.py"), "--models",
+             ",".join(f"{a}:{b}" for a, b in models), "--modes", ",".join(modes)],
+            env={"CUDA_VISIBLE_DEVICES": "0"}, cores=CORES_1GPU, timeout=1800)
+    anchor_lines(out, p, "python", {"ranks": 1})
+    report_models(out, read_rows(out), models, modes)
+
+
+def read_rows(out):
+    path = os.path.join(out, "bench.jsonl")
+    return [json.loads(line) for line in open(path)] if os.path.exists(path) else []
+
+
+def report_models(out, rows, models, modes):
+    """The exported models' table (markdown, also OUT/models_table.md): Stoker with and without
+    its rewrites, each torch.compile mode measured, and Stoker over the best of them."""
+    def stoker(what):
+        for r in rows[::-1]:
+            if r.get("who") == "stoker" and r.get("what") == what and r.get("images_per_second"):
+                return r["images_per_second"]
+    def peer(arch, mode):
+        for r in rows[::-1]:
+            if r.get("who") == "python" and r.get("arch") == arch and r.get("variant") == mode:
+                return r.get("img_s")
+    head = ["model (batch)", "Stoker", "--nofused_blocks"] + list(modes) + ["Stoker / best compile"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    ratios = []
+    fmt = lambda v: "--" if v is None else f"{v:,.0f}"
+    for arch, batch in models:
+        s = stoker(f"synthetic_exported_{arch}_1gpu")
+        compiled = [peer(arch, m) for m in modes if m != "eager" and peer(arch, m)]
+        best = max(compiled) if compiled else None
+        ratio = s / best if s and best else None
+        if ratio:
+            ratios.append(ratio)
+        lines.append("| " + " | ".join([f"{arch} ({batch})", fmt(s), fmt(stoker(f"synthetic_exported_nofused_{arch}_1gpu"))]
+                                       + [fmt(peer(arch, m)) for m in modes]
+                                       + ["--" if ratio is None else f"{ratio:.3f}"]) + " |")
+    if ratios:
+        geomean = 1.0
+        for r in ratios:
+            geomean *= r
+        geomean **= 1.0 / len(ratios)
+        lines.append(f"\ngeometric mean of Stoker / best compile over {len(ratios)} models: {geomean:.3f}; "
+                     f"lowest {min(ratios):.3f}")
+    text = "\n".join(lines)
+    print(text)
+    with open(os.path.join(out, "models_table.md"), "w") as f:
+        f.write(text + "\n")
 
 
 CHECKPOINT_EVERY = 50
@@ -729,7 +807,7 @@ def phase_report(out):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--phase", required=True, choices=["data_service", "one_gpu", "one_gpu_anchor", "step", "exported", "profile", "two_gpu",
+    ap.add_argument("--phase", required=True, choices=["data_service", "one_gpu", "one_gpu_anchor", "step", "exported", "models", "profile", "two_gpu",
                              "hybrid", "packed", "checkpoint", "report"])
     ap.add_argument("--checkpoint_models", default="resnet50:256,exported_vit_b_16:128",
                     help="checkpoint: comma-separated MODEL:BATCH, MODEL a built-in model or "
@@ -737,6 +815,11 @@ def main():
     ap.add_argument("--gpu_decode_share", default="0,0.25,0.5,0.75,auto",
                     help="hybrid: comma-separated shares to measure (numbers, and auto); the chart "
                          "shows everything measured into --out, so the phase may run in parts")
+    ap.add_argument("--models", default="vit_b_16:128,convnext_tiny:256,swin_v2_t:128,efficientnet_b0:256,"
+                                          "mobilenet_v3_large:256,resnet50:256",
+                    help="models: comma-separated torchvision ARCH:BATCH, exported and trained")
+    ap.add_argument("--modes", default="eager,compile,reduce-overhead",
+                    help="models: anchor_models.py's modes to run beside Stoker")
     ap.add_argument("--out", required=True)
     ap.add_argument("--skip_anchor", action="store_true",
                     help="one_gpu: no recipes; step: the synthetic runs alone")
@@ -760,6 +843,9 @@ def main():
         phase_step(a.out, ("resnet18",) if a.quick else ("resnet50", "resnet18"), synthetic_only=a.skip_anchor)
     elif a.phase == "exported":
         phase_exported(a.out)
+    elif a.phase == "models":
+        phase_models(a.out, [(m.split(":")[0], int(m.split(":")[1])) for m in a.models.split(",") if m],
+                     a.modes.split(","), nofused=not a.quick)
     elif a.phase == "profile":
         phase_profile(a.out)
     elif a.phase == "two_gpu":

@@ -142,6 +142,22 @@ export_resnet18() {  # export_resnet18 CLASSES SIZE OUT
   python3 "$bundle/bin/export_model.py" torchvision.models:resnet18 --num_classes "$1" \
     --image_size "$2" --seed 5 --out "$3"
 }
+# Transformers and layer-norm networks from torchvision, exported at 128x128 for 100
+# classes, side by side (each export is a few CPU minutes).
+export_transformers() {
+  local arch pids=()
+  for arch in vit_b_16 convnext_tiny swin_v2_t; do
+    local kwargs='{}'
+    [[ $arch == vit_b_16 ]] && kwargs='{"image_size": 128}'
+    python3 "$bundle/bin/export_model.py" "torchvision.models:$arch" --num_classes 100 --image_size 128 \
+      --seed 5 --kwargs "$kwargs" --out "$out/exported_$arch.pt2" >"$out/export_$arch.txt" 2>&1 &
+    pids+=($!)
+  done
+  local failed=0
+  for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+  tail -n 3 "$out"/export_*.txt
+  return "$failed"
+}
 # After training on 2 GPUs the parameters are bit-identical on both ranks.
 two_gpu_training() {
   rm -f "$out"/params.rank*
@@ -264,7 +280,7 @@ check() {  # check NAME COMMAND...: runs it (a program or a function below) with
   local name="$1"; shift
   [[ -z "${STOKER_GPU_CHECKS:-}" || "$name" =~ $STOKER_GPU_CHECKS ]] || return 0
   echo "=== $name"
-  if timeout --signal=KILL 300 bash -c "$(declare -f precision_run precision_compare kernel_trace_run resume_run resume_bitwise graphs_bitwise digits_run digits_compare export_resnet18 two_gpu_training runfiles_test ran_unskipped decode_share_run decode_share_deterministic decode_share_adaptive gpu_bad_file); \"\$@\"" \
+  if timeout --signal=KILL 300 bash -c "$(declare -f precision_run precision_compare kernel_trace_run resume_run resume_bitwise graphs_bitwise digits_run digits_compare export_resnet18 export_transformers two_gpu_training runfiles_test ran_unskipped decode_share_run decode_share_deterministic decode_share_adaptive gpu_bad_file); \"\$@\"" \
       check "$@" >"$out/$name.log" 2>&1; then
     echo "PASS $name"; passed=$((passed + 1))
   else
@@ -356,6 +372,19 @@ cat "$out/exported_tracks_fp32.log"
 check exported_resume_bitwise resume_bitwise exported_resume
 grep -E "^steps|identical|differ" "$out/exported_resume_bitwise.log" || true
 unset CHECK_MODEL RESUME_MODEL
+
+# The transformer rewrites (self-attention, layer norms, matrix products with their
+# epilogues) in bf16 track the fp32 plain graph of the same model over the same batches.
+check export_transformers export_transformers
+for arch in vit_b_16 convnext_tiny swin_v2_t; do
+  export CHECK_MODEL="$out/exported_$arch.pt2"
+  check "${arch}_fp32_plain" precision_run "${arch}_fp32_plain" fp32 --optimizer=adamw --lr=5e-4 \
+    --nofused_blocks --nocuda_graphs
+  check "${arch}_bf16_fused" precision_run "${arch}_bf16_fused" bf16 --optimizer=adamw --lr=5e-4
+  check "${arch}_tracks_fp32" precision_compare "${arch}_fp32_plain" "${arch}_bf16_fused"
+  cat "$out/${arch}_tracks_fp32.log"
+done
+unset CHECK_MODEL
 
 if (( gpus >= 2 )); then
   check nccl_allreduce mpirun -np 2 "$stoker" nccl_communicator_test_ranks

@@ -55,6 +55,9 @@ struct GraphCall {
   bool in_place = false;   // kDropout: dropout_
   int residual_slot = -1;  // kBatchNorm: the added residual, -1 without
   bool relu = false;       // kBatchNorm: ReLU last
+  // "<where>: node <name> (<target>)" of the exported node it runs (for a fused call, its
+  // last node's): the start of an error raised while it runs.
+  std::string where;
 };
 
 // What the calls of one run read and write.

@@ -114,15 +114,40 @@ absl::StatusOr<std::unique_ptr<GraphCall>> CallOfNode(const json& node,
                                                       BufferPlan& values) {
   ASSIGN_OR_RETURN(GraphNode read, ReadGraphNode(node, options.where));
   ASSIGN_OR_RETURN(NodeOperator op, ResolveOperator(read));
+  absl::StatusOr<std::unique_ptr<GraphCall>> call;
   switch (op.kind) {
     case NodeOperator::Kind::kSymArith:
-      return SymArithCall(read, op, values);
+      call = SymArithCall(read, op, values);
+      break;
     case NodeOperator::Kind::kSymSize:
-      return SymSizeCall(read, op, values);
+      call = SymSizeCall(read, op, values);
+      break;
     case NodeOperator::Kind::kAten:
+      call = OperatorCall(read, op, values, options.eval_from_training);
       break;
   }
-  return OperatorCall(read, op, values, options.eval_from_training);
+  if (call.ok()) (*call)->where = read.where;
+  return call;
+}
+
+// Note [Views as eager left them]
+// torch.export drops a `.contiguous()` that was a no-op when it traced, so a recorded
+// aten::view may rely on the strides its input had in that trace. The same operators can lay
+// out their outputs differently on another device or in another dtype (attention's output
+// on a GPU in fp32, for one), where the view is impossible. Every aten::view therefore runs
+// as aten::reshape: the same view wherever a view exists, and otherwise the copy that the
+// dropped `.contiguous()` made. Stoker's programs never write through a view's alias after
+// the view (in-place updates of buffers only), so the copy changes no value. It runs after
+// the fused rewrites, whose patterns name aten::view.
+void ViewsAsReshapes(std::vector<std::unique_ptr<GraphCall>>& calls) {
+  static const c10::OperatorHandle reshape =
+      *c10::Dispatcher::singleton().findSchema({"aten::reshape", ""});
+  for (auto& call : calls) {
+    if (call->kind == GraphCall::Kind::kOperator && call->op.has_value() &&
+        call->op->schema().name() == "aten::view" && call->op->schema().overload_name().empty()) {
+      call->op = reshape;
+    }
+  }
 }
 
 // Gives the signature's values their slots: parameters and buffers bound to the model's
@@ -171,6 +196,7 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(
   }
   if (options.fused_blocks)
     program->fused_blocks_ = FuseBlocks(program->calls_, program->values_.OutsideReads());
+  ViewsAsReshapes(program->calls_);
   return program;
 }
 
@@ -188,7 +214,14 @@ at::Tensor GraphProgram::Run(const at::Tensor& images, at::Generator* generator)
   std::vector<c10::IValue>& values = values_.values();
   values[values_.input_slot()] = images;
   GraphFrame frame{&values, images.device(), generator};
-  for (const auto& call : calls_) RunCall(*call, frame);
+  for (const auto& call : calls_) {
+    try {
+      RunCall(*call, frame);
+    } catch (const c10::Error& e) {
+      TORCH_CHECK(false, call->where.empty() ? "a fused call" : call->where, ": ",
+                  e.what_without_backtrace());
+    }
+  }
   at::Tensor logits = values[values_.output_slot()].toTensor();
   values_.ApplyBufferMutations();
   return logits;

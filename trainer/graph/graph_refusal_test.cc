@@ -11,6 +11,9 @@
 #include <iterator>
 #include <string>
 
+#include <torch/types.h>
+#include <torch/utils.h>
+
 #include "absl/strings/str_cat.h"
 #include "common/testing/python_runner.h"
 #include "gmock/gmock.h"
@@ -100,6 +103,14 @@ save("two_inputs", TwoInputs(), (x, torch.randn(2, 10)), ({0: batch}, {0: batch}
 save("flat_input", Flat(), (torch.randn(2, 48),), ({0: batch},))
 save("pair_output", Pair(), (x,), ({0: batch},))
 
+class ViewAfterContiguous(Net):
+    """Its .contiguous() is a no-op when traced, so the archive holds the bare view."""
+    def forward(self, x):
+        y = self.conv(x)
+        return self.fc(y.contiguous().view(y.shape[0], -1, 8).mean(1))
+
+save("view_after_contiguous", ViewAfterContiguous(), (x,), ({0: batch},))
+
 good = open(f"{out}/good.pt2", "rb").read()
 open(f"{out}/truncated.pt2", "wb").write(good[: len(good) // 2])
 open(f"{out}/not_zip.pt2", "wb").write(b"these bytes are no zip file at all" * 10)
@@ -169,6 +180,31 @@ TEST_F(GraphRefusalTest, AGoodArchiveLoads) {
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_FALSE((*loaded)->has_eval_program());
   EXPECT_EQ((*loaded)->num_classes(), 10);
+}
+
+// Note [Views as eager left them] (graph_program.cc): a channels-last batch makes the
+// convolution's output channels-last, where the recorded view exists only as a copy.
+TEST_F(GraphRefusalTest, ViewWhoseContiguousExportDroppedRunsOnAnyLayout) {
+  absl::StatusOr<std::shared_ptr<GraphModel>> loaded =
+      GraphModel::Load(Archive("view_after_contiguous"), {10, 16});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  torch::NoGradGuard no_grad;
+  const torch::Tensor images = torch::randn({2, 3, 16, 16});
+  const torch::Tensor plain = (*loaded)->forward(images);
+  const torch::Tensor channels_last =
+      (*loaded)->forward(images.contiguous(torch::MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(torch::allclose(plain, channels_last, 1e-5, 1e-6));
+}
+
+TEST_F(GraphRefusalTest, ErrorAtRunTimeNamesTheNode) {
+  absl::StatusOr<std::shared_ptr<GraphModel>> loaded = GraphModel::Load(Archive("good"), {10, 16});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  try {
+    (*loaded)->forward(torch::randn({2, 3, 16, 16}, torch::kFloat64));
+    ADD_FAILURE() << "a float64 batch against float32 weights ran";
+  } catch (const c10::Error& e) {
+    EXPECT_THAT(e.what_without_backtrace(), HasSubstr("node conv2d (torch.ops.aten.conv2d"));
+  }
 }
 
 TEST_F(GraphRefusalTest, MissingFileIsRefused) {

@@ -1,10 +1,13 @@
 #include "common/trace_events.h"
 
+#include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -12,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/atomic_file.h"
+#include "common/errno_status.h"
 
 namespace stoker {
 
@@ -108,6 +112,18 @@ TraceArgs& TraceArgs::AddJson(absl::string_view key, absl::string_view json) {
 
 std::string TraceArgs::Json() const { return absl::StrCat("{", json_, "}"); }
 
+absl::StatusOr<UniqueFd> OpenTraceFile(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash != std::string::npos && slash > 0) {
+    if (absl::Status made = MakeDirectories(path.substr(0, slash)); !made.ok()) {
+      return absl::Status(made.code(), absl::StrCat("the trace file ", path, ": ", made.message()));
+    }
+  }
+  UniqueFd file(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!file.valid()) return ErrnoToStatus(errno, absl::StrCat("open ", path, " for the trace"));
+  return file;
+}
+
 TraceRecorder::TraceRecorder(std::string path, int pid, std::string process_name)
     : path_(std::move(path)), pid_(pid), process_name_(std::move(process_name)) {}
 
@@ -188,6 +204,31 @@ void TraceRecorder::Counter(absl::string_view name, int64_t ts_us, double value)
                    ",\"ts\":", ts_us, ",\"args\":", TraceArgs().Add("value", value).Json(), "}"));
 }
 
+void TraceRecorder::WriteThrough(UniqueFd file) {
+  absl::MutexLock lock(&mu_);
+  file_ = std::move(file);
+}
+
+namespace {
+
+// Replaces the contents of `fd` with `text` (Note [Trace file before the sandbox]): only
+// lseek, ftruncate, write and fsync, which the data service's sandbox allows.
+absl::Status RewriteInPlace(int fd, const std::string& path, absl::string_view text) {
+  if (lseek(fd, 0, SEEK_SET) != 0 || ftruncate(fd, 0) != 0) {
+    return ErrnoToStatus(errno, absl::StrCat("truncate ", path));
+  }
+  while (!text.empty()) {
+    const ssize_t n = write(fd, text.data(), text.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return ErrnoToStatus(n < 0 ? errno : EIO, absl::StrCat("write ", path));
+    text.remove_prefix(static_cast<size_t>(n));
+  }
+  if (fsync(fd) != 0) return ErrnoToStatus(errno, absl::StrCat("fsync ", path));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status TraceRecorder::Finish() {
   Pause();
   return Write();
@@ -215,6 +256,7 @@ absl::Status TraceRecorder::Write() {
   stoker.Add("pid", pid_).Add("process_name", process_name_).Add("clock", "CLOCK_MONOTONIC");
   for (const auto& [key, json] : metadata_) stoker.AddJson(key, json);
   absl::StrAppend(&text, "\"stoker\":", stoker.Json(), "\n}\n");
+  if (file_.valid()) return RewriteInPlace(file_.get(), path_, text);
   return WriteFileAtomically(path_, text);
 }
 

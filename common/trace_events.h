@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "common/unique_fd.h"
 
 namespace stoker {
 
@@ -79,6 +80,20 @@ class TraceArgs {
 // JSON string literal of `text` (quotes included).
 std::string TraceJsonString(absl::string_view text);
 
+// Opens `path` for a recorder's WriteThrough now, creating its directory and the file
+// (empty, owner read and write) or emptying it: for a process that confines the creation
+// of files later (the data service's sandbox, Note [Trace file before the sandbox]).
+// Errors name the path.
+absl::StatusOr<UniqueFd> OpenTraceFile(const std::string& path);
+
+// Note [Trace file before the sandbox]: a recorder normally writes a temporary file and
+// renames it over its path, so that a reader finds the old file or the new one. The data
+// service's sandbox refuses both the new file and the rename, so a traced service opens
+// its file before the sandbox goes on (OpenTraceFile) and the recorder rewrites that file
+// in place. A reader may then find it empty (before the window's end) or cut short (the
+// process killed while it wrote); `launcher trace merge` names such a file and keeps what
+// it holds.
+
 // Thread-safe. Events recorded while not recording are dropped.
 //
 //   TraceRecorder trace(dir + "/rank1.json", /*pid=*/1, "rank 1 on gpu07");
@@ -101,9 +116,13 @@ class TraceRecorder {
   void Start();
   // Stops recording; the events stay until Finish.
   void Pause();
-  // Writes the file (atomically) with the events so far and the metadata, and goes on
-  // recording; later calls write it again with what was added since.
+  // Writes the file (atomically, or in place after WriteThrough) with the events so far
+  // and the metadata, and goes on recording; later calls write it again with what was
+  // added since.
   absl::Status Write();
+  // Writes through `file` (OpenTraceFile's, of path()) from now on, in place rather than by
+  // a rename (Note [Trace file before the sandbox]).
+  void WriteThrough(UniqueFd file);
   // Stops recording, then Write().
   absl::Status Finish();
 
@@ -139,6 +158,7 @@ class TraceRecorder {
   std::vector<std::string> events_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<int, std::string>> thread_names_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<std::string, std::string>> metadata_ ABSL_GUARDED_BY(mu_);
+  UniqueFd file_ ABSL_GUARDED_BY(mu_);  // WriteThrough's; invalid: atomic writes
 };
 
 // Records a complete event from construction to destruction when `recorder` is recording

@@ -1,5 +1,7 @@
 #include "common/trace_events.h"
 
+#include <dirent.h>
+
 #include <string>
 #include <thread>
 #include <vector>
@@ -128,6 +130,48 @@ TEST(TraceRecorderTest, WriteKeepsRecording) {
   EXPECT_FALSE(trace.recording());
   ASSERT_OK_AND_ASSIGN(std::string text, ReadWholeFile(dir.path() + "/t.json"));
   EXPECT_EQ(nlohmann::json::parse(text)["traceEvents"].size(), 2u + 2u);
+}
+
+TEST(TraceRecorderTest, WritesThroughAFileOpenedBeforeInPlace) {
+  ASSERT_OK_AND_ASSIGN(testing::TempDir dir, testing::TempDir::Create("trace"));
+  const std::string path = dir.path() + "/sub/dir/service.json";
+  ASSERT_OK_AND_ASSIGN(UniqueFd file, OpenTraceFile(path));
+  // Opened now: the file is there, empty, before any event.
+  ASSERT_OK_AND_ASSIGN(std::string empty, ReadWholeFile(path));
+  EXPECT_EQ(empty, "");
+  TraceRecorder trace(path, 1000001, "service");
+  trace.WriteThrough(std::move(file));
+  trace.Start();
+  for (int i = 0; i < 50; ++i) trace.Instant(0, "long name to make the first write longer", "x", i);
+  ASSERT_THAT(trace.Write(), IsOk());
+  ASSERT_OK_AND_ASSIGN(std::string longer, ReadWholeFile(path));
+  trace.Pause();
+  // A later, shorter write replaces the whole file (nothing of the longer one is left).
+  TraceRecorder shorter(path, 1000001, "service");
+  ASSERT_OK_AND_ASSIGN(UniqueFd again, OpenTraceFile(path));
+  shorter.WriteThrough(std::move(again));
+  shorter.Start();
+  shorter.Instant(0, "one", "x", 1);
+  ASSERT_THAT(shorter.Finish(), IsOk());
+  ASSERT_OK_AND_ASSIGN(std::string text, ReadWholeFile(path));
+  EXPECT_LT(text.size(), longer.size());
+  EXPECT_EQ(nlohmann::json::parse(text)["traceEvents"].size(), 2u + 1u);
+  // Rewritten in place: no temporary file was made beside it.
+  std::vector<std::string> names;
+  DIR* listing = opendir((dir.path() + "/sub/dir").c_str());
+  ASSERT_NE(listing, nullptr);
+  while (const dirent* entry = readdir(listing)) {
+    if (entry->d_name[0] != '.' || std::string(entry->d_name).size() > 2)
+      names.push_back(entry->d_name);
+  }
+  closedir(listing);
+  EXPECT_EQ(names, std::vector<std::string>{"service.json"});
+}
+
+TEST(TraceRecorderTest, OpenTraceFileNamesThePathItCannotOpen) {
+  const absl::StatusOr<UniqueFd> file = OpenTraceFile("/proc/no/such/dir/t.json");
+  ASSERT_FALSE(file.ok());
+  EXPECT_THAT(std::string(file.status().message()), HasSubstr("/proc/no/such/dir"));
 }
 
 TEST(TraceNowMicrosTest, IsMonotonic) {

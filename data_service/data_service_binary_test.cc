@@ -3,6 +3,7 @@
 // the images do not depend on --threads, SIGTERM leaves no segment and no socket behind,
 // bad flags exit 2, an ImageFolder of JPEGs works end to end, and its packed copy gives
 // the same batches (bad files included) at any --threads.
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -25,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/atomic_file.h"
 #include "common/testing/status_matchers.h"
 #include "common/testing/temp_dir.h"
 #include "data_service/dataset/packed_writer.h"
@@ -502,6 +504,57 @@ TEST(DataServiceBinaryTest, WithTheSandboxTheServiceStillServesAndStopsCleanly) 
   EXPECT_TRUE(SegmentsOfJob(job).empty());
   struct stat st;
   EXPECT_NE(lstat(socket.c_str(), &st), 0) << "the socket was left";
+}
+
+TEST(DataServiceBinaryTest, ATracedServiceKeepsItsSandboxAndWritesItsTrace) {
+  ASSERT_FALSE(BinaryPath().empty());
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::CreateShort("stoker-bintest"));
+  const std::string socket = dir_temp.path() + "/ds.sock";
+  // Outside /dev/shm, where the sandbox lets the service make no file once it is on.
+  ASSERT_OK_AND_ASSIGN(const TempDir trace_temp, TempDir::Create("traced_sandbox"));
+  const std::string trace_dir = trace_temp.path() + "/trace";
+  const std::string trace_file = trace_dir + "/data_service.node0.json";
+  const std::string job = absl::StrCat("bintracesbx", test_util::UniqueId());
+  ServiceProcess service({"--socket=" + socket, "--job_id=" + job, "--threads=2",
+                          "--synthetic_samples=64", "--sandbox", "--trace=" + trace_dir,
+                          "--trace_steps=0:4"});
+  RingRequest request;
+  request.batch_size = 8;
+  request.image_size = 16;
+  auto client = RingClient::Connect(socket, request, absl::Seconds(60));
+  ASSERT_OK(client) << client.status() << "\n" << service.Log();
+  // The file is there before the window ends: opened before the sandbox went on.
+  struct stat st;
+  EXPECT_EQ(lstat(trace_file.c_str(), &st), 0) << trace_file << " not opened at the start";
+  auto info = (*client)->StartEpoch(0, 3);
+  ASSERT_OK(info);
+  for (int64_t step = 0; step < info->batches; ++step) {
+    auto batch = (*client)->Acquire(absl::Seconds(30));
+    ASSERT_OK(batch) << batch.status() << "\n" << service.Log();
+    ASSERT_OK((*client)->Release(*batch));
+  }
+  client->reset();
+  service.Signal(SIGTERM);
+  EXPECT_EQ(service.Wait(absl::Seconds(20)), 0) << service.Log();
+  const std::string log = service.Log();
+  EXPECT_NE(log.find("sandbox on: seccomp allowlist of "), std::string::npos) << log;
+  EXPECT_EQ(log.find("the trace: "), std::string::npos) << "the trace was not written: " << log;
+  ASSERT_OK_AND_ASSIGN(const std::string text, ReadWholeFile(trace_file));
+  EXPECT_NE(text.find("\"kind\":\"data_service\""), std::string::npos) << text.substr(0, 400);
+  EXPECT_NE(text.find("\"name\":\"sample\""), std::string::npos) << text.substr(0, 400);
+  EXPECT_NE(text.find("\"name\":\"slot filled: step 3\""), std::string::npos)
+      << text.substr(0, 400);
+  // Nothing but the trace in its directory: no temporary file of a rename.
+  DIR* listing = opendir(trace_dir.c_str());
+  ASSERT_NE(listing, nullptr);
+  std::vector<std::string> names;
+  while (const dirent* entry = readdir(listing)) {
+    if (std::string(entry->d_name) != "." && std::string(entry->d_name) != "..")
+      names.push_back(entry->d_name);
+  }
+  closedir(listing);
+  EXPECT_EQ(names, std::vector<std::string>{"data_service.node0.json"});
+  EXPECT_TRUE(SegmentsOfJob(job).empty());
 }
 
 TEST(DataServiceBinaryTest, TheSandboxIsOnByDefaultAndNosandboxTurnsItOff) {

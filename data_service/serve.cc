@@ -13,6 +13,8 @@
 #include "common/exit_codes.h"
 #include "common/logging.h"
 #include "common/shm_segment.h"
+#include "common/trace_events.h"
+#include "common/unique_fd.h"
 #include "data_service/dataset/dataset_config.h"
 #include "data_service/sandbox.h"
 #include "data_service/service.h"
@@ -88,14 +90,6 @@ class Sandboxing {
           "with every right of this user");
       return absl::OkStatus();
     }
-    if (!on()) {
-      LogWarning(
-          "sandbox off while tracing (--trace=%s: the trace is written there at the end of its "
-          "window): a decoder bug exploited by a crafted image runs with every right of this "
-          "user",
-          options_.service.trace_dir);
-      return absl::OkStatus();
-    }
     const absl::Status filtered = data_service::FilterSystemCalls();
     const std::string calls =
         filtered.ok()
@@ -114,9 +108,7 @@ class Sandboxing {
   }
 
  private:
-  // A traced service writes its trace file (a temporary renamed into --trace's directory),
-  // which the sandbox refuses: tracing, a diagnostic run, goes without it.
-  bool on() const { return options_.sandbox && options_.service.trace_dir.empty(); }
+  bool on() const { return options_.sandbox; }
 
   absl::Status Required(const absl::Status& status, const char* layer) const {
     if (status.ok() || !options_.require_sandbox) return absl::OkStatus();
@@ -149,6 +141,19 @@ ServeOutcome ServeUntilStopped(const DataServiceOptions& options) {
     return outcome;
   }
 
+  // A traced service's file is opened now, before the sandbox stops new files (Note [Trace
+  // file before the sandbox] in common/trace_events.h).
+  ServiceOptions service_options = options.service;
+  if (!service_options.trace_dir.empty()) {
+    absl::StatusOr<UniqueFd> trace_file = OpenTraceFile(DataServiceTracePath(service_options));
+    if (!trace_file.ok()) {
+      outcome.status = AsUsageError(absl::Status(
+          trace_file.status().code(), absl::StrCat("--trace: ", trace_file.status().message())));
+      return outcome;
+    }
+    service_options.trace_file = std::make_shared<UniqueFd>(std::move(*trace_file));
+  }
+
   Sandboxing sandboxing(options);
   if (absl::Status restricted = sandboxing.RestrictFiles(); !restricted.ok()) {
     outcome.status = restricted;
@@ -163,7 +168,7 @@ ServeOutcome ServeUntilStopped(const DataServiceOptions& options) {
     return outcome;
   }
   absl::StatusOr<std::unique_ptr<DataService>> service =
-      DataService::Start(options.service, std::move(*datasets));
+      DataService::Start(service_options, std::move(*datasets));
   if (!service.ok()) {
     const bool usage = absl::IsInvalidArgument(service.status());
     outcome.status = usage ? AsUsageError(service.status()) : service.status();

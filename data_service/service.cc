@@ -106,6 +106,10 @@ struct DataService::Connection {
   }
 };
 
+std::string DataServiceTracePath(const ServiceOptions& options) {
+  return absl::StrCat(options.trace_dir, "/data_service.node", options.node_id, ".json");
+}
+
 absl::StatusOr<std::unique_ptr<DataService>> DataService::Start(const ServiceOptions& options,
                                                                 Datasets datasets) {
   if (absl::Status s = ValidateJobId(options.job_id); !s.ok()) return s;
@@ -182,17 +186,19 @@ DataService::DataService(const ServiceOptions& options, Datasets datasets, Uniqu
                            ? nullptr
                            : std::make_unique<BadSampleTracker>(
                                  options.bad_samples, datasets_.val->size(), bad_counters_)),
-      trace_(options.trace_dir.empty() ? nullptr
-                                       : std::make_unique<TraceRecorder>(
-                                             absl::StrCat(options.trace_dir, "/data_service.node",
-                                                          options.node_id, ".json"),
-                                             kDataServiceTracePidBase + options.node_id,
-                                             absl::StrCat("data service of node ", options.node_id,
-                                                          " on ", TraceHostName()))),
+      trace_(options.trace_dir.empty()
+                 ? nullptr
+                 : std::make_unique<TraceRecorder>(
+                       DataServiceTracePath(options), kDataServiceTracePidBase + options.node_id,
+                       absl::StrCat("data service of node ", options.node_id, " on ",
+                                    TraceHostName()))),
       pool_(std::make_unique<WorkerPool>(options.threads > 0 ? options.threads
                                                              : WorkerPool::DefaultThreadCount(1))),
       accept_thread_([this] { AcceptLoop(); }) {
   if (trace_ != nullptr) {
+    if (options_.trace_file != nullptr && options_.trace_file->valid()) {
+      trace_->WriteThrough(std::move(*options_.trace_file));
+    }
     for (int i = 0; i < pool_->thread_count(); ++i) {
       trace_->NameThread(kDecodeTraceThreadBase + i, absl::StrCat("decode thread ", i));
     }

@@ -61,6 +61,11 @@ struct ServiceOptions {
   // threads' samples and the rings' slots (BatchProducerOptions::trace); empty: off.
   std::string trace_dir;
   TraceSteps trace_batches{0, 30};
+  // With trace_dir: the trace's file, opened before the sandbox went on (OpenTraceFile of
+  // DataServiceTracePath; Note [Trace file before the sandbox] in common/trace_events.h);
+  // the service that starts with these options takes it and rewrites it in place. Null:
+  // the service writes a new file at the window's end (no sandbox in the way).
+  std::shared_ptr<UniqueFd> trace_file;
   // For tests only: Note [Injected decode delay].
   absl::Duration injected_decode_delay = absl::ZeroDuration();
 };
@@ -73,6 +78,9 @@ struct ServiceOptions {
 // The trace's clock note and process number for the data service of node `node_id`: its
 // ranks are 0..world-1, so a data service is 1000000 + its node.
 inline constexpr int kDataServiceTracePidBase = 1000000;
+
+// trace_dir/data_service.node<N>.json: the trace file of the service with `options`.
+std::string DataServiceTracePath(const ServiceOptions& options);
 
 // Note [Abandoned decodes at shutdown]
 // A decode thread may sit in a read that never returns (a hung NFS or FUSE mount). Its

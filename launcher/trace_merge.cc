@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/atomic_file.h"
 #include "common/exit_codes.h"
 #include "common/logging.h"
@@ -71,12 +72,77 @@ absl::StatusOr<std::vector<std::string>> TraceFiles(const std::string& dir,
   return files;
 }
 
-absl::StatusOr<TraceFile> ReadTraceFile(const std::string& path) {
+// Note [Damaged trace files]: a rank killed before its window ended leaves no file (ranks
+// write atomically), but a data service rewrites its file in place (Note [Trace file
+// before the sandbox] in common/trace_events.h): killed before the window's end it leaves
+// the file empty, killed while writing it leaves it cut short. The writer puts one event
+// per line, metadata first, and the "stoker" object last; so the complete lines before the
+// cut are the events, and the file's name says whose they are (rank<r>.json,
+// data_service.node<N>.json). Such a file is merged with what it holds: a rank's on its own
+// clock (its clock offsets were in the lost part), a data service's on its node's. An empty
+// file is left out. Both are named in the summary.
+
+// The events on the complete lines of a file cut short, and its kind from its name; a
+// "stoker" object with no clock offsets.
+absl::StatusOr<TraceFile> SalvageTraceFile(const std::string& path, const std::string& text) {
+  TraceFile file;
+  file.path = path;
+  const std::string name = path.substr(path.rfind('/') + 1);
+  int number = -1;
+  if (std::sscanf(name.c_str(), "rank%d.json", &number) == 1) {
+    file.kind = "rank";
+    file.rank = number;
+  } else if (std::sscanf(name.c_str(), "data_service.node%d.json", &number) == 1) {
+    file.kind = "data_service";
+    file.node = number;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("trace merge: ", path, " is not a trace file"));
+  }
+  Json events = Json::array();
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) break;  // the cut line
+    absl::string_view line(text.data() + start, end - start);
+    start = end + 1;
+    if (absl::EndsWith(line, ",")) line.remove_suffix(1);
+    if (!absl::StartsWith(line, "{\"ph\":")) continue;
+    Json event = Json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
+    if (event.is_object()) events.push_back(std::move(event));
+  }
+  if (events.empty()) {
+    return absl::DataLossError(absl::StrCat(path, " holds no complete event"));
+  }
+  file.json["traceEvents"] = std::move(events);
+  file.json["stoker"] = {{"kind", file.kind},
+                         {"damaged", "cut short: events before the cut, no clock offsets"}};
+  if (file.kind == "rank") file.json["stoker"]["rank"] = file.rank;
+  if (file.kind == "data_service") file.json["stoker"]["node"] = file.node;
+  return file;
+}
+
+absl::StatusOr<TraceFile> ReadTraceFile(const std::string& path, std::string* damage) {
   ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
+  if (text.empty()) {
+    *damage = absl::StrCat(path, ": empty (its process ended before its window did): left out");
+    return absl::DataLossError(*damage);
+  }
   TraceFile file;
   file.path = path;
   file.json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (file.json.is_discarded() || !file.json.is_object() || !file.json.contains("traceEvents") ||
+  if (file.json.is_discarded()) {
+    // Note [Damaged trace files].
+    absl::StatusOr<TraceFile> salvaged = SalvageTraceFile(path, text);
+    if (!salvaged.ok()) {
+      *damage = absl::StrCat(path, ": cut short, ", salvaged.status().message(), ": left out");
+      return absl::DataLossError(*damage);
+    }
+    *damage = absl::StrCat(path, ": cut short (its process was killed while writing it): ",
+                           salvaged->json["traceEvents"].size(), " events kept",
+                           salvaged->kind == "rank" ? ", on its own clock" : "");
+    return salvaged;
+  }
+  if (!file.json.is_object() || !file.json.contains("traceEvents") ||
       !file.json.contains("stoker")) {
     return absl::InvalidArgumentError(
         absl::StrCat("trace merge: ", path, " is not a trace a Stoker rank or data service wrote"));
@@ -136,13 +202,21 @@ absl::StatusOr<TraceMergeSummary> MergeTrace(const std::string& dir, const std::
   ASSIGN_OR_RETURN(std::vector<std::string> paths, TraceFiles(dir, summary.path));
   std::vector<TraceFile> files;
   for (const std::string& path : paths) {
-    ASSIGN_OR_RETURN(TraceFile file, ReadTraceFile(path));
-    files.push_back(std::move(file));
+    std::string damage;
+    absl::StatusOr<TraceFile> file = ReadTraceFile(path, &damage);
+    if (!damage.empty()) summary.damaged_files.push_back(damage);
+    if (absl::IsDataLoss(file.status())) continue;  // Note [Damaged trace files]
+    if (!file.ok()) return file.status();
+    files.push_back(std::move(*file));
+  }
+  if (files.empty()) {
+    return absl::DataLossError(absl::StrCat("trace merge: no usable trace in ", dir, ": ",
+                                            absl::StrJoin(summary.damaged_files, "; ")));
   }
   // Each node's clock: that of its rank with the smallest error.
   std::map<int, const ClockMap*> node_clock;
   for (const TraceFile& file : files) {
-    if (file.kind != "rank") continue;
+    if (file.kind != "rank" || !file.clock.measured) continue;
     auto [it, inserted] = node_clock.emplace(file.node, &file.clock);
     if (!inserted && file.clock.error_us < it->second->error_us) it->second = &file.clock;
   }
@@ -215,7 +289,8 @@ absl::StatusOr<TraceMergeSummary> MergeTrace(const std::string& dir, const std::
                       {"origin_us", origin},
                       {"max_clock_error_us", summary.max_clock_error_us},
                       {"processes", std::move(processes)},
-                      {"data_services", summary.data_service_lines}};
+                      {"data_services", summary.data_service_lines},
+                      {"damaged_files", summary.damaged_files}};
   RETURN_IF_ERROR(WriteFileAtomically(summary.path, merged.dump() + "\n"));
   return summary;
 }
@@ -260,6 +335,7 @@ int RunTraceCommand(const std::vector<std::string>& args) {
       merged->ranks, merged->data_services, merged->events, merged->path,
       merged->max_clock_error_us);
   for (const std::string& line : merged->data_service_lines) LogInfo("data service %s", line);
+  for (const std::string& line : merged->damaged_files) LogWarning("trace merge: %s", line);
   return kExitOk;
 }
 

@@ -29,14 +29,19 @@ struct TraceMergeSummary {
   // resize times, e.g. "node 1 (data service of node 1 on gpu07): 480 samples, mean 4.1 ms
   // (read 0.1, decode 3.2, resize 0.8), 113 KB per file, 4 decode threads".
   std::vector<std::string> data_service_lines;
+  // One line per file that was empty or cut short (Note [Damaged trace files]), naming it
+  // and what of it was merged.
+  std::vector<std::string> damaged_files;
 };
 
 // Merges DIR/rank*.json and DIR/data_service.node*.json into DIR/job_trace.json (or `out`
 // when not empty). A rank's offset against rank 0 is interpolated between its measurement
 // at the window's start and at its end; a data service takes the offset of its node's rank
 // with the smallest error. Times are then counted from the job's first event; a flow end
-// whose other end no file holds is left out. NotFound
-// when DIR holds no trace; InvalidArgument naming a file that is not a Stoker trace.
+// whose other end no file holds is left out. A file that is empty is left out, one cut
+// short gives the events it holds; both are named in `damaged_files`. NotFound when DIR
+// holds no trace; DataLoss when no file of it is usable; InvalidArgument naming a file that
+// is complete JSON but not a Stoker trace.
 absl::StatusOr<TraceMergeSummary> MergeTrace(const std::string& dir, const std::string& out = "");
 
 // Whether `args` (argv without argv[0]) is `launcher trace ...`.

@@ -15,6 +15,7 @@ namespace {
 
 using ::stoker::testing::StatusIs;
 using ::stoker::testing::TempDir;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 // A rank's file whose clock is `offset` behind rank 0's, measured at 1000 and 9000.
@@ -81,6 +82,57 @@ TEST(TraceMergeTest, PutsRanksAndDataServicesOnRankZerosClock) {
   EXPECT_GT((ts[{1, "fping"}]), (ts[{0, "sping"}]));
   EXPECT_EQ(merged["stoker"]["origin_us"], 1900);
   EXPECT_EQ(merged["stoker"]["processes"].size(), 3u);
+}
+
+TEST(TraceMergeTest, KeepsWhatAFileCutShortHoldsAndNamesItAndAnEmptyOne) {
+  ASSERT_OK_AND_ASSIGN(TempDir dir, TempDir::Create("trace_merge"));
+  WriteRank(dir.path(), 0, 0, 0, 0);
+  WriteRank(dir.path(), 1, 0, 0, 0);
+  // Rank 1's file cut in the middle of its "stoker" object, as by a kill while writing;
+  // the data service's empty, as opened and never written.
+  const std::string rank1 = dir.path() + "/rank1.json";
+  ASSERT_OK_AND_ASSIGN(std::string whole, ReadWholeFile(rank1));
+  const size_t cut = whole.find("\"clock_offsets\"");
+  ASSERT_NE(cut, std::string::npos);
+  ASSERT_OK(WriteFileAtomically(rank1, whole.substr(0, cut)));
+  ASSERT_OK(WriteFileAtomically(dir.path() + "/data_service.node0.json", ""));
+  ASSERT_OK_AND_ASSIGN(TraceMergeSummary summary, MergeTrace(dir.path()));
+  EXPECT_EQ(summary.ranks, 2);
+  EXPECT_EQ(summary.data_services, 0);
+  ASSERT_EQ(summary.damaged_files.size(), 2u);
+  EXPECT_THAT(summary.damaged_files[0], HasSubstr("data_service.node0.json: empty"));
+  EXPECT_THAT(summary.damaged_files[1], HasSubstr("rank1.json: cut short"));
+  EXPECT_THAT(summary.damaged_files[1], HasSubstr("events kept, on its own clock"));
+  ASSERT_OK_AND_ASSIGN(std::string text, ReadWholeFile(dir.path() + "/job_trace.json"));
+  const nlohmann::json merged = nlohmann::json::parse(text);
+  int rank1_steps = 0;
+  bool rank1_named = false;
+  for (const nlohmann::json& event : merged["traceEvents"]) {
+    if (event["pid"] != 1) continue;
+    if (event["name"] == "step 0") ++rank1_steps;
+    if (event["name"] == "process_name") rank1_named = event["args"]["name"] == "rank 1";
+  }
+  EXPECT_EQ(rank1_steps, 1);
+  EXPECT_TRUE(rank1_named);
+  EXPECT_EQ(merged["stoker"]["damaged_files"].size(), 2u);
+
+  // A file cut inside its first line holds nothing: left out, and named.
+  ASSERT_OK(WriteFileAtomically(rank1, whole.substr(0, 30)));
+  ASSERT_OK_AND_ASSIGN(summary, MergeTrace(dir.path()));
+  EXPECT_EQ(summary.ranks, 1);
+  ASSERT_EQ(summary.damaged_files.size(), 2u);
+  EXPECT_THAT(summary.damaged_files[1], HasSubstr("rank1.json: cut short, "));
+  EXPECT_THAT(summary.damaged_files[1], HasSubstr("left out"));
+}
+
+TEST(TraceMergeTest, ADirectoryOfOnlyDamagedFilesIsDataLossNamingThem) {
+  ASSERT_OK_AND_ASSIGN(TempDir dir, TempDir::Create("trace_merge"));
+  ASSERT_OK(WriteFileAtomically(dir.path() + "/rank0.json", ""));
+  ASSERT_OK(WriteFileAtomically(dir.path() + "/data_service.node0.json", "{\"traceEv"));
+  EXPECT_THAT(MergeTrace(dir.path()),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       AllOf(HasSubstr("rank0.json: empty"),
+                             HasSubstr("data_service.node0.json: cut short"))));
 }
 
 TEST(TraceMergeTest, ADirectoryWithoutTracesIsNotFound) {

@@ -75,6 +75,9 @@ absl::StatusOr<std::unique_ptr<TracedSteps>> TracedSteps::Create(const TrainerOp
                       absl::StrCat("rank ", context.rank.rank, " on ", host_name, " (node ",
                                    context.rank.node_index, ")")));
   traced->host_name_ = host_name;
+  if (context.use_cuda) {
+    ASSIGN_OR_RETURN(traced->timeline_, DeviceTimeline::Create(&traced->recorder_));
+  }
   return traced;
 }
 
@@ -87,7 +90,10 @@ TracedSteps::TracedSteps(const RunContext& context, Communicator& host, TraceSte
       device_(std::make_unique<DeviceIntervals>()) {
   recorder_.NameThread(kTrainingTraceThread, "training thread");
   recorder_.NameThread(kClockTraceThread, "clock pings");
-  if (context.use_cuda) recorder_.NameThread(kGpuTraceThread, "GPU: training stream");
+  if (context.use_cuda) {
+    recorder_.NameThread(kGpuTraceThread, "GPU: training stream");
+    recorder_.NameThread(kGpuCommTraceThread, "GPU: communication stream");
+  }
 }
 
 TracedSteps::~TracedSteps() = default;
@@ -150,9 +156,18 @@ absl::Status TracedSteps::StepStarting(int64_t step) {
       RETURN_IF_ERROR(device_->reference.Record(device_->stream));
       RETURN_IF_ERROR(device_->reference.Synchronize());
       device_->reference_us = TraceNowMicros();
+      RETURN_IF_ERROR(timeline_->Anchor(device_->stream));
     }
 #endif
   }
+#ifdef STOKER_WITH_CUDA
+  if (timeline_ != nullptr) {
+    // The last step's intervals whose work has finished; a fresh anchor if the stream is
+    // idle (Note [Device intervals on the host's clock]). Neither waits for the device.
+    RETURN_IF_ERROR(timeline_->Collect());
+    RETURN_IF_ERROR(timeline_->TryAnchor(device_->stream).status());
+  }
+#endif
   times_ = RankStepTimes();
   step_start_us_ = TraceNowMicros();
   return RecordDevicePoint("start");
@@ -209,6 +224,7 @@ absl::Status TracedSteps::StepEnded(int64_t step, RunReporter& reporter) {
   mine[2] = static_cast<float>(times_.compute_ms);
   mine[3] = static_cast<float>(times_.comm_ms);
   mine[4] = static_cast<float>(times_.step_ms);
+  if (timeline_ != nullptr) RETURN_IF_ERROR(timeline_->Collect());
   // Not traced itself: the gathering is the trace's, not the step's.
   recorder_.Pause();
   if (world > 1) {
@@ -267,6 +283,13 @@ absl::Status TracedSteps::WriteTrace() {
     }
   }
 #endif
+  if (timeline_ != nullptr) {
+    RETURN_IF_ERROR(timeline_->Drain());
+    recorder_.SetMetadata(
+        "gpu_intervals",
+        absl::StrCat("{\"written\":", timeline_->written(), ",\"dropped\":", timeline_->dropped(),
+                     ",\"anchor_error_us\":", timeline_->anchor_error_us(), "}"));
+  }
   recorder_.Pause();
   recorder_.SetMetadata("kind", "\"rank\"");
   recorder_.SetMetadata("rank", absl::StrCat(context_.rank.rank));

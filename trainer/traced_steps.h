@@ -2,13 +2,14 @@
 // steps run, the rank records them in Chrome's trace-event format (common/trace_events.h):
 // the step, its data wait and copy, the stop vote, forward, backward, each gradient
 // bucket's reduction, the optimizer or the CUDA graphs replayed, validation and checkpoints;
-// on a GPU also the compute stream's intervals, from CUDA events. At the window's first and
-// last step every rank measures its clock against rank 0's (trainer/comm/clock_sync.h).
-// After each traced step the ranks' times go to rank 0 (one small allreduce), which judges
-// the step (trainer/report/step_verdict.h) and reports the verdict. At the window's end each
-// rank writes DIR/rank<r>.json. Outside the window every call is one branch. Owned by the
-// training thread; the calls that gather are collectives, made at the same steps on every
-// rank.
+// on a GPU also the compute stream's intervals and each bucket's reduction on the
+// communicator's stream, from CUDA events read at the step boundaries (DeviceTimeline). At the
+// window's first and last step every rank measures its clock against rank 0's
+// (trainer/comm/clock_sync.h). After each traced step the ranks' times go to rank 0 (one small
+// allreduce), which judges the step (trainer/report/step_verdict.h) and reports the verdict. At the
+// window's end each rank writes DIR/rank<r>.json. Outside the window every call is one branch.
+// Owned by the training thread; the calls that gather are collectives, made at the same steps on
+// every rank.
 #ifndef STOKER_TRAINER_TRACED_STEPS_H_
 #define STOKER_TRAINER_TRACED_STEPS_H_
 
@@ -22,6 +23,7 @@
 #include "common/trace_events.h"
 #include "trainer/comm/clock_sync.h"
 #include "trainer/comm/communicator.h"
+#include "trainer/comm/device_timeline.h"
 #include "trainer/options.h"
 #include "trainer/report/run_reporter.h"
 #include "trainer/report/step_verdict.h"
@@ -31,7 +33,8 @@ namespace stoker::trainer {
 
 // The threads of a rank's trace.
 inline constexpr int kTrainingTraceThread = 1;
-inline constexpr int kGpuTraceThread = 2;  // the compute stream's intervals (CUDA events)
+inline constexpr int kGpuTraceThread = 2;      // the compute stream's intervals (CUDA events)
+inline constexpr int kGpuCommTraceThread = 3;  // the communicator's stream (CUDA events)
 
 // The data service's window for a trainer window of optimizer steps: its rings count
 // batches, `accumulate` to a step ("A*K:B*K").
@@ -50,6 +53,9 @@ class TracedSteps {
 
   // What the step, the buckets and the loop record into (recording only in the window).
   TraceRecorder* recorder() { return &recorder_; }
+  // On a GPU, what times the buckets' reductions on the communicator's stream and the
+  // replayed graphs on the training stream (trainer/comm/device_timeline.h); else null.
+  DeviceTimeline* device_timeline() { return timeline_.get(); }
 
   // Before step `step` of the run (0-based): at the window's first step, gathers the ranks'
   // hosts and measures the clocks (collectives), then records until the window ends.
@@ -95,6 +101,7 @@ class TracedSteps {
   RankStepTimes times_;
   std::vector<double> step_ms_;  // the slowest rank's, of each traced step (rank 0)
   std::unique_ptr<DeviceIntervals> device_;
+  std::unique_ptr<DeviceTimeline> timeline_;  // on a GPU
 };
 
 }  // namespace stoker::trainer

@@ -203,7 +203,10 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
                      return ReportOf(decode_share_.Read());
                    }));
   ASSIGN_OR_RETURN(traced_, TracedSteps::Create(o_, context_, host_));
-  if (traced_ != nullptr) trained_->step().set_trace(traced_->recorder(), kTrainingTraceThread);
+  if (traced_ != nullptr) {
+    trained_->step().set_trace(traced_->recorder(), kTrainingTraceThread,
+                               traced_->device_timeline(), kGpuTraceThread, kGpuCommTraceThread);
+  }
   CheckpointOptions checkpoint_options = o_.checkpoint;
   checkpoint_options.run_identity = RunIdentity(o_);
   ASSIGN_OR_RETURN(RunCheckpoints checkpoints,

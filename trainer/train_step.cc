@@ -108,6 +108,16 @@ absl::StatusOr<at::Tensor> TrainStep::ForwardBackward(const at::Tensor& images,
   return loss;
 }
 
+absl::Status TrainStep::TimedReplay(CudaGraph& graph, const char* name) {
+  if (timeline_ == nullptr) return graph.Replay();
+  // Note [Timing a replayed graph] in trainer/comm/device_timeline.h.
+  timeline_->Label(timeline_tid_, name, TraceArgs().Add("replay", replays_));
+  const int timed = timeline_->Started();
+  absl::Status replayed = graph.Replay();
+  timeline_->Done(timed);
+  return replayed;
+}
+
 absl::StatusOr<TrainStep::MicroBatchGraph*> TrainStep::GraphForMicroBatch(
     bool first, bool last, const at::Tensor& images, const at::Tensor& labels) {
   if (graphs_ != nullptr) {
@@ -178,7 +188,10 @@ absl::StatusOr<at::Tensor> TrainStep::MicroBatch(const at::Tensor& images, const
       }));
       {
         TraceSpan replay(trace_, trace_tid_, "CUDA graph replay: forward and backward", "compute");
-        RETURN_IF_ERROR(graph->graph->Replay());
+        RETURN_IF_ERROR(TimedReplay(*graph->graph, last ? "GPU: CUDA graph replay: forward, "
+                                                          "backward and the reductions"
+                                                        : "GPU: CUDA graph replay: forward "
+                                                          "and backward"));
       }
       if (last) RETURN_IF_ERROR(buckets_.WatchReplay());
       ++replays_;
@@ -268,7 +281,7 @@ absl::Status TrainStep::Finish(double learning_rate, StepProfiler* profiler) {
     ASSIGN_OR_RETURN(FinishGraph * graph, GraphForFinish());
     if (graph != nullptr) {
       TraceSpan replay(trace_, trace_tid_, "CUDA graph replay: optimizer", "compute");
-      RETURN_IF_ERROR(graph->graph->Replay());
+      RETURN_IF_ERROR(TimedReplay(*graph->graph, "GPU: CUDA graph replay: optimizer"));
       last_finish_replayed_ = true;
       ++replays_;
       return absl::OkStatus();

@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/trace_events.h"
+#include "trainer/comm/device_timeline.h"
 #include "trainer/comm/grad_buckets.h"
 #include "trainer/nn/image_classifier.h"
 #include "trainer/nn/loss_scaler.h"
@@ -23,6 +24,8 @@
 #include "trainer/report/step_profiler.h"
 
 namespace stoker::trainer {
+
+class CudaGraph;  // trainer/cuda_graph.h
 
 struct TrainStepOptions {
   double label_smoothing = 0;
@@ -91,11 +94,17 @@ class TrainStep {
 
   // Records forward, backward (with each bucket's reduction), the optimizer and the CUDA
   // graphs replayed into `trace` (may be null) on thread `tid` while it records. Traced
-  // steps run as untraced ones do: captured steps stay captured.
-  void set_trace(TraceRecorder* trace, int tid) {
+  // steps run as untraced ones do: captured steps stay captured. With `timeline` (on a
+  // GPU; may be null), also each bucket's reduction on the communicator's stream (trace
+  // thread `comm_tid`) and each replayed graph on the training stream, the timeline's home
+  // stream (`compute_tid`): Note [Timing a replayed graph] in trainer/comm/device_timeline.h.
+  void set_trace(TraceRecorder* trace, int tid, DeviceTimeline* timeline = nullptr,
+                 int compute_tid = 0, int comm_tid = 0) {
     trace_ = trace;
     trace_tid_ = tid;
-    buckets_.set_trace(trace, tid);
+    timeline_ = timeline;
+    timeline_tid_ = compute_tid;
+    buckets_.set_trace(trace, tid, timeline, comm_tid);
   }
 
   // Graphs captured so far (Note [Capturing the step]) and the micro-batches and Finish
@@ -116,6 +125,8 @@ class TrainStep {
                                                       const at::Tensor& images,
                                                       const at::Tensor& labels);
   absl::StatusOr<FinishGraph*> GraphForFinish();
+  // Replays `graph`, timed as one interval named `name` on the timeline when there is one.
+  absl::Status TimedReplay(CudaGraph& graph, const char* name);
   // Forward (with a profiler mark after it) and scaled backward of one micro-batch.
   absl::StatusOr<at::Tensor> ForwardBackward(const at::Tensor& images, const at::Tensor& labels,
                                              StepProfiler* profiler);
@@ -142,6 +153,8 @@ class TrainStep {
   std::unique_ptr<Graphs> graphs_;  // with cuda_graphs, until a capture fails
   TraceRecorder* trace_ = nullptr;
   int trace_tid_ = 0;
+  DeviceTimeline* timeline_ = nullptr;
+  int timeline_tid_ = 0;
 };
 
 // Scales the gradients in place so that their global L2 norm is at most `max_norm`

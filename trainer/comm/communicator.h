@@ -12,6 +12,8 @@
 
 namespace stoker::trainer {
 
+class DeviceTimeline;  // trainer/comm/device_timeline.h
+
 // The elements a collective reduces are an ElementType (common/element_type.h).
 enum class ReduceOp { kSum, kAverage };
 
@@ -58,6 +60,11 @@ class Communicator {
   // false when the implementation cannot interrupt an operation in flight (a blocking MPI
   // call): then only ending the process ends the wait.
   virtual bool Abort() { return false; }
+  // Device communicators: times each collective issued from now on by events recorded on
+  // their stream around it, into `timeline` (borrowed; null: stops), labelled by the
+  // caller's DeviceTimeline::Label before the call. Host communicators ignore it: their
+  // callers time the calls, which return when the operation is done.
+  virtual void set_timeline(DeviceTimeline* timeline) { (void)timeline; }
 };
 
 }  // namespace stoker::trainer

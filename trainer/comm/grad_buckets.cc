@@ -145,7 +145,17 @@ void GradBuckets::ZeroGrad() {
   for (at::Tensor& storage : flat_) storage.zero_();
 }
 
+void GradBuckets::set_trace(TraceRecorder* trace, int tid, DeviceTimeline* timeline,
+                            int timeline_tid) {
+  trace_ = trace;
+  trace_tid_ = tid;
+  timeline_ = timeline;
+  timeline_tid_ = timeline_tid;
+  communicator_->set_timeline(timeline);
+}
+
 void GradBuckets::BeginStep(bool reduce) {
+  if (reduce) ++rounds_;
   reduce_ = reduce;
   armed_ = true;
   next_to_launch_ = 0;
@@ -171,12 +181,19 @@ absl::Status GradBuckets::Launch(int bucket) {
   }
   const int64_t issued = TraceNowMicros();
   const int64_t bytes = flat_[bucket].numel() * static_cast<int64_t>(ElementSize(type));
+  auto args = [&] {
+    return TraceArgs().Add("bucket", bucket).Add("bytes", bytes).Add("round", rounds_);
+  };
   trace_->Instant(trace_tid_, absl::StrCat("bucket ", bucket, " issued"), "communication", issued,
-                  TraceArgs().Add("bucket", bucket).Add("bytes", bytes));
+                  args());
+  if (timeline_ != nullptr) {
+    timeline_->Label(timeline_tid_, absl::StrCat("bucket ", bucket, " all-reduce"),
+                     args().Add("issued_us", issued));
+  }
   absl::Status status = communicator_->AllReduce(flat_[bucket].data_ptr(), flat_[bucket].numel(),
                                                  type, ReduceOp::kAverage);
   trace_->Complete(trace_tid_, absl::StrCat("bucket ", bucket, " reduction"), "communication",
-                   issued, TraceNowMicros(), TraceArgs().Add("bucket", bucket).Add("bytes", bytes));
+                   issued, TraceNowMicros(), args());
   return status;
 }
 

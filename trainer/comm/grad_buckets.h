@@ -18,6 +18,7 @@
 #include "common/trace_events.h"
 #include "trainer/comm/bucket_plan.h"
 #include "trainer/comm/communicator.h"
+#include "trainer/comm/device_timeline.h"
 
 namespace stoker::trainer {
 
@@ -72,11 +73,12 @@ class GradBuckets {
   // Records each bucket's reduction in `trace` (may be null) on thread `tid` while it
   // records: an instant when the bucket is issued, and a slice from issue until the
   // communicator returns (a host communicator's reduction is done then; a device
-  // communicator's is enqueued, and the GPU intervals show when it ran).
-  void set_trace(TraceRecorder* trace, int tid) {
-    trace_ = trace;
-    trace_tid_ = tid;
-  }
+  // communicator's is enqueued). With `timeline` (a device communicator's, may be null),
+  // also when the reduction ran on the communicator's stream, on trace thread
+  // `timeline_tid`. Each of them carries the bucket, its bytes and the reducing step's
+  // number among this object's (`round`), which pair them.
+  void set_trace(TraceRecorder* trace, int tid, DeviceTimeline* timeline = nullptr,
+                 int timeline_tid = 0);
 
  private:
   struct Hooks;
@@ -95,6 +97,9 @@ class GradBuckets {
   Communicator* communicator_;
   TraceRecorder* trace_ = nullptr;
   int trace_tid_ = 0;
+  DeviceTimeline* timeline_ = nullptr;
+  int timeline_tid_ = 0;
+  int64_t rounds_ = 0;  // BeginStep calls that reduce
   bool reduce_ = true;
   bool armed_ = false;
   int next_to_launch_ = 0;

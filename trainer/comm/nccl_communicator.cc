@@ -9,6 +9,7 @@
 #include "common/mpi_status.h"
 #include "common/status_macros.h"
 #include "launcher/rank/phase_deadline.h"
+#include "trainer/comm/device_timeline.h"
 
 namespace stoker::trainer {
 namespace {
@@ -193,10 +194,13 @@ absl::Status NcclCommunicator::AllReduce(void* data, size_t count, ElementType t
   if (aborted_.load())
     return absl::AbortedError("the NCCL communicator was aborted (collective watchdog)");
   const uint64_t seq = ledger_.Issue(CollectiveKind::kAllReduce);
+  // After the wait for the current stream: the interval starts when the reduction can.
+  const int timed = timeline_ != nullptr ? timeline_->Started(stream_.get()) : -1;
   absl::Status status =
       NcclStatus(ncclAllReduce(data, data, count, nccl_type,
                                op == ReduceOp::kAverage ? ncclAvg : ncclSum, comm_, stream_.get()),
                  "ncclAllReduce");
+  if (timeline_ != nullptr) timeline_->Done(timed, stream_.get());
   failed_ |= !status.ok();
   TrackCompletion(seq, status, stream_.get());
   return status;

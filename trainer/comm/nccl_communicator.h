@@ -58,6 +58,8 @@ class NcclCommunicator final : public Communicator {
   absl::Status AsyncError() override;
   // ncclCommAbort: kernels in flight end, later calls fail. Returns true.
   bool Abort() override;
+  // Events around each collective on stream() (Note [Comm stream]); the calling thread's.
+  void set_timeline(DeviceTimeline* timeline) override { timeline_ = timeline; }
 
   cudaStream_t stream() const { return stream_.get(); }
 
@@ -97,6 +99,7 @@ class NcclCommunicator final : public Communicator {
   // Operations enqueued and not yet seen complete, oldest first, with their events.
   std::deque<std::pair<uint64_t, CudaEvent>> in_flight_ ABSL_GUARDED_BY(events_mu_);
   std::vector<CudaEvent> free_events_ ABSL_GUARDED_BY(events_mu_);
+  DeviceTimeline* timeline_ = nullptr;  // set_timeline's; used by the issuing thread
 };
 
 }  // namespace stoker::trainer

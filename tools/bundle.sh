@@ -26,6 +26,7 @@ for target in "${programs[@]}" "${gpu_tests[@]}"; do
   path="${target#//}"; path="${path/://}"
   cp -L "$bin/$path" "$out/bin/"
 done
+cp tools/trace_timeline.py tests/check_trace.py "$out/bin/"
 cp tools/gpu.sh tools/gpu_checks.sh tools/bench_gpu.py tools/loader_bench.py tools/kernel_breakdown.py tools/profile_peer.py tools/export_model.py tests/mpi_env.sh \
   data_service/image/bench_vs_torchvision.py "$out/bin/"
 # scikit-learn's digits as an image folder, for the accuracy check (the host may lack sklearn).

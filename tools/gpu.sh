@@ -21,13 +21,19 @@
 #       256), classified by bin/kernel_breakdown.py; the traces stay in OUT (.json.gz).
 #       CASE: stoker:<model or .pt2>[:<extra trainer flags, comma-separated>]
 #           | peer:<arch>[:eager|compile|reduce-overhead (default compile)]
+#   bundle/bin/gpu.sh trace OUT [--TRAINER_FLAG...]
+#       A traced ResNet-50 job (launcher + data service + one rank per GPU, at most 2) from
+#       a JPEG image folder made here (the anchor generator's; synthetic without it), with
+#       --trace=OUT/trace: merges the trace, checks it (bin/check_trace.py), draws
+#       OUT/trace_timeline.png (bin/trace_timeline.py) and prints the verdict lines. The
+#       flags (e.g. --nocuda_graphs, which shows each bucket's reduction) go to the trainer.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 bundle="$(dirname "$here")"
 stoker="$bundle/stoker"
 export PYTHONUNBUFFERED=1
 
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 checks() {  # checks [OUT]
   "$here/gpu_checks.sh" "$@"
@@ -116,10 +122,42 @@ kernels() {  # kernels OUT CASE...
   done
 }
 
+trace() {  # trace OUT [--TRAINER_FLAG...]
+  local out="$1"; shift
+  mkdir -p "$out"
+  rm -rf "$out/trace"
+  source "$here/mpi_env.sh"
+  nvidia-smi -L
+  local gpus ranks dataset=()
+  gpus=$(nvidia-smi -L | grep -c "^GPU")
+  ranks=$(( gpus >= 2 ? 2 : 1 ))
+  if [[ -f "$bundle/anchors/anchor_seed.py" ]]; then
+    local data=/tmp/stoker_trace_jpeg/train
+    [[ -d $data ]] || python3 -c "import sys; sys.path.insert(0, '$bundle/anchors'); import anchor_seed; anchor_seed.make_data('$data', 10, 800)"
+    dataset=(--dataset=imagefolder --train_dir="$data" --data_threads=$(( 14 * ranks )))
+    echo "=== traced ResNet-50 from JPEG ($data, 8000 images), $ranks rank(s)"
+  else
+    dataset=(--dataset=synthetic --synthetic_samples=8000 --synthetic_classes=10)
+    echo "=== traced ResNet-50 from synthetic images (no JPEG maker in the bundle), $ranks rank(s)"
+  fi
+  # Steps 12..19 traced: after the warm-up and the CUDA graphs' capture.
+  "$stoker" launcher --np="$ranks" "${dataset[@]}" --trace="$out/trace" --trace_steps=12:20 -- \
+    --model=resnet50 --num_classes=10 --image_size=224 --batch_size=256 --epochs=1 \
+    --optimizer=adamw --lr=1e-3 --warmup_steps=4 --log_every=4 "$@" 2>&1 | tee "$out/trace_job.log"
+  echo "job exit code ${PIPESTATUS[0]}"
+  local merged="$out/trace/job_trace.json"
+  [[ -s $merged ]] || "$stoker" launcher trace merge "$out/trace"
+  python3 "$here/check_trace.py" "$merged" --ranks="$ranks" --data_services=1
+  python3 "$here/trace_timeline.py" "$merged" "$out/trace_timeline.png" --steps=3 &&
+    echo "timeline: $out/trace_timeline.png (trace: $merged)"
+  echo "=== verdicts"
+  grep -E "trace verdict|bound by|verdict" "$out/trace_job.log" | cut -c1-300 | tail -n 12
+}
+
 command="${1:-}"
 (( $# )) && shift
 case "$command" in
   checks|smoke) "$command" "$@" ;;
-  bench|kernels) (( $# >= 1 )) || usage; "$command" "$@" ;;
+  bench|kernels|trace) (( $# >= 1 )) || usage; "$command" "$@" ;;
   *) usage ;;
 esac

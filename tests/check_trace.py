@@ -4,7 +4,11 @@
 Every event has the fields its phase needs; complete events (X) and begin/end pairs (B/E)
 nest on each thread; every flow (s/f) has both ends, each inside a slice of its thread, and
 ends no earlier than it starts on the merged clock (give or take the clock error the merge
-recorded); every process is named. Optionally: the ranks and data services expected, with
+recorded); every process is named. Each gradient bucket's reduction pairs up: its "issued" instant, its
+host slice from that instant (inside a backward slice of its thread), issued in bucket order
+within each reducing step ("round") and the same buckets in every round of every rank, and,
+on a GPU, its interval on the communicator's stream, which starts no earlier than it was
+issued and does not overlap the one before. Optionally: the ranks and data services expected, with
 events from each.
 
   check_trace.py job_trace.json --ranks=3 --data_services=2
@@ -117,11 +121,85 @@ def check_flows(events, slices, tolerance_us):
     return flows
 
 
+def check_buckets(events, slices):
+    """Each rank's bucket reductions: issued, host slice, GPU interval; returns counts."""
+    by_pid = collections.defaultdict(lambda: {"issued": {}, "host": {}, "gpu": {}})
+    for event in events:
+        name = event.get("name", "")
+        if not name.startswith("bucket "):
+            continue
+        args = event.get("args", {})
+        if "bucket" not in args or "round" not in args:
+            fail("bucket event %r without its bucket and round: %s" % (name, json.dumps(event)[:160]))
+        key = (args["round"], args["bucket"])
+        if event["ph"] in ("i", "I") and name.endswith(" issued"):
+            kind = "issued"
+        elif event["ph"] == "X" and name.endswith(" reduction"):
+            kind = "host"
+        elif event["ph"] == "X" and name.endswith(" all-reduce") and event.get("cat") == "gpu":
+            kind = "gpu"
+        else:
+            fail("unknown bucket event %r (%s)" % (name, event["ph"]))
+        if name.split()[1] != str(args["bucket"]):
+            fail("%r carries bucket %s" % (name, args["bucket"]))
+        seen = by_pid[event["pid"]][kind]
+        if key in seen:
+            fail("rank %d: two %s events of bucket %d in round %d" %
+                 (event["pid"], kind, key[1], key[0]))
+        seen[key] = event
+    counts = {"ranks": 0, "reductions": 0, "gpu": 0}
+    buckets_per_round = None
+    for pid, kinds in sorted(by_pid.items()):
+        issued, host, gpu = kinds["issued"], kinds["host"], kinds["gpu"]
+        if set(issued) != set(host):
+            fail("rank %d: buckets issued %s but reduced %s" %
+                 (pid, sorted(set(issued) - set(host)), sorted(set(host) - set(issued))))
+        if not set(gpu) <= set(issued):
+            fail("rank %d: GPU intervals of buckets never issued: %s" % (pid, sorted(set(gpu) - set(issued))))
+        rounds = collections.defaultdict(list)
+        for (rnd, bucket), event in issued.items():
+            rounds[rnd].append((bucket, event))
+            reduction = host[(rnd, bucket)]
+            if reduction["ts"] != event["ts"] or reduction["tid"] != event["tid"]:
+                fail("rank %d: bucket %d of round %d: its reduction does not start where it was issued"
+                     % (pid, bucket, rnd))
+            backward = [s for s in slices.get((pid, event["tid"]), [])
+                        if s[2] == "backward" and s[0] <= reduction["ts"] and
+                        reduction["ts"] + reduction["dur"] <= s[1]]
+            if not backward:
+                fail("rank %d: bucket %d of round %d is reduced outside backward" % (pid, bucket, rnd))
+            interval = gpu.get((rnd, bucket))
+            if interval is not None:
+                slack = max(200, interval["args"].get("anchor_error_us", 0) * 2)
+                if interval["ts"] < event["ts"] - slack:
+                    fail("rank %d: bucket %d of round %d ran on the GPU %d us before it was issued"
+                         % (pid, bucket, rnd, event["ts"] - interval["ts"]))
+        for rnd, issued_in_round in rounds.items():
+            issued_in_round.sort(key=lambda b: b[0])
+            order = [b for b, _ in issued_in_round]
+            if order != list(range(len(order))):
+                fail("rank %d: round %d reduced buckets %s, not 0..n-1" % (pid, rnd, order))
+            times = [e["ts"] for _, e in issued_in_round]
+            if times != sorted(times):
+                fail("rank %d: round %d issued its buckets out of order" % (pid, rnd))
+            if buckets_per_round is None:
+                buckets_per_round = len(order)
+            elif buckets_per_round != len(order):
+                fail("rank %d: round %d reduced %d buckets, another %d" %
+                     (pid, rnd, len(order), buckets_per_round))
+        counts["ranks"] += 1
+        counts["reductions"] += len(host)
+        counts["gpu"] += len(gpu)
+    return counts
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("trace")
     parser.add_argument("--ranks", type=int, default=0)
     parser.add_argument("--data_services", type=int, default=0)
+    parser.add_argument("--min_bucket_reductions", type=int, default=0,
+                        help="fail unless at least this many bucket reductions are traced")
     args = parser.parse_args()
     with open(args.trace) as f:
         trace = json.load(f)
@@ -133,7 +211,11 @@ def main():
     tolerance = int(trace.get("stoker", {}).get("max_clock_error_us", 0))
     slices = check_nesting(events)
     flows = check_flows(events, slices, tolerance)
+    buckets = check_buckets(events, slices)
 
+    if buckets["reductions"] < args.min_bucket_reductions:
+        fail("%d bucket reductions traced, expected at least %d" %
+             (buckets["reductions"], args.min_bucket_reductions))
     named = {e["pid"]: e["args"].get("name") for e in events
              if e["ph"] == "M" and e["name"] == "process_name"}
     with_events = collections.Counter(e["pid"] for e in events if e["ph"] != "M")
@@ -147,9 +229,10 @@ def main():
     if args.data_services and len(services) != args.data_services:
         fail("events from %d data service(s), expected %d" % (len(services), args.data_services))
     kinds = collections.Counter(key[1] for key in flows)
-    print("trace OK: %d events, %d processes (%s), flows %s, clock tolerance %d us" %
+    print("trace OK: %d events, %d processes (%s), flows %s, clock tolerance %d us, "
+          "bucket reductions %d on %d rank(s) (%d timed on the GPU)" %
           (len(events), len(with_events), ", ".join(named[p] for p in sorted(with_events)),
-           dict(kinds), tolerance))
+           dict(kinds), tolerance, buckets["reductions"], buckets["ranks"], buckets["gpu"]))
 
 
 if __name__ == "__main__":

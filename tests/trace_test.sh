@@ -9,7 +9,8 @@
 # The model is small, so that the injected delays stand out from a loaded machine's noise.
 # Each time the launcher merges the job's trace: the merged JSON must pass the trace-event
 # checker (fields, nesting per thread, paired flows received after they were sent on the
-# merged clock: rank 0's clock pings and every batch from a data service to its rank) with
+# merged clock: rank 0's clock pings and every batch from a data service to its rank; every
+# bucket reduction issued, reduced inside backward, in bucket order, on every rank) with
 # every rank's and data service's events, and tools/trace_timeline.py draws it as a PNG.
 set -euo pipefail
 source "${TEST_SRCDIR}/stoker/tests/job_checks.sh"
@@ -63,7 +64,9 @@ check_trace() {
   local merged="$out/$1/job_trace.json"
   [[ -s "$merged" ]] || { echo "FAIL: the launcher did not merge the trace into $merged"; exit 1; }
   ls "$out/$1"
-  "$python" "$root/tests/check_trace.py" "$merged" --ranks=3 --data_services=3
+  # 3 ranks x 6 traced steps, each reducing every bucket once.
+  "$python" "$root/tests/check_trace.py" "$merged" --ranks=3 --data_services=3 \
+    --min_bucket_reductions=18
   "$python" - "$merged" <<'PY'
 import json, sys
 trace = json.load(open(sys.argv[1]))

@@ -72,13 +72,18 @@ def main():
 
     ranks = sorted(p for p in names if p < RANK_PID_LIMIT)
     services = sorted(p for p in names if p >= RANK_PID_LIMIT)
-    has_gpu = {p for p in ranks for e in events
-               if e["pid"] == p and e.get("cat") == "gpu" and e["ph"] == "X"}
+    # One row per GPU stream of a rank (the training stream, the communicator's).
+    gpu_tids = collections.defaultdict(set)
+    for e in events:
+        if e["pid"] in names and e["pid"] < RANK_PID_LIMIT and e.get("cat") == "gpu" and e["ph"] == "X":
+            gpu_tids[e["pid"]].add(e["tid"])
+    thread_names = {(e["pid"], e["tid"]): e["args"].get("name", "") for e in events
+                    if e["ph"] == "M" and e["name"] == "thread_name"}
     rows = []  # (label, pid, kind)
     for p in ranks:
         rows.append((names[p], p, "rank"))
-        if p in has_gpu:
-            rows.append(("  GPU", p, "gpu"))
+        for tid in sorted(gpu_tids[p]):
+            rows.append(("  " + (thread_names.get((p, tid)) or "GPU"), p, ("gpu", tid)))
     for p in services:
         rows.append((names[p] + ": decode threads busy", p, "service"))
     index = {(pid, kind): i for i, (_, pid, kind) in enumerate(rows)}
@@ -95,10 +100,12 @@ def main():
         if pid < RANK_PID_LIMIT:
             if cat == "step" or e["tid"] == 9:  # the step's outline; clock pings
                 continue
-            kind = "gpu" if cat == "gpu" else "rank"
+            kind = ("gpu", e["tid"]) if cat == "gpu" else "rank"
             y = index.get((pid, kind))
             if y is None or cat not in COLOURS:
                 continue
+            if cat == "gpu" and e["name"].startswith("bucket "):
+                cat = "communication"  # a bucket's all-reduce on the communicator's stream
             depth = 0.8 if cat != "communication" or e["name"].startswith("stop") else 0.45
             ax.broken_barh([(ms(e["ts"]), e["dur"] / 1e3)], (y - depth / 2, depth),
                            facecolors=COLOURS[cat], edgecolor="black", linewidth=0.2)

@@ -317,6 +317,7 @@ gtest_check fused_blocks fused "$stoker" fused_blocks_gpu_test
 gtest_check self_attention fused "$stoker" self_attention_gpu_test
 gtest_check layer_norm fused "$stoker" layer_norm_gpu_test
 gtest_check cuda_graphs graphs "$stoker" cuda_graph_gpu_test
+gtest_check snapshot_buffers snapshot "$stoker" snapshot_buffers_gpu_test
 gtest_check nccl_graph_capture graphs mpirun -np 1 "$stoker" nccl_communicator_test_ranks \
   --gtest_filter='*CapturedInACudaGraph*'
 check graphs_bitwise_bf16 graphs_bitwise graphs_bf16

@@ -70,6 +70,31 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
 
 absl::Status WriteFileAtomically(const std::string& path, absl::Span<const absl::string_view> parts,
                                  mode_t mode, const PartWrittenHook& after_part) {
+  return WriteFileAtomicallyWith(path, mode, [&](int fd) {
+    size_t written = 0;
+    for (absl::string_view part : parts) {
+      if (int error = WriteAll(fd, part); error != 0) return error;
+      written += part.size();
+      if (after_part != nullptr) after_part(written);
+    }
+    return 0;
+  });
+}
+
+int PwriteAll(int fd, absl::string_view data, off_t offset) {
+  while (!data.empty()) {
+    const ssize_t n = ::pwrite(fd, data.data(), data.size(), offset);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+    offset += n;
+  }
+  return 0;
+}
+
+absl::Status WriteFileAtomicallyWith(const std::string& path, mode_t mode, const FileFill& fill) {
   const std::string directory = DirectoryOf(path);
   // Unique among this process's writes and other processes' (pid), and not guessable.
   static std::atomic<uint64_t> writes{0};
@@ -90,13 +115,8 @@ absl::Status WriteFileAtomically(const std::string& path, absl::Span<const absl:
     return WriteFailed(errno, absl::StrCat("chmod of ", temporary), path);
   }
   // Note [Full disk while writing].
-  size_t written = 0;
-  for (absl::string_view part : parts) {
-    if (int error = WriteAll(fd.get(), part); error != 0) {
-      return WriteFailed(error, absl::StrCat("writing ", temporary), path);
-    }
-    written += part.size();
-    if (after_part != nullptr) after_part(written);
+  if (int error = fill(fd.get()); error != 0) {
+    return WriteFailed(error, absl::StrCat("writing ", temporary), path);
   }
   if (::fsync(fd.get()) != 0) return WriteFailed(errno, absl::StrCat("fsync of ", temporary), path);
   if (::close(fd.Release()) != 0) {

@@ -49,6 +49,19 @@ absl::Status WriteFileAtomically(const std::string& path, absl::Span<const absl:
                                  mode_t mode = kPrivateFileMode,
                                  const PartWrittenHook& after_part = nullptr);
 
+// What fills the temporary file of WriteFileAtomicallyWith through its descriptor (writes
+// at offsets from any number of threads, pwrite), returning 0 or the errno of the call that
+// failed. The descriptor stays open until it returns.
+using FileFill = std::function<int(int fd)>;
+
+// As above, with the contents whatever `fill` writes; every other rule is the same (the
+// temporary, its mode, fsync, rename, fsync of the directory, removal on failure).
+absl::Status WriteFileAtomicallyWith(const std::string& path, mode_t mode, const FileFill& fill);
+
+// Writes all of `data` at `offset` of `fd` (pwrite, retried on EINTR and short writes).
+// 0, or the errno of the write that failed. Thread-safe on one descriptor.
+int PwriteAll(int fd, absl::string_view data, off_t offset);
+
 // The whole file. NotFound if it does not exist.
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
 

@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -66,6 +68,49 @@ TEST(AtomicFileTest, PartsAreWrittenInOrderAndTheDestinationAppearsOnlyAtTheEnd)
   ASSERT_OK(read);
   EXPECT_EQ(*read, "head" + big + "tail");
   EXPECT_EQ(Entries(dir), std::vector<std::string>{"ckpt"});
+}
+
+TEST(AtomicFileTest, AFillWritesAtOffsetsFromSeveralThreads) {
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("atomic_fill"));
+  const std::string dir = dir_temp.path();
+  const std::string path = dir + "/ckpt";
+  std::string expected(1 << 20, '\0');
+  for (size_t i = 0; i < expected.size(); ++i) expected[i] = static_cast<char>(i * 31 + (i >> 12));
+  ASSERT_OK(WriteFileAtomicallyWith(path, 0600, [&](int fd) {
+    // Four threads, each a quarter, the last quarter first.
+    std::vector<std::thread> threads;
+    std::vector<int> errors(4, 0);
+    const size_t quarter = expected.size() / 4;
+    for (int t = 3; t >= 0; --t) {
+      threads.emplace_back([&, t] {
+        errors[t] = PwriteAll(fd, absl::string_view(expected).substr(t * quarter, quarter),
+                              static_cast<off_t>(t * quarter));
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+    for (int error : errors) {
+      if (error != 0) return error;
+    }
+    EXPECT_EQ(Entries(dir).size(), 1u);  // the temporary alone
+    return 0;
+  }));
+  EXPECT_EQ(*ReadWholeFile(path), expected);
+  EXPECT_EQ(Entries(dir), std::vector<std::string>{"ckpt"});
+}
+
+TEST(AtomicFileTest, AFillThatFailsLeavesTheOldFileAndNoTemporary) {
+  ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("atomic_fill_fail"));
+  const std::string dir = dir_temp.path();
+  const std::string path = dir + "/ckpt";
+  ASSERT_OK(WriteFileAtomically(path, "old"));
+  const absl::Status status = WriteFileAtomicallyWith(path, 0600, [](int fd) {
+    EXPECT_EQ(PwriteAll(fd, "partial", 0), 0);
+    return ENOSPC;
+  });
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kResourceExhausted,
+                               HasSubstr("nothing at " + path + " was replaced")));
+  EXPECT_EQ(Entries(dir), std::vector<std::string>{"ckpt"});
+  EXPECT_EQ(*ReadWholeFile(path), "old");
 }
 
 TEST(AtomicFileTest, AFailedWriteNamesThePathAndLeavesNothing) {

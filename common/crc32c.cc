@@ -70,7 +70,45 @@ bool HasSse42() {
 }
 #endif
 
+// Note [Combining CRCs]
+// A CRC without its pre- and post-inversion is linear over GF(2): the CRC of A followed by
+// B is the CRC of A shifted by B's length in bits (A's remainder times x^(8 |B|) modulo the
+// polynomial) plus B's, and the inversions cancel in that sum. So combining multiplies
+// crc_a by x^(8 |B|) mod P, a product of the precomputed powers x^(2^k) mod P picked by the
+// bits of 8 |B|. Polynomials are in the reflected order of the CRC itself: bit 31 is x^0.
+
+// a * b modulo the polynomial.
+uint32_t MultiplyModulo(uint32_t a, uint32_t b) {
+  uint32_t product = 0;
+  for (uint32_t bit = 1u << 31; bit != 0; bit >>= 1) {
+    if (a & bit) product ^= b;
+    b = (b & 1u) ? (b >> 1) ^ kPolynomial : b >> 1;
+  }
+  return product;
+}
+
+// powers[k] = x^(2^k) mod P.
+const std::array<uint32_t, 64>& PowersOfX() {
+  static const std::array<uint32_t, 64> powers = [] {
+    std::array<uint32_t, 64> p{};
+    p[0] = 1u << 30;  // x^1
+    for (size_t k = 1; k < p.size(); ++k) p[k] = MultiplyModulo(p[k - 1], p[k - 1]);
+    return p;
+  }();
+  return powers;
+}
+
 }  // namespace
+
+uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t length_b) {
+  // Note [Combining CRCs]: x^(8 length_b) = product of x^(2^(k + 3)) over the set bits k.
+  const std::array<uint32_t, 64>& powers = PowersOfX();
+  uint32_t shift = 1u << 31;  // x^0
+  for (size_t k = 3; length_b != 0 && k < powers.size(); ++k, length_b >>= 1) {
+    if (length_b & 1u) shift = MultiplyModulo(powers[k], shift);
+  }
+  return MultiplyModulo(shift, crc_a) ^ crc_b;
+}
 
 uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t size) {
   const auto* p = static_cast<const uint8_t*>(data);

@@ -77,6 +77,25 @@ resume_bitwise() {  # resume_bitwise [PREFIX]: loss files and checkpoints named 
   echo "steps: $(wc -l < "$out/loss_${p}_whole.txt") whole, $(wc -l < "$out/loss_${p}_joined.txt") stopped + resumed" &&
   cmp "$out/loss_${p}_whole.txt" "$out/loss_${p}_joined.txt" && echo "losses identical bit for bit"
 }
+# Periodic asynchronous checkpoints taken while training goes on (their copies overlap the
+# next step, whose optimizer step waits for them on the device: Note [Snapshot buffers] in
+# trainer/checkpoint/training_state.h): the run's losses are the uninterrupted run's, and a
+# run resumed from the checkpoint of step 15 (taken with the CUDA graphs replaying) gives the
+# uninterrupted run's losses from step 16 on, bit for bit.
+resume_periodic() {
+  local p=periodic
+  rm -rf "$out/${p}_ckpt" "$out/${p}_rest_ckpt" "$out"/loss_"${p}"_*.txt
+  resume_run whole --loss_log="$out/loss_${p}_whole.txt" || return 1
+  resume_run first --loss_log="$out/loss_${p}_first.txt" --checkpoint_dir="$out/${p}_ckpt" \
+    --checkpoint_every_steps=5 --keep_checkpoints=0 2>&1 | tee "$out/${p}_first_run.log" | tail -n 3
+  (( PIPESTATUS[0] == 0 )) || return 1
+  grep -hE "checkpoint snapshots:" "$out/${p}_first_run.log" || { echo "no snapshot buffers"; return 1; }
+  cmp "$out/loss_${p}_whole.txt" "$out/loss_${p}_first.txt" || { echo "checkpoints changed the losses"; return 1; }
+  resume_run rest --loss_log="$out/loss_${p}_rest.txt" --checkpoint_dir="$out/${p}_rest_ckpt" \
+    --resume="$out/${p}_ckpt/ckpt-000000000015.stoker" || return 1
+  head -n 15 "$out/loss_${p}_whole.txt" | cat - "$out/loss_${p}_rest.txt" | cmp - "$out/loss_${p}_whole.txt" &&
+    echo "losses identical bit for bit (resumed from step 15 of a run checkpointing every 5 steps)"
+}
 # The training step captured as CUDA graphs and replayed (the default) against every step
 # uncaptured (--nocuda_graphs): a deterministic run gives the same losses bit for bit, and
 # the captured run says how many graphs it captured and replayed.
@@ -317,6 +336,7 @@ gtest_check fused_blocks fused "$stoker" fused_blocks_gpu_test
 gtest_check self_attention fused "$stoker" self_attention_gpu_test
 gtest_check layer_norm fused "$stoker" layer_norm_gpu_test
 gtest_check cuda_graphs graphs "$stoker" cuda_graph_gpu_test
+gtest_check snapshot_buffers snapshot "$stoker" snapshot_buffers_gpu_test
 gtest_check nccl_graph_capture graphs mpirun -np 1 "$stoker" nccl_communicator_test_ranks \
   --gtest_filter='*CapturedInACudaGraph*'
 check graphs_bitwise_bf16 graphs_bitwise graphs_bf16
@@ -348,6 +368,8 @@ PY
 }
 check kernel_trace kernel_trace_run
 check resume_bitwise resume_bitwise
+check resume_periodic resume_periodic
+grep -E "snapshots|identical|differ|changed" "$out/resume_periodic.log" || true
 check decode_share_deterministic decode_share_deterministic
 check decode_share_adaptive decode_share_adaptive
 check gpu_bad_file gpu_bad_file

@@ -142,6 +142,9 @@ class Trainer {
   std::string checkpoint_source_;      // the resumed checkpoint's name
 
   std::unique_ptr<RunReporter> reporter_;
+  // Rank 0's pinned snapshot memory on a GPU (Note [Snapshot buffers]); before checkpoints_,
+  // so that the writer thread has ended (and released its hold) when it is freed.
+  std::shared_ptr<SnapshotBuffers> snapshot_buffers_;
   absl::optional<RunCheckpoints> checkpoints_;
   std::unique_ptr<TrainingModel> trained_;
   absl::optional<ProfiledSteps> profiled_;
@@ -213,6 +216,10 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
                    RunCheckpoints::Open(checkpoint_options, context_.rank0()));
   checkpoints_.emplace(std::move(checkpoints));
   RETURN_IF_ERROR(Resume());
+  if (checkpoints_->writes() && context_.use_cuda) {
+    // Once, before the first step: the first checkpoint then stalls no more than the others.
+    ASSIGN_OR_RETURN(snapshot_buffers_, SnapshotBuffers::Create(trained_->state()));
+  }
   global_step_ = start_.global_step;
   if (start_.epoch >= o_.epochs) {
     reporter_->Note(absl::StrCat("the checkpoint is at the end of training (", o_.epochs,
@@ -327,6 +334,9 @@ absl::StatusOr<Stopped> Trainer::TrainEpoch(int64_t epoch) {
       loss_sum = loss_sum.defined() ? loss_sum + loss : loss;
     }
     const int64_t finish_start = TraceNowMicros();
+    // The optimizer changes the state only once a checkpoint's copies have read it: a wait
+    // on the device, outside the step's graphs (Note [Snapshot buffers]).
+    if (snapshot_buffers_ != nullptr) RETURN_IF_ERROR(snapshot_buffers_->GateUpdates());
     RETURN_IF_ERROR(step.Finish(schedule_->At(global_step_), profiler));
     if (traced_ != nullptr) traced_->Computed(finish_start, TraceNowMicros(), 0);
     RETURN_IF_ERROR(profiled_->End(steps_this_run_, *trained_));
@@ -442,9 +452,10 @@ absl::StatusOr<std::string> Trainer::WriteCheckpoint(const RunPosition& position
   // those validation measures (Note [Running statistics as DDP keeps them]).
   if (!o_.checkpoint.dir.empty()) RETURN_IF_ERROR(trained_->SyncBuffers(gradients_));
   if (!checkpoints_->writes()) return std::string();
-  // The steps queued on the device finish first: their time is training, not the
-  // checkpoint's stall.
-  RETURN_IF_ERROR(WaitForDevice(context_));
+  // Without snapshot buffers the copies wait for the steps queued on the device: those
+  // finish first, as their time is training, not the checkpoint's stall. With them nothing
+  // waits for the device (Note [Snapshot buffers]).
+  if (snapshot_buffers_ == nullptr) RETURN_IF_ERROR(WaitForDevice(context_));
   // One snapshot in host memory at a time: the previous write ends first (Note
   // [Asynchronous checkpoints] in trainer/checkpoint/run_checkpoints.h).
   TraceSpan span(trace(), kTrainingTraceThread, "checkpoint", "checkpoint");
@@ -455,7 +466,7 @@ absl::StatusOr<std::string> Trainer::WriteCheckpoint(const RunPosition& position
   geometry.dataset_size = input_ != nullptr ? input_->dataset_size() : 0;
   ASSIGN_OR_RETURN(CheckpointWriter snapshot,
                    SnapshotCheckpoint(trained_->state(), position, geometry,
-                                      /*own_copies=*/o_.checkpoint.async));
+                                      /*own_copies=*/o_.checkpoint.async, snapshot_buffers_));
   CheckpointReport report;
   report.bytes = static_cast<int64_t>(snapshot.size());
   ASSIGN_OR_RETURN(report.path, checkpoints_->Save(position.global_step, std::move(snapshot)));

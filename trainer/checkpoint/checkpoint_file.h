@@ -21,10 +21,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/optional.h"
+#include "common/atomic_file.h"
 
 namespace stoker::trainer {
 
@@ -50,6 +52,9 @@ class SealedCheckpoint {
   std::vector<absl::string_view> parts() const;
   // The file's size in bytes.
   size_t size() const;
+  // The file's bytes in runs of at most `max_bytes` (a part longer than that is split), in
+  // order, each with its offset in the file.
+  std::vector<std::pair<absl::string_view, uint64_t>> Runs(size_t max_bytes) const;
 
  private:
   friend class CheckpointWriter;
@@ -90,20 +95,39 @@ class CheckpointWriter {
                      const void* data, size_t bytes);
   // The size of the file so far, in bytes.
   size_t size() const { return sealed_.size() + bytes_.size(); }
+  // What says when the held bytes are there to be read (copies from a device still in
+  // flight when the tensors were added): WaitForHeldBytes calls it, on the thread that seals.
+  void SetHeldBytesReady(absl::AnyInvocable<absl::Status()> ready) { ready_ = std::move(ready); }
+  // Blocks until the held bytes may be read (SetHeldBytesReady); the error of the copies
+  // that filled them, if any. Call before Finish or Seal.
+  absl::Status WaitForHeldBytes();
   // The file's bytes: header (with the checksums) and payload.
   std::string Finish() &&;
   // The file without joining its parts into one buffer: computes the checksums (reading
-  // the held tensors) and writes the header.
-  SealedCheckpoint Seal() &&;
+  // the held tensors, on `threads` threads: Note [Checkpoint files in parallel] in
+  // checkpoint_file.cc) and writes the header.
+  SealedCheckpoint Seal(int threads = 1) &&;
 
  private:
   void AddName(absl::string_view name, uint8_t kind);
   void AddTensorHeader(absl::string_view name, absl::string_view dtype,
                        const std::vector<int64_t>& shape, size_t bytes);
-  SealedCheckpoint sealed_;  // the pieces before bytes_
-  std::string bytes_;        // the header placeholder (in the first piece), then the payload
+  absl::AnyInvocable<absl::Status()> ready_;  // null: the held bytes are there
+  SealedCheckpoint sealed_;                   // the pieces before bytes_
+  std::string bytes_;  // the header placeholder (in the first piece), then the payload
   uint32_t entries_ = 0;
 };
+
+// Writes `checkpoint` to `path` as WriteFileAtomically does (common/atomic_file.h: the
+// temporary, `mode`, fsync, rename, fsync of the directory), its bytes written at their
+// offsets by `threads` threads (Note [Checkpoint files in parallel]). With `after_part` (a
+// test seam) the parts are written in order on this thread, and it is called after each.
+absl::Status WriteCheckpointAtomically(const std::string& path, const SealedCheckpoint& checkpoint,
+                                       mode_t mode, int threads,
+                                       const PartWrittenHook& after_part = nullptr);
+
+// The threads a checkpoint is sealed and written with: the machine's cores, at most 8.
+int CheckpointWriteThreads();
 
 struct CheckpointTensor {
   std::string dtype;

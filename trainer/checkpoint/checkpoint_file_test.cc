@@ -3,6 +3,7 @@
 // the disk fills while a checkpoint is written (a real ENOSPC from a small tmpfs).
 #include "trainer/checkpoint/checkpoint_file.h"
 
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -83,6 +84,65 @@ TEST(CheckpointFileTest, HeldTensorsMakeTheSameFileWhenSealedOrFinished) {
   ASSERT_OK(CheckpointReader::Parse(joined, "sealed"));
   { SealedCheckpoint gone = std::move(moved); }
   EXPECT_TRUE(watch.expired()) << "the tensors are released with the sealed file";
+}
+
+// A checkpoint of several runs (Note [Checkpoint files in parallel]): held tensors of 40
+// MiB and 17 MiB, split into runs of 16 MiB, with small entries between them.
+CheckpointWriter LargeHeld(const std::shared_ptr<std::vector<uint8_t>>& a,
+                           const std::shared_ptr<std::vector<uint8_t>>& b) {
+  CheckpointWriter writer;
+  writer.AddInt("step", 3);
+  writer.AddHeldTensor("a", "uint8", {static_cast<int64_t>(a->size())}, a, a->data(), a->size());
+  writer.AddString("between", "x");
+  writer.AddHeldTensor("b", "uint8", {static_cast<int64_t>(b->size())}, b, b->data(), b->size());
+  writer.AddInt("after", 4);
+  return writer;
+}
+
+TEST(CheckpointFileTest, SealedAndWrittenOnSeveralThreadsItIsTheSameFile) {
+  auto a = std::make_shared<std::vector<uint8_t>>(size_t{40} << 20);
+  auto b = std::make_shared<std::vector<uint8_t>>((size_t{17} << 20) + 5);
+  for (size_t i = 0; i < a->size(); ++i) (*a)[i] = static_cast<uint8_t>(i * 7 + (i >> 20));
+  for (size_t i = 0; i < b->size(); ++i) (*b)[i] = static_cast<uint8_t>(i * 13 + 1);
+  const std::string one_thread = LargeHeld(a, b).Finish();
+  ASSERT_OK(CheckpointReader::Parse(one_thread, "one thread"));
+
+  const SealedCheckpoint sealed = LargeHeld(a, b).Seal(/*threads=*/4);
+  const auto runs = sealed.Runs(size_t{16} << 20);
+  EXPECT_GE(runs.size(), 6u);
+  std::string joined;
+  for (const auto& [run, offset] : runs) {
+    EXPECT_EQ(offset, joined.size());
+    joined.append(run.data(), run.size());
+  }
+  EXPECT_TRUE(joined == one_thread) << "the header (CRC) or the bytes differ";
+
+  ASSERT_OK_AND_ASSIGN(const TempDir dir, TempDir::Create("ckpt_parallel"));
+  const std::string path = dir.path() + "/ckpt-000000000003.stoker";
+  ASSERT_OK(WriteCheckpointAtomically(path, sealed, 0600, /*threads=*/4));
+  ASSERT_OK_AND_ASSIGN(std::string written, ReadWholeFile(path));
+  EXPECT_TRUE(written == one_thread) << "the file written in parallel differs";
+  ASSERT_OK_AND_ASSIGN(CheckpointReader reader, LoadCheckpoint(path));
+  EXPECT_EQ(*reader.Int("after"), 4);
+  EXPECT_EQ(reader.Tensor("b")->data.size(), b->size());
+}
+
+TEST(CheckpointFileTest, HeldBytesAreWaitedForOnceAndTheirErrorReturned) {
+  CheckpointWriter ready;
+  int calls = 0;
+  ready.SetHeldBytesReady([&] {
+    ++calls;
+    return absl::OkStatus();
+  });
+  EXPECT_OK(ready.WaitForHeldBytes());
+  EXPECT_OK(ready.WaitForHeldBytes());
+  EXPECT_EQ(calls, 1);
+
+  CheckpointWriter failed;
+  failed.SetHeldBytesReady([] { return absl::InternalError("copy to the host failed"); });
+  EXPECT_THAT(failed.WaitForHeldBytes(),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("copy to the host failed")));
+  EXPECT_OK(CheckpointWriter().WaitForHeldBytes());
 }
 
 TEST(CheckpointFileTest, MissingOrMistypedEntriesAreNamed) {

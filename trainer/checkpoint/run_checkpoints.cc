@@ -125,20 +125,34 @@ absl::StatusOr<absl::optional<CheckpointReader>> PickCheckpoint(const Checkpoint
   return checkpoint;
 }
 
-// Writes the checkpoint file `path` from `parts` and removes the checkpoints past the newest
-// --keep_checkpoints. Errors carry kExitCheckpointIo.
+// The test-only pause after the first part of each checkpoint file, if any.
+PartWrittenHook WritePause(const CheckpointOptions& o) {
+  if (o.write_pause_for_testing <= absl::ZeroDuration()) return nullptr;
+  return [pause = o.write_pause_for_testing, first = true](size_t) mutable {
+    if (first) absl::SleepFor(pause);
+    first = false;
+  };
+}
+
+// Writes the checkpoint file `path` from `checkpoint` (Note [Checkpoint files in parallel]
+// in checkpoint_file.cc) and removes the checkpoints past the newest --keep_checkpoints.
+// Errors carry kExitCheckpointIo.
 absl::Status WriteCheckpointFile(const CheckpointOptions& o, const std::string& path,
-                                 absl::Span<const absl::string_view> parts) {
-  PartWrittenHook pause;
-  if (o.write_pause_for_testing > absl::ZeroDuration()) {
-    pause = [&o, first = true](size_t) mutable {
-      if (first) absl::SleepFor(o.write_pause_for_testing);
-      first = false;
-    };
-  }
-  RETURN_IF_ERROR(
-      WithExitCode(WriteFileAtomically(path, parts, o.file_mode, pause), kExitCheckpointIo));
+                                 const SealedCheckpoint& checkpoint) {
+  RETURN_IF_ERROR(WithExitCode(WriteCheckpointAtomically(path, checkpoint, o.file_mode,
+                                                         CheckpointWriteThreads(), WritePause(o)),
+                               kExitCheckpointIo));
   return WithExitCode(RemoveOldCheckpoints(o.dir, o.keep), kExitCheckpointIo);
+}
+
+// Waits for the bytes `checkpoint` holds (copies from the device), then seals and writes it
+// as WriteCheckpointFile does. Returns the file's size.
+absl::StatusOr<size_t> SealAndWrite(const CheckpointOptions& o, const std::string& path,
+                                    CheckpointWriter checkpoint) {
+  RETURN_IF_ERROR(WithExitCode(checkpoint.WaitForHeldBytes(), kExitCheckpointIo));
+  const SealedCheckpoint sealed = std::move(checkpoint).Seal(CheckpointWriteThreads());
+  RETURN_IF_ERROR(WriteCheckpointFile(o, path, sealed));
+  return sealed.size();
 }
 
 }  // namespace
@@ -195,7 +209,11 @@ absl::StatusOr<std::string> RunCheckpoints::Write(int64_t global_step,
                                                   const std::string& bytes) const {
   if (!writes()) return std::string();
   const std::string path = absl::StrCat(options_.dir, "/", CheckpointFileName(global_step));
-  RETURN_IF_ERROR(WriteCheckpointFile(options_, path, {bytes}));
+  RETURN_IF_ERROR(WithExitCode(WriteFileAtomically(path, {absl::string_view(bytes)},
+                                                   options_.file_mode, WritePause(options_)),
+                               kExitCheckpointIo));
+  RETURN_IF_ERROR(
+      WithExitCode(RemoveOldCheckpoints(options_.dir, options_.keep), kExitCheckpointIo));
   return path;
 }
 
@@ -203,8 +221,7 @@ absl::StatusOr<std::string> RunCheckpoints::Save(int64_t global_step, Checkpoint
   if (!writes()) return std::string();
   const std::string path = absl::StrCat(options_.dir, "/", CheckpointFileName(global_step));
   if (writes_ == nullptr) {
-    const SealedCheckpoint sealed = std::move(checkpoint).Seal();
-    RETURN_IF_ERROR(WriteCheckpointFile(options_, path, sealed.parts()));
+    RETURN_IF_ERROR(SealAndWrite(options_, path, std::move(checkpoint)).status());
     return path;
   }
   // Note [Asynchronous checkpoints]. The write owns what it reads: the options by value,
@@ -213,10 +230,10 @@ absl::StatusOr<std::string> RunCheckpoints::Save(int64_t global_step, Checkpoint
                       ->Start([options = options_, path,
                                checkpoint = std::move(checkpoint)]() mutable -> absl::Status {
                         const absl::Time start = absl::Now();
-                        const SealedCheckpoint sealed = std::move(checkpoint).Seal();
-                        RETURN_IF_ERROR(WriteCheckpointFile(options, path, sealed.parts()));
+                        ASSIGN_OR_RETURN(const size_t bytes,
+                                         SealAndWrite(options, path, std::move(checkpoint)));
                         LogInfo("checkpoint %s written in the background: %.1f MB in %.2f s", path,
-                                sealed.size() / 1e6, absl::ToDoubleSeconds(absl::Now() - start));
+                                bytes / 1e6, absl::ToDoubleSeconds(absl::Now() - start));
                         return absl::OkStatus();
                       })
                       .status());

@@ -5,12 +5,18 @@
 // rank 0 and hands its bytes to every rank (Note [One run per checkpoint directory]).
 //
 // Note [Asynchronous checkpoints]
-// With --checkpoint_async the step waits only while the training state is copied to host
-// memory (pinned on a GPU: SnapshotCheckpoint); sealing it (the CRC), the write, both fsyncs,
-// the rename and the removal of old checkpoints run on the writer thread (WriteBehind) while
-// training goes on. One write is in flight at a time: a checkpoint due while the previous one
-// is still being written first waits for it (and the run says so, with the time), so that
-// one snapshot at most is held in host memory. Every rule of the synchronous write stays:
+// With --checkpoint_async the step waits only while the copy of the training state to host
+// memory is enqueued (on a GPU, into the pinned memory of SnapshotBuffers, made once at
+// start: Note [Snapshot buffers] in training_state.h); waiting for that copy, sealing it
+// (the CRC), the write, both fsyncs, the rename and the removal of old checkpoints run on the
+// writer thread (WriteBehind) while training goes on, the CRC and the write on several
+// threads (Note [Checkpoint files in parallel] in checkpoint_file.cc). One write is in flight
+// at a time: a checkpoint due while the previous one is still being written first waits for
+// it (and the run says so, with the time), so that one snapshot at most is held in host
+// memory and every checkpoint asked for is written; skipping it instead would leave a run
+// that checkpoints faster than its disk writes with fewer checkpoints than it asked for,
+// silently behind. A wait that shows means checkpoints are due more often than the disk
+// takes them. Every rule of the synchronous write stays:
 // the lock is held until the writer thread has ended, the file appears under its name only
 // once complete (a kill mid-write leaves a temporary file, removed by the next run), old
 // checkpoints are removed only after the new one is durable, and the mode is the same. A
@@ -20,7 +26,7 @@
 // the write in flight before the process exits, and so does a run that fails otherwise
 // (the destructor). Never worse than the synchronous write: the step waits for a subset of
 // its work (the copy it makes too), the host holds one copy of the state as the synchronous
-// write does (on a GPU, in pinned memory kept for the next checkpoint in either mode), and
+// write does (on a GPU, in the same pinned memory in either mode), and
 // a failure is reported at most one step later, before any later checkpoint could replace
 // the last good one.
 #ifndef STOKER_TRAINER_CHECKPOINT_RUN_CHECKPOINTS_H_

@@ -6,17 +6,32 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "absl/types/optional.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/torch_status.h"
 #include "trainer/nn/state_dict.h"
+
+#ifdef STOKER_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+
+#include "common/cuda_status.h"
+#include "common/cuda_stream.h"
+#endif
 
 namespace stoker::trainer {
 namespace {
@@ -37,6 +52,92 @@ absl::StatusOr<std::string> DtypeName(at::ScalarType type) {
       absl::StrCat("checkpoint: unsupported dtype ", c10::toString(type)));
 }
 
+// Every tensor a checkpoint holds, with its entry name, in the checkpoint's order, and
+// whether only the optimizer step changes it (the optimizer's parameters and state).
+struct NamedTensor {
+  std::string name;
+  at::Tensor tensor;
+  bool optimizer_only = false;
+};
+
+absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> NamedOptimizerTensors(
+    const TrainingStateRefs& state, absl::string_view doing);
+
+absl::StatusOr<std::vector<NamedTensor>> StateTensors(const TrainingStateRefs& state) {
+  std::vector<NamedTensor> named;
+  std::set<std::string> parameters(state.parameter_names.begin(), state.parameter_names.end());
+  for (const auto& [name, tensor] : StateDictItems(*state.model)) {
+    named.push_back({absl::StrCat("model/", name), tensor, parameters.count(name) > 0});
+  }
+  ASSIGN_OR_RETURN(const auto optimizer_tensors, NamedOptimizerTensors(state, "checkpoint"));
+  for (const auto& [name, tensor] : optimizer_tensors) named.push_back({name, tensor, true});
+  return named;
+}
+
+}  // namespace
+
+// One tensor's place in the buffers (Note [Snapshot buffers]).
+struct SnapshotBuffers::Impl {
+  struct Slot {
+    std::vector<int64_t> sizes;
+    at::ScalarType dtype = at::kFloat;
+    size_t bytes = 0;
+    size_t offset = 0;   // in `host`
+    at::Tensor staging;  // defined: copied on the device first, on the compute stream
+  };
+
+  ~Impl();
+
+  // Whether `tensor` can be copied through `slot`: the shape, type and device it was made
+  // for, and contiguous unless staged.
+  bool Fits(const Slot& slot, const at::Tensor& tensor) const {
+    return tensor.device() == device && tensor.scalar_type() == slot.dtype &&
+           tensor.sizes().vec() == slot.sizes && (slot.staging.defined() || tensor.is_contiguous());
+  }
+
+  c10::Device device{at::kCPU};
+  std::map<std::string, Slot> slots;  // by checkpoint entry name
+  char* host = nullptr;               // pinned, `host_bytes`
+  size_t host_bytes = 0;
+  int64_t staging_bytes = 0;
+  bool gate_pending = false;  // the last copies' event is still to be waited for
+#ifdef STOKER_WITH_CUDA
+  CudaStream copy_stream;
+  CudaEvent staged;  // recorded on the compute stream after the staging copies
+  CudaEvent copied;  // recorded on the copy stream after the copies
+#endif
+};
+
+// Friend of SnapshotBuffers: its Impl for the snapshot.
+class SnapshotAccess {
+ public:
+  static SnapshotBuffers::Impl& Of(SnapshotBuffers& buffers) { return *buffers.impl_; }
+};
+
+namespace {
+
+#ifdef STOKER_WITH_CUDA
+// The host callback on the copy stream after a snapshot's copies: marks them done. It runs
+// on a CUDA thread and must not call CUDA. Owns `done` (a heap std::shared_ptr).
+void CUDART_CB MarkCopied(void* done) {
+  auto* notification = static_cast<std::shared_ptr<absl::Notification>*>(done);
+  (*notification)->Notify();
+  delete notification;
+}
+#endif
+
+// Waits, on the writer thread, for a snapshot's copies (Note [Snapshot buffers]). A device
+// that stopped (a fault ends the run on the training thread) would never mark them: the
+// wait is bounded, by far more than any copy of `bytes` takes.
+absl::Status WaitForCopies(const absl::Notification& done, size_t bytes) {
+  const absl::Duration limit = absl::Seconds(120) + absl::Seconds(static_cast<double>(bytes) / 1e9);
+  if (done.WaitForNotificationWithTimeout(limit)) return absl::OkStatus();
+  return absl::DeadlineExceededError(
+      absl::StrCat("checkpoint: the copy of the training state (", bytes / 1000000,
+                   " MB) to host memory did not end within ", absl::FormatDuration(limit),
+                   "; the device is not making progress"));
+}
+
 // Note [Snapshot of the training state]
 // A checkpoint's tensors are held by reference in its CheckpointWriter rather than copied
 // into one buffer: serialising them (and their checksum) can then run on the writer thread
@@ -48,7 +149,8 @@ absl::StatusOr<std::string> DtypeName(at::ScalarType type) {
 // state changes again, it is referenced as it is.
 class StateWriter {
  public:
-  explicit StateWriter(bool own_copies) : own_copies_(own_copies) {}
+  StateWriter(bool own_copies, std::shared_ptr<SnapshotBuffers> buffers)
+      : own_copies_(own_copies), buffers_(std::move(buffers)) {}
 
   void AddInt(absl::string_view name, int64_t value) { checkpoint_.AddInt(name, value); }
   void AddDouble(absl::string_view name, double value) { checkpoint_.AddDouble(name, value); }
@@ -56,6 +158,21 @@ class StateWriter {
     checkpoint_.AddString(name, value);
   }
   void AddTensor(const std::string& name, const at::Tensor& tensor, const std::string& dtype) {
+    if (tensor.is_cuda() && buffers_ != nullptr) {
+      SnapshotBuffers::Impl& impl = SnapshotAccess::Of(*buffers_);
+      auto slot = impl.slots.find(name);
+      if (slot != impl.slots.end() && impl.Fits(slot->second, tensor)) {
+        // Note [Snapshot buffers]: copied in Done().
+        pending_.emplace_back(&slot->second, tensor.detach());
+        checkpoint_.AddHeldTensor(name, dtype, slot->second.sizes, buffers_,
+                                  impl.host + slot->second.offset, slot->second.bytes);
+        return;
+      }
+      LogWarning(
+          "checkpoint: %s is not the tensor the snapshot buffers were made for; copied "
+          "with a host sync",
+          name);
+    }
     at::Tensor host;
     if (tensor.is_cuda()) {
       host = at::empty(tensor.sizes(),
@@ -74,8 +191,10 @@ class StateWriter {
                               host.nbytes());
   }
 
-  // The checkpoint, once the copies from the device have ended.
-  CheckpointWriter Done() && {
+  // The checkpoint, once the copies into memory of the caching host allocator have ended;
+  // those into the buffers are enqueued (Note [Snapshot buffers]).
+  absl::StatusOr<CheckpointWriter> Done() && {
+    if (!pending_.empty()) RETURN_IF_ERROR(CopyIntoBuffers());
     if (device_.has_value()) {
       c10::impl::getDeviceGuardImpl(device_->type())->getStream(*device_).synchronize();
     }
@@ -83,9 +202,54 @@ class StateWriter {
   }
 
  private:
+  // Note [Snapshot buffers]. Call on the training thread.
+  absl::Status CopyIntoBuffers() {
+#ifdef STOKER_WITH_CUDA
+    SnapshotBuffers::Impl& impl = SnapshotAccess::Of(*buffers_);
+    c10::cuda::CUDAGuard guard(impl.device);
+    const cudaStream_t compute = c10::cuda::getCurrentCUDAStream(impl.device.index()).stream();
+    const cudaStream_t copy = impl.copy_stream.get();
+    // The staging tensors and the host memory are free once the last copies have ended.
+    if (impl.gate_pending) RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(compute, impl.copied.get(), 0));
+    {
+      c10::NoGradGuard no_grad;
+      for (auto& [slot, tensor] : pending_) {
+        if (slot->staging.defined()) slot->staging.copy_(tensor, /*non_blocking=*/true);
+      }
+    }
+    RETURN_IF_ERROR(impl.staged.Record(compute));
+    RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(copy, impl.staged.get(), 0));
+    size_t bytes = 0;
+    for (const auto& [slot, tensor] : pending_) {
+      const void* source = slot->staging.defined() ? slot->staging.data_ptr() : tensor.data_ptr();
+      RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(impl.host + slot->offset, source, slot->bytes,
+                                           cudaMemcpyDeviceToHost, copy));
+      bytes += slot->bytes;
+    }
+    RETURN_IF_ERROR(impl.copied.Record(copy));
+    impl.gate_pending = true;
+    auto done = std::make_shared<absl::Notification>();
+    auto* owned = new std::shared_ptr<absl::Notification>(done);
+    if (absl::Status launched =
+            CudaStatus(cudaLaunchHostFunc(copy, MarkCopied, owned), "cudaLaunchHostFunc");
+        !launched.ok()) {
+      delete owned;
+      return launched;
+    }
+    checkpoint_.SetHeldBytesReady([done, bytes] { return WaitForCopies(*done, bytes); });
+    pending_.clear();
+    return absl::OkStatus();
+#else
+    return absl::InternalError("checkpoint: snapshot buffers without CUDA");
+#endif
+  }
+
   bool own_copies_;
+  std::shared_ptr<SnapshotBuffers> buffers_;  // null: none
   CheckpointWriter checkpoint_;
   absl::optional<c10::Device> device_;  // of the copies to wait for
+  // Device tensors to copy into the buffers, with their slots.
+  std::vector<std::pair<SnapshotBuffers::Impl::Slot*, at::Tensor>> pending_;
 };
 
 void AddTensor(StateWriter& writer, const std::string& name, const at::Tensor& tensor,
@@ -145,12 +309,12 @@ absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> NamedOptimizerTe
 
 }  // namespace
 
-absl::StatusOr<CheckpointWriter> SnapshotCheckpoint(const TrainingStateRefs& state,
-                                                    const RunPosition& position,
-                                                    const RunGeometry& geometry, bool own_copies) {
+absl::StatusOr<CheckpointWriter> SnapshotCheckpoint(
+    const TrainingStateRefs& state, const RunPosition& position, const RunGeometry& geometry,
+    bool own_copies, const std::shared_ptr<SnapshotBuffers>& buffers) {
   // Note [Snapshot of the training state].
   return TorchCall("writing the checkpoint", [&]() -> absl::StatusOr<CheckpointWriter> {
-    StateWriter writer(own_copies);
+    StateWriter writer(own_copies, buffers);
     writer.AddString("format", kFormat);
     writer.AddString("geometry/model", geometry.model);
     writer.AddInt("geometry/num_classes", geometry.num_classes);
@@ -185,6 +349,90 @@ absl::StatusOr<CheckpointWriter> SnapshotCheckpoint(const TrainingStateRefs& sta
     }
     return std::move(writer).Done();
   });
+}
+
+SnapshotBuffers::Impl::~Impl() {
+#ifdef STOKER_WITH_CUDA
+  // The copies read from the staging tensors and write the host memory.
+  if (copy_stream.get() != nullptr) (void)copy_stream.Synchronize();
+  if (host != nullptr) (void)cudaFreeHost(host);
+#endif
+}
+
+SnapshotBuffers::SnapshotBuffers(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+SnapshotBuffers::~SnapshotBuffers() = default;
+
+int64_t SnapshotBuffers::host_bytes() const { return static_cast<int64_t>(impl_->host_bytes); }
+int64_t SnapshotBuffers::staging_bytes() const { return impl_->staging_bytes; }
+
+absl::StatusOr<std::shared_ptr<SnapshotBuffers>> SnapshotBuffers::Create(
+    const TrainingStateRefs& state) {
+#ifdef STOKER_WITH_CUDA
+  ASSIGN_OR_RETURN(std::vector<NamedTensor> named, TorchCall("checkpoint: the snapshot buffers",
+                                                             [&] { return StateTensors(state); }));
+  auto impl = std::make_unique<Impl>();
+  // Note [Snapshot buffers]: one pinned block; each tensor at an offset aligned for any copy.
+  constexpr size_t kAlignment = 256;
+  size_t staged_count = 0;
+  RETURN_IF_ERROR(TorchCall("checkpoint: the snapshot buffers", [&]() -> absl::Status {
+    for (const NamedTensor& t : named) {
+      if (!t.tensor.is_cuda()) continue;
+      if (impl->slots.empty()) impl->device = t.tensor.device();
+      if (t.tensor.device() != impl->device) continue;  // copied with a sync (one device a rank)
+      Impl::Slot slot;
+      slot.sizes = t.tensor.sizes().vec();
+      slot.dtype = t.tensor.scalar_type();
+      slot.bytes = static_cast<size_t>(t.tensor.nbytes());
+      slot.offset = impl->host_bytes;
+      impl->host_bytes += (slot.bytes + kAlignment - 1) / kAlignment * kAlignment;
+      if (!t.optimizer_only || !t.tensor.is_contiguous()) {
+        slot.staging = at::empty(t.tensor.sizes(), t.tensor.options().requires_grad(false),
+                                 at::MemoryFormat::Contiguous);
+        impl->staging_bytes += static_cast<int64_t>(slot.bytes);
+        ++staged_count;
+      }
+      impl->slots.emplace(t.name, std::move(slot));
+    }
+    return absl::OkStatus();
+  }));
+  if (impl->slots.empty()) return std::shared_ptr<SnapshotBuffers>();
+  c10::cuda::CUDAGuard guard(impl->device);
+  const absl::Time start = absl::Now();
+  void* host = nullptr;
+  if (cudaError_t error =
+          cudaHostAlloc(&host, std::max<size_t>(impl->host_bytes, 1), cudaHostAllocPortable);
+      error != cudaSuccess) {
+    (void)cudaGetLastError();
+    return absl::ResourceExhaustedError(
+        absl::StrCat("checkpoint: cannot pin ", impl->host_bytes / 1000000,
+                     " MB of host memory for the snapshots of the training state (cudaHostAlloc: ",
+                     cudaGetErrorString(error), ")"));
+  }
+  impl->host = static_cast<char*>(host);
+  const absl::Duration pinning = absl::Now() - start;
+  ASSIGN_OR_RETURN(impl->copy_stream, CudaStream::Create(impl->device.index()));
+  ASSIGN_OR_RETURN(impl->staged, CudaEvent::Create());
+  ASSIGN_OR_RETURN(impl->copied, CudaEvent::Create());
+  LogInfo(
+      "checkpoint snapshots: %.1f MB of pinned host memory (pinned in %.2f s); %zu of %zu "
+      "tensors (%.1f MB) staged on the device",
+      impl->host_bytes / 1e6, absl::ToDoubleSeconds(pinning), staged_count, impl->slots.size(),
+      impl->staging_bytes / 1e6);
+  return std::shared_ptr<SnapshotBuffers>(new SnapshotBuffers(std::move(impl)));
+#else
+  (void)state;
+  return std::shared_ptr<SnapshotBuffers>();
+#endif
+}
+
+absl::Status SnapshotBuffers::GateUpdates() {
+  if (!impl_->gate_pending) return absl::OkStatus();
+#ifdef STOKER_WITH_CUDA
+  const cudaStream_t compute = c10::cuda::getCurrentCUDAStream(impl_->device.index()).stream();
+  RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(compute, impl_->copied.get(), 0));
+#endif
+  impl_->gate_pending = false;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> EncodeCheckpoint(const TrainingStateRefs& state,

@@ -10,6 +10,7 @@
 #define STOKER_TRAINER_CHECKPOINT_TRAINING_STATE_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -57,19 +58,77 @@ struct TrainingStateRefs {
   LossScaler* scaler = nullptr;
 };
 
+// Note [Snapshot buffers]
+// The host memory a run's checkpoints copy the training state into, pinned once when the
+// run starts and reused by every checkpoint (allocating gigabytes of pinned memory takes
+// up to seconds, which was the first checkpoint's stall), and the copy itself off the
+// step's path. A snapshot enqueues, without any host sync:
+//   on the current (compute) stream, after the work queued so far: device-to-device copies
+//     into device staging tensors of every tensor that may change before the next optimizer
+//     step (buffers: batch norm's running statistics change in forward) or that is not
+//     contiguous (channels_last weights and their moments);
+//   on its own copy stream, after that: the device-to-host copies of every tensor (from its
+//     staging tensor, or from the live tensor for the contiguous parameters and optimizer
+//     state), then an event and a host callback that marks the copies done.
+// The step goes on at once: forward and backward of the next step run while the copies do.
+// Only the optimizer step changes the parameters and the optimizer state, so before it the
+// training thread makes the compute stream wait for the copies' event (GateUpdates, outside
+// any CUDA graph capture: the optimizer's graph is replayed after the wait). The writer
+// thread waits for the callback's mark, not a CUDA call (a CUDA call from another thread
+// could break a graph capture of the training thread), before it reads the bytes. One
+// snapshot is in the buffers at a time: a checkpoint is taken only once the previous write
+// has ended (Note [Asynchronous checkpoints] in run_checkpoints.h). A tensor whose shape,
+// type or layout is not the one the buffers were made for (a model that replaced it) is
+// copied as before, to memory of the caching host allocator, with a host sync.
+// With fp16 loss scaling, the scale and the optimizer's step count are read from the device
+// (a sync) as before.
+class SnapshotBuffers {
+ public:
+  // Pins host memory for every device tensor of `state` (the model's state dict and the
+  // optimizer's state) and device staging memory for those the note names, on the tensors'
+  // device. nullptr when `state` has no device tensor (a CPU run). ResourceExhausted naming
+  // the size when the memory cannot be had. Call on the training thread.
+  static absl::StatusOr<std::shared_ptr<SnapshotBuffers>> Create(const TrainingStateRefs& state);
+
+  // Waits for the copies in flight, then frees the memory.
+  ~SnapshotBuffers();
+  SnapshotBuffers(const SnapshotBuffers&) = delete;
+  SnapshotBuffers& operator=(const SnapshotBuffers&) = delete;
+
+  // Makes the current stream wait, on the device, until the last snapshot's copies have
+  // read the state; nothing once it has been called after that snapshot. No host sync.
+  // Call on the training thread before the optimizer step changes the parameters, outside
+  // a graph capture.
+  absl::Status GateUpdates();
+
+  // Pinned host bytes and device staging bytes held.
+  int64_t host_bytes() const;
+  int64_t staging_bytes() const;
+
+  struct Impl;
+
+ private:
+  explicit SnapshotBuffers(std::unique_ptr<Impl> impl);
+  friend class SnapshotAccess;
+  std::unique_ptr<Impl> impl_;
+};
+
 // The checkpoint's bytes. Copies device tensors to the host (syncs).
 absl::StatusOr<std::string> EncodeCheckpoint(const TrainingStateRefs& state,
                                              const RunPosition& position,
                                              const RunGeometry& geometry);
 
 // The checkpoint with its tensors in host memory, to be sealed and written later, maybe on
-// another thread: device tensors are copied to pinned host memory (waits for the copies).
-// With `own_copies`, host tensors are copied too, so that the state may change as soon as
-// this returns; without, they are referenced and must not change until the checkpoint is
-// sealed (Note [Snapshot of the training state] in training_state.cc).
-absl::StatusOr<CheckpointWriter> SnapshotCheckpoint(const TrainingStateRefs& state,
-                                                    const RunPosition& position,
-                                                    const RunGeometry& geometry, bool own_copies);
+// another thread: device tensors are copied to pinned host memory: with `buffers`, into
+// them without waiting (Note [Snapshot buffers]: the checkpoint's WaitForHeldBytes waits,
+// and the caller must call buffers->GateUpdates() before the state next changes); without,
+// to memory of the caching host allocator, waiting for the copies. With `own_copies`, host
+// tensors are copied too, so that the state may change as soon as this returns; without,
+// they are referenced and must not change until the checkpoint is sealed (Note [Snapshot
+// of the training state] in training_state.cc).
+absl::StatusOr<CheckpointWriter> SnapshotCheckpoint(
+    const TrainingStateRefs& state, const RunPosition& position, const RunGeometry& geometry,
+    bool own_copies, const std::shared_ptr<SnapshotBuffers>& buffers = nullptr);
 
 // The geometry and position a checkpoint records. A checkpoint written before positions
 // were counted in samples has its samples_done derived from its batches: every batch of

@@ -156,6 +156,7 @@ def stoker_train(out, name, ranks, model, root=None, synthetic_steps=0, data_onl
                             p.stdout)
         if pinned:
             row.update(snapshot_pinned_mb=float(pinned[-1][0]), snapshot_pin_s=float(pinned[-1][1]))
+        row.update(share_trajectory(p.stdout))
         ips = m.get("images_per_second")
         if not synthetic_steps and ips:
             row["cores_per_1000_img_s"] = round(cpu / wall / (ips / 1000.0), 3)
@@ -586,8 +587,44 @@ def phase_two_gpu(out):
     anchor_lines(out, p, "python", {"ranks": 2})
 
 
-AUTO_TRAIN_EPOCHS = 12  # ~550 steps: time for the controller to climb, settle and be measured settled
-AUTO_DATA_ONLY_EPOCHS = 30  # the data-only rank takes ~3x the batches per second
+# Runs of about 40 s (12,000 images per epoch): the whole-run figure then includes the
+# controller's start-up ladder and refinement, as a real run's first minute does.
+AUTO_TRAIN_EPOCHS = 60
+AUTO_DATA_ONLY_EPOCHS = 120  # the data-only rank takes ~2x the batches per second
+WITHIN = 0.95  # "within 5% of the best fixed share"
+
+
+def share_trajectory(stdout):
+    """From a run with --log_decode_share_windows (Note [The share's trajectory] in
+    trainer/input/share_controlled_feeder.h): settled_after_s (from the first batch to the
+    controller's first decision to hold), the images and seconds from the first batch to the
+    last, and the windows as [t, images so far, share, images/s, decision]."""
+    row = {}
+    end = re.findall(r"GPU decode share trajectory: ([0-9]+) images in ([0-9.]+) s from the first batch to the "
+                     r"last; (?:first settled after ([0-9.]+) s|never settled)", stdout)
+    if end:
+        row.update(trajectory_images=int(end[-1][0]), trajectory_seconds=float(end[-1][1]),
+                   settled_after_s=float(end[-1][2]) if end[-1][2] else None)
+    windows = re.findall(r"GPU decode share window [0-9]+: t=([0-9.]+) s images=([0-9]+) share=([0-9.]+) "
+                         r"rate=([0-9]+) images/s over [0-9]+ batches in [0-9.]+ s, GPU waits [0-9]+%: (.*) -> "
+                         r"[0-9.]+ \(", stdout)
+    if windows:
+        row["windows"] = [[float(t), int(i), float(sh), int(r), d] for t, i, sh, r, d in windows]
+    return row
+
+
+def within_after_s(row, best):
+    """The time from the first batch after which the rest of the run trains at least WITHIN
+    of `best` images/s (the best fixed share's), from the run's windows; None if never."""
+    total, seconds = row.get("trajectory_images"), row.get("trajectory_seconds")
+    if not total or not seconds or not best:
+        return None
+    if total / seconds >= WITHIN * best:
+        return 0.0
+    for t, images, _, _, _ in row.get("windows", []):
+        if seconds - t > 5 and (total - images) / (seconds - t) >= WITHIN * best:
+            return t
+    return None
 
 
 def settled_rate(jsonl):
@@ -616,20 +653,40 @@ def stoker_auto(out, name, root, data_only, reps):
     the share each settled on, its images/s over the whole run and once settled."""
     runs = []
     for i in range(reps):
+        # From the start-up ladder every time: no prior from an earlier run.
         r = stoker_train(out, name, 1, "resnet18", root=root, cores=CORES_1GPU, data_only=data_only, quiet=True,
                          epochs=AUTO_DATA_ONLY_EPOCHS if data_only else AUTO_TRAIN_EPOCHS,
-                         extra=("--gpu_decode_share=auto",), jsonl=f"{name}_{i}.jsonl")
+                         extra=("--gpu_decode_share=auto", "--gpu_decode_share_prior=none",
+                                "--log_decode_share_windows"), jsonl=f"{name}_{i}.jsonl")
         if not r["settled_images_per_second"] and r.get("last_window_share") == r.get("gpu_decode_share"):
             # A data-only rank writes no progress records: its last window at the final share.
             r["settled_images_per_second"] = r.get("last_window_images_per_second")
         runs.append(r)
+    # The best fixed share measured into OUT for the same kind of run, if any.
+    prefix = "hybrid_data_only_share" if data_only else "hybrid_jpeg_resnet18_share"
+    fixed = {w[len(prefix):]: r.get("images_per_second") for w, r in hybrid_rows(out).items()
+             if w.startswith(prefix) and r.get("images_per_second")}
+    best_share = max(fixed, key=fixed.get) if fixed else None
+    best = fixed.get(best_share)
+    for r in runs:
+        r["within_5pct_after_s"] = within_after_s(r, best)
+        if best and r.get("images_per_second"):
+            r["whole_run_of_best_fixed"] = round(r["images_per_second"] / best, 3)
     row = dict(runs[-1])
+    row.pop("windows", None)
     shares = [r.get("gpu_decode_share") for r in runs]
     settled = [r.get("settled_images_per_second") for r in runs if r.get("settled_images_per_second")]
+    whole = [r.get("images_per_second") for r in runs if r.get("images_per_second")]
     row.update(runs=[{k: r.get(k) for k in ("gpu_decode_share", "gpu_decode_settled", "gpu_decode_phase",
-                                          "images_per_second", "settled_images_per_second", "shares_seen")}
+                                          "images_per_second", "whole_run_of_best_fixed", "settled_after_s",
+                                          "within_5pct_after_s", "settled_images_per_second", "shares_seen",
+                                          "windows")}
                      for r in runs],
-               settled_shares=shares)
+               settled_shares=shares, best_fixed_share=best_share, best_fixed_images_per_second=best,
+               settled_after_s=[r.get("settled_after_s") for r in runs],
+               within_5pct_after_s=[r.get("within_5pct_after_s") for r in runs])
+    if whole:
+        row.update(images_per_second=statistics.median(whole), whole_run_min=min(whole), whole_run_max=max(whole))
     if settled:
         row.update(settled_images_per_second=statistics.median(settled), min=min(settled), max=max(settled))
     record(out, **row)
@@ -646,7 +703,8 @@ def hybrid_rows(out):
 
 def hybrid_chart(out):
     """OUT/hybrid_share.png: images/s against the share, data-only (median, min-max) and
-    training, fixed shares as lines, auto as stars at the share each run settled on."""
+    training, fixed shares as lines, auto as stars: each run's whole-run images/s at the
+    share it held at the end."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -674,11 +732,11 @@ def hybrid_chart(out):
     if train:
         ax.plot([s for s, _ in train], [r["images_per_second"] for _, r in train], marker="s", color="C1",
                 label="ResNet-18 training")
-    for what, label, color in (("hybrid_data_only_auto", "auto, data only (settled)", "C0"),
-                               ("hybrid_jpeg_resnet18_auto", "auto, training (settled)", "C1")):
+    for what, label, color in (("hybrid_data_only_auto", "auto, data only (whole run)", "C0"),
+                               ("hybrid_jpeg_resnet18_auto", "auto, training (whole run)", "C1")):
         for r in rows.get(what, {}).get("runs", []):
-            if r.get("gpu_decode_share") is not None and r.get("settled_images_per_second"):
-                ax.plot([r["gpu_decode_share"]], [r["settled_images_per_second"]], marker="*", markersize=15,
+            if r.get("gpu_decode_share") is not None and r.get("images_per_second"):
+                ax.plot([r["gpu_decode_share"]], [r["images_per_second"]], marker="*", markersize=15,
                         color=color, markeredgecolor="black", linestyle="none", label=label)
                 label = None
     ax.set_xlabel("GPU decode share")
@@ -698,9 +756,12 @@ def phase_hybrid(out, shares=(0.0, 0.25, 0.5, 0.75, "auto")):
     benchmark's ms CPU per image), the data service into a data-only rank whose trainer
     asks for F and decodes the deferred samples on its GPU (3 runs), and ResNet-18 from JPEG
     with the trainer's --gpu_decode_share=F; for auto, both with the trainer's
-    --gpu_decode_share=auto (3 data-only runs, 1 training run, longer, so that the share has
-    time to settle) and the share each settled on. All on 16 cores. Then the chart of
-    everything the phase has measured into OUT (so it may run in parts)."""
+    --gpu_decode_share=auto from the start-up ladder (3 data-only runs, 1 training run, about
+    40 s each): their whole-run images/s against the best fixed share's, settled_after_s
+    (from the first batch to the controller's first hold) and within_5pct_after_s (after
+    which the rest of the run is within 5% of the best fixed share's images/s). All on 16
+    cores. Then the chart of everything the phase has measured into OUT (so it may run in
+    parts)."""
     root = dataset(12000)
     numbers = [s for s in shares if s != "auto"]
     for share in numbers:
@@ -722,13 +783,18 @@ def phase_hybrid(out, shares=(0.0, 0.25, 0.5, 0.75, "auto")):
         auto_data = stoker_auto(out, "hybrid_data_only_auto", root, data_only=True, reps=DATA_ONLY_REPS)
         auto_train = stoker_auto(out, "hybrid_jpeg_resnet18_auto", root, data_only=False, reps=1)
         for what, row in (("ResNet-18 from JPEG", auto_train), ("data only", auto_data)):
-            log(f"auto, {what}: settled on {row.get('settled_shares')} "
-                f"(phases {[r.get('gpu_decode_phase') for r in row.get('runs', [])]}); "
-                f"{row.get('settled_images_per_second')} images/s once settled "
-                f"(whole run {[r.get('images_per_second') for r in row.get('runs', [])]}); "
-                f"shares seen {[r.get('shares_seen') for r in row.get('runs', [])]}")
+            log(f"auto, {what}: whole run {[r.get('images_per_second') for r in row.get('runs', [])]} images/s "
+                f"= {[r.get('whole_run_of_best_fixed') for r in row.get('runs', [])]} of the best fixed share "
+                f"({row.get('best_fixed_share')}: {row.get('best_fixed_images_per_second')}); "
+                f"settled after {row.get('settled_after_s')} s on {row.get('settled_shares')}; "
+                f"within 5% of the best fixed share for the rest of the run after {row.get('within_5pct_after_s')} s; "
+                f"{row.get('settled_images_per_second')} images/s once settled")
     measured = hybrid_rows(out)
     record(out, who="stoker", what="summary_hybrid_auto",
+           **{f"{kind}_{k}": measured.get(what, {}).get(k)
+              for kind, what in (("training", "hybrid_jpeg_resnet18_auto"), ("data_only", "hybrid_data_only_auto"))
+              for k in ("images_per_second", "best_fixed_share", "best_fixed_images_per_second", "settled_after_s",
+                        "within_5pct_after_s")},
            training_settled_share=measured.get("hybrid_jpeg_resnet18_auto", {}).get("settled_shares"),
            training_settled_images_per_second=measured.get("hybrid_jpeg_resnet18_auto", {}).get(
                "settled_images_per_second"),

@@ -39,10 +39,12 @@ for target in "${programs[@]}" "${gpu_tests[@]}"; do
   cp -L "$bin/$path" "$out/bin/"
 done
 cp tools/trace_timeline.py tests/check_trace.py "$out/bin/"
-cp tools/gpu.sh tools/gpu_checks.sh tools/bench_gpu.py tools/loader_bench.py tools/kernel_breakdown.py tools/profile_peer.py tools/export_model.py tests/mpi_env.sh \
+cp tools/gpu.sh tools/gpu_checks.sh tools/bench_gpu.py tools/make_jpeg_photos.py tools/loader_bench.py tools/kernel_breakdown.py tools/profile_peer.py tools/export_model.py tests/mpi_env.sh \
   data_service/image/bench_vs_torchvision.py "$out/bin/"
 # scikit-learn's digits as an image folder, for the accuracy check (the host may lack sklearn).
 python3 tools/make_digits.py "$out/digits" > /dev/null
+# The same digits as baseline JPEGs (quality 90), for the GPU decode accuracy checks.
+python3 tools/make_digits.py "$out/digits_jpeg" --format jpeg > /dev/null
 mkdir -p "$out/bin/testdata_tools" "$out/bin/tests"
 cp tests/fault_gpu_stall_test.sh tests/job_checks.sh tests/mpi_env.sh "$out/bin/tests/"
 cp data_service/image/testdata_tools/make_image_cases.py "$out/bin/testdata_tools/"

@@ -46,13 +46,22 @@ ABSL_FLAG(bool, drop_last_batch, true,
           "Skip each epoch's short last batch, so that every step has one shape (cudnn.benchmark "
           "tunes once).");
 ABSL_FLAG(int, ring_slots, 4, "Batches in flight in this rank's shared-memory ring (>= 3).");
-ABSL_FLAG(
-    std::string, gpu_decode_share, "auto",
-    "Share of each batch whose baseline JPEGs this rank asks the data service to leave "
-    "undecoded, for its GPU's JPEG engines (nvJPEG): auto = adapt on a GPU, hill-climbing on "
-    "the images/s trained (0.375, fixed, with --deterministic), 0 on the CPU; a number in [0, "
-    "1] fixes it (above 0 needs a GPU); 0 turns GPU decode off. A data service started with "
-    "its own --gpu_decode_share=F (in --data_service_args) uses F whatever this asks.");
+ABSL_FLAG(std::string, gpu_decode_share, "auto",
+          "Share of each batch whose baseline JPEGs this rank asks the data service to leave "
+          "undecoded, for its GPU's JPEG engines (nvJPEG): auto = adapt on a GPU, from a start-up "
+          "ladder of shares (or --gpu_decode_share_prior) to the one that trains the most images/s "
+          "(0.375, fixed, with --deterministic), 0 on the CPU; a number in [0, "
+          "1] fixes it (above 0 needs a GPU); 0 turns GPU decode off. A data service started with "
+          "its own --gpu_decode_share=F (in --data_service_args) uses F whatever this asks.");
+ABSL_FLAG(std::string, gpu_decode_share_prior, "auto",
+          "Where an adapting --gpu_decode_share=auto remembers the best share it found for this "
+          "host, dataset, model and batch, and starts from next time: auto (a file under "
+          "$XDG_CACHE_HOME/stoker or ~/.cache/stoker), none (always the start-up ladder), or a "
+          "file's path (beside the dataset, say). A file that does not parse or is older than 30 "
+          "days is ignored, with a log line.");
+ABSL_FLAG(bool, log_decode_share_windows, false,
+          "Log every window the adapting GPU decode share measures (rank 0): its time since the "
+          "first batch, share, images/s, the GPU's wait for input, and what it decided.");
 ABSL_FLAG(int, gpu_decode_arena_mib, 256,
           "Bound, in MiB, on the GPU memory that decoding a batch's deferred JPEGs at full size "
           "takes (48 or more): JPEGs larger than it, decoded, are left to the data service's "
@@ -240,7 +249,8 @@ FlagSpec TrainerFlagSpec() {
       {"Data and model",
        {"data_socket", "model", "init_weights", "allow_pickle", "num_classes", "image_size",
         "batch_size", "epochs", "seed", "data_split", "drop_last_batch", "ring_slots",
-        "gpu_decode_share", "gpu_decode_arena_mib", "data_timeout_s", "bucket_mb"}},
+        "gpu_decode_share", "gpu_decode_share_prior", "log_decode_share_windows",
+        "gpu_decode_arena_mib", "data_timeout_s", "bucket_mb"}},
       {"Optimizer and schedule",
        {"optimizer", "lr", "momentum", "nesterov", "weight_decay", "no_decay_bn_bias", "adam_beta1",
         "adam_beta2", "adam_eps", "lr_schedule", "warmup_epochs", "lr_step_epochs", "lr_step_gamma",
@@ -305,6 +315,8 @@ absl::StatusOr<TrainerOptions> OptionsFromFlags() {
       {FLAGS_data_timeout_s, &o.input.data_timeout, FlagSeconds},
       {FLAGS_synthetic_steps, &o.input.synthetic_steps},
       {FLAGS_gpu_decode_share, &o.input.gpu_decode_share, ParseGpuDecodeShare},
+      {FLAGS_gpu_decode_share_prior, &o.input.gpu_decode_share_prior},
+      {FLAGS_log_decode_share_windows, &o.input.log_decode_share_windows},
       {FLAGS_gpu_decode_arena_mib, &o.input.gpu_decode_arena_mib},
 
       {FLAGS_collective_timeout_s, &o.comm.collective_timeout, FlagSeconds},

@@ -1,6 +1,10 @@
 #include "trainer/run_input.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -11,6 +15,7 @@
 #include "common/status_macros.h"
 #include "data_service/ring/ring_client.h"
 #include "trainer/device.h"
+#include "trainer/input/decode_share_prior.h"
 #include "trainer/input/make_feeder.h"
 #include "trainer/input/share_controlled_feeder.h"
 #include "trainer/input/synthetic_feeder.h"
@@ -183,13 +188,57 @@ absl::StatusOr<GpuDecodeSharePlan> RingInput::SharePlan(const TrainerOptions& o,
   return plan;
 }
 
+// Note [The decode share prior] in trainer/input/decode_share_prior.h: where an adaptive
+// plan's share is remembered (`path`, empty for none), under which key, and the prior found.
+struct RememberedShare {
+  std::string path;
+  std::string key;
+  std::optional<DecodeSharePrior> prior;
+};
+
+RememberedShare RememberedShareFor(const TrainerOptions& o, const RunContext& context,
+                                   int64_t dataset_size, const GpuDecodeSharePlan& plan) {
+  RememberedShare remembered;
+  if (!plan.adaptive) return remembered;
+  remembered.path = DecodeSharePriorPath(o.input.gpu_decode_share_prior,
+                                         std::getenv("XDG_CACHE_HOME"), std::getenv("HOME"));
+  if (remembered.path.empty()) return remembered;
+  DecodeSharePriorSetting setting;
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) == 0) setting.host = host;
+  setting.dataset_size = dataset_size;
+  setting.num_classes = o.model.num_classes;
+  setting.model = o.model.name;
+  setting.batch_size = o.input.batch_size;
+  setting.image_size = o.input.image_size;
+  setting.world_size = context.world_size();
+  setting.data_only = o.benchmark.data_only;
+  remembered.key = DecodeSharePriorKey(setting);
+  const DecodeSharePriorLookup lookup =
+      ReadDecodeSharePrior(remembered.path, remembered.key, absl::Now());
+  if (!lookup.ignored.empty() && context.rank0()) {
+    LogWarning("--gpu_decode_share_prior: ignored, the share adapts from the start-up ladder: %s",
+               lookup.ignored);
+  }
+  remembered.prior = lookup.prior;
+  if (remembered.prior.has_value() && context.rank0()) {
+    LogInfo(
+        "GPU decode share: starting from the prior %.3f (%.0f images/s, recorded %s) in %s "
+        "(--gpu_decode_share_prior=none: from the start-up ladder)",
+        remembered.prior->share, remembered.prior->images_per_second,
+        absl::FormatTime("%Y-%m-%d %H:%M", remembered.prior->recorded, absl::LocalTimeZone()),
+        remembered.path);
+  }
+  return remembered;
+}
+
 absl::StatusOr<std::unique_ptr<RingInput>> RingInput::Open(const TrainerOptions& o,
                                                            const RunContext& context,
                                                            const InputStart& start,
                                                            DecodeShareGauge* decode_share) {
   std::unique_ptr<RingInput> input(new RingInput(
       FeederOptionsFor(o, context), TrainingDevice(context), start.seed, o.input.data_socket));
-  ASSIGN_OR_RETURN(const GpuDecodeSharePlan share_plan,
+  ASSIGN_OR_RETURN(GpuDecodeSharePlan share_plan,
                    SharePlan(o, context, input->device_, /*training_ring=*/true));
   RingRequest request;
   request.rank = context.rank.rank;
@@ -214,6 +263,13 @@ absl::StatusOr<std::unique_ptr<RingInput>> RingInput::Open(const TrainerOptions&
                    RingClient::Connect(o.input.data_socket, request, o.input.data_timeout));
   const int64_t dataset_size = input->ring_->dataset_size();
   if (start.check_dataset_size) RETURN_IF_ERROR(start.check_dataset_size(dataset_size));
+  const RememberedShare remembered = RememberedShareFor(o, context, dataset_size, share_plan);
+  if (remembered.prior.has_value()) {
+    // Before the first epoch starts, so that its first batch is already at the prior.
+    share_plan.prior = remembered.prior->share;
+    share_plan.initial = remembered.prior->share;
+    input->ring_->RequestGpuDecodeShare(share_plan.initial);
+  }
   // A whole epoch's batches, as DistributedSampler splits it (Note [The rest of an epoch]).
   const int64_t world = context.world_size();
   const int64_t batch = o.input.batch_size;
@@ -288,6 +344,18 @@ absl::StatusOr<std::unique_ptr<RingInput>> RingInput::Open(const TrainerOptions&
   };
   control.gauge = decode_share;
   control.log_changes = context.rank0();
+  control.log_windows = context.rank0() && o.input.log_decode_share_windows;
+  if (!remembered.path.empty() && context.rank0()) {
+    control.on_hold = [path = remembered.path, key = remembered.key](double share, double rate) {
+      const absl::Status written = WriteDecodeSharePrior(path, key, {share, rate, absl::Now()});
+      if (written.ok()) {
+        LogInfo("GPU decode share %.3f (%.0f images/s) remembered for this setting in %s", share,
+                rate, path);
+      } else {
+        LogWarning("the GPU decode share is not remembered: %s", written.message());
+      }
+    };
+  }
   input->feeder_ = MakeShareControlledFeeder(std::move(feeder), std::move(control));
   return input;
 }

@@ -22,6 +22,9 @@ absl::Status InputOptions::Validate() const {
   if (gpu_decode_share.has_value() && !(*gpu_decode_share >= 0.0 && *gpu_decode_share <= 1.0)) {
     return FlagValueError("gpu_decode_share", *gpu_decode_share, "must be auto or in [0, 1]");
   }
+  if (gpu_decode_share_prior.empty()) {
+    return FlagValueError("gpu_decode_share_prior", "", "must be auto, none or a file's path");
+  }
   if (gpu_decode_arena_mib < kMinGpuDecodeArenaMib ||
       gpu_decode_arena_mib > kMaxGpuDecodeArenaMib) {
     return FlagValueError(

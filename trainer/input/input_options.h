@@ -43,6 +43,10 @@ struct InputOptions {
   // --gpu_decode_arena_mib: the bound on the GPU memory the JPEG decoder holds for a batch's
   // full-size images (Note [The GPU decode arena] in data_service/image/deferred_jpeg.h).
   int gpu_decode_arena_mib = kDefaultGpuDecodeArenaMib;
+  // --gpu_decode_share_prior: auto, none or a file's path (decode_share_prior.h).
+  std::string gpu_decode_share_prior = "auto";
+  // --log_decode_share_windows: rank 0 logs each window the adapting share measures.
+  bool log_decode_share_windows = false;
 
   // InvalidArgument naming the flag at fault.
   absl::Status Validate() const;
@@ -64,6 +68,9 @@ inline constexpr double kAutoFixedGpuDecodeShare = 0.375;
 struct GpuDecodeSharePlan {
   double initial = 0.0;
   bool adaptive = false;
+  // adaptive: a remembered best share the first windows start from (decode_share_prior.h);
+  // `initial` is then the same share.
+  std::optional<double> prior;
 };
 
 // --gpu_decode_share for a ring of a rank that trains on a CUDA device (`cuda`) or the CPU:

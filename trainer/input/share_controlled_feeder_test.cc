@@ -2,6 +2,7 @@
 // with a fake clock: the requests reach the ring, and the gauge says what is in use.
 #include "trainer/input/share_controlled_feeder.h"
 
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -32,6 +33,7 @@ struct Rig {
   double fixed = -1;  // >= 0: the fake service ignores requests and produces this
   absl::Time now = absl::UnixEpoch();
   std::vector<double> requests;
+  std::vector<std::pair<double, double>> held;  // on_hold's (share, images/s)
   DecodeShareGauge gauge;
 
   std::unique_ptr<BatchFeeder> Feeder(GpuDecodeSharePlan plan) {
@@ -43,6 +45,8 @@ struct Rig {
       if (fixed < 0) share = s;
     };
     control.gauge = &gauge;
+    control.log_windows = true;
+    control.on_hold = [this](double s, double rate) { held.emplace_back(s, rate); };
     control.clock = [this] { return now; };
     return MakeShareControlledFeeder(std::make_unique<FakeFeeder>(&share, &now),
                                      std::move(control));
@@ -54,10 +58,43 @@ TEST(ShareControlledFeederTest, AnAdaptivePlanAsksTheRingForMoreWhileItWaitsForD
   auto feeder = rig.Feeder({0.0, true});
   for (int i = 0; i < 200; ++i) ASSERT_TRUE(feeder->Next().ok());
   ASSERT_FALSE(rig.requests.empty());
-  EXPECT_DOUBLE_EQ(rig.requests.front(), 0.125);
+  // The ladder's first rung.
+  EXPECT_DOUBLE_EQ(rig.requests.front(), 0.25);
   const DecodeShareGauge::Reading reading = rig.gauge.Read();
   EXPECT_EQ(reading.mode, DecodeShareMode::kAdaptive);
   EXPECT_DOUBLE_EQ(reading.share, rig.share);
+}
+
+TEST(ShareControlledFeederTest, AnAdaptivePlanPassesTheShareItHoldsOnOnce) {
+  // The fake's rate does not depend on the share: no share pays, and 0 is held.
+  Rig rig;
+  auto feeder = rig.Feeder({0.0, true});
+  for (int i = 0; i < 400; ++i) ASSERT_TRUE(feeder->Next().ok());
+  ASSERT_EQ(rig.held.size(), 1u);
+  EXPECT_DOUBLE_EQ(rig.held[0].first, 0.0);
+  EXPECT_NEAR(rig.held[0].second, 256 / 0.020, 1.0);
+  EXPECT_TRUE(rig.gauge.Read().settled);
+}
+
+TEST(ShareControlledFeederTest, AnAdaptivePlanWithAPriorStartsThere) {
+  Rig rig;
+  GpuDecodeSharePlan plan;
+  plan.initial = 0.5;
+  plan.adaptive = true;
+  plan.prior = 0.5;
+  auto feeder = rig.Feeder(plan);
+  for (int i = 0; i < 40; ++i) {
+    ASSERT_TRUE(feeder->Next().ok());
+    ASSERT_DOUBLE_EQ(rig.gauge.Read().share, 0.5);
+  }
+  EXPECT_TRUE(rig.requests.empty());
+  for (int i = 0; i < 200; ++i) ASSERT_TRUE(feeder->Next().ok());
+  // Refining from the prior: its lower neighbour first (nothing known above). On this flat
+  // rate every lower share is as fast, so the cheapest wins, step by step, down to 0.
+  ASSERT_GE(rig.requests.size(), 4u);
+  EXPECT_DOUBLE_EQ(rig.requests[0], 0.375);
+  ASSERT_EQ(rig.held.size(), 1u);
+  EXPECT_DOUBLE_EQ(rig.held[0].first, 0.0);
 }
 
 TEST(ShareControlledFeederTest, AFixedPlanAsksForNothingAndReportsItsShare) {

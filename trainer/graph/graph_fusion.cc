@@ -370,35 +370,92 @@ int FuseSelfAttention(std::vector<std::unique_ptr<GraphCall>>& calls,
 // aten::layer_norm's arguments by position.
 enum LayerNormArg { kNormInput, kNormalizedShape, kNormWeight, kNormBias, kNormEps, kNormCudnn };
 
-// Whether every reader of `slot` is a matrix product reading it as its input (aten::linear
-// or a kSelfAttention call), none outside the calls: then a bf16 value there is what those
-// readers would cast it to under bf16 autocast anyway.
-bool ReadOnlyByMatrixProducts(const std::vector<std::unique_ptr<GraphCall>>& calls,
-                              const CallGraph& graph, int slot) {
-  int readers = 0;
-  for (const auto& call : calls) {
-    const std::vector<int> reads = Reads(*call);
-    const int n = static_cast<int>(std::count(reads.begin(), reads.end(), slot));
-    if (n == 0) continue;
-    const bool product =
-        IsOp(*call, "aten::linear") || call->kind == GraphCall::Kind::kSelfAttention;
-    if (n != 1 || !product || !IsSlot(call->args[0]) || call->args[0].slot != slot) return false;
-    readers += n;
+// For each slot, the calls that read it: each once, in program order.
+std::unordered_map<int, std::vector<int>> CallsReading(
+    const std::vector<std::unique_ptr<GraphCall>>& calls) {
+  std::unordered_map<int, std::vector<int>> readers;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    for (int s : Reads(*calls[i])) {
+      std::vector<int>& of_slot = readers[s];
+      if (of_slot.empty() || of_slot.back() != static_cast<int>(i)) {
+        of_slot.push_back(static_cast<int>(i));
+      }
+    }
   }
-  return readers > 0 && readers == graph.Readers(slot);
+  return readers;
 }
 
-// Note [Layer norm with its add and cast] (trainer/nn/layer_norm.h): a layer norm over the
-// last dimension, with tensors for its weight and bias, whose output only matrix products
-// read, becomes a kLayerNorm call; with the add.Tensor (alpha 1) that computes its input,
-// where nothing between them reads the sum or writes the add's operands, the add too (the
-// kLayerNorm call then writes the sum as well).
-int FuseLayerNorms(std::vector<std::unique_ptr<GraphCall>>& calls,
-                   const std::vector<int>& outside_reads) {
-  int fused_count = 0;
+// A call that casts its input (first argument) to the autocast dtype before its matrix
+// product: aten::linear, aten::conv2d, a kSelfAttention call.
+bool IsMatrixProduct(const GraphCall& call) {
+  return IsOp(call, "aten::linear") || IsOp(call, "aten::conv2d") ||
+         call.kind == GraphCall::Kind::kSelfAttention;
+}
+
+// A call whose one output is a view of its first argument, whatever the dtype.
+bool IsView(const GraphCall& call) {
+  return (IsOp(call, "aten::permute") || IsOp(call, "aten::view") || IsOp(call, "aten::reshape") ||
+          IsOp(call, "aten::_unsafe_view") || IsOp(call, "aten::flatten", "using_ints") ||
+          IsOp(call, "aten::transpose", "int")) &&
+         call.outputs.size() == 1 && call.outputs[0].size() == 1 && call.outputs[0][0] >= 0;
+}
+
+// What reads a layer norm's output.
+enum class NormReaders {
+  kMatrixProducts,              // matrix products only, reading it as their input
+  kMatrixProductsThroughViews,  // the same, some through views of it
+  kOther,                       // anything else, or a read outside the calls
+};
+
+// Follows `slot`'s readers through views to matrix products (IsMatrixProduct), each reading
+// the value once, as its input. Then a value in the autocast dtype there is what those
+// readers would cast it to under autocast anyway.
+NormReaders ReadersOfNorm(const std::vector<std::unique_ptr<GraphCall>>& calls,
+                          const CallGraph& graph,
+                          const std::unordered_map<int, std::vector<int>>& calls_reading,
+                          int slot) {
+  bool through_views = false;
+  std::vector<int> pending = {slot};
+  while (!pending.empty()) {
+    const int value = pending.back();
+    pending.pop_back();
+    auto found = calls_reading.find(value);
+    if (found == calls_reading.end()) return NormReaders::kOther;
+    int reads_seen = 0;
+    for (int i : found->second) {
+      const GraphCall& call = *calls[i];
+      const std::vector<int> reads = Reads(call);
+      if (std::count(reads.begin(), reads.end(), value) != 1 || !IsSlot(call.args[0]) ||
+          call.args[0].slot != value) {
+        return NormReaders::kOther;
+      }
+      if (IsView(call)) {
+        through_views = true;
+        pending.push_back(call.outputs[0][0]);
+      } else if (!IsMatrixProduct(call)) {
+        return NormReaders::kOther;
+      }
+      ++reads_seen;
+    }
+    if (reads_seen == 0 || reads_seen != graph.Readers(value)) return NormReaders::kOther;
+  }
+  return through_views ? NormReaders::kMatrixProductsThroughViews : NormReaders::kMatrixProducts;
+}
+
+// Note [Layer norm with its add and cast] (trainer/nn/layer_norm.h): every layer norm over
+// the last dimension, with tensors for its weight and bias, becomes a kLayerNorm call, whose
+// args are {input, None, weight, bias, eps, cast}. `cast` (true) says that only matrix products
+// read its output, directly or through views (ReadersOfNorm), so that the kernels may write
+// it in the autocast dtype; otherwise (false) they write fp32, as autocast's layer_norm does.
+// A casting norm also takes the add.Tensor (alpha 1) that computes its input, where nothing
+// between them reads the sum or writes the add's operands: its args are then {a, b, ...} and
+// it writes the sum as well.
+void FuseLayerNorms(std::vector<std::unique_ptr<GraphCall>>& calls,
+                    const std::vector<int>& outside_reads, FusedBlockCounts& counts) {
   std::vector<bool> removed(calls.size(), false);
   {
     const CallGraph graph(calls, outside_reads);
+    const std::unordered_map<int, std::vector<int>> calls_reading = CallsReading(calls);
     for (size_t j = 0; j < calls.size(); ++j) {
       const GraphCall& norm = *calls[j];
       if (!IsOp(norm, "aten::layer_norm") || norm.args.size() != 6 ||
@@ -407,18 +464,20 @@ int FuseLayerNorms(std::vector<std::unique_ptr<GraphCall>>& calls,
           !norm.args[kNormEps].constant.isDouble() || !IsConstant(norm.args[kNormalizedShape]) ||
           !norm.args[kNormalizedShape].constant.isIntList() ||
           norm.args[kNormalizedShape].constant.toIntVector().size() != 1 ||
-          norm.outputs.size() != 1 || norm.outputs[0].size() != 1 ||
-          !ReadOnlyByMatrixProducts(calls, graph, norm.outputs[0][0])) {
+          norm.outputs.size() != 1 || norm.outputs[0].size() != 1 || norm.outputs[0][0] < 0) {
         continue;
       }
+      const NormReaders readers = ReadersOfNorm(calls, graph, calls_reading, norm.outputs[0][0]);
+      const bool cast = readers != NormReaders::kOther;
       auto fused = std::make_unique<GraphCall>();
       fused->kind = GraphCall::Kind::kLayerNorm;
       fused->args = {norm.args[kNormInput], Constant(c10::IValue()), norm.args[kNormWeight],
-                     norm.args[kNormBias], norm.args[kNormEps]};
+                     norm.args[kNormBias],  norm.args[kNormEps],     Constant(cast)};
       fused->outputs = {norm.outputs[0]};
       fused->list_output = {false};
+      fused->where = norm.where;
       const int sum_slot = norm.args[kNormInput].slot;
-      const int add = graph.Producer(norm.args[kNormInput], "aten::add", "Tensor");
+      const int add = cast ? graph.Producer(norm.args[kNormInput], "aten::add", "Tensor") : -1;
       bool in_place = false;
       if (add >= 0 && !removed[add] && calls[add]->args.size() == 3 &&
           IsSlot(calls[add]->args[1]) &&
@@ -440,11 +499,20 @@ int FuseLayerNorms(std::vector<std::unique_ptr<GraphCall>>& calls,
         }
       }
       calls[j] = std::move(fused);
-      ++fused_count;
+      switch (readers) {
+        case NormReaders::kMatrixProducts:
+          ++counts.layer_norm;
+          break;
+        case NormReaders::kMatrixProductsThroughViews:
+          ++counts.layer_norm_through_views;
+          break;
+        case NormReaders::kOther:
+          ++counts.layer_norm_fp32_output;
+          break;
+      }
     }
   }
   Compact(removed, calls);
-  return fused_count;
 }
 
 }  // namespace
@@ -453,7 +521,7 @@ FusedBlockCounts FuseBlocks(std::vector<std::unique_ptr<GraphCall>>& calls,
                             const std::vector<int>& outside_reads) {
   FusedBlockCounts counts;
   counts.self_attention = FuseSelfAttention(calls, outside_reads);
-  counts.layer_norm = FuseLayerNorms(calls, outside_reads);
+  FuseLayerNorms(calls, outside_reads, counts);
   std::unordered_map<int, int> readers;
   for (const auto& call : calls) {
     for (int s : Reads(*call)) ++readers[s];
@@ -539,7 +607,13 @@ void RunFusedLayerNorm(const GraphCall& call, GraphFrame& frame) {
   norm.weight = Resolve(call.args[2], frame).toTensor();
   norm.bias = Resolve(call.args[3], frame).toTensor();
   norm.eps = call.args[4].constant.toDouble();
-  auto [sum, y] = AddLayerNorm(a, b.isTensor() ? b.toTensor() : at::Tensor(), norm);
+  if (!b.isTensor()) {
+    const bool cast = call.args.size() < 6 || call.args[5].constant.toBool();
+    values[call.outputs[0][0]] =
+        LayerNorm(a, norm, cast ? LayerNormOutput::kAutocastDtype : LayerNormOutput::kFloat);
+    return;
+  }
+  auto [sum, y] = AddLayerNorm(a, b.toTensor(), norm);
   if (call.outputs.size() == 2) {
     values[call.outputs[0][0]] = std::move(sum);
     values[call.outputs[1][0]] = std::move(y);

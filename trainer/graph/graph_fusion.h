@@ -9,7 +9,9 @@
 //   a batch-first nn.MultiheadAttention's    one kSelfAttention call (Note [Self-attention
 //   self-attention (MatchSelfAttention)      without layout copies], nn/self_attention.h)
 //   (add ->) layer_norm read by matrix       one kLayerNorm call (Note [Layer norm with its
-//   products only                            add and cast], nn/layer_norm.h)
+//   products (linear, conv2d, attention)     add and cast], nn/layer_norm.h) that writes the
+//   only, directly or through views          autocast dtype the products would cast to
+//   layer_norm (any other)                   one kLayerNorm call that writes fp32
 // (relu and add in place or not; add with alpha 1; batch norms with tensors for their
 // parameters and running statistics). A pattern is taken only where its intermediate values
 // have no other reader, and the fused call takes the place of the
@@ -42,6 +44,11 @@ struct FusedBlockCounts {
   int max_pool = 0;
   int self_attention = 0;
   int layer_norm = 0;  // with or without the add before it
+  // Read by matrix products through views (ConvNeXt's LayerNorm2d: permute -> layer_norm ->
+  // permute -> conv2d).
+  int layer_norm_through_views = 0;
+  // Read otherwise, its output in fp32 (Swin-V2's post-norm, read by the residual add).
+  int layer_norm_fp32_output = 0;
 };
 
 // Rewrites `calls` in place. `outside_reads` are slots read other than by calls (the

@@ -21,8 +21,11 @@ struct Case {
   const char* kwargs;        // JSON: dropout and stochastic depth off, ViT's image size
   bool fused_blocks = true;  // the program's fused-block rewrite (the CPU runs its composition)
   // The rewrite's expected {batch norm alone, batch norm + ReLU, batch norm + add + ReLU, max
-  // pool, self-attention, layer norm} counts in the training program; -1: not checked.
-  int fused[6] = {-1, -1, -1, -1, -1, -1};
+  // pool, self-attention, layer norm read by matrix products, the same through views, layer
+  // norm with fp32 output} counts in the training program; -1: not checked.
+  int fused[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+  // Every torchvision.ops.StochasticDepth's p set to 0 (Swin's builders fix it themselves).
+  bool zero_stochastic_depth = false;
 };
 
 constexpr int kBatch = 4;
@@ -32,7 +35,7 @@ class TorchvisionExportTest : public ::testing::TestWithParam<Case> {};
 TEST_P(TorchvisionExportTest, TrainsAsInPyTorchAndExportsWeightsTorchvisionLoads) {
   const Case& c = GetParam();
   absl::StatusOr<TorchvisionExport> exported =
-      ExportTorchvisionModel({c.arch, c.image_size, c.kwargs, kBatch});
+      ExportTorchvisionModel({c.arch, c.image_size, c.kwargs, kBatch, c.zero_stochastic_depth});
   ASSERT_TRUE(exported.ok()) << exported.status();
 
   absl::StatusOr<std::shared_ptr<GraphModel>> loaded =
@@ -44,10 +47,13 @@ TEST_P(TorchvisionExportTest, TrainsAsInPyTorchAndExportsWeightsTorchvisionLoads
   std::cerr << c.arch << ": fused blocks " << fused.batch_norm << " batch norm alone, "
             << fused.batch_norm_relu << " batch norm + ReLU, " << fused.batch_norm_add_relu
             << " batch norm + add + ReLU, " << fused.max_pool << " max pool, "
-            << fused.self_attention << " self-attention, " << fused.layer_norm << " layer norm\n";
+            << fused.self_attention << " self-attention, " << fused.layer_norm << " layer norm, "
+            << fused.layer_norm_through_views << " layer norm through views, "
+            << fused.layer_norm_fp32_output << " layer norm with fp32 output\n";
   if (!c.fused_blocks) {
     EXPECT_EQ(fused.batch_norm + fused.batch_norm_relu + fused.batch_norm_add_relu +
-                  fused.max_pool + fused.self_attention + fused.layer_norm,
+                  fused.max_pool + fused.self_attention + fused.layer_norm +
+                  fused.layer_norm_through_views + fused.layer_norm_fp32_output,
               0);
   } else if (c.fused[0] >= 0) {
     EXPECT_EQ(fused.batch_norm, c.fused[0]);
@@ -56,6 +62,8 @@ TEST_P(TorchvisionExportTest, TrainsAsInPyTorchAndExportsWeightsTorchvisionLoads
     EXPECT_EQ(fused.max_pool, c.fused[3]);
     EXPECT_EQ(fused.self_attention, c.fused[4]);
     EXPECT_EQ(fused.layer_norm, c.fused[5]);
+    EXPECT_EQ(fused.layer_norm_through_views, c.fused[6]);
+    EXPECT_EQ(fused.layer_norm_fp32_output, c.fused[7]);
   }
   ExpectTrainsAsInPyTorch(*exported, model);
 }
@@ -64,23 +72,36 @@ INSTANTIATE_TEST_SUITE_P(
     Torchvision, TorchvisionExportTest,
     // A ResNet's stem and each block's inner batch norms end in ReLU, each block's last one
     // in add + ReLU; the downsample branches' batch norms are fused alone.
-    ::testing::Values(Case{"resnet18", 32, "{}", true, {3, 9, 8, 1, 0, 0}},
+    ::testing::Values(Case{"resnet18", 32, "{}", true, {3, 9, 8, 1, 0, 0, 0, 0}},
                       Case{"resnet18", 32, "{}", false},
-                      Case{"resnet50", 32, "{}", true, {4, 33, 16, 1, 0, 0}},
+                      Case{"resnet50", 32, "{}", true, {4, 33, 16, 1, 0, 0, 0, 0}},
                       Case{"mobilenet_v3_small", 32, R"({"dropout": 0.0})"},
                       Case{"efficientnet_b0", 32,
                            R"({"dropout": 0.0, "stochastic_depth_prob": 0.0})"},
-                      Case{"convnext_tiny", 32, R"({"stochastic_depth_prob": 0.0})"},
+                      // ConvNeXt's blocks norm the depthwise convolution's output for a
+                      // linear layer, its LayerNorm2d (the three downsamplings and the
+                      // classifier) reach a convolution or linear layer through permutes
+                      // and flatten; the stem's norm is also the first block's residual.
+                      Case{"convnext_tiny",
+                           32,
+                           R"({"stochastic_depth_prob": 0.0})",
+                           true,
+                           {0, 0, 0, 0, 0, 18, 4, 1}},
+                      // Swin-V2's norms come after the attention and the MLP, read by the
+                      // residual add (and the patch embedding's, the patch merging's and
+                      // the last one by the next stage or the pooling): fp32 output.
+                      Case{"swin_v2_t", 32, "{}", true, {0, 0, 0, 0, 0, 0, 0, 29}, true},
                       // vit_b_16's class with fewer and narrower layers: the same
                       // operations in a model a thousand times smaller, each layer's
                       // attention one kSelfAttention call and both its layer norms
-                      // kLayerNorm calls (the encoder's last one feeds no matrix product).
+                      // kLayerNorm calls (the encoder's last one feeds no matrix product:
+                      // fp32 output).
                       Case{"VisionTransformer",
                            32,
                            R"({"image_size": 32, "patch_size": 8, "num_layers": 2,
                                "num_heads": 4, "hidden_dim": 64, "mlp_dim": 128})",
                            true,
-                           {0, 0, 0, 0, 2, 4}}),
+                           {0, 0, 0, 0, 2, 4, 0, 1}}),
     [](const ::testing::TestParamInfo<Case>& info) {
       return absl::StrCat(info.param.arch, info.param.fused_blocks ? "" : "_unfused");
     });

@@ -1,6 +1,7 @@
 #include "trainer/nn/layer_norm_kernels.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include "common/element_conversions.cuh"
 
@@ -18,35 +19,38 @@ __device__ __forceinline__ float WarpSum(float v) {
   return v;
 }
 
-// One warp a row. The row is read once from global memory and again from cache.
-__global__ void ForwardKernel(const float* __restrict__ residual,
-                              const __nv_bfloat16* __restrict__ branch, float* __restrict__ sum,
-                              __nv_bfloat16* __restrict__ y, const float* __restrict__ weight,
-                              const float* __restrict__ bias, float eps, int64_t rows, int width,
-                              float* __restrict__ mean_out, float* __restrict__ rstd_out) {
+// One warp a row, X the input's element type and Y the output's (and the branch's). The row
+// is read once from global memory and again from cache. With a branch, X is float.
+template <typename X, typename Y>
+__global__ void ForwardKernel(const X* __restrict__ x, const Y* __restrict__ branch,
+                              float* __restrict__ sum, Y* __restrict__ y,
+                              const float* __restrict__ weight, const float* __restrict__ bias,
+                              float eps, int64_t rows, int width, float* __restrict__ mean_out,
+                              float* __restrict__ rstd_out) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.y;
   if (row >= rows) return;
   const int lane = threadIdx.x;
   const int64_t base = row * width;
-  const float* in = branch != nullptr ? sum + base : residual + base;
   float total = 0.f;
   for (int j = lane; j < width; j += kWarp) {
-    float v = residual[base + j];
+    float v = ToFloat(x[base + j]);
     if (branch != nullptr) {
       v += ToFloat(branch[base + j]);
       sum[base + j] = v;
     }
     total += v;
   }
+  // Each lane reads back only what it wrote itself.
+  auto in = [&](int j) { return branch != nullptr ? sum[base + j] : ToFloat(x[base + j]); };
   const float mean = WarpSum(total) / width;
   float squares = 0.f;
   for (int j = lane; j < width; j += kWarp) {
-    const float d = in[j] - mean;
+    const float d = in(j)-mean;
     squares += d * d;
   }
   const float rstd = rsqrtf(WarpSum(squares) / width + eps);
   for (int j = lane; j < width; j += kWarp) {
-    y[base + j] = FromFloat<__nv_bfloat16>((in[j] - mean) * rstd * weight[j] + bias[j]);
+    y[base + j] = FromFloat<Y>((in(j)-mean) * rstd * weight[j] + bias[j]);
   }
   if (lane == 0) {
     mean_out[row] = mean;
@@ -55,11 +59,12 @@ __global__ void ForwardKernel(const float* __restrict__ residual,
 }
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * weight, one warp a row.
-__global__ void BackwardKernel(const __nv_bfloat16* __restrict__ dy, const float* __restrict__ x,
+template <typename X, typename Y>
+__global__ void BackwardKernel(const Y* __restrict__ dy, const X* __restrict__ x,
                                const float* __restrict__ mean, const float* __restrict__ rstd,
-                               const float* __restrict__ weight, const float* __restrict__ dsum_in,
-                               int64_t rows, int width, float* __restrict__ dsum,
-                               __nv_bfloat16* __restrict__ dbranch) {
+                               const float* __restrict__ weight, const float* __restrict__ dx_in,
+                               int64_t rows, int width, X* __restrict__ dx,
+                               Y* __restrict__ dbranch) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.y;
   if (row >= rows) return;
   const int lane = threadIdx.x;
@@ -69,23 +74,24 @@ __global__ void BackwardKernel(const __nv_bfloat16* __restrict__ dy, const float
   for (int j = lane; j < width; j += kWarp) {
     const float g = ToFloat(dy[base + j]) * weight[j];
     g_total += g;
-    gx_total += g * (x[base + j] - m) * r;
+    gx_total += g * (ToFloat(x[base + j]) - m) * r;
   }
   const float g_mean = WarpSum(g_total) / width;
   const float gx_mean = WarpSum(gx_total) / width;
   for (int j = lane; j < width; j += kWarp) {
     const float g = ToFloat(dy[base + j]) * weight[j];
-    const float xhat = (x[base + j] - m) * r;
+    const float xhat = (ToFloat(x[base + j]) - m) * r;
     float d = r * (g - g_mean - xhat * gx_mean);
-    if (dsum_in != nullptr) d += dsum_in[base + j];
-    dsum[base + j] = d;
-    if (dbranch != nullptr) dbranch[base + j] = FromFloat<__nv_bfloat16>(d);
+    if (dx_in != nullptr) d += dx_in[base + j];
+    dx[base + j] = FromFloat<X>(d);
+    if (dbranch != nullptr) dbranch[base + j] = FromFloat<Y>(d);
   }
 }
 
 // Block (kColumnThreads, kRowThreads) over 32 columns and one chunk of kChunkRows rows.
-__global__ void ParameterGradientKernel(const __nv_bfloat16* __restrict__ dy,
-                                        const float* __restrict__ x, const float* __restrict__ mean,
+template <typename X, typename Y>
+__global__ void ParameterGradientKernel(const Y* __restrict__ dy, const X* __restrict__ x,
+                                        const float* __restrict__ mean,
                                         const float* __restrict__ rstd, int64_t rows, int width,
                                         float* __restrict__ scratch) {
   __shared__ float dweight[kRowThreads][kColumnThreads];
@@ -97,7 +103,7 @@ __global__ void ParameterGradientKernel(const __nv_bfloat16* __restrict__ dy,
   if (column < width) {
     for (int64_t row = first + threadIdx.y; row < last; row += kRowThreads) {
       const float g = ToFloat(dy[row * width + column]);
-      w += g * (x[row * width + column] - mean[row]) * rstd[row];
+      w += g * (ToFloat(x[row * width + column]) - mean[row]) * rstd[row];
       b += g;
     }
   }
@@ -119,42 +125,99 @@ unsigned RowBlocks(NormRows shape) {
   return static_cast<unsigned>((shape.rows + kRowsPerBlock - 1) / kRowsPerBlock);
 }
 
-}  // namespace
+template <typename T>
+struct Tag {
+  using type = T;
+};
 
-cudaError_t LaunchLayerNormForward(const float* residual, const void* branch, float* sum, void* y,
-                                   const float* weight, const float* bias, float eps,
-                                   NormRows shape, float* mean, float* rstd, cudaStream_t stream) {
-  if (shape.rows == 0) return cudaSuccess;
-  ForwardKernel<<<RowBlocks(shape), dim3(kWarp, kRowsPerBlock), 0, stream>>>(
-      residual, static_cast<const __nv_bfloat16*>(branch), sum, static_cast<__nv_bfloat16*>(y),
-      weight, bias, eps, shape.rows, shape.width, mean, rstd);
-  return cudaGetLastError();
+// Calls launch(Tag<X>{}, Tag<Y>{}) for the element types of `types`, one of the pairs the
+// kernels take; cudaErrorInvalidValue for any other.
+template <typename Launch>
+cudaError_t WithTypes(NormTypes types, Launch&& launch) {
+  using Bf16 = __nv_bfloat16;
+  switch (types.x) {
+    case ElementType::kFloat32:
+      switch (types.y) {
+        case ElementType::kFloat32:
+          return launch(Tag<float>{}, Tag<float>{});
+        case ElementType::kBFloat16:
+          return launch(Tag<float>{}, Tag<Bf16>{});
+        case ElementType::kFloat16:
+          return launch(Tag<float>{}, Tag<__half>{});
+        default:
+          return cudaErrorInvalidValue;
+      }
+    case ElementType::kBFloat16:
+      if (types.y == ElementType::kBFloat16) return launch(Tag<Bf16>{}, Tag<Bf16>{});
+      if (types.y == ElementType::kFloat32) return launch(Tag<Bf16>{}, Tag<float>{});
+      return cudaErrorInvalidValue;
+    case ElementType::kFloat16:
+      if (types.y == ElementType::kFloat16) return launch(Tag<__half>{}, Tag<__half>{});
+      if (types.y == ElementType::kFloat32) return launch(Tag<__half>{}, Tag<float>{});
+      return cudaErrorInvalidValue;
+    default:
+      return cudaErrorInvalidValue;
+  }
 }
 
-cudaError_t LaunchLayerNormBackward(const void* dy, const float* sum, const float* mean,
-                                    const float* rstd, const float* weight, const float* dsum_in,
-                                    NormRows shape, float* dsum, void* dbranch,
+}  // namespace
+
+bool LayerNormTypesSupported(NormTypes types) {
+  return WithTypes(types, [](auto, auto) { return cudaSuccess; }) == cudaSuccess;
+}
+
+cudaError_t LaunchLayerNormForward(const void* x, const void* branch, float* sum, void* y,
+                                   NormTypes types, const float* weight, const float* bias,
+                                   float eps, NormRows shape, float* mean, float* rstd,
+                                   cudaStream_t stream) {
+  if (branch != nullptr && types.x != ElementType::kFloat32) return cudaErrorInvalidValue;
+  return WithTypes(types, [&](auto x_tag, auto y_tag) {
+    using X = typename decltype(x_tag)::type;
+    using Y = typename decltype(y_tag)::type;
+    if (shape.rows == 0) return cudaSuccess;
+    ForwardKernel<X, Y><<<RowBlocks(shape), dim3(kWarp, kRowsPerBlock), 0, stream>>>(
+        static_cast<const X*>(x), static_cast<const Y*>(branch), sum, static_cast<Y*>(y), weight,
+        bias, eps, shape.rows, shape.width, mean, rstd);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t LaunchLayerNormBackward(const void* dy, const void* x, NormTypes types,
+                                    const float* mean, const float* rstd, const float* weight,
+                                    const float* dx_in, NormRows shape, void* dx, void* dbranch,
                                     cudaStream_t stream) {
-  if (shape.rows == 0) return cudaSuccess;
-  BackwardKernel<<<RowBlocks(shape), dim3(kWarp, kRowsPerBlock), 0, stream>>>(
-      static_cast<const __nv_bfloat16*>(dy), sum, mean, rstd, weight, dsum_in, shape.rows,
-      shape.width, dsum, static_cast<__nv_bfloat16*>(dbranch));
-  return cudaGetLastError();
+  if ((dx_in != nullptr || dbranch != nullptr) && types.x != ElementType::kFloat32) {
+    return cudaErrorInvalidValue;
+  }
+  return WithTypes(types, [&](auto x_tag, auto y_tag) {
+    using X = typename decltype(x_tag)::type;
+    using Y = typename decltype(y_tag)::type;
+    if (shape.rows == 0) return cudaSuccess;
+    BackwardKernel<X, Y><<<RowBlocks(shape), dim3(kWarp, kRowsPerBlock), 0, stream>>>(
+        static_cast<const Y*>(dy), static_cast<const X*>(x), mean, rstd, weight, dx_in, shape.rows,
+        shape.width, static_cast<X*>(dx), static_cast<Y*>(dbranch));
+    return cudaGetLastError();
+  });
 }
 
 int64_t LayerNormChunks(NormRows shape) { return (shape.rows + kChunkRows - 1) / kChunkRows; }
 
 int64_t LayerNormScratchFloats(NormRows shape) { return LayerNormChunks(shape) * 2 * shape.width; }
 
-cudaError_t LaunchLayerNormParameterGradients(const void* dy, const float* sum, const float* mean,
-                                              const float* rstd, NormRows shape, float* scratch,
-                                              cudaStream_t stream) {
-  if (shape.rows == 0) return cudaSuccess;
-  const dim3 grid((shape.width + kColumnThreads - 1) / kColumnThreads,
-                  static_cast<unsigned>(LayerNormChunks(shape)));
-  ParameterGradientKernel<<<grid, dim3(kColumnThreads, kRowThreads), 0, stream>>>(
-      static_cast<const __nv_bfloat16*>(dy), sum, mean, rstd, shape.rows, shape.width, scratch);
-  return cudaGetLastError();
+cudaError_t LaunchLayerNormParameterGradients(const void* dy, const void* x, NormTypes types,
+                                              const float* mean, const float* rstd, NormRows shape,
+                                              float* scratch, cudaStream_t stream) {
+  return WithTypes(types, [&](auto x_tag, auto y_tag) {
+    using X = typename decltype(x_tag)::type;
+    using Y = typename decltype(y_tag)::type;
+    if (shape.rows == 0) return cudaSuccess;
+    const dim3 grid((shape.width + kColumnThreads - 1) / kColumnThreads,
+                    static_cast<unsigned>(LayerNormChunks(shape)));
+    ParameterGradientKernel<X, Y><<<grid, dim3(kColumnThreads, kRowThreads), 0, stream>>>(
+        static_cast<const Y*>(dy), static_cast<const X*>(x), mean, rstd, shape.rows, shape.width,
+        scratch);
+    return cudaGetLastError();
+  });
 }
 
 }  // namespace stoker::trainer

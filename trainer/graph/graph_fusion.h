@@ -42,6 +42,9 @@ struct FusedBlockCounts {
   int max_pool = 0;
   int self_attention = 0;
   int layer_norm = 0;  // with or without the add before it
+  // Note [Pointwise regions] (pointwise_region.h): the regions and the calls inside them.
+  int pointwise_regions = 0;
+  int pointwise_ops = 0;
 };
 
 // Rewrites `calls` in place. `outside_reads` are slots read other than by calls (the

@@ -22,10 +22,6 @@ bool Supported(c10::ScalarType t) {
          t == c10::ScalarType::Half;
 }
 
-const char* StorageType(c10::ScalarType t) {
-  return t == c10::ScalarType::Float ? "float" : "unsigned short";
-}
-
 // Conversions between float and the stored dtypes, without CUDA headers (NVRTC then needs no
 // include path on the GPU host): bf16 rounds to nearest even as ATen's does.
 constexpr const char* kPrelude = R"(
@@ -113,7 +109,9 @@ std::string Expression(const PointwiseNode& node) {
     case PointwiseOp::kMul:
       return absl::StrCat(a, " * ", b);
     case PointwiseOp::kDiv:
-      return absl::StrCat(a, " / ", b);
+      // By a scalar, ATen multiplies by its float reciprocal.
+      return node.operands.size() > 1 ? absl::StrCat(a, " / ", b)
+                                      : absl::StrCat(a, " * (1.0f / ", b, ")");
     case PointwiseOp::kNeg:
       return absl::StrCat("-", a);
     case PointwiseOp::kRelu:
@@ -123,7 +121,7 @@ std::string Expression(const PointwiseNode& node) {
     case PointwiseOp::kGeluTanh:
       return absl::StrCat("gelu_tanh(", a, ")");
     case PointwiseOp::kSilu:
-      return absl::StrCat(a, " * sigmoid_f(", a, ")");
+      return absl::StrCat(a, " / (1.0f + expf(-", a, "))");
     case PointwiseOp::kSigmoid:
       return absl::StrCat("sigmoid_f(", a, ")");
     case PointwiseOp::kTanh:
@@ -224,7 +222,7 @@ std::string Header(int param_count) {
 
 absl::StatusOr<std::vector<c10::ScalarType>> PointwiseNodeDtypes(
     const PointwiseRegion& region, const std::vector<c10::ScalarType>& input_dtypes,
-    const std::vector<bool>& input_zero_dim) {
+    const std::vector<bool>& input_zero_dim, bool autocast) {
   std::vector<c10::ScalarType> dtypes(region.nodes.size());
   std::vector<bool> zero_dim(region.nodes.size());
   for (size_t n = 0; n < region.nodes.size(); ++n) {
@@ -246,6 +244,9 @@ absl::StatusOr<std::vector<c10::ScalarType>> PointwiseNodeDtypes(
     } else {
       dtypes[n] = dtypes[node.operands[0]];
       zero_dim[n] = zero_dim[node.operands[0]];
+      if (autocast && (node.op == PointwiseOp::kExp || node.op == PointwiseOp::kRsqrt ||
+                       node.op == PointwiseOp::kPow))
+        dtypes[n] = c10::ScalarType::Float;
     }
     if (!Supported(dtypes[n])) {
       return absl::InvalidArgumentError(absl::StrCat(region.where, ": a value of dtype ",
@@ -259,7 +260,8 @@ absl::StatusOr<std::vector<c10::ScalarType>> PointwiseNodeDtypes(
 absl::StatusOr<std::string> PointwiseForwardSource(const PointwiseRegion& region,
                                                    const PointwiseSignature& signature) {
   if (absl::Status s = CheckSignature(region, signature); !s.ok()) return s;
-  auto dtypes = PointwiseNodeDtypes(region, signature.input_dtypes, signature.input_zero_dim);
+  auto dtypes = PointwiseNodeDtypes(region, signature.input_dtypes, signature.input_zero_dim,
+                                    signature.autocast);
   if (!dtypes.ok()) return dtypes.status();
   const int inputs = static_cast<int>(region.input_slots.size());
   const int outputs = static_cast<int>(region.output_nodes.size());
@@ -295,7 +297,8 @@ absl::StatusOr<std::string> PointwiseBackwardSource(const PointwiseRegion& regio
     return absl::InvalidArgumentError(
         absl::StrCat(region.where, ": a backward signature that does not fit the region"));
   }
-  auto dtypes = PointwiseNodeDtypes(region, signature.input_dtypes, signature.input_zero_dim);
+  auto dtypes = PointwiseNodeDtypes(region, signature.input_dtypes, signature.input_zero_dim,
+                                    signature.autocast);
   if (!dtypes.ok()) return dtypes.status();
   // Operands with strides: the inputs, then the given output gradients.
   std::vector<int> grad_operand(outputs, -1);
@@ -354,7 +357,8 @@ absl::StatusOr<std::string> PointwiseBackwardSource(const PointwiseRegion& regio
         if (two) absl::StrAppend(&src, "    ", gb, " += ", g, " * ", a, ";\n");
         break;
       case PointwiseOp::kDiv:
-        absl::StrAppend(&src, "    ", ga, " += ", g, " / ", b, ";\n");
+        absl::StrAppend(&src, "    ", ga, " += ", g, two ? " / " : " * (1.0f / ", b, two ? "" : ")",
+                        ";\n");
         if (two)
           absl::StrAppend(&src, "    ", gb, " -= ", g, " * ", a, " / (", b, " * ", b, ");\n");
         break;

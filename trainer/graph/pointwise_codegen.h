@@ -37,6 +37,9 @@ struct PointwiseSignature {
   std::vector<bool> input_zero_dim;           // 0-dim tensors promote as ATen's do
   std::vector<bool> input_linear;             // Note [Pointwise kernel layout]
   int rank = 1;
+  // CUDA autocast was on: exp, rsqrt and pow return float, as ATen's autocast fp32 list has
+  // them do.
+  bool autocast = false;
   // Backward only: the inputs whose gradients are written, whether each live-out's
   // gradient is given, and whether each input has the region's full shape.
   std::vector<bool> input_needs_grad;
@@ -49,7 +52,7 @@ struct PointwiseSignature {
 // gives it; InvalidArgument naming the region for a dtype the kernels do not handle.
 absl::StatusOr<std::vector<c10::ScalarType>> PointwiseNodeDtypes(
     const PointwiseRegion& region, const std::vector<c10::ScalarType>& input_dtypes,
-    const std::vector<bool>& input_zero_dim);
+    const std::vector<bool>& input_zero_dim, bool autocast);
 
 // The source of `extern "C" __global__ void pointwise_forward(Params)`: reads the inputs,
 // writes the live-outs (in their dtypes, linear). Parameter pointers: inputs, then outputs;

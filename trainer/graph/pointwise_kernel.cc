@@ -225,8 +225,6 @@ struct Launchable {
   std::string source;
 };
 
-bool AutocastFp32(const PointwiseRegion&) { return at::autocast::is_autocast_enabled(at::kCUDA); }
-
 // The forward launch of `region` on `inputs`, or why the kernels do not apply.
 absl::StatusOr<Launchable> PlanForward(const PointwiseRegion& region,
                                        const std::vector<at::Tensor>& inputs) {
@@ -241,17 +239,11 @@ absl::StatusOr<Launchable> PlanForward(const PointwiseRegion& region,
     l.signature.input_dtypes.push_back(t.scalar_type());
     l.signature.input_zero_dim.push_back(t.dim() == 0);
   }
-  auto dtypes = PointwiseNodeDtypes(region, l.signature.input_dtypes, l.signature.input_zero_dim);
+  l.signature.autocast = at::autocast::is_autocast_enabled(at::kCUDA);
+  auto dtypes = PointwiseNodeDtypes(region, l.signature.input_dtypes, l.signature.input_zero_dim,
+                                    l.signature.autocast);
   if (!dtypes.ok()) return dtypes.status();
   l.dtypes = std::move(*dtypes);
-  if (AutocastFp32(region)) {
-    // Under autocast, exp, rsqrt and pow run in float (ATen's autocast fp32 list).
-    for (size_t n = 0; n < region.nodes.size(); ++n) {
-      const PointwiseOp op = region.nodes[n].op;
-      if (op == PointwiseOp::kExp || op == PointwiseOp::kRsqrt || op == PointwiseOp::kPow)
-        return absl::FailedPreconditionError("exp, rsqrt or pow under autocast");
-    }
-  }
   for (size_t n = 0; n < region.nodes.size(); ++n) {
     const PointwiseNode& node = region.nodes[n];
     if (node.op == PointwiseOp::kInput) {
@@ -318,6 +310,7 @@ class PointwiseFunction : public torch::autograd::Function<PointwiseFunction> {
     std::vector<int64_t> zero_dim;
     for (bool z : plan->signature.input_zero_dim) zero_dim.push_back(z);
     ctx->saved_data["zero_dim"] = zero_dim;
+    ctx->saved_data["autocast"] = plan->signature.autocast;
     return outputs;
   }
 
@@ -331,6 +324,7 @@ class PointwiseFunction : public torch::autograd::Function<PointwiseFunction> {
     const c10::Device device = inputs[0].device();
     c10::cuda::CUDAGuard guard(device);
     PointwiseSignature signature;
+    signature.autocast = ctx->saved_data["autocast"].toBool();
     std::vector<at::Tensor> operands(inputs.begin(), inputs.end());
     for (size_t j = 0; j < inputs.size(); ++j) {
       signature.input_dtypes.push_back(inputs[j].scalar_type());

@@ -382,6 +382,8 @@ void RunPointwise(const GraphCall& call, GraphFrame& frame) {
     if (tensors) inputs.push_back(v.toTensor());
   }
   if (tensors && !inputs.empty() && inputs[0].is_cuda()) {
+    // The module loads into the current context: the inputs' device's.
+    c10::cuda::CUDAGuard guard(inputs[0].device());
     absl::StatusOr<Launchable> plan = PlanForward(region, inputs);
     absl::Status compiled = plan.status();
     if (plan.ok()) {

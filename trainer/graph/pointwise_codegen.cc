@@ -157,7 +157,8 @@ std::string Expression(const PointwiseNode& node) {
 
 // Offsets of the non-linear operands (strides at `stride_base` + operand * rank) for index i.
 void EmitOffsets(int operands, const std::vector<bool>& linear, int rank, int sizes_base,
-                 int strides_base, std::string* out) {
+                 int strides_base, bool index32, std::string* out) {
+  const char* index = index32 ? "unsigned int" : "long long";
   bool any = false;
   for (int j = 0; j < operands; ++j) {
     if (linear[j]) continue;
@@ -165,10 +166,14 @@ void EmitOffsets(int operands, const std::vector<bool>& linear, int rank, int si
     any = true;
   }
   if (!any) return;
-  absl::StrAppend(out, "    {\n      long long rem = i;\n");
+  absl::StrAppend(out, "    {\n      ", index, " rem = (", index, ")i;\n");
   for (int k = rank - 1; k >= 0; --k) {
-    absl::StrAppend(out, "      {\n        const long long size = (long long)p.v[", sizes_base + k,
-                    "];\n        const long long c = ", k > 0 ? "rem % size" : "rem", ";\n");
+    if (k > 0) {
+      absl::StrAppend(out, "      {\n        const ", index, " size = (", index, ")p.v[",
+                      sizes_base + k, "];\n        const long long c = rem % size;\n");
+    } else {
+      absl::StrAppend(out, "      {\n        const long long c = rem;\n");
+    }
     if (k > 0) absl::StrAppend(out, "        rem /= size;\n");
     for (int j = 0; j < operands; ++j) {
       if (linear[j]) continue;
@@ -274,7 +279,7 @@ absl::StatusOr<std::string> PointwiseForwardSource(const PointwiseRegion& region
                   "  const long long numel = (long long)p.v[", numel_at, "];\n",
                   "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < "
                   "numel;\n       i += (long long)gridDim.x * blockDim.x) {\n");
-  EmitOffsets(inputs, signature.input_linear, rank, sizes_at, strides_at, &src);
+  EmitOffsets(inputs, signature.input_linear, rank, sizes_at, strides_at, signature.index32, &src);
   EmitForwardValues(region, signature, *dtypes, &src);
   for (int o = 0; o < outputs; ++o) {
     const int n = region.output_nodes[o];
@@ -323,7 +328,7 @@ absl::StatusOr<std::string> PointwiseBackwardSource(const PointwiseRegion& regio
                   "  const long long numel = (long long)p.v[", numel_at, "];\n",
                   "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < "
                   "numel;\n       i += (long long)gridDim.x * blockDim.x) {\n");
-  EmitOffsets(operands, linear, rank, sizes_at, strides_at, &src);
+  EmitOffsets(operands, linear, rank, sizes_at, strides_at, signature.index32, &src);
   EmitForwardValues(region, signature, *dtypes, &src);
   const size_t nodes = region.nodes.size();
   for (size_t n = 0; n < nodes; ++n) absl::StrAppend(&src, "    float g", n, " = 0.0f;\n");

@@ -40,6 +40,9 @@ struct PointwiseSignature {
   // CUDA autocast was on: exp, rsqrt and pow return float, as ATen's autocast fp32 list has
   // them do.
   bool autocast = false;
+  // The walk has fewer than 2^31 elements: its index arithmetic (division by the sizes) is
+  // 32-bit, several times cheaper on the GPU than 64-bit.
+  bool index32 = false;
   // Backward only: the inputs whose gradients are written, whether each live-out's
   // gradient is given, and whether each input has the region's full shape.
   std::vector<bool> input_needs_grad;

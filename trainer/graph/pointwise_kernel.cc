@@ -274,6 +274,7 @@ absl::StatusOr<Launchable> PlanForward(const PointwiseRegion& region,
     return absl::FailedPreconditionError("more dimensions than the kernels walk");
   l.signature.input_linear = l.walk.linear;
   l.signature.rank = static_cast<int>(l.walk.sizes.size());
+  l.signature.index32 = l.walk.numel < (int64_t{1} << 31);
   auto source = PointwiseForwardSource(region, l.signature);
   if (!source.ok()) return source.status();
   l.source = std::move(*source);
@@ -340,6 +341,7 @@ class PointwiseFunction : public torch::autograd::Function<PointwiseFunction> {
     TORCH_CHECK(static_cast<int>(walk.sizes.size()) <= kPointwiseMaxRank, region->where,
                 ": a gradient with more dimensions than the kernels walk");
     signature.rank = static_cast<int>(walk.sizes.size());
+    signature.index32 = walk.numel < (int64_t{1} << 31);
     signature.input_linear.assign(walk.linear.begin(), walk.linear.begin() + inputs.size());
     signature.output_grad_linear.assign(region->output_nodes.size(), true);
     for (size_t o = 0, k = inputs.size(); o < grad_outputs.size(); ++o) {

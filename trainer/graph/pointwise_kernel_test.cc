@@ -341,6 +341,7 @@ TEST(PointwiseKernelTest, GeneratedSourcesCompileWithNvrtc) {
         signature.input_linear.assign(inputs, true);
         signature.input_linear.back() = false;
         signature.rank = 3;
+        signature.index32 = dtype == at::kHalf;
         signature.input_needs_grad = c.differentiable;
         signature.input_full_shape.assign(inputs, true);
         signature.input_full_shape.front() = false;

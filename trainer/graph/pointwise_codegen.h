@@ -9,7 +9,8 @@
 // permuted or transposed view, or one broadcast along some dimensions, whose stride there is
 // 0) at the offset its strides give. The kernel takes one parameter, a struct of 8-byte
 // fields: the operand pointers, the element count, the `rank` sizes and each operand's
-// `rank` strides. Every value is computed in float and rounded to its ATen dtype (bf16, fp16)
+// `rank` strides (the index arithmetic is 32-bit below 2^31 elements; loads are scalar, not
+// vectorised). Every value is computed in float and rounded to its ATen dtype (bf16, fp16)
 // where ATen would have stored it, so a forward output equals ATen's up to the order of float
 // operations. The backward kernel recomputes the forward values from the region's inputs
 // and walks the DAG in reverse, in float; it writes each input's gradient in the walk's

@@ -30,13 +30,16 @@ namespace {
 
 std::atomic<int64_t> launches{0};
 
-// Logs `why` once per region: the region then runs its composition.
+// Logs why a region runs as its composition, once per distinct reason for the process (a
+// missing NVRTC would otherwise give one line per region). Thread-safe.
 void LogFallbackOnce(const PointwiseRegion& region, const std::string& why) {
   static std::mutex mu;
-  static std::set<const PointwiseRegion*>* logged = new std::set<const PointwiseRegion*>();
+  static auto* logged = new std::set<std::string>();
   std::lock_guard<std::mutex> lock(mu);
-  if (!logged->insert(&region).second) return;
-  LogWarning("%s runs as its ATen calls: %s", region.where, why);
+  if (!logged->insert(why).second) return;
+  LogWarning(
+      "%s runs as its ATen calls, as does any other pointwise region for the same reason: %s",
+      region.where, why);
 }
 
 #ifdef STOKER_WITH_CUDA

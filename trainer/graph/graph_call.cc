@@ -4,6 +4,7 @@
 #include <ATen/core/List.h>
 
 #include "trainer/graph/graph_fusion.h"
+#include "trainer/graph/pointwise_kernel.h"
 
 namespace stoker::trainer {
 namespace {
@@ -131,6 +132,9 @@ void RunCall(const GraphCall& call, GraphFrame& frame) {
       return;
     case GraphCall::Kind::kLayerNorm:
       RunFusedLayerNorm(call, frame);
+      return;
+    case GraphCall::Kind::kPointwise:
+      RunPointwise(call, frame);
       return;
   }
 }

@@ -10,11 +10,14 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace stoker::trainer {
+
+struct PointwiseRegion;
 
 struct GraphArg {
   enum class Kind {
@@ -44,6 +47,7 @@ struct GraphCall {
     kMaxPool,        // Note [Fused blocks in a program]
     kSelfAttention,  // Note [Fused blocks in a program]
     kLayerNorm,      // Note [Fused blocks in a program]
+    kPointwise,      // Note [Pointwise regions] (pointwise_region.h)
   };
   Kind kind = Kind::kOperator;
   std::optional<c10::OperatorHandle> op;
@@ -55,6 +59,8 @@ struct GraphCall {
   bool in_place = false;   // kDropout: dropout_
   int residual_slot = -1;  // kBatchNorm: the added residual, -1 without
   bool relu = false;       // kBatchNorm: ReLU last
+  // kPointwise: the region; `args` are its input slots, `outputs` its live-outs.
+  std::shared_ptr<const PointwiseRegion> pointwise;
   // "<where>: node <name> (<target>)" of the exported node it runs (for a fused call, its
   // last node's): the start of an error raised while it runs.
   std::string where;

@@ -49,6 +49,9 @@ struct FusedBlockCounts {
   int layer_norm_through_views = 0;
   // Read otherwise, its output in fp32 (Swin-V2's post-norm, read by the residual add).
   int layer_norm_fp32_output = 0;
+  // Note [Pointwise regions] (pointwise_region.h): the regions and the calls inside them.
+  int pointwise_regions = 0;
+  int pointwise_ops = 0;
 };
 
 // Rewrites `calls` in place. `outside_reads` are slots read other than by calls (the

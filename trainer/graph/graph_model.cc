@@ -111,6 +111,7 @@ absl::StatusOr<std::shared_ptr<GraphModel>> GraphModel::Build(const ExportArchiv
   train_options.num_classes = options.num_classes;
   train_options.image_size = options.image_size;
   train_options.fused_blocks = options.fused_blocks;
+  train_options.pointwise_fusion = options.pointwise_fusion;
   ASSIGN_OR_RETURN(model->train_, GraphProgram::Build(archive.train, state, train_options));
   GraphProgramOptions eval_options = train_options;
   model->has_eval_program_ = archive.eval.has_value();

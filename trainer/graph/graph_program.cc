@@ -10,6 +10,7 @@
 #include "trainer/graph/graph_fusion.h"
 #include "trainer/graph/graph_node.h"
 #include "trainer/graph/graph_schema.h"
+#include "trainer/graph/pointwise_region.h"
 
 namespace stoker::trainer {
 
@@ -174,6 +175,14 @@ std::vector<std::string> GraphProgram::operators() const {
   return {names.begin(), names.end()};
 }
 
+std::vector<const PointwiseRegion*> GraphProgram::pointwise_regions() const {
+  std::vector<const PointwiseRegion*> regions;
+  for (const auto& call : calls_) {
+    if (call->pointwise != nullptr) regions.push_back(call->pointwise.get());
+  }
+  return regions;
+}
+
 absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(
     const json& graph_module, const GraphState& state, const GraphProgramOptions& options) {
   ASSIGN_OR_RETURN(ProgramSignature signature,
@@ -194,8 +203,15 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(
     return absl::InvalidArgumentError(
         absl::StrCat(options.where, ": output ", signature.output, " is never computed"));
   }
-  if (options.fused_blocks)
+  if (options.fused_blocks) {
     program->fused_blocks_ = FuseBlocks(program->calls_, program->values_.OutsideReads());
+    if (options.pointwise_fusion) {
+      const PointwiseRegionCounts pointwise =
+          FindPointwiseRegions(program->calls_, program->values_.OutsideReads());
+      program->fused_blocks_.pointwise_regions = pointwise.regions;
+      program->fused_blocks_.pointwise_ops = pointwise.ops;
+    }
+  }
   ViewsAsReshapes(program->calls_);
   return program;
 }

@@ -40,6 +40,9 @@ struct GraphProgramOptions {
   // Rewrite batch norm + (add +) ReLU and max pooling into fused blocks: Note [Fused blocks
   // in a program] (trainer/graph/graph_fusion.h).
   bool fused_blocks = true;
+  // With fused_blocks, rewrite chains of elementwise calls into generated kernels: Note
+  // [Pointwise regions] (trainer/graph/pointwise_region.h).
+  bool pointwise_fusion = true;
 };
 
 // Built once, run many times. Thread-compatible: one Run at a time.
@@ -79,6 +82,8 @@ class GraphProgram {
   std::vector<std::string> operators() const;
   // The patterns rewritten into fused blocks (all zero with fused_blocks off).
   const FusedBlockCounts& fused_blocks() const { return fused_blocks_; }
+  // The pointwise regions of its kPointwise calls, in program order (owned by the program).
+  std::vector<const PointwiseRegion*> pointwise_regions() const;
 
  private:
   GraphProgram();

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/List.h>
 
+#include "trainer/graph/graph_fp8.h"
 #include "trainer/graph/graph_fusion.h"
 
 namespace stoker::trainer {
@@ -131,6 +132,9 @@ void RunCall(const GraphCall& call, GraphFrame& frame) {
       return;
     case GraphCall::Kind::kLayerNorm:
       RunFusedLayerNorm(call, frame);
+      return;
+    case GraphCall::Kind::kFp8Linear:
+      values[call.outputs[0][0]] = RunFp8Linear(call, frame);
       return;
   }
 }

@@ -42,6 +42,12 @@ struct FusedBlockCounts {
   int max_pool = 0;
   int self_attention = 0;
   int layer_norm = 0;  // with or without the add before it
+  // --precision=fp8 (Note [FP8 linear layers in a program], graph_fp8.h): linear layers
+  // and self-attention calls whose matrix products run in FP8, and linear layers kept in
+  // bf16 (the classification head, shapes FP8 cannot take).
+  int fp8_linear = 0;
+  int fp8_self_attention = 0;
+  int fp8_kept = 0;
 };
 
 // Rewrites `calls` in place. `outside_reads` are slots read other than by calls (the

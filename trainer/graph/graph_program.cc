@@ -5,8 +5,11 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "trainer/graph/graph_arguments.h"
+#include "trainer/graph/graph_fp8.h"
 #include "trainer/graph/graph_fusion.h"
 #include "trainer/graph/graph_node.h"
 #include "trainer/graph/graph_schema.h"
@@ -196,6 +199,16 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(
   }
   if (options.fused_blocks)
     program->fused_blocks_ = FuseBlocks(program->calls_, program->values_.OutsideReads());
+  if (options.fp8) {
+    FusedBlockCounts& counts = program->fused_blocks_;
+    MarkFp8Linears(program->calls_, program->values_.values(), Fp8Recipe{}, &counts,
+                   &program->fp8_kept_);
+    LogInfo(
+        "%s: --precision=fp8: %d linear layers and %d self-attention calls in FP8, %d "
+        "linear layers in bf16%s%s",
+        options.where, counts.fp8_linear, counts.fp8_self_attention, counts.fp8_kept,
+        program->fp8_kept_.empty() ? "" : ": ", absl::StrJoin(program->fp8_kept_, "; "));
+  }
   ViewsAsReshapes(program->calls_);
   return program;
 }

@@ -40,6 +40,8 @@ struct GraphProgramOptions {
   // Rewrite batch norm + (add +) ReLU and max pooling into fused blocks: Note [Fused blocks
   // in a program] (trainer/graph/graph_fusion.h).
   bool fused_blocks = true;
+  // --precision=fp8: Note [FP8 linear layers in a program] (trainer/graph/graph_fp8.h).
+  bool fp8 = false;
 };
 
 // Built once, run many times. Thread-compatible: one Run at a time.
@@ -79,6 +81,8 @@ class GraphProgram {
   std::vector<std::string> operators() const;
   // The patterns rewritten into fused blocks (all zero with fused_blocks off).
   const FusedBlockCounts& fused_blocks() const { return fused_blocks_; }
+  // With fp8: the linear layers kept in bf16, a line each ("<node>: why").
+  const std::vector<std::string>& fp8_kept() const { return fp8_kept_; }
 
  private:
   GraphProgram();
@@ -89,6 +93,7 @@ class GraphProgram {
   int image_size_ = 0;
   int channels_ = 3;
   FusedBlockCounts fused_blocks_;
+  std::vector<std::string> fp8_kept_;
 };
 
 }  // namespace stoker::trainer

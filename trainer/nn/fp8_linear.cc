@@ -214,7 +214,8 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
         static_cast<int64_t>(bias.defined() ? bias.scalar_type() : at::kFloat);
     std::vector<int64_t> y_sizes = x.sizes().vec();
     y_sizes.back() = out;
-    return {y.view(y_sizes)};
+    // Not a view: the program may update the output in place (a residual add_).
+    return {at::_unsafe_view(y, y_sizes)};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -251,7 +252,7 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
         // [rows, out] x [out, in]: W^T [in, out] row-major is W column-major.
         dx = at::_scaled_mm(gq.q, wqt.t(), gq.scale_inv, w_scale_inv, std::nullopt, std::nullopt,
                             x_dtype, /*use_fast_accum=*/false)
-                 .view(x_sizes);
+                 .reshape(x_sizes);
       }
       if (weight_grad) {
         // [out, rows] x [rows, in], rows padded with zeros on both sides.

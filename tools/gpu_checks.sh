@@ -416,7 +416,7 @@ done
 unset CHECK_MODEL
 check vit_b_16_bf16_100 fp8_run vit_b_16_bf16_100 bf16
 check vit_b_16_fp8 fp8_run vit_b_16_fp8 fp8
-grep -E "precision=fp8:" "$out/vit_b_16_fp8.log" | head -n 1
+grep -E "precision=fp8: in FP8" "$out/vit_b_16_fp8.log" | head -n 1
 check vit_b_16_fp8_tracks_bf16 fp8_compare vit_b_16_bf16_100 vit_b_16_fp8
 cat "$out/vit_b_16_fp8_tracks_bf16.log"
 

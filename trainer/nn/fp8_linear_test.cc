@@ -180,9 +180,10 @@ TEST(Fp8LinearGpuTest, OutputsAndGradientsTrackTheFp32Linear) {
       dims += std::to_string(s.out);
       for (const auto& [name, value, plain, reference, allowed] : checks) {
         const double error = RelativeError(value, reference);
-        std::printf("  [%s, gradients %s] %s: relative error %.4f (bf16 %.4f, allowed %.2f)\n",
-                    dims.c_str(), e4m3_gradients ? "e4m3" : "e5m2", name, error,
-                    RelativeError(plain, reference), allowed);
+        std::printf(
+            "[ fp8 ] [%s, gradients %s] %s: relative error %.4f (bf16 %.4f, allowed %.2f)\n",
+            dims.c_str(), e4m3_gradients ? "e4m3" : "e5m2", name, error,
+            RelativeError(plain, reference), allowed);
         EXPECT_LE(error, allowed) << dims << " " << name;
         EXPECT_TRUE(torch::isfinite(value).all().item<bool>()) << dims << " " << name;
       }
@@ -208,8 +209,8 @@ TEST(Fp8LinearGpuTest, ScalesFollowTheAmaxHistory) {
   const float dy_amax = in.dy.abs().max().to(torch::kFloat).item<float>();
   EXPECT_NEAR(state->scale(Fp8Role::kGradOutput).item<float>(), 57344.f / dy_amax,
               1e-3 * 57344.f / dy_amax);
-  std::printf("  primed: input scale %.4g (amax %.4g), weight %.4g, gradient %.4g\n", input_scale(),
-              amax, state->scale(Fp8Role::kWeight).item<float>(),
+  std::printf("[ fp8 ] primed: input scale %.4g (amax %.4g), weight %.4g, gradient %.4g\n",
+              input_scale(), amax, state->scale(Fp8Role::kWeight).item<float>(),
               state->scale(Fp8Role::kGradOutput).item<float>());
 
   // A call with inputs 100 times larger: its amax enters the history, the scale drops.
@@ -225,8 +226,8 @@ TEST(Fp8LinearGpuTest, ScalesFollowTheAmaxHistory) {
     RunLinear(in.x, in.w, in.b, in.dy, state);
     scales.push_back(input_scale());
   }
-  std::printf("  input scale after the large call: %.4g %.4g %.4g %.4g\n", scales[0], scales[1],
-              scales[2], scales[3]);
+  std::printf("[ fp8 ] input scale after the large call: %.4g %.4g %.4g %.4g\n", scales[0],
+              scales[1], scales[2], scales[3]);
   for (int i = 0; i + 1 < kHistory; ++i)
     EXPECT_NEAR(scales[i], 448.f / big_amax, 1e-4 * 448.f / big_amax) << "call " << i;
   EXPECT_NEAR(scales.back(), 448.f / amax, 1e-4 * 448.f / amax);
@@ -292,7 +293,7 @@ TEST(Fp8LinearGpuTest, ForwardAndBackwardReplayAsACudaGraph) {
     EXPECT_NEAR(state->amax_history(Fp8Role::kInput)[0].item<float>(), doubled, 1e-6 * doubled);
   }
   const Result exact = Exact(in.x.to(torch::kFloat) * 2, in.w, in.b, in.dy);
-  std::printf("  replayed: y %.4f, dW %.4f\n", RelativeError(y, exact.y),
+  std::printf("[ fp8 ] replayed: y %.4f, dW %.4f\n", RelativeError(y, exact.y),
               RelativeError(w.grad(), exact.dw));
   // The scale of the replay came from the undoubled inputs: values past their range
   // saturate, so only the weight's gradient (from the replay's dy and x) is compared.

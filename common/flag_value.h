@@ -30,7 +30,7 @@ struct FlagChoice {
 };
 
 // The value of the choice named `text` (exactly); otherwise FlagValueError listing the
-// names in order: "--precision=fp8: use bf16, fp16 or fp32".
+// names in order: "--precision=fp4: use bf16, fp16, fp32 or fp8".
 template <typename T>
 absl::StatusOr<T> ParseFlagChoice(absl::string_view flag, absl::string_view text,
                                   std::initializer_list<FlagChoice<T>> choices) {

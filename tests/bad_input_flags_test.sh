@@ -42,7 +42,7 @@ check_config() {
 # ---- trainer flags
 check "trainer unknown flag" "--no_such_flag: unknown flag" "$trainer" --no_such_flag=1
 check "trainer wrong type" "--epochs=ten" "$trainer" --epochs=ten
-check "trainer bad enum" "--precision=fp8" "$trainer" --precision=fp8
+check "trainer bad enum" "--precision=fp4" "$trainer" --precision=fp4
 check "trainer out of range" "--batch_size=0" "$trainer" --batch_size=0
 check "trainer negative" "--keep_checkpoints=" "$trainer" --keep_checkpoints=-1
 check "trainer missing value" "--epochs: a value is required" "$trainer" --epochs

@@ -323,13 +323,14 @@ def phase_exported(out):
         anchor_lines(out, p, "python", {"ranks": 1})
 
 
-def phase_models(out, models, modes, nofused=True):
+def phase_models(out, models, modes, nofused=True, variants=()):
     """Models exported from torchvision (tools/export_model.py, 224x224, 1000 classes) trained
     by Stoker's graph runner, with its fused rewrites (the default) and without
     (--nofused_blocks), against ../shared/bench/anchor_models.py (fused AdamW) in the same
     call: synthetic batches, bf16, channels_last, AdamW. `models`: [(arch, batch)]. Prints
     the table with each model's ratio to its best torch.compile mode and their geometric
-    mean (report_models)."""
+    mean (report_models). `variants`: more Stoker runs of each model: "fp8" (--precision=fp8,
+    its linear layers in FP8: trainer/nn/fp8_linear.h), recorded as synthetic_exported_fp8_*."""
     os.makedirs(WORK, exist_ok=True)
     exports = {}
     for arch, _ in models:
@@ -350,6 +351,9 @@ def phase_models(out, models, modes, nofused=True):
         if nofused:
             stoker_train(out, f"synthetic_exported_nofused_{arch}_1gpu", 1, pt2, synthetic_steps=50,
                          cores=CORES_1GPU, batch=batch, extra=["--nofused_blocks"])
+        if "fp8" in variants:
+            stoker_train(out, f"synthetic_exported_fp8_{arch}_1gpu", 1, pt2, synthetic_steps=50,
+                         cores=CORES_1GPU, batch=batch, extra=["--precision=fp8"])
     p = run([sys.executable, os.path.join(ANCHORS, "anchor_models.py"), "--models",
              ",".join(f"{a}:{b}" for a, b in models), "--modes", ",".join(modes)],
             env={"CUDA_VISIBLE_DEVICES": "0"}, cores=CORES_1GPU, timeout=1800)
@@ -918,6 +922,8 @@ def main():
                     help="models: comma-separated torchvision ARCH:BATCH, exported and trained")
     ap.add_argument("--modes", default="eager,compile,reduce-overhead",
                     help="models: anchor_models.py's modes to run beside Stoker")
+    ap.add_argument("--stoker_variants", default="",
+                    help="models phase: more Stoker runs per model, comma-separated: fp8 (--precision=fp8)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--skip_anchor", action="store_true",
                     help="one_gpu: no recipes; step: the synthetic runs alone")
@@ -943,7 +949,8 @@ def main():
         phase_exported(a.out)
     elif a.phase == "models":
         phase_models(a.out, [(m.split(":")[0], int(m.split(":")[1])) for m in a.models.split(",") if m],
-                     a.modes.split(","), nofused=not a.quick)
+                     a.modes.split(","), nofused=not a.quick,
+                     variants=[v for v in a.stoker_variants.split(",") if v])
     elif a.phase == "profile":
         phase_profile(a.out)
     elif a.phase == "two_gpu":

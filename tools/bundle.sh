@@ -24,6 +24,7 @@ gpu_tests=(
   //trainer/nn:fused_blocks_gpu_test
   //trainer/nn:self_attention_gpu_test
   //trainer/nn:layer_norm_gpu_test
+  //trainer/nn:fp8_linear_gpu_test
   //trainer/graph:pointwise_kernel_gpu_test
   //trainer:cuda_graph_gpu_test
   //trainer/comm:nccl_communicator_test_ranks

@@ -192,6 +192,34 @@ export_transformers() {
   tail -n 3 "$out"/export_*.txt
   return "$failed"
 }
+# --precision=fp8 (Note [FP8 linear layers], trainer/nn/fp8_linear.h) on the exported
+# ViT-B/16: 100 steps of varied batches (AdamW), and the same run in bf16.
+fp8_run() {  # fp8_run NAME PRECISION
+  "$stoker" launcher --np=1 --dataset=synthetic --synthetic_samples=6400 --synthetic_classes=100 --seed=5 -- \
+    --model="$out/exported_vit_b_16.pt2" --num_classes=100 --image_size=128 --batch_size=64 --epochs=1 \
+    --optimizer=adamw --lr=5e-4 --precision="$2" --loss_log="$out/loss_$1.txt" --log_every=20
+}
+# The FP8 run's loss tracks the bf16 run's: every 5-step mean within 5% of bf16's over the
+# 100 steps; prints both curves (means of 10 steps) and the worst gaps.
+fp8_compare() {  # fp8_compare BF16_NAME FP8_NAME
+  python3 - "$out" "$1" "$2" <<'PY'
+import sys
+out, reference, name = sys.argv[1:]
+def losses(p): return [float(l.split()[2]) for l in open(f"{out}/loss_{p}.txt")]
+def means(x, n): return [sum(x[i:i + n]) / n for i in range(0, len(x) - n + 1, n)]
+def gaps(a, b): return [abs(x - y) / max(abs(y), 1e-3) for x, y in zip(a, b)]
+ref, got = losses(reference), losses(name)
+print(f"{reference} 10-step means: {['%.3f' % x for x in means(ref, 10)]}")
+print(f"{name} 10-step means: {['%.3f' % x for x in means(got, 10)]}")
+window, step = gaps(means(got, 5), means(ref, 5)), gaps(got, ref)
+print(f"worst 5-step-mean gap {max(window):.3f} (window {window.index(max(window)) + 1} of {len(window)}); "
+      f"mean gap {sum(window) / len(window):.3f}; worst single step {max(step):.3f}")
+assert len(got) == 100 and len(ref) == 100, f"steps: {len(got)} and {len(ref)}, expected 100"
+assert max(window) < 0.05, f"{name} left {reference} by {max(window):.3f} (5-step means)"
+assert sum(got[-10:]) < sum(got[:10]), f"{name} loss did not fall"
+PY
+}
+
 # After training on 2 GPUs the parameters are bit-identical on both ranks.
 two_gpu_training() {
   rm -f "$out"/params.rank*
@@ -439,6 +467,7 @@ gtest_check gpu_jpeg_decoder hybrid "$stoker" gpu_jpeg_decoder_gpu_test
 gtest_check fused_blocks fused "$stoker" fused_blocks_gpu_test
 gtest_check self_attention fused "$stoker" self_attention_gpu_test
 gtest_check layer_norm fused "$stoker" layer_norm_gpu_test
+gtest_check fp8_linear fp8 "$stoker" fp8_linear_gpu_test
 gtest_check cuda_graphs graphs "$stoker" cuda_graph_gpu_test
 gtest_check snapshot_buffers snapshot "$stoker" snapshot_buffers_gpu_test
 gtest_check nccl_graph_capture graphs mpirun -np 1 "$stoker" nccl_communicator_test_ranks \
@@ -521,6 +550,11 @@ for arch in vit_b_16 convnext_tiny swin_v2_t; do
   cat "$out/${arch}_tracks_fp32.log"
 done
 unset CHECK_MODEL
+check vit_b_16_bf16_100 fp8_run vit_b_16_bf16_100 bf16
+check vit_b_16_fp8 fp8_run vit_b_16_fp8 fp8
+grep -E "precision=fp8: in FP8" "$out/vit_b_16_fp8.log" | head -n 1
+check vit_b_16_fp8_tracks_bf16 fp8_compare vit_b_16_bf16_100 vit_b_16_fp8
+cat "$out/vit_b_16_fp8_tracks_bf16.log"
 
 if (( gpus >= 2 )); then
   check nccl_allreduce mpirun -np 2 "$stoker" nccl_communicator_test_ranks

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "trainer/report/progress.h"
 
 #ifdef STOKER_WITH_CUDA
@@ -66,7 +67,37 @@ void ConfigureCudaAllocator(const DeviceOptions& options) {
 
 at::ScalarType InputDtype(const DeviceOptions& options, const RunContext& context) {
   if (!context.use_cuda || options.precision == Precision::kFloat32) return at::kFloat;
-  return options.precision == Precision::kBFloat16 ? at::kBFloat16 : at::kHalf;
+  // kFp8 is bf16 autocast, with the linear layers' matrix products in FP8.
+  return options.precision == Precision::kFloat16 ? at::kHalf : at::kBFloat16;
+}
+
+absl::Status CheckPrecisionSupported(const DeviceOptions& options, const RunContext& context) {
+  if (options.precision != Precision::kFp8) return absl::OkStatus();
+  if (!context.use_cuda) {
+    return absl::FailedPreconditionError(
+        "--precision=fp8 needs a GPU with FP8 tensor cores (compute capability 8.9 or newer); "
+        "this rank runs on the CPU");
+  }
+#ifdef STOKER_WITH_CUDA
+  int major = 0, minor = 0;
+  RETURN_IF_ERROR(CudaStatus(
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, context.cuda_device),
+      "cudaDeviceGetAttribute(major)"));
+  RETURN_IF_ERROR(CudaStatus(
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, context.cuda_device),
+      "cudaDeviceGetAttribute(minor)"));
+  return CheckFp8ComputeCapability(context.cuda_device, major, minor);
+#else
+  return absl::OkStatus();
+#endif
+}
+
+absl::Status CheckFp8ComputeCapability(int device, int major, int minor) {
+  if (major > 8 || (major == 8 && minor >= 9)) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "--precision=fp8 needs a GPU with FP8 tensor cores (compute capability 8.9 or newer: "
+      "Ada, Hopper and later); GPU %d has compute capability %d.%d: use --precision=bf16",
+      device, major, minor));
 }
 
 bool UsesAutocast(const DeviceOptions& options, const RunContext& context) {

@@ -39,6 +39,14 @@ void ConfigureCudaAllocator(const DeviceOptions& options);
 // The dtype of normalised input batches: the autocast dtype on the GPU, else float32.
 at::ScalarType InputDtype(const DeviceOptions& options, const RunContext& context);
 
+// --precision=fp8 on this rank's device: FailedPrecondition naming the flag on the CPU, or
+// on a GPU without FP8 tensor cores (compute capability below 8.9), with its capability.
+// OK for every other precision.
+absl::Status CheckPrecisionSupported(const DeviceOptions& options, const RunContext& context);
+
+// CheckPrecisionSupported's verdict for GPU `device` of compute capability major.minor.
+absl::Status CheckFp8ComputeCapability(int device, int major, int minor);
+
 // Whether forward runs under autocast (a GPU run below fp32).
 bool UsesAutocast(const DeviceOptions& options, const RunContext& context);
 

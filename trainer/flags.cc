@@ -184,7 +184,8 @@ ABSL_FLAG(std::string, trace_steps, "",
 ABSL_FLAG(std::string, device, "auto",
           "auto (a GPU per local rank when there are GPUs), cuda or cpu.");
 ABSL_FLAG(std::string, precision, "bf16",
-          "Autocast precision on the GPU: bf16, fp16 (with loss scaling) or fp32 (AMP off).");
+          "Autocast precision on the GPU: bf16, fp16 (with loss scaling), fp32 (AMP off) or fp8 "
+          "(bf16 with an exported model's linear layers in FP8; compute capability 8.9 or newer).");
 ABSL_FLAG(bool, channels_last, true, "Keep conv weights and inputs in channels_last layout.");
 ABSL_FLAG(bool, fused_blocks, true,
           "Run batch norm with its ReLU (and residual add) and max pooling as fused CUDA kernels, "

@@ -44,12 +44,19 @@ TEST(TrainerFlagsTest, ParsesFlagsIntoOptions) {
   EXPECT_EQ(parsed->options.model.init_weights, "/tmp/w.safetensors");
 }
 
+TEST(TrainerFlagsTest, ParsesFp8PrecisionForAnExportedModel) {
+  absl::FlagSaver saver;
+  auto parsed = Parse({"--data_socket=/s", "--model=/models/vit.pt2", "--precision=fp8"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->options.device.precision, Precision::kFp8);
+}
+
 TEST(TrainerFlagsTest, EachMalformedValueNamesItsFlag) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--epochs=abc", "--epochs=abc"},
       {"--lr=fast", "--lr=fast"},
       {"--nesterov=maybe", "--nesterov=maybe"},
-      {"--precision=fp8", "--precision=fp8"},
+      {"--precision=fp4", "--precision=fp4"},
       {"--lr_schedule=linear", "--lr_schedule=linear"},
       {"--data_split=test", "--data_split=test"},
       {"--lr_step_epochs=3,x", "--lr_step_epochs"},

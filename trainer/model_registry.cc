@@ -10,14 +10,15 @@
 namespace stoker::trainer {
 
 absl::StatusOr<std::shared_ptr<ImageClassifier>> MakeModel(const std::string& name, int num_classes,
-                                                           int image_size, bool fused_blocks) {
+                                                           int image_size, bool fused_blocks,
+                                                           bool fp8) {
   if (num_classes < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--num_classes must be >= 1, got ", num_classes));
   }
   if (absl::EndsWith(name, kExportedModelSuffix)) {
     absl::StatusOr<std::shared_ptr<GraphModel>> graph =
-        GraphModel::Load(name, {num_classes, image_size, fused_blocks});
+        GraphModel::Load(name, {num_classes, image_size, fused_blocks, fp8});
     if (!graph.ok()) return graph.status();
     return std::shared_ptr<ImageClassifier>(*std::move(graph));
   }

@@ -19,11 +19,13 @@ inline constexpr char kExportedModelSuffix[] = ".pt2";
 // seed it first for reproducible weights), or loads the exported model at that path with
 // the archive's weights, checking it against `num_classes` and `image_size` (0: any).
 // Built-in ResNets, and the batch norms and max pools of exported models, use the fused
-// blocks (trainer/nn/fused_blocks.h) unless `fused_blocks` is false. InvalidArgument for an
+// blocks (trainer/nn/fused_blocks.h) unless `fused_blocks` is false; with `fp8`, an exported
+// model's linear layers run in FP8 (Note [FP8 linear layers in a program]). InvalidArgument for an
 // unknown name or an archive Stoker refuses (the message says why).
 absl::StatusOr<std::shared_ptr<ImageClassifier>> MakeModel(const std::string& name, int num_classes,
                                                            int image_size = 0,
-                                                           bool fused_blocks = true);
+                                                           bool fused_blocks = true,
+                                                           bool fp8 = false);
 
 }  // namespace stoker::trainer
 

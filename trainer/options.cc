@@ -49,7 +49,8 @@ absl::StatusOr<Precision> ParsePrecision(absl::string_view name) {
   return ParseFlagChoice<Precision>("precision", name,
                                     {{"bf16", Precision::kBFloat16},
                                      {"fp16", Precision::kFloat16},
-                                     {"fp32", Precision::kFloat32}});
+                                     {"fp32", Precision::kFloat32},
+                                     {"fp8", Precision::kFp8}});
 }
 
 absl::Status DeviceOptions::Validate() const {
@@ -109,6 +110,21 @@ absl::Status ValidateOptions(const TrainerOptions& o) {
                         .status());
   }
   RETURN_IF_ERROR(o.scaler.Validate());
+  if (o.device.precision == Precision::kFp8) {
+    // Note [FP8 linear layers] (trainer/nn/fp8_linear.h): the rewrite of an exported
+    // program's linear layers, on a GPU with FP8 tensor cores (checked once a device is
+    // chosen: CheckPrecisionSupported, trainer/device.h).
+    if (!absl::EndsWith(o.model.name, ".pt2")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--precision=fp8 runs the linear layers of an exported model (--model=*.pt2) in FP8; "
+          "--model=",
+          o.model.name, " is built in and has none: use --precision=bf16"));
+    }
+    if (o.device.device == DeviceChoice::kCpu) {
+      return absl::InvalidArgumentError(
+          "--precision=fp8 needs a GPU with FP8 tensor cores; --device=cpu has none");
+    }
+  }
   return absl::OkStatus();
 }
 

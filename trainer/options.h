@@ -58,7 +58,9 @@ struct ValidationOptions {
 };
 
 enum class DeviceChoice { kAuto, kCuda, kCpu };
-enum class Precision { kFloat32, kBFloat16, kFloat16 };
+// kFp8: bf16 autocast, with the matrix products of an exported model's linear layers in FP8
+// (Note [FP8 linear layers], trainer/nn/fp8_linear.h).
+enum class Precision { kFloat32, kBFloat16, kFloat16, kFp8 };
 
 absl::StatusOr<DeviceChoice> ParseDeviceChoice(absl::string_view name);
 absl::StatusOr<Precision> ParsePrecision(absl::string_view name);

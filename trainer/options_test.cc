@@ -110,6 +110,13 @@ TEST(ValidateOptionsTest, EveryBadValueIsRefusedNamingItsFlag) {
        [](TrainerOptions& o) {
          o.model.name = "m.pt2", o.model.sync_batchnorm = true, o.model.fused_blocks = false;
        }},
+      // FP8 runs an exported model's linear layers (a built-in model has none) on a GPU.
+      {"--precision=fp8", [](TrainerOptions& o) { o.device.precision = Precision::kFp8; }},
+      {"--precision=fp8",
+       [](TrainerOptions& o) {
+         o.model.name = "m.pt2", o.device.precision = Precision::kFp8;
+         o.device.device = DeviceChoice::kCpu;
+       }},
   };
   for (const BadCase& c : cases) {
     TrainerOptions options = Good();
@@ -121,6 +128,19 @@ TEST(ValidateOptionsTest, EveryBadValueIsRefusedNamingItsFlag) {
   }
 }
 
+TEST(ValidateOptionsTest, Fp8IsAcceptedForAnExportedModelOnAnyGpuChoice) {
+  absl::StatusOr<Precision> fp8 = ParsePrecision("fp8");
+  ASSERT_TRUE(fp8.ok()) << fp8.status();
+  EXPECT_EQ(*fp8, Precision::kFp8);
+  for (DeviceChoice device : {DeviceChoice::kAuto, DeviceChoice::kCuda}) {
+    TrainerOptions o = Good();
+    o.model.name = "/models/vit_b_16.pt2";
+    o.device.precision = *fp8;
+    o.device.device = device;
+    EXPECT_TRUE(ValidateOptions(o).ok()) << ValidateOptions(o);
+  }
+}
+
 // Values that name a choice are parsed into enums, refused there when unknown.
 TEST(ValidateOptionsTest, EveryUnknownChoiceIsRefusedNamingItsFlag) {
   const std::pair<const char*, absl::Status> cases[] = {
@@ -129,7 +149,7 @@ TEST(ValidateOptionsTest, EveryUnknownChoiceIsRefusedNamingItsFlag) {
       {"--gpu_decode_share=", ParseGpuDecodeShare("most").status()},
       {"--gpu_decode_share=", ParseGpuDecodeShare("1.01").status()},
       {"--device=", ParseDeviceChoice("tpu").status()},
-      {"--precision=", ParsePrecision("fp8").status()},
+      {"--precision=", ParsePrecision("fp4").status()},
       {"--progress=", ParseProgressMode("fancy").status()},
       {"--resume=", ResumeFrom::Parse("").status()},
   };

@@ -194,6 +194,7 @@ absl::Status Trainer::Resume() {
 }
 
 absl::StatusOr<TrainingOutcome> Trainer::Run() {
+  RETURN_IF_ERROR(CheckPrecisionSupported(o_.device, context_));
   ConfigureDevice(o_.device, context_);
   profiled_.emplace(context_, o_.benchmark.warmup_steps, o_.report.profile_steps,
                     o_.report.kernel_trace);

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/List.h>
 
+#include "trainer/graph/graph_fp8.h"
 #include "trainer/graph/graph_fusion.h"
 #include "trainer/graph/pointwise_kernel.h"
 
@@ -135,6 +136,9 @@ void RunCall(const GraphCall& call, GraphFrame& frame) {
       return;
     case GraphCall::Kind::kPointwise:
       RunPointwise(call, frame);
+      return;
+    case GraphCall::Kind::kFp8Linear:
+      values[call.outputs[0][0]] = RunFp8Linear(call, frame);
       return;
   }
 }

@@ -1,6 +1,7 @@
 // GraphCall: one step of a GraphProgram as it runs, with its arguments already converted
 // at load (constants, or slots of the program's value table), and RunCall, which executes
-// it. Built by graph_program.cc; rewritten into fused blocks by graph_fusion.cc.
+// it. Built by graph_program.cc; rewritten into fused blocks by graph_fusion.cc and its
+// linear layers into FP8 ones by graph_fp8.cc.
 #ifndef STOKER_TRAINER_GRAPH_GRAPH_CALL_H_
 #define STOKER_TRAINER_GRAPH_GRAPH_CALL_H_
 
@@ -14,6 +15,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "trainer/nn/fp8_linear.h"
 
 namespace stoker::trainer {
 
@@ -48,6 +51,7 @@ struct GraphCall {
     kSelfAttention,  // Note [Fused blocks in a program]
     kLayerNorm,      // Note [Fused blocks in a program]
     kPointwise,      // Note [Pointwise regions] (pointwise_region.h)
+    kFp8Linear,      // aten::linear in FP8: Note [FP8 linear layers in a program]
   };
   Kind kind = Kind::kOperator;
   std::optional<c10::OperatorHandle> op;
@@ -64,6 +68,10 @@ struct GraphCall {
   // "<where>: node <name> (<target>)" of the exported node it runs (for a fused call, its
   // last node's): the start of an error raised while it runs.
   std::string where;
+  // --precision=fp8 (Note [FP8 linear layers in a program], graph_fp8.h): kFp8Linear's
+  // scaling state; a kSelfAttention call's in- and out-projection's (null: that one in
+  // bf16); empty: no FP8.
+  std::vector<c10::intrusive_ptr<Fp8LinearState>> fp8;
 };
 
 // What the calls of one run read and write.

@@ -641,6 +641,10 @@ at::Tensor RunFusedBlock(const GraphCall& call, const GraphFrame& frame) {
     attention.dropout_p = call.args[6].constant.toDouble();
     attention.is_causal = call.args[7].constant.toBool();
     if (!call.args[8].constant.isNone()) attention.scale = call.args[8].constant.toDouble();
+    if (call.fp8.size() == 2) {
+      attention.in_fp8 = call.fp8[0];
+      attention.out_fp8 = call.fp8[1];
+    }
     return SelfAttention(x, attention);
   }
   if (call.kind == GraphCall::Kind::kMaxPool) {

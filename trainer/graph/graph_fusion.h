@@ -52,6 +52,12 @@ struct FusedBlockCounts {
   // Note [Pointwise regions] (pointwise_region.h): the regions and the calls inside them.
   int pointwise_regions = 0;
   int pointwise_ops = 0;
+  // --precision=fp8 (Note [FP8 linear layers in a program], graph_fp8.h): linear layers
+  // and self-attention calls whose matrix products run in FP8, and linear layers kept in
+  // bf16 (the classification head, shapes FP8 cannot take).
+  int fp8_linear = 0;
+  int fp8_self_attention = 0;
+  int fp8_kept = 0;
 };
 
 // Rewrites `calls` in place. `outside_reads` are slots read other than by calls (the

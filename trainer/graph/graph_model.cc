@@ -112,8 +112,10 @@ absl::StatusOr<std::shared_ptr<GraphModel>> GraphModel::Build(const ExportArchiv
   train_options.image_size = options.image_size;
   train_options.fused_blocks = options.fused_blocks;
   train_options.pointwise_fusion = options.pointwise_fusion;
+  train_options.fp8 = options.fp8;
   ASSIGN_OR_RETURN(model->train_, GraphProgram::Build(archive.train, state, train_options));
   GraphProgramOptions eval_options = train_options;
+  eval_options.fp8 = false;  // Note [FP8 linear layers in a program]
   model->has_eval_program_ = archive.eval.has_value();
   if (archive.eval.has_value()) {
     eval_options.where = absl::StrCat("--model=", path, " (evaluation program)");

@@ -29,6 +29,7 @@ struct GraphModelOptions {
   int image_size = 0;            // the image side the program must take; 0: the program's
   bool fused_blocks = true;      // GraphProgramOptions::fused_blocks
   bool pointwise_fusion = true;  // GraphProgramOptions::pointwise_fusion
+  bool fp8 = false;              // GraphProgramOptions::fp8, for the training program only
 };
 
 // train() runs the training program, eval() the evaluation program (or the training

@@ -106,5 +106,56 @@ INSTANTIATE_TEST_SUITE_P(
       return absl::StrCat(info.param.arch, info.param.fused_blocks ? "" : "_unfused");
     });
 
+// Note [FP8 linear layers in a program]: with fp8 the training program's linear layers and
+// self-attention calls are marked, the head kept; on the CPU the marked program trains as
+// PyTorch does (its calls run at::linear), and evaluation is not marked.
+struct Fp8Case {
+  const char* arch;
+  const char* kwargs;
+  bool fused_blocks;
+  int fp8_linear, fp8_self_attention, fp8_kept;
+  bool train;  // also check ExpectTrainsAsInPyTorch
+};
+
+class Fp8MarkingTest : public ::testing::TestWithParam<Fp8Case> {};
+
+TEST_P(Fp8MarkingTest, MarksLinearsAndSelfAttentionKeepingTheHead) {
+  const Fp8Case& c = GetParam();
+  absl::StatusOr<TorchvisionExport> exported =
+      ExportTorchvisionModel({c.arch, 32, c.kwargs, kBatch});
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  GraphModelOptions options{kTorchvisionClasses, 32, c.fused_blocks};
+  options.fp8 = true;
+  absl::StatusOr<std::shared_ptr<GraphModel>> loaded = GraphModel::Load(exported->archive, options);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const GraphProgram& program = (*loaded)->train_program();
+  const FusedBlockCounts& counts = program.fused_blocks();
+  std::cerr << c.arch << (c.fused_blocks ? "" : " (unfused)") << ": FP8 " << counts.fp8_linear
+            << " linear, " << counts.fp8_self_attention << " self-attention, kept "
+            << counts.fp8_kept << "\n";
+  for (const std::string& line : program.fp8_kept()) std::cerr << "  kept: " << line << "\n";
+  EXPECT_EQ(counts.fp8_linear, c.fp8_linear);
+  EXPECT_EQ(counts.fp8_self_attention, c.fp8_self_attention);
+  EXPECT_EQ(counts.fp8_kept, c.fp8_kept);
+  ASSERT_EQ(program.fp8_kept().size(), static_cast<size_t>(c.fp8_kept));
+  EXPECT_NE(program.fp8_kept().back().find("classification head"), std::string::npos)
+      << program.fp8_kept().back();
+  if (c.train) ExpectTrainsAsInPyTorch(*exported, **loaded);
+}
+
+constexpr char kSmallVit[] = R"({"image_size": 32, "patch_size": 8, "num_layers": 2,
+                                 "num_heads": 4, "hidden_dim": 64, "mlp_dim": 128})";
+
+INSTANTIATE_TEST_SUITE_P(
+    Transformers, Fp8MarkingTest,
+    // Per encoder layer: the self-attention's two projections (one kSelfAttention call when
+    // fused, two linear layers otherwise) and the MLP's two linear layers; the head is kept.
+    ::testing::Values(Fp8Case{"VisionTransformer", kSmallVit, true, 4, 2, 1, true},
+                      Fp8Case{"VisionTransformer", kSmallVit, false, 8, 0, 1, true},
+                      Fp8Case{"vit_b_16", R"({"image_size": 32})", true, 24, 12, 1, false}),
+    [](const ::testing::TestParamInfo<Fp8Case>& info) {
+      return absl::StrCat(info.param.arch, info.param.fused_blocks ? "" : "_unfused");
+    });
+
 }  // namespace
 }  // namespace stoker::trainer

@@ -4,9 +4,13 @@
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "trainer/graph/graph_arguments.h"
+#include "trainer/graph/graph_fp8.h"
 #include "trainer/graph/graph_fusion.h"
 #include "trainer/graph/graph_node.h"
 #include "trainer/graph/graph_schema.h"
@@ -211,6 +215,23 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(
       program->fused_blocks_.pointwise_regions = pointwise.regions;
       program->fused_blocks_.pointwise_ops = pointwise.ops;
     }
+  }
+  if (options.fp8) {
+    FusedBlockCounts& counts = program->fused_blocks_;
+    MarkFp8Linears(program->calls_, program->values_.values(), Fp8Recipe{}, &counts,
+                   &program->fp8_kept_);
+    // Each kept line starts with the program's `where`, which the message gives once.
+    std::vector<std::string> kept;
+    for (const std::string& line : program->fp8_kept_) {
+      kept.push_back(absl::StartsWith(line, options.where + ": ")
+                         ? line.substr(options.where.size() + 2)
+                         : line);
+    }
+    LogInfo(
+        "%s: --precision=fp8: in FP8 %d linear layers and %d self-attention calls; in "
+        "bf16 %d linear layers%s%s",
+        options.where, counts.fp8_linear, counts.fp8_self_attention, counts.fp8_kept,
+        kept.empty() ? "" : ": ", absl::StrJoin(kept, "; "));
   }
   ViewsAsReshapes(program->calls_);
   return program;

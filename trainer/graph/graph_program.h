@@ -43,6 +43,8 @@ struct GraphProgramOptions {
   // With fused_blocks, rewrite chains of elementwise calls into generated kernels: Note
   // [Pointwise regions] (trainer/graph/pointwise_region.h).
   bool pointwise_fusion = true;
+  // --precision=fp8: Note [FP8 linear layers in a program] (trainer/graph/graph_fp8.h).
+  bool fp8 = false;
 };
 
 // Built once, run many times. Thread-compatible: one Run at a time.
@@ -84,6 +86,8 @@ class GraphProgram {
   const FusedBlockCounts& fused_blocks() const { return fused_blocks_; }
   // The pointwise regions of its kPointwise calls, in program order (owned by the program).
   std::vector<const PointwiseRegion*> pointwise_regions() const;
+  // With fp8: the linear layers kept in bf16, a line each ("<node>: why").
+  const std::vector<std::string>& fp8_kept() const { return fp8_kept_; }
 
  private:
   GraphProgram();
@@ -94,6 +98,7 @@ class GraphProgram {
   int image_size_ = 0;
   int channels_ = 3;
   FusedBlockCounts fused_blocks_;
+  std::vector<std::string> fp8_kept_;
 };
 
 }  // namespace stoker::trainer

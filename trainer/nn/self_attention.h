@@ -24,6 +24,8 @@
 
 #include <optional>
 
+#include "trainer/nn/fp8_linear.h"
+
 namespace stoker::trainer {
 
 // The module's tensors and settings. `heads` divides the embedding width E.
@@ -37,6 +39,9 @@ struct SelfAttentionArguments {
   double dropout_p = 0.0;   // attention dropout, drawn from the default generator
   bool is_causal = false;
   std::optional<double> scale;
+  // Where set, that projection runs in FP8 (Note [FP8 linear layers], nn/fp8_linear.h).
+  c10::intrusive_ptr<Fp8LinearState> in_fp8;
+  c10::intrusive_ptr<Fp8LinearState> out_fp8;
 };
 
 // Self-attention of x [N, L, E]: out_proj(attention(in_proj(x) split into heads)), a

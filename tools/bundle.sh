@@ -15,7 +15,7 @@ out="${1:-bundle}"
 STOKER_SETUP_QUIET=1 tools/setup.sh
 
 programs=(//launcher:launcher //trainer:trainer //data_service:data_service //data_service/dataset:pack_imagefolder //data_service:data_service_benchmark //data_service/image:transforms_benchmark)
-gpu_tests=(//trainer/input:cuda_batch_feeder_test //trainer/input:pinning_memlock_test //trainer/input:gpu_jpeg_decoder_gpu_test //common:cuda_stream_test //trainer/nn:fused_blocks_gpu_test //trainer/nn:self_attention_gpu_test //trainer/nn:layer_norm_gpu_test //trainer:cuda_graph_gpu_test //trainer/comm:nccl_communicator_test_ranks
+gpu_tests=(//trainer/input:cuda_batch_feeder_test //trainer/input:pinning_memlock_test //trainer/input:gpu_jpeg_decoder_gpu_test //common:cuda_stream_test //trainer/nn:fused_blocks_gpu_test //trainer/nn:conv_bn_fusion_gpu_test //trainer/nn:self_attention_gpu_test //trainer/nn:layer_norm_gpu_test //trainer:cuda_graph_gpu_test //trainer/comm:nccl_communicator_test_ranks
   //trainer/comm:nccl_communicator_conformance_test_ranks)
 bazel build "${programs[@]}" "${gpu_tests[@]}"
 bin="$(bazel info bazel-bin 2>/dev/null)"

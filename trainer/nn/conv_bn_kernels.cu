@@ -73,10 +73,9 @@ __global__ void DataGradientKernel(const T* g, const T* x, int64_t rows, int cha
 
 }  // namespace
 
-cudaError_t LaunchConvBnFinalize(const float* sum, const float* sum_sq, int channels,
-                                 int64_t count, float eps, float momentum, float* running_mean,
-                                 float* running_var, float* mean, float* invstd,
-                                 cudaStream_t stream) {
+cudaError_t LaunchConvBnFinalize(const float* sum, const float* sum_sq, int channels, int64_t count,
+                                 float eps, float momentum, float* running_mean, float* running_var,
+                                 float* mean, float* invstd, cudaStream_t stream) {
   if (channels <= 0 || count < 2) return cudaErrorInvalidValue;
   FinalizeKernel<<<(channels + 127) / 128, 128, 0, stream>>>(
       sum, sum_sq, channels, static_cast<double>(count), eps, momentum, running_mean, running_var,
@@ -105,7 +104,8 @@ cudaError_t LaunchConvBnDataGradient(const void* g, const void* x, ElementType t
   const int64_t vectors = shape.rows * (shape.channels / vec);
   constexpr int kThreads = 256;
   const int64_t wanted = (vectors + kThreads - 1) / kThreads;
-  const int blocks = static_cast<int>(std::min<int64_t>(wanted, 32LL * CurrentDeviceMultiprocessors()));
+  const int blocks =
+      static_cast<int>(std::min<int64_t>(wanted, 32LL * CurrentDeviceMultiprocessors()));
   return Dispatch(type, vec, [&](auto t, auto v) {
     using T = decltype(t);
     constexpr int V = decltype(v)::value;

@@ -20,10 +20,9 @@ namespace stoker::trainer {
 // variance + eps), and the running statistics (either may be null) moved towards the
 // batch's by `momentum` (unbiased variance, as torch.nn.BatchNorm2d). Precondition:
 // count >= 2.
-cudaError_t LaunchConvBnFinalize(const float* sum, const float* sum_sq, int channels,
-                                 int64_t count, float eps, float momentum, float* running_mean,
-                                 float* running_var, float* mean, float* invstd,
-                                 cudaStream_t stream);
+cudaError_t LaunchConvBnFinalize(const float* sum, const float* sum_sq, int channels, int64_t count,
+                                 float eps, float momentum, float* running_mean, float* running_var,
+                                 float* mean, float* invstd, cudaStream_t stream);
 
 // scale = gamma * invstd and shift = beta - mean * scale, written as `scale_type` (kFloat32,
 // kFloat16 or kBFloat16): x * scale + shift is the batch norm of x.

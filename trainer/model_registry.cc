@@ -10,7 +10,8 @@
 namespace stoker::trainer {
 
 absl::StatusOr<std::shared_ptr<ImageClassifier>> MakeModel(const std::string& name, int num_classes,
-                                                           int image_size, bool fused_blocks) {
+                                                           int image_size, bool fused_blocks,
+                                                           bool conv_bn_fusion) {
   if (num_classes < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--num_classes must be >= 1, got ", num_classes));
@@ -21,7 +22,7 @@ absl::StatusOr<std::shared_ptr<ImageClassifier>> MakeModel(const std::string& na
     if (!graph.ok()) return graph.status();
     return std::shared_ptr<ImageClassifier>(*std::move(graph));
   }
-  return MakeBuiltinModel(name, num_classes, fused_blocks);
+  return MakeBuiltinModel(name, num_classes, fused_blocks, conv_bn_fusion);
 }
 
 }  // namespace stoker::trainer

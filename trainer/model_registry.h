@@ -20,10 +20,12 @@ inline constexpr char kExportedModelSuffix[] = ".pt2";
 // the archive's weights, checking it against `num_classes` and `image_size` (0: any).
 // Built-in ResNets, and the batch norms and max pools of exported models, use the fused
 // blocks (trainer/nn/fused_blocks.h) unless `fused_blocks` is false. InvalidArgument for an
-// unknown name or an archive Stoker refuses (the message says why).
+// unknown name or an archive Stoker refuses (the message says why). `conv_bn_fusion`: see
+// MakeResNet50 (built-in ResNet-50 only).
 absl::StatusOr<std::shared_ptr<ImageClassifier>> MakeModel(const std::string& name, int num_classes,
                                                            int image_size = 0,
-                                                           bool fused_blocks = true);
+                                                           bool fused_blocks = true,
+                                                           bool conv_bn_fusion = false);
 
 }  // namespace stoker::trainer
 

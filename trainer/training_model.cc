@@ -60,7 +60,7 @@ absl::StatusOr<std::unique_ptr<TrainingModel>> TrainingModel::Create(const Train
   if (cuda_graphs) RETURN_IF_ERROR(UseCapturableStream());  // before the model and its buckets
   at::manual_seed(o.seed);
   ASSIGN_OR_RETURN(t->model_, MakeModel(o.model.name, o.model.num_classes, o.input.image_size,
-                                        o.model.fused_blocks));
+                                        o.model.fused_blocks, o.model.conv_bn_fusion));
   if (!o.model.init_weights.empty()) {
     StateDictFileOptions file_options;
     file_options.allow_pickle = o.model.allow_pickle;

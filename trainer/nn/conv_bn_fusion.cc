@@ -250,8 +250,9 @@ class ConvStatsFunction : public torch::autograd::Function<ConvStatsFunction> {
     c10::cuda::CUDAGuard guard(x.device());
     const torch::Tensor dy =
         grads[0].to(x.scalar_type()).contiguous(at::MemoryFormat::ChannelsLast);
-    auto [dx, dw] = ConvBackward(dy, x, w, ctx->saved_data["stride"].toInt(),
-                                 ctx->saved_data["padding"].toInt(), x.requires_grad(), true);
+    auto [dx, dw] =
+        ConvBackward(dy, x, w, ctx->saved_data["stride"].toInt(),
+                     ctx->saved_data["padding"].toInt(), ctx->needs_input_grad(0), true);
     result[0] = dx;
     result[1] = dw;
     return result;

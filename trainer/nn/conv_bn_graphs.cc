@@ -9,6 +9,7 @@
 
 #include <cudnn_frontend.h>
 #include <dlfcn.h>
+#include <stdlib.h>
 
 #include <exception>
 #include <map>
@@ -298,6 +299,9 @@ Registry& TheRegistry() {
 // Finds libcudnn.so.9 (Note [cuDNN as libtorch loads it]). Requires registry.mu held.
 absl::Status LoadCudnn(Registry& registry) {
   if (registry.loaded.ok()) return registry.loaded;
+  // The CUDA 13 runtime libtorch uses, even where a CUDA 12 one is also on the library path
+  // (cudnn-frontend would otherwise take the first it finds). A user's own choice stays.
+  setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", "libcudart.so.13", /*overwrite=*/0);
   void* lib = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_NOLOAD);
   if (lib == nullptr) lib = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_GLOBAL);
   if (lib == nullptr) {

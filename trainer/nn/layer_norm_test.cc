@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -123,11 +124,16 @@ void ExpectAccurate(std::vector<int64_t> shape, bool with_branch,
                 {"d bias", fused.dbias, plain_in_fp32.dbias, exact.dbias, 1e-4}};
   std::string dims;
   for (int64_t d : shape) dims += std::to_string(d) + " ";
-  for (const auto& [name, value, plain, reference, allowed] : checks) {
+  for (const auto& [name, value, plain, reference, bound] : checks) {
     const double error = RelativeError(value, reference);
+    // Over a row of two values the input's gradient is a cancellation near zero (the
+    // normalised row is +-1 whatever the input): there ATen's own fp32 composition misses
+    // fp64 by far more than 1e-4, and the kernel is held to twice ATen's error instead.
+    const double composition = RelativeError(plain, reference);
+    const double allowed = std::max(bound, 2 * composition);
     std::printf("  [%s] %s %s %s: relative error %.3g (fp32 composition %.3g, allowed %.3g)\n",
                 dims.c_str(), c10::toString(low), with_branch ? "add + norm" : "norm", name, error,
-                RelativeError(plain, reference), allowed);
+                composition, allowed);
     EXPECT_LE(error, allowed) << name;
   }
   if (with_branch) {
@@ -206,7 +212,9 @@ NormRun RunNorm(const Inputs& in, torch::Dtype x_dtype, torch::Dtype low, LayerN
 // A layer norm of an input in the autocast dtype (ConvNeXt's blocks, Swin-V2's post-norm)
 // against fp64 and against ATen's composition under autocast, which casts the input to fp32.
 // Against fp64: an output or input gradient in fp16/bf16 is rounded once, half a unit in the
-// last place, up to 2^-9 (2^-12 for fp16) of the largest magnitude, plus 1e-4 for the fp32
+// last place: for a value in [2^e, 2^(e+1)) that is 2^(e-8) (bf16; 2^(e-11) for fp16), so up
+// to 2^-8 (2^-11) of the largest magnitude (ATen's composition measures up to 0.0033 in bf16
+// where 2^-9 would be 0.00195), plus 1e-4 for the fp32
 // arithmetic in another order; in fp32 1e-4 alone; the weight and bias gradients (fp32 sums
 // over up to 10^4 rows of products of exactly representable values) 1e-4. Against ATen: the
 // two round independently, so one unit in the last place apart (twice the above) plus 1e-4.
@@ -225,7 +233,7 @@ void ExpectPlainAccurate(std::vector<int64_t> shape, torch::Dtype low, LayerNorm
   EXPECT_EQ(fused.y_dtype, y_dtype);
   EXPECT_EQ(fused.dx_dtype, low);
   EXPECT_EQ(aten.dx_dtype, low);
-  const double half_unit = low == torch::kHalf ? 1.0 / 4096 : 1.0 / 512;
+  const double half_unit = low == torch::kHalf ? 1.0 / 2048 : 1.0 / 256;
   const double y_allowed = 1e-4 + (y_dtype == torch::kFloat ? 0 : half_unit);
   const double dx_allowed = 1e-4 + half_unit;
   std::string dims;

@@ -202,55 +202,11 @@ nvjpeg_configure = repository_rule(
     local = True,
 )
 
-# ---------------------------------------------------------------------------------------
-# cudnn-frontend's C++ headers (header-only; cudnn_frontend.h), which drive cuDNN's graph
-# API: CUDNN_FRONTEND_HOME (a folder with include/cudnn_frontend.h), else the
-# `nvidia-cudnn-frontend` wheel of python3 (its include/ folder). Nothing links against a
-# library of its own: cuDNN itself is the copy libtorch loads (see conv_bn_graphs.cc).
-
-_CUDNN_FRONTEND_VERSION = "1.32.0"
-
-def _cudnn_frontend_impl(ctx):
-    home = ctx.os.environ.get("CUDNN_FRONTEND_HOME", "")
-    include = home + "/include" if home else ""
-    if not home:
-        python = ctx.os.environ.get("STOKER_PYTHON", "") or "python3"
-        header = _run(ctx, [
-            python,
-            "-c",
-            "import importlib.metadata as m; " +
-            "print(m.distribution('nvidia-cudnn-frontend').locate_file('include/cudnn_frontend.h'))",
-        ])
-        if header:
-            include = header[:-len("/cudnn_frontend.h")]
-    if not include or not ctx.path(include + "/cudnn_frontend.h").exists:
-        _fail_missing(
-            "cudnn_frontend.h",
-            "`pip install --no-deps nvidia-cudnn-frontend==%s` for python3 on PATH, or set CUDNN_FRONTEND_HOME." % _CUDNN_FRONTEND_VERSION,
-        )
-    ctx.symlink(include, "include")
-    ctx.file("BUILD.bazel", """package(default_visibility = ["//visibility:public"])
-
-cc_library(
-    name = "headers",
-    hdrs = glob(["include/**/*.h", "include/**/*.hpp"]),
-    includes = ["include"],
-    deps = ["@local_cuda//:headers"],
-)
-""")
-
-cudnn_frontend_configure = repository_rule(
-    implementation = _cudnn_frontend_impl,
-    environ = ["CUDNN_FRONTEND_HOME", "STOKER_PYTHON", "PATH"],
-    local = True,
-)
-
 def stoker_system_deps():
     """Declares every system dependency. Called from WORKSPACE."""
     libtorch_configure(name = "libtorch", build_file = "//third_party:libtorch.BUILD")
     cuda_configure(name = "local_cuda", build_file = "//third_party:cuda.BUILD")
     nvjpeg_configure(name = "nvjpeg")
-    cudnn_frontend_configure(name = "cudnn_frontend")
     mpi_configure(name = "mpi", build_file = "//third_party:mpi.BUILD")
     debian_library(
         name = "absl",

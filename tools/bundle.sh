@@ -22,7 +22,6 @@ gpu_tests=(
   //trainer/input:gpu_jpeg_decoder_gpu_test
   //common:cuda_stream_test
   //trainer/nn:fused_blocks_gpu_test
-  //trainer/nn:conv_bn_fusion_gpu_test
   //trainer/nn:self_attention_gpu_test
   //trainer/nn:layer_norm_gpu_test
   //trainer/nn:fp8_linear_gpu_test

@@ -26,10 +26,6 @@ PIP_PACKAGES=(
   safetensors          # --init_weights reads safetensors files; its tests write them
   tensorboard scikit-learn matplotlib  # trainer tests: event files, the digits dataset, plots
 )
-# Installed without their dependencies: only their files are used.
-NO_DEPS_PIP_PACKAGES=(
-  "nvidia-cudnn-frontend==1.32.0"  # cudnn_frontend.h (header-only): conv + batch-norm fusion
-)
 
 check_only=0
 [[ "${1:-}" == "--check" ]] && check_only=1
@@ -47,26 +43,21 @@ for pkg in "${APT_PACKAGES[@]}"; do
 done
 
 missing_pip=()
-missing_no_deps=()
-for spec in "${PIP_PACKAGES[@]}" "${NO_DEPS_PIP_PACKAGES[@]}"; do
+for spec in "${PIP_PACKAGES[@]}"; do
   name="${spec%%==*}"
   want="${spec#*==}"; [[ "$want" == "$spec" ]] && want=""
   have=$("$python" -c "import importlib.metadata as m; print(m.version('$name'))" 2>/dev/null || true)
   if [[ -z "$have" ]] || { [[ -n "$want" ]] && [[ "${have%%+*}" != "$want" ]]; }; then
-    if [[ " ${NO_DEPS_PIP_PACKAGES[*]} " == *" $spec "* ]]; then
-      missing_no_deps+=("$spec")
-    else
-      missing_pip+=("$spec")
-    fi
+    missing_pip+=("$spec")
   fi
 done
 
-if (( ${#missing_apt[@]} == 0 && ${#missing_pip[@]} == 0 && ${#missing_no_deps[@]} == 0 )); then
+if (( ${#missing_apt[@]} == 0 && ${#missing_pip[@]} == 0 )); then
   [[ "${STOKER_SETUP_QUIET:-0}" == 1 ]] || echo "setup: all dependencies present"
   exit 0
 fi
 if (( check_only )); then
-  echo "setup: missing apt packages: ${missing_apt[*]:-none}; pip packages: ${missing_pip[*]:-none} ${missing_no_deps[*]:-}" >&2
+  echo "setup: missing apt packages: ${missing_apt[*]:-none}; pip packages: ${missing_pip[*]:-none}" >&2
   exit 1
 fi
 
@@ -80,9 +71,5 @@ fi
 if (( ${#missing_pip[@]} > 0 )); then
   echo "setup: installing pip packages: ${missing_pip[*]} (torch brings the CUDA 13 runtime: a few GB)"
   "$python" -m pip install --quiet --disable-pip-version-check "${missing_pip[@]}"
-fi
-if (( ${#missing_no_deps[@]} > 0 )); then
-  echo "setup: installing pip packages without their dependencies: ${missing_no_deps[*]}"
-  "$python" -m pip install --quiet --disable-pip-version-check --no-deps "${missing_no_deps[@]}"
 fi
 echo "setup: done"

@@ -190,10 +190,6 @@ ABSL_FLAG(bool, channels_last, true, "Keep conv weights and inputs in channels_l
 ABSL_FLAG(bool, fused_blocks, true,
           "Run batch norm with its ReLU (and residual add) and max pooling as fused CUDA kernels, "
           "forward and backward (channels_last on a GPU; false: the libtorch ops they replace).");
-ABSL_FLAG(bool, conv_bn_fusion, false,
-          "ResNet-50 in training on a GPU: each convolution computes its batch norm's statistics "
-          "in its epilogue and the next one applies the batch norm and ReLU to its input as it "
-          "loads it (cuDNN runtime fusion); where cuDNN has no engine, the unfused path.");
 ABSL_FLAG(bool, sync_batchnorm, false,
           "Batch norm in training mode normalises with the statistics of the step's global batch "
           "over all ranks, as torch.nn.SyncBatchNorm (two small allreduces per batch norm per "
@@ -269,9 +265,9 @@ FlagSpec TrainerFlagSpec() {
         "export", "final_params_out", "sample_log", "profile_steps", "kernel_trace", "trace",
         "trace_steps"}},
       {"Device and precision",
-       {"device", "precision", "channels_last", "fused_blocks", "conv_bn_fusion", "sync_batchnorm",
-        "cuda_graphs", "cudnn_benchmark", "deterministic", "init_scale", "growth_factor",
-        "backoff_factor", "growth_interval", "cache_release_fraction", "expandable_segments"}},
+       {"device", "precision", "channels_last", "fused_blocks", "sync_batchnorm", "cuda_graphs",
+        "cudnn_benchmark", "deterministic", "init_scale", "growth_factor", "backoff_factor",
+        "growth_interval", "cache_release_fraction", "expandable_segments"}},
       {"Benchmarking", {"synthetic_steps", "warmup_steps", "data_only"}},
       {"Fault handling", {"collective_timeout_s", "collective_abort_grace_s"}},
       {"Node data service (without --data_socket)",
@@ -307,7 +303,6 @@ absl::StatusOr<TrainerOptions> OptionsFromFlags() {
       {FLAGS_model, &o.model.name},
       {FLAGS_num_classes, &o.model.num_classes},
       {FLAGS_fused_blocks, &o.model.fused_blocks},
-      {FLAGS_conv_bn_fusion, &o.model.conv_bn_fusion},
       {FLAGS_sync_batchnorm, &o.model.sync_batchnorm},
       {FLAGS_init_weights, &o.model.init_weights},
       {FLAGS_allow_pickle, &o.model.allow_pickle},

@@ -28,9 +28,6 @@ struct ModelOptions {
   std::string name = "small_cnn";  // or a torch.export archive's path ("m.pt2")
   int num_classes = 10;
   bool fused_blocks = true;  // Note [Fused blocks] (trainer/nn/fused_blocks.h)
-  // ResNet-50's convolutions fused with their batch norms: Note [Conv + batch norm fusion]
-  // (trainer/nn/conv_bn_fusion.h).
-  bool conv_bn_fusion = false;
   // Batch norm over all ranks' batches: Note [Sync batch norm] (trainer/nn/sync_batch_norm.h).
   bool sync_batchnorm = false;
   std::string init_weights;  // a state dict to start from; empty: the model's initialisation

@@ -52,8 +52,7 @@ std::vector<std::string> BuiltinModelNames() { return {"small_cnn", "resnet18", 
 
 absl::StatusOr<std::shared_ptr<ImageClassifier>> MakeBuiltinModel(const std::string& name,
                                                                   int num_classes,
-                                                                  bool fused_blocks,
-                                                                  bool conv_bn_fusion) {
+                                                                  bool fused_blocks) {
   if (num_classes < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--num_classes must be >= 1, got ", num_classes));
@@ -62,7 +61,7 @@ absl::StatusOr<std::shared_ptr<ImageClassifier>> MakeBuiltinModel(const std::str
   return TorchCall(absl::StrCat("building model ", name), [&]() -> Model {
     if (name == "small_cnn") return std::make_shared<SmallCnn>(num_classes);
     if (name == "resnet18") return MakeResNet18(num_classes, fused_blocks);
-    if (name == "resnet50") return MakeResNet50(num_classes, fused_blocks, conv_bn_fusion);
+    if (name == "resnet50") return MakeResNet50(num_classes, fused_blocks);
     return absl::InvalidArgumentError(absl::StrCat(
         "--model: unknown model '", name, "'; known: ", absl::StrJoin(BuiltinModelNames(), ", ")));
   });

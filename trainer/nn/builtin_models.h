@@ -20,12 +20,10 @@ std::vector<std::string> BuiltinModelNames();
 // Builds the named model with freshly initialised weights (from torch's global generator;
 // seed it first for reproducible weights). The ResNets use the fused blocks
 // (trainer/nn/fused_blocks.h) unless `fused_blocks` is false. InvalidArgument for an
-// unknown name (the message lists the known ones) or num_classes < 1. `conv_bn_fusion`:
-// see MakeResNet50.
+// unknown name (the message lists the known ones) or num_classes < 1.
 absl::StatusOr<std::shared_ptr<ImageClassifier>> MakeBuiltinModel(const std::string& name,
                                                                   int num_classes,
-                                                                  bool fused_blocks = true,
-                                                                  bool conv_bn_fusion = false);
+                                                                  bool fused_blocks = true);
 
 }  // namespace stoker::trainer
 

@@ -15,10 +15,6 @@
 
 #include "trainer/nn/fused_blocks.h"
 
-#ifdef STOKER_WITH_CUDA
-#include "trainer/nn/conv_bn_fusion.h"
-#endif
-
 namespace stoker::trainer {
 namespace {
 
@@ -61,16 +57,6 @@ class ResidualBlock : public nn::Module {
     return BatchNorm(*downsample_bn_, downsample_conv_->forward(x), fused_);
   }
 
-#ifdef STOKER_WITH_CUDA
-  // The downsample of x through the fused convolution and its batch norm (Note [Conv +
-  // batch norm fusion]); x itself where there is none.
-  torch::Tensor FusedShortcut(const torch::Tensor& x) {
-    if (downsample_.is_empty()) return x;
-    return FinishBatchNorm(ConvWithBatchStatistics(*downsample_conv_, *downsample_bn_, x), {},
-                           /*relu=*/false);
-  }
-#endif
-
   // relu(bn(x)).
   torch::Tensor NormReLU(nn::BatchNorm2d& bn, const torch::Tensor& x) {
     return BatchNormReLU(*bn, x, /*residual=*/{}, fused_);
@@ -94,10 +80,8 @@ class BasicBlock final : public ResidualBlock {
  public:
   static constexpr int64_t kExpansion = 1;
 
-  // conv_bn_fusion: not used by this block (Note [Conv + batch norm fusion] covers the
-  // bottleneck's chain).
   BasicBlock(int64_t in_planes, int64_t planes, int64_t stride, nn::Sequential downsample,
-             bool fused, bool /*conv_bn_fusion*/)
+             bool fused)
       : ResidualBlock(fused),
         conv1_(register_module("conv1", Conv3x3(in_planes, planes, stride))),
         bn1_(register_module("bn1", nn::BatchNorm2d(planes))),
@@ -124,9 +108,8 @@ class Bottleneck final : public ResidualBlock {
   static constexpr int64_t kExpansion = 4;
 
   Bottleneck(int64_t in_planes, int64_t planes, int64_t stride, nn::Sequential downsample,
-             bool fused, bool conv_bn_fusion)
+             bool fused)
       : ResidualBlock(fused),
-        conv_bn_fusion_(conv_bn_fusion),
         conv1_(register_module("conv1", Conv1x1(in_planes, planes, 1))),
         bn1_(register_module("bn1", nn::BatchNorm2d(planes))),
         conv2_(register_module("conv2", Conv3x3(planes, planes, stride))),
@@ -137,21 +120,12 @@ class Bottleneck final : public ResidualBlock {
   }
 
   torch::Tensor forward(torch::Tensor x) override {
-#ifdef STOKER_WITH_CUDA
-    if (conv_bn_fusion_ && ConvBnFusionApplies(*conv1_, *bn1_, x)) {
-      PendingBatchNorm a = ConvWithBatchStatistics(*conv1_, *bn1_, x);
-      a = NormReluConvWithBatchStatistics(a, *conv2_, *bn2_);
-      a = NormReluConvWithBatchStatistics(a, *conv3_, *bn3_);
-      return FinishBatchNorm(a, FusedShortcut(x), /*relu=*/true);
-    }
-#endif
     torch::Tensor out = NormReLU(bn1_, conv1_->forward(x));
     out = NormReLU(bn2_, conv2_->forward(out));
     return AddShortcut(bn3_, conv3_->forward(out), x);
   }
 
  private:
-  const bool conv_bn_fusion_;  // Note [Conv + batch norm fusion]
   nn::Conv2d conv1_;
   nn::BatchNorm2d bn1_;
   nn::Conv2d conv2_;
@@ -164,10 +138,8 @@ class Bottleneck final : public ResidualBlock {
 template <typename Block>
 class ResNet final : public ImageClassifier {
  public:
-  ResNet(const std::vector<int64_t>& blocks_per_layer, int num_classes, bool fused,
-         bool conv_bn_fusion)
+  ResNet(const std::vector<int64_t>& blocks_per_layer, int num_classes, bool fused)
       : fused_(fused),
-        conv_bn_fusion_(conv_bn_fusion),
         conv1_(register_module(
             "conv1", nn::Conv2d(nn::Conv2dOptions(3, 64, 7).stride(2).padding(3).bias(false)))),
         bn1_(register_module("bn1", nn::BatchNorm2d(64))) {
@@ -210,20 +182,18 @@ class ResNet final : public ImageClassifier {
       downsample =
           nn::Sequential(Conv1x1(in_planes_, out_planes, stride), nn::BatchNorm2d(out_planes));
     }
-    typed.push_back(
-        std::make_shared<Block>(in_planes_, planes, stride, downsample, fused_, conv_bn_fusion_));
+    typed.push_back(std::make_shared<Block>(in_planes_, planes, stride, downsample, fused_));
     in_planes_ = out_planes;
     for (int64_t i = 1; i < blocks; ++i) {
-      typed.push_back(std::make_shared<Block>(in_planes_, planes, 1, nn::Sequential(nullptr),
-                                              fused_, conv_bn_fusion_));
+      typed.push_back(
+          std::make_shared<Block>(in_planes_, planes, 1, nn::Sequential(nullptr), fused_));
     }
     for (const auto& block : typed) layer->push_back(block);
     register_module("layer" + name, layer);
     layers_.push_back(std::move(typed));
   }
 
-  const bool fused_;           // Note [Fused blocks]
-  const bool conv_bn_fusion_;  // Note [Conv + batch norm fusion]
+  const bool fused_;  // Note [Fused blocks]
   int64_t in_planes_ = 64;
   nn::Conv2d conv1_;
   nn::BatchNorm2d bn1_;
@@ -235,17 +205,12 @@ class ResNet final : public ImageClassifier {
 
 std::shared_ptr<ImageClassifier> MakeResNet18(int num_classes, bool fused_blocks) {
   return std::make_shared<ResNet<BasicBlock>>(std::vector<int64_t>{2, 2, 2, 2}, num_classes,
-                                              fused_blocks, /*conv_bn_fusion=*/false);
-}
-
-std::shared_ptr<ImageClassifier> MakeResNet50(int num_classes, bool fused_blocks,
-                                              bool conv_bn_fusion) {
-  return std::make_shared<ResNet<Bottleneck>>(std::vector<int64_t>{3, 4, 6, 3}, num_classes,
-                                              fused_blocks, conv_bn_fusion);
+                                              fused_blocks);
 }
 
 std::shared_ptr<ImageClassifier> MakeResNet50(int num_classes, bool fused_blocks) {
-  return MakeResNet50(num_classes, fused_blocks, /*conv_bn_fusion=*/false);
+  return std::make_shared<ResNet<Bottleneck>>(std::vector<int64_t>{3, 4, 6, 3}, num_classes,
+                                              fused_blocks);
 }
 
 }  // namespace stoker::trainer

@@ -24,11 +24,6 @@ namespace stoker::trainer {
 // same ops on the CPU). Precondition: num_classes >= 1 (MakeBuiltinModel checks it).
 // Thread-compatible, like any torch::nn::Module.
 std::shared_ptr<ImageClassifier> MakeResNet18(int num_classes, bool fused_blocks = true);
-// With `conv_bn_fusion` (ResNet-50 only), each bottleneck in training mode on the GPU runs
-// its convolutions and batch norms as the fused chain of conv_bn_fusion.h (Note [Conv +
-// batch norm fusion]); elsewhere it changes nothing.
-std::shared_ptr<ImageClassifier> MakeResNet50(int num_classes, bool fused_blocks,
-                                              bool conv_bn_fusion);
 std::shared_ptr<ImageClassifier> MakeResNet50(int num_classes, bool fused_blocks = true);
 
 }  // namespace stoker::trainer

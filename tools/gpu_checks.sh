@@ -469,7 +469,6 @@ gtest_check self_attention fused "$stoker" self_attention_gpu_test
 gtest_check layer_norm fused "$stoker" layer_norm_gpu_test
 gtest_check fp8_linear fp8 "$stoker" fp8_linear_gpu_test
 gtest_check pointwise_kernel pointwise "$stoker" pointwise_kernel_gpu_test
-gtest_check conv_bn_fusion conv_bn "$stoker" conv_bn_fusion_gpu_test
 gtest_check device_timeline trace "$stoker" device_timeline_gpu_test
 gtest_check cuda_graphs graphs "$stoker" cuda_graph_gpu_test
 gtest_check snapshot_buffers snapshot "$stoker" snapshot_buffers_gpu_test

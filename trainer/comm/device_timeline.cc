@@ -20,9 +20,13 @@ namespace stoker::trainer {
 
 namespace {
 
-// Tries for a free anchor after a blocking wait: the stream is idle then, unless another
+// Tries for a blocking anchor after a wait: the stream is idle then, unless another
 // thread enqueued meanwhile.
 constexpr int kAnchorAttempts = 8;
+// How long an anchor's event is polled: a free anchor at a step start must cost the
+// training thread little; a blocking one follows a wait for an idle stream.
+constexpr int64_t kFreeAnchorPollUs = 20;
+constexpr int64_t kBlockingAnchorPollUs = 2000;
 
 struct AnchorPoint {
   CudaEvent event;
@@ -39,13 +43,21 @@ struct Interval {
   bool timed = true;  // false: its done event could not be recorded
 };
 
-// A free anchor on `stream`, or null when the event had not passed at once.
-absl::StatusOr<std::shared_ptr<const AnchorPoint>> FreeAnchor(cudaStream_t stream) {
+// An anchor on `stream`, or null when its event had not passed within `poll_us` of the
+// record (the GPU takes a few microseconds to reach an event even on an idle stream). The
+// event passed between the record and the last query, so their midpoint is its host time
+// within half that span, whatever the stream was doing.
+absl::StatusOr<std::shared_ptr<const AnchorPoint>> FreeAnchor(cudaStream_t stream,
+                                                              int64_t poll_us) {
   ASSIGN_OR_RETURN(CudaEvent event, CudaEvent::Create(cudaEventDefault));
   const int64_t before = TraceNowMicros();
   RETURN_IF_ERROR(event.Record(stream));
-  ASSIGN_OR_RETURN(bool passed, event.Query());
-  const int64_t after = TraceNowMicros();
+  bool passed = false;
+  int64_t after = before;
+  do {
+    ASSIGN_OR_RETURN(passed, event.Query());
+    after = TraceNowMicros();
+  } while (!passed && after - before < poll_us);
   if (!passed) return std::shared_ptr<const AnchorPoint>();
   auto anchor = std::make_shared<AnchorPoint>();
   anchor->event = std::move(event);
@@ -104,8 +116,13 @@ absl::Status DeviceTimeline::Anchor(CUstream_st* stream) {
   }
   RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
   for (int attempt = 0; attempt < kAnchorAttempts; ++attempt) {
-    ASSIGN_OR_RETURN(bool anchored, TryAnchor(stream));
-    if (anchored) return absl::OkStatus();
+    ASSIGN_OR_RETURN(std::shared_ptr<const AnchorPoint> anchor,
+                     FreeAnchor(stream, kBlockingAnchorPollUs));
+    if (anchor != nullptr) {
+      absl::MutexLock lock(&impl_->mu);
+      impl_->anchor = std::move(anchor);
+      return absl::OkStatus();
+    }
     RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
   }
   return absl::InternalError(absl::StrCat("device timeline: the stream was never idle in ",
@@ -113,7 +130,8 @@ absl::Status DeviceTimeline::Anchor(CUstream_st* stream) {
 }
 
 absl::StatusOr<bool> DeviceTimeline::TryAnchor(CUstream_st* stream) {
-  ASSIGN_OR_RETURN(std::shared_ptr<const AnchorPoint> anchor, FreeAnchor(stream));
+  ASSIGN_OR_RETURN(std::shared_ptr<const AnchorPoint> anchor,
+                   FreeAnchor(stream, kFreeAnchorPollUs));
   if (anchor == nullptr) return false;
   absl::MutexLock lock(&impl_->mu);
   impl_->anchor = std::move(anchor);

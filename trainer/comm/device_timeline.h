@@ -25,16 +25,16 @@ namespace stoker::trainer {
 // Note [Device intervals on the host's clock]: the host cannot read the GPU's clock, only
 // the time between two timing events (cudaEventElapsedTime). An anchor is a pair: an event
 // recorded on a stream and the host time (TraceNowMicros) at which it passed. A blocking
-// anchor (Anchor) records the event and waits for it; a free one (TryAnchor, at each step
-// start) records it and queries it at once, and counts only when it has already passed
-// (the stream was idle, so the event passed between the record and the query: their
-// midpoint is its host time, within half that span). An interval's ends are its anchor's
-// host time plus their elapsed time after the anchor's event. The events come from a
-// fixed pool; an interval whose done event has not passed at a step boundary stays in
-// flight until a later one, and when the pool is empty an interval is not recorded but
-// counted (dropped()). Work enqueued while its stream is being captured into a CUDA graph
-// is not timed: a graph records an event at capture, and each replay would record that
-// same event again before the previous replay's was read (Note [Timing a replayed graph]).
+// anchor (Anchor) waits for the stream, records the event and polls it; a free one
+// (TryAnchor, at each step start) records it and polls it for a few microseconds, and
+// counts only when it has passed by then (it passed between the record and the last
+// query: their midpoint is its host time, within half that span). An interval's ends are its
+// anchor's host time plus their elapsed time after the anchor's event. The events come from a fixed
+// pool; an interval whose done event has not passed at a step boundary stays in flight until a
+// later one, and when the pool is empty an interval is not recorded but counted (dropped()). Work
+// enqueued while its stream is being captured into a CUDA graph is not timed: a graph records an
+// event at capture, and each replay would record that same event again before the previous replay's
+// was read (Note [Timing a replayed graph]).
 //
 // Note [Timing a replayed graph]: a replayed step's reductions are nodes of its graph, and
 // the events around them would be the graph's own (cudaEventRecordWithFlags with

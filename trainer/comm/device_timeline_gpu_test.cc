@@ -125,10 +125,10 @@ TEST_F(DeviceTimelineGpuTest, AnEmptyPoolDropsAndCountsAndCapturedWorkIsNotTimed
   }
   EXPECT_EQ(timeline->dropped(), 1);
 
+  ASSERT_OK(timeline->Drain());  // frees the pool; waits, so never while this thread captures
   cudaStream_t capturing = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&capturing, cudaStreamNonBlocking), cudaSuccess);
   ASSERT_EQ(cudaStreamBeginCapture(capturing, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  ASSERT_OK(timeline->Drain());  // frees the pool
   EXPECT_EQ(timeline->Started(capturing), -1) << "timed work inside a graph capture";
   ASSERT_EQ(cudaMemsetAsync(buffer_, 0, 1024, capturing), cudaSuccess);
   cudaGraph_t graph = nullptr;

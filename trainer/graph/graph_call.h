@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "trainer/nn/fp8_linear.h"
@@ -37,6 +38,18 @@ struct GraphArg {
   int slot = -1;
   std::vector<int> slots;     // lists; -1 where the element is None or a constant
   std::vector<int64_t> ints;  // kIntList: the constant elements
+
+  static GraphArg OfSlot(int slot) {
+    GraphArg arg;
+    arg.kind = Kind::kSlot;
+    arg.slot = slot;
+    return arg;
+  }
+  static GraphArg OfConstant(c10::IValue value) {
+    GraphArg arg;
+    arg.constant = std::move(value);
+    return arg;
+  }
 };
 
 struct GraphCall {

@@ -141,12 +141,6 @@ bool MaxPoolGeometry(const GraphCall& call, std::vector<int64_t>* geometry) {
   return true;
 }
 
-GraphArg Constant(c10::IValue value) {
-  GraphArg arg;
-  arg.constant = std::move(value);
-  return arg;
-}
-
 bool IsInt(const GraphArg& arg, int64_t value) {
   return IsConstant(arg) && arg.constant.isInt() && arg.constant.toInt() == value;
 }
@@ -317,7 +311,7 @@ bool MatchSelfAttention(const CallGraph& graph, int attention, std::vector<int>*
   auto call = std::make_unique<GraphCall>();
   call->kind = GraphCall::Kind::kSelfAttention;
   call->args = {graph[input_t].args[0],  graph[in_proj].args[1],  graph[in_proj].args[2],
-                graph[out_proj].args[1], graph[out_proj].args[2], Constant(head_dim),
+                graph[out_proj].args[1], graph[out_proj].args[2], GraphArg::OfConstant(head_dim),
                 sdpa.args[kDropoutP],    sdpa.args[kIsCausal],    sdpa.args[kScale]};
   call->outputs = graph[output_t].outputs;
   call->list_output = {false};
@@ -471,8 +465,9 @@ void FuseLayerNorms(std::vector<std::unique_ptr<GraphCall>>& calls,
       const bool cast = readers != NormReaders::kOther;
       auto fused = std::make_unique<GraphCall>();
       fused->kind = GraphCall::Kind::kLayerNorm;
-      fused->args = {norm.args[kNormInput], Constant(c10::IValue()), norm.args[kNormWeight],
-                     norm.args[kNormBias],  norm.args[kNormEps],     Constant(cast)};
+      fused->args = {norm.args[kNormInput],  GraphArg::OfConstant(c10::IValue()),
+                     norm.args[kNormWeight], norm.args[kNormBias],
+                     norm.args[kNormEps],    GraphArg::OfConstant(cast)};
       fused->outputs = {norm.outputs[0]};
       fused->list_output = {false};
       fused->where = norm.where;
@@ -538,7 +533,8 @@ FusedBlockCounts FuseBlocks(std::vector<std::unique_ptr<GraphCall>>& calls,
     if (MaxPoolGeometry(call, &pool)) {
       auto fused = std::make_unique<GraphCall>();
       fused->kind = GraphCall::Kind::kMaxPool;
-      fused->args = {call.args[0], Constant(pool[0]), Constant(pool[1]), Constant(pool[2])};
+      fused->args = {call.args[0], GraphArg::OfConstant(pool[0]), GraphArg::OfConstant(pool[1]),
+                     GraphArg::OfConstant(pool[2])};
       fused->outputs = call.outputs;
       fused->list_output = call.list_output;
       calls[i] = std::move(fused);

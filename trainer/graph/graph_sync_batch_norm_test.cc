@@ -20,18 +20,8 @@
 namespace stoker::trainer {
 namespace {
 
-GraphArg Slot(int slot) {
-  GraphArg a;
-  a.kind = GraphArg::Kind::kSlot;
-  a.slot = slot;
-  return a;
-}
-
-GraphArg Constant(c10::IValue value) {
-  GraphArg a;
-  a.constant = std::move(value);
-  return a;
-}
+GraphArg Slot(int slot) { return GraphArg::OfSlot(slot); }
+GraphArg Constant(c10::IValue value) { return GraphArg::OfConstant(std::move(value)); }
 
 void ExpectClose(const at::Tensor& actual, const at::Tensor& expected, const char* what) {
   EXPECT_TRUE(at::allclose(actual, expected, 1e-5, 1e-5))

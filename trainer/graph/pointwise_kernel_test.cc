@@ -25,18 +25,8 @@
 namespace stoker::trainer {
 namespace {
 
-GraphArg Slot(int slot) {
-  GraphArg arg;
-  arg.kind = GraphArg::Kind::kSlot;
-  arg.slot = slot;
-  return arg;
-}
-
-GraphArg Constant(c10::IValue value) {
-  GraphArg arg;
-  arg.constant = std::move(value);
-  return arg;
-}
+GraphArg Slot(int slot) { return GraphArg::OfSlot(slot); }
+GraphArg Constant(c10::IValue value) { return GraphArg::OfConstant(std::move(value)); }
 
 // A Python float where the schema takes a Tensor, as the archive reader converts it.
 GraphArg WrappedNumber(double value) {

@@ -403,12 +403,7 @@ std::unique_ptr<GraphCall> BuildRegion(const RegionFinder& finder, const std::ve
     }
   }
   if (region->output_nodes.empty()) return nullptr;
-  for (int s : region->input_slots) {
-    GraphArg arg;
-    arg.kind = GraphArg::Kind::kSlot;
-    arg.slot = s;
-    call->args.push_back(std::move(arg));
-  }
+  for (int s : region->input_slots) call->args.push_back(GraphArg::OfSlot(s));
   const std::string last_where = calls[members.back()]->where;
   region->where = absl::StrCat("pointwise region of ", members.size(), " calls ending at ",
                                last_where.empty() ? "a fused call" : last_where);

@@ -95,11 +95,11 @@ void ForEachInParallel(size_t n, int threads, const Work& work) {
   auto worker = [&] {
     for (size_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) work(i);
   };
-  std::vector<std::thread> helpers;
+  std::vector<std::thread> others;
   const size_t extra = std::min<size_t>(n, static_cast<size_t>(std::max(threads, 1))) - (n > 0);
-  for (size_t t = 0; t < extra; ++t) helpers.emplace_back(worker);
+  for (size_t t = 0; t < extra; ++t) others.emplace_back(worker);
   worker();
-  for (std::thread& helper : helpers) helper.join();
+  for (std::thread& other : others) other.join();
 }
 
 }  // namespace

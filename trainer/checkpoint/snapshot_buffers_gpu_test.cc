@@ -19,21 +19,14 @@
 
 #include "common/testing/status_matchers.h"
 #include "gtest/gtest.h"
+#include "trainer/checkpoint/training_run_testing.h"
 #include "trainer/checkpoint/training_state.h"
 #include "trainer/nn/builtin_models.h"
 
 namespace stoker::trainer {
 namespace {
 
-struct GpuRun {
-  std::shared_ptr<ImageClassifier> model;
-  std::unique_ptr<FusedOptimizer> optimizer;
-  std::vector<std::string> names;
-  LossScaler scaler;
-  TrainingStateRefs refs() {
-    return TrainingStateRefs{model.get(), optimizer.get(), names, &scaler};
-  }
-};
+using GpuRun = testing::TrainingRun;
 
 // ResNet-18 on the GPU in channels_last (its conv weights and their moments are not
 // contiguous: staged), with batch norm (buffers: staged), under AdamW.
@@ -44,19 +37,9 @@ GpuRun MakeGpuRun() {
   for (auto& p : model->parameters()) {
     if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
   }
-  std::vector<at::Tensor> params;
-  std::vector<std::string> names;
-  for (const auto& item : model->named_parameters()) {
-    names.push_back(item.key());
-    params.push_back(item.value());
-  }
-  OptimizerOptions options;
-  options.kind = OptimizerKind::kAdamW;
-  options.learning_rate = 0.01;
   LossScalerOptions scaler_options;
   scaler_options.enabled = false;
-  return GpuRun{model, std::move(*FusedOptimizer::Create(params, options)), names,
-                std::move(*LossScaler::Create(scaler_options))};
+  return testing::MakeTrainingRun(model, scaler_options);
 }
 
 void Forward(GpuRun& run) {

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "common/testing/status_matchers.h"
 #include "gtest/gtest.h"
+#include "trainer/checkpoint/training_run_testing.h"
 #include "trainer/nn/builtin_models.h"
 #include "trainer/nn/state_dict.h"
 
@@ -17,33 +18,14 @@ using ::stoker::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-struct TrainedRun {
-  std::shared_ptr<ImageClassifier> model;
-  std::unique_ptr<FusedOptimizer> optimizer;
-  std::vector<std::string> names;
-  LossScaler scaler;
-  TrainingStateRefs refs() {
-    return TrainingStateRefs{model.get(), optimizer.get(), names, &scaler};
-  }
-};
+using TrainedRun = testing::TrainingRun;
 
 TrainedRun MakeRun(uint64_t seed, bool scaling) {
   torch::manual_seed(seed);
-  std::shared_ptr<ImageClassifier> model = *MakeBuiltinModel("small_cnn", 4);
-  std::vector<at::Tensor> params;
-  std::vector<std::string> names;
-  for (const auto& item : model->named_parameters()) {
-    names.push_back(item.key());
-    params.push_back(item.value());
-  }
-  OptimizerOptions options;
-  options.kind = OptimizerKind::kAdamW;
-  options.learning_rate = 0.01;
   LossScalerOptions scaler_options;
   scaler_options.enabled = scaling;
   scaler_options.init_scale = 1024;
-  return TrainedRun{model, std::move(*FusedOptimizer::Create(params, options)), names,
-                    std::move(*LossScaler::Create(scaler_options))};
+  return testing::MakeTrainingRun(*MakeBuiltinModel("small_cnn", 4), scaler_options);
 }
 
 void TrainSteps(TrainedRun& run, int steps) {

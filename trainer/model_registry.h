@@ -8,27 +8,19 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "trainer/graph/graph_model.h"
 #include "trainer/nn/image_classifier.h"
 
 namespace stoker::trainer {
 
-// A name ending so is a torch.export archive to load.
-inline constexpr char kExportedModelSuffix[] = ".pt2";
-
-struct MakeModelOptions {
-  int image_size = 0;        // the image side an exported model must take; 0: any
-  bool fused_blocks = true;  // the fused blocks, built-in and exported models
-  bool fp8 = false;          // exported models: Note [FP8 linear layers in a program]
-};
-
 // Builds the named model with freshly initialised weights (from torch's global generator;
-// seed it first for reproducible weights), or loads the exported model at that path with
-// the archive's weights, checking it against `num_classes` and `image_size` (0: any).
-// Built-in ResNets, and the batch norms and max pools of exported models, use the fused
-// blocks (trainer/nn/fused_blocks.h) unless `options.fused_blocks` is false. InvalidArgument for
-// an unknown name or an archive Stoker refuses (the message says why).
-absl::StatusOr<std::shared_ptr<ImageClassifier>> MakeModel(const std::string& name, int num_classes,
-                                                           const MakeModelOptions& options = {});
+// seed it first for reproducible weights), or loads the exported model at that path
+// (IsExportedModel) with the archive's weights and `options`. A built-in model takes
+// `options.num_classes` and `options.fused_blocks` (its ResNets' fused blocks,
+// trainer/nn/fused_blocks.h). InvalidArgument for an unknown name or an archive Stoker
+// refuses (the message says why).
+absl::StatusOr<std::shared_ptr<ImageClassifier>> MakeModel(const std::string& name,
+                                                           const GraphModelOptions& options);
 
 }  // namespace stoker::trainer
 

@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/flag_value.h"
 #include "common/status_macros.h"
@@ -15,7 +14,7 @@ absl::Status ModelOptions::Validate() const {
   if (num_classes < 1) return FlagValueError("num_classes", num_classes, "must be >= 1");
   // An exported program's batch norms run as fused calls (Note [Fused blocks in a program]),
   // which is where they synchronise.
-  if (sync_batchnorm && !fused_blocks && absl::EndsWith(name, ".pt2")) {
+  if (sync_batchnorm && !fused_blocks && IsExportedModel(name)) {
     return absl::InvalidArgumentError(
         "--sync_batchnorm with an exported program (--model=*.pt2) needs --fused_blocks");
   }
@@ -114,7 +113,7 @@ absl::Status ValidateOptions(const TrainerOptions& o) {
     // Note [FP8 linear layers] (trainer/nn/fp8_linear.h): the rewrite of an exported
     // program's linear layers, on a GPU with FP8 tensor cores (checked once a device is
     // chosen: CheckPrecisionSupported, trainer/device.h).
-    if (!absl::EndsWith(o.model.name, ".pt2")) {
+    if (!IsExportedModel(o.model.name)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--precision=fp8 runs the linear layers of an exported model (--model=*.pt2) in FP8; "
           "--model=",

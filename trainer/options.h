@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
 #include "common/exit_codes.h"
 #include "trainer/checkpoint/checkpoint_options.h"
@@ -22,6 +23,12 @@
 #include "trainer/report/report_options.h"
 
 namespace stoker::trainer {
+
+// A model name ending so is a torch.export archive to load.
+inline constexpr char kExportedModelSuffix[] = ".pt2";
+inline bool IsExportedModel(absl::string_view name) {
+  return absl::EndsWith(name, kExportedModelSuffix);
+}
 
 // The model to build (trainer/model_registry.h) and its output.
 struct ModelOptions {

@@ -59,11 +59,12 @@ absl::StatusOr<std::unique_ptr<TrainingModel>> TrainingModel::Create(const Train
   SetSyncBatchNormGroup(t->sync_group_.get());
   if (cuda_graphs) RETURN_IF_ERROR(UseCapturableStream());  // before the model and its buckets
   at::manual_seed(o.seed);
-  MakeModelOptions model_options;
+  GraphModelOptions model_options;
+  model_options.num_classes = o.model.num_classes;
   model_options.image_size = o.input.image_size;
   model_options.fused_blocks = o.model.fused_blocks;
   model_options.fp8 = context.use_cuda && o.device.precision == Precision::kFp8;
-  ASSIGN_OR_RETURN(t->model_, MakeModel(o.model.name, o.model.num_classes, model_options));
+  ASSIGN_OR_RETURN(t->model_, MakeModel(o.model.name, model_options));
   if (!o.model.init_weights.empty()) {
     StateDictFileOptions file_options;
     file_options.allow_pickle = o.model.allow_pickle;

@@ -1,14 +1,14 @@
-#!/ usr / bin / env bash
-#Packs Stoker for a GPU host that has torch, CUDA, NCCL and Open MPI but no Bazel:
-#bundle / bin / the three programs, the GPU test binaries, and gpu.sh : the entry point for
-#the GPU checks, smoke runs, benchmarks and kernel profiles(with the
-#scripts it runs)
-#bundle / lib / the shared libraries such a host lacks(Abseil, libturbojpeg, and the
-#test binaries' Bazel-built libraries), found with ldd
-#bundle / stoker the program runner : `bundle / stoker PROGRAM ARGS...` sets the library path to
-#the bundle, the host's torch (and the CUDA/NCCL libraries beside it),
-#and runs bin / PROGRAM
-#Usage : tools / bundle.sh[OUT_DIR](default : bundle /)
+#!/usr/bin/env bash
+# Packs Stoker for a GPU host that has torch, CUDA, NCCL and Open MPI but no Bazel:
+#   bundle/bin/   the three programs, the GPU test binaries, and gpu.sh: the entry point for
+#                 the GPU checks, smoke runs, benchmarks and kernel profiles (with the
+#                 scripts it runs)
+#   bundle/lib/   the shared libraries such a host lacks (Abseil, libturbojpeg, and the
+#                 test binaries' Bazel-built libraries), found with ldd
+#   bundle/stoker the program runner: `bundle/stoker PROGRAM ARGS...` sets the library path to
+#                 the bundle, the host's torch (and the CUDA/NCCL libraries beside it),
+#                 and runs bin/PROGRAM
+# Usage: tools/bundle.sh [OUT_DIR]   (default: bundle/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-bundle}"
@@ -42,14 +42,14 @@ for target in "${programs[@]}" "${gpu_tests[@]}"; do
 done
 cp tools/gpu.sh tools/gpu_checks.sh tools/trace_timeline.py tests/check_trace.py tools/bench_gpu.py tools/make_jpeg_photos.py tools/loader_bench.py tools/kernel_breakdown.py tools/profile_peer.py tools/export_model.py tests/mpi_env.sh \
   data_service/image/bench_vs_torchvision.py "$out/bin/"
-#scikit - learn's digits as an image folder, for the accuracy check (the host may lack sklearn).
+# scikit-learn's digits as an image folder, for the accuracy check (the host may lack sklearn).
 python3 tools/make_digits.py "$out/digits" > /dev/null
-#The same digits as baseline JPEGs(quality 90), for the GPU decode accuracy checks.
+# The same digits as baseline JPEGs (quality 90), for the GPU decode accuracy checks.
 python3 tools/make_digits.py "$out/digits_jpeg" --format jpeg > /dev/null
 mkdir -p "$out/bin/testdata_tools" "$out/bin/tests"
 cp tests/fault_gpu_stall_test.sh tests/job_checks.sh tests/mpi_env.sh "$out/bin/tests/"
 cp data_service/image/testdata_tools/make_image_cases.py "$out/bin/testdata_tools/"
-#The Python recipes Stoker is measured against(../ shared / bench), when beside the checkout.
+# The Python recipes Stoker is measured against (../shared/bench), when beside the checkout.
 if [[ -d ../shared/bench ]]; then
   mkdir -p "$out/anchors"
   cp ../shared/bench/*.py "$out/anchors/"

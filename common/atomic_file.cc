@@ -29,19 +29,6 @@ std::string BaseName(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-// 0, or the errno of the write that failed.
-int WriteAll(int fd, absl::string_view data) {
-  while (!data.empty()) {
-    const ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return 0;
-}
-
 // Note [Full disk while writing]
 // A full file system (ENOSPC, or EDQUOT for a quota) can surface at write(), fsync() or
 // close() of the temporary file. Whichever it is, the temporary file is removed and the
@@ -79,6 +66,19 @@ absl::Status WriteFileAtomically(const std::string& path, absl::Span<const absl:
     }
     return 0;
   });
+}
+
+int WriteAll(int fd, absl::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (n == 0) return EIO;  // no progress: never retried forever
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return 0;
 }
 
 int PwriteAll(int fd, absl::string_view data, off_t offset) {

@@ -58,6 +58,11 @@ using FileFill = std::function<int(int fd)>;
 // temporary, its mode, fsync, rename, fsync of the directory, removal on failure).
 absl::Status WriteFileAtomicallyWith(const std::string& path, mode_t mode, const FileFill& fill);
 
+// Writes all of `data` at the file position of `fd` (write, retried on EINTR and short
+// writes; only write, which the data service's sandbox allows, where pwrite is not).
+// 0, or the errno of the write that failed (EIO for a write that wrote nothing).
+int WriteAll(int fd, absl::string_view data);
+
 // Writes all of `data` at `offset` of `fd` (pwrite, retried on EINTR and short writes).
 // 0, or the errno of the write that failed. Thread-safe on one descriptor.
 int PwriteAll(int fd, absl::string_view data, off_t offset);

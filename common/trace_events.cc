@@ -217,11 +217,8 @@ absl::Status RewriteInPlace(int fd, const std::string& path, absl::string_view t
   if (lseek(fd, 0, SEEK_SET) != 0 || ftruncate(fd, 0) != 0) {
     return ErrnoToStatus(errno, absl::StrCat("truncate ", path));
   }
-  while (!text.empty()) {
-    const ssize_t n = write(fd, text.data(), text.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return ErrnoToStatus(n < 0 ? errno : EIO, absl::StrCat("write ", path));
-    text.remove_prefix(static_cast<size_t>(n));
+  if (int error = WriteAll(fd, text); error != 0) {
+    return ErrnoToStatus(error, absl::StrCat("write ", path));
   }
   if (fsync(fd) != 0) return ErrnoToStatus(errno, absl::StrCat("fsync ", path));
   return absl::OkStatus();

@@ -109,7 +109,9 @@ absl::StatusOr<at::Tensor> TrainStep::ForwardBackward(const at::Tensor& images,
 }
 
 absl::Status TrainStep::TimedReplay(CudaGraph& graph, const char* name) {
-  if (timeline_ == nullptr) return graph.Replay();
+  // Outside the traced window, no label (the timeline's lock, a string, the arguments):
+  // Started would record nothing.
+  if (timeline_ == nullptr || trace_ == nullptr || !trace_->recording()) return graph.Replay();
   // Note [Timing a replayed graph] in trainer/comm/device_timeline.h.
   timeline_->Label(timeline_tid_, name, TraceArgs().Add("replay", replays_));
   const int timed = timeline_->Started();

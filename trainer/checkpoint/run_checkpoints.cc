@@ -134,24 +134,24 @@ PartWrittenHook WritePause(const CheckpointOptions& o) {
   };
 }
 
-// Writes the checkpoint file `path` from `checkpoint` (Note [Checkpoint files in parallel]
-// in checkpoint_file.cc) and removes the checkpoints past the newest --keep_checkpoints.
-// Errors carry kExitCheckpointIo.
-absl::Status WriteCheckpointFile(const CheckpointOptions& o, const std::string& path,
-                                 const SealedCheckpoint& checkpoint) {
-  RETURN_IF_ERROR(WithExitCode(WriteCheckpointAtomically(path, checkpoint, o.file_mode,
-                                                         CheckpointWriteThreads(), WritePause(o)),
-                               kExitCheckpointIo));
+// Ends the write of a checkpoint file whose outcome is `written`: on success, removes the
+// checkpoints past the newest --keep_checkpoints. Errors carry kExitCheckpointIo.
+absl::Status FinishCheckpointWrite(const CheckpointOptions& o, absl::Status written) {
+  RETURN_IF_ERROR(WithExitCode(std::move(written), kExitCheckpointIo));
   return WithExitCode(RemoveOldCheckpoints(o.dir, o.keep), kExitCheckpointIo);
 }
 
-// Waits for the bytes `checkpoint` holds (copies from the device), then seals and writes it
-// as WriteCheckpointFile does. Returns the file's size.
+// Waits for the bytes `checkpoint` holds (copies from the device), then seals it and writes
+// the checkpoint file `path` (Note [Checkpoint files in parallel] in checkpoint_file.cc) and
+// removes the checkpoints past the newest --keep_checkpoints. Errors carry
+// kExitCheckpointIo. Returns the file's size.
 absl::StatusOr<size_t> SealAndWrite(const CheckpointOptions& o, const std::string& path,
                                     CheckpointWriter checkpoint) {
   RETURN_IF_ERROR(WithExitCode(checkpoint.WaitForHeldBytes(), kExitCheckpointIo));
-  const SealedCheckpoint sealed = std::move(checkpoint).Seal(CheckpointWriteThreads());
-  RETURN_IF_ERROR(WriteCheckpointFile(o, path, sealed));
+  const int threads = CheckpointWriteThreads();
+  const SealedCheckpoint sealed = std::move(checkpoint).Seal(threads);
+  RETURN_IF_ERROR(FinishCheckpointWrite(
+      o, WriteCheckpointAtomically(path, sealed, o.file_mode, threads, WritePause(o))));
   return sealed.size();
 }
 
@@ -209,11 +209,9 @@ absl::StatusOr<std::string> RunCheckpoints::Write(int64_t global_step,
                                                   const std::string& bytes) const {
   if (!writes()) return std::string();
   const std::string path = absl::StrCat(options_.dir, "/", CheckpointFileName(global_step));
-  RETURN_IF_ERROR(WithExitCode(WriteFileAtomically(path, {absl::string_view(bytes)},
-                                                   options_.file_mode, WritePause(options_)),
-                               kExitCheckpointIo));
-  RETURN_IF_ERROR(
-      WithExitCode(RemoveOldCheckpoints(options_.dir, options_.keep), kExitCheckpointIo));
+  RETURN_IF_ERROR(FinishCheckpointWrite(
+      options_, WriteFileAtomically(path, {absl::string_view(bytes)}, options_.file_mode,
+                                    WritePause(options_))));
   return path;
 }
 

@@ -60,8 +60,24 @@ struct NamedTensor {
   bool optimizer_only = false;
 };
 
+// Every optimizer state tensor of `state` with its name in the checkpoint,
+// "optimizer/<parameter>/<what>", in the optimizer's order. Internal, prefixed with `doing`,
+// when the optimizer and the parameter names disagree.
 absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> NamedOptimizerTensors(
-    const TrainingStateRefs& state, absl::string_view doing);
+    const TrainingStateRefs& state, absl::string_view doing) {
+  const auto optimizer_state = state.optimizer->StateTensors();
+  if (optimizer_state.size() != state.parameter_names.size()) {
+    return absl::InternalError(
+        absl::StrCat(doing, ": the optimizer and the parameter names disagree"));
+  }
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  for (size_t i = 0; i < optimizer_state.size(); ++i) {
+    for (const auto& [what, tensor] : optimizer_state[i]) {
+      named.emplace_back(absl::StrCat("optimizer/", state.parameter_names[i], "/", what), tensor);
+    }
+  }
+  return named;
+}
 
 absl::StatusOr<std::vector<NamedTensor>> StateTensors(const TrainingStateRefs& state) {
   std::vector<NamedTensor> named;
@@ -288,25 +304,6 @@ absl::Status CopyInto(const CheckpointReader& checkpoint, const std::string& nam
   return absl::OkStatus();
 }
 
-// Every optimizer state tensor of `state` with its name in the checkpoint,
-// "optimizer/<parameter>/<what>", in the optimizer's order. Internal, prefixed with `doing`,
-// when the optimizer and the parameter names disagree.
-absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> NamedOptimizerTensors(
-    const TrainingStateRefs& state, absl::string_view doing) {
-  const auto optimizer_state = state.optimizer->StateTensors();
-  if (optimizer_state.size() != state.parameter_names.size()) {
-    return absl::InternalError(
-        absl::StrCat(doing, ": the optimizer and the parameter names disagree"));
-  }
-  std::vector<std::pair<std::string, at::Tensor>> named;
-  for (size_t i = 0; i < optimizer_state.size(); ++i) {
-    for (const auto& [what, tensor] : optimizer_state[i]) {
-      named.emplace_back(absl::StrCat("optimizer/", state.parameter_names[i], "/", what), tensor);
-    }
-  }
-  return named;
-}
-
 }  // namespace
 
 absl::StatusOr<CheckpointWriter> SnapshotCheckpoint(
@@ -331,13 +328,8 @@ absl::StatusOr<CheckpointWriter> SnapshotCheckpoint(
     writer.AddInt("position/samples_done", position.samples_done);
     writer.AddInt("position/global_batch", position.global_batch);
 
-    for (const auto& [name, tensor] : StateDictItems(*state.model)) {
-      RETURN_IF_ERROR(AddTensorChecked(writer, absl::StrCat("model/", name), tensor));
-    }
-    ASSIGN_OR_RETURN(const auto optimizer_tensors, NamedOptimizerTensors(state, "checkpoint"));
-    for (const auto& [name, tensor] : optimizer_tensors) {
-      RETURN_IF_ERROR(AddTensorChecked(writer, name, tensor));
-    }
+    ASSIGN_OR_RETURN(const std::vector<NamedTensor> named, StateTensors(state));
+    for (const NamedTensor& t : named) RETURN_IF_ERROR(AddTensorChecked(writer, t.name, t.tensor));
     writer.AddInt("optimizer/steps_taken", state.optimizer->steps_taken());
     const LossScaler::State scaler = state.scaler->state();
     writer.AddDouble("scaler/scale", scaler.scale);

@@ -61,7 +61,7 @@ struct TrainingStateRefs {
 // Note [Snapshot buffers]
 // The host memory a run's checkpoints copy the training state into, pinned once when the
 // run starts and reused by every checkpoint (allocating gigabytes of pinned memory takes
-// up to seconds, which was the first checkpoint's stall), and the copy itself off the
+// up to seconds, so that no checkpoint pays for the allocation), and the copy itself off the
 // step's path. A snapshot enqueues, without any host sync:
 //   on the current (compute) stream, after the work queued so far: device-to-device copies
 //     into device staging tensors of every tensor that may change before the next optimizer
@@ -79,9 +79,9 @@ struct TrainingStateRefs {
 // snapshot is in the buffers at a time: a checkpoint is taken only once the previous write
 // has ended (Note [Asynchronous checkpoints] in run_checkpoints.h). A tensor whose shape,
 // type or layout is not the one the buffers were made for (a model that replaced it) is
-// copied as before, to memory of the caching host allocator, with a host sync.
+// copied to memory of the caching host allocator, with a host sync.
 // With fp16 loss scaling, the scale and the optimizer's step count are read from the device
-// (a sync) as before.
+// (a sync).
 class SnapshotBuffers {
  public:
   // Pins host memory for every device tensor of `state` (the model's state dict and the

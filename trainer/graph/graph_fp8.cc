@@ -4,14 +4,14 @@
 
 #include <sstream>
 
+#include "trainer/graph/graph_calls_util.h"
+
 namespace stoker::trainer {
 namespace {
 
 bool IsLinear(const GraphCall& call) {
-  return call.kind == GraphCall::Kind::kOperator && call.op.has_value() &&
-         call.op->operator_name().name == "aten::linear" &&
-         call.op->operator_name().overload_name.empty() && call.args.size() == 3 &&
-         call.outputs.size() == 1 && call.outputs[0].size() == 1 && call.outputs[0][0] >= 0;
+  return IsOp(call, "aten::linear") && call.args.size() == 3 && call.outputs.size() == 1 &&
+         call.outputs[0].size() == 1 && call.outputs[0][0] >= 0;
 }
 
 // The tensor a parameter slot argument holds at load, or an undefined one.

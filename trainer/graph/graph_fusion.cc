@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "trainer/graph/graph_calls_util.h"
 #include "trainer/nn/fused_blocks.h"
 #include "trainer/nn/layer_norm.h"
 #include "trainer/nn/self_attention.h"
@@ -27,28 +28,7 @@ enum BatchNormArg {
   kCudnnEnabled
 };
 
-bool IsOp(const GraphCall& call, const char* name, const char* overload = "") {
-  if (call.kind != GraphCall::Kind::kOperator || !call.op.has_value()) return false;
-  const c10::OperatorName& op = call.op->operator_name();
-  return op.name == name && op.overload_name == overload;
-}
-
-bool IsSlot(const GraphArg& arg) { return arg.kind == GraphArg::Kind::kSlot && arg.slot >= 0; }
-
 bool IsConstant(const GraphArg& arg) { return arg.kind == GraphArg::Kind::kConstant; }
-
-// The slots `call` reads.
-std::vector<int> Reads(const GraphCall& call) {
-  std::vector<int> slots;
-  for (const GraphArg& arg : call.args) {
-    if (arg.kind == GraphArg::Kind::kSlot && arg.slot >= 0) slots.push_back(arg.slot);
-    for (int s : arg.slots) {
-      if (s >= 0) slots.push_back(s);
-    }
-  }
-  if (call.residual_slot >= 0) slots.push_back(call.residual_slot);
-  return slots;
-}
 
 // Whether `call` writes `slot` in place.
 bool Writes(const GraphCall& call, int slot) {
@@ -604,18 +584,14 @@ void RunFusedLayerNorm(const GraphCall& call, GraphFrame& frame) {
   norm.bias = Resolve(call.args[3], frame).toTensor();
   norm.eps = call.args[4].constant.toDouble();
   if (!b.isTensor()) {
-    const bool cast = call.args.size() < 6 || call.args[5].constant.toBool();
+    const bool cast = call.args[5].constant.toBool();
     values[call.outputs[0][0]] =
         LayerNorm(a, norm, cast ? LayerNormOutput::kAutocastDtype : LayerNormOutput::kFloat);
     return;
   }
   auto [sum, y] = AddLayerNorm(a, b.toTensor(), norm);
-  if (call.outputs.size() == 2) {
-    values[call.outputs[0][0]] = std::move(sum);
-    values[call.outputs[1][0]] = std::move(y);
-  } else {
-    values[call.outputs[0][0]] = std::move(y);
-  }
+  values[call.outputs[0][0]] = std::move(sum);
+  values[call.outputs[1][0]] = std::move(y);
 }
 
 at::Tensor RunFusedBlock(const GraphCall& call, const GraphFrame& frame) {

@@ -220,18 +220,16 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(
     FusedBlockCounts& counts = program->fused_blocks_;
     MarkFp8Linears(program->calls_, program->values_.values(), Fp8Recipe{}, &counts,
                    &program->fp8_kept_);
-    // Each kept line starts with the program's `where`, which the message gives once.
-    std::vector<std::string> kept;
-    for (const std::string& line : program->fp8_kept_) {
-      kept.push_back(absl::StartsWith(line, options.where + ": ")
-                         ? line.substr(options.where.size() + 2)
-                         : line);
+    // Each kept line starts with the program's `where`, which the message gives once: dropped,
+    // leaving fp8_kept()'s "<node>: why".
+    for (std::string& line : program->fp8_kept_) {
+      if (absl::StartsWith(line, options.where + ": ")) line.erase(0, options.where.size() + 2);
     }
     LogInfo(
         "%s: --precision=fp8: in FP8 %d linear layers and %d self-attention calls; in "
         "bf16 %d linear layers%s%s",
         options.where, counts.fp8_linear, counts.fp8_self_attention, counts.fp8_kept,
-        kept.empty() ? "" : ": ", absl::StrJoin(kept, "; "));
+        program->fp8_kept_.empty() ? "" : ": ", absl::StrJoin(program->fp8_kept_, "; "));
   }
   ViewsAsReshapes(program->calls_);
   return program;

@@ -161,13 +161,8 @@ struct DeviceKernel {
   int multiprocessors = 0;
 };
 
-// Compiled kernels by (device, source), for the process; modules are never unloaded. Thread-safe.
-absl::StatusOr<DeviceKernel> KernelFor(int device, const std::string& source, const char* name) {
-  static std::mutex mu;
-  static auto* kernels = new std::map<std::pair<int, std::string>, DeviceKernel>();
-  std::lock_guard<std::mutex> lock(mu);
-  auto found = kernels->find({device, source});
-  if (found != kernels->end()) return found->second;
+// `source` compiled for the current context's device, and its kernel `name`.
+absl::StatusOr<DeviceKernel> CompileKernel(const std::string& source, const char* name) {
   const Driver& driver = LoadDriver();
   if (!driver.load_error.empty()) return absl::UnavailableError(driver.load_error);
   CUdevice cu_device = 0;
@@ -188,8 +183,20 @@ absl::StatusOr<DeviceKernel> KernelFor(int device, const std::string& source, co
   r = driver.function(&kernel.function, module, name);
   if (r != CUDA_SUCCESS)
     return absl::InternalError(absl::StrCat("cuModuleGetFunction: ", DriverError(driver, r)));
-  kernels->emplace(std::make_pair(device, source), kernel);
   return kernel;
+}
+
+// Compiled kernels by (device, source), for the process; modules are never unloaded. A failure
+// (no driver, NVRTC, the module or its function) is kept too, so it is not retried each step.
+// Thread-safe.
+absl::StatusOr<DeviceKernel> KernelFor(int device, const std::string& source, const char* name) {
+  static std::mutex mu;
+  static auto* kernels = new std::map<std::pair<int, std::string>, absl::StatusOr<DeviceKernel>>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto found = kernels->find({device, source});
+  if (found == kernels->end())
+    found = kernels->emplace(std::make_pair(device, source), CompileKernel(source, name)).first;
+  return found->second;
 }
 
 // Launches `kernel` over `walk` on the current stream of `device`, with `pointers` first in
@@ -291,13 +298,12 @@ using torch::autograd::variable_list;
 // the region's inputs; its outputs the live-outs. Kernels run on the current stream.
 class PointwiseFunction : public torch::autograd::Function<PointwiseFunction> {
  public:
+  // `kernel`: the plan's forward kernel, which RunPointwise found.
   static variable_list forward(AutogradContext* ctx, at::TensorList inputs,
-                               const PointwiseRegion* region, const Launchable* plan) {
+                               const PointwiseRegion* region, const Launchable* plan,
+                               const DeviceKernel* kernel) {
     const c10::Device device = inputs[0].device();
     c10::cuda::CUDAGuard guard(device);
-    absl::StatusOr<DeviceKernel> kernel =
-        KernelFor(device.index(), plan->source, "pointwise_forward");
-    TORCH_CHECK(kernel.ok(), region->where, ": ", kernel.status().ToString());
     std::vector<const void*> pointers;
     for (const at::Tensor& t : inputs) pointers.push_back(t.data_ptr());
     variable_list outputs;
@@ -356,7 +362,7 @@ class PointwiseFunction : public torch::autograd::Function<PointwiseFunction> {
     TORCH_CHECK(kernel.ok(), region->where, ": ", kernel.status().ToString());
     std::vector<const void*> pointers;
     for (const at::Tensor& t : operands) pointers.push_back(t.data_ptr());
-    variable_list grads(inputs.size() + 2);
+    variable_list grads(inputs.size() + 3);  // none for region, plan and kernel
     for (size_t j = 0; j < inputs.size(); ++j) {
       if (!signature.input_needs_grad[j]) continue;
       const at::ScalarType t = signature.input_full_shape[j] ? inputs[j].scalar_type() : at::kFloat;
@@ -390,17 +396,16 @@ void RunPointwise(const GraphCall& call, GraphFrame& frame) {
     // The module loads into the current context: the inputs' device's.
     c10::cuda::CUDAGuard guard(inputs[0].device());
     absl::StatusOr<Launchable> plan = PlanForward(region, inputs);
-    absl::Status compiled = plan.status();
-    if (plan.ok()) {
-      compiled = KernelFor(inputs[0].get_device(), plan->source, "pointwise_forward").status();
-    }
-    if (compiled.ok()) {
+    const absl::StatusOr<DeviceKernel> kernel =
+        plan.ok() ? KernelFor(inputs[0].get_device(), plan->source, "pointwise_forward")
+                  : absl::StatusOr<DeviceKernel>(plan.status());
+    if (kernel.ok()) {
       const variable_list outputs =
-          PointwiseFunction::apply(at::TensorList(inputs), &region, &*plan);
+          PointwiseFunction::apply(at::TensorList(inputs), &region, &*plan, &*kernel);
       for (size_t o = 0; o < outputs.size(); ++o) (*frame.values)[call.outputs[o][0]] = outputs[o];
       return;
     }
-    LogFallbackOnce(region, compiled.ToString());
+    LogFallbackOnce(region, kernel.status().ToString());
   }
 #endif
   RunPointwiseComposition(region, frame);

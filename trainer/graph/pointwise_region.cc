@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "trainer/graph/graph_calls_util.h"
 
 namespace stoker::trainer {
 namespace {
@@ -16,8 +17,6 @@ namespace {
 // A region grows no larger than this: the kernels' parameter lists and registers stay small.
 constexpr int kMaxRegionInputs = 12;
 constexpr int kMaxRegionCalls = 32;
-
-bool IsSlot(const GraphArg& arg) { return arg.kind == GraphArg::Kind::kSlot && arg.slot >= 0; }
 
 // A number given for a Tensor or Scalar formal: a double, an int, a Scalar or a wrapped
 // number (a Python float the exporter passed where the schema takes a Tensor).
@@ -200,19 +199,6 @@ int InPlaceTarget(const GraphCall& call) {
   return alias != nullptr && alias->isWrite() ? call.args[0].slot : -1;
 }
 
-// The slots `call` reads.
-std::vector<int> Reads(const GraphCall& call) {
-  std::vector<int> slots;
-  for (const GraphArg& arg : call.args) {
-    if (IsSlot(arg)) slots.push_back(arg.slot);
-    for (int s : arg.slots) {
-      if (s >= 0) slots.push_back(s);
-    }
-  }
-  if (call.residual_slot >= 0) slots.push_back(call.residual_slot);
-  return slots;
-}
-
 // Whether `call` may write `slot` in place.
 bool Writes(const GraphCall& call, int slot) {
   if (call.kind == GraphCall::Kind::kOperator && call.op.has_value()) {
@@ -382,7 +368,6 @@ std::unique_ptr<GraphCall> BuildRegion(const RegionFinder& finder, const std::ve
       scaled.scalar = e.alpha;
       node.operands[1] = static_cast<int>(region->nodes.size());
       region->nodes.push_back(scaled);
-      ++region->op_count;
     }
     node.op = e.op;
     node.has_scalar = e.has_scalar;
@@ -395,7 +380,6 @@ std::unique_ptr<GraphCall> BuildRegion(const RegionFinder& finder, const std::ve
     const int slot = calls[m]->outputs[0][0];
     node_of[slot] = static_cast<int>(region->nodes.size());
     region->nodes.push_back(node);
-    ++region->op_count;
     if (finder.LiveOut(slot, members)) {
       region->output_nodes.push_back(node_of[slot]);
       call->outputs.push_back({slot});
@@ -488,7 +472,7 @@ PointwiseRegionCounts FindPointwiseRegions(std::vector<std::unique_ptr<GraphCall
       std::unique_ptr<GraphCall> call = BuildRegion(finder, members, calls);
       if (call == nullptr) continue;
       counts.regions += 1;
-      counts.ops += call->pointwise->op_count;
+      counts.ops += call->pointwise->op_count();
       for (int m : members) removed[m] = true;
       removed[members.back()] = false;
       calls[members.back()] = std::move(call);

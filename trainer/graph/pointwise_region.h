@@ -71,8 +71,12 @@ struct PointwiseRegion {
   std::vector<int> output_nodes;     // the live-outs, in the order of the call's outputs
   // The calls the region replaced, in program order: its composition.
   std::vector<std::unique_ptr<GraphCall>> composition;
-  int op_count = 0;   // elementwise ops (nodes other than inputs)
-  std::string where;  // "<where>: pointwise region of <n> ops ending at node <name>"
+  // "pointwise region of <n> calls ending at <the last call's where>" ("<where>: node <name>
+  // (<target>)", or "a fused call" where it has none).
+  std::string where;
+
+  // Elementwise ops: the nodes other than inputs.
+  int op_count() const { return static_cast<int>(nodes.size() - input_slots.size()); }
 
   // "add_(mul(in0, in1), in2)"-style text of the DAG's live-outs, for logs and tests.
   std::string Describe() const;

@@ -51,7 +51,7 @@ TEST_P(PointwiseRegionTest, FindsRegionsThatComputeWhatTheirCallsDid) {
   std::cerr << c.arch << ": " << counts.pointwise_regions << " pointwise regions of "
             << counts.pointwise_ops << " ops\n";
   for (const PointwiseRegion* region : (*fused)->train_program().pointwise_regions())
-    std::cerr << "  " << region->op_count << " ops: " << region->Describe() << "\n";
+    std::cerr << "  " << region->op_count() << " ops: " << region->Describe() << "\n";
   EXPECT_GE(counts.pointwise_regions, c.min_regions);
   EXPECT_GE(counts.pointwise_ops, 2 * counts.pointwise_regions);
   EXPECT_EQ((*plain)->train_program().fused_blocks().pointwise_regions, 0);

@@ -9,9 +9,9 @@
 
 #ifdef STOKER_WITH_CUDA
 #include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 
 #include "trainer/nn/fp8_kernels.h"
+#include "trainer/nn/torch_kernel_args.h"
 #endif
 
 namespace stoker::trainer {
@@ -86,10 +86,6 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-void Check(cudaError_t e, const char* what) {
-  TORCH_CHECK(e == cudaSuccess, what, ": ", cudaGetErrorString(e));
-}
 
 ElementType ElementTypeOf(at::ScalarType t) {
   if (t == at::kFloat) return ElementType::kFloat32;
@@ -177,7 +173,7 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
                                const at::Tensor& bias,
                                const c10::intrusive_ptr<Fp8LinearState>& state, bool grad) {
     c10::cuda::CUDAGuard guard(x.device());
-    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.get_device()).stream();
+    const cudaStream_t stream = StreamOf(x);
     const int64_t in = weight.size(1), out = weight.size(0);
     const at::Tensor x2d = Aligned(x.reshape({-1, in}));
     const at::Tensor w = Aligned(weight);
@@ -236,7 +232,7 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
       return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
     }
     c10::cuda::CUDAGuard guard(dy.device());
-    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dy.get_device()).stream();
+    const cudaStream_t stream = StreamOf(dy);
     const int64_t out = dy.size(-1);
     if (!IsFloating(dy.scalar_type())) dy = dy.to(at::kBFloat16);
     const at::Tensor dy2d = Aligned(dy.reshape({-1, out}));

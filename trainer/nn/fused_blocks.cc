@@ -10,10 +10,10 @@
 
 #ifdef STOKER_WITH_CUDA
 #include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 
 #include "trainer/nn/fused_kernels.h"
 #include "trainer/nn/max_pool_kernels.h"
+#include "trainer/nn/torch_kernel_args.h"
 #endif
 
 namespace stoker::trainer {
@@ -64,14 +64,6 @@ ChannelRows RowsOf(const torch::Tensor& x) {
 }
 
 float* Floats(const torch::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
-
-void Check(cudaError_t e, const char* what) {
-  TORCH_CHECK(e == cudaSuccess, what, ": ", cudaGetErrorString(e));
-}
-
-cudaStream_t StreamOf(const torch::Tensor& t) {
-  return c10::cuda::getCurrentCUDAStream(t.get_device()).stream();
-}
 
 // The shared body of the two autograd functions below (with and without a residual):
 // autograd functions take no undefined inputs, so the residual's presence picks the class.

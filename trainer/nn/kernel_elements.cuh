@@ -1,4 +1,5 @@
-// Element access shared by Stoker's CUDA kernels (fused_kernels.cu, max_pool_kernels.cu):
+// Element access shared by Stoker's CUDA kernels (fused_kernels.cu, max_pool_kernels.cu;
+// layer_norm_kernels.cu uses the dispatch on the element type):
 // loads and stores of V consecutive elements as one access (converted to and from fp32 by
 // common/element_conversions.cuh: arithmetic is fp32 throughout), and the host-side choice
 // of V with the dispatch on the element type. Included by .cu files only (nvcc).

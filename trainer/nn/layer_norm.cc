@@ -8,9 +8,9 @@
 
 #ifdef STOKER_WITH_CUDA
 #include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 
 #include "trainer/nn/layer_norm_kernels.h"
+#include "trainer/nn/torch_kernel_args.h"
 #endif
 
 namespace stoker::trainer {
@@ -32,14 +32,6 @@ std::optional<at::ScalarType> AutocastLowDtype() {
   const at::ScalarType low = at::autocast::get_autocast_dtype(at::kCUDA);
   if (low != at::kBFloat16 && low != at::kHalf) return std::nullopt;
   return low;
-}
-
-void Check(cudaError_t e, const char* what) {
-  TORCH_CHECK(e == cudaSuccess, what, ": ", cudaGetErrorString(e));
-}
-
-cudaStream_t StreamOf(const torch::Tensor& t) {
-  return c10::cuda::getCurrentCUDAStream(t.get_device()).stream();
 }
 
 NormRows RowsOf(const torch::Tensor& x) {

@@ -3,7 +3,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
 #include "common/element_conversions.cuh"
+#include "trainer/nn/kernel_elements.cuh"
 
 namespace stoker::trainer {
 namespace {
@@ -125,55 +128,34 @@ unsigned RowBlocks(NormRows shape) {
   return static_cast<unsigned>((shape.rows + kRowsPerBlock - 1) / kRowsPerBlock);
 }
 
-template <typename T>
-struct Tag {
-  using type = T;
-};
-
-// Calls launch(Tag<X>{}, Tag<Y>{}) for the element types of `types`, one of the pairs the
-// kernels take; cudaErrorInvalidValue for any other.
+// Calls launch(X{}, Y{}) for the element types X of types.x and Y of types.y, one of the pairs
+// the kernels take; cudaErrorInvalidValue for any other (two different 16-bit types).
 template <typename Launch>
 cudaError_t WithTypes(NormTypes types, Launch&& launch) {
-  using Bf16 = __nv_bfloat16;
-  switch (types.x) {
-    case ElementType::kFloat32:
-      switch (types.y) {
-        case ElementType::kFloat32:
-          return launch(Tag<float>{}, Tag<float>{});
-        case ElementType::kBFloat16:
-          return launch(Tag<float>{}, Tag<Bf16>{});
-        case ElementType::kFloat16:
-          return launch(Tag<float>{}, Tag<__half>{});
-        default:
-          return cudaErrorInvalidValue;
+  return internal::Dispatch(types.x, 1, [&](auto x, auto) {
+    return internal::Dispatch(types.y, 1, [&](auto y, auto) -> cudaError_t {
+      using X = decltype(x);
+      using Y = decltype(y);
+      if constexpr (!std::is_same_v<X, float> && !std::is_same_v<Y, float> &&
+                    !std::is_same_v<X, Y>) {
+        return cudaErrorInvalidValue;
+      } else {
+        return launch(x, y);
       }
-    case ElementType::kBFloat16:
-      if (types.y == ElementType::kBFloat16) return launch(Tag<Bf16>{}, Tag<Bf16>{});
-      if (types.y == ElementType::kFloat32) return launch(Tag<Bf16>{}, Tag<float>{});
-      return cudaErrorInvalidValue;
-    case ElementType::kFloat16:
-      if (types.y == ElementType::kFloat16) return launch(Tag<__half>{}, Tag<__half>{});
-      if (types.y == ElementType::kFloat32) return launch(Tag<__half>{}, Tag<float>{});
-      return cudaErrorInvalidValue;
-    default:
-      return cudaErrorInvalidValue;
-  }
+    });
+  });
 }
 
 }  // namespace
-
-bool LayerNormTypesSupported(NormTypes types) {
-  return WithTypes(types, [](auto, auto) { return cudaSuccess; }) == cudaSuccess;
-}
 
 cudaError_t LaunchLayerNormForward(const void* x, const void* branch, float* sum, void* y,
                                    NormTypes types, const float* weight, const float* bias,
                                    float eps, NormRows shape, float* mean, float* rstd,
                                    cudaStream_t stream) {
   if (branch != nullptr && types.x != ElementType::kFloat32) return cudaErrorInvalidValue;
-  return WithTypes(types, [&](auto x_tag, auto y_tag) {
-    using X = typename decltype(x_tag)::type;
-    using Y = typename decltype(y_tag)::type;
+  return WithTypes(types, [&](auto x_type, auto y_type) {
+    using X = decltype(x_type);
+    using Y = decltype(y_type);
     if (shape.rows == 0) return cudaSuccess;
     ForwardKernel<X, Y><<<RowBlocks(shape), dim3(kWarp, kRowsPerBlock), 0, stream>>>(
         static_cast<const X*>(x), static_cast<const Y*>(branch), sum, static_cast<Y*>(y), weight,
@@ -189,9 +171,9 @@ cudaError_t LaunchLayerNormBackward(const void* dy, const void* x, NormTypes typ
   if ((dx_in != nullptr || dbranch != nullptr) && types.x != ElementType::kFloat32) {
     return cudaErrorInvalidValue;
   }
-  return WithTypes(types, [&](auto x_tag, auto y_tag) {
-    using X = typename decltype(x_tag)::type;
-    using Y = typename decltype(y_tag)::type;
+  return WithTypes(types, [&](auto x_type, auto y_type) {
+    using X = decltype(x_type);
+    using Y = decltype(y_type);
     if (shape.rows == 0) return cudaSuccess;
     BackwardKernel<X, Y><<<RowBlocks(shape), dim3(kWarp, kRowsPerBlock), 0, stream>>>(
         static_cast<const Y*>(dy), static_cast<const X*>(x), mean, rstd, weight, dx_in, shape.rows,
@@ -207,9 +189,9 @@ int64_t LayerNormScratchFloats(NormRows shape) { return LayerNormChunks(shape) *
 cudaError_t LaunchLayerNormParameterGradients(const void* dy, const void* x, NormTypes types,
                                               const float* mean, const float* rstd, NormRows shape,
                                               float* scratch, cudaStream_t stream) {
-  return WithTypes(types, [&](auto x_tag, auto y_tag) {
-    using X = typename decltype(x_tag)::type;
-    using Y = typename decltype(y_tag)::type;
+  return WithTypes(types, [&](auto x_type, auto y_type) {
+    using X = decltype(x_type);
+    using Y = decltype(y_type);
     if (shape.rows == 0) return cudaSuccess;
     const dim3 grid((shape.width + kColumnThreads - 1) / kColumnThreads,
                     static_cast<unsigned>(LayerNormChunks(shape)));

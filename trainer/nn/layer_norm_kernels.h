@@ -28,9 +28,6 @@ struct NormTypes {
   ElementType y = ElementType::kBFloat16;
 };
 
-// Whether the kernels take `types`.
-bool LayerNormTypesSupported(NormTypes types);
-
 // y = layer_norm(in) * weight + bias in types.y, and per row the mean and rstd = 1 / sqrt(biased
 // variance + eps) for backward. Without a branch (null), `in` is `x` and `sum` is not written;
 // with one (x fp32, branch in types.y), in = sum = x + branch, written as fp32 to `sum`.

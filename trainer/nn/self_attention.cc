@@ -60,8 +60,7 @@ torch::Tensor SelfAttention(const torch::Tensor& x, const SelfAttentionArguments
   const int64_t n = x.size(0), l = x.size(1), e = x.size(2);
   TORCH_CHECK(args.heads > 0 && e % args.heads == 0, "embedding width ", e, " is not divisible by ",
               args.heads, " heads");
-  const at::Tensor packed = args.in_fp8 ? Fp8Linear(x, args.in_weight, args.in_bias, args.in_fp8)
-                                        : at::linear(x, args.in_weight, args.in_bias);
+  const at::Tensor packed = Fp8Linear(x, args.in_weight, args.in_bias, args.in_fp8);
   const std::vector<at::Tensor> qkv = SplitHeads(packed, args.heads);
   std::optional<at::Tensor> mask;
   if (args.attn_mask.defined()) mask = args.attn_mask;
@@ -69,8 +68,7 @@ torch::Tensor SelfAttention(const torch::Tensor& x, const SelfAttentionArguments
       qkv[0], qkv[1], qkv[2], mask, args.dropout_p, args.is_causal, args.scale);
   // [N, H, L, D] -> [N, L, E]: a view where the kernel wrote [N, L, H, D], a copy elsewhere.
   const at::Tensor merged = attended.transpose(1, 2).reshape({n, l, e});
-  if (args.out_fp8) return Fp8Linear(merged, args.out_weight, args.out_bias, args.out_fp8);
-  return at::linear(merged, args.out_weight, args.out_bias);
+  return Fp8Linear(merged, args.out_weight, args.out_bias, args.out_fp8);
 }
 
 }  // namespace stoker::trainer

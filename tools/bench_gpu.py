@@ -404,8 +404,12 @@ def report_models(out, rows, models, modes):
         f.write(text + "\n")
 
 
-CHECKPOINT_EVERY = 50
-CHECKPOINT_STEPS = 308  # 8 warm-up steps, then 300 timed: 6 checkpoints in the window
+CHECKPOINT_EVERY = 50  # default interval; MODEL:BATCH:EVERY sets a model's own
+
+
+def checkpoint_steps(every):
+    """8 warm-up steps, then at least 300 timed ones and at least 3 checkpoints in the window."""
+    return 8 + max(300, 3 * every)
 
 
 def checkpoint_stalls(jsonl_path, warmup, every):
@@ -436,12 +440,13 @@ CHECKPOINT_EXPORTS = {
 
 
 def phase_checkpoint(out, models, modes=("async", "sync")):
-    """Checkpoint cost on one GPU: step time with a checkpoint every CHECKPOINT_EVERY steps,
+    """Checkpoint cost on one GPU: step time with a checkpoint every EVERY steps (models:
+    (arch, batch, every) triples),
     asynchronous (--checkpoint_async) and synchronous, against none; synthetic batches, bf16,
     AdamW. The timed images/s leaves each checkpoint's stall out (as every Stoker figure
     does), so the step time with checkpoints adds the stalls of the timed window back:
     (timed seconds + stalls) / timed steps. Prints the stall of each checkpoint."""
-    for arch, batch in models:
+    for arch, batch, every in models:
         model = arch
         if arch.startswith("exported_"):
             name = arch[len("exported_"):]
@@ -454,25 +459,26 @@ def phase_checkpoint(out, models, modes=("async", "sync")):
                 if p.returncode != 0:
                     record(out, who="stoker", what=f"export_{name}", error=p.returncode)
                     continue
-        base = stoker_train(out, f"checkpoint_none_{arch}_1gpu", 1, model, synthetic_steps=CHECKPOINT_STEPS,
+        steps = checkpoint_steps(every)
+        base = stoker_train(out, f"checkpoint_none_{arch}_1gpu", 1, model, synthetic_steps=steps,
                             cores=CORES_1GPU, batch=batch)
         for mode in modes:
             ckpt = os.path.join(WORK, f"ckpt_{arch}_{mode}")
             subprocess.run(["rm", "-rf", ckpt])
             jsonl = f"checkpoint_{mode}_{arch}.jsonl"
-            row = stoker_train(out, f"checkpoint_{mode}_{arch}_1gpu", 1, model, synthetic_steps=CHECKPOINT_STEPS,
+            row = stoker_train(out, f"checkpoint_{mode}_{arch}_1gpu", 1, model, synthetic_steps=steps,
                                cores=CORES_1GPU, batch=batch, jsonl=jsonl, quiet=True,
-                               extra=["--checkpoint_dir=" + ckpt, f"--checkpoint_every_steps={CHECKPOINT_EVERY}",
+                               extra=["--checkpoint_dir=" + ckpt, f"--checkpoint_every_steps={every}",
                                       "--checkpoint_every_epochs=0", "--keep_checkpoints=1", "--resume=none",
                                       "--checkpoint_async" if mode == "async" else "--nocheckpoint_async"])
-            periodic, final = checkpoint_stalls(os.path.join(WORK, jsonl), 8, CHECKPOINT_EVERY)
+            periodic, final = checkpoint_stalls(os.path.join(WORK, jsonl), 8, every)
             subprocess.run(["rm", "-rf", ckpt])
             ips, steps, ips0 = row.get("images_per_second"), row.get("measured_steps"), base.get("images_per_second")
             if ips and steps and ips0:
                 stall = sum(r["stall_s"] for r in periodic)
                 step_s = (steps * batch / ips + stall) / steps
                 step0_s = batch / ips0
-                row.update(step_ms=round(1000 * step_s, 3), step_ms_without_checkpoints=round(1000 * step0_s, 3),
+                row.update(checkpoint_every_steps=every, step_ms=round(1000 * step_s, 3), step_ms_without_checkpoints=round(1000 * step0_s, 3),
                            overhead_pct=round(100 * (step_s / step0_s - 1), 3), checkpoints=len(periodic),
                            checkpoint_mb=round(periodic[0]["bytes"] / 1e6, 1) if periodic else None,
                            stall_s=[round(r["stall_s"], 4) for r in periodic],
@@ -907,8 +913,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--phase", required=True, choices=["data_service", "one_gpu", "one_gpu_anchor", "step", "exported", "models", "profile", "two_gpu",
                              "hybrid", "packed", "checkpoint", "report"])
-    ap.add_argument("--checkpoint_models", default="resnet50:256,exported_vit_b_16:128,exported_vit_1b:16",
-                    help="checkpoint: comma-separated MODEL:BATCH, MODEL a built-in model or "
+    # vit_1b every 200 steps (about 15 s): its 12 GB file takes longer to write than 50 steps.
+    ap.add_argument("--checkpoint_models", default="resnet50:256,exported_vit_b_16:128,exported_vit_1b:16:200",
+                    help="checkpoint: comma-separated MODEL:BATCH[:EVERY] (a checkpoint every EVERY steps, "
+                         f"default {CHECKPOINT_EVERY}), MODEL a built-in model or "
                          "exported_<torchvision name> (exported by tools/export_model.py at 224x224), or "
                          "exported_vit_1b (a 1.0-billion-parameter ViT: 12 GB of checkpoint with AdamW)")
     ap.add_argument("--checkpoint_modes", default="async,sync",
@@ -960,7 +968,8 @@ def main():
     elif a.phase == "packed":
         phase_packed(a.out)
     elif a.phase == "checkpoint":
-        phase_checkpoint(a.out, [(m.split(":")[0], int(m.split(":")[1])) for m in a.checkpoint_models.split(",") if m],
+        models = [m.split(":") for m in a.checkpoint_models.split(",") if m]
+        phase_checkpoint(a.out, [(m[0], int(m[1]), int(m[2]) if len(m) > 2 else CHECKPOINT_EVERY) for m in models],
                          modes=[m for m in a.checkpoint_modes.split(",") if m])
     else:
         phase_report(a.out)

@@ -33,6 +33,7 @@ absl::Status DecodeShareControllerOptions::Validate() const {
   if (!(min_gain >= 0)) return bad("min_gain", min_gain);
   if (!(wait_threshold >= 0 && wait_threshold < 1)) return bad("wait_threshold", wait_threshold);
   if (!(reprobe_drop > 0 && reprobe_drop < 1)) return bad("reprobe_drop", reprobe_drop);
+  if (reprobe_windows < 1) return bad("reprobe_windows", reprobe_windows);
   if (recheck_interval <= absl::ZeroDuration()) {
     return bad("recheck_interval", absl::FormatDuration(recheck_interval));
   }
@@ -97,10 +98,19 @@ void DecodeShareController::Move(int index, Phase phase) {
 
 void DecodeShareController::Hold(int index) {
   held_ = ShareOf(index);
-  needs_reference_ = true;
+  reference_rate_ = 0.0;
+  held_sum_ = 0.0;
+  held_windows_ = 0;
+  slow_rates_.clear();
   if (!first_settled_.has_value()) first_settled_ = last_window_.end;
   next_check_up_ = false;
   Move(index, Phase::kSettled);
+}
+
+void DecodeShareController::AddHeldRate(double rate) {
+  held_sum_ += rate;
+  ++held_windows_;
+  reference_rate_ = held_sum_ / held_windows_;
 }
 
 void DecodeShareController::ClimbLadder(int index, const Measure& m) {
@@ -174,22 +184,33 @@ void DecodeShareController::Decide(const Window& window, absl::Time now) {
       return Refine();
     }
     case Phase::kSettled:
-      if (needs_reference_) {
-        needs_reference_ = false;
-        reference_rate_ = m.rate;
+      if (held_windows_ == 0) {
+        AddHeldRate(m.rate);
         next_check_ = now + interval_;
         last_decision_ = absl::StrFormat("holding %.3f at %.0f images/s", held_, m.rate);
         return;
       }
       if (m.rate < reference_rate_ * (1 - options_.reprobe_drop)) {
-        last_decision_ =
-            absl::StrCat("fell ", Percent(m.rate / reference_rate_ - 1), " below the held rate");
+        slow_rates_.push_back(m.rate);
+        const std::string fell =
+            absl::StrCat(Percent(m.rate / reference_rate_ - 1), " below the held rate");
+        if (static_cast<int>(slow_rates_.size()) < options_.reprobe_windows) {
+          last_decision_ = absl::StrCat(fell, ", window ", slow_rates_.size(), " of ",
+                                        options_.reprobe_windows, " to refine");
+          return;
+        }
+        double slow = 0.0;
+        for (double r : slow_rates_) slow += r;
+        last_decision_ = absl::StrCat("fell ", fell);
         measured_.clear();
-        measured_[index] = m;
+        measured_[index] = {slow / slow_rates_.size(), m.wait_share};
         interval_ = options_.recheck_interval;
         phase_ = Phase::kRefining;
         return Refine();
       }
+      for (double r : slow_rates_) AddHeldRate(r);
+      slow_rates_.clear();
+      AddHeldRate(m.rate);
       if (now >= next_check_) {
         const bool up = index + 1 <= max_index_ && Waits(m.wait_share);
         const bool down = index >= 1;
@@ -206,10 +227,10 @@ void DecodeShareController::Decide(const Window& window, absl::Time now) {
       last_decision_ = "holding";
       return;
     case Phase::kRechecking:
-      if (m.rate > check_base_.rate * (1 + options_.min_gain)) {
-        last_decision_ = absl::StrCat("pays (", Percent(m.rate / check_base_.rate - 1), ")");
+      if (m.rate > reference_rate_ * (1 + options_.min_gain)) {
+        last_decision_ = absl::StrCat("pays (", Percent(m.rate / reference_rate_ - 1), ")");
         measured_.clear();
-        measured_[IndexOf(held_)] = check_base_;
+        measured_[IndexOf(held_)] = {reference_rate_, check_base_.wait_share};
         measured_[index] = m;
         interval_ = options_.recheck_interval;
         phase_ = Phase::kRefining;
@@ -217,7 +238,7 @@ void DecodeShareController::Decide(const Window& window, absl::Time now) {
       }
       interval_ = std::min(2 * interval_, options_.max_recheck_interval);
       next_check_ = now + interval_;
-      last_decision_ = absl::StrCat("does not pay (", Percent(m.rate / check_base_.rate - 1),
+      last_decision_ = absl::StrCat("does not pay (", Percent(m.rate / reference_rate_ - 1),
                                     absl::StrFormat("): back to %.3f, next check in %s", held_,
                                                     absl::FormatDuration(interval_)));
       return Move(IndexOf(held_), Phase::kSettled);

@@ -22,9 +22,12 @@
 //  3. Holding: the best share is the cheapest one measured within min_gain of the fastest.
 //     Held, it keeps measuring; every recheck_interval it tries one neighbour for one window
 //     (alternating down and up, up only while the GPU waits for input) and moves only if the
-//     neighbour pays, refining from there; otherwise it returns, and the interval doubles
-//     up to max_recheck_interval. A window that falls reprobe_drop below the held rate
-//     starts a refinement at once.
+//     neighbour pays against the held rate, refining from there; otherwise it returns, and
+//     the interval doubles up to max_recheck_interval. The held rate is the mean of the
+//     windows held so far, not one window's: one window varies by 10-15% where the data
+//     service is the bottleneck (a rank that only takes batches). reprobe_windows windows
+//     in a row that fall reprobe_drop below the held rate start a refinement; one slow
+//     window does not.
 // A window lasts at least window_batches batches and min_window. After every change the
 // batches produced with the old share are not counted (each batch says which share it was
 // produced with), nor settle_batches more (the ring's buffered batches drain); a gap between
@@ -43,6 +46,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -59,7 +63,8 @@ struct DecodeShareControllerOptions {
   absl::Duration min_window = absl::Milliseconds(400);  // ...and lasts at least this long
   double min_gain = 0.02;        // a move must raise images/s by more than this fraction
   double wait_threshold = 0.05;  // the GPU waits for input: a wait above this share
-  double reprobe_drop = 0.10;    // held: refine again below (1 - this) of the held rate
+  double reprobe_drop = 0.10;    // held: refine again below (1 - this) of the held rate...
+  int reprobe_windows = 2;       // ...for this many windows in a row
   absl::Duration recheck_interval = absl::Seconds(20);       // held: try a neighbour this often...
   absl::Duration max_recheck_interval = absl::Seconds(320);  // ...doubling up to this
   absl::Duration max_gap = absl::Seconds(2);  // a longer pause between batches restarts a window
@@ -141,6 +146,7 @@ class DecodeShareController {
   void ClimbLadder(int index, const Measure& m);
   void Refine();
   void Hold(int index);
+  void AddHeldRate(double rate);
   void RestartWindow(int skip);
 
   const DecodeShareControllerOptions options_;
@@ -151,10 +157,15 @@ class DecodeShareController {
   double delivered_ = 0.0;
   std::map<int, Measure> measured_;  // this probe's windows, by share index
   double held_ = 0.0;
-  double reference_rate_ = 0.0;   // held: the rate a fall is measured against
-  bool needs_reference_ = false;  // held: the next window sets reference_rate_
-  Measure check_base_;            // rechecking: the held share's last window
-  bool next_check_up_ = false;    // rechecks alternate down and up
+  // Held: the rate a fall or a recheck is measured against, the mean of the held windows
+  // (held_windows_ of them, summing to held_sum_), and the slow windows in a row not yet
+  // counted in it (reprobe_windows of them start a refinement).
+  double reference_rate_ = 0.0;
+  double held_sum_ = 0.0;
+  int held_windows_ = 0;
+  std::vector<double> slow_rates_;
+  Measure check_base_;          // rechecking: the held share's last window
+  bool next_check_up_ = false;  // rechecks alternate down and up
   absl::Duration interval_;
   absl::Time next_check_;
   int64_t windows_ = 0;

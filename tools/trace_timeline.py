@@ -14,6 +14,7 @@ import collections
 import json
 import re
 import sys
+import textwrap
 
 import matplotlib
 
@@ -167,7 +168,8 @@ def main():
     ax.set_xlabel("ms on rank 0's clock (merged trace)")
     title = "Stoker trace: steps %d-%d" % (shown[0], shown[-1])
     if verdicts:
-        title += "\n" + "\n".join(v[:200] for v in verdicts[:3])
+        # Wrapped to the plot's width (left-aligned over it, at this font size).
+        title += "\n" + "\n".join(textwrap.fill(v, 150) for v in verdicts[:3])
     ax.set_title(title, fontsize=8, loc="left")
     ax.legend(handles=[Patch(color=c, label=k) for k, c in COLOURS.items()], fontsize=7,
               loc="upper right", ncol=4, bbox_to_anchor=(1.0, -0.12 if len(rows) < 4 else -0.06))

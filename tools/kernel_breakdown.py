@@ -17,6 +17,12 @@ the GPU's idle time (launch gaps, host waits). An ncu CSV holds the profiled ran
 replayed one by one with their DRAM bytes: each class also gets its bytes per step, the rate
 it moved them at, and the time those bytes would take at the measured device copy rate (the
 floor for memory-bound work); ncu's sum is busy time, not wall time.
+
+A trace recorded with the host's operators (Stoker's --kernel_trace_ops, or PyTorch's
+profiler with CPU activity) also gets each kernel's time by the operator that launched it
+(linked by its "External id") and what that operator ran inside: the exported program's call
+(a user scope named by its node, block numbers folded: `linear_12` counts as `linear`) or
+the autograd function of backward. Kernels of CUDA-graph replays have no such link.
 """
 import argparse, collections, csv, gzip, json, re, sys
 
@@ -78,7 +84,8 @@ def read_trace(path):
     intervals = []
     for i, e in enumerate(sorted(gpu, key=lambda e: e["ts"])):
         start, dur = float(e["ts"]), float(e.get("dur", 0.0))
-        kernels[i] = {"name": e.get("name", "?"), "gpu__time_duration.sum": dur * 1e-6}
+        kernels[i] = {"name": e.get("name", "?"), "gpu__time_duration.sum": dur * 1e-6,
+                      "external_id": (e.get("args") or {}).get("External id")}
         intervals.append((start, start + dur))
     busy, end = 0.0, None
     for start, stop in intervals:  # sorted by start: the union of the intervals
@@ -89,7 +96,41 @@ def read_trace(path):
             busy += stop - end
             end = stop
     span = (max(s for _, s in intervals) - intervals[0][0]) if intervals else 0.0
-    return kernels, busy * 1e-6, span * 1e-6
+    return kernels, busy * 1e-6, span * 1e-6, host_operators(events)
+
+
+def context_label(name):
+    """A program call's or autograd function's record name, short and with block numbers
+    folded: "--model=m.pt2 (training program): node linear_12 (aten.linear.default)" ->
+    "linear (aten.linear.default)"."""
+    name = re.sub(r"--model=\S+ \((?:training|evaluation) program\): node ", "", name)
+    name = re.sub(r"\b([A-Za-z]\w*?)_\d+ \(", r"\1 (", name)
+    return re.sub(r"^autograd::engine::evaluate_function: ", "backward: ", name)
+
+
+def host_operators(events):
+    """{External id: (operator, context)} of the trace's host operator records: the operator's
+    name, and the outermost program call (user scope) or autograd function around it on its
+    thread ("-" for none)."""
+    by_thread = collections.defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation"):
+            by_thread[(e.get("pid"), e.get("tid"))].append(e)
+    found = {}
+    for records in by_thread.values():
+        records.sort(key=lambda e: (float(e["ts"]), -float(e.get("dur", 0.0))))
+        open_records = []  # (end, record), outermost first
+        for e in records:
+            start = float(e["ts"])
+            while open_records and open_records[-1][0] <= start:
+                open_records.pop()
+            context = next((r for _, r in open_records if r.get("cat") == "user_annotation" or
+                            r.get("name", "").startswith("autograd::engine::evaluate_function")), None)
+            ext = (e.get("args") or {}).get("External id")
+            if e.get("cat") == "cpu_op" and ext is not None:
+                found[ext] = (e.get("name", "?"), context_label(context["name"]) if context else "-")
+            open_records.append((start + float(e.get("dur", 0.0)), e))
+    return found
 
 
 def main():
@@ -101,8 +142,9 @@ def main():
     a = ap.parse_args()
     trace = a.csv.endswith((".json", ".json.gz")) or ".rank" in a.csv
     busy = span = None
+    operators = {}
     if trace:
-        kernels, busy, span = read_trace(a.csv)
+        kernels, busy, span, operators = read_trace(a.csv)
     else:
         kernels = read_kernels(a.csv)
     if not kernels:
@@ -135,6 +177,17 @@ def main():
     print("\nlongest kernels (ms per step):")
     for name, s in sorted(names.items(), key=lambda kv: -kv[1])[:15]:
         print(f"  {1e3 * s / a.steps:8.3f}  {name}")
+    if operators:
+        by_call = collections.defaultdict(lambda: [0, 0.0])
+        for k in kernels.values():
+            op, context = operators.get(k.get("external_id"), ("-", "-"))
+            row = by_call[(context, op)]
+            row[0] += 1
+            row[1] += k.get("gpu__time_duration.sum", 0.0)
+        print("\nkernel time by program call (or backward function) and operator (ms per step):")
+        print(f"{'ms/step':>8}{'kernels/step':>13}  call -> operator")
+        for (context, op), (count, seconds) in sorted(by_call.items(), key=lambda kv: -kv[1][1])[:40]:
+            print(f"{1e3 * seconds / a.steps:8.3f}{count / a.steps:13.1f}  {context[:100]} -> {op}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"steps": a.steps, "kernels": len(kernels), "kernel_ms_per_step": 1e3 * total / a.steps,

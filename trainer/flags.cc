@@ -169,6 +169,11 @@ ABSL_FLAG(std::string, kernel_trace, "",
           "with CUPTI through libtorch's profiler, are written to PATH (PATH.rank<r> with "
           "several ranks) as a Chrome trace (Perfetto opens it; tools/kernel_breakdown.py "
           "classifies it).");
+ABSL_FLAG(bool, kernel_trace_ops, false,
+          "With --kernel_trace: also record the host's ATen operators and the exported "
+          "program's calls, so that tools/kernel_breakdown.py attributes each kernel to the "
+          "operator and program call that launched it (costs host time per operator: the "
+          "trace's GPU idle time is then not the run's).");
 ABSL_FLAG(std::string, trace, "",
           "If set, a directory: every rank writes the traced steps (--trace_steps) as a Chrome "
           "trace (rank<r>.json: data wait, copy, forward, backward, each gradient bucket's "
@@ -262,8 +267,8 @@ FlagSpec TrainerFlagSpec() {
         "resume", "stop_after_steps", "checkpoint_mode", "checkpoint_async"}},
       {"Outputs (rank 0)",
        {"log_every", "progress", "metrics_out", "metrics_jsonl", "tensorboard_dir", "loss_log",
-        "export", "final_params_out", "sample_log", "profile_steps", "kernel_trace", "trace",
-        "trace_steps"}},
+        "export", "final_params_out", "sample_log", "profile_steps", "kernel_trace",
+        "kernel_trace_ops", "trace", "trace_steps"}},
       {"Device and precision",
        {"device", "precision", "channels_last", "fused_blocks", "sync_batchnorm", "cuda_graphs",
         "cudnn_benchmark", "deterministic", "init_scale", "growth_factor", "backoff_factor",
@@ -368,6 +373,7 @@ absl::StatusOr<TrainerOptions> OptionsFromFlags() {
       {FLAGS_sample_log, &o.report.sample_log},
       {FLAGS_profile_steps, &o.report.profile_steps},
       {FLAGS_kernel_trace, &o.report.kernel_trace},
+      {FLAGS_kernel_trace_ops, &o.report.kernel_trace_ops},
       {FLAGS_trace, &o.report.trace_dir},
       {FLAGS_trace_steps, &o.report.trace_steps},
 

@@ -16,7 +16,7 @@ absl::StatusOr<StepProfiler*> ProfiledSteps::Start(int64_t step, const TrainingM
       const std::string path = context_.world_size() > 1
                                    ? RankFilePath(kernel_trace_path_, context_.rank.rank)
                                    : kernel_trace_path_;
-      ASSIGN_OR_RETURN(kernel_trace_, KernelTrace::Start(path));
+      ASSIGN_OR_RETURN(kernel_trace_, KernelTrace::Start(path, kernel_trace_ops_));
     }
   }
   allreduce_before_ = trained.allreduce_seconds();

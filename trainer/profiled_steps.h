@@ -24,12 +24,15 @@ namespace stoker::trainer {
 class ProfiledSteps {
  public:
   // Profiles steps [first, first + count) of the run (0-based, counted by the caller).
-  // `kernel_trace`: where the steps' kernel trace goes ("": none).
-  ProfiledSteps(const RunContext& context, int64_t first, int64_t count, std::string kernel_trace)
+  // `kernel_trace`: where the steps' kernel trace goes ("": none); `kernel_trace_ops`: with
+  // the host's operator records (KernelTrace::Start).
+  ProfiledSteps(const RunContext& context, int64_t first, int64_t count, std::string kernel_trace,
+                bool kernel_trace_ops)
       : context_(context),
         first_(first),
         count_(count),
-        kernel_trace_path_(std::move(kernel_trace)) {}
+        kernel_trace_path_(std::move(kernel_trace)),
+        kernel_trace_ops_(kernel_trace_ops) {}
 
   // The started profiler when step `step` is profiled, else nullptr.
   absl::StatusOr<StepProfiler*> Start(int64_t step, const TrainingModel& trained);
@@ -48,6 +51,7 @@ class ProfiledSteps {
   const int64_t first_;
   const int64_t count_;
   const std::string kernel_trace_path_;
+  const bool kernel_trace_ops_;
   std::unique_ptr<StepProfiler> profiler_;
   std::unique_ptr<KernelTrace> kernel_trace_;  // while the profiled steps run
   bool in_step_ = false;

@@ -197,7 +197,7 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
   RETURN_IF_ERROR(CheckPrecisionSupported(o_.device, context_));
   ConfigureDevice(o_.device, context_);
   profiled_.emplace(context_, o_.benchmark.warmup_steps, o_.report.profile_steps,
-                    o_.report.kernel_trace);
+                    o_.report.kernel_trace, o_.report.kernel_trace_ops);
   ASSIGN_OR_RETURN(trained_, TrainingModel::Create(o_, context_, gradients_));
   const RunDescription run{o_.model.name,          o_.epochs,
                            context_.world_size(),  o_.input.batch_size,

@@ -79,7 +79,8 @@ struct GraphCall {
   // kPointwise: the region; `args` are its input slots, `outputs` its live-outs.
   std::shared_ptr<const PointwiseRegion> pointwise;
   // "<where>: node <name> (<target>)" of the exported node it runs (for a fused call, its
-  // last node's): the start of an error raised while it runs.
+  // batch norm's, pooling's, attention's or layer norm's): the start of an error raised
+  // while it runs, and the call's name in a kernel trace with host operators.
   std::string where;
   // --precision=fp8 (Note [FP8 linear layers in a program], graph_fp8.h): kFp8Linear's
   // scaling state; a kSelfAttention call's in- and out-projection's (null: that one in

@@ -290,6 +290,7 @@ bool MatchSelfAttention(const CallGraph& graph, int attention, std::vector<int>*
 
   auto call = std::make_unique<GraphCall>();
   call->kind = GraphCall::Kind::kSelfAttention;
+  call->where = sdpa.where;
   call->args = {graph[input_t].args[0],  graph[in_proj].args[1],  graph[in_proj].args[2],
                 graph[out_proj].args[1], graph[out_proj].args[2], GraphArg::OfConstant(head_dim),
                 sdpa.args[kDropoutP],    sdpa.args[kIsCausal],    sdpa.args[kScale]};
@@ -513,6 +514,7 @@ FusedBlockCounts FuseBlocks(std::vector<std::unique_ptr<GraphCall>>& calls,
     if (MaxPoolGeometry(call, &pool)) {
       auto fused = std::make_unique<GraphCall>();
       fused->kind = GraphCall::Kind::kMaxPool;
+      fused->where = call.where;
       fused->args = {call.args[0], GraphArg::OfConstant(pool[0]), GraphArg::OfConstant(pool[1]),
                      GraphArg::OfConstant(pool[2])};
       fused->outputs = call.outputs;
@@ -525,6 +527,7 @@ FusedBlockCounts FuseBlocks(std::vector<std::unique_ptr<GraphCall>>& calls,
     if (!IsFusableBatchNorm(call)) continue;
     auto fused = std::make_unique<GraphCall>();
     fused->kind = GraphCall::Kind::kBatchNorm;
+    fused->where = call.where;
     fused->args = call.args;
     fused->list_output = {false};
     // The one reader of the batch norm's output, if it has one; nothing before it may write

@@ -1,5 +1,7 @@
 #include "trainer/graph/graph_program.h"
 
+#include <ATen/record_function.h>
+
 #include <set>
 #include <utility>
 
@@ -250,6 +252,11 @@ at::Tensor GraphProgram::Run(const at::Tensor& images, at::Generator* generator)
   values[values_.input_slot()] = images;
   GraphFrame frame{&values, images.device(), generator};
   for (const auto& call : calls_) {
+    // A profiler that records host operators (--kernel_trace_ops) sees each call as a user
+    // scope named by what it runs, around the operators and kernels it launches. Without
+    // one, a flag test.
+    RECORD_USER_SCOPE(call->kind == GraphCall::Kind::kPointwise ? call->pointwise->where.c_str()
+                                                                : call->where.c_str());
     try {
       RunCall(*call, frame);
     } catch (const c10::Error& e) {

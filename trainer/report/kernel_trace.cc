@@ -18,15 +18,16 @@ using torch::profiler::impl::ActivityType;
 using torch::profiler::impl::ProfilerConfig;
 using torch::profiler::impl::ProfilerState;
 
-// The GPU's activity only: host-side operator records would cost each op's launch time.
-const std::set<ActivityType>& Activities() {
-  static const std::set<ActivityType> activities = {ActivityType::CUDA};
-  return activities;
+// The GPU's activity, and the host's operator records only when asked: they cost each
+// operator's launch time.
+std::set<ActivityType> Activities(bool host_ops) {
+  if (host_ops) return {ActivityType::CPU, ActivityType::CUDA};
+  return {ActivityType::CUDA};
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<KernelTrace>> KernelTrace::Start(std::string path) {
+absl::StatusOr<std::unique_ptr<KernelTrace>> KernelTrace::Start(std::string path, bool host_ops) {
   // The profiler reports a failed write only in its log: the file is made here first.
   if (!std::ofstream(path, std::ios::trunc)) {
     return absl::InvalidArgumentError(
@@ -34,8 +35,8 @@ absl::StatusOr<std::unique_ptr<KernelTrace>> KernelTrace::Start(std::string path
   }
   const ProfilerConfig config(ProfilerState::KINETO);
   RETURN_IF_ERROR(TorchCall(absl::StrCat("--kernel_trace=", path, ": starting the profiler"), [&] {
-    profiler::prepareProfiler(config, Activities());
-    profiler::enableProfiler(config, Activities());
+    profiler::prepareProfiler(config, Activities(host_ops));
+    profiler::enableProfiler(config, Activities(host_ops));
   }));
   return std::unique_ptr<KernelTrace>(new KernelTrace(std::move(path)));
 }

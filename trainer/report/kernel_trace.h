@@ -13,7 +13,10 @@
 
 namespace stoker::trainer {
 
-// One per process (the profiler is global to it); owned by the training thread.
+// One per process (the profiler is global to it); owned by the training thread. With
+// `host_ops` the trace also holds the host's operator records (ATen operators, and the
+// calls of an exported program: trainer/graph/graph_program.h), each kernel linked to the
+// operator that launched it by its "External id".
 //
 //   ASSIGN_OR_RETURN(std::unique_ptr<KernelTrace> trace, KernelTrace::Start("k.json"));
 //   ... steps ...
@@ -22,7 +25,8 @@ class KernelTrace {
  public:
   // Starts recording. Internal when libtorch's profiler cannot start (another is on, or
   // this libtorch was built without Kineto).
-  static absl::StatusOr<std::unique_ptr<KernelTrace>> Start(std::string path);
+  static absl::StatusOr<std::unique_ptr<KernelTrace>> Start(std::string path,
+                                                            bool host_ops = false);
   // Stops if still recording (without writing).
   ~KernelTrace();
 

@@ -20,6 +20,10 @@ absl::Status ReportOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "--kernel_trace=", kernel_trace, ": needs --profile_steps=N, the steps it records"));
   }
+  if (kernel_trace_ops && kernel_trace.empty()) {
+    return absl::InvalidArgumentError(
+        "--kernel_trace_ops: needs --kernel_trace=PATH, the trace it adds to");
+  }
   if (!trace_steps.empty() && trace_dir.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--trace_steps=", trace_steps, ": needs --trace=DIR, where the trace goes"));

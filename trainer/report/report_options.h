@@ -38,6 +38,10 @@ struct ReportOptions {
   // The profiled steps' GPU kernels as a Chrome trace (trainer/report/kernel_trace.h), to this
   // path (<path>.rank<r> when there are several ranks).
   std::string kernel_trace;
+  // --kernel_trace_ops: the kernel trace also holds the host's ATen operators and the
+  // program's calls, so that each kernel can be attributed to the call that launched it
+  // (tools/kernel_breakdown.py). Recording them costs host time for each operator.
+  bool kernel_trace_ops = false;
   // --trace: the directory where each rank writes its trace of the traced steps
   // (rank<r>.json, trainer/traced_steps.h) and asks its node's data service to write its
   // own; empty: off.

@@ -2,7 +2,6 @@
 // real ENOSPC from a small tmpfs) leaves the old file and no temporary.
 #include "common/atomic_file.h"
 
-#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,20 +19,10 @@
 namespace stoker {
 namespace {
 
+using ::stoker::testing::ListEntries;
 using ::stoker::testing::StatusIs;
 using ::stoker::testing::TempDir;
 using ::testing::HasSubstr;
-
-std::vector<std::string> Entries(const std::string& dir) {
-  std::vector<std::string> names;
-  DIR* d = opendir(dir.c_str());
-  while (dirent* e = readdir(d)) {
-    const std::string name = e->d_name;
-    if (name != "." && name != "..") names.push_back(name);
-  }
-  closedir(d);
-  return names;
-}
 
 TEST(AtomicFileTest, WritesThenReplacesAndLeavesNoTemporary) {
   ASSERT_OK_AND_ASSIGN(const TempDir dir_temp, TempDir::Create("atomic_write"));
@@ -44,7 +33,7 @@ TEST(AtomicFileTest, WritesThenReplacesAndLeavesNoTemporary) {
   auto read = ReadWholeFile(path);
   ASSERT_OK(read);
   EXPECT_EQ(*read, std::string(100000, 'x'));
-  EXPECT_EQ(Entries(dir), std::vector<std::string>{"weights.pt"});
+  EXPECT_EQ(ListEntries(dir), std::vector<std::string>{"weights.pt"});
 }
 
 TEST(AtomicFileTest, PartsAreWrittenInOrderAndTheDestinationAppearsOnlyAtTheEnd) {
@@ -57,7 +46,7 @@ TEST(AtomicFileTest, PartsAreWrittenInOrderAndTheDestinationAppearsOnlyAtTheEnd)
   std::vector<std::vector<std::string>> seen;
   ASSERT_OK(WriteFileAtomically(path, parts, 0600, [&](size_t bytes) {
     written.push_back(bytes);
-    seen.push_back(Entries(dir));
+    seen.push_back(ListEntries(dir));
   }));
   EXPECT_EQ(written, (std::vector<size_t>{4, 4, 4 + big.size(), 8 + big.size()}));
   for (const std::vector<std::string>& names : seen) {
@@ -67,7 +56,7 @@ TEST(AtomicFileTest, PartsAreWrittenInOrderAndTheDestinationAppearsOnlyAtTheEnd)
   auto read = ReadWholeFile(path);
   ASSERT_OK(read);
   EXPECT_EQ(*read, "head" + big + "tail");
-  EXPECT_EQ(Entries(dir), std::vector<std::string>{"ckpt"});
+  EXPECT_EQ(ListEntries(dir), std::vector<std::string>{"ckpt"});
 }
 
 TEST(AtomicFileTest, AFillWritesAtOffsetsFromSeveralThreads) {
@@ -91,11 +80,11 @@ TEST(AtomicFileTest, AFillWritesAtOffsetsFromSeveralThreads) {
     for (int error : errors) {
       if (error != 0) return error;
     }
-    EXPECT_EQ(Entries(dir).size(), 1u);  // the temporary alone
+    EXPECT_EQ(ListEntries(dir).size(), 1u);  // the temporary alone
     return 0;
   }));
   EXPECT_EQ(*ReadWholeFile(path), expected);
-  EXPECT_EQ(Entries(dir), std::vector<std::string>{"ckpt"});
+  EXPECT_EQ(ListEntries(dir), std::vector<std::string>{"ckpt"});
 }
 
 TEST(AtomicFileTest, AFillThatFailsLeavesTheOldFileAndNoTemporary) {
@@ -109,7 +98,7 @@ TEST(AtomicFileTest, AFillThatFailsLeavesTheOldFileAndNoTemporary) {
   });
   EXPECT_THAT(status, StatusIs(absl::StatusCode::kResourceExhausted,
                                HasSubstr("nothing at " + path + " was replaced")));
-  EXPECT_EQ(Entries(dir), std::vector<std::string>{"ckpt"});
+  EXPECT_EQ(ListEntries(dir), std::vector<std::string>{"ckpt"});
   EXPECT_EQ(*ReadWholeFile(path), "old");
 }
 
@@ -118,7 +107,7 @@ TEST(AtomicFileTest, AFailedWriteNamesThePathAndLeavesNothing) {
   const std::string dir = dir_temp.path();
   const absl::Status status = WriteFileAtomically(dir + "/missing/sub/file", "data");
   EXPECT_THAT(status, StatusIs(absl::StatusCode::kNotFound, HasSubstr(dir + "/missing/sub")));
-  EXPECT_TRUE(Entries(dir).empty());
+  EXPECT_TRUE(ListEntries(dir).empty());
 }
 
 TEST(AtomicFileTest, ReadingAMissingFileIsNotFound) {
@@ -154,7 +143,7 @@ TEST(AtomicFileTest, AFullDiskLeavesTheOldFileAndNoTemporaryAndSaysENOSPC) {
                        ::testing::AllOf(HasSubstr("cannot write " + path),
                                         HasSubstr("No space left on device"), HasSubstr("ENOSPC"),
                                         HasSubstr("nothing at " + path + " was replaced"))));
-  EXPECT_EQ(Entries(dir), std::vector<std::string>{"ckpt"});
+  EXPECT_EQ(ListEntries(dir), std::vector<std::string>{"ckpt"});
   auto read = ReadWholeFile(path);
   ASSERT_OK(read);
   EXPECT_EQ(*read, old_contents);

@@ -3,7 +3,6 @@
 // the images do not depend on --threads, SIGTERM leaves no segment and no socket behind,
 // bad flags exit 2, an ImageFolder of JPEGs works end to end, and its packed copy gives
 // the same batches (bad files included) at any --threads.
-#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -20,6 +19,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -39,6 +39,7 @@
 namespace stoker::data_service {
 namespace {
 
+using ::stoker::testing::ListEntries;
 using ::stoker::testing::StatusIs;
 using ::stoker::testing::TempDir;
 
@@ -261,38 +262,44 @@ TEST(DataServiceBinaryTest, FlagErrorsExitWithCode2AndNameTheFlag) {
     std::vector<std::string> flags;
     std::string mentions;
   };
-  const std::vector<Case> cases = {
+  // The socket and the job id themselves wrong or missing.
+  std::vector<Case> cases = {
       {{}, "--socket"},
       {{socket}, "--job_id"},
       {{socket, "--job_id=a/b"}, "--job_id"},
-      {{socket, "--job_id=j", "--bogus=1"}, "--bogus"},
-      {{socket, "--job_id=j", "--threads=many"}, "--threads"},
-      {{socket, "--job_id=j", "--threads=-1"}, "--threads"},
-      {{socket, "--job_id=j", "--prefetch=0"}, "--prefetch"},
-      {{socket, "--job_id=j", "--dataset=lmdb"}, "--dataset"},
-      {{socket, "--job_id=j", "--dataset=imagefolder"}, "--train_dir"},
-      {{socket, "--job_id=j", "--dataset=imagefolder", "--train_dir=/nonexistent/train"},
-       "--train_dir"},
-      {{socket, "--job_id=j", "--synthetic_samples=0"}, "--synthetic_samples"},
       {{"--socket=/nonexistent/dir/s.sock", "--job_id=j"}, "--socket"},
-      {{socket, "--job_id=j", "stray"}, "stray"},
       {{socket, "--job_id"}, "--job_id"},
-      {{socket, "--job_id=j", "--bad_files=maybe"}, "--bad_files"},
-      {{socket, "--job_id=j", "--max_bad_fraction=2"}, "--max_bad_fraction"},
-      {{socket, "--job_id=j", "--max_image_pixels=0"}, "--max_image_pixels"},
-      {{socket, "--job_id=j", "--eval_resize_ratio=0.5"}, "--eval_resize_ratio"},
-      {{socket, "--job_id=j", "--gpu_decode_share=1.5"}, "--gpu_decode_share"},
-      {{socket, "--job_id=j", "--gpu_decode_share=half"}, "--gpu_decode_share"},
-      {{socket, "--job_id=j", "--gpu_decode_share="}, "--gpu_decode_share"},
-      {{socket, "--job_id=j", "--dataset=packed"}, "--train_dir"},
-      {{socket, "--job_id=j", "--dataset=packed", "--train_dir=/nonexistent/t.stkpack"},
-       "--train_dir"},
-      {{socket, "--job_id=j", "--train_dir=/tmp"}, "--train_dir"},
-      {{socket, "--job_id=j", "--shutdown_timeout_s=0"}, "--shutdown_timeout_s"},
-      {{socket, "--job_id=j", "--max_memory=lots"}, "--max_memory=lots"},
-      {{socket, "--job_id=j", "--max_memory=1M"},
-       "--max_memory=1048576: the data service already uses"},
   };
+  // After a usable socket and job id: the flags that are wrong.
+  const std::vector<Case> after_socket_and_job_id = {
+      {{"--bogus=1"}, "--bogus"},
+      {{"--threads=many"}, "--threads"},
+      {{"--threads=-1"}, "--threads"},
+      {{"--prefetch=0"}, "--prefetch"},
+      {{"--dataset=lmdb"}, "--dataset"},
+      {{"--dataset=imagefolder"}, "--train_dir"},
+      {{"--dataset=imagefolder", "--train_dir=/nonexistent/train"}, "--train_dir"},
+      {{"--synthetic_samples=0"}, "--synthetic_samples"},
+      {{"stray"}, "stray"},
+      {{"--bad_files=maybe"}, "--bad_files"},
+      {{"--max_bad_fraction=2"}, "--max_bad_fraction"},
+      {{"--max_image_pixels=0"}, "--max_image_pixels"},
+      {{"--eval_resize_ratio=0.5"}, "--eval_resize_ratio"},
+      {{"--gpu_decode_share=1.5"}, "--gpu_decode_share"},
+      {{"--gpu_decode_share=half"}, "--gpu_decode_share"},
+      {{"--gpu_decode_share="}, "--gpu_decode_share"},
+      {{"--dataset=packed"}, "--train_dir"},
+      {{"--dataset=packed", "--train_dir=/nonexistent/t.stkpack"}, "--train_dir"},
+      {{"--train_dir=/tmp"}, "--train_dir"},
+      {{"--shutdown_timeout_s=0"}, "--shutdown_timeout_s"},
+      {{"--max_memory=lots"}, "--max_memory=lots"},
+      {{"--max_memory=1M"}, "--max_memory=1048576: the data service already uses"},
+  };
+  for (const Case& wrong : after_socket_and_job_id) {
+    Case c{{socket, "--job_id=j"}, wrong.mentions};
+    c.flags.insert(c.flags.end(), wrong.flags.begin(), wrong.flags.end());
+    cases.push_back(std::move(c));
+  }
   for (const Case& c : cases) {
     ServiceProcess service(c.flags);
     const int code = service.Wait(absl::Seconds(20));
@@ -545,15 +552,7 @@ TEST(DataServiceBinaryTest, ATracedServiceKeepsItsSandboxAndWritesItsTrace) {
   EXPECT_NE(text.find("\"name\":\"slot filled: step 3\""), std::string::npos)
       << text.substr(0, 400);
   // Nothing but the trace in its directory: no temporary file of a rename.
-  DIR* listing = opendir(trace_dir.c_str());
-  ASSERT_NE(listing, nullptr);
-  std::vector<std::string> names;
-  while (const dirent* entry = readdir(listing)) {
-    if (std::string(entry->d_name) != "." && std::string(entry->d_name) != "..")
-      names.push_back(entry->d_name);
-  }
-  closedir(listing);
-  EXPECT_EQ(names, std::vector<std::string>{"data_service.node0.json"});
+  EXPECT_EQ(ListEntries(trace_dir), std::vector<std::string>{"data_service.node0.json"});
   EXPECT_TRUE(SegmentsOfJob(job).empty());
 }
 

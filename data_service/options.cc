@@ -4,7 +4,6 @@
 #include "common/flag_value.h"
 #include "common/names.h"
 #include "common/status_macros.h"
-#include "data_service/batch_producer.h"
 
 namespace stoker::data_service {
 namespace {
@@ -34,24 +33,14 @@ absl::Status DataServiceOptions::Validate() const {
   if (s.job_id.empty()) return absl::InvalidArgumentError("--job_id: required");
   RETURN_IF_ERROR(ValidateJobId(s.job_id));
   if (s.node_id < 0) return Refused("node_id", "must not be negative");
-  if (s.threads < 0) return Refused("threads", "must be 0 (automatic) or positive");
-  if (s.prefetch < 1) return Refused("prefetch", "must be at least 1");
   if (dataset.kind != "imagefolder" && dataset.kind != "packed" &&
       (!dataset.train_dir.empty() || !dataset.val_dir.empty())) {
     return absl::InvalidArgumentError(
         "--train_dir/--val_dir: only used with --dataset=imagefolder or packed");
   }
-  RETURN_IF_ERROR(s.bad_samples.Validate());
-  if (s.max_image_pixels < 1) return Refused("max_image_pixels", "must be positive");
-  if (!(s.eval_resize_ratio >= 1.0 && s.eval_resize_ratio <= 8.0)) {
-    return Refused("eval_resize_ratio", "must be in [1, 8]");
-  }
-  RETURN_IF_ERROR(CheckGpuDecodeShare(s.gpu_decode_share));
+  RETURN_IF_ERROR(s.Validate());
   if (dataset.image_folder.scan_timeout < absl::Seconds(1)) {
     return Refused("scan_timeout_s", "must be positive");
-  }
-  if (s.shutdown_timeout < absl::Seconds(1)) {
-    return Refused("shutdown_timeout_s", "must be positive");
   }
   return absl::OkStatus();
 }

@@ -110,28 +110,30 @@ std::string DataServiceTracePath(const ServiceOptions& options) {
   return absl::StrCat(options.trace_dir, "/data_service.node", options.node_id, ".json");
 }
 
+absl::Status ServiceOptions::Validate() const {
+  if (threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--threads: must be 0 (automatic) or positive, got ", threads));
+  }
+  if (prefetch < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prefetch: must be at least 1, got ", prefetch));
+  }
+  if (absl::Status s = CheckImageOptions(eval_resize_ratio, max_image_pixels); !s.ok()) return s;
+  if (absl::Status s = CheckGpuDecodeShare(gpu_decode_share); !s.ok()) return s;
+  if (absl::Status s = bad_samples.Validate(); !s.ok()) return s;
+  if (shutdown_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("--shutdown_timeout_s: must be positive, got ",
+                                                   absl::FormatDuration(shutdown_timeout)));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<DataService>> DataService::Start(const ServiceOptions& options,
                                                                 Datasets datasets) {
   if (absl::Status s = ValidateJobId(options.job_id); !s.ok()) return s;
   if (datasets.train == nullptr) return absl::InvalidArgumentError("no training dataset");
-  if (options.threads < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--threads: must be 0 (automatic) or positive, got ", options.threads));
-  }
-  if (options.prefetch < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--prefetch: must be at least 1, got ", options.prefetch));
-  }
-  if (absl::Status s = CheckImageOptions(options.eval_resize_ratio, options.max_image_pixels);
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = CheckGpuDecodeShare(options.gpu_decode_share); !s.ok()) return s;
-  if (absl::Status s = options.bad_samples.Validate(); !s.ok()) return s;
-  if (options.shutdown_timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(absl::StrCat("--shutdown_timeout_s: must be positive, got ",
-                                                   absl::FormatDuration(options.shutdown_timeout)));
-  }
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
   absl::StatusOr<sockaddr_un> address = UnixSocketAddress(options.socket_path);
   if (!address.ok()) return Prefixed("--socket: ", address.status());
   if (absl::Status s = ClearStaleSocket(options.socket_path, *address); !s.ok()) return s;

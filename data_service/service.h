@@ -68,6 +68,11 @@ struct ServiceOptions {
   std::shared_ptr<UniqueFd> trace_file;
   // For tests only: Note [Injected decode delay].
   absl::Duration injected_decode_delay = absl::ZeroDuration();
+
+  // OkStatus, or InvalidArgument "--<flag>: <its range>, got <value>" for the first of
+  // threads, prefetch, the image options, gpu_decode_share, bad_samples and shutdown_timeout
+  // that is out of its range. DataService::Start checks it, and the binary's flags too.
+  absl::Status Validate() const;
 };
 
 // Note [Injected decode delay]: for tests only, STOKER_TEST_SLOW_DECODE=N:MS makes the data

@@ -125,6 +125,15 @@ class ServiceTest : public ::testing::Test {
     return client.ok() ? std::move(*client) : nullptr;
   }
 
+  // Connect(request), then StartEpoch(0, 1); null (and a test failure) when either fails.
+  std::unique_ptr<RingClient> ConnectAtEpochZero(const RingRequest& request) {
+    std::unique_ptr<RingClient> client = Connect(request);
+    if (client == nullptr) return nullptr;
+    const absl::Status started = client->StartEpoch(0, 1).status();
+    EXPECT_OK(started);
+    return started.ok() ? std::move(client) : nullptr;
+  }
+
   UniqueFd RawConnection() {
     UniqueFd fd(socket(AF_UNIX, SOCK_SEQPACKET, 0));
     absl::StatusOr<sockaddr_un> address = UnixSocketAddress(socket_);
@@ -244,9 +253,8 @@ TEST_F(ServiceTest, ADatasetWithMoreClassesThanTheTrainersIsRefusedNamingBothCou
   // As many classes as the trainer's, or fewer, is fine.
   for (int32_t classes : {10, 12}) {
     request.num_classes = classes;
-    auto client = Connect(request);
+    auto client = ConnectAtEpochZero(request);
     ASSERT_NE(client, nullptr);
-    ASSERT_OK(client->StartEpoch(0, 1));
     auto batch = client->Acquire(absl::Seconds(20));
     ASSERT_OK(batch);
     ASSERT_OK(client->Release(*batch));
@@ -266,9 +274,8 @@ TEST_F(ServiceTest, ALabelOutsideNumClassesInASlotFailsTheClient) {
   StartService({std::make_shared<MislabelledDataset>(Synthetic(100)), nullptr});
   RingRequest request = Request();
   request.num_classes = 4;
-  auto client = Connect(request);
+  auto client = ConnectAtEpochZero(request);
   ASSERT_NE(client, nullptr);
-  ASSERT_OK(client->StartEpoch(0, 1));
   absl::Status failed;
   for (int step = 0; step < 13 && failed.ok(); ++step) {
     auto batch = client->Acquire(absl::Seconds(20));
@@ -311,9 +318,8 @@ TEST_F(ServiceTest, EpochsMustIncrease) {
 
 TEST_F(ServiceTest, ClosingAClientUnmapsAndUnlinksItsRing) {
   StartService();
-  auto client = Connect(Request());
+  auto client = ConnectAtEpochZero(Request());
   ASSERT_NE(client, nullptr);
-  ASSERT_OK(client->StartEpoch(0, 1));
   EXPECT_EQ(service_->connection_count(), 1);
   client.reset();  // with batches still in flight
   EXPECT_TRUE(Eventually([&] { return !SegmentExists(RingSegmentName(job_, 0, true)); }));
@@ -339,9 +345,8 @@ TEST_F(ServiceTest, ShutdownUnlinksEveryRingAndRemovesTheSocket) {
 
 TEST_F(ServiceTest, AcquireReturnsUnavailableSoonAfterTheServiceDies) {
   StartService({std::make_shared<SlowDataset>(Synthetic(100)), nullptr}, 1);
-  auto client = Connect(Request());
+  auto client = ConnectAtEpochZero(Request());
   ASSERT_NE(client, nullptr);
-  ASSERT_OK(client->StartEpoch(0, 1));
   std::thread killer([&] {
     absl::SleepFor(absl::Milliseconds(300));
     (void)service_->Shutdown();
@@ -357,9 +362,8 @@ TEST_F(ServiceTest, AcquireReturnsUnavailableSoonAfterTheServiceDies) {
 
 TEST_F(ServiceTest, AcquireTimesOutWithDeadlineExceeded) {
   StartService({std::make_shared<SlowDataset>(Synthetic(100)), nullptr}, 1);
-  auto client = Connect(Request());
+  auto client = ConnectAtEpochZero(Request());
   ASSERT_NE(client, nullptr);
-  ASSERT_OK(client->StartEpoch(0, 1));
   const absl::Time start = absl::Now();
   auto batch = client->Acquire(absl::Milliseconds(250));
   EXPECT_THAT(batch, StatusIs(absl::StatusCode::kDeadlineExceeded));
@@ -429,9 +433,8 @@ TEST_F(ServiceTest, AReportedGpuDecodeFailureIsCountedAndAnsweredWithTheFile) {
   skip.min_samples = 1;
   std::shared_ptr<const Dataset> dataset = JpegFolder("service_gpu_skip", 8, false);
   StartService({dataset, nullptr}, 2, skip);
-  auto client = Connect(Request());
+  auto client = ConnectAtEpochZero(Request());
   ASSERT_NE(client, nullptr);
-  ASSERT_OK(client->StartEpoch(0, 1));
   auto batch = client->Acquire(absl::Seconds(20));
   ASSERT_OK(batch);
   const int64_t index = batch->sample_indices[3];
@@ -449,9 +452,8 @@ TEST_F(ServiceTest, AReportedGpuDecodeFailureStopsTheRunWithBadFilesFail) {
   fail.policy = BadFilePolicy::kFail;
   std::shared_ptr<const Dataset> dataset = JpegFolder("service_gpu_fail", 8, false);
   StartService({dataset, nullptr}, 2, fail);
-  auto client = Connect(Request());
+  auto client = ConnectAtEpochZero(Request());
   ASSERT_NE(client, nullptr);
-  ASSERT_OK(client->StartEpoch(0, 1));
   auto batch = client->Acquire(absl::Seconds(20));
   ASSERT_OK(batch);
   const int64_t index = batch->sample_indices[0];

@@ -35,15 +35,7 @@ expect_stuck_service_failure() {
 }
 
 echo "== 1: under the launcher"
-job="service-stopped-$$-$RANDOM"
-log="$out/launcher.log"
-timeout --signal=KILL 180 "$root/launcher/launcher" --np=2 --job_id="$job" \
-  --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
-  --dataset=synthetic --synthetic_samples=4096 --synthetic_classes=4 --data_threads=1 -- \
-  --model=small_cnn --num_classes=4 --image_size=32 --batch_size=16 --epochs=1000 \
-  --log_every=1 --loss_log="$log.loss" --data_timeout_s="$data_timeout_s" > "$log" 2>&1 &
-launcher_pid=$!
-await_training "$log" "$launcher_pid"
+launch_training_job service-stopped --data_timeout_s="$data_timeout_s"
 service_pid=$(pgrep -f -- "data_service/data_service .*--job_id=$job" | head -n 1)
 [[ -n "$service_pid" ]] || { kill -TERM "$launcher_pid"; cat "$log"; echo "FAIL: no data service pid"; exit 1; }
 rank_pids=$(pid_records "$log" role=rank world_size=2 split=training | sort -u | tr '\n' ' ')

@@ -113,10 +113,10 @@ pid_records() {
     }' "$log"
 }
 
-# launch_training_job NAME: starts, in the background through the launcher, a 2-rank job that
-# trains the small CNN on the synthetic dataset until stopped (a loss line a step), and
-# waits until it trains; sets job, log (OUT/NAME.log; rank 0's losses in LOG.loss) and
-# launcher_pid. The launcher is SIGKILLed after 180 s.
+# launch_training_job NAME [TRAINER FLAGS...]: starts, in the background through the
+# launcher, a 2-rank job that trains the small CNN on the synthetic dataset until stopped (a
+# loss line a step), and waits until it trains; sets job, log (OUT/NAME.log; rank 0's losses
+# in LOG.loss) and launcher_pid. The launcher is SIGKILLed after 180 s.
 launch_training_job() {
   job="$1-$$-$RANDOM"
   log="$out/$1.log"
@@ -124,7 +124,7 @@ launch_training_job() {
     --trainer="$root/trainer/trainer" --data_service="$root/data_service/data_service" \
     --dataset=synthetic --synthetic_samples=4096 --synthetic_classes=4 --data_threads=1 -- \
     --model=small_cnn --num_classes=4 --image_size=32 --batch_size=16 --epochs=1000 \
-    --log_every=1 --loss_log="$log.loss" > "$log" 2>&1 &
+    --log_every=1 --loss_log="$log.loss" "${@:2}" > "$log" 2>&1 &
   launcher_pid=$!
   await_training "$log" "$launcher_pid"
 }
@@ -231,6 +231,18 @@ run_small_job() {
     --dataset=synthetic --synthetic_samples=1024 --synthetic_classes=4 --data_threads=1 -- \
     --model=small_cnn --num_classes=4 --image_size=32 --batch_size=32 --epochs=1 --lr=0.05 \
     --log_every=4 "$@"
+}
+
+# expect_resumed_at_step_8 NAME WHAT: the run_small_job run NAME resumed from the checkpoint
+# of step 8 (its log OUT/NAME.log says so), and its losses (OUT/NAME.txt) after step 8 are
+# the uninterrupted run's (OUT/full.txt). WHAT names the resumption in the FAIL lines (e.g.
+# "the fall-back"); on failure exits 1.
+expect_resumed_at_step_8() {
+  local name="$1" what="$2"
+  grep -q "resuming from .*ckpt-000000000008.stoker: epoch 1, batch 8, step 8" "$out/$name.log" ||
+    { grep -i resum "$out/$name.log"; echo "FAIL: $what is not from step 8"; exit 1; }
+  head -n 8 "$out/full.txt" | cat - "$out/$name.txt" | cmp - "$out/full.txt" ||
+    { echo "FAIL: the losses after $what differ from the uninterrupted run's"; exit 1; }
 }
 
 # stall_rank LOG LOSS_FILE MIN_STEPS NP RANK TIMEOUT_S -- COMMAND...: runs COMMAND (a job of

@@ -43,51 +43,51 @@ launch reference "$job"
 wait "$pid" || { cat "$out/reference.log"; echo "FAIL: the reference run failed"; exit 1; }
 assert_nothing_left "$job"
 
-# SIGTERM to the launcher.
-job="preempt-term-$$-$RANDOM"
-launch term "$job" --checkpoint_dir="$out/ckpt_term"
-wait_for_lines "$out/term.txt" 20
-kill -TERM "$pid"
-set +e; wait "$pid"; rc=$?; set -e
-[[ $rc -eq 143 ]] || { cat "$out/term.log"; echo "FAIL: the launcher exited $rc after SIGTERM, expected 143"; exit 1; }
-grep -q "caught signal 15 (SIGTERM): asking the ranks to stop at the next step boundary with a checkpoint (signal 12 (SIGUSR2) to mpirun" "$out/term.log" ||
-  { cat "$out/term.log"; echo "FAIL: the launcher did not ask the ranks to stop"; exit 1; }
-grep -q "I the ranks stopped after .*: mpirun (pid [0-9]*) exited with code 140" "$out/term.log" ||
-  { cat "$out/term.log"; echo "FAIL: the ranks did not stop by themselves within the grace"; exit 1; }
-grep -q "stopped by User defined signal 2 at epoch" "$out/term.log" || { cat "$out/term.log"; echo "FAIL: the ranks did not stop"; exit 1; }
-stop_step=$(sed -n 's/.*stopped by User defined signal 2 at epoch [0-9]*, batch [0-9]* of [0-9]* (step \([0-9]*\)).*/\1/p' "$out/term.log")
-ls -l "$out/ckpt_term"
-[[ -f "$out/ckpt_term/$(printf 'ckpt-%012d.stoker' "$stop_step")" ]] || { echo "FAIL: no checkpoint of step $stop_step"; exit 1; }
-assert_nothing_left "$job"
+# stop_by_launcher_signal NAME SIGNAL NUMBER CODE: starts run NAME (checkpoints in
+# OUT/ckpt_NAME), sends SIGNAL (signal NUMBER) to the launcher once training is under way, and
+# checks that the launcher asked the ranks to stop, that they stopped by themselves within the
+# grace with a checkpoint of the step they stopped after, that the job exited CODE and that
+# nothing is left; sets stop_step.
+stop_by_launcher_signal() {
+  local name="$1" signal="$2" number="$3" code="$4"
+  job="preempt-$name-$$-$RANDOM"
+  launch "$name" "$job" --checkpoint_dir="$out/ckpt_$name"
+  wait_for_lines "$out/$name.txt" 20
+  kill -"$signal" "$pid"
+  set +e; wait "$pid"; rc=$?; set -e
+  [[ $rc -eq $code ]] || { cat "$out/$name.log"; echo "FAIL: the launcher exited $rc after SIG$signal, expected $code"; exit 1; }
+  grep -q "caught signal $number (SIG$signal): asking the ranks to stop at the next step boundary with a checkpoint (signal 12 (SIGUSR2) to mpirun" "$out/$name.log" ||
+    { cat "$out/$name.log"; echo "FAIL: the launcher did not ask the ranks to stop"; exit 1; }
+  grep -q "I the ranks stopped after .*: mpirun (pid [0-9]*) exited with code 140" "$out/$name.log" ||
+    { cat "$out/$name.log"; echo "FAIL: the ranks did not stop by themselves within the grace"; exit 1; }
+  grep -q "stopped by User defined signal 2 at epoch" "$out/$name.log" || { cat "$out/$name.log"; echo "FAIL: the ranks did not stop"; exit 1; }
+  stop_step=$(sed -n 's/.*stopped by User defined signal 2 at epoch [0-9]*, batch [0-9]* of [0-9]* (step \([0-9]*\)).*/\1/p' "$out/$name.log")
+  [[ -n "$stop_step" ]] || { cat "$out/$name.log"; echo "FAIL: the ranks did not stop"; exit 1; }
+  [[ -f "$out/ckpt_$name/$(printf 'ckpt-%012d.stoker' "$stop_step")" ]] || { ls -l "$out/ckpt_$name"; echo "FAIL: no checkpoint of step $stop_step"; exit 1; }
+  assert_nothing_left "$job"
+}
 
-job="preempt-resume-$$-$RANDOM"
-launch resumed "$job" --checkpoint_dir="$out/ckpt_term"
-wait "$pid" || { cat "$out/resumed.log"; echo "FAIL: the resumed run failed"; exit 1; }
-grep -q "resuming from .*$(printf 'ckpt-%012d' "$stop_step")" "$out/resumed.log" || { echo "FAIL: did not resume from step $stop_step"; exit 1; }
-assert_nothing_left "$job"
-same_losses "$out/reference.txt" "$out/term.txt" "$out/resumed.txt"
+# resume_after NAME [STEP]: run NAME_resumed continues from OUT/ckpt_NAME (from the checkpoint
+# of step STEP where given) and leaves nothing; NAME's losses and its own are the reference's.
+resume_after() {
+  local name="$1" step="${2:-}"
+  job="preempt-$name-resume-$$-$RANDOM"
+  launch "${name}_resumed" "$job" --checkpoint_dir="$out/ckpt_$name"
+  wait "$pid" || { cat "$out/${name}_resumed.log"; echo "FAIL: the resumed run failed"; exit 1; }
+  if [[ -n "$step" ]]; then
+    grep -q "resuming from .*$(printf 'ckpt-%012d' "$step")" "$out/${name}_resumed.log" || { echo "FAIL: did not resume from step $step"; exit 1; }
+  fi
+  assert_nothing_left "$job"
+  same_losses "$out/reference.txt" "$out/$name.txt" "$out/${name}_resumed.txt"
+}
+
+# SIGTERM to the launcher.
+stop_by_launcher_signal term TERM 15 143
+resume_after term "$stop_step"
 
 # SIGUSR1 to the launcher: the same stop as SIGTERM's, exit 138.
-job="preempt-usr1-$$-$RANDOM"
-launch usr1 "$job" --checkpoint_dir="$out/ckpt_usr1"
-wait_for_lines "$out/usr1.txt" 20
-kill -USR1 "$pid"
-set +e; wait "$pid"; rc=$?; set -e
-[[ $rc -eq 138 ]] || { cat "$out/usr1.log"; echo "FAIL: the launcher exited $rc after SIGUSR1, expected 138"; exit 1; }
-grep -q "caught signal 10 (SIGUSR1): asking the ranks to stop at the next step boundary with a checkpoint (signal 12 (SIGUSR2) to mpirun" "$out/usr1.log" ||
-  { cat "$out/usr1.log"; echo "FAIL: the launcher did not ask the ranks to stop"; exit 1; }
-grep -q "I the ranks stopped after .*: mpirun (pid [0-9]*) exited with code 140" "$out/usr1.log" ||
-  { cat "$out/usr1.log"; echo "FAIL: the ranks did not stop by themselves within the grace"; exit 1; }
-stop_step=$(sed -n 's/.*stopped by User defined signal 2 at epoch [0-9]*, batch [0-9]* of [0-9]* (step \([0-9]*\)).*/\1/p' "$out/usr1.log")
-[[ -n "$stop_step" ]] || { cat "$out/usr1.log"; echo "FAIL: the ranks did not stop"; exit 1; }
-[[ -f "$out/ckpt_usr1/$(printf 'ckpt-%012d.stoker' "$stop_step")" ]] || { ls -l "$out/ckpt_usr1"; echo "FAIL: no checkpoint of step $stop_step"; exit 1; }
-assert_nothing_left "$job"
-job="preempt-usr1-resume-$$-$RANDOM"
-launch usr1_resumed "$job" --checkpoint_dir="$out/ckpt_usr1"
-wait "$pid" || { cat "$out/usr1_resumed.log"; echo "FAIL: the resumed run failed"; exit 1; }
-grep -q "resuming from .*$(printf 'ckpt-%012d' "$stop_step")" "$out/usr1_resumed.log" || { echo "FAIL: did not resume from step $stop_step"; exit 1; }
-assert_nothing_left "$job"
-same_losses "$out/reference.txt" "$out/usr1.txt" "$out/usr1_resumed.txt"
+stop_by_launcher_signal usr1 USR1 10 138
+resume_after usr1 "$stop_step"
 
 # SIGUSR2 to mpirun: forwarded to the ranks at once; they stop, checkpoint and exit 140.
 job="preempt-usr2-$$-$RANDOM"
@@ -100,9 +100,5 @@ set +e; wait "$pid"; rc=$?; set -e
 grep -q "stopped by User defined signal 2" "$out/usr2.log" || { echo "FAIL: no graceful stop"; exit 1; }
 ! grep -q "killed [0-9]* process" "$out/usr2.log" || { echo "FAIL: processes had to be killed"; exit 1; }
 assert_nothing_left "$job"
-job="preempt-usr2-resume-$$-$RANDOM"
-launch usr2_resumed "$job" --checkpoint_dir="$out/ckpt_usr2"
-wait "$pid" || { cat "$out/usr2_resumed.log"; echo "FAIL: the resumed run failed"; exit 1; }
-assert_nothing_left "$job"
-same_losses "$out/reference.txt" "$out/usr2.txt" "$out/usr2_resumed.txt"
+resume_after usr2
 echo "PASS"

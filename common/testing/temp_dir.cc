@@ -1,5 +1,6 @@
 #include "common/testing/temp_dir.h"
 
+#include <dirent.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +65,19 @@ void TempDir::Remove() {
   // that a test linking it would call instead, and that one crashes.
   ::nftw(path_.c_str(), RemoveEntry, /*nopenfd=*/16, FTW_DEPTH | FTW_PHYS);
   path_.clear();
+}
+
+std::vector<std::string> ListEntries(absl::string_view dir, absl::string_view prefix) {
+  std::vector<std::string> names;
+  DIR* handle = ::opendir(std::string(dir).c_str());
+  if (handle == nullptr) return names;
+  while (dirent* entry = ::readdir(handle)) {
+    const absl::string_view name = entry->d_name;
+    if (name == "." || name == "..") continue;
+    if (absl::StartsWith(name, prefix)) names.emplace_back(name);
+  }
+  ::closedir(handle);
+  return names;
 }
 
 }  // namespace stoker::testing

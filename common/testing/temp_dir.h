@@ -5,6 +5,7 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -44,6 +45,10 @@ class TempDir {
 
   std::string path_;
 };
+
+// The names of the entries of `dir` that start with `prefix`, in directory order, without
+// "." and ".."; empty when `dir` cannot be read.
+std::vector<std::string> ListEntries(absl::string_view dir, absl::string_view prefix = "");
 
 }  // namespace stoker::testing
 

@@ -105,5 +105,20 @@ TEST(TempDirTest, MissingParentIsAnError) {
   EXPECT_THAT(dir, StatusIs(absl::StatusCode::kNotFound, HasSubstr("mkdtemp")));
 }
 
+TEST(ListEntriesTest, NamesTheEntriesWithThePrefix) {
+  ASSERT_OK_AND_ASSIGN(const TempDir dir, TempDir::Create("entries"));
+  std::ofstream(dir.Join("ring.0")) << "x";
+  std::ofstream(dir.Join("ring.1")) << "x";
+  std::filesystem::create_directory(dir.Join("sub"));
+  EXPECT_THAT(ListEntries(dir.path()), ::testing::UnorderedElementsAre("ring.0", "ring.1", "sub"));
+  EXPECT_THAT(ListEntries(dir.path(), "ring."),
+              ::testing::UnorderedElementsAre("ring.0", "ring.1"));
+  EXPECT_THAT(ListEntries(dir.path(), "none"), ::testing::IsEmpty());
+}
+
+TEST(ListEntriesTest, AMissingDirectoryHasNoEntries) {
+  EXPECT_THAT(ListEntries("/nonexistent-stoker-parent"), ::testing::IsEmpty());
+}
+
 }  // namespace
 }  // namespace stoker::testing

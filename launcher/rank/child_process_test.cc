@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -385,40 +386,50 @@ TEST(WaitForFirstExitTest, WorksWithoutPidfdsByPolling) {
   EXPECT_EQ(*slow->Terminate(absl::Seconds(10)), ExitStatus::Signaled(SIGTERM));
 }
 
-TEST(StrayChildrenTest, SubreaperAdoptsAndKillsOrphansOfADeadChild) {
-  absl::StatusOr<bool> previous = BecomeChildSubreaper();
-  ASSERT_OK(previous);
-  ASSERT_OK_AND_ASSIGN(const TempDir dir, TempDir::Create("orphans"));
-  // The grandchild leaves the child's group, as an mpirun rank does, so no group kill finds
-  // it; when the child dies, it is adopted by this process.
-  absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell(
-      absl::StrCat("setsid sh -c 'echo $$ > ", dir.Join("orphan"), "; exec sleep 1000' & wait")));
-  ASSERT_OK(child);
-  const pid_t orphan = ReadPid(dir.Join("orphan"));
-  ASSERT_OK(child->Terminate(absl::Seconds(10)));
-  ASSERT_TRUE(IsProcessAlive(orphan));
+// This process as a child subreaper for the test, and an orphan it adopts.
+class SubreaperTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<bool> previous = BecomeChildSubreaper();
+    ASSERT_OK(previous);
+    previous_ = *previous;
+  }
+  void TearDown() override {
+    if (previous_.has_value()) RestoreChildSubreaper(*previous_);
+  }
+
+  // Spawns a child whose grandchild runs `sleep <seconds>`, and ends the child. The
+  // grandchild left the child's group first, as an mpirun rank does, so no group kill finds
+  // it; when the child dies, it is adopted by this process. Sets orphan_ to its pid.
+  void AdoptOrphanSleeping(absl::string_view seconds) {
+    ASSERT_OK_AND_ASSIGN(const TempDir dir, TempDir::Create("orphans"));
+    absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell(absl::StrCat(
+        "setsid sh -c 'echo $$ > ", dir.Join("orphan"), "; exec sleep ", seconds, "' & wait")));
+    ASSERT_OK(child);
+    orphan_ = ReadPid(dir.Join("orphan"));
+    ASSERT_OK(child->Terminate(absl::Seconds(10)));
+  }
+
+  std::optional<bool> previous_;  // whether this process was a subreaper before the test
+  pid_t orphan_ = -1;
+};
+
+TEST_F(SubreaperTest, SubreaperAdoptsAndKillsOrphansOfADeadChild) {
+  ASSERT_NO_FATAL_FAILURE(AdoptOrphanSleeping("1000"));
+  ASSERT_TRUE(IsProcessAlive(orphan_));
 
   std::vector<pid_t> killed = KillStrayChildren({}, absl::Milliseconds(100), absl::Seconds(5));
-  EXPECT_THAT(killed, ElementsAre(orphan));
-  EXPECT_FALSE(IsProcessAlive(orphan));
-  RestoreChildSubreaper(*previous);
+  EXPECT_THAT(killed, ElementsAre(orphan_));
+  EXPECT_FALSE(IsProcessAlive(orphan_));
 }
 
 // Open MPI's daemon of a rank started without mpirun ends just after its rank: adopted, it
 // is reaped when it exits within the grace, not killed.
-TEST(StrayChildrenTest, AnOrphanThatExitsWithinTheGraceIsReapedNotKilled) {
-  absl::StatusOr<bool> previous = BecomeChildSubreaper();
-  ASSERT_OK(previous);
-  ASSERT_OK_AND_ASSIGN(const TempDir dir, TempDir::Create("orphans"));
-  absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(Shell(
-      absl::StrCat("setsid sh -c 'echo $$ > ", dir.Join("orphan"), "; exec sleep 0.3' & wait")));
-  ASSERT_OK(child);
-  const pid_t orphan = ReadPid(dir.Join("orphan"));
-  ASSERT_OK(child->Terminate(absl::Seconds(10)));
+TEST_F(SubreaperTest, AnOrphanThatExitsWithinTheGraceIsReapedNotKilled) {
+  ASSERT_NO_FATAL_FAILURE(AdoptOrphanSleeping("0.3"));
 
   EXPECT_THAT(KillStrayChildren({}, absl::Seconds(10), absl::Seconds(5)), ::testing::IsEmpty());
-  EXPECT_FALSE(IsProcessAlive(orphan));
-  RestoreChildSubreaper(*previous);
+  EXPECT_FALSE(IsProcessAlive(orphan_));
 }
 
 TEST(StrayChildrenTest, LeavesKeptChildrenAlone) {

@@ -16,8 +16,8 @@
 namespace stoker::launcher {
 namespace {
 
-using ::stoker::launcher::testing::ListEntries;
 using ::stoker::launcher::testing::PathExists;
+using ::stoker::testing::ListEntries;
 using ::stoker::testing::StatusIs;
 using ::stoker::testing::TempDir;
 using ::testing::ElementsAre;

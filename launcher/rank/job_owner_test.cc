@@ -200,7 +200,7 @@ TEST_F(RemoveStaleJobsTest, ADeadNodesJobDirectoryGoesWithItsSockets) {
                                             absl::StrCat(dir_, "/stoker.dead-node"),
                                             absl::StrCat(shm_, "/stoker.dead-node.ring.0"),
                                             absl::StrCat(dir_, "/stoker.dead-node.owner")));
-  EXPECT_THAT(testing::ListEntries(dir_, "stoker."), ::testing::IsEmpty());
+  EXPECT_THAT(::stoker::testing::ListEntries(dir_, "stoker."), ::testing::IsEmpty());
 }
 
 TEST_F(RemoveStaleJobsTest, OnlyJobsWhoseOwnerIsGoneAreRemoved) {

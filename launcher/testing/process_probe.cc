@@ -1,6 +1,5 @@
 #include "launcher/testing/process_probe.h"
 
-#include <dirent.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/testing/temp_dir.h"
 
 namespace stoker::launcher::testing {
 
@@ -54,22 +54,9 @@ std::string ReadFileOrEmpty(absl::string_view path) {
   return contents.str();
 }
 
-std::vector<std::string> ListEntries(absl::string_view dir, absl::string_view prefix) {
-  std::vector<std::string> names;
-  DIR* handle = opendir(std::string(dir).c_str());
-  if (handle == nullptr) return names;
-  while (dirent* entry = readdir(handle)) {
-    absl::string_view name = entry->d_name;
-    if (name == "." || name == "..") continue;
-    if (absl::StartsWith(name, prefix)) names.emplace_back(name);
-  }
-  closedir(handle);
-  return names;
-}
-
 std::vector<pid_t> ReadPidFiles(absl::string_view dir) {
   std::vector<pid_t> pids;
-  for (const std::string& name : ListEntries(dir, "")) {
+  for (const std::string& name : ::stoker::testing::ListEntries(dir)) {
     if (!absl::EndsWith(name, ".pid")) continue;
     int pid = 0;
     std::string text = ReadFileOrEmpty(absl::StrCat(dir, "/", name));

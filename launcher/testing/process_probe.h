@@ -1,5 +1,6 @@
 // Test helpers that look at processes and files from the outside: whether a pid still runs,
-// the pids that fakes wrote to files, waiting for a file to appear, where runfiles lie.
+// the pids that fakes wrote to files, waiting for a file to appear, where runfiles lie. (The
+// entries of a directory: ListEntries in common/testing/temp_dir.h.)
 #ifndef STOKER_LAUNCHER_TESTING_PROCESS_PROBE_H_
 #define STOKER_LAUNCHER_TESTING_PROCESS_PROBE_H_
 
@@ -27,9 +28,6 @@ std::string ReadFileOrEmpty(absl::string_view path);
 
 // Returns the pids written (one number per file) into files `*.pid` under `dir`.
 std::vector<pid_t> ReadPidFiles(absl::string_view dir);
-
-// Returns the names of the entries of `dir` that start with `prefix`.
-std::vector<std::string> ListEntries(absl::string_view dir, absl::string_view prefix);
 
 // True if anything (a file, directory, socket or dangling link) is at `path`.
 bool PathExists(absl::string_view path);

@@ -6,27 +6,24 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <functional>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "common/torch_element_type.h"
 #include "common/torch_status.h"
 
 namespace stoker::trainer {
 namespace {
 
 absl::StatusOr<ElementType> ElementTypeOf(const at::Tensor& t) {
-  switch (t.scalar_type()) {
-    case at::kFloat:
-      return ElementType::kFloat32;
-    case at::kHalf:
-      return ElementType::kFloat16;
-    case at::kBFloat16:
-      return ElementType::kBFloat16;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("gradients of type ", at::toString(t.scalar_type()), " are not supported"));
+  const std::optional<ElementType> type = FloatingElementType(t.scalar_type());
+  if (!type.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradients of type ", at::toString(t.scalar_type()), " are not supported"));
   }
+  return *type;
 }
 
 // Runs a callback after autograd has accumulated a parameter's gradient.

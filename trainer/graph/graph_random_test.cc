@@ -18,21 +18,12 @@
 #include "common/testing/python_runner.h"
 #include "gtest/gtest.h"
 #include "trainer/graph/graph_model.h"
-#include "trainer/nn/state_dict_file.h"
+#include "trainer/graph/torchvision_check.h"
 
 namespace stoker::trainer {
 namespace {
 
 using testing::TempPath;
-
-// The {name: tensor} dict that Python's torch.save wrote at `path`.
-std::map<std::string, at::Tensor> ReadTensors(const std::string& path) {
-  StateDictFileOptions trusted;  // a file this test's Python wrote
-  trusted.allow_pickle = true;
-  absl::StatusOr<std::map<std::string, at::Tensor>> tensors = ReadStateDictFile(path, trusted);
-  EXPECT_TRUE(tensors.ok()) << tensors.status();
-  return tensors.ok() ? *std::move(tensors) : std::map<std::string, at::Tensor>();
-}
 
 // A small network with batch norm, dropout and torchvision's stochastic depth, with
 // running statistics set away from their initial values. Writes Stoker's archive (both
@@ -122,7 +113,7 @@ at::Tensor TrainLogits(GraphModel& model, const at::Tensor& x, uint64_t seed) {
 }
 
 TEST_F(GraphRandomTest, TrainingDrawsAsPyTorchDoesAfterTheSameSeed) {
-  std::map<std::string, at::Tensor> ref = ReadTensors(TempPath("noisy_reference.pt"));
+  std::map<std::string, at::Tensor> ref = ReadPythonTensors(TempPath("noisy_reference.pt"));
   for (const char* archive : {"noisy.pt2", "noisy_plain.pt2"}) {
     SCOPED_TRACE(archive);
     // A fresh model per seed: the forward updates the running statistics.
@@ -137,7 +128,7 @@ TEST_F(GraphRandomTest, TrainingDrawsAsPyTorchDoesAfterTheSameSeed) {
 }
 
 TEST_F(GraphRandomTest, SameSeedGivesTheSameMasksAndAnotherSeedOthers) {
-  std::map<std::string, at::Tensor> ref = ReadTensors(TempPath("noisy_reference.pt"));
+  std::map<std::string, at::Tensor> ref = ReadPythonTensors(TempPath("noisy_reference.pt"));
   std::shared_ptr<GraphModel> model = Load("noisy.pt2");
   ASSERT_NE(model, nullptr);
   {
@@ -153,7 +144,7 @@ TEST_F(GraphRandomTest, SameSeedGivesTheSameMasksAndAnotherSeedOthers) {
 }
 
 TEST_F(GraphRandomTest, EvaluationUsesRunningStatisticsWithoutDropoutAndLeavesBuffersAlone) {
-  std::map<std::string, at::Tensor> ref = ReadTensors(TempPath("noisy_reference.pt"));
+  std::map<std::string, at::Tensor> ref = ReadPythonTensors(TempPath("noisy_reference.pt"));
   for (const char* archive : {"noisy.pt2", "noisy_plain.pt2"}) {
     SCOPED_TRACE(archive);
     std::shared_ptr<GraphModel> model = Load(archive);

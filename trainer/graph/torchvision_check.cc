@@ -161,15 +161,6 @@ std::string ExportTool() {
   return absl::StrCat(std::getenv("TEST_SRCDIR"), "/stoker/tools/export_model.py");
 }
 
-// The {name: tensor} dict that Python's torch.save wrote at `path`.
-std::map<std::string, at::Tensor> ReadTensors(const std::string& path) {
-  StateDictFileOptions trusted;  // a file this test's Python wrote
-  trusted.allow_pickle = true;
-  absl::StatusOr<std::map<std::string, at::Tensor>> tensors = ReadStateDictFile(path, trusted);
-  EXPECT_TRUE(tensors.ok()) << tensors.status();
-  return tensors.ok() ? *std::move(tensors) : std::map<std::string, at::Tensor>();
-}
-
 void WriteFile(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
@@ -185,6 +176,14 @@ double RelativeToMax(const at::Tensor& a, const at::Tensor& b) {
 }
 
 }  // namespace
+
+std::map<std::string, at::Tensor> ReadPythonTensors(const std::string& path) {
+  StateDictFileOptions trusted;  // a file the test's own Python wrote
+  trusted.allow_pickle = true;
+  absl::StatusOr<std::map<std::string, at::Tensor>> tensors = ReadStateDictFile(path, trusted);
+  EXPECT_TRUE(tensors.ok()) << tensors.status();
+  return tensors.ok() ? *std::move(tensors) : std::map<std::string, at::Tensor>();
+}
 
 absl::StatusOr<TorchvisionExport> ExportTorchvisionModel(const TorchvisionModel& model) {
   TorchvisionExport exported{model, TempPath(absl::StrCat(model.arch, ".pt2")),
@@ -214,7 +213,7 @@ bool IsNotCapturable(const absl::Status& status) {
 
 void ExpectTrainsAsInPyTorch(const TorchvisionExport& exported, GraphModel& graph) {
   const std::string& arch = exported.model.arch;
-  std::map<std::string, at::Tensor> ref = ReadTensors(exported.reference);
+  std::map<std::string, at::Tensor> ref = ReadPythonTensors(exported.reference);
 
   // First step: loss, gradients, statistics.
   graph.train();

@@ -7,6 +7,9 @@
 #ifndef STOKER_TRAINER_GRAPH_TORCHVISION_CHECK_H_
 #define STOKER_TRAINER_GRAPH_TORCHVISION_CHECK_H_
 
+#include <ATen/core/Tensor.h>
+
+#include <map>
 #include <string>
 #include <vector>
 
@@ -59,6 +62,10 @@ bool IsNotCapturable(const absl::Status& status);
 // evaluation logits of the exported weights in torchvision within 1e-5. Prints each
 // comparison's worst error to stderr.
 void ExpectTrainsAsInPyTorch(const TorchvisionExport& exported, GraphModel& graph);
+
+// The {name: tensor} dict that the test's own Python wrote at `path` with torch.save (so
+// pickles are trusted); a gtest failure and an empty map when it cannot be read.
+std::map<std::string, at::Tensor> ReadPythonTensors(const std::string& path);
 
 // torchvision.models.list_models(module=torchvision.models): the classification models.
 absl::StatusOr<std::vector<std::string>> ListTorchvisionClassifiers();

@@ -77,6 +77,11 @@ class Simulation {
     }
   }
 
+  // Runs batch by batch until the controller settles.
+  void RunUntilSettled() {
+    while (!controller_.settled()) Run(1);
+  }
+
   void Pause(absl::Duration d) { now_ += d; }
   void SetCurve(Curve curve) { curve_ = std::move(curve); }
   // The data service ignores the requests and produces `share`.
@@ -174,25 +179,21 @@ TEST(DecodeShareControllerTest, ClimbsTheLadderRefinesAndSettlesAtThePeak) {
 TEST(DecodeShareControllerTest, SettlesWithinAFewShortWindows) {
   // ResNet-18 takes ~65 batches/s: the ladder (0, 0.25, 0.5), the refinement (0.375,
   // 0.125) and the first hold window take a few seconds, not minutes.
-  Simulation train(ResNet18Like());
-  while (!train.controller().settled()) train.Run(1);
-  std::printf("training curve: settled at %.3f after %.1f s, %lld windows\n",
-              train.controller().held(), absl::ToDoubleSeconds(train.elapsed()),
-              static_cast<long long>(train.controller().windows()));
-  EXPECT_DOUBLE_EQ(train.controller().held(), 0.25);
-  EXPECT_LE(train.controller().windows(), 6);
-  EXPECT_LT(train.elapsed(), absl::Seconds(5));
-
-  Simulation data(DataOnlyLike());
-  while (!data.controller().settled()) data.Run(1);
-  std::printf("data-only curve: settled at %.3f after %.1f s, %lld windows\n",
-              data.controller().held(), absl::ToDoubleSeconds(data.elapsed()),
-              static_cast<long long>(data.controller().windows()));
-  EXPECT_DOUBLE_EQ(data.controller().held(), 0.75);
-  EXPECT_LE(data.controller().windows(), 7);
-  EXPECT_LT(data.elapsed(), absl::Seconds(5));
-  ASSERT_TRUE(data.controller().first_settled().has_value());
-  EXPECT_LE(*data.controller().first_settled() - data.controller().first_batch(), data.elapsed());
+  for (const auto& [name, curve, held, max_windows] :
+       {std::tuple<const char*, Curve, double, int64_t>{"training", ResNet18Like(), 0.25, 6},
+        {"data-only", DataOnlyLike(), 0.75, 7}}) {
+    SCOPED_TRACE(name);
+    Simulation sim(curve);
+    sim.RunUntilSettled();
+    std::printf("%s curve: settled at %.3f after %.1f s, %lld windows\n", name,
+                sim.controller().held(), absl::ToDoubleSeconds(sim.elapsed()),
+                static_cast<long long>(sim.controller().windows()));
+    EXPECT_DOUBLE_EQ(sim.controller().held(), held);
+    EXPECT_LE(sim.controller().windows(), max_windows);
+    EXPECT_LT(sim.elapsed(), absl::Seconds(5));
+    ASSERT_TRUE(sim.controller().first_settled().has_value());
+    EXPECT_LE(*sim.controller().first_settled() - sim.controller().first_batch(), sim.elapsed());
+  }
 }
 
 TEST(DecodeShareControllerTest, WholeRunThroughputIsWithinFivePercentOfTheBestFixedShare) {
@@ -271,7 +272,7 @@ TEST(DecodeShareControllerTest, AStepThatDoesNotPayIsTakenBack) {
 
 TEST(DecodeShareControllerTest, RechecksBackOffWhileNoNeighbourPays) {
   Simulation sim(ResNet18Like());
-  while (!sim.controller().settled()) sim.Run(1);
+  sim.RunUntilSettled();
   // Over ten simulated minutes the recheck interval doubles to its bound.
   const absl::Time start = sim.now();
   std::vector<absl::Time> rechecks;
@@ -393,7 +394,7 @@ TEST(DecodeShareControllerTest, StartsFromThePriorAndSkipsTheLadder) {
   Simulation sim(DataOnlyLike(), DecodeShareControllerOptions{}, /*lag=*/5, /*prior=*/0.75);
   EXPECT_DOUBLE_EQ(sim.controller().requested(), 0.75);
   EXPECT_EQ(sim.controller().phase(), Phase::kRefining);
-  while (!sim.controller().settled()) sim.Run(1);
+  sim.RunUntilSettled();
   EXPECT_DOUBLE_EQ(sim.controller().held(), 0.75);
   // The prior and its two neighbours: three windows; the ladder's 0 never requested.
   EXPECT_LE(sim.controller().windows(), 3);

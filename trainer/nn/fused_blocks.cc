@@ -6,6 +6,7 @@
 
 #include <optional>
 
+#include "common/torch_element_type.h"
 #include "trainer/nn/sync_batch_norm.h"
 
 #ifdef STOKER_WITH_CUDA
@@ -23,9 +24,7 @@ bool IsChannelsLast(const torch::Tensor& t) {
   return t.dim() == 4 && t.is_contiguous(at::MemoryFormat::ChannelsLast);
 }
 
-bool KernelDtype(at::ScalarType t) {
-  return t == at::kFloat || t == at::kHalf || t == at::kBFloat16;
-}
+bool KernelDtype(at::ScalarType t) { return FloatingElementType(t).has_value(); }
 
 bool KernelsBuilt() {
 #ifdef STOKER_WITH_CUDA
@@ -49,14 +48,7 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 ElementType ElementTypeOf(const torch::Tensor& t) {
-  switch (t.scalar_type()) {
-    case at::kHalf:
-      return ElementType::kFloat16;
-    case at::kBFloat16:
-      return ElementType::kBFloat16;
-    default:
-      return ElementType::kFloat32;
-  }
+  return FloatingElementType(t.scalar_type()).value_or(ElementType::kFloat32);
 }
 
 ChannelRows RowsOf(const torch::Tensor& x) {

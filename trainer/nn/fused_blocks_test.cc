@@ -12,21 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "trainer/nn/random_batch_norm.h"
+
 namespace stoker::trainer {
 namespace {
 
 namespace nn = torch::nn;
-
-// A BatchNorm2d with random affine parameters and running statistics, in fp32.
-nn::BatchNorm2d RandomBatchNorm(int64_t channels) {
-  nn::BatchNorm2d bn(channels);
-  torch::NoGradGuard no_grad;
-  bn->weight.uniform_(0.5, 1.5);
-  bn->bias.uniform_(-0.5, 0.5);
-  bn->running_mean.normal_(0, 0.1);
-  bn->running_var.uniform_(0.5, 1.5);
-  return bn;
-}
 
 nn::BatchNorm2d CopyOf(const nn::BatchNorm2d& bn, torch::Device device, torch::Dtype dtype) {
   nn::BatchNorm2d copy(bn->options);

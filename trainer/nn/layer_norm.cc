@@ -9,6 +9,7 @@
 #ifdef STOKER_WITH_CUDA
 #include <c10/cuda/CUDAGuard.h>
 
+#include "common/torch_element_type.h"
 #include "trainer/nn/layer_norm_kernels.h"
 #include "trainer/nn/torch_kernel_args.h"
 #endif
@@ -39,16 +40,9 @@ NormRows RowsOf(const torch::Tensor& x) {
 }
 
 ElementType ElementTypeOf(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat:
-      return ElementType::kFloat32;
-    case at::kHalf:
-      return ElementType::kFloat16;
-    case at::kBFloat16:
-      return ElementType::kBFloat16;
-    default:
-      TORCH_CHECK(false, "layer norm kernels: no element type for ", t);
-  }
+  const std::optional<ElementType> type = FloatingElementType(t);
+  TORCH_CHECK(type.has_value(), "layer norm kernels: no element type for ", t);
+  return *type;
 }
 
 NormTypes TypesOf(at::ScalarType x, at::ScalarType y) {

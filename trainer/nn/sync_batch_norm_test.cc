@@ -12,6 +12,7 @@
 
 #include "trainer/nn/fused_blocks.h"
 #include "trainer/nn/mpi_batch_norm_group.h"
+#include "trainer/nn/random_batch_norm.h"
 
 namespace stoker::trainer {
 namespace {
@@ -81,13 +82,7 @@ TEST(SyncBatchNormTest, EqualsBatchNormOverTheGlobalBatch) {
 
 torch::nn::BatchNorm2d MakeBatchNorm(int64_t channels) {
   torch::manual_seed(5);
-  torch::nn::BatchNorm2d bn(channels);
-  torch::NoGradGuard no_grad;
-  bn->weight.uniform_(0.5, 1.5);
-  bn->bias.uniform_(-0.5, 0.5);
-  bn->running_mean.normal_(0, 0.1);
-  bn->running_var.uniform_(0.5, 1.5);
-  return bn;
+  return RandomBatchNorm(channels);
 }
 
 // The built-in models' block relu(bn(x) + residual) with the group set, against the plain

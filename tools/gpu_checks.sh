@@ -220,6 +220,143 @@ assert sum(got[-10:]) < sum(got[:10]), f"{name} loss did not fall"
 PY
 }
 
+# --precision=fp8 resumed from a checkpoint continues bit for bit (Note [FP8 scaling state in
+# checkpoints], trainer/nn/fp8_state.h): the exported ViT-B/16 trained 40 deterministic steps
+# straight (an asynchronous checkpoint every 10 steps, taken while training goes on), and
+# the same run stopped after 20 steps and resumed from its checkpoint. Requires the losses
+# bit for bit, the step-20 checkpoints of both runs and their final checkpoints equal entry
+# for entry (the FP8 scaling state of every layer among them), and prints the compared
+# values. A second straight run first shows that the run itself is deterministic, so that a
+# difference can only come from the resume. Skipped below compute capability 8.9.
+fp8_resume_run() {  # fp8_resume_run NAME [TRAINER FLAGS...]: log in OUT/fp8_resume_NAME.log
+  local name="$1"; shift
+  "$stoker" launcher --np=1 --dataset=synthetic --synthetic_samples=1280 --synthetic_classes=100 --seed=9 -- \
+    --model="$out/exported_vit_b_16.pt2" --num_classes=100 --image_size=128 --batch_size=32 --epochs=1 \
+    --optimizer=adamw --lr=5e-4 --precision=fp8 --deterministic --log_every=10 \
+    --loss_log="$out/loss_fp8_resume_$name.txt" "$@" > "$out/fp8_resume_$name.log" 2>&1
+  local rc=$?
+  echo "run $name: exit $rc, $(wc -l < "$out/loss_fp8_resume_$name.txt" 2>/dev/null || echo 0) steps"
+  (( rc == 0 || rc == 75 )) || tail -n 20 "$out/fp8_resume_$name.log"
+  return "$rc"
+}
+fp8_resume_bitwise() {
+  local cc
+  cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader -i 0 2>/dev/null | head -n 1 | tr -d ' ')
+  if [[ -z "$cc" ]] || ! awk -v c="$cc" 'BEGIN { exit !(c + 0 >= 8.9) }'; then
+    echo "SKIP --precision=fp8 needs compute capability 8.9 or newer; GPU 0 has ${cc:-an unknown one}"
+    return 77
+  fi
+  [[ -f "$out/exported_vit_b_16.pt2" ]] || { echo "no $out/exported_vit_b_16.pt2: check export_transformers made none"; return 1; }
+  rm -rf "$out"/fp8_resume_*_ckpt "$out"/loss_fp8_resume_*.txt
+  fp8_resume_run whole --checkpoint_dir="$out/fp8_resume_whole_ckpt" --checkpoint_every_steps=10 || return 1
+  grep -hE "precision=fp8: in FP8|checkpoint snapshots:" "$out/fp8_resume_whole.log"
+  fp8_resume_run again || return 1
+  if ! cmp -s "$out/loss_fp8_resume_whole.txt" "$out/loss_fp8_resume_again.txt"; then
+    echo "two straight FP8 runs of the same batches differ (first differing line below): the run is not"
+    echo "deterministic on this GPU, so a bitwise resume cannot be judged"
+    cmp "$out/loss_fp8_resume_whole.txt" "$out/loss_fp8_resume_again.txt"
+    return 1
+  fi
+  echo "two straight runs: losses identical bit for bit (the run is deterministic)"
+  fp8_resume_run first --checkpoint_dir="$out/fp8_resume_stopped_ckpt" --stop_after_steps=20
+  local rc=$?
+  (( rc == 75 )) || { echo "the stopped run exited $rc, expected 75"; return 1; }
+  fp8_resume_run rest --checkpoint_dir="$out/fp8_resume_stopped_ckpt" --resume=auto || return 1
+  grep -h "FP8 scaling state" "$out/fp8_resume_rest.log" ||
+    { echo "the resumed run did not say that it restored the FP8 scaling state"; return 1; }
+  python3 - "$out" <<'PY'
+import mmap, re, struct, sys
+out = sys.argv[1]
+
+def entries(path):
+    """A checkpoint's entries (trainer/checkpoint/checkpoint_file.h): name -> (kind, dtype, shape, bytes)."""
+    f = open(path, "rb")
+    m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    assert m[:8] == b"STOKERCK", f"{path}: not a checkpoint"
+    count = struct.unpack_from("<I", m, 24)[0]
+    at, got = 32, {}
+    for _ in range(count):
+        (n,) = struct.unpack_from("<I", m, at); at += 4
+        name = m[at:at + n].decode(); at += n
+        kind = m[at]; at += 1
+        if kind in (1, 2):
+            got[name] = (kind, "", (), m[at:at + 8]); at += 8
+        elif kind == 3:
+            (length,) = struct.unpack_from("<Q", m, at); at += 8
+            got[name] = (kind, "", (), m[at:at + length]); at += length
+        else:
+            d = m[at]; at += 1
+            dtype = m[at:at + d].decode(); at += d
+            (rank,) = struct.unpack_from("<I", m, at); at += 4
+            shape = struct.unpack_from(f"<{rank}q", m, at); at += 8 * rank
+            (length,) = struct.unpack_from("<Q", m, at); at += 8
+            got[name] = (kind, dtype, shape, m[at:at + length]); at += length
+    return got
+
+def floats(entry):
+    return struct.unpack(f"<{len(entry[3]) // 4}f", entry[3])
+
+def fp8_summary(label, got):
+    names = sorted(n for n in got if n.startswith("fp8/"))
+    assert names, f"{label}: no FP8 scaling state in the checkpoint"
+    first = got[names[0]]
+    rows, cols = first[2]
+    values = floats(first)
+    history = cols - 3
+    print(f"{label}: {len(got)} entries, {len(names)} of FP8 scaling state ({names[0]} ... {names[-1]}, "
+          f"each [{rows}, {cols}]: an amax history of {history})")
+    for r, role in enumerate(("input", "weight", "output gradient")):
+        row = values[r * cols:(r + 1) * cols]
+        print(f"  {names[0]} {role}: scale {row[history + 1]!r}, newest amaxes {[float('%.6g' % a) for a in row[:3]]}")
+    scales = [v for n in names for r in range(rows) for v in [floats(got[n])[r * cols + history + 1]]]
+    assert any(s != 1.0 for s in scales), f"{label}: every FP8 scale is still 1: FP8 did not run"
+    return len(names)
+
+def compare(label, a_path, b_path):
+    a, b = entries(a_path), entries(b_path)
+    layers = fp8_summary(label, a)
+    differ = [n for n in sorted(set(a) | set(b)) if n not in a or n not in b or a[n] != b[n]]
+    if differ:
+        print(f"{label}: {len(differ)} of {len(a)} entries differ: {differ[:12]}")
+        for n in differ:
+            if n.startswith("fp8/") and n in a and n in b and a[n][2] == b[n][2]:
+                gap = max(abs(x - y) for x, y in zip(floats(a[n]), floats(b[n])))
+                print(f"  {n}: largest difference {gap!r}")
+        return False, layers
+    print(f"{label}: all {len(a)} entries identical ({a_path.split('/')[-2]}/{a_path.split('/')[-1]} and "
+          f"{b_path.split('/')[-2]}/{b_path.split('/')[-1]})")
+    return True, layers
+
+def losses(name):
+    return [l.split() for l in open(f"{out}/loss_fp8_resume_{name}.txt")]
+whole, first, rest = losses("whole"), losses("first"), losses("rest")
+joined = first + rest
+print(f"steps: {len(whole)} straight, {len(first)} + {len(rest)} stopped and resumed")
+for i in range(17, min(24, len(whole), len(joined))):
+    print(f"  step {i + 1}: straight {' '.join(whole[i])} | resumed {' '.join(joined[i])}")
+failures = []
+if len(whole) != 40 or whole != joined:
+    bad = next((i for i, (x, y) in enumerate(zip(whole, joined)) if x != y), min(len(whole), len(joined)))
+    failures.append(f"the resumed run's losses differ from the straight run's from step {bad + 1}")
+else:
+    print("losses identical bit for bit (40 steps, stopped after 20 and resumed)")
+ok, layers = compare("step 20", f"{out}/fp8_resume_whole_ckpt/ckpt-000000000020.stoker",
+                     f"{out}/fp8_resume_stopped_ckpt/ckpt-000000000020.stoker")
+if not ok: failures.append("the step-20 checkpoints differ (asynchronous snapshot against the stop's)")
+ok, _ = compare("final", f"{out}/fp8_resume_whole_ckpt/ckpt-000000000040.stoker",
+                f"{out}/fp8_resume_stopped_ckpt/ckpt-000000000040.stoker")
+if not ok: failures.append("the final checkpoints differ")
+note = open(f"{out}/fp8_resume_rest.log").read()
+restored = re.search(r"restored the FP8 scaling state of (\d+) of (\d+) layers", note)
+if not restored or int(restored.group(1)) != layers or int(restored.group(2)) != layers:
+    failures.append(f"the resumed run did not restore all {layers} layers' FP8 scaling state")
+assert not failures, "; ".join(failures)
+print("the FP8 run resumed from its checkpoint is the uninterrupted run, bit for bit")
+PY
+  (( $? == 0 )) || return 1
+  rm -rf "$out"/fp8_resume_*_ckpt  # a GB each; the comparison above is the evidence
+}
+
 # After training on 2 GPUs the parameters are bit-identical on both ranks.
 two_gpu_training() {
   rm -f "$out"/params.rank*
@@ -557,6 +694,8 @@ check vit_b_16_fp8 fp8_run vit_b_16_fp8 fp8
 grep -E "precision=fp8: in FP8" "$out/vit_b_16_fp8.log" | head -n 1
 check vit_b_16_fp8_tracks_bf16 fp8_compare vit_b_16_bf16_100 vit_b_16_fp8
 cat "$out/vit_b_16_fp8_tracks_bf16.log"
+CHECK_LIMIT_S=900 check vit_b_16_fp8_resume_bitwise fp8_resume_bitwise
+cat "$out/vit_b_16_fp8_resume_bitwise.log"
 
 if (( gpus >= 2 )); then
   check nccl_allreduce mpirun -np 2 "$stoker" nccl_communicator_test_ranks

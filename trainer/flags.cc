@@ -191,6 +191,10 @@ ABSL_FLAG(std::string, device, "auto",
 ABSL_FLAG(std::string, precision, "bf16",
           "Autocast precision on the GPU: bf16, fp16 (with loss scaling), fp32 (AMP off) or fp8 "
           "(bf16 with an exported model's linear layers in FP8; compute capability 8.9 or newer).");
+ABSL_FLAG(int, fp8_amax_history, 16,
+          "--precision=fp8: each FP8 tensor is scaled by the largest of its last N amaxes "
+          "(delayed scaling), N from 1 to 1024. Checkpoints hold the histories: a resume needs "
+          "the same N.");
 ABSL_FLAG(bool, channels_last, true, "Keep conv weights and inputs in channels_last layout.");
 ABSL_FLAG(bool, fused_blocks, true,
           "Run batch norm with its ReLU (and residual add) and max pooling as fused CUDA kernels, "
@@ -270,9 +274,10 @@ FlagSpec TrainerFlagSpec() {
         "export", "final_params_out", "sample_log", "profile_steps", "kernel_trace",
         "kernel_trace_ops", "trace", "trace_steps"}},
       {"Device and precision",
-       {"device", "precision", "channels_last", "fused_blocks", "sync_batchnorm", "cuda_graphs",
-        "cudnn_benchmark", "deterministic", "init_scale", "growth_factor", "backoff_factor",
-        "growth_interval", "cache_release_fraction", "expandable_segments"}},
+       {"device", "precision", "fp8_amax_history", "channels_last", "fused_blocks",
+        "sync_batchnorm", "cuda_graphs", "cudnn_benchmark", "deterministic", "init_scale",
+        "growth_factor", "backoff_factor", "growth_interval", "cache_release_fraction",
+        "expandable_segments"}},
       {"Benchmarking", {"synthetic_steps", "warmup_steps", "data_only"}},
       {"Fault handling", {"collective_timeout_s", "collective_abort_grace_s"}},
       {"Node data service (without --data_socket)",
@@ -379,6 +384,7 @@ absl::StatusOr<TrainerOptions> OptionsFromFlags() {
 
       {FLAGS_device, &o.device.device, ParseDeviceChoice},
       {FLAGS_precision, &o.device.precision, ParsePrecision},
+      {FLAGS_fp8_amax_history, &o.device.fp8_amax_history},
       {FLAGS_channels_last, &o.device.channels_last},
       {FLAGS_cudnn_benchmark, &o.device.cudnn_benchmark},
       {FLAGS_deterministic, &o.device.deterministic},

@@ -56,6 +56,9 @@ absl::Status DeviceOptions::Validate() const {
   if (!(cache_release_fraction > 0 && cache_release_fraction <= 1)) {
     return FlagValueError("cache_release_fraction", cache_release_fraction, "must be in (0, 1]");
   }
+  if (fp8_amax_history < 1 || fp8_amax_history > 1024) {
+    return FlagValueError("fp8_amax_history", fp8_amax_history, "must be in [1, 1024]");
+  }
   return absl::OkStatus();
 }
 

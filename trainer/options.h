@@ -75,6 +75,8 @@ absl::StatusOr<Precision> ParsePrecision(absl::string_view name);
 struct DeviceOptions {
   DeviceChoice device = DeviceChoice::kAuto;   // a GPU per local rank when there are GPUs
   Precision precision = Precision::kBFloat16;  // autocast dtype; kFloat32 turns AMP off
+  // kFp8: the amaxes each FP8 tensor role keeps (Fp8Recipe::history), 1 to 1024.
+  int fp8_amax_history = 16;
   bool channels_last = true;
   bool cudnn_benchmark = true;  // fixed input shapes: let cuDNN pick the fastest kernels
   // Deterministic cuDNN and ATen algorithms (slower): the same run twice, or a run and its

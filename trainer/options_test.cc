@@ -92,6 +92,8 @@ TEST(ValidateOptionsTest, EveryBadValueIsRefusedNamingItsFlag) {
       {"--data_only=",
        [](TrainerOptions& o) { o.input.synthetic_steps = 5, o.benchmark.data_only = true; }},
       {"--cache_release_fraction=", [](TrainerOptions& o) { o.device.cache_release_fraction = 0; }},
+      {"--fp8_amax_history=", [](TrainerOptions& o) { o.device.fp8_amax_history = 0; }},
+      {"--fp8_amax_history=", [](TrainerOptions& o) { o.device.fp8_amax_history = 1025; }},
       {"--cache_release_fraction=",
        [](TrainerOptions& o) { o.device.cache_release_fraction = 1.5; }},
       {"--init_scale=", [](TrainerOptions& o) { o.scaler.init_scale = 0; }},

@@ -171,7 +171,9 @@ absl::Status Trainer::Resume() {
   checkpoint_source_ = checkpoint->source();
   RETURN_IF_ERROR(CheckResumable(*saved_, start_, GeometryOf(o_, context_.world_size(), seed_),
                                  checkpoint->source()));
-  RETURN_IF_ERROR(RestoreTrainingState(*checkpoint, trained_->state()));
+  std::string fp8_note;
+  RETURN_IF_ERROR(RestoreTrainingState(*checkpoint, trained_->state(), &fp8_note));
+  if (!fp8_note.empty()) reporter_->Note(fp8_note);
   if (saved_->seed != seed_ && context_.rank0()) {
     LogWarning("--seed=%d differs from the checkpoint's %d: continuing with the checkpoint's",
                seed_, saved_->seed);

@@ -64,6 +64,7 @@ absl::StatusOr<std::unique_ptr<TrainingModel>> TrainingModel::Create(const Train
   model_options.image_size = o.input.image_size;
   model_options.fused_blocks = o.model.fused_blocks;
   model_options.fp8 = context.use_cuda && o.device.precision == Precision::kFp8;
+  model_options.fp8_recipe.history = o.device.fp8_amax_history;
   ASSIGN_OR_RETURN(t->model_, MakeModel(o.model.name, model_options));
   if (!o.model.init_weights.empty()) {
     StateDictFileOptions file_options;
@@ -176,6 +177,10 @@ absl::Status TrainingModel::BroadcastState(Communicator& communicator) {
 // the model that is saved, and no collective runs per step. Unlike a per-forward
 // broadcast it needs nothing inside the captured CUDA graphs: the broadcast writes the
 // buffers in place, outside any capture, and the graphs keep their addresses.
+// The FP8 scaling state (--precision=fp8) is per rank in the same way (each rank's amaxes
+// are of its own shard's values and gradients) and is broadcast with the buffers, so that
+// the checkpoint holds the state every rank continues from: a run resumed from it, on any
+// number of ranks, continues as the run that wrote it did.
 absl::Status TrainingModel::SyncBuffers(Communicator& communicator) {
   if (communicator.world_size() == 1) return absl::OkStatus();
   c10::NoGradGuard no_grad;
@@ -184,6 +189,12 @@ absl::Status TrainingModel::SyncBuffers(Communicator& communicator) {
       return absl::FailedPreconditionError("SyncBuffers: a buffer is not contiguous");
     }
     RETURN_IF_ERROR(communicator.Broadcast(b.data_ptr(), b.nbytes(), 0));
+  }
+  for (const auto& fp8 : model_->Fp8States()) {
+    const at::Tensor& scaling = fp8->scaling();
+    if (scaling.defined()) {
+      RETURN_IF_ERROR(communicator.Broadcast(scaling.data_ptr(), scaling.nbytes(), 0));
+    }
   }
   return communicator.Synchronize();
 }

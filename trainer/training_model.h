@@ -51,8 +51,9 @@ class TrainingModel {
   // collective over `communicator`: the same order on every rank.
   absl::Status BroadcastState(Communicator& communicator);
   // Gives every rank rank 0's buffers (batch-norm running mean and variance,
-  // num_batches_tracked; floating and integer), not its parameters: the running statistics
-  // that DDP's broadcast_buffers gives every forward pass. The training loop calls it
+  // num_batches_tracked; floating and integer) and FP8 scaling state (--precision=fp8), not
+  // its parameters: the running statistics that DDP's broadcast_buffers gives every
+  // forward pass. The training loop calls it
   // before validation, before a checkpoint and before --export (Note [Running statistics
   // as DDP keeps them]). A collective over `communicator` (the gradient communicator:
   // device memory on the GPU). Must be called in the same order on every rank.

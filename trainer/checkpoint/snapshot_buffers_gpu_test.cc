@@ -2,8 +2,9 @@
 // enqueued without a host sync, followed at once by a forward pass (which changes batch
 // norm's running statistics) and, after GateUpdates, by optimizer steps (which change the
 // parameters and the moments in place), is the checkpoint of the state it was taken of, bit
-// for bit, when sealed on another thread; the buffers are reused by the next snapshot; and
-// the host time a snapshot takes is printed against the time its copies take.
+// for bit, when sealed on another thread, the FP8 scaling state (which forward passes change)
+// included; the buffers are reused by the next snapshot; and the host time a snapshot takes
+// is printed against the time its copies take.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
@@ -12,6 +13,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
@@ -22,17 +24,45 @@
 #include "trainer/checkpoint/training_run_testing.h"
 #include "trainer/checkpoint/training_state.h"
 #include "trainer/nn/builtin_models.h"
+#include "trainer/nn/fp8_state.h"
 
 namespace stoker::trainer {
 namespace {
 
 using GpuRun = testing::TrainingRun;
 
-// ResNet-18 on the GPU in channels_last (its conv weights and their moments are not
-// contiguous: staged), with batch norm (buffers: staged), under AdamW.
-GpuRun MakeGpuRun() {
+// ResNet-18 with the FP8 scaling state of two layers, which each forward pass changes on
+// the current stream, as Fp8Linear's kernels do.
+class Fp8Resnet : public ImageClassifier {
+ public:
+  Fp8Resnet() : net_(register_module("net", *MakeBuiltinModel("resnet18", 10))) {
+    for (const char* name : {"fc1.weight", "fc2.weight"}) {
+      states_.push_back(c10::make_intrusive<Fp8LinearState>(Fp8Recipe{}, name));
+    }
+  }
+  torch::Tensor forward(torch::Tensor images) override {
+    for (const auto& state : states_) state->DeviceState(images.device()).add_(0.5);
+    return net_->forward(images);
+  }
+  std::vector<c10::intrusive_ptr<Fp8LinearState>> Fp8States() override { return states_; }
+  using ImageClassifier::to;
+  void to(torch::Device device, bool non_blocking) override {
+    ImageClassifier::to(device, non_blocking);
+    for (const auto& state : states_) state->PlaceOn(device);
+  }
+
+ private:
+  std::shared_ptr<ImageClassifier> net_;
+  std::vector<c10::intrusive_ptr<Fp8LinearState>> states_;
+};
+
+// ResNet-18 (with FP8 scaling state: `fp8`) on the GPU in channels_last (its conv weights
+// and their moments are not contiguous: staged), with batch norm (buffers: staged), under
+// AdamW.
+GpuRun MakeGpuRun(bool fp8 = false) {
   torch::manual_seed(3);
-  std::shared_ptr<ImageClassifier> model = *MakeBuiltinModel("resnet18", 10);
+  std::shared_ptr<ImageClassifier> model =
+      fp8 ? std::make_shared<Fp8Resnet>() : *MakeBuiltinModel("resnet18", 10);
   model->to(torch::kCUDA);
   for (auto& p : model->parameters()) {
     if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
@@ -129,6 +159,37 @@ TEST_F(SnapshotBuffersTest, ASnapshotIsTheStateItWasTakenOfWhileTrainingGoesOn) 
         "[ snapshot ] round %d: %.1f MB (%.1f MB staged on the device): enqueued in "
         "%.3f ms on the host, copied and sealed after %.1f ms\n",
         round, then.size() / 1e6, buffers->staging_bytes() / 1e6, enqueued_ms, copied_ms);
+  }
+}
+
+// Note [FP8 scaling state in checkpoints] (trainer/nn/fp8_state.h).
+TEST_F(SnapshotBuffersTest, ASnapshotHoldsTheFp8ScalingStateOfItsStep) {
+  GpuRun run = MakeGpuRun(/*fp8=*/true);
+  run.model->train();
+  Step(run);
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<SnapshotBuffers> buffers,
+                       SnapshotBuffers::Create(run.refs()));
+  ASSERT_NE(buffers, nullptr);
+  const RunPosition position{0, 1, 1};
+  ASSERT_OK_AND_ASSIGN(const std::string then, EncodeCheckpoint(run.refs(), position, Geometry()));
+  ASSERT_OK_AND_ASSIGN(
+      CheckpointWriter snapshot,
+      SnapshotCheckpoint(run.refs(), position, Geometry(), /*own_copies=*/true, buffers));
+  Forward(run);  // changes the FP8 state before the copies may have run
+  ASSERT_OK(buffers->GateUpdates());
+  run.optimizer->Step();
+  const std::string written = SealElsewhere(std::move(snapshot));
+  EXPECT_TRUE(written == then) << "the snapshot is not the state it was taken of";
+  ASSERT_OK_AND_ASSIGN(CheckpointReader checkpoint, CheckpointReader::Parse(written, "snapshot"));
+  for (const auto& state : run.model->Fp8States()) {
+    ASSERT_OK_AND_ASSIGN(CheckpointTensor stored,
+                         checkpoint.Tensor("fp8/" + state->name() + "/scaling"));
+    ASSERT_EQ(stored.shape, state->scaling().sizes().vec());
+    // One forward pass (+0.5) before the snapshot, the initial scale 1.
+    float scale = 0;
+    std::memcpy(&scale, stored.data.data() + sizeof(float) * (Fp8Recipe{}.history + 1),
+                sizeof(float));
+    EXPECT_EQ(scale, 1.5f) << state->name();
   }
 }
 

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
@@ -22,6 +23,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/torch_status.h"
+#include "trainer/nn/fp8_state.h"
 #include "trainer/nn/state_dict.h"
 
 #ifdef STOKER_WITH_CUDA
@@ -37,6 +39,8 @@ namespace stoker::trainer {
 namespace {
 
 constexpr char kFormat[] = "stoker training checkpoint";
+// Entries of the FP8 scaling state: "fp8/<layer>/scaling".
+constexpr char kFp8Prefix[] = "fp8/";
 
 // The checkpoint's name of each element type it stores.
 constexpr std::pair<at::ScalarType, const char*> kDtypeNames[] = {
@@ -79,6 +83,12 @@ absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> NamedOptimizerTe
   return named;
 }
 
+// The checkpoint's name of an FP8 layer's scaling state (Note [FP8 scaling state in
+// checkpoints], trainer/nn/fp8_state.h).
+std::string Fp8EntryName(const Fp8LinearState& state) {
+  return absl::StrCat(kFp8Prefix, state.name(), "/scaling");
+}
+
 absl::StatusOr<std::vector<NamedTensor>> StateTensors(const TrainingStateRefs& state) {
   std::vector<NamedTensor> named;
   std::set<std::string> parameters(state.parameter_names.begin(), state.parameter_names.end());
@@ -87,6 +97,12 @@ absl::StatusOr<std::vector<NamedTensor>> StateTensors(const TrainingStateRefs& s
   }
   ASSIGN_OR_RETURN(const auto optimizer_tensors, NamedOptimizerTensors(state, "checkpoint"));
   for (const auto& [name, tensor] : optimizer_tensors) named.push_back({name, tensor, true});
+  // Forward and backward change the FP8 scaling state: staged like the buffers. A state not
+  // made yet (a model never placed on a device nor run) holds its initial values, which a
+  // resume starts from anyway.
+  for (const auto& fp8 : state.model->Fp8States()) {
+    if (fp8->scaling().defined()) named.push_back({Fp8EntryName(*fp8), fp8->scaling(), false});
+  }
   return named;
 }
 
@@ -523,9 +539,84 @@ absl::Status RestoreModelState(const CheckpointReader& checkpoint, ImageClassifi
                    });
 }
 
+absl::StatusOr<std::string> RestoreFp8State(const CheckpointReader& checkpoint,
+                                            ImageClassifier& model) {
+  return TorchCall(
+      absl::StrCat(checkpoint.source(), ": restoring the FP8 scaling state"),
+      [&]() -> absl::StatusOr<std::string> {
+        const std::vector<c10::intrusive_ptr<Fp8LinearState>> states = model.Fp8States();
+        std::set<std::string> saved;
+        for (const std::string& name : checkpoint.Names()) {
+          if (absl::StartsWith(name, kFp8Prefix)) saved.insert(name);
+        }
+        if (states.empty()) {
+          if (saved.empty()) return std::string();
+          return absl::StrCat(checkpoint.source(), " holds the FP8 scaling state of ", saved.size(),
+                              " layers; this run is not --precision=fp8: ignored");
+        }
+        if (saved.empty()) {
+          return absl::StrCat(checkpoint.source(),
+                              " holds no FP8 scaling state (its run was not --precision=fp8): FP8 "
+                              "scaling starts afresh, from the first step's amaxes");
+        }
+        // The device of a state not made yet: the model's.
+        c10::Device device(at::kCPU);
+        for (const at::Tensor& p : model.parameters()) {
+          device = p.device();
+          break;
+        }
+        std::vector<std::string> fresh;
+        int restored = 0;
+        for (const auto& fp8 : states) {
+          const std::string name = Fp8EntryName(*fp8);
+          if (saved.erase(name) == 0) {
+            fresh.push_back(fp8->name());
+            continue;
+          }
+          ASSIGN_OR_RETURN(CheckpointTensor stored, checkpoint.Tensor(name));
+          const std::vector<int64_t> sizes = Fp8LinearState::ScalingSizes(fp8->recipe());
+          if (stored.dtype != "float32" || stored.shape.size() != 2 ||
+              stored.shape[0] != sizes[0]) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                checkpoint.source(), ": ", name, " is ", stored.dtype, " [",
+                absl::StrJoin(stored.shape, ", "), "], not an FP8 scaling state (float32 [",
+                absl::StrJoin(sizes, ", "), "])"));
+          }
+          if (stored.shape != sizes) {
+            const int64_t history = stored.shape[1] - (sizes[1] - fp8->recipe().history);
+            return absl::InvalidArgumentError(absl::StrCat(
+                checkpoint.source(), ": ", name, " is [", absl::StrJoin(stored.shape, ", "),
+                "] in the checkpoint, an FP8 amax history of ", history,
+                " values; this run has --fp8_amax_history=", fp8->recipe().history, " ([",
+                absl::StrJoin(sizes, ", "), "]): resume with --fp8_amax_history=", history));
+          }
+          fp8->DeviceState(fp8->scaling().defined() ? fp8->scaling().device() : device);
+          RETURN_IF_ERROR(CopyInto(checkpoint, name, fp8->scaling()));
+          fp8->MarkPrimed();
+          ++restored;
+        }
+        std::string note = absl::StrCat("restored the FP8 scaling state of ", restored, " of ",
+                                        states.size(), " layers from ", checkpoint.source());
+        if (!fresh.empty()) {
+          absl::StrAppend(&note, "; not in it, starting afresh: ", absl::StrJoin(fresh, ", "));
+        }
+        if (!saved.empty()) {
+          absl::StrAppend(
+              &note, "; of layers this run does not have, ignored: ", absl::StrJoin(saved, ", "));
+        }
+        return note;
+      });
+}
+
 absl::Status RestoreTrainingState(const CheckpointReader& checkpoint,
-                                  const TrainingStateRefs& state) {
+                                  const TrainingStateRefs& state, std::string* fp8_note) {
   RETURN_IF_ERROR(RestoreModelState(checkpoint, *state.model));
+  ASSIGN_OR_RETURN(std::string note, RestoreFp8State(checkpoint, *state.model));
+  if (fp8_note != nullptr) {
+    *fp8_note = std::move(note);
+  } else if (!note.empty()) {
+    LogInfo("%s", note);
+  }
   return TorchCall(absl::StrCat(checkpoint.source(), ": restoring"), [&]() -> absl::Status {
     ASSIGN_OR_RETURN(const auto optimizer_tensors, NamedOptimizerTensors(state, "resume"));
     for (const auto& [name, tensor] : optimizer_tensors) {

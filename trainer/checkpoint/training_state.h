@@ -1,5 +1,6 @@
 // What a checkpoint holds and how a run is restored from it: the model's state dict
-// (parameters and buffers, Python's names), the optimizer's state per parameter, the loss
+// (parameters and buffers, Python's names), the FP8 scaling state of its FP8 layers
+// (--precision=fp8), the optimizer's state per parameter, the loss
 // scaler's scale and growth tracker, the position in the run (epoch, samples of its
 // global order consumed, the global batch, optimizer steps so far: the learning-rate
 // schedule's position), the seeds and the CPU generator, and the run's geometry (model,
@@ -153,10 +154,24 @@ absl::Status CheckResumableDataset(const RunGeometry& saved, const RunPosition& 
 // shapes and dtypes required; InvalidArgument naming the tensor otherwise).
 absl::Status RestoreModelState(const CheckpointReader& checkpoint, ImageClassifier& model);
 
+// Copies the FP8 scaling state of the model's layers (ImageClassifier::Fp8States) from the
+// checkpoint's "fp8/<layer>/scaling" entries into them, making a state not made yet on the
+// device of the model's parameters, and marks them primed (Note [FP8 scaling state in
+// checkpoints], trainer/nn/fp8_state.h). Returns a line for the run's log, empty when
+// neither the model nor the checkpoint has FP8 state: a checkpoint without it (a run not in
+// FP8) leaves the state fresh; one with it, resumed without FP8, is ignored; a layer of
+// the model that the checkpoint lacks starts fresh and a saved one the model lacks is
+// ignored, each named. InvalidArgument naming the tensor, and --fp8_amax_history, when a
+// saved state has another amax history length than this run's.
+absl::StatusOr<std::string> RestoreFp8State(const CheckpointReader& checkpoint,
+                                            ImageClassifier& model);
+
 // Copies the model, optimizer, scaler and CPU generator state into `state` (same names,
-// shapes and dtypes required; InvalidArgument naming the tensor otherwise).
+// shapes and dtypes required; InvalidArgument naming the tensor otherwise), and the FP8
+// scaling state with RestoreFp8State: its line goes to `fp8_note` when given (empty: none),
+// else to the log.
 absl::Status RestoreTrainingState(const CheckpointReader& checkpoint,
-                                  const TrainingStateRefs& state);
+                                  const TrainingStateRefs& state, std::string* fp8_note = nullptr);
 
 }  // namespace stoker::trainer
 

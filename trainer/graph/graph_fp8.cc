@@ -3,7 +3,9 @@
 #include <ATen/ATen.h>
 
 #include <sstream>
+#include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "trainer/graph/graph_calls_util.h"
 
 namespace stoker::trainer {
@@ -32,8 +34,21 @@ std::string SizesText(const at::Tensor& t) {
 }  // namespace
 
 void MarkFp8Linears(std::vector<std::unique_ptr<GraphCall>>& calls,
-                    const std::vector<c10::IValue>& values, const Fp8Recipe& recipe,
+                    const std::vector<c10::IValue>& values,
+                    const std::map<std::string, at::Tensor>& parameters, const Fp8Recipe& recipe,
                     FusedBlockCounts* counts, std::vector<std::string>* kept) {
+  // Note [FP8 linear layers in a program]: the states' names.
+  std::map<const c10::TensorImpl*, std::string> weight_names;
+  for (const auto& [name, tensor] : parameters)
+    weight_names.emplace(tensor.unsafeGetTensorImpl(), name);
+  std::map<std::string, int> uses;
+  auto state_of = [&](const at::Tensor& weight, size_t index) {
+    auto named = weight_names.find(weight.unsafeGetTensorImpl());
+    std::string name = named != weight_names.end() ? named->second : absl::StrCat("call", index);
+    const int use = ++uses[name];
+    if (use > 1) absl::StrAppend(&name, "#", use);
+    return c10::make_intrusive<Fp8LinearState>(recipe, std::move(name));
+  };
   int head = -1;
   for (size_t i = 0; i < calls.size(); ++i) {
     if (IsLinear(*calls[i])) head = static_cast<int>(i);
@@ -53,8 +68,8 @@ void MarkFp8Linears(std::vector<std::unique_ptr<GraphCall>>& calls,
       if (!out_fits) keep(call, "self-attention out-projection " + SizesText(out_weight));
       if (!in_fits && !out_fits) continue;
       const c10::intrusive_ptr<Fp8LinearState> none;
-      call.fp8 = {in_fits ? c10::make_intrusive<Fp8LinearState>(recipe) : none,
-                  out_fits ? c10::make_intrusive<Fp8LinearState>(recipe) : none};
+      call.fp8 = {in_fits ? state_of(in_weight, i) : none,
+                  out_fits ? state_of(out_weight, i) : none};
       ++counts->fp8_self_attention;
       continue;
     }
@@ -73,7 +88,7 @@ void MarkFp8Linears(std::vector<std::unique_ptr<GraphCall>>& calls,
       continue;
     }
     call.kind = GraphCall::Kind::kFp8Linear;  // keeps `op` (aten::linear) for reports
-    call.fp8 = {c10::make_intrusive<Fp8LinearState>(recipe)};
+    call.fp8 = {state_of(weight, i)};
     ++counts->fp8_linear;
   }
 }

@@ -113,6 +113,7 @@ absl::StatusOr<std::shared_ptr<GraphModel>> GraphModel::Build(const ExportArchiv
   train_options.fused_blocks = options.fused_blocks;
   train_options.pointwise_fusion = options.pointwise_fusion;
   train_options.fp8 = options.fp8;
+  train_options.fp8_recipe = options.fp8_recipe;
   ASSIGN_OR_RETURN(model->train_, GraphProgram::Build(archive.train, state, train_options));
   GraphProgramOptions eval_options = train_options;
   eval_options.fp8 = false;  // Note [FP8 linear layers in a program]
@@ -130,11 +131,22 @@ absl::StatusOr<std::shared_ptr<GraphModel>> GraphModel::Build(const ExportArchiv
 void GraphModel::to(torch::Device device, torch::Dtype dtype, bool non_blocking) {
   torch::nn::Module::to(device, dtype, non_blocking);
   MoveConstants(device, non_blocking);
+  PlaceFp8States(device);
 }
 
 void GraphModel::to(torch::Device device, bool non_blocking) {
   torch::nn::Module::to(device, non_blocking);
   MoveConstants(device, non_blocking);
+  PlaceFp8States(device);
+}
+
+void GraphModel::PlaceFp8States(torch::Device device) {
+  torch::NoGradGuard no_grad;
+  for (const auto& state : train_->fp8_states()) state->PlaceOn(device);
+}
+
+std::vector<c10::intrusive_ptr<Fp8LinearState>> GraphModel::Fp8States() {
+  return train_->fp8_states();
 }
 
 void GraphModel::MoveConstants(torch::Device device, bool non_blocking) {

@@ -30,6 +30,7 @@ struct GraphModelOptions {
   bool fused_blocks = true;      // GraphProgramOptions::fused_blocks
   bool pointwise_fusion = true;  // GraphProgramOptions::pointwise_fusion
   bool fp8 = false;              // GraphProgramOptions::fp8, for the training program only
+  Fp8Recipe fp8_recipe;          // GraphProgramOptions::fp8_recipe
 };
 
 // train() runs the training program, eval() the evaluation program (or the training
@@ -57,9 +58,12 @@ class GraphModel final : public ImageClassifier {
   // with a seed mixed from (run seed, rank, step), so a resumed run draws the same masks.
   void SetRandomSeed(uint64_t seed) override;
   std::vector<at::Generator> DeviceGenerators() override;
+  // The training program's (GraphProgram::fp8_states); `to` places them on its device.
+  std::vector<c10::intrusive_ptr<Fp8LinearState>> Fp8States() override;
 
   // Moves the parameters and buffers as torch::nn::Module does, and the tensor constants to
-  // `device` (keeping their dtype: they are indices and masks as often as values).
+  // `device` (keeping their dtype: they are indices and masks as often as values); makes the
+  // FP8 scaling state on `device`, or moves it there (Fp8LinearState::PlaceOn), in fp32.
   using torch::nn::Module::to;
   void to(torch::Device device, torch::Dtype dtype, bool non_blocking = false) override;
   void to(torch::Device device, bool non_blocking = false) override;
@@ -81,6 +85,9 @@ class GraphModel final : public ImageClassifier {
 
   // Moves the tensor constants to `device`, in place (the programs hold the same tensors).
   void MoveConstants(torch::Device device, bool non_blocking);
+  // Note [FP8 scaling state in checkpoints]: the state exists, on `device`, before a
+  // checkpoint is restored into it.
+  void PlaceFp8States(torch::Device device);
 
   std::vector<at::Tensor> constants_;  // both programs' tensor constants
   std::unique_ptr<GraphProgram> train_;

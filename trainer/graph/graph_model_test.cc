@@ -4,9 +4,13 @@
 // blocks it should. Models with dropout or stochastic depth are exported with them off
 // (graph_random_test.cc tests random ops); torchvision_zoo_test.cc covers every torchvision
 // classifier.
+#include <algorithm>
 #include <iostream>
+#include <set>
 #include <string>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "trainer/graph/graph_model.h"
@@ -156,6 +160,62 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<Fp8Case>& info) {
       return absl::StrCat(info.param.arch, info.param.fused_blocks ? "" : "_unfused");
     });
+
+// Note [FP8 linear layers in a program]: each FP8 layer's scaling state is named after its
+// weight, the same in every load of the model; `to` makes it on the device, sized by the
+// recipe; it is not part of the state dict.
+TEST(Fp8StateNamesTest, EachStateIsNamedAfterItsWeightTheSameInEveryLoad) {
+  absl::StatusOr<TorchvisionExport> exported =
+      ExportTorchvisionModel({"VisionTransformer", 32, kSmallVit, kBatch});
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  GraphModelOptions options{kTorchvisionClasses, 32, /*fused_blocks=*/true};
+  options.fp8 = true;
+  options.fp8_recipe.history = 8;
+  std::vector<std::vector<std::string>> loads;
+  for (int load = 0; load < 2; ++load) {
+    absl::StatusOr<std::shared_ptr<GraphModel>> model =
+        GraphModel::Load(exported->archive, options);
+    ASSERT_TRUE(model.ok()) << model.status();
+    std::set<std::string> parameters;
+    for (const auto& item : (*model)->named_parameters()) parameters.insert(item.key());
+    const auto states = (*model)->Fp8States();
+    // Per encoder layer (2): the self-attention's two projections and the MLP's two layers.
+    ASSERT_EQ(states.size(), 8u);
+    std::vector<std::string> names;
+    for (const auto& state : states) {
+      EXPECT_TRUE(parameters.count(state->name()) > 0) << state->name() << " is no parameter";
+      EXPECT_FALSE(state->scaling().defined()) << "made before the model is placed";
+      names.push_back(state->name());
+    }
+    EXPECT_EQ(std::set<std::string>(names.begin(), names.end()).size(), names.size())
+        << "names repeat";
+    EXPECT_NE(
+        std::find_if(names.begin(), names.end(),
+                     [](const std::string& n) { return absl::EndsWith(n, "in_proj_weight"); }),
+        names.end());
+    (*model)->to(torch::kCPU);
+    for (const auto& state : states) {
+      ASSERT_TRUE(state->scaling().defined()) << state->name();
+      EXPECT_EQ(state->scaling().sizes().vec(), (std::vector<int64_t>{3, 11}));
+    }
+    for (const auto& item : (*model)->named_buffers()) {
+      EXPECT_FALSE(absl::StrContains(item.key(), "fp8")) << item.key();
+    }
+    loads.push_back(names);
+  }
+  EXPECT_EQ(loads[0], loads[1]);
+  for (const std::string& name : loads[0]) std::cerr << "  FP8 state: " << name << "\n";
+}
+
+TEST(Fp8StateNamesTest, AModelWithoutFp8HasNoState) {
+  absl::StatusOr<TorchvisionExport> exported =
+      ExportTorchvisionModel({"VisionTransformer", 32, kSmallVit, kBatch});
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  absl::StatusOr<std::shared_ptr<GraphModel>> model =
+      GraphModel::Load(exported->archive, GraphModelOptions{kTorchvisionClasses, 32, true});
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_TRUE((*model)->Fp8States().empty());
+}
 
 }  // namespace
 }  // namespace stoker::trainer

@@ -189,6 +189,16 @@ std::vector<const PointwiseRegion*> GraphProgram::pointwise_regions() const {
   return regions;
 }
 
+std::vector<c10::intrusive_ptr<Fp8LinearState>> GraphProgram::fp8_states() const {
+  std::vector<c10::intrusive_ptr<Fp8LinearState>> states;
+  for (const auto& call : calls_) {
+    for (const auto& state : call->fp8) {
+      if (state) states.push_back(state);
+    }
+  }
+  return states;
+}
+
 absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(
     const json& graph_module, const GraphState& state, const GraphProgramOptions& options) {
   ASSIGN_OR_RETURN(ProgramSignature signature,
@@ -220,8 +230,8 @@ absl::StatusOr<std::unique_ptr<GraphProgram>> GraphProgram::Build(
   }
   if (options.fp8) {
     FusedBlockCounts& counts = program->fused_blocks_;
-    MarkFp8Linears(program->calls_, program->values_.values(), Fp8Recipe{}, &counts,
-                   &program->fp8_kept_);
+    MarkFp8Linears(program->calls_, program->values_.values(), state.parameters, options.fp8_recipe,
+                   &counts, &program->fp8_kept_);
     // Each kept line starts with the program's `where`, which the message gives once: dropped,
     // leaving fp8_kept()'s "<node>: why".
     for (std::string& line : program->fp8_kept_) {

@@ -45,6 +45,8 @@ struct GraphProgramOptions {
   bool pointwise_fusion = true;
   // --precision=fp8: Note [FP8 linear layers in a program] (trainer/graph/graph_fp8.h).
   bool fp8 = false;
+  // With fp8: the layers' delayed scaling (--fp8_amax_history).
+  Fp8Recipe fp8_recipe;
 };
 
 // Built once, run many times. Thread-compatible: one Run at a time.
@@ -88,6 +90,9 @@ class GraphProgram {
   std::vector<const PointwiseRegion*> pointwise_regions() const;
   // With fp8: the linear layers kept in bf16, a line each ("<node>: why").
   const std::vector<std::string>& fp8_kept() const { return fp8_kept_; }
+  // With fp8: the scaling state of each FP8 linear layer and self-attention projection, in
+  // program order (ImageClassifier::Fp8States).
+  std::vector<c10::intrusive_ptr<Fp8LinearState>> fp8_states() const;
 
  private:
   GraphProgram();

@@ -17,41 +17,11 @@
 namespace stoker::trainer {
 namespace {
 
-constexpr int kRoles = 3;
-
 bool IsFloating(at::ScalarType t) {
   return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf;
 }
 
 }  // namespace
-
-Fp8LinearState::Fp8LinearState(Fp8Recipe recipe) : recipe_(recipe) {
-  TORCH_CHECK(recipe_.history >= 1 && recipe_.history <= 1024,
-              "an FP8 amax history holds 1 to 1024 values, not ", recipe_.history);
-  TORCH_CHECK(recipe_.margin >= 0, "an FP8 scaling margin is >= 0, not ", recipe_.margin);
-}
-
-torch::Tensor& Fp8LinearState::DeviceState(const torch::Device& device) {
-  if (!scaling_.defined()) {
-    const int h = recipe_.history;
-    scaling_ = at::zeros({kRoles, h + 3}, at::TensorOptions().dtype(at::kFloat).device(device));
-    scaling_.select(1, h + 1).fill_(1.0);  // scale
-    scaling_.select(1, h + 2).fill_(1.0);  // its inverse
-  }
-  TORCH_CHECK(scaling_.device() == device, "an FP8 linear layer's scaling state is on ",
-              scaling_.device(), ", its call on ", device);
-  return scaling_;
-}
-
-torch::Tensor Fp8LinearState::scale(Fp8Role role) const {
-  if (!scaling_.defined()) return {};
-  return scaling_.select(0, static_cast<int>(role)).select(0, recipe_.history + 1);
-}
-
-torch::Tensor Fp8LinearState::amax_history(Fp8Role role) const {
-  if (!scaling_.defined()) return {};
-  return scaling_.select(0, static_cast<int>(role)).slice(0, 0, recipe_.history);
-}
 
 bool Fp8WeightFits(at::IntArrayRef weight_sizes) {
   return weight_sizes.size() == 2 && weight_sizes[0] > 0 && weight_sizes[1] > 0 &&
@@ -116,9 +86,9 @@ float* RowOf(at::Tensor& scaling, Fp8Role role) {
 
 void UpdateScales(Fp8LinearState& state, at::Tensor& scaling, Fp8Role first, int roles,
                   cudaStream_t stream) {
-  const float max_values[kRoles] = {Fp8MaxValue(FormatOf(state, Fp8Role::kInput)),
-                                    Fp8MaxValue(FormatOf(state, Fp8Role::kWeight)),
-                                    Fp8MaxValue(FormatOf(state, Fp8Role::kGradOutput))};
+  const float max_values[kFp8Roles] = {Fp8MaxValue(FormatOf(state, Fp8Role::kInput)),
+                                       Fp8MaxValue(FormatOf(state, Fp8Role::kWeight)),
+                                       Fp8MaxValue(FormatOf(state, Fp8Role::kGradOutput))};
   Check(LaunchFp8ScaleUpdate(scaling.data_ptr<float>(), state.recipe().history,
                              static_cast<int>(first), roles, max_values, state.recipe().margin,
                              stream),

@@ -14,16 +14,17 @@
 // bits, up to 57344, down to 2^-16) the range gradients need. Each tensor role (input,
 // weight, output gradient) of each layer has its own scaling state: a history of the last
 // Fp8Recipe::history amaxes (max |value|), a scale = fp8_max / (max(history) * 2^margin)
-// and its inverse. A tensor is cast with the scale its role had (delayed scaling: from
-// earlier calls), its amax is taken in the same pass, and the history and scale are updated
-// after the cast; everything stays on the device (no host synchronisation, so the step can
-// be captured as a CUDA graph). A role's first cast is preceded by an amax-only pass and an
-// update, so that the first step is scaled from its own values rather than from scale 1.
-// One kernel casts a matrix and writes its transpose too (the column-major operand each
-// product needs: W^T for dx, x^T and dy^T for dW, whose shared dimension is the rows,
-// zero-padded to a multiple of 16). The FP8 copies of x and W^T are what backward keeps:
-// one byte an element instead of bf16's two. The master weights (fp32), their gradients and
-// the optimizer are as in bf16 training.
+// and its inverse (Fp8LinearState, trainer/nn/fp8_state.h, which checkpoints hold: Note
+// [FP8 scaling state in checkpoints]). A tensor is cast with the scale its role had
+// (delayed scaling: from earlier calls), its amax is taken in the same pass, and the
+// history and scale are updated after the cast; everything stays on the device (no host
+// synchronisation, so the step can be captured as a CUDA graph). A role's first cast is
+// preceded by an amax-only pass and an update, so that the first step is scaled from its
+// own values rather than from scale 1. One kernel casts a matrix and writes its transpose
+// too (the column-major operand each product needs: W^T for dx, x^T and dy^T for dW, whose
+// shared dimension is the rows, zero-padded to a multiple of 16). The FP8 copies of x and
+// W^T are what backward keeps: one byte an element instead of bf16's two. The master
+// weights (fp32), their gradients and the optimizer are as in bf16 training.
 // Shapes _scaled_mm does not take (in or out features not multiples of 16), tensors on the
 // CPU, other dtypes and empty batches run at::linear instead: Fp8LinearApplies says which.
 #ifndef STOKER_TRAINER_NN_FP8_LINEAR_H_
@@ -32,48 +33,9 @@
 #include <ATen/core/ivalue.h>
 #include <torch/types.h>
 
-#include <array>
-#include <cstdint>
+#include "trainer/nn/fp8_state.h"
 
 namespace stoker::trainer {
-
-// Delayed scaling's settings.
-struct Fp8Recipe {
-  int history = 16;             // amaxes kept per tensor role, 1 to 1024
-  int margin = 0;               // scale down by 2^margin below what the history's max allows
-  bool e4m3_gradients = false;  // output gradients in e4m3 rather than e5m2
-};
-
-enum class Fp8Role { kInput = 0, kWeight = 1, kGradOutput = 2 };
-
-// The scaling state of one linear layer (one call of a program): made at load, its device
-// tensors on the device of the first call. Used by one program's forward and backward,
-// which never overlap (not thread-safe). Held by an intrusive_ptr so that the autograd graph
-// of a step keeps it alive until its backward has run.
-class Fp8LinearState : public torch::CustomClassHolder {
- public:
-  explicit Fp8LinearState(Fp8Recipe recipe = {});
-
-  const Fp8Recipe& recipe() const { return recipe_; }
-  // The role's current scale and amax history ([history], newest first): views of the
-  // device state, undefined before the first call.
-  torch::Tensor scale(Fp8Role role) const;
-  torch::Tensor amax_history(Fp8Role role) const;
-  // Forward calls that ran in FP8.
-  int64_t fp8_calls() const { return fp8_calls_; }
-
-  // For Fp8Linear's autograd function: the device state, made on `device` at first use,
-  // and whether each role has had its first (amax-only) pass.
-  torch::Tensor& DeviceState(const torch::Device& device);
-  bool& primed(Fp8Role role) { return primed_[static_cast<int>(role)]; }
-  void CountCall() { ++fp8_calls_; }
-
- private:
-  Fp8Recipe recipe_;
-  torch::Tensor scaling_;  // [3 roles, history + 3] fp32: Fp8ScalingRowFloats
-  std::array<bool, 3> primed_ = {false, false, false};
-  int64_t fp8_calls_ = 0;
-};
 
 // Whether a weight of these sizes ([out, in]) can run in FP8: both multiples of 16.
 bool Fp8WeightFits(at::IntArrayRef weight_sizes);

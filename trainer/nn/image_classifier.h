@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "trainer/nn/fp8_state.h"
+
 namespace stoker::trainer {
 
 class ImageClassifier : public torch::nn::Module {
@@ -25,6 +27,12 @@ class ImageClassifier : public torch::nn::Module {
   // one (a captured CUDA graph registers them: each replay draws from their current seed).
   // Only those made so far, by forward passes on the device.
   virtual std::vector<at::Generator> DeviceGenerators() { return {}; }
+
+  // The scaling state of the model's FP8 linear layers (--precision=fp8), in a fixed order,
+  // their names unique and stable for the same model: training state that checkpoints save
+  // and restore, never part of the state dict (Note [FP8 scaling state in checkpoints],
+  // trainer/nn/fp8_state.h). Empty for a model without FP8 layers.
+  virtual std::vector<c10::intrusive_ptr<Fp8LinearState>> Fp8States() { return {}; }
 };
 
 }  // namespace stoker::trainer

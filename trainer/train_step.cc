@@ -280,8 +280,12 @@ absl::Status TrainStep::Finish(double learning_rate, StepProfiler* profiler) {
   RETURN_IF_ERROR(TorchCall("train step: setting the learning rate",
                             [&] { optimizer_.set_learning_rate(learning_rate); }));
   if (UseGraphs(profiler)) {
+    // Capturing ran the optimizer's host side once, for the step replayed right after it;
+    // every later replay is a step of its own.
+    const bool captured_before = graphs_ != nullptr && graphs_->finish.has_value();
     ASSIGN_OR_RETURN(FinishGraph * graph, GraphForFinish());
     if (graph != nullptr) {
+      if (captured_before) optimizer_.CountReplayedStep();
       TraceSpan replay(trace_, trace_tid_, "CUDA graph replay: optimizer", "compute");
       RETURN_IF_ERROR(TimedReplay(*graph->graph, "GPU: CUDA graph replay: optimizer"));
       last_finish_replayed_ = true;

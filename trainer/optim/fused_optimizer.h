@@ -68,6 +68,10 @@ class FusedOptimizer {
   // with the device once Step(found_inf) ran.
   int64_t steps_taken() const;
   void set_steps_taken(int64_t steps);
+  // A step replayed from a CUDA graph whose capture called Step: its kernels ran again, and
+  // the host's count advances as Step's own would (skips are counted on the device, inside
+  // the graph).
+  void CountReplayedStep() { ++steps_taken_; }
 
  private:
   struct Group {

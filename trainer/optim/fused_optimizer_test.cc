@@ -198,6 +198,8 @@ TEST(FusedOptimizerTest, StepsOnTheDeviceMatchTheHostPathAndSkipOnTheFlag) {
     EXPECT_EQ(on_device->steps_taken(), 6) << kind << ": a skipped step is not taken";
     on_device->set_steps_taken(9);
     EXPECT_EQ(on_device->steps_taken(), 9);
+    on_device->CountReplayedStep();
+    EXPECT_EQ(on_device->steps_taken(), 10) << kind << ": a replayed step counts";
   }
 }
 

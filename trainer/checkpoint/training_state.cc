@@ -559,12 +559,10 @@ absl::StatusOr<std::string> RestoreFp8State(const CheckpointReader& checkpoint,
                               " holds no FP8 scaling state (its run was not --precision=fp8): FP8 "
                               "scaling starts afresh, from the first step's amaxes");
         }
-        // The device of a state not made yet: the model's.
-        c10::Device device(at::kCPU);
-        for (const at::Tensor& p : model.parameters()) {
-          device = p.device();
-          break;
-        }
+        // A state not made yet is made on the device of the model's parameters.
+        const std::vector<at::Tensor> parameters = model.parameters();
+        const c10::Device device =
+            parameters.empty() ? c10::Device(at::kCPU) : parameters[0].device();
         std::vector<std::string> fresh;
         int restored = 0;
         for (const auto& fp8 : states) {
@@ -590,7 +588,7 @@ absl::StatusOr<std::string> RestoreFp8State(const CheckpointReader& checkpoint,
                 " values; this run has --fp8_amax_history=", fp8->recipe().history, " ([",
                 absl::StrJoin(sizes, ", "), "]): resume with --fp8_amax_history=", history));
           }
-          fp8->DeviceState(fp8->scaling().defined() ? fp8->scaling().device() : device);
+          if (!fp8->scaling().defined()) fp8->PlaceOn(device);
           RETURN_IF_ERROR(CopyInto(checkpoint, name, fp8->scaling()));
           fp8->MarkPrimed();
           ++restored;

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <utility>
 
+#include "common/torch_element_type.h"
+
 #ifdef STOKER_WITH_CUDA
 #include <c10/cuda/CUDAGuard.h>
 
@@ -17,9 +19,7 @@
 namespace stoker::trainer {
 namespace {
 
-bool IsFloating(at::ScalarType t) {
-  return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf;
-}
+bool IsFloating(at::ScalarType t) { return FloatingElementType(t).has_value(); }
 
 }  // namespace
 
@@ -56,11 +56,6 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-ElementType ElementTypeOf(at::ScalarType t) {
-  if (t == at::kFloat) return ElementType::kFloat32;
-  return t == at::kHalf ? ElementType::kFloat16 : ElementType::kBFloat16;
-}
 
 // `t` contiguous, its data 16-byte aligned (the cast kernel's vector loads).
 at::Tensor Aligned(const at::Tensor& t) {
@@ -110,7 +105,7 @@ Fp8Matrix Cast(Fp8LinearState& state, at::Tensor& scaling, Fp8Role role, const a
   float* row = RowOf(scaling, role);
   Fp8CastArguments args;
   args.x = m.data_ptr();
-  args.type = ElementTypeOf(m.scalar_type());
+  args.type = FloatingElementType(m.scalar_type()).value();  // Fp8LinearApplies checked it
   args.rows = m.size(0);
   args.cols = m.size(1);
   args.format = FormatOf(state, role);
